@@ -1,0 +1,282 @@
+//! The [`Coordinator`]: which provider a call uses, under which namespace, with which defaults.
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use crate::codec::Codec;
+use crate::memory_provider::MemoryProvider;
+use crate::policy::OnBackendError;
+use crate::provider::{IdempotencyStore, LockProvider};
+
+/// A provider that serves both layers that need shared state. Implemented automatically for
+/// any type that implements both traits.
+pub trait Provider: LockProvider + IdempotencyStore {}
+impl<P: LockProvider + IdempotencyStore> Provider for P {}
+
+/// Where intercepted calls coordinate: a provider, a namespace and the defaults every
+/// attribute can override.
+///
+/// Cheap to clone (one `Arc`). Build one with [`Coordinator::builder`], then either
+/// [`install`](Coordinator::install) it as the process-wide default the attributes use, or pass
+/// it per call site with `coordinator = <expr>` on an attribute.
+#[derive(Clone)]
+pub struct Coordinator {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    namespace: String,
+    locks: Arc<dyn LockProvider>,
+    records: Arc<dyn IdempotencyStore>,
+    codec: Codec,
+    on_backend_error: OnBackendError,
+    in_process_only: bool,
+    metrics: Metrics,
+}
+
+/// Counters a coordinator keeps for operators.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    fail_open: AtomicU64,
+    lapsed_releases: AtomicU64,
+}
+
+impl Metrics {
+    /// How many calls ran unguarded because the backend failed under `fail_open`.
+    pub fn fail_open_runs(&self) -> u64 {
+        self.fail_open.load(Ordering::Relaxed)
+    }
+
+    /// How many locks were found already lapsed at release: sections that were not exclusive
+    /// for their whole duration.
+    pub fn lapsed_releases(&self) -> u64 {
+        self.lapsed_releases.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn count_fail_open(&self) {
+        self.fail_open.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn count_lapsed_release(&self) {
+        self.lapsed_releases.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+impl fmt::Debug for Coordinator {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Coordinator")
+            .field("namespace", &self.inner.namespace)
+            .field("codec", &self.inner.codec)
+            .field("on_backend_error", &self.inner.on_backend_error)
+            .field("in_process_only", &self.inner.in_process_only)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why a coordinator could not be built or installed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BuildError {
+    /// `build` was called without `.memory()` or `.provider(..)`.
+    NoProvider,
+    /// The namespace is empty or holds a character that would break key layout
+    /// (`{`, `}`, `:`, whitespace or control characters).
+    InvalidNamespace(String),
+    /// A process-wide default coordinator was already installed (or the in-process fallback was
+    /// already taken by a call). Install once, at start-up, before the first intercepted call.
+    AlreadyInstalled,
+}
+
+impl fmt::Display for BuildError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BuildError::NoProvider => f.write_str(
+                "no provider chosen: call `.memory()` or `.provider(..)` on the coordinator builder",
+            ),
+            BuildError::InvalidNamespace(ns) => write!(
+                f,
+                "invalid namespace {ns:?}: use a non-empty name without `{{`, `}}`, `:`, whitespace or control characters"
+            ),
+            BuildError::AlreadyInstalled => f.write_str(
+                "a default coordinator is already in place: install once at start-up, before the first intercepted call",
+            ),
+        }
+    }
+}
+
+impl std::error::Error for BuildError {}
+
+/// Builds a [`Coordinator`].
+#[must_use]
+pub struct CoordinatorBuilder {
+    namespace: String,
+    provider: Option<(Arc<dyn LockProvider>, Arc<dyn IdempotencyStore>, bool)>,
+    codec: Codec,
+    on_backend_error: OnBackendError,
+}
+
+impl fmt::Debug for CoordinatorBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CoordinatorBuilder")
+            .field("namespace", &self.namespace)
+            .field("codec", &self.codec)
+            .field("on_backend_error", &self.on_backend_error)
+            .finish_non_exhaustive()
+    }
+}
+
+impl CoordinatorBuilder {
+    /// The prefix that keeps this service's keys apart from others sharing the backend.
+    /// Defaults to `coord`.
+    pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.namespace = namespace.into();
+        self
+    }
+
+    /// Coordinates inside this process only (the in-process provider).
+    pub fn memory(mut self) -> Self {
+        let provider = Arc::new(MemoryProvider::new());
+        self.provider = Some((provider.clone(), provider, true));
+        self
+    }
+
+    /// Coordinates through `provider` (for instance a Redis provider).
+    pub fn provider<P: Provider>(mut self, provider: P) -> Self {
+        let provider = Arc::new(provider);
+        self.provider = Some((provider.clone(), provider, false));
+        self
+    }
+
+    /// How stored outcomes of `#[idempotent]` calls are encoded. JSON by default.
+    pub fn codec(mut self, codec: Codec) -> Self {
+        self.codec = codec;
+        self
+    }
+
+    /// The backend-fault policy of attributes that do not set `on_backend_error` themselves.
+    /// `FailClosed` by default.
+    pub fn on_backend_error(mut self, policy: OnBackendError) -> Self {
+        self.on_backend_error = policy;
+        self
+    }
+
+    /// Finishes the coordinator.
+    pub fn build(self) -> Result<Coordinator, BuildError> {
+        validate_namespace(&self.namespace)?;
+        let (locks, records, in_process_only) = self.provider.ok_or(BuildError::NoProvider)?;
+        Ok(Coordinator {
+            inner: Arc::new(Inner {
+                namespace: self.namespace,
+                locks,
+                records,
+                codec: self.codec,
+                on_backend_error: self.on_backend_error,
+                in_process_only,
+                metrics: Metrics::default(),
+            }),
+        })
+    }
+
+    /// Builds the coordinator and installs it as the process-wide default.
+    pub fn install(self) -> Result<Coordinator, BuildError> {
+        let coordinator = self.build()?;
+        coordinator.clone().install()?;
+        Ok(coordinator)
+    }
+}
+
+fn validate_namespace(ns: &str) -> Result<(), BuildError> {
+    let bad = ns.is_empty()
+        || ns
+            .chars()
+            .any(|c| matches!(c, '{' | '}' | ':') || c.is_whitespace() || c.is_control());
+    if bad {
+        Err(BuildError::InvalidNamespace(ns.to_owned()))
+    } else {
+        Ok(())
+    }
+}
+
+static DEFAULT: OnceLock<Coordinator> = OnceLock::new();
+static FALLBACK_WARNED: AtomicBool = AtomicBool::new(false);
+
+impl Coordinator {
+    /// Starts a builder with namespace `coord`, JSON codec and `fail_closed`.
+    pub fn builder() -> CoordinatorBuilder {
+        CoordinatorBuilder {
+            namespace: "coord".to_owned(),
+            provider: None,
+            codec: Codec::Json,
+            on_backend_error: OnBackendError::FailClosed,
+        }
+    }
+
+    /// Makes this the coordinator every attribute without `coordinator = ..` uses.
+    ///
+    /// Succeeds once per process. It fails with [`BuildError::AlreadyInstalled`] when a
+    /// coordinator was installed before, or when an intercepted call already ran on the
+    /// in-process fallback (switching providers under running code would split its locks).
+    pub fn install(self) -> Result<(), BuildError> {
+        DEFAULT.set(self).map_err(|_| BuildError::AlreadyInstalled)
+    }
+
+    /// The installed coordinator, or the in-process fallback when none is installed. The first
+    /// use of the fallback logs one warning for the whole process.
+    pub fn current() -> &'static Coordinator {
+        DEFAULT.get_or_init(|| {
+            if !FALLBACK_WARNED.swap(true, Ordering::Relaxed) {
+                tracing::warn!(
+                    "coord: no coordinator installed; using the in-process provider, so locks, \
+                     single-flight and idempotency hold within this process only. Install one at \
+                     start-up, e.g. `Coordinator::builder().namespace(\"svc\").provider(redis).install()`"
+                );
+            }
+            Coordinator::builder()
+                .memory()
+                .build()
+                .expect("the in-process fallback always builds")
+        })
+    }
+
+    /// The namespace keys are kept under.
+    pub fn namespace(&self) -> &str {
+        &self.inner.namespace
+    }
+
+    /// The codec for stored outcomes.
+    pub fn codec(&self) -> Codec {
+        self.inner.codec
+    }
+
+    /// The default backend-fault policy.
+    pub fn on_backend_error(&self) -> OnBackendError {
+        self.inner.on_backend_error
+    }
+
+    /// True for the in-process provider: exclusion holds within this process only.
+    pub fn is_in_process_only(&self) -> bool {
+        self.inner.in_process_only
+    }
+
+    /// The counters this coordinator keeps.
+    pub fn metrics(&self) -> &Metrics {
+        &self.inner.metrics
+    }
+
+    /// The lock provider.
+    pub fn lock_provider(&self) -> &Arc<dyn LockProvider> {
+        &self.inner.locks
+    }
+
+    /// The idempotency store.
+    pub fn idempotency_store(&self) -> &Arc<dyn IdempotencyStore> {
+        &self.inner.records
+    }
+}
+
+impl AsRef<Coordinator> for Coordinator {
+    fn as_ref(&self) -> &Coordinator {
+        self
+    }
+}

@@ -1,0 +1,240 @@
+//! The errors coord returns to callers, and the error a provider reports for a backend fault.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Why an intercepted call did not run its body, or why its outcome cannot be trusted.
+///
+/// Functions under `#[idempotent]` or `#[distributed_lock]` return `Result<T, E>` with
+/// `E: From<CoordError>`; coord hands these errors to the caller through that conversion.
+/// The enum is `#[non_exhaustive]`: match the variants you handle and keep a fallback arm.
+///
+/// Every variant that concerns one call carries the call's key (`op:parts`), so a log line
+/// names the work that was refused.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum CoordError {
+    /// The lock was held by someone else for the whole `wait`; the body did not run.
+    LockNotAcquired {
+        /// The call's key.
+        key: String,
+        /// How long the call waited before giving up (zero for a single attempt).
+        waited: Duration,
+    },
+    /// This task already holds the lock it asked for. Locks are not reentrant: waiting would
+    /// only wait for ourselves, so the call fails at once instead. The body did not run.
+    Reentrant {
+        /// The call's key.
+        key: String,
+    },
+    /// Another call with the same idempotency key is still running and did not finish within
+    /// `wait`. Nothing ran; retrying later is safe.
+    InFlight {
+        /// The call's key.
+        key: String,
+    },
+    /// The idempotency key was used before with different fingerprinted parameters. The stored
+    /// outcome belongs to that other request, so it is neither replayed nor overwritten.
+    KeyReused {
+        /// The call's key.
+        key: String,
+    },
+    /// The lease of a held lock was lost while the body ran (it lapsed, or renewal found
+    /// another owner), and the body was stopped.
+    LockLost {
+        /// The call's key.
+        key: String,
+        /// How long the lock had been held when the loss was noticed.
+        held_for: Duration,
+    },
+    /// An earlier call with this idempotency key started and never finished (its in-flight
+    /// lease expired), and the operation is configured `on_abandoned = "fail"`: whether its side
+    /// effects happened is unknown, so nothing runs until an operator resolves the record.
+    OutcomeUnknown {
+        /// The call's key.
+        key: String,
+    },
+    /// A stored outcome could not be encoded or decoded with the coordinator's codec.
+    Codec {
+        /// The call's key.
+        key: String,
+        /// What the codec reported.
+        message: String,
+    },
+    /// The coordination backend failed (unreachable, timed out, or answered with something coord
+    /// cannot read) and the operation is configured `fail_closed`: the body did not run.
+    Backend(BackendError),
+}
+
+impl CoordError {
+    /// The key of the call this error concerns, when it concerns one call.
+    pub fn key(&self) -> Option<&str> {
+        match self {
+            CoordError::LockNotAcquired { key, .. }
+            | CoordError::Reentrant { key }
+            | CoordError::InFlight { key }
+            | CoordError::KeyReused { key }
+            | CoordError::LockLost { key, .. }
+            | CoordError::OutcomeUnknown { key }
+            | CoordError::Codec { key, .. } => Some(key),
+            CoordError::Backend(err) => err.key(),
+        }
+    }
+
+    /// True when retrying the same call later may succeed without any change: the lock may be
+    /// free, the in-flight duplicate may have finished, the backend may be back.
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            CoordError::LockNotAcquired { .. }
+                | CoordError::InFlight { .. }
+                | CoordError::LockLost { .. }
+                | CoordError::Backend(_)
+        )
+    }
+}
+
+impl fmt::Display for CoordError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CoordError::LockNotAcquired { key, waited } => {
+                write!(f, "lock `{key}` is held elsewhere (waited {waited:?})")
+            }
+            CoordError::Reentrant { key } => {
+                write!(f, "lock `{key}` is already held by this task; coord locks are not reentrant")
+            }
+            CoordError::InFlight { key } => {
+                write!(f, "a call with idempotency key `{key}` is still in flight")
+            }
+            CoordError::KeyReused { key } => write!(
+                f,
+                "idempotency key `{key}` was already used with different parameters"
+            ),
+            CoordError::LockLost { key, held_for } => {
+                write!(f, "lock `{key}` was lost after {held_for:?}; the body was stopped")
+            }
+            CoordError::OutcomeUnknown { key } => write!(
+                f,
+                "an earlier call with idempotency key `{key}` was abandoned mid-flight; its outcome is unknown"
+            ),
+            CoordError::Codec { key, message } => {
+                write!(f, "stored outcome of `{key}` could not be (de)serialized: {message}")
+            }
+            CoordError::Backend(err) => write!(f, "{err}"),
+        }
+    }
+}
+
+impl std::error::Error for CoordError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            CoordError::Backend(err) => Some(err),
+            _ => None,
+        }
+    }
+}
+
+impl From<BackendError> for CoordError {
+    fn from(err: BackendError) -> Self {
+        CoordError::Backend(err)
+    }
+}
+
+/// What kind of backend fault happened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BackendErrorKind {
+    /// The backend could not be reached or the connection broke.
+    Unavailable,
+    /// The backend did not answer within the command timeout.
+    Timeout,
+    /// The backend answered with data coord cannot interpret (a wrong-typed value at a coord key,
+    /// a record that does not decode, an unexpected script reply).
+    Protocol,
+    /// The provider was configured wrongly (bad URL, unknown option).
+    Config,
+}
+
+/// A fault of the coordination backend, as a provider reports it.
+///
+/// Cheap to clone. The message never contains credentials: providers strip passwords from
+/// addresses before they build one.
+#[derive(Clone)]
+pub struct BackendError {
+    kind: BackendErrorKind,
+    message: String,
+    key: Option<String>,
+    source: Option<Arc<dyn std::error::Error + Send + Sync>>,
+}
+
+impl BackendError {
+    /// A backend error of `kind` described by `message`.
+    pub fn new(kind: BackendErrorKind, message: impl Into<String>) -> Self {
+        BackendError {
+            kind,
+            message: message.into(),
+            key: None,
+            source: None,
+        }
+    }
+
+    /// Attaches the underlying error.
+    pub fn with_source(mut self, source: impl std::error::Error + Send + Sync + 'static) -> Self {
+        self.source = Some(Arc::new(source));
+        self
+    }
+
+    /// Attaches the key of the call that hit the fault.
+    pub fn with_key(mut self, key: impl Into<String>) -> Self {
+        self.key = Some(key.into());
+        self
+    }
+
+    /// What kind of fault this is.
+    pub fn kind(&self) -> BackendErrorKind {
+        self.kind
+    }
+
+    /// The key of the call that hit the fault, when known.
+    pub fn key(&self) -> Option<&str> {
+        self.key.as_deref()
+    }
+
+    /// The human-readable description.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+impl fmt::Debug for BackendError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BackendError")
+            .field("kind", &self.kind)
+            .field("message", &self.message)
+            .field("key", &self.key)
+            .field("source", &self.source.as_ref().map(|s| s.to_string()))
+            .finish()
+    }
+}
+
+impl fmt::Display for BackendError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "coordination backend {:?}: {}", self.kind, self.message)?;
+        if let Some(key) = &self.key {
+            write!(f, " (key `{key}`)")?;
+        }
+        if let Some(source) = &self.source {
+            write!(f, ": {source}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for BackendError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source
+            .as_deref()
+            .map(|s| s as &(dyn std::error::Error + 'static))
+    }
+}

@@ -1,0 +1,370 @@
+//! Call keys: how parameter values become the key that every layer of a call shares.
+//!
+//! A call key is `<operation name>:<part>:<part>…`. Each part is rendered by [`KeyPart`]. The
+//! rendering is locale-free and injective: for one operation, two different tuples of part
+//! values never give the same key. Strings are escaped so that no value can forge a separator
+//! (`:`), a Redis Cluster hash tag (`{`, `}`), or an escape (`%`), and control bytes never reach
+//! the backend.
+
+use std::borrow::Cow;
+use std::fmt::Write as _;
+use std::rc::Rc;
+use std::sync::Arc;
+
+/// A value that can be part of a call key.
+///
+/// Implemented for integers, `bool`, `char`, `str`/`String`, references and smart pointers of
+/// them, `Option<T>` and (feature `uuid`) `uuid::Uuid`. Implement it for your own identifier
+/// types by delegating to one of those, e.g. `self.0.write_key_part(out)`.
+///
+/// # Contract
+/// `write_key_part` appends one rendering to `out` and must be injective over the values of the
+/// type: two different values must append different text. Write user-controlled text only
+/// through [`KeyWriter::push_str`], which escapes it.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be part of a coord key",
+    label = "this key parameter's type does not implement `coord_core::KeyPart`",
+    note = "key parts must render to stable text: use an integer, bool, char, string, Option or Uuid parameter, name a field of one (`key_from = \"order.customer_id\"`), or implement `coord_core::KeyPart` for `{Self}`"
+)]
+pub trait KeyPart {
+    /// Appends this value's rendering to `out`.
+    fn write_key_part(&self, out: &mut KeyWriter);
+}
+
+/// The buffer a key is rendered into. Text goes through [`KeyWriter::push_str`], which escapes it.
+#[derive(Debug)]
+pub struct KeyWriter {
+    buf: String,
+}
+
+/// Bytes that never appear unescaped in a rendered part.
+fn needs_escape(b: u8) -> bool {
+    matches!(b, b':' | b'{' | b'}' | b'%') || b < 0x20 || b == 0x7f
+}
+
+impl KeyWriter {
+    pub(crate) fn with_name(name: &str) -> KeyWriter {
+        let mut buf = String::with_capacity(name.len() + 24);
+        buf.push_str(name);
+        KeyWriter { buf }
+    }
+
+    /// Appends `text`, escaping `:`, `{`, `}`, `%` and control bytes as `%XX`.
+    pub fn push_str(&mut self, text: &str) {
+        let bytes = text.as_bytes();
+        let mut start = 0;
+        for (i, &b) in bytes.iter().enumerate() {
+            if needs_escape(b) {
+                self.buf.push_str(&text[start..i]);
+                let _ = write!(self.buf, "%{b:02X}");
+                start = i + 1;
+            }
+        }
+        self.buf.push_str(&text[start..]);
+    }
+
+    /// Appends text known to need no escaping (digits, fixed words, and the `%-`, `%+`, `%_`
+    /// markers, which escaping never produces). Debug builds check it.
+    fn push_plain(&mut self, text: &str) {
+        debug_assert!(!text.bytes().any(|b| b != b'%' && needs_escape(b)));
+        self.buf.push_str(text);
+    }
+
+    fn len(&self) -> usize {
+        self.buf.len()
+    }
+
+    fn starts_at(&self, at: usize, prefix: &str) -> bool {
+        self.buf[at..].starts_with(prefix)
+    }
+
+    fn insert_plain(&mut self, at: usize, text: &str) {
+        self.buf.insert_str(at, text);
+    }
+}
+
+/// Builds call keys. Generated code creates one per call; users normally never see it.
+#[derive(Debug)]
+pub struct KeyBuilder {
+    writer: KeyWriter,
+}
+
+impl KeyBuilder {
+    /// Starts the key of operation `name`.
+    pub fn new(name: &str) -> KeyBuilder {
+        KeyBuilder {
+            writer: KeyWriter::with_name(name),
+        }
+    }
+
+    /// Appends one part, after a `:` separator. A part that renders to nothing (an empty
+    /// string) is written `%_`, so parts are never empty and `::` never appears after the
+    /// operation name: names built from module paths cannot run into another op's parts.
+    pub fn part<P: KeyPart + ?Sized>(mut self, part: &P) -> KeyBuilder {
+        self.writer.buf.push(':');
+        let before = self.writer.len();
+        part.write_key_part(&mut self.writer);
+        if self.writer.len() == before {
+            self.writer.push_plain("%_");
+        }
+        self
+    }
+
+    /// Appends `segment` after a `:` separator, unescaped. For operation names, which the
+    /// macros check at compile time.
+    pub fn raw_segment(mut self, segment: &str) -> KeyBuilder {
+        self.writer.buf.push(':');
+        self.writer.buf.push_str(segment);
+        self
+    }
+
+    /// The finished key.
+    pub fn finish(self) -> String {
+        self.writer.buf
+    }
+}
+
+/// Renders the key of operation `name` with `parts` (a convenience for tests and manual use).
+pub fn render_key(name: &str, parts: &[&dyn KeyPart]) -> String {
+    parts
+        .iter()
+        .fold(KeyBuilder::new(name), |b, p| b.part(*p))
+        .finish()
+}
+
+macro_rules! int_key_part {
+    ($($t:ty),*) => {$(
+        impl KeyPart for $t {
+            fn write_key_part(&self, out: &mut KeyWriter) {
+                // Decimal, no grouping, no locale: `-` and digits only.
+                let mut digits = [0u8; 40];
+                let text = format_int(*self as i128, &mut digits);
+                out.push_plain(text);
+            }
+        }
+    )*};
+}
+
+fn format_int(value: i128, buf: &mut [u8; 40]) -> &str {
+    let negative = value < 0;
+    let mut magnitude = value.unsigned_abs();
+    let mut at = buf.len();
+    loop {
+        at -= 1;
+        buf[at] = b'0' + (magnitude % 10) as u8;
+        magnitude /= 10;
+        if magnitude == 0 {
+            break;
+        }
+    }
+    if negative {
+        at -= 1;
+        buf[at] = b'-';
+    }
+    // Only ASCII digits and '-' were written.
+    std::str::from_utf8(&buf[at..]).expect("ASCII digits")
+}
+
+int_key_part!(i8, i16, i32, i64, isize, u8, u16, u32, u64, usize);
+
+impl KeyPart for i128 {
+    fn write_key_part(&self, out: &mut KeyWriter) {
+        let mut digits = [0u8; 40];
+        out.push_plain(format_int(*self, &mut digits));
+    }
+}
+
+impl KeyPart for u128 {
+    fn write_key_part(&self, out: &mut KeyWriter) {
+        if let Ok(small) = i128::try_from(*self) {
+            small.write_key_part(out);
+        } else {
+            out.push_plain(&self.to_string());
+        }
+    }
+}
+
+impl KeyPart for bool {
+    fn write_key_part(&self, out: &mut KeyWriter) {
+        out.push_plain(if *self { "true" } else { "false" });
+    }
+}
+
+impl KeyPart for char {
+    fn write_key_part(&self, out: &mut KeyWriter) {
+        let mut utf8 = [0u8; 4];
+        out.push_str(self.encode_utf8(&mut utf8));
+    }
+}
+
+impl KeyPart for str {
+    fn write_key_part(&self, out: &mut KeyWriter) {
+        out.push_str(self);
+    }
+}
+
+impl KeyPart for String {
+    fn write_key_part(&self, out: &mut KeyWriter) {
+        out.push_str(self);
+    }
+}
+
+impl<T: KeyPart + ?Sized> KeyPart for &T {
+    fn write_key_part(&self, out: &mut KeyWriter) {
+        (**self).write_key_part(out);
+    }
+}
+
+impl<T: KeyPart + ?Sized> KeyPart for &mut T {
+    fn write_key_part(&self, out: &mut KeyWriter) {
+        (**self).write_key_part(out);
+    }
+}
+
+impl<T: KeyPart + ?Sized> KeyPart for Box<T> {
+    fn write_key_part(&self, out: &mut KeyWriter) {
+        (**self).write_key_part(out);
+    }
+}
+
+impl<T: KeyPart + ?Sized> KeyPart for Arc<T> {
+    fn write_key_part(&self, out: &mut KeyWriter) {
+        (**self).write_key_part(out);
+    }
+}
+
+impl<T: KeyPart + ?Sized> KeyPart for Rc<T> {
+    fn write_key_part(&self, out: &mut KeyWriter) {
+        (**self).write_key_part(out);
+    }
+}
+
+impl<T: KeyPart + ToOwned + ?Sized> KeyPart for Cow<'_, T> {
+    fn write_key_part(&self, out: &mut KeyWriter) {
+        self.as_ref().write_key_part(out);
+    }
+}
+
+/// `None` renders as `%-`. `Some(v)` renders as `v` does, unless that text begins with `%-` or
+/// `%+` (only possible for nested options), in which case it gets a `%+` prefix. Escaped text
+/// only ever holds `%` before two hex digits, so `None`, plain `Some` and prefixed `Some` can
+/// never meet.
+impl<T: KeyPart> KeyPart for Option<T> {
+    fn write_key_part(&self, out: &mut KeyWriter) {
+        match self {
+            None => out.push_plain("%-"),
+            Some(value) => {
+                let at = out.len();
+                value.write_key_part(out);
+                if out.starts_at(at, "%-") || out.starts_at(at, "%+") {
+                    out.insert_plain(at, "%+");
+                }
+            }
+        }
+    }
+}
+
+#[cfg(feature = "uuid")]
+impl KeyPart for uuid::Uuid {
+    fn write_key_part(&self, out: &mut KeyWriter) {
+        let mut buf = uuid::Uuid::encode_buffer();
+        out.push_plain(self.hyphenated().encode_lower(&mut buf));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn key2(a: &str, b: &str) -> String {
+        KeyBuilder::new("op").part(a).part(b).finish()
+    }
+
+    #[test]
+    fn separators_and_hash_tags_are_escaped() {
+        assert_eq!(key2("a:b", "c"), "op:a%3Ab:c");
+        assert_eq!(key2("a", "b:c"), "op:a:b%3Ac");
+        assert_eq!(key2("{tag}", "%"), "op:%7Btag%7D:%25");
+        assert_eq!(key2("\n\0", "é"), "op:%0A%00:é");
+        assert_eq!(key2("", "x"), "op:%_:x");
+    }
+
+    #[test]
+    fn integers_render_plain_decimal() {
+        let key = KeyBuilder::new("op")
+            .part(&-12i64)
+            .part(&u128::MAX)
+            .part(&i128::MIN)
+            .finish();
+        assert_eq!(
+            key,
+            format!("op:-12:{}:{}", u128::MAX, i128::MIN),
+            "integers must render as plain decimal"
+        );
+    }
+
+    #[test]
+    fn options_distinguish_none_from_every_some() {
+        let none: Option<Option<&str>> = None;
+        let some_none: Option<Option<&str>> = Some(None);
+        let some_some: Option<Option<&str>> = Some(Some("%-"));
+        let keys = [
+            render_key("op", &[&none]),
+            render_key("op", &[&some_none]),
+            render_key("op", &[&some_some]),
+        ];
+        assert_ne!(keys[0], keys[1]);
+        assert_ne!(keys[1], keys[2]);
+        assert_ne!(keys[0], keys[2]);
+    }
+
+    proptest! {
+        #[test]
+        fn string_pairs_render_injectively(a in any::<String>(), b in any::<String>(), c in any::<String>(), d in any::<String>()) {
+            prop_assume!((a.as_str(), b.as_str()) != (c.as_str(), d.as_str()));
+            prop_assert_ne!(key2(&a, &b), key2(&c, &d));
+        }
+
+        #[test]
+        fn hostile_strings_render_injectively(a in "[:{}%\\x00-\\x1f a]{0,6}", b in "[:{}%\\x00-\\x1f a]{0,6}", c in "[:{}%\\x00-\\x1f a]{0,6}", d in "[:{}%\\x00-\\x1f a]{0,6}") {
+            prop_assume!((a.as_str(), b.as_str()) != (c.as_str(), d.as_str()));
+            prop_assert_ne!(key2(&a, &b), key2(&c, &d));
+        }
+
+        #[test]
+        fn rendered_parts_never_hold_raw_separators_or_tags(a in any::<String>()) {
+            let key = render_key("op", &[&a]);
+            let part = &key["op:".len()..];
+            let forged = part.contains(':') || part.contains('{') || part.contains('}');
+            prop_assert!(!forged, "part {:?} holds a raw separator or hash tag", part);
+            prop_assert!(!part.bytes().any(|b| b < 0x20));
+        }
+
+        #[test]
+        fn mixed_tuples_render_injectively(
+            a in any::<(i64, Option<String>, bool, char)>(),
+            b in any::<(i64, Option<String>, bool, char)>(),
+        ) {
+            prop_assume!(a != b);
+            let ka = render_key("op", &[&a.0, &a.1, &a.2, &a.3]);
+            let kb = render_key("op", &[&b.0, &b.1, &b.2, &b.3]);
+            prop_assert_ne!(ka, kb);
+        }
+
+        #[test]
+        fn nested_options_render_injectively(
+            a in any::<Option<Option<String>>>(),
+            b in any::<Option<Option<String>>>(),
+        ) {
+            prop_assume!(a != b);
+            prop_assert_ne!(render_key("op", &[&a]), render_key("op", &[&b]));
+        }
+
+        #[test]
+        fn integers_render_like_display(v in any::<i128>(), u in any::<u64>()) {
+            prop_assert_eq!(render_key("op", &[&v]), format!("op:{v}"));
+            prop_assert_eq!(render_key("op", &[&u]), format!("op:{u}"));
+        }
+    }
+}

@@ -1,0 +1,109 @@
+//! # coord
+//!
+//! "This must not happen twice" as one attribute on an async fn.
+//!
+//! ```
+//! use coord_core::{CoordError, distributed_lock, idempotent, single_flight};
+//!
+//! #[derive(Debug)]
+//! enum PaymentError { Coord(CoordError) }
+//! impl From<CoordError> for PaymentError {
+//!     fn from(e: CoordError) -> Self { PaymentError::Coord(e) }
+//! }
+//!
+//! #[idempotent(key_from = "idempotency_key", retention = "24h")]
+//! async fn charge(idempotency_key: String, cents: u64) -> Result<u64, PaymentError> {
+//!     Ok(cents)
+//! }
+//!
+//! #[distributed_lock(key_from = "tenant_id", lease = "5m", wait = "0s")]
+//! async fn rebuild(tenant_id: u64) -> Result<(), CoordError> {
+//!     Ok(())
+//! }
+//!
+//! #[single_flight(key_from = "symbol")]
+//! async fn quote(symbol: &str) -> Result<u64, std::sync::Arc<std::io::Error>> {
+//!     Ok(42)
+//! }
+//! ```
+//!
+//! * [`idempotent`]: a successful outcome is stored for `retention` and replayed to later calls
+//!   with the same key; errors leave no trace.
+//! * [`single_flight`]: concurrent calls with one key in this process share one run.
+//! * [`distributed_lock`]: one holder at a time per key, across every process sharing the
+//!   provider, for at most `lease` if the holder dies.
+//!
+//! Whatever order the attributes are written in, they nest the same way: idempotency outermost
+//! (a replay touches nothing else), single-flight next (coalescing locally is free, a remote
+//! lock is not), the lock innermost (one holder owns the whole unit of work). The key is derived
+//! once per call and shared by every layer.
+//!
+//! ## A lock is a lease
+//! A distributed lock bounds how long a crashed holder blocks others; it is not consensus. A
+//! holder that stalls (a GC-like pause, a swapped-out VM, a slow network) past its lease can
+//! wake up and keep writing while a successor holds the lock. Use `fenced = true` and pass
+//! [`fencing_token()`] to the resource, which must refuse writes with an older token than the
+//! newest it has seen. That, not the lock alone, makes the section safe.
+//!
+//! ## Providers
+//! Calls coordinate through the [`Coordinator`] installed with
+//! [`CoordinatorBuilder::install`], or the one passed with `coordinator = <expr>`. With none
+//! installed, the in-process provider is used and one warning is logged: exclusion then holds
+//! within this process only.
+
+mod codec;
+mod coordinator;
+mod error;
+mod fingerprint;
+mod key;
+mod memory_provider;
+mod policy;
+mod provider;
+mod report;
+mod runtime;
+
+pub use codec::Codec;
+pub use coordinator::{BuildError, Coordinator, CoordinatorBuilder, Metrics, Provider};
+pub use error::{BackendError, BackendErrorKind, CoordError};
+pub use key::{KeyBuilder, KeyPart, KeyWriter, render_key};
+pub use memory_provider::MemoryProvider;
+pub use policy::OnBackendError;
+pub use provider::{
+    BoxFuture, ClaimOutcome, ClaimRequest, Deadline, FencingToken, Fingerprint, IdempotencyStore,
+    LockGrant, LockProvider, LockRequest, OwnerToken, ReleaseOutcome, RenewOutcome,
+};
+pub use report::{CallReport, FlightOutcome, IdempotencyOutcome, LockOutcome, observe};
+pub use runtime::flight::open_flights;
+pub use runtime::held::fencing_token;
+
+pub use coord_macros::{distributed_lock, idempotent, single_flight};
+
+/// What the generated code calls. Not a public API.
+#[doc(hidden)]
+pub mod __private {
+    pub use crate::fingerprint::FingerprintHasher;
+    pub use crate::key::KeyBuilder;
+    pub use crate::policy::OnBackendError;
+    pub use crate::runtime::call::{Call, IdempotencySpec, LockSpec, OpSpec};
+    pub use crate::runtime::flight::single_flight;
+    pub use crate::runtime::idempotency::idempotent;
+    pub use crate::runtime::lock::distributed_lock;
+    pub use crate::runtime::outcome::{
+        GuardedResult, assert_guarded_result, assert_shareable_output,
+    };
+    pub use core::time::Duration;
+
+    use crate::Coordinator;
+
+    /// The installed coordinator, or the in-process fallback.
+    #[inline]
+    pub fn default_coordinator() -> &'static Coordinator {
+        Coordinator::current()
+    }
+
+    /// An owned handle to the coordinator named by `coordinator = <expr>`.
+    #[inline]
+    pub fn own_coordinator<C: AsRef<Coordinator> + ?Sized>(c: &C) -> Coordinator {
+        c.as_ref().clone()
+    }
+}

@@ -1,0 +1,160 @@
+//! The in-process provider: coord's contract over the `coord-memory` engine.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use coord_memory::{Claim, LockTable, RecordStore};
+
+use crate::error::BackendError;
+use crate::provider::{
+    BoxFuture, ClaimOutcome, ClaimRequest, FencingToken, Fingerprint, IdempotencyStore, LockGrant,
+    LockProvider, LockRequest, OwnerToken, ReleaseOutcome, RenewOutcome,
+};
+
+/// Coordination within this process: leases, fencing, FIFO hand-off and idempotency records
+/// held in memory.
+///
+/// Exclusion and at-most-once hold among the tasks of this process only. Chosen with
+/// `Coordinator::builder().memory()`, and used as the fallback when no coordinator is
+/// installed. Never returns a backend error.
+#[derive(Debug, Default)]
+pub struct MemoryProvider {
+    locks: LockTable,
+    records: RecordStore,
+}
+
+impl MemoryProvider {
+    /// An empty provider.
+    pub fn new() -> MemoryProvider {
+        MemoryProvider::default()
+    }
+
+    /// How many lock keys are held or waited for (zero once all locks are released).
+    pub fn lock_keys(&self) -> usize {
+        self.locks.len()
+    }
+
+    /// How many idempotency records are stored.
+    pub fn records(&self) -> u64 {
+        self.records.len()
+    }
+}
+
+impl LockProvider for MemoryProvider {
+    fn acquire<'a>(
+        &'a self,
+        req: LockRequest<'a>,
+    ) -> BoxFuture<'a, Result<Option<LockGrant>, BackendError>> {
+        Box::pin(async move {
+            let grant = self
+                .locks
+                .acquire(req.key, req.owner.as_u128(), req.lease, req.wait, req.fenced)
+                .await;
+            Ok(grant.map(|g| LockGrant {
+                fencing_token: g.fencing_token.map(FencingToken::new),
+                contended: g.contended,
+            }))
+        })
+    }
+
+    fn release<'a>(
+        &'a self,
+        key: &'a str,
+        owner: OwnerToken,
+    ) -> BoxFuture<'a, Result<ReleaseOutcome, BackendError>> {
+        let outcome = if self.locks.release(key, owner.as_u128()) {
+            ReleaseOutcome::Released
+        } else {
+            ReleaseOutcome::NotHeld
+        };
+        Box::pin(std::future::ready(Ok(outcome)))
+    }
+
+    fn renew<'a>(
+        &'a self,
+        key: &'a str,
+        owner: OwnerToken,
+        lease: Duration,
+    ) -> BoxFuture<'a, Result<RenewOutcome, BackendError>> {
+        let outcome = if self.locks.renew(key, owner.as_u128(), lease) {
+            RenewOutcome::Renewed
+        } else {
+            RenewOutcome::Lost
+        };
+        Box::pin(std::future::ready(Ok(outcome)))
+    }
+
+    fn release_detached(self: Arc<Self>, key: String, owner: OwnerToken) {
+        // Release is synchronous here: do it now rather than on another task.
+        self.locks.release(&key, owner.as_u128());
+    }
+}
+
+impl IdempotencyStore for MemoryProvider {
+    fn claim<'a>(
+        &'a self,
+        req: ClaimRequest<'a>,
+    ) -> BoxFuture<'a, Result<ClaimOutcome, BackendError>> {
+        let found = self.records.claim(
+            req.key,
+            req.owner.as_u128(),
+            req.in_flight_lease,
+            req.fingerprint.map(|f| f.0),
+        );
+        let outcome = match found {
+            Claim::Claimed => ClaimOutcome::Claimed,
+            Claim::InFlight {
+                fingerprint,
+                remaining,
+            } => ClaimOutcome::InFlight {
+                fingerprint: fingerprint.map(Fingerprint),
+                remaining,
+            },
+            Claim::Completed {
+                payload,
+                fingerprint,
+            } => ClaimOutcome::Completed {
+                payload,
+                fingerprint: fingerprint.map(Fingerprint),
+            },
+        };
+        Box::pin(std::future::ready(Ok(outcome)))
+    }
+
+    fn complete<'a>(
+        &'a self,
+        key: &'a str,
+        owner: OwnerToken,
+        payload: Arc<[u8]>,
+        retention: Duration,
+    ) -> BoxFuture<'a, Result<bool, BackendError>> {
+        let done = self
+            .records
+            .complete(key, owner.as_u128(), payload, retention);
+        Box::pin(std::future::ready(Ok(done)))
+    }
+
+    fn abandon<'a>(
+        &'a self,
+        key: &'a str,
+        owner: OwnerToken,
+    ) -> BoxFuture<'a, Result<bool, BackendError>> {
+        let done = self.records.abandon(key, owner.as_u128());
+        Box::pin(std::future::ready(Ok(done)))
+    }
+
+    fn wait_settled<'a>(
+        &'a self,
+        key: &'a str,
+        timeout: Duration,
+    ) -> BoxFuture<'a, Result<(), BackendError>> {
+        Box::pin(async move {
+            self.records.wait_settled(key, timeout).await;
+            Ok(())
+        })
+    }
+
+    fn abandon_detached(self: Arc<Self>, key: String, owner: OwnerToken) {
+        self.records.abandon(&key, owner.as_u128());
+    }
+}

@@ -1,0 +1,313 @@
+//! The contract between coord's runtime and a coordination backend.
+//!
+//! A provider implements [`LockProvider`] and [`IdempotencyStore`]. The runtime owns everything
+//! that is the same for every backend (reentrancy, the fencing-token scope, release on drop,
+//! the fingerprint check, replay decoding, tracing); a provider owns only the state that must be
+//! shared between callers, and the way its waiters are woken.
+//!
+//! Keys reaching a provider are full call keys, `namespace:op:part:part`, already escaped so
+//! that they contain no `{`, `}` or control bytes. The namespace (the coordinator's) never
+//! contains `:`, so a provider that lays keys out as `<namespace>:<kind>:{<op:parts>}` splits
+//! at the first `:`.
+//! Every method is bounded in time: a provider that talks to a server applies its command
+//! timeout and reports a [`BackendError`] instead of hanging.
+//!
+//! The conformance suite in the workspace's `tests` crate pins the behaviour every provider
+//! must share; run it against a new provider before trusting it.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::error::BackendError;
+
+/// A boxed, `Send` future, the return type of provider methods (they are called through `dyn`).
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// A random 128-bit token naming one acquisition (of a lock, or of an idempotency claim).
+///
+/// Release, renewal, completion and abandonment succeed only while the stored owner is this
+/// token, so a holder whose lease lapsed can never free or overwrite a newer holder's state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct OwnerToken(u128);
+
+impl OwnerToken {
+    /// A fresh token, unique within this process and, with overwhelming probability, across
+    /// processes: 64 random bits drawn once per process, then a per-process counter.
+    pub fn new() -> OwnerToken {
+        static PROCESS_NONCE: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        let nonce = *PROCESS_NONCE.get_or_init(|| {
+            let mut bytes = [0u8; 8];
+            // If the OS has no entropy source, fall back to time and pid: tokens stay unique
+            // within the process thanks to the counter, and unlikely to collide across processes.
+            if getrandom::fill(&mut bytes).is_err() {
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_nanos() as u64)
+                    .unwrap_or(0);
+                bytes = (now ^ ((std::process::id() as u64) << 32)).to_le_bytes();
+            }
+            u64::from_le_bytes(bytes)
+        });
+        let counter = NEXT.fetch_add(1, Ordering::Relaxed);
+        OwnerToken(((nonce as u128) << 64) | counter as u128)
+    }
+
+    /// The token as a number.
+    pub fn as_u128(self) -> u128 {
+        self.0
+    }
+
+    /// Rebuilds a token from [`OwnerToken::as_u128`].
+    pub fn from_u128(value: u128) -> OwnerToken {
+        OwnerToken(value)
+    }
+}
+
+impl Default for OwnerToken {
+    fn default() -> Self {
+        OwnerToken::new()
+    }
+}
+
+impl std::fmt::Display for OwnerToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:032x}", self.0)
+    }
+}
+
+/// A number minted with every fenced acquisition, strictly greater than every token minted
+/// before it for the same key.
+///
+/// Pass it along with every write the lock protects and have the resource reject a write whose
+/// token is older than the newest it has seen: a holder that stalled past its lease then gets
+/// its late writes refused instead of silently overwriting its successor's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct FencingToken(u64);
+
+impl FencingToken {
+    /// Wraps a raw token.
+    pub fn new(value: u64) -> FencingToken {
+        FencingToken(value)
+    }
+
+    /// The token as a number, for storing beside the data it guards.
+    pub fn get(self) -> u64 {
+        self.0
+    }
+}
+
+impl std::fmt::Display for FencingToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// One request to take a lock.
+#[derive(Debug, Clone)]
+pub struct LockRequest<'a> {
+    /// The call key to lock.
+    pub key: &'a str,
+    /// The token that will own the lock.
+    pub owner: OwnerToken,
+    /// How long the lock is held if never released or renewed.
+    pub lease: Duration,
+    /// How long to keep trying. Zero means one attempt.
+    pub wait: Duration,
+    /// Whether to mint a fencing token with the acquisition.
+    pub fenced: bool,
+}
+
+/// A lock this process holds, as the provider granted it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockGrant {
+    /// Present exactly when the request was fenced.
+    pub fencing_token: Option<FencingToken>,
+    /// True when the first attempt found the lock held and the grant came after waiting.
+    pub contended: bool,
+}
+
+/// What releasing a lock found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReleaseOutcome {
+    /// The lock was ours and is now free.
+    Released,
+    /// The lock was no longer ours: the lease lapsed (and perhaps someone else holds it now).
+    /// Nothing was changed.
+    NotHeld,
+}
+
+/// What renewing a lease found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RenewOutcome {
+    /// The lease now ends `lease` from the moment of renewal.
+    Renewed,
+    /// The token is gone: the hold is lost.
+    Lost,
+}
+
+/// Mutual exclusion with leases. Waiting is the provider's business, because how waiters are
+/// woken is what distinguishes backends.
+///
+/// # Contract
+/// * `acquire` returns `Ok(Some(grant))` when `req.owner` now holds `req.key`, `Ok(None)` when
+///   the key stayed held by others for all of `req.wait` (one attempt when zero). A lock whose
+///   lease ran out is free. A release must wake waiters without polling (a backstop at the
+///   holder's remaining lease is allowed), and one release wakes one waiter.
+/// * With `req.fenced`, the grant carries a fencing token greater than any earlier one for the
+///   key; without it, no token, and no fence state is created.
+/// * `release` and `renew` are owner-scoped: they change nothing unless `owner` holds `key`.
+///   Both are idempotent.
+/// * If the future of `acquire` is dropped before it completes, the provider must not leave
+///   the lock held by `req.owner` beyond what the runtime's follow-up `release` cleans: the
+///   runtime always releases a token whose acquire was cancelled.
+pub trait LockProvider: Send + Sync + 'static {
+    /// Takes `req.key` for `req.owner`, waiting up to `req.wait`.
+    fn acquire<'a>(
+        &'a self,
+        req: LockRequest<'a>,
+    ) -> BoxFuture<'a, Result<Option<LockGrant>, BackendError>>;
+
+    /// Frees `key` if `owner` holds it.
+    fn release<'a>(
+        &'a self,
+        key: &'a str,
+        owner: OwnerToken,
+    ) -> BoxFuture<'a, Result<ReleaseOutcome, BackendError>>;
+
+    /// Extends `owner`'s lease on `key` to `lease` from now.
+    fn renew<'a>(
+        &'a self,
+        key: &'a str,
+        owner: OwnerToken,
+        lease: Duration,
+    ) -> BoxFuture<'a, Result<RenewOutcome, BackendError>>;
+
+    /// Called instead of `release` when a guard is dropped without being released (the caller
+    /// was cancelled or the body panicked). The default spawns `release` on the current tokio
+    /// runtime; a provider whose release is synchronous can do it inline.
+    fn release_detached(self: Arc<Self>, key: String, owner: OwnerToken) {
+        crate::runtime::detach::spawn_detached(async move {
+            if let Err(err) = self.release(&key, owner).await {
+                tracing::warn!(key = %key, error = %err, "coord: releasing a dropped lock failed; it frees itself when its lease ends");
+            }
+        });
+    }
+}
+
+/// A 128-bit digest of the parameters an idempotency key was first used with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Fingerprint(pub [u8; 16]);
+
+/// What a claim found at an idempotency key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClaimOutcome {
+    /// No record existed (or the last one expired): the caller now owns an in-flight marker and
+    /// must complete or abandon it.
+    Claimed,
+    /// Another caller's in-flight marker holds the key.
+    InFlight {
+        /// The fingerprint stored with that marker.
+        fingerprint: Option<Fingerprint>,
+        /// How long until that marker's lease ends, as the backend sees it.
+        remaining: Duration,
+    },
+    /// A completed outcome is stored.
+    Completed {
+        /// The encoded outcome.
+        payload: Arc<[u8]>,
+        /// The fingerprint stored with it.
+        fingerprint: Option<Fingerprint>,
+    },
+}
+
+/// One request to claim an idempotency key.
+#[derive(Debug, Clone)]
+pub struct ClaimRequest<'a> {
+    /// The call key.
+    pub key: &'a str,
+    /// The token that owns the in-flight marker if the claim succeeds.
+    pub owner: OwnerToken,
+    /// How long the in-flight marker lives if never completed, abandoned or renewed.
+    pub in_flight_lease: Duration,
+    /// The fingerprint to store with the marker (and, later, with the completed record).
+    pub fingerprint: Option<Fingerprint>,
+}
+
+/// Storage for idempotency records: an in-flight marker with its own lease, then the completed
+/// outcome for the retention period.
+///
+/// # Contract
+/// * `claim` is atomic: it either creates the in-flight marker or returns the existing record,
+///   with the fingerprint stored in it. It never compares fingerprints: the runtime does, in one
+///   place.
+/// * `complete` and `abandon` succeed (`true`) only while `owner` holds the in-flight marker.
+///   `complete` keeps the fingerprint given at claim time and stores the outcome for
+///   `retention`; `abandon` removes the marker.
+/// * `wait_settled` returns once the marker at `key` is gone or completed, or after `timeout`,
+///   whichever is first; it returns at once when no marker is in flight. Completion and
+///   abandonment wake waiters without polling.
+/// * Expiry is measured by the backend's clock (for Redis, the server's), never by comparing
+///   client timestamps.
+pub trait IdempotencyStore: Send + Sync + 'static {
+    /// Claims `req.key` or reads the record stored there.
+    fn claim<'a>(&'a self, req: ClaimRequest<'a>)
+    -> BoxFuture<'a, Result<ClaimOutcome, BackendError>>;
+
+    /// Stores `payload` as the outcome of `key` if `owner` still holds the in-flight marker.
+    fn complete<'a>(
+        &'a self,
+        key: &'a str,
+        owner: OwnerToken,
+        payload: Arc<[u8]>,
+        retention: Duration,
+    ) -> BoxFuture<'a, Result<bool, BackendError>>;
+
+    /// Removes the in-flight marker of `key` if `owner` still holds it.
+    fn abandon<'a>(
+        &'a self,
+        key: &'a str,
+        owner: OwnerToken,
+    ) -> BoxFuture<'a, Result<bool, BackendError>>;
+
+    /// Waits until the in-flight marker at `key` settles, at most `timeout`.
+    fn wait_settled<'a>(
+        &'a self,
+        key: &'a str,
+        timeout: Duration,
+    ) -> BoxFuture<'a, Result<(), BackendError>>;
+
+    /// Called instead of `abandon` when the owner of a marker was dropped (cancelled or
+    /// panicked). The default spawns `abandon` on the current tokio runtime.
+    fn abandon_detached(self: Arc<Self>, key: String, owner: OwnerToken) {
+        crate::runtime::detach::spawn_detached(async move {
+            if let Err(err) = self.abandon(&key, owner).await {
+                tracing::warn!(key = %key, error = %err, "coord: clearing a dropped in-flight marker failed; it clears itself when its lease ends");
+            }
+        });
+    }
+}
+
+/// A monotonic deadline helper for providers implementing `wait`.
+#[derive(Debug, Clone, Copy)]
+pub struct Deadline(Instant);
+
+impl Deadline {
+    /// The deadline `wait` from now.
+    pub fn after(wait: Duration) -> Deadline {
+        Deadline(Instant::now() + wait)
+    }
+
+    /// Time left, zero once passed.
+    pub fn remaining(&self) -> Duration {
+        self.0.saturating_duration_since(Instant::now())
+    }
+
+    /// The instant itself.
+    pub fn instant(&self) -> Instant {
+        self.0
+    }
+}

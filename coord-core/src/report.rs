@@ -1,0 +1,153 @@
+//! Telling in code what coord did with a call: a replay, a joined flight, a contended lock.
+
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+
+use crate::provider::FencingToken;
+
+/// What the idempotency layer did with a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum IdempotencyOutcome {
+    /// The key was free: the body ran (its `Ok` outcome, if any, is now stored).
+    Executed,
+    /// A stored outcome was returned; the body did not run.
+    Replayed,
+    /// A duplicate was still in flight after `wait`: `CoordError::InFlight`.
+    InFlight,
+    /// The key had been used with different parameters: `CoordError::KeyReused`.
+    KeyReused,
+    /// The backend failed and the call ran unguarded under `fail_open`.
+    FailedOpen,
+    /// The backend failed and the call was refused under `fail_closed`.
+    BackendError,
+}
+
+/// What the single-flight layer did with a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FlightOutcome {
+    /// This call ran the body; any concurrent duplicates shared its outcome.
+    Led,
+    /// This call shared the outcome of a concurrent call with the same key.
+    Joined,
+    /// This call joined, the leader was dropped, and this call ran the body instead.
+    TookOver,
+}
+
+/// What the lock layer did with a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LockOutcome {
+    /// Acquired on the first attempt.
+    Acquired,
+    /// Acquired after waiting for another holder.
+    Contended,
+    /// Not acquired within `wait`: `CoordError::LockNotAcquired`.
+    NotAcquired,
+    /// Already held by this task: `CoordError::Reentrant`.
+    Reentrant,
+    /// The backend failed and the body ran unguarded under `fail_open`.
+    FailedOpen,
+    /// The backend failed and the call was refused under `fail_closed`.
+    BackendError,
+}
+
+impl IdempotencyOutcome {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            IdempotencyOutcome::Executed => "executed",
+            IdempotencyOutcome::Replayed => "replayed",
+            IdempotencyOutcome::InFlight => "in_flight",
+            IdempotencyOutcome::KeyReused => "key_reused",
+            IdempotencyOutcome::FailedOpen => "failed_open",
+            IdempotencyOutcome::BackendError => "backend_error",
+        }
+    }
+}
+
+impl FlightOutcome {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            FlightOutcome::Led => "led",
+            FlightOutcome::Joined => "joined",
+            FlightOutcome::TookOver => "took_over",
+        }
+    }
+}
+
+impl LockOutcome {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            LockOutcome::Acquired => "acquired",
+            LockOutcome::Contended => "contended",
+            LockOutcome::NotAcquired => "not_acquired",
+            LockOutcome::Reentrant => "reentrant",
+            LockOutcome::FailedOpen => "failed_open",
+            LockOutcome::BackendError => "backend_error",
+        }
+    }
+}
+
+/// What coord did with one intercepted call, as returned by [`observe`].
+///
+/// A layer the function does not have, or that the call never reached (a replay never reaches
+/// the lock), stays `None`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CallReport {
+    /// The call's key.
+    pub key: Option<String>,
+    /// The idempotency layer's outcome.
+    pub idempotency: Option<IdempotencyOutcome>,
+    /// The single-flight layer's outcome.
+    pub flight: Option<FlightOutcome>,
+    /// The lock layer's outcome.
+    pub lock: Option<LockOutcome>,
+    /// The fencing token of the lock, for fenced locks.
+    pub fencing_token: Option<FencingToken>,
+}
+
+impl CallReport {
+    /// True when the result was replayed from a stored outcome and the body did not run.
+    pub fn replayed(&self) -> bool {
+        self.idempotency == Some(IdempotencyOutcome::Replayed)
+    }
+}
+
+pub(crate) type ReportSink = Arc<Mutex<CallReport>>;
+
+tokio::task_local! {
+    static REQUESTED: std::cell::Cell<Option<ReportSink>>;
+}
+
+/// Takes the report sink of an enclosing [`observe`], if this is the first intercepted call
+/// inside it. Nested intercepted calls find nothing and report nowhere.
+pub(crate) fn take_requested_sink() -> Option<ReportSink> {
+    REQUESTED.try_with(|cell| cell.take()).ok().flatten()
+}
+
+/// Runs `call` (a future of one intercepted function call) and reports what coord did with it.
+///
+/// ```
+/// # async fn charge() -> Result<u32, coord_core::CoordError> { Ok(1) }
+/// # async fn demo() {
+/// let (result, report) = coord_core::observe(charge()).await;
+/// if report.replayed() {
+///     // answer with `Idempotent-Replayed: true`
+/// }
+/// # let _ = result;
+/// # }
+/// ```
+///
+/// The report describes the first intercepted call made inside `call` (the outermost one);
+/// calls it makes in turn are not reported. A future that makes no intercepted call yields
+/// the default, empty report.
+pub async fn observe<F: Future>(call: F) -> (F::Output, CallReport) {
+    let sink: ReportSink = Arc::default();
+    let output = REQUESTED
+        .scope(std::cell::Cell::new(Some(sink.clone())), call)
+        .await;
+    let report = std::mem::take(&mut *sink.lock().unwrap_or_else(|e| e.into_inner()));
+    (output, report)
+}

@@ -1,0 +1,135 @@
+//! One intercepted call: its spec, key, coordinator, span and report.
+
+use std::future::Future;
+use std::time::Duration;
+
+use tracing::Instrument;
+use tracing::field::Empty;
+
+use crate::coordinator::Coordinator;
+use crate::key::KeyBuilder;
+use crate::policy::OnBackendError;
+use crate::provider::FencingToken;
+use crate::report::{
+    CallReport, FlightOutcome, IdempotencyOutcome, LockOutcome, ReportSink, take_requested_sink,
+};
+
+/// The static description of one annotated function, emitted by the macros.
+#[derive(Debug)]
+pub struct OpSpec {
+    /// The operation name: `name = ".."`, or the module path and fn name.
+    pub name: &'static str,
+    /// Present with `#[idempotent]`.
+    pub idempotency: Option<IdempotencySpec>,
+    /// Present with `#[distributed_lock]`.
+    pub lock: Option<LockSpec>,
+}
+
+/// `#[idempotent]` options, resolved at compile time.
+#[derive(Debug)]
+pub struct IdempotencySpec {
+    /// How long a successful outcome is kept.
+    pub retention: Duration,
+    /// The lease of the in-flight marker.
+    pub in_flight_lease: Duration,
+    /// How long a duplicate waits for an in-flight call.
+    pub wait: Duration,
+    /// The attribute's backend-fault policy, if it set one.
+    pub on_backend_error: Option<OnBackendError>,
+}
+
+/// `#[distributed_lock]` options, resolved at compile time.
+#[derive(Debug)]
+pub struct LockSpec {
+    /// The lease.
+    pub lease: Duration,
+    /// How long to wait for the lock.
+    pub wait: Duration,
+    /// Whether acquisitions mint fencing tokens.
+    pub fenced: bool,
+    /// The attribute's backend-fault policy, if it set one.
+    pub on_backend_error: Option<OnBackendError>,
+}
+
+/// One call in progress. The layers share it, so the key is derived once.
+pub struct Call<'c> {
+    pub(crate) spec: &'static OpSpec,
+    pub(crate) coordinator: &'c Coordinator,
+    pub(crate) key: String,
+    span: tracing::Span,
+    sink: Option<ReportSink>,
+}
+
+impl<'c> Call<'c> {
+    /// Starts a call of `spec` on `coordinator`; `key` appends the key parts.
+    pub fn new(
+        spec: &'static OpSpec,
+        coordinator: &'c Coordinator,
+        key: impl FnOnce(KeyBuilder) -> KeyBuilder,
+    ) -> Call<'c> {
+        let mut builder = KeyBuilder::new(coordinator.namespace());
+        builder = builder.raw_segment(spec.name);
+        let key = key(builder).finish();
+        let span = tracing::info_span!(
+            "coord",
+            op = spec.name,
+            idempotency = Empty,
+            single_flight = Empty,
+            lock = Empty,
+            fencing_token = Empty,
+        );
+        let sink = take_requested_sink();
+        if let Some(sink) = &sink {
+            sink.lock().unwrap_or_else(|e| e.into_inner()).key =
+                Some(key[coordinator.namespace().len() + 1..].to_owned());
+        }
+        Call {
+            spec,
+            coordinator,
+            key,
+            span,
+            sink,
+        }
+    }
+
+    /// The key as providers see it: `namespace:op:parts`.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// Runs the layered future inside this call's span.
+    pub fn run<F: Future>(&self, fut: F) -> impl Future<Output = F::Output> {
+        fut.instrument(self.span.clone())
+    }
+
+    fn report(&self, f: impl FnOnce(&mut CallReport)) {
+        if let Some(sink) = &self.sink {
+            f(&mut sink.lock().unwrap_or_else(|e| e.into_inner()));
+        }
+    }
+
+    pub(crate) fn record_idempotency(&self, outcome: IdempotencyOutcome) {
+        self.span.record("idempotency", outcome.as_str());
+        self.report(|r| r.idempotency = Some(outcome));
+    }
+
+    pub(crate) fn record_flight(&self, outcome: FlightOutcome) {
+        self.span.record("single_flight", outcome.as_str());
+        self.report(|r| r.flight = Some(outcome));
+    }
+
+    pub(crate) fn record_lock(&self, outcome: LockOutcome, token: Option<FencingToken>) {
+        self.span.record("lock", outcome.as_str());
+        if let Some(token) = token {
+            self.span.record("fencing_token", token.get());
+        }
+        self.report(|r| {
+            r.lock = Some(outcome);
+            r.fencing_token = token;
+        });
+    }
+
+    pub(crate) fn policy(&self, attribute: Option<OnBackendError>) -> OnBackendError {
+        attribute.unwrap_or_else(|| self.coordinator.on_backend_error())
+    }
+}

@@ -1,0 +1,124 @@
+//! The `#[distributed_lock]` layer.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::error::CoordError;
+use crate::policy::OnBackendError;
+use crate::provider::{LockProvider, LockRequest, OwnerToken, ReleaseOutcome};
+use crate::report::LockOutcome;
+use crate::runtime::call::Call;
+use crate::runtime::held;
+use crate::runtime::outcome::GuardedResult;
+
+/// Frees a lock if the call stops before releasing it normally: when an acquire is cancelled
+/// (its `SET` may already have landed), when the caller drops the future mid-body, or when
+/// the body panics.
+struct ReleaseOnDrop<'a> {
+    provider: &'a Arc<dyn LockProvider>,
+    key: &'a str,
+    owner: OwnerToken,
+    armed: bool,
+}
+
+impl Drop for ReleaseOnDrop<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.provider
+                .clone()
+                .release_detached(self.key.to_owned(), self.owner);
+        }
+    }
+}
+
+/// Runs `body` while holding the call's lock.
+pub async fn distributed_lock<R, F>(call: &Call<'_>, body: F) -> R
+where
+    R: GuardedResult,
+    F: Future<Output = R>,
+{
+    let spec = call
+        .spec
+        .lock
+        .as_ref()
+        .expect("the macro emits a lock spec with #[distributed_lock]");
+    let key = call.key.as_str();
+    if held::holds(key) {
+        call.record_lock(LockOutcome::Reentrant, None);
+        return R::from_coord_error(CoordError::Reentrant {
+            key: call.key.clone(),
+        });
+    }
+    let provider = call.coordinator.lock_provider();
+    let owner = OwnerToken::new();
+    let started = Instant::now();
+    let mut guard = ReleaseOnDrop {
+        provider,
+        key,
+        owner,
+        armed: true,
+    };
+    let acquired = provider
+        .acquire(LockRequest {
+            key,
+            owner,
+            lease: spec.lease,
+            wait: spec.wait,
+            fenced: spec.fenced,
+        })
+        .await;
+    let grant = match acquired {
+        Ok(Some(grant)) => grant,
+        Ok(None) => {
+            guard.armed = false;
+            call.record_lock(LockOutcome::NotAcquired, None);
+            return R::from_coord_error(CoordError::LockNotAcquired {
+                key: call.key.clone(),
+                waited: started.elapsed(),
+            });
+        }
+        // The acquire may have landed before the fault: the guard stays armed and releases.
+        Err(err) => {
+            drop(guard);
+            return match call.policy(spec.on_backend_error) {
+                OnBackendError::FailClosed => {
+                    call.record_lock(LockOutcome::BackendError, None);
+                    R::from_coord_error(CoordError::Backend(err.with_key(call.key.clone())))
+                }
+                OnBackendError::FailOpen => {
+                    call.record_lock(LockOutcome::FailedOpen, None);
+                    call.coordinator.metrics().count_fail_open();
+                    tracing::warn!(key = %call.key, error = %err, "coord: lock backend failed; running unguarded (fail_open)");
+                    body.await
+                }
+            };
+        }
+    };
+    let outcome = if grant.contended {
+        LockOutcome::Contended
+    } else {
+        LockOutcome::Acquired
+    };
+    call.record_lock(outcome, grant.fencing_token);
+    let held_since = Instant::now();
+    let output = held::scope(key, grant.fencing_token, body).await;
+    let released = provider.release(key, owner).await;
+    guard.armed = false;
+    match released {
+        Ok(ReleaseOutcome::Released) => {}
+        Ok(ReleaseOutcome::NotHeld) => {
+            call.coordinator.metrics().count_lapsed_release();
+            tracing::warn!(
+                key = %call.key,
+                held_for = ?held_since.elapsed(),
+                lease = ?spec.lease,
+                "coord: the lock's lease lapsed before release; the section was not exclusive throughout"
+            );
+        }
+        Err(err) => {
+            tracing::warn!(key = %call.key, error = %err, "coord: releasing the lock failed; it frees itself when its lease ends");
+        }
+    }
+    output
+}

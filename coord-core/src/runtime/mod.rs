@@ -1,0 +1,10 @@
+//! The runtime the generated code calls. Not a public API: reached through
+//! `coord_core::__private`, and free to change between patch releases.
+
+pub(crate) mod call;
+pub(crate) mod detach;
+pub(crate) mod flight;
+pub(crate) mod held;
+pub(crate) mod idempotency;
+pub(crate) mod lock;
+pub(crate) mod outcome;

@@ -1,0 +1,398 @@
+//! Lease locks with FIFO hand-off.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use dashmap::DashMap;
+use dashmap::mapref::entry::Entry;
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+/// A lock granted to a caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Grant {
+    /// The fencing token, for fenced requests.
+    pub fencing_token: Option<u64>,
+    /// True when the lock was granted after waiting for another holder.
+    pub contended: bool,
+}
+
+struct Waiter {
+    id: u64,
+    owner: u128,
+    lease: Duration,
+    fenced: bool,
+    handoff: oneshot::Sender<Grant>,
+}
+
+struct LockEntry {
+    owner: u128,
+    expires_at: Instant,
+    waiters: VecDeque<Waiter>,
+}
+
+/// Lease locks keyed on the exact key.
+///
+/// * A lock whose lease ran out is free: the next caller takes it.
+/// * `release` hands the lock straight to the longest-waiting caller (one wake-up per
+///   release, no thundering herd); waiters also wake when the holder's lease ends.
+/// * An entry exists only while the key is held or waited for: after every holder released,
+///   no per-key state remains.
+/// * Fencing tokens come from one counter per table, so they increase strictly per key (and
+///   across keys).
+///
+/// Time is tokio's clock, so tests can pause and advance it.
+pub struct LockTable {
+    entries: DashMap<Box<str>, LockEntry>,
+    fence: AtomicU64,
+    waiter_ids: AtomicU64,
+}
+
+impl Default for LockTable {
+    fn default() -> Self {
+        LockTable::new()
+    }
+}
+
+impl std::fmt::Debug for LockTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LockTable")
+            .field("keys", &self.entries.len())
+            .finish()
+    }
+}
+
+/// Removes a waiter from its queue if its `acquire` future is dropped, and passes on a lock
+/// that was handed to it in the meantime.
+struct WaiterGuard<'a> {
+    table: &'a LockTable,
+    key: &'a str,
+    id: u64,
+    owner: u128,
+    handoff: Option<oneshot::Receiver<Grant>>,
+}
+
+impl Drop for WaiterGuard<'_> {
+    fn drop(&mut self) {
+        let Some(mut rx) = self.handoff.take() else {
+            return;
+        };
+        if let Some(mut entry) = self.table.entries.get_mut(self.key) {
+            entry.waiters.retain(|w| w.id != self.id);
+        }
+        rx.close();
+        if rx.try_recv().is_ok() {
+            // The lock was handed to us after our caller stopped waiting: pass it on.
+            self.table.release(self.key, self.owner);
+        }
+    }
+}
+
+impl LockTable {
+    /// An empty table.
+    pub fn new() -> LockTable {
+        LockTable {
+            entries: DashMap::new(),
+            fence: AtomicU64::new(0),
+            waiter_ids: AtomicU64::new(0),
+        }
+    }
+
+    /// How many keys are held or waited for.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// True when no key is held or waited for.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    fn mint(&self, fenced: bool) -> Option<u64> {
+        fenced.then(|| self.fence.fetch_add(1, Ordering::Relaxed) + 1)
+    }
+
+    /// Takes `key` for `owner` for `lease`, waiting up to `wait` (zero: one attempt).
+    /// Returns `None` when the key stayed held by others throughout.
+    pub async fn acquire(
+        &self,
+        key: &str,
+        owner: u128,
+        lease: Duration,
+        wait: Duration,
+        fenced: bool,
+    ) -> Option<Grant> {
+        let now = Instant::now();
+        let (rx, id, mut holder_expires) = match self.entries.entry(key.into()) {
+            Entry::Vacant(slot) => {
+                slot.insert(LockEntry {
+                    owner,
+                    expires_at: now + lease,
+                    waiters: VecDeque::new(),
+                });
+                return Some(Grant {
+                    fencing_token: self.mint(fenced),
+                    contended: false,
+                });
+            }
+            Entry::Occupied(mut slot) => {
+                let lock = slot.get_mut();
+                if lock.expires_at <= now {
+                    lock.owner = owner;
+                    lock.expires_at = now + lease;
+                    return Some(Grant {
+                        fencing_token: self.mint(fenced),
+                        contended: false,
+                    });
+                }
+                if wait.is_zero() {
+                    return None;
+                }
+                let (tx, rx) = oneshot::channel();
+                let id = self.waiter_ids.fetch_add(1, Ordering::Relaxed);
+                lock.waiters.push_back(Waiter {
+                    id,
+                    owner,
+                    lease,
+                    fenced,
+                    handoff: tx,
+                });
+                (rx, id, lock.expires_at)
+            }
+        };
+
+        let deadline = now + wait;
+        let mut guard = WaiterGuard {
+            table: self,
+            key,
+            id,
+            owner,
+            handoff: Some(rx),
+        };
+        loop {
+            let rx = guard.handoff.as_mut().expect("present while waiting");
+            let wake_at = holder_expires.min(deadline);
+            tokio::select! {
+                biased;
+                handed = rx => {
+                    guard.handoff = None;
+                    // The sender is only dropped after sending or with the entry; a dropped
+                    // sender without a grant cannot happen while we are queued, but if it did
+                    // the loop below would re-check the entry.
+                    if let Ok(grant) = handed {
+                        return Some(grant);
+                    }
+                    return self.try_take_after_wait(key, owner, lease, fenced);
+                }
+                _ = tokio::time::sleep_until(wake_at) => {}
+            }
+            // Timer: the holder's lease may have ended, or our wait is over.
+            let now = Instant::now();
+            let Some(mut lock) = self.entries.get_mut(key) else {
+                drop(guard);
+                return self.try_take_after_wait(key, owner, lease, fenced);
+            };
+            if let Ok(grant) = guard.handoff.as_mut().expect("present").try_recv() {
+                guard.handoff = None;
+                return Some(grant);
+            }
+            if lock.expires_at <= now {
+                lock.waiters.retain(|w| w.id != id);
+                lock.owner = owner;
+                lock.expires_at = now + lease;
+                guard.handoff = None;
+                return Some(Grant {
+                    fencing_token: self.mint(fenced),
+                    contended: true,
+                });
+            }
+            if now >= deadline {
+                lock.waiters.retain(|w| w.id != id);
+                guard.handoff = None;
+                return None;
+            }
+            holder_expires = lock.expires_at;
+        }
+    }
+
+    /// After leaving the queue because the entry vanished: one more plain attempt.
+    fn try_take_after_wait(
+        &self,
+        key: &str,
+        owner: u128,
+        lease: Duration,
+        fenced: bool,
+    ) -> Option<Grant> {
+        let now = Instant::now();
+        match self.entries.entry(key.into()) {
+            Entry::Vacant(slot) => {
+                slot.insert(LockEntry {
+                    owner,
+                    expires_at: now + lease,
+                    waiters: VecDeque::new(),
+                });
+            }
+            Entry::Occupied(mut slot) => {
+                let lock = slot.get_mut();
+                if lock.expires_at > now {
+                    return None;
+                }
+                lock.owner = owner;
+                lock.expires_at = now + lease;
+            }
+        }
+        Some(Grant {
+            fencing_token: self.mint(fenced),
+            contended: true,
+        })
+    }
+
+    /// Frees `key` if `owner` holds it. Returns `true` when `owner` held it with time left;
+    /// `false` when it was not `owner`'s, or its lease had already lapsed (in which case the
+    /// stale entry is cleaned up all the same).
+    pub fn release(&self, key: &str, owner: u128) -> bool {
+        let Entry::Occupied(mut slot) = self.entries.entry(key.into()) else {
+            return false;
+        };
+        let lock = slot.get_mut();
+        if lock.owner != owner {
+            return false;
+        }
+        let now = Instant::now();
+        let was_live = lock.expires_at > now;
+        while let Some(waiter) = lock.waiters.pop_front() {
+            let grant = Grant {
+                fencing_token: self.mint(waiter.fenced),
+                contended: true,
+            };
+            if waiter.handoff.send(grant).is_ok() {
+                lock.owner = waiter.owner;
+                lock.expires_at = now + waiter.lease;
+                return was_live;
+            }
+            // That waiter stopped waiting; try the next.
+        }
+        slot.remove();
+        was_live
+    }
+
+    /// Extends `owner`'s lease on `key` to `lease` from now. `false` if `owner` no longer
+    /// holds it (released, lapsed, or taken by someone else).
+    pub fn renew(&self, key: &str, owner: u128, lease: Duration) -> bool {
+        match self.entries.get_mut(key) {
+            Some(mut lock) if lock.owner == owner => {
+                let now = Instant::now();
+                if lock.expires_at <= now {
+                    return false;
+                }
+                lock.expires_at = now + lease;
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    const LEASE: Duration = Duration::from_secs(30);
+
+    #[tokio::test]
+    async fn held_lock_refuses_a_single_attempt() {
+        let table = LockTable::new();
+        assert!(table.acquire("k", 1, LEASE, Duration::ZERO, false).await.is_some());
+        assert!(table.acquire("k", 2, LEASE, Duration::ZERO, false).await.is_none());
+        assert!(table.release("k", 1));
+        assert!(table.acquire("k", 2, LEASE, Duration::ZERO, false).await.is_some());
+    }
+
+    #[tokio::test]
+    async fn release_is_owner_scoped_and_idempotent() {
+        let table = LockTable::new();
+        table.acquire("k", 1, LEASE, Duration::ZERO, false).await.unwrap();
+        assert!(!table.release("k", 2));
+        assert!(table.release("k", 1));
+        assert!(!table.release("k", 1));
+        assert!(table.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn expired_holder_loses_the_lock() {
+        let table = LockTable::new();
+        table.acquire("k", 1, Duration::from_secs(1), Duration::ZERO, false).await.unwrap();
+        tokio::time::advance(Duration::from_millis(1001)).await;
+        assert!(table.acquire("k", 2, LEASE, Duration::ZERO, false).await.is_some());
+        assert!(!table.release("k", 1), "the lapsed holder must not free the new one");
+        assert!(!table.renew("k", 1, LEASE));
+        assert!(table.release("k", 2));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn waiter_takes_over_when_holder_lease_ends() {
+        let table = LockTable::new();
+        table.acquire("k", 1, Duration::from_secs(2), Duration::ZERO, false).await.unwrap();
+        let started = Instant::now();
+        let grant = table.acquire("k", 2, LEASE, Duration::from_secs(10), false).await;
+        assert!(grant.unwrap().contended);
+        assert_eq!(started.elapsed(), Duration::from_secs(2));
+    }
+
+    #[tokio::test]
+    async fn release_hands_off_to_the_first_waiter_only() {
+        let table = Arc::new(LockTable::new());
+        table.acquire("k", 1, LEASE, Duration::ZERO, false).await.unwrap();
+        let first = tokio::spawn({
+            let t = table.clone();
+            async move { t.acquire("k", 2, LEASE, Duration::from_secs(30), false).await }
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let second = tokio::spawn({
+            let t = table.clone();
+            async move { t.acquire("k", 3, LEASE, Duration::from_millis(300), false).await }
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        table.release("k", 1);
+        assert!(first.await.unwrap().is_some());
+        assert!(second.await.unwrap().is_none(), "one release wakes one waiter");
+        assert!(table.release("k", 2));
+        assert!(table.is_empty());
+    }
+
+    #[tokio::test]
+    async fn cancelled_waiter_passes_a_handed_lock_on() {
+        let table = Arc::new(LockTable::new());
+        table.acquire("k", 1, LEASE, Duration::ZERO, false).await.unwrap();
+        let cancelled = tokio::spawn({
+            let t = table.clone();
+            async move { t.acquire("k", 2, LEASE, Duration::from_secs(30), false).await }
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let patient = tokio::spawn({
+            let t = table.clone();
+            async move { t.acquire("k", 3, LEASE, Duration::from_secs(30), false).await }
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        cancelled.abort();
+        let _ = cancelled.await;
+        table.release("k", 1);
+        assert!(patient.await.unwrap().is_some());
+        assert!(table.release("k", 3));
+        assert!(table.is_empty());
+    }
+
+    #[tokio::test]
+    async fn fencing_tokens_increase_and_exist_only_when_fenced() {
+        let table = LockTable::new();
+        let a = table.acquire("k", 1, LEASE, Duration::ZERO, true).await.unwrap();
+        table.release("k", 1);
+        let b = table.acquire("k", 2, LEASE, Duration::ZERO, true).await.unwrap();
+        table.release("k", 2);
+        let c = table.acquire("k", 3, LEASE, Duration::ZERO, false).await.unwrap();
+        assert!(a.fencing_token.unwrap() < b.fencing_token.unwrap());
+        assert_eq!(c.fencing_token, None);
+    }
+}

@@ -1,0 +1,1 @@
+//! Runnable examples of coord: see `quickstart.rs`.

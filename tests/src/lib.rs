@@ -1,0 +1,1 @@
+//! Cross-crate tests of coord, and the provider conformance suite (`conformance`).

@@ -311,3 +311,74 @@ impl Deadline {
         self.0
     }
 }
+
+/// A shared provider is a provider: lets callers keep a handle (`Arc<P>`) to a provider they
+/// also give to a coordinator, e.g. to inspect it in tests.
+impl<P: LockProvider> LockProvider for Arc<P> {
+    fn acquire<'a>(
+        &'a self,
+        req: LockRequest<'a>,
+    ) -> BoxFuture<'a, Result<Option<LockGrant>, BackendError>> {
+        (**self).acquire(req)
+    }
+
+    fn release<'a>(
+        &'a self,
+        key: &'a str,
+        owner: OwnerToken,
+    ) -> BoxFuture<'a, Result<ReleaseOutcome, BackendError>> {
+        (**self).release(key, owner)
+    }
+
+    fn renew<'a>(
+        &'a self,
+        key: &'a str,
+        owner: OwnerToken,
+        lease: Duration,
+    ) -> BoxFuture<'a, Result<RenewOutcome, BackendError>> {
+        (**self).renew(key, owner, lease)
+    }
+
+    fn release_detached(self: Arc<Self>, key: String, owner: OwnerToken) {
+        P::release_detached((*self).clone(), key, owner)
+    }
+}
+
+impl<P: IdempotencyStore> IdempotencyStore for Arc<P> {
+    fn claim<'a>(
+        &'a self,
+        req: ClaimRequest<'a>,
+    ) -> BoxFuture<'a, Result<ClaimOutcome, BackendError>> {
+        (**self).claim(req)
+    }
+
+    fn complete<'a>(
+        &'a self,
+        key: &'a str,
+        owner: OwnerToken,
+        payload: Arc<[u8]>,
+        retention: Duration,
+    ) -> BoxFuture<'a, Result<bool, BackendError>> {
+        (**self).complete(key, owner, payload, retention)
+    }
+
+    fn abandon<'a>(
+        &'a self,
+        key: &'a str,
+        owner: OwnerToken,
+    ) -> BoxFuture<'a, Result<bool, BackendError>> {
+        (**self).abandon(key, owner)
+    }
+
+    fn wait_settled<'a>(
+        &'a self,
+        key: &'a str,
+        timeout: Duration,
+    ) -> BoxFuture<'a, Result<(), BackendError>> {
+        (**self).wait_settled(key, timeout)
+    }
+
+    fn abandon_detached(self: Arc<Self>, key: String, owner: OwnerToken) {
+        P::abandon_detached((*self).clone(), key, owner)
+    }
+}

@@ -1,8 +1,135 @@
-//! placeholder until the macro engine lands
+//! The attribute macros of coord: `#[idempotent]`, `#[single_flight]` and
+//! `#[distributed_lock]`.
+//!
+//! Use them through `coord_core`, which re-exports them; the code they generate calls into
+//! `coord_core`. Each attribute goes on an `async fn` with a body: a free function, an
+//! inherent method (`&self`, `&mut self`, `self: Arc<Self>`, ...) or a method of a trait impl.
+//! The signature is kept as written, and the body runs inside the layers.
+//!
+//! # Stacking
+//!
+//! The attributes can be combined on one function, in any order. The first one to expand
+//! takes in the others and emits one function whose layers always nest the same way:
+//! idempotency outermost, single-flight next, the lock innermost. A replay therefore never
+//! touches the lock, and concurrent duplicates share one lock acquisition.
+//!
+//! The layers share the call: its key is derived once, from the `key_from` given on any of
+//! them. `key_from`, `name`, `coordinator` and `crate` may be written on one attribute or
+//! repeated with the same value on several; different values are an error. Each attribute
+//! may appear once per function.
+//!
+//! # Options every attribute takes
+//!
+//! * `key_from`: the parameters that make up the key, as a name (`"tenant_id"` or
+//!   `tenant_id`), a field of one (`"order.customer_id"`, `"self.id"`) or a list
+//!   (`["tenant_id", "region"]`). Each part is a `coord_core::KeyPart`. Without it the key is
+//!   the operation name alone, so every call shares one key.
+//! * `name = "payments.charge"`: the operation name, the first part of every key. ASCII
+//!   letters, digits and `. _ - /`. Defaults to the module path and the function name.
+//! * `coordinator = <expr>`: the coordinator to use, evaluated on every call (a
+//!   `coord_core::Coordinator`, or anything that is `AsRef` of one). Defaults to the installed
+//!   one. The expression may also be given in a string.
+//! * `crate = "path"`: where `coord_core` is, for a renamed dependency. Defaults to
+//!   `::coord_core`.
+//!
+//! # Durations
+//!
+//! Written as strings: a whole number and a unit (`ms`, `s`, `m`, `h`, `d`), such as `"250ms"`,
+//! `"30s"`, `"5m"`, `"24h"`, or several terms from the largest unit down, such as `"1m30s"`.
+
+mod args;
+mod duration;
+mod expand;
+mod fallback;
+mod model;
+
 use proc_macro::TokenStream;
+
+use crate::args::Kind;
+
+/// Runs the function at most once per key: a successful outcome is stored and replayed to
+/// later calls with the same key, for `retention`. Errors are not stored, so a failed call can
+/// be retried.
+///
+/// The function must return `Result<T, E>` (any alias of it) where `E: From<CoordError>` and
+/// `T` is serializable, since a replay hands back the stored `T`.
+///
+/// ```ignore
+/// #[idempotent(key_from = "idempotency_key", fingerprint = ["order"], retention = "24h")]
+/// async fn charge(idempotency_key: String, order: Order) -> Result<Receipt, PaymentError> {
+///     // runs once per idempotency key
+/// }
+/// ```
+///
+/// # Options
+///
+/// Besides `key_from` (required here), `name`, `coordinator` and `crate` (see the crate
+/// documentation):
+///
+/// * `retention = "24h"`: how long a successful outcome is kept and replayed. Default `"24h"`.
+/// * `in_flight_lease = "30s"`: how long a running call's claim on the key lasts if its
+///   process dies before finishing. Default `"30s"`.
+/// * `wait = "0s"`: how long a duplicate waits for a running call with the same key before
+///   failing with `CoordError::InFlight`. Default `"0s"` (fail at once).
+/// * `fingerprint = ["order", ..]`: parameters (or fields of them) whose serialized value is
+///   stored with the outcome; reusing the key with different values fails with
+///   `CoordError::KeyReused` instead of replaying another request's outcome.
+/// * `on_backend_error = "fail_closed" | "fail_open"`: what to do when the store fails.
+///   Default: the coordinator's policy.
 #[proc_macro_attribute]
-pub fn idempotent(_a: TokenStream, i: TokenStream) -> TokenStream { i }
+pub fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
+    expand::expand_stack(Kind::Idempotent, args.into(), item.into()).into()
+}
+
+/// Makes concurrent calls with the same key in this process share one run: the first call
+/// runs the body and the others receive a clone of its outcome.
+///
+/// The output must be `Clone + Send + 'static`. Any return type works otherwise; an error
+/// outcome is shared like a success.
+///
+/// ```ignore
+/// #[single_flight(key_from = "symbol")]
+/// async fn quote(symbol: &str) -> Result<Quote, Arc<FetchError>> {
+///     // concurrent calls for one symbol fetch once
+/// }
+/// ```
+///
+/// # Options
+///
+/// `key_from` (optional: without it, all concurrent calls share one run), `name`,
+/// `coordinator` and `crate`; see the crate documentation.
 #[proc_macro_attribute]
-pub fn single_flight(_a: TokenStream, i: TokenStream) -> TokenStream { i }
+pub fn single_flight(args: TokenStream, item: TokenStream) -> TokenStream {
+    expand::expand_stack(Kind::SingleFlight, args.into(), item.into()).into()
+}
+
+/// Runs the body while holding a lock on the key, shared by every process using the same
+/// coordinator. The lock is a lease: if the holder dies, it frees itself after `lease`.
+///
+/// The function must return `Result<T, E>` (any alias of it) where `E: From<CoordError>`: a
+/// lock that could not be taken is reported as `CoordError::LockNotAcquired`.
+///
+/// ```ignore
+/// #[distributed_lock(key_from = "tenant_id", lease = "5m", fenced = true)]
+/// async fn rebuild(tenant_id: u64) -> Result<(), CoordError> {
+///     // one holder per tenant at a time
+/// }
+/// ```
+///
+/// # Options
+///
+/// Besides `key_from` (optional: without it, one lock for the whole operation), `name`,
+/// `coordinator` and `crate` (see the crate documentation):
+///
+/// * `lease = "30s"`: how long the lock lasts if its holder stops without releasing it.
+///   Default `"30s"`.
+/// * `wait = "0s"`: how long to wait for the lock before failing with
+///   `CoordError::LockNotAcquired`. Default `"0s"` (one attempt).
+/// * `fenced = true | false`: mint a fencing token with each acquisition, read in the body
+///   with `coord_core::fencing_token()`. Default `false`.
+/// * `on_backend_error = "fail_closed" | "fail_open"`: what to do when the lock backend fails.
+///   Default: the coordinator's policy.
 #[proc_macro_attribute]
-pub fn distributed_lock(_a: TokenStream, i: TokenStream) -> TokenStream { i }
+pub fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
+    expand::expand_stack(Kind::DistributedLock, args.into(), item.into()).into()
+}

@@ -1,1 +1,5 @@
-//! Cross-crate tests of coord, and the provider conformance suite (`conformance`).
+//! Cross-crate tests of coord: the provider conformance suite ([`conformance`]) and the test
+//! doubles the integration tests share ([`support`]).
+
+pub mod conformance;
+pub mod support;

@@ -1,0 +1,49 @@
+//! What the macros emit when they reject their input: the errors, and the function as the
+//! user wrote it. Keeping the function means the rest of the crate still resolves it, so the
+//! user sees the attribute's errors and nothing caused by a missing item.
+
+use proc_macro2::{Span, TokenStream};
+use quote::{ToTokens, quote};
+use syn::ItemFn;
+
+use crate::args::Kind;
+
+/// The errors, then the function with its original body (our attributes already removed).
+pub(crate) fn with_errors(errors: syn::Error, func: &ItemFn) -> TokenStream {
+    let errors = errors.to_compile_error();
+    quote! {
+        #errors
+        #func
+    }
+}
+
+/// The attribute was put on something that is not a function with a body.
+pub(crate) fn not_a_function(kind: Kind, item: TokenStream) -> TokenStream {
+    let message = format!(
+        "#[{}] goes on an `async fn` with a body (a free function, or a method in an `impl` block)",
+        kind.name()
+    );
+    let error = syn::Error::new(Span::call_site(), message).to_compile_error();
+    quote! {
+        #error
+        #item
+    }
+}
+
+/// The function already carries an expansion of our attributes. It is passed through as is.
+pub(crate) fn expanded_twice(kind: Kind, func: &ItemFn) -> TokenStream {
+    let message = format!(
+        "#[{0}] comes after coord attributes that were already expanded on this function. \
+         The first coord attribute takes in the others below it, but only those it recognises \
+         by name; this one was not, probably because it is imported under another name or added \
+         through `cfg_attr`. Write it as `#[{0}]` (or with its path, `#[coord_core::{0}]`) \
+         directly on the function",
+        kind.name()
+    );
+    let error = syn::Error::new(Span::call_site(), message).to_compile_error();
+    let func = func.to_token_stream();
+    quote! {
+        #error
+        #func
+    }
+}

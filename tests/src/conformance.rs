@@ -1,0 +1,512 @@
+//! The provider conformance suite: the behaviour every provider must share, written once.
+//!
+//! Each case takes a fresh [`Coordinator`] (its own namespace, so cases never see each other's
+//! keys) and checks one promise of the provider contract, first through the provider traits,
+//! then through the attributes themselves. [`conformance_suite!`](crate::conformance_suite)
+//! turns the list into one `#[tokio::test]` per case for a given provider.
+//!
+//! Deadlines here are behavioural and generous: "woken by the release, not by a backstop" is
+//! checked as "well under the one-second backstop cap", never as a tight latency.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use coord_core::{
+    ClaimOutcome, ClaimRequest, CoordError, Coordinator, FencingToken, Fingerprint, LockRequest,
+    OwnerToken, ReleaseOutcome, RenewOutcome, distributed_lock, fencing_token, idempotent,
+};
+
+const LONG: Duration = Duration::from_secs(30);
+
+fn key(c: &Coordinator, rest: &str) -> String {
+    format!("{}:conformance:{rest}", c.namespace())
+}
+
+fn lock_req(key: &str, owner: OwnerToken, lease: Duration, wait: Duration) -> LockRequest<'_> {
+    LockRequest {
+        key,
+        owner,
+        lease,
+        wait,
+        fenced: false,
+    }
+}
+
+/// A held lock refuses a single attempt by someone else, and is free again after release.
+pub async fn lock_single_attempt_refused_when_held(c: Coordinator) {
+    let p = c.lock_provider();
+    let k = key(&c, "single");
+    let (a, b) = (OwnerToken::new(), OwnerToken::new());
+    let grant = p.acquire(lock_req(&k, a, LONG, Duration::ZERO)).await.unwrap();
+    assert!(grant.is_some(), "a free lock is granted");
+    let refused = p.acquire(lock_req(&k, b, LONG, Duration::ZERO)).await.unwrap();
+    assert_eq!(refused, None, "a held lock refuses a single attempt");
+    assert_eq!(p.release(&k, a).await.unwrap(), ReleaseOutcome::Released);
+    let again = p.acquire(lock_req(&k, b, LONG, Duration::ZERO)).await.unwrap();
+    assert!(again.is_some(), "released lock is free");
+    p.release(&k, b).await.unwrap();
+}
+
+/// Release frees only the owner's lock and is idempotent.
+pub async fn lock_release_is_owner_scoped_and_idempotent(c: Coordinator) {
+    let p = c.lock_provider();
+    let k = key(&c, "owner-scoped");
+    let (a, b) = (OwnerToken::new(), OwnerToken::new());
+    p.acquire(lock_req(&k, a, LONG, Duration::ZERO)).await.unwrap().unwrap();
+    assert_eq!(p.release(&k, b).await.unwrap(), ReleaseOutcome::NotHeld);
+    let still = p.acquire(lock_req(&k, b, LONG, Duration::ZERO)).await.unwrap();
+    assert_eq!(still, None, "a stranger's release must not free the lock");
+    assert_eq!(p.release(&k, a).await.unwrap(), ReleaseOutcome::Released);
+    assert_eq!(p.release(&k, a).await.unwrap(), ReleaseOutcome::NotHeld);
+}
+
+/// A holder that outlives its lease loses the lock: the next caller gets it, and the old
+/// holder's release reports `NotHeld` without freeing the new holder.
+pub async fn lock_expired_holder_is_replaced(c: Coordinator) {
+    let p = c.lock_provider();
+    let k = key(&c, "expiry");
+    let (a, b, d) = (OwnerToken::new(), OwnerToken::new(), OwnerToken::new());
+    p.acquire(lock_req(&k, a, Duration::from_millis(200), Duration::ZERO))
+        .await
+        .unwrap()
+        .unwrap();
+    let started = Instant::now();
+    let grant = p
+        .acquire(lock_req(&k, b, LONG, Duration::from_secs(5)))
+        .await
+        .unwrap();
+    assert!(grant.is_some(), "the lapsed lease frees the lock for a waiter");
+    assert!(
+        started.elapsed() < Duration::from_millis(200) + Duration::from_secs(2),
+        "replaced within lease + margin, took {:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        p.release(&k, a).await.unwrap(),
+        ReleaseOutcome::NotHeld,
+        "the lapsed holder's release reports it"
+    );
+    let refused = p.acquire(lock_req(&k, d, LONG, Duration::ZERO)).await.unwrap();
+    assert_eq!(refused, None, "the lapsed holder's release freed the new holder");
+    assert_eq!(p.release(&k, b).await.unwrap(), ReleaseOutcome::Released);
+}
+
+/// A waiter is woken by the release, long before any backstop would fire.
+pub async fn lock_waiter_is_woken_by_release(c: Coordinator) {
+    let p = c.lock_provider().clone();
+    let k = key(&c, "wake");
+    let a = OwnerToken::new();
+    p.acquire(lock_req(&k, a, LONG, Duration::ZERO)).await.unwrap().unwrap();
+    let waiter = tokio::spawn({
+        let (p, k) = (p.clone(), k.clone());
+        async move {
+            let b = OwnerToken::new();
+            let grant = p
+                .acquire(lock_req(&k, b, LONG, Duration::from_secs(20)))
+                .await
+                .unwrap();
+            (grant, Instant::now(), b)
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let released_at = Instant::now();
+    p.release(&k, a).await.unwrap();
+    let (grant, granted_at, b) = waiter.await.unwrap();
+    let grant = grant.expect("the waiter gets the lock");
+    assert!(grant.contended, "a grant after waiting is reported as contended");
+    let handoff = granted_at.saturating_duration_since(released_at);
+    assert!(
+        handoff < Duration::from_millis(700),
+        "woken by the release, not a backstop: hand-off took {handoff:?}"
+    );
+    p.release(&k, b).await.unwrap();
+}
+
+/// One release wakes one waiter: of two waiters, the second stays waiting.
+pub async fn lock_release_wakes_one_waiter(c: Coordinator) {
+    let p = c.lock_provider().clone();
+    let k = key(&c, "wake-one");
+    let a = OwnerToken::new();
+    p.acquire(lock_req(&k, a, LONG, Duration::ZERO)).await.unwrap().unwrap();
+    let granted = Arc::new(AtomicUsize::new(0));
+    let spawn_waiter = |wait: Duration| {
+        let (p, k, granted) = (p.clone(), k.clone(), granted.clone());
+        tokio::spawn(async move {
+            let me = OwnerToken::new();
+            let grant = p.acquire(lock_req(&k, me, LONG, wait)).await.unwrap();
+            if grant.is_some() {
+                granted.fetch_add(1, Ordering::SeqCst);
+            }
+            grant.map(|_| me)
+        })
+    };
+    let first = spawn_waiter(Duration::from_secs(20));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let second = spawn_waiter(Duration::from_secs(2));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    p.release(&k, a).await.unwrap();
+    let winner = first.await.unwrap().expect("the first waiter is woken");
+    let loser = second.await.unwrap();
+    assert!(loser.is_none(), "the second waiter must still be waiting: one release, one wake");
+    assert_eq!(granted.load(Ordering::SeqCst), 1);
+    p.release(&k, winner).await.unwrap();
+}
+
+/// Fenced acquisitions mint strictly increasing tokens; unfenced ones mint none.
+pub async fn lock_fencing_tokens_increase_only_when_fenced(c: Coordinator) {
+    let p = c.lock_provider();
+    let k = key(&c, "fence");
+    let mut last: Option<FencingToken> = None;
+    for _ in 0..5 {
+        let me = OwnerToken::new();
+        let grant = p
+            .acquire(LockRequest {
+                fenced: true,
+                ..lock_req(&k, me, LONG, Duration::ZERO)
+            })
+            .await
+            .unwrap()
+            .unwrap();
+        let token = grant.fencing_token.expect("a fenced grant carries a token");
+        if let Some(last) = last {
+            assert!(token > last, "tokens must increase: {last} then {token}");
+        }
+        last = Some(token);
+        p.release(&k, me).await.unwrap();
+    }
+    let me = OwnerToken::new();
+    let unfenced = p
+        .acquire(lock_req(&k, me, LONG, Duration::ZERO))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(unfenced.fencing_token, None, "no token is made up for unfenced locks");
+    p.release(&k, me).await.unwrap();
+}
+
+/// Renewal extends the owner's lease and reports `Lost` for anyone else.
+pub async fn lock_renew_is_owner_scoped(c: Coordinator) {
+    let p = c.lock_provider();
+    let k = key(&c, "renew");
+    let (a, b) = (OwnerToken::new(), OwnerToken::new());
+    p.acquire(lock_req(&k, a, Duration::from_millis(400), Duration::ZERO))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(p.renew(&k, b, LONG).await.unwrap(), RenewOutcome::Lost);
+    assert_eq!(p.renew(&k, a, LONG).await.unwrap(), RenewOutcome::Renewed);
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let refused = p.acquire(lock_req(&k, b, LONG, Duration::ZERO)).await.unwrap();
+    assert_eq!(refused, None, "the renewed lease outlives the original one");
+    p.release(&k, a).await.unwrap();
+    assert_eq!(p.renew(&k, a, LONG).await.unwrap(), RenewOutcome::Lost);
+}
+
+/// Claim creates an in-flight marker or returns the record; the fingerprint is kept in every
+/// state; only the owner completes.
+pub async fn idempotency_claim_complete_replay(c: Coordinator) {
+    let s = c.idempotency_store();
+    let k = key(&c, "claim");
+    let fp = Some(Fingerprint([9; 16]));
+    let (a, b) = (OwnerToken::new(), OwnerToken::new());
+    let req = |owner| ClaimRequest {
+        key: &k,
+        owner,
+        in_flight_lease: LONG,
+        fingerprint: fp,
+    };
+    assert_eq!(s.claim(req(a)).await.unwrap(), ClaimOutcome::Claimed);
+    match s.claim(req(b)).await.unwrap() {
+        ClaimOutcome::InFlight {
+            fingerprint,
+            remaining,
+        } => {
+            assert_eq!(fingerprint, fp, "the marker keeps the fingerprint");
+            assert!(remaining > Duration::ZERO && remaining <= LONG);
+        }
+        other => panic!("expected in flight, got {other:?}"),
+    }
+    let payload: Arc<[u8]> = Arc::from(&b"{\"ok\":1}"[..]);
+    assert!(!s.complete(&k, b, payload.clone(), LONG).await.unwrap());
+    assert!(s.complete(&k, a, payload.clone(), LONG).await.unwrap());
+    match s.claim(req(b)).await.unwrap() {
+        ClaimOutcome::Completed {
+            payload: stored,
+            fingerprint,
+        } => {
+            assert_eq!(&*stored, &*payload);
+            assert_eq!(fingerprint, fp, "completion keeps the fingerprint");
+        }
+        other => panic!("expected completed, got {other:?}"),
+    }
+    assert!(!s.abandon(&k, a).await.unwrap(), "a completed record is not abandoned");
+}
+
+/// Abandon removes only the owner's marker; a lapsed marker can be claimed again and its old
+/// owner can no longer complete.
+pub async fn idempotency_abandon_and_lapse(c: Coordinator) {
+    let s = c.idempotency_store();
+    let k = key(&c, "abandon");
+    let (a, b, d) = (OwnerToken::new(), OwnerToken::new(), OwnerToken::new());
+    let req = |owner, lease| ClaimRequest {
+        key: &k,
+        owner,
+        in_flight_lease: lease,
+        fingerprint: None,
+    };
+    assert_eq!(s.claim(req(a, LONG)).await.unwrap(), ClaimOutcome::Claimed);
+    assert!(!s.abandon(&k, b).await.unwrap());
+    assert!(s.abandon(&k, a).await.unwrap());
+    assert_eq!(
+        s.claim(req(b, Duration::from_millis(200))).await.unwrap(),
+        ClaimOutcome::Claimed
+    );
+    tokio::time::sleep(Duration::from_millis(450)).await;
+    assert_eq!(s.claim(req(d, LONG)).await.unwrap(), ClaimOutcome::Claimed);
+    let late: Arc<[u8]> = Arc::from(&b"1"[..]);
+    assert!(!s.complete(&k, b, late, LONG).await.unwrap(), "a lapsed owner cannot complete");
+    assert!(s.abandon(&k, d).await.unwrap());
+}
+
+/// `wait_settled` returns at once without a marker, and is woken by completion.
+pub async fn idempotency_wait_settled_wakes_on_completion(c: Coordinator) {
+    let s = c.idempotency_store().clone();
+    let k = key(&c, "settle");
+    let started = Instant::now();
+    s.wait_settled(&k, Duration::from_secs(10)).await.unwrap();
+    assert!(started.elapsed() < Duration::from_secs(2), "no marker: no wait");
+
+    let a = OwnerToken::new();
+    s.claim(ClaimRequest {
+        key: &k,
+        owner: a,
+        in_flight_lease: LONG,
+        fingerprint: None,
+    })
+    .await
+    .unwrap();
+    let waiter = tokio::spawn({
+        let (s, k) = (s.clone(), k.clone());
+        async move {
+            s.wait_settled(&k, Duration::from_secs(20)).await.unwrap();
+            Instant::now()
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let completed_at = Instant::now();
+    s.complete(&k, a, Arc::from(&b"1"[..]), LONG).await.unwrap();
+    let woke = waiter.await.unwrap();
+    let delay = woke.saturating_duration_since(completed_at);
+    assert!(delay < Duration::from_secs(2), "woken by completion, took {delay:?}");
+}
+
+// ---- The same promises through the attributes ----
+
+#[distributed_lock(key_from = "slot", lease = "30s", wait = "30s", fenced = true, coordinator = coord)]
+async fn exclusive_section(
+    coord: &Coordinator,
+    slot: u32,
+    inside: Arc<AtomicUsize>,
+    overlaps: Arc<AtomicUsize>,
+    tokens: Arc<std::sync::Mutex<Vec<u64>>>,
+) -> Result<(), CoordError> {
+    if inside.fetch_add(1, Ordering::SeqCst) != 0 {
+        overlaps.fetch_add(1, Ordering::SeqCst);
+    }
+    let token = fencing_token().expect("fenced lock exposes its token");
+    tokens.lock().unwrap().push(token.get());
+    tokio::task::yield_now().await;
+    tokio::time::sleep(Duration::from_micros(200)).await;
+    inside.fetch_sub(1, Ordering::SeqCst);
+    Ok(())
+}
+
+/// 64 tasks hammering one lock never overlap, and see strictly increasing fencing tokens in
+/// the order they held it.
+pub async fn attribute_lock_excludes_and_fences(c: Coordinator) {
+    let inside = Arc::new(AtomicUsize::new(0));
+    let overlaps = Arc::new(AtomicUsize::new(0));
+    let tokens = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for _ in 0..64 {
+        let (c, inside, overlaps, tokens) =
+            (c.clone(), inside.clone(), overlaps.clone(), tokens.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..4 {
+                exclusive_section(&c, 7, inside.clone(), overlaps.clone(), tokens.clone())
+                    .await
+                    .expect("every task gets the lock within its wait");
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(overlaps.load(Ordering::SeqCst), 0, "two holders were inside at once");
+    let tokens = tokens.lock().unwrap();
+    assert_eq!(tokens.len(), 256);
+    assert!(
+        tokens.windows(2).all(|w| w[0] < w[1]),
+        "fencing tokens must increase in holder order"
+    );
+}
+
+#[idempotent(key_from = "request", fingerprint = ["amount"], wait = "20s", coordinator = coord)]
+async fn charge_once(
+    coord: &Coordinator,
+    request: &str,
+    amount: u64,
+    runs: Arc<AtomicU64>,
+) -> Result<String, CoordError> {
+    let n = runs.fetch_add(1, Ordering::SeqCst) + 1;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    Ok(format!("receipt-{amount}-run-{n}"))
+}
+
+/// Sequential and concurrent duplicates run the body once and all get the same result; a
+/// reuse of the key with another amount is refused.
+pub async fn attribute_idempotent_duplicates_run_once(c: Coordinator) {
+    let runs = Arc::new(AtomicU64::new(0));
+    let first = charge_once(&c, "req-1", 100, runs.clone()).await.unwrap();
+    let again = charge_once(&c, "req-1", 100, runs.clone()).await.unwrap();
+    assert_eq!(first, again, "a sequential duplicate replays");
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+
+    let concurrent = futures_join_all((0..16).map(|_| {
+        let (c, runs) = (c.clone(), runs.clone());
+        async move { charge_once(&c, "req-2", 5, runs).await }
+    }))
+    .await;
+    let results: Vec<String> = concurrent.into_iter().map(|r| r.unwrap()).collect();
+    assert!(results.windows(2).all(|w| w[0] == w[1]), "all duplicates share one result");
+    assert_eq!(runs.load(Ordering::SeqCst), 2, "16 concurrent duplicates ran once");
+
+    let reused = charge_once(&c, "req-1", 999, runs.clone()).await;
+    assert!(
+        matches!(reused, Err(CoordError::KeyReused { .. })),
+        "a different amount under the same key is refused, got {reused:?}"
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+}
+
+#[idempotent(key_from = "request", coordinator = coord)]
+async fn flaky(coord: &Coordinator, request: u32, fail: bool, runs: Arc<AtomicU64>) -> Result<u32, CoordError> {
+    runs.fetch_add(1, Ordering::SeqCst);
+    if fail {
+        Err(CoordError::InFlight {
+            key: "a user error standing in".into(),
+        })
+    } else {
+        Ok(request)
+    }
+}
+
+/// An `Err` leaves no trace: the next call runs.
+pub async fn attribute_idempotent_errors_are_not_remembered(c: Coordinator) {
+    let runs = Arc::new(AtomicU64::new(0));
+    assert!(flaky(&c, 1, true, runs.clone()).await.is_err());
+    assert_eq!(flaky(&c, 1, false, runs.clone()).await.unwrap(), 1);
+    assert_eq!(flaky(&c, 1, true, runs.clone()).await.unwrap(), 1, "now replayed");
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+}
+
+#[distributed_lock(key_from = "slot", wait = "0s", coordinator = coord)]
+async fn hold_until(coord: &Coordinator, slot: u32, entered: Arc<AtomicBool>, release: Arc<tokio::sync::Notify>) -> Result<(), CoordError> {
+    entered.store(true, Ordering::SeqCst);
+    release.notified().await;
+    Ok(())
+}
+
+/// A caller that cannot acquire within `wait` gets `LockNotAcquired` and its body never runs;
+/// a cancelled holder's lock is released promptly.
+pub async fn attribute_lock_refusal_and_cancellation(c: Coordinator) {
+    let entered = Arc::new(AtomicBool::new(false));
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let holder = tokio::spawn({
+        let (c, entered, gate) = (c.clone(), entered.clone(), gate.clone());
+        async move { hold_until(&c, 1, entered, gate).await }
+    });
+    while !entered.load(Ordering::SeqCst) {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let second_entered = Arc::new(AtomicBool::new(false));
+    let refused = hold_until(&c, 1, second_entered.clone(), gate.clone()).await;
+    assert!(matches!(refused, Err(CoordError::LockNotAcquired { .. })), "got {refused:?}");
+    assert!(!second_entered.load(Ordering::SeqCst), "the refused body must not run");
+
+    holder.abort();
+    let _ = holder.await;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let probe = OwnerToken::new();
+        let k = key_of(&c, "coord_tests::conformance::hold_until", 1);
+        let got = c
+            .lock_provider()
+            .acquire(lock_req(&k, probe, LONG, Duration::ZERO))
+            .await
+            .unwrap();
+        if got.is_some() {
+            c.lock_provider().release(&k, probe).await.unwrap();
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the cancelled holder's lock was not released promptly (lease is 30 s)"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn key_of(c: &Coordinator, op: &str, part: u32) -> String {
+    coord_core::KeyBuilder::new(c.namespace())
+        .raw_segment(op)
+        .part(&part)
+        .finish()
+}
+
+async fn futures_join_all<F: std::future::Future + Send + 'static>(
+    futs: impl Iterator<Item = F>,
+) -> Vec<F::Output>
+where
+    F::Output: Send + 'static,
+{
+    let handles: Vec<_> = futs.map(tokio::spawn).collect();
+    let mut out = Vec::with_capacity(handles.len());
+    for h in handles {
+        out.push(h.await.expect("task panicked"));
+    }
+    out
+}
+
+/// Declares one `#[tokio::test]` per conformance case, each with a fresh coordinator from
+/// `$make` (an `async fn() -> Coordinator` in scope).
+#[macro_export]
+macro_rules! conformance_suite {
+    ($make:path) => {
+        $crate::conformance_suite!(@cases $make;
+            lock_single_attempt_refused_when_held,
+            lock_release_is_owner_scoped_and_idempotent,
+            lock_expired_holder_is_replaced,
+            lock_waiter_is_woken_by_release,
+            lock_release_wakes_one_waiter,
+            lock_fencing_tokens_increase_only_when_fenced,
+            lock_renew_is_owner_scoped,
+            idempotency_claim_complete_replay,
+            idempotency_abandon_and_lapse,
+            idempotency_wait_settled_wakes_on_completion,
+            attribute_lock_excludes_and_fences,
+            attribute_idempotent_duplicates_run_once,
+            attribute_idempotent_errors_are_not_remembered,
+            attribute_lock_refusal_and_cancellation
+        );
+    };
+    (@cases $make:path; $($case:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $case() {
+                $crate::conformance::$case($make().await).await;
+            }
+        )*
+    };
+}

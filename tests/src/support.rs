@@ -1,0 +1,202 @@
+//! Test doubles shared by the integration tests: a provider that counts calls and can be told
+//! to fail, and a tracing layer that records what coord's spans carried.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use coord_core::{
+    BackendError, BackendErrorKind, BoxFuture, ClaimOutcome, ClaimRequest, Coordinator,
+    IdempotencyStore, LockGrant, LockProvider, LockRequest, MemoryProvider, OwnerToken,
+    ReleaseOutcome, RenewOutcome,
+};
+
+/// The in-process provider, wrapped to count calls and to fail on demand.
+#[derive(Debug, Default)]
+pub struct InstrumentedProvider {
+    /// The provider doing the work.
+    pub inner: MemoryProvider,
+    /// `acquire` calls.
+    pub acquires: AtomicUsize,
+    /// `release` calls (including detached ones).
+    pub releases: AtomicUsize,
+    /// `claim` calls.
+    pub claims: AtomicUsize,
+    /// When set, every lock call fails as if the backend were unreachable.
+    pub fail_locks: AtomicBool,
+    /// When set, every idempotency call fails as if the backend were unreachable.
+    pub fail_records: AtomicBool,
+}
+
+impl InstrumentedProvider {
+    /// A fresh provider and a coordinator over it in namespace `ns`.
+    pub fn coordinator(ns: &str) -> (Arc<InstrumentedProvider>, Coordinator) {
+        let provider = Arc::new(InstrumentedProvider::default());
+        let coordinator = Coordinator::builder()
+            .namespace(ns)
+            .provider(provider.clone())
+            .build()
+            .expect("valid test coordinator");
+        (provider, coordinator)
+    }
+
+    fn fault() -> BackendError {
+        BackendError::new(BackendErrorKind::Unavailable, "injected fault: backend down")
+    }
+}
+
+impl LockProvider for InstrumentedProvider {
+    fn acquire<'a>(
+        &'a self,
+        req: LockRequest<'a>,
+    ) -> BoxFuture<'a, Result<Option<LockGrant>, BackendError>> {
+        self.acquires.fetch_add(1, Ordering::SeqCst);
+        if self.fail_locks.load(Ordering::SeqCst) {
+            return Box::pin(async { Err(Self::fault()) });
+        }
+        self.inner.acquire(req)
+    }
+
+    fn release<'a>(
+        &'a self,
+        key: &'a str,
+        owner: OwnerToken,
+    ) -> BoxFuture<'a, Result<ReleaseOutcome, BackendError>> {
+        self.releases.fetch_add(1, Ordering::SeqCst);
+        if self.fail_locks.load(Ordering::SeqCst) {
+            return Box::pin(async { Err(Self::fault()) });
+        }
+        self.inner.release(key, owner)
+    }
+
+    fn renew<'a>(
+        &'a self,
+        key: &'a str,
+        owner: OwnerToken,
+        lease: Duration,
+    ) -> BoxFuture<'a, Result<RenewOutcome, BackendError>> {
+        self.inner.renew(key, owner, lease)
+    }
+}
+
+impl IdempotencyStore for InstrumentedProvider {
+    fn claim<'a>(
+        &'a self,
+        req: ClaimRequest<'a>,
+    ) -> BoxFuture<'a, Result<ClaimOutcome, BackendError>> {
+        self.claims.fetch_add(1, Ordering::SeqCst);
+        if self.fail_records.load(Ordering::SeqCst) {
+            return Box::pin(async { Err(Self::fault()) });
+        }
+        self.inner.claim(req)
+    }
+
+    fn complete<'a>(
+        &'a self,
+        key: &'a str,
+        owner: OwnerToken,
+        payload: Arc<[u8]>,
+        retention: Duration,
+    ) -> BoxFuture<'a, Result<bool, BackendError>> {
+        self.inner.complete(key, owner, payload, retention)
+    }
+
+    fn abandon<'a>(
+        &'a self,
+        key: &'a str,
+        owner: OwnerToken,
+    ) -> BoxFuture<'a, Result<bool, BackendError>> {
+        self.inner.abandon(key, owner)
+    }
+
+    fn wait_settled<'a>(
+        &'a self,
+        key: &'a str,
+        timeout: Duration,
+    ) -> BoxFuture<'a, Result<(), BackendError>> {
+        self.inner.wait_settled(key, timeout)
+    }
+}
+
+/// One span named `coord`, as a [`SpanRecorder`] saw it.
+#[derive(Debug, Clone, Default)]
+pub struct RecordedSpan {
+    /// Every field recorded on the span, rendered as text.
+    pub fields: BTreeMap<String, String>,
+}
+
+/// A tracing layer that keeps the fields of every `coord` span, and counts warnings whose
+/// message contains a given text.
+#[derive(Debug, Clone, Default)]
+pub struct SpanRecorder {
+    spans: Arc<Mutex<Vec<(tracing::span::Id, RecordedSpan)>>>,
+    warnings: Arc<Mutex<Vec<String>>>,
+}
+
+struct FieldText<'a>(&'a mut BTreeMap<String, String>);
+
+impl tracing::field::Visit for FieldText<'_> {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        self.0
+            .insert(field.name().to_owned(), format!("{value:?}").trim_matches('"').to_owned());
+    }
+
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        self.0.insert(field.name().to_owned(), value.to_owned());
+    }
+}
+
+impl SpanRecorder {
+    /// Every `coord` span seen so far, in creation order.
+    pub fn spans(&self) -> Vec<RecordedSpan> {
+        self.spans.lock().unwrap().iter().map(|(_, s)| s.clone()).collect()
+    }
+
+    /// The messages of every warning seen so far.
+    pub fn warnings(&self) -> Vec<String> {
+        self.warnings.lock().unwrap().clone()
+    }
+}
+
+impl<S> tracing_subscriber::Layer<S> for SpanRecorder
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+{
+    fn on_new_span(
+        &self,
+        attrs: &tracing::span::Attributes<'_>,
+        id: &tracing::span::Id,
+        _ctx: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        if attrs.metadata().name() != "coord" {
+            return;
+        }
+        let mut span = RecordedSpan::default();
+        attrs.record(&mut FieldText(&mut span.fields));
+        self.spans.lock().unwrap().push((id.clone(), span));
+    }
+
+    fn on_record(
+        &self,
+        id: &tracing::span::Id,
+        values: &tracing::span::Record<'_>,
+        _ctx: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        let mut spans = self.spans.lock().unwrap();
+        if let Some((_, span)) = spans.iter_mut().rev().find(|(sid, _)| sid == id) {
+            values.record(&mut FieldText(&mut span.fields));
+        }
+    }
+
+    fn on_event(&self, event: &tracing::Event<'_>, _ctx: tracing_subscriber::layer::Context<'_, S>) {
+        if *event.metadata().level() == tracing::Level::WARN {
+            let mut fields = BTreeMap::new();
+            event.record(&mut FieldText(&mut fields));
+            self.warnings
+                .lock()
+                .unwrap()
+                .push(fields.remove("message").unwrap_or_default());
+        }
+    }
+}

@@ -83,8 +83,7 @@ impl Payments {
 async fn main() {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "warn".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
         )
         .init();
     let service = Arc::new(Payments::default());
@@ -95,9 +94,17 @@ async fn main() {
         cents: 1999,
     };
     let (first, report) = observe(service.charge("order-7-try".into(), order.clone())).await;
-    println!("first call:  {:?} (replayed: {})", first.as_ref().map_err(|_| ()), report.replayed());
+    println!(
+        "first call:  {:?} (replayed: {})",
+        first.as_ref().map_err(|_| ()),
+        report.replayed()
+    );
     let (retry, report) = observe(service.charge("order-7-try".into(), order.clone())).await;
-    println!("retry:       {:?} (replayed: {})", retry.as_ref().map_err(|_| ()), report.replayed());
+    println!(
+        "retry:       {:?} (replayed: {})",
+        retry.as_ref().map_err(|_| ()),
+        report.replayed()
+    );
     let tampered = Order { cents: 1, ..order };
     match service.charge("order-7-try".into(), tampered).await {
         Err(PaymentError::Coord(err @ CoordError::KeyReused { .. })) => {
@@ -122,10 +129,12 @@ async fn main() {
     println!("a later rebuild gets a newer token: {again}");
 
     println!("\n== #[single_flight]: 100 concurrent quotes, one upstream fetch");
-    let calls = (0..100).map(|_| {
-        let service = service.clone();
-        tokio::spawn(async move { observe(service.quote("ACME")).await })
-    });
+    let calls: Vec<_> = (0..100)
+        .map(|_| {
+            let service = service.clone();
+            tokio::spawn(async move { observe(service.quote("ACME")).await })
+        })
+        .collect();
     let mut joined = 0;
     for call in calls {
         let (quote, report) = call.await.expect("quote task");

@@ -57,7 +57,8 @@ impl LeaseMap {
         };
         assert!(acquired);
         let out = std::hint::black_box(tenant);
-        self.leases.remove_if(&key, |_, (holder, _)| *holder == owner);
+        self.leases
+            .remove_if(&key, |_, (holder, _)| *holder == owner);
         Ok(out)
     }
 }

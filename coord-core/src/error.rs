@@ -102,7 +102,10 @@ impl fmt::Display for CoordError {
                 write!(f, "lock `{key}` is held elsewhere (waited {waited:?})")
             }
             CoordError::Reentrant { key } => {
-                write!(f, "lock `{key}` is already held by this task; coord locks are not reentrant")
+                write!(
+                    f,
+                    "lock `{key}` is already held by this task; coord locks are not reentrant"
+                )
             }
             CoordError::InFlight { key } => {
                 write!(f, "a call with idempotency key `{key}` is still in flight")
@@ -112,14 +115,20 @@ impl fmt::Display for CoordError {
                 "idempotency key `{key}` was already used with different parameters"
             ),
             CoordError::LockLost { key, held_for } => {
-                write!(f, "lock `{key}` was lost after {held_for:?}; the body was stopped")
+                write!(
+                    f,
+                    "lock `{key}` was lost after {held_for:?}; the body was stopped"
+                )
             }
             CoordError::OutcomeUnknown { key } => write!(
                 f,
                 "an earlier call with idempotency key `{key}` was abandoned mid-flight; its outcome is unknown"
             ),
             CoordError::Codec { key, message } => {
-                write!(f, "stored outcome of `{key}` could not be (de)serialized: {message}")
+                write!(
+                    f,
+                    "stored outcome of `{key}` could not be (de)serialized: {message}"
+                )
             }
             CoordError::Backend(err) => write!(f, "{err}"),
         }

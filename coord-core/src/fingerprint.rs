@@ -53,8 +53,16 @@ mod tests {
 
     #[test]
     fn boundaries_between_values_count() {
-        let a = FingerprintHasher::new().add("ab").add("c").finish().unwrap();
-        let b = FingerprintHasher::new().add("a").add("bc").finish().unwrap();
+        let a = FingerprintHasher::new()
+            .add("ab")
+            .add("c")
+            .finish()
+            .unwrap();
+        let b = FingerprintHasher::new()
+            .add("a")
+            .add("bc")
+            .finish()
+            .unwrap();
         assert_ne!(a, b);
     }
 

@@ -54,6 +54,7 @@
 mod codec;
 mod coordinator;
 mod error;
+pub mod fence;
 mod fingerprint;
 mod key;
 mod memory_provider;
@@ -74,7 +75,7 @@ pub use provider::{
 };
 pub use report::{CallReport, FlightOutcome, IdempotencyOutcome, LockOutcome, observe};
 pub use runtime::flight::open_flights;
-pub use runtime::held::fencing_token;
+pub use runtime::held::{fencing_token, is_held, lock_lost};
 
 pub use coord_macros::{distributed_lock, idempotent, single_flight};
 

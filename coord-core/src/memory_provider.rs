@@ -48,7 +48,13 @@ impl LockProvider for MemoryProvider {
         Box::pin(async move {
             let grant = self
                 .locks
-                .acquire(req.key, req.owner.as_u128(), req.lease, req.wait, req.fenced)
+                .acquire(
+                    req.key,
+                    req.owner.as_u128(),
+                    req.lease,
+                    req.wait,
+                    req.fenced,
+                )
                 .await;
             Ok(grant.map(|g| LockGrant {
                 fencing_token: g.fencing_token.map(FencingToken::new),
@@ -152,6 +158,20 @@ impl IdempotencyStore for MemoryProvider {
             self.records.wait_settled(key, timeout).await;
             Ok(())
         })
+    }
+
+    fn renew_marker<'a>(
+        &'a self,
+        key: &'a str,
+        owner: OwnerToken,
+        lease: Duration,
+    ) -> BoxFuture<'a, Result<RenewOutcome, BackendError>> {
+        let outcome = if self.records.renew(key, owner.as_u128(), lease) {
+            RenewOutcome::Renewed
+        } else {
+            RenewOutcome::Lost
+        };
+        Box::pin(std::future::ready(Ok(outcome)))
     }
 
     fn abandon_detached(self: Arc<Self>, key: String, owner: OwnerToken) {

@@ -254,8 +254,10 @@ pub struct ClaimRequest<'a> {
 ///   client timestamps.
 pub trait IdempotencyStore: Send + Sync + 'static {
     /// Claims `req.key` or reads the record stored there.
-    fn claim<'a>(&'a self, req: ClaimRequest<'a>)
-    -> BoxFuture<'a, Result<ClaimOutcome, BackendError>>;
+    fn claim<'a>(
+        &'a self,
+        req: ClaimRequest<'a>,
+    ) -> BoxFuture<'a, Result<ClaimOutcome, BackendError>>;
 
     /// Stores `payload` as the outcome of `key` if `owner` still holds the in-flight marker.
     fn complete<'a>(
@@ -279,6 +281,23 @@ pub trait IdempotencyStore: Send + Sync + 'static {
         key: &'a str,
         timeout: Duration,
     ) -> BoxFuture<'a, Result<(), BackendError>>;
+
+    /// Extends `owner`'s in-flight marker at `key` to `lease` from now (for `renew = ..` on
+    /// `#[idempotent]`). Owner-checked like `complete`. The default reports that the store
+    /// cannot renew, which makes a renewing call treat its marker as lost once its lease
+    /// passes: implement it in any store used with renewal.
+    fn renew_marker<'a>(
+        &'a self,
+        key: &'a str,
+        owner: OwnerToken,
+        lease: Duration,
+    ) -> BoxFuture<'a, Result<RenewOutcome, BackendError>> {
+        let _ = (key, owner, lease);
+        Box::pin(std::future::ready(Err(BackendError::new(
+            crate::error::BackendErrorKind::Config,
+            "this idempotency store does not implement renew_marker",
+        ))))
+    }
 
     /// Called instead of `abandon` when the owner of a marker was dropped (cancelled or
     /// panicked). The default spawns `abandon` on the current tokio runtime.
@@ -376,6 +395,15 @@ impl<P: IdempotencyStore> IdempotencyStore for Arc<P> {
         timeout: Duration,
     ) -> BoxFuture<'a, Result<(), BackendError>> {
         (**self).wait_settled(key, timeout)
+    }
+
+    fn renew_marker<'a>(
+        &'a self,
+        key: &'a str,
+        owner: OwnerToken,
+        lease: Duration,
+    ) -> BoxFuture<'a, Result<RenewOutcome, BackendError>> {
+        (**self).renew_marker(key, owner, lease)
     }
 
     fn abandon_detached(self: Arc<Self>, key: String, owner: OwnerToken) {

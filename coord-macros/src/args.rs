@@ -293,9 +293,14 @@ impl Args {
 
 /// One option as written, before its value is interpreted.
 enum RawOption {
-    Valued { name: Ident, value: Expr },
+    Valued {
+        name: Ident,
+        value: Expr,
+    },
     /// A name with no `= value` after it; the tokens up to the next comma are skipped.
-    Bare { name: Ident },
+    Bare {
+        name: Ident,
+    },
 }
 
 fn parse_raw_options(input: ParseStream<'_>) -> syn::Result<Vec<RawOption>> {
@@ -350,13 +355,15 @@ pub(crate) fn list(names: impl IntoIterator<Item = impl std::fmt::Display>) -> S
 
 fn unknown_option_error(kind: Kind, name: &Ident, option: &str) -> syn::Error {
     let mut message = format!("unknown option `{option}` for #[{}]", kind.name());
-    if let Some(other) = Kind::ALL
+    let elsewhere: Vec<String> = Kind::ALL
         .into_iter()
-        .find(|k| *k != kind && k.own_options().contains(&option))
-    {
+        .filter(|k| *k != kind && k.own_options().contains(&option))
+        .map(|k| format!("#[{}]", k.name()))
+        .collect();
+    if !elsewhere.is_empty() {
         message.push_str(&format!(
-            "; `{option}` is an option of #[{}]",
-            other.name()
+            "; `{option}` is an option of {}",
+            elsewhere.join(" and ")
         ));
     } else if let Some(close) = closest(option, kind.options()) {
         message.push_str(&format!("; did you mean `{close}`?"));
@@ -407,7 +414,9 @@ fn parse_paths(value: &Expr, option: &str) -> syn::Result<Setting<Vec<KeyPath>>>
     if elements.is_empty() {
         return Err(syn::Error::new_spanned(
             value,
-            format!("`{option}` needs at least one parameter; remove the option instead of giving an empty list"),
+            format!(
+                "`{option}` needs at least one parameter; remove the option instead of giving an empty list"
+            ),
         ));
     }
     let mut errors = Errors::default();
@@ -484,7 +493,10 @@ fn parse_path_text(lit: &LitStr, option: &str) -> syn::Result<KeyPath> {
     let invalid = |why: String| {
         syn::Error::new(
             span,
-            format!("\"{text}\" is not a parameter path: {why}; {}", path_forms(option)),
+            format!(
+                "\"{text}\" is not a parameter path: {why}; {}",
+                path_forms(option)
+            ),
         )
     };
     if text.is_empty() {
@@ -636,7 +648,10 @@ fn parse_policy(value: &Expr) -> syn::Result<Setting<Policy>> {
     let (word, span) = match value {
         Expr::Path(path) if path.path.get_ident().is_some() => {
             let ident = path.path.get_ident().map(Ident::unraw);
-            (ident.map(|i| i.to_string()).unwrap_or_default(), value.span())
+            (
+                ident.map(|i| i.to_string()).unwrap_or_default(),
+                value.span(),
+            )
         }
         other => match as_str_lit(other) {
             Some(lit) => (lit.value(), lit.span()),
@@ -654,7 +669,14 @@ fn parse_policy(value: &Expr) -> syn::Result<Setting<Policy>> {
         _ => {
             let mut message =
                 format!("`on_backend_error` is \"fail_closed\" or \"fail_open\", not \"{word}\"");
-            if let Some(close) = closest(&word, WORDS) {
+            let close = closest(&word, WORDS).or_else(|| {
+                let lower = word.to_ascii_lowercase();
+                WORDS.into_iter().find(|w| {
+                    w.strip_prefix("fail_")
+                        .is_some_and(|tail| lower.contains(tail))
+                })
+            });
+            if let Some(close) = close {
                 message.push_str(&format!("; did you mean \"{close}\"?"));
             }
             return Err(syn::Error::new(span, message));

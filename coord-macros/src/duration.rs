@@ -60,7 +60,7 @@ pub(crate) fn parse_millis(text: &str) -> Result<u64, String> {
         };
         if last_unit.is_some_and(|last| index <= last) {
             return reject(&format!(
-                "`{unit}` comes after a unit no larger than it; write units from the largest down, each once"
+                "`{unit}` follows a unit that is not larger; units go from the largest down, each at most once"
             ));
         }
         last_unit = Some(index);
@@ -71,7 +71,11 @@ pub(crate) fn parse_millis(text: &str) -> Result<u64, String> {
             .and_then(|n| n.checked_mul(UNITS[index].1));
         total = match term.and_then(|t| total.checked_add(t)) {
             Some(sum) if sum <= MAX_MILLIS => sum,
-            _ => return reject("it is too long to represent (the limit is about 292 million years)"),
+            _ => {
+                return reject(
+                    "it is too long to represent (the limit is about 292 million years)",
+                );
+            }
         };
         rest = after;
     }
@@ -102,8 +106,20 @@ mod tests {
     #[test]
     fn rejections() {
         for bad in [
-            "", "5 minutes", "5", "-5s", "1.5s", "5x", "s", "30s1m", "1m1m", "5min", "ms5",
-            "1s ", "99999999999999999999s", "9223372036854776s",
+            "",
+            "5 minutes",
+            "5",
+            "-5s",
+            "1.5s",
+            "5x",
+            "s",
+            "30s1m",
+            "1m1m",
+            "5min",
+            "ms5",
+            "1s ",
+            "99999999999999999999s",
+            "9223372036854776s",
         ] {
             let err = parse_millis(bad).expect_err(bad);
             assert!(err.contains("\"250ms\""), "{bad}: {err}");

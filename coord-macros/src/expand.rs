@@ -26,15 +26,26 @@ pub(crate) fn expand_stack(kind: Kind, args: TokenStream, item: TokenStream) -> 
 
     let (primary, mut errors) = Args::parse_primary(kind, args);
     let mut layers = vec![primary];
+    let mut taken_in = Vec::new();
     func.attrs.retain(|attr| match sibling_kind(attr) {
         Some(sibling) => {
             let (args, found) = Args::parse_sibling(sibling, attr);
             layers.push(args);
             errors.append(found);
+            taken_in.push(attr.path().clone());
             false
         }
         None => true,
     });
+    // The attributes taken in are never resolved by the compiler, which would then call their
+    // imports unused: name each path once in the body instead.
+    if !taken_in.is_empty() {
+        let uses: Vec<Stmt> = taken_in
+            .iter()
+            .filter_map(|path| syn::parse2(quote!(#[allow(unused_imports)] use #path as _;)).ok())
+            .collect();
+        func.block.stmts.splice(0..0, uses);
+    }
 
     if func.sig.asyncness.is_none() {
         errors.push(syn::Error::new(
@@ -99,7 +110,25 @@ fn respan(tokens: TokenStream, span: Span) -> TokenStream {
         .collect()
 }
 
-/// True when `tokens` mention `impl`, which cannot be named in the checks we emit.
+/// The span of the first token of `tokens`, or the call site when there is none.
+fn first_span(tokens: &TokenStream) -> Span {
+    tokens
+        .clone()
+        .into_iter()
+        .next()
+        .map_or_else(Span::call_site, |token| match token {
+            TokenTree::Group(group) => group.span_open(),
+            other => other.span(),
+        })
+}
+
+fn with_span(ident: &Ident, span: Span) -> Ident {
+    let mut placed = ident.clone();
+    placed.set_span(span);
+    placed
+}
+
+/// True when `tokens` mention `impl`: such a return type cannot be written as a `let` type.
 fn mentions_impl(tokens: TokenStream) -> bool {
     tokens.into_iter().any(|token| match token {
         TokenTree::Ident(ident) => ident == "impl",
@@ -135,7 +164,9 @@ fn policy(krate: &TokenStream, policy: Option<Policy>) -> TokenStream {
 /// The function with its body replaced by the layered call.
 fn generate(stack: &Stack, func: &ItemFn) -> TokenStream {
     let krate = stack.krate.to_token_stream();
-    let hidden = Span::mixed_site();
+    // Generated locals are declared at the call site (not `mixed_site`) because some uses of
+    // them are placed at the user's return type; their prefix keeps them apart from user names.
+    let hidden = Span::call_site();
     let call = Ident::new("__coord_call", hidden);
     let key = Ident::new("__coord_key", hidden);
     let fingerprint = Ident::new("__coord_fingerprint", hidden);
@@ -145,31 +176,21 @@ fn generate(stack: &Stack, func: &ItemFn) -> TokenStream {
     let marker = format_ident!("{}", MARKER);
     let op = Ident::new("__COORD_OP", Span::call_site());
 
-    // The return type as written, and where errors about it should point.
-    let (ret, ret_span, explicit_ret) = match &func.sig.output {
-        ReturnType::Type(_, ty) => (ty.to_token_stream(), ty.span(), true),
-        ReturnType::Default => {
-            let at = func.sig.paren_token.span.close();
-            (quote_spanned!(at=> ()), at, false)
+    // The layer calls are what check the return type: `GuardedResult` (a `Result` whose error
+    // converts from `CoordError`) for idempotency and the lock, `Clone + Send + 'static` for
+    // single-flight. They are placed at the return type's first token (at the `)` closing the
+    // parameters when there is none), so an unmet bound is reported there, once.
+    let (at_ret, typed_ret) = match &func.sig.output {
+        ReturnType::Type(_, ty) => {
+            let ret = ty.to_token_stream();
+            (
+                first_span(&ret),
+                (!mentions_impl(ret.clone())).then_some(ret),
+            )
         }
+        ReturnType::Default => (func.sig.paren_token.span.close(), None),
     };
-    let nameable_ret = !mentions_impl(ret.clone());
-    let krate_at_ret = respan(krate.clone(), ret_span);
-
-    // Checks of the return type, reported at the return type.
-    let mut checks = TokenStream::new();
-    if nameable_ret {
-        if stack.idempotency.is_some() || stack.lock.is_some() {
-            checks.extend(quote_spanned! {ret_span=>
-                #krate_at_ret::__private::assert_guarded_result::<#ret>();
-            });
-        }
-        if stack.single_flight {
-            checks.extend(quote_spanned! {ret_span=>
-                #krate_at_ret::__private::assert_shareable_output::<#ret>();
-            });
-        }
-    }
+    let krate_here = respan(krate.clone(), at_ret);
 
     let name = match &stack.name {
         Some(name) => LitStr::new(name, Span::call_site()).to_token_stream(),
@@ -251,9 +272,13 @@ fn generate(stack: &Stack, func: &ItemFn) -> TokenStream {
     // The user's block keeps its own scope; a `return` in it leaves this async block. The
     // never-taken branch tells inference the block's output type up front, as the function's
     // signature did for the original body.
-    let body = &func.block;
-    let typed_edge = if explicit_ret && nameable_ret {
-        quote_spanned! {ret_span=>
+    // The braces are re-marked as generated (at the same place), so that lints about a block
+    // nested in a block do not fire on the user's body.
+    let stmts = &func.block.stmts;
+    let mut body = Group::new(Delimiter::Brace, quote!(#(#stmts)*));
+    body.set_span(Span::call_site().located_at(func.block.brace_token.span.join()));
+    let typed_edge = match &typed_ret {
+        Some(ret) => quote_spanned! {at_ret=>
             #[allow(
                 unreachable_code,
                 clippy::diverging_sub_expression,
@@ -266,25 +291,44 @@ fn generate(stack: &Stack, func: &ItemFn) -> TokenStream {
                 let #fake_return: #ret = loop {};
                 return #fake_return;
             }
-        }
-    } else {
-        TokenStream::new()
+        },
+        None => TokenStream::new(),
     };
+    // Innermost first: lock, then single-flight, then idempotency outermost. The layer calls
+    // sit at the return type too (see above). A layer handed to another one is wrapped in an
+    // async block, so the outer layer bounds a plain future rather than the inner layer's
+    // opaque one, whose unmet bounds would otherwise be reported a second time.
+    let call_here = with_span(&call, at_ret);
+    let fingerprint_here = with_span(&fingerprint, at_ret);
+    let layer_call = |kind: Kind, inner: TokenStream| match kind {
+        Kind::Idempotent => quote_spanned! {at_ret=>
+            #krate_here::__private::idempotent(#call_here, #fingerprint_here, #inner)
+        },
+        Kind::SingleFlight => quote_spanned! {at_ret=>
+            #krate_here::__private::single_flight(#call_here, #inner)
+        },
+        Kind::DistributedLock => quote_spanned! {at_ret=>
+            #krate_here::__private::distributed_lock(#call_here, #inner)
+        },
+    };
+    let present: Vec<Kind> = Kind::ALL
+        .into_iter()
+        .rev()
+        .filter(|kind| stack.has(*kind))
+        .collect();
     let mut layered = quote!(async move { #typed_edge #body });
-    // Innermost first: lock, then single-flight, then idempotency outermost.
-    if stack.lock.is_some() {
-        layered = quote_spanned!(ret_span=> #krate_at_ret::__private::distributed_lock(#call, #layered));
+    for (index, kind) in present.iter().enumerate() {
+        let call = layer_call(*kind, layered);
+        layered = if index + 1 < present.len() {
+            quote_spanned!(at_ret=> async move { #call.await })
+        } else {
+            call
+        };
     }
-    if stack.single_flight {
-        layered = quote_spanned!(ret_span=> #krate_at_ret::__private::single_flight(#call, #layered));
-    }
-    if stack.idempotency.is_some() {
-        layered = quote_spanned!(ret_span=> #krate_at_ret::__private::idempotent(#call, #fingerprint, #layered));
-    }
+    let run = quote_spanned!(at_ret=> #call_here.run(#layered).await);
 
     let statements = quote! {
         const #marker: () = ();
-        #checks
         static #op: #krate::__private::OpSpec = #krate::__private::OpSpec {
             name: #name,
             idempotency: #idempotency_spec,
@@ -294,7 +338,7 @@ fn generate(stack: &Stack, func: &ItemFn) -> TokenStream {
         let #call = #krate::__private::Call::new(&#op, #coordinator, |#key| #key #(#parts)*);
         #fingerprint_stmt
         let #call = &#call;
-        #call.run(#layered).await
+        #run
     };
 
     let outer = func
@@ -312,5 +356,169 @@ fn generate(stack: &Stack, func: &ItemFn) -> TokenStream {
     quote! {
         #(#outer)*
         #vis #sig #block
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn expand(kind: Kind, args: &str, item: &str) -> String {
+        let args: TokenStream = args.parse().expect("test args lex");
+        let item: TokenStream = item.parse().expect("test item lexes");
+        expand_stack(kind, args, item).to_string()
+    }
+
+    fn position(haystack: &str, needle: &str) -> usize {
+        haystack
+            .find(needle)
+            .unwrap_or_else(|| panic!("`{needle}` not in:\n{haystack}"))
+    }
+
+    #[test]
+    fn layers_nest_in_canonical_order_whatever_the_written_order() {
+        let out = expand(
+            Kind::DistributedLock,
+            "lease = \"5m\"",
+            "#[single_flight] #[coord_core::idempotent(key_from = \"id\")] \
+             async fn f(id: u64) -> Result<u64, E> { Ok(id) }",
+        );
+        let idem = position(&out, ":: idempotent (");
+        let flight = position(&out, ":: single_flight (");
+        let lock = position(&out, ":: distributed_lock (");
+        assert!(idem < flight && flight < lock, "{out}");
+        assert!(!out.contains("# [single_flight]"), "{out}");
+        assert!(out.contains("from_millis (300000u64)"), "{out}");
+        assert!(!out.contains("compile_error"), "{out}");
+    }
+
+    #[test]
+    fn foreign_attributes_stay_in_their_order() {
+        let out = expand(
+            Kind::SingleFlight,
+            "",
+            "/// Docs. \n #[inline] #[distributed_lock] #[cfg(all())] #[allow(dead_code)] \
+             pub async fn f() -> Result<(), E> { Ok(()) }",
+        );
+        let doc = position(&out, "doc =");
+        let inline = position(&out, "# [inline]");
+        let cfg = position(&out, "# [cfg (all ())]");
+        let allow = position(&out, "# [allow (dead_code)]");
+        assert!(doc < inline && inline < cfg && cfg < allow, "{out}");
+        assert!(out.starts_with("# [doc"), "{out}");
+        assert!(out.contains("pub async fn f ()"), "{out}");
+    }
+
+    #[test]
+    fn errors_keep_the_function_and_drop_the_taken_in_attributes() {
+        let out = expand(
+            Kind::Idempotent,
+            "",
+            "#[distributed_lock(lease = \"soon\")] async fn f(id: u64) -> Result<(), E> { Ok(()) }",
+        );
+        assert_eq!(out.matches("compile_error").count(), 2, "{out}");
+        assert!(out.contains("async fn f (id : u64)"), "{out}");
+        assert!(!out.contains("# [distributed_lock"), "{out}");
+        assert!(!out.contains(MARKER), "{out}");
+    }
+
+    #[test]
+    fn a_second_expansion_is_refused() {
+        let once = expand(
+            Kind::DistributedLock,
+            "",
+            "async fn f() -> Result<(), E> { Ok(()) }",
+        );
+        let twice = expand(Kind::Idempotent, "key_from = \"x\"", &once);
+        assert!(twice.contains("compile_error"), "{twice}");
+        assert!(twice.contains("was not taken in"), "{twice}");
+    }
+
+    #[test]
+    fn odd_input_gives_errors_not_panics() {
+        let item = "async fn f(id: u64, (a, b): (u8, u8), s: S) -> Result<(), E> { Ok(()) }";
+        for args in [
+            "key_from",
+            "key_from =",
+            "= 3",
+            "key_from = [1, 2]",
+            "key_from = []",
+            "key_from = \"\"",
+            "key_from = \"a..b\"",
+            "key_from = \"0\"",
+            "key_from = \"r#type\"",
+            "key_from = \"fn\"",
+            "key_from = \"self\"",
+            "key_from = id()",
+            "key_from = \"id\" lease",
+            "crate = 5",
+            "crate = \"::\"",
+            "name = \"\u{e9}\"",
+            "name = \"\"",
+            "name = 5",
+            "coordinator = \"(\"",
+            "coordinator = \"\"",
+            "lease = 5",
+            "lease = \"0s\"",
+            "lease = \"99999999999999999999999h\"",
+            "fenced = 1",
+            "on_backend_error = 3",
+            "on_backend_error = fail_open, on_backend_error = \"x\"",
+            "renew = \"10s\", on_lost = \"abort\"",
+            "key_from = \"id\",,",
+            "(key_from = \"id\")",
+        ] {
+            for kind in Kind::ALL {
+                let out = expand(kind, args, item);
+                assert!(out.contains("compile_error"), "{kind:?} {args}: {out}");
+                assert!(out.contains("async fn f"), "{kind:?} {args}: {out}");
+            }
+        }
+    }
+
+    #[test]
+    fn bare_and_tuple_field_paths_are_accepted() {
+        let item = "async fn f(id: (u64, u8), s: S) -> Result<(), E> { Ok(()) }";
+        for args in [
+            "key_from = \"s.0\"",
+            "key_from = id.0",
+            "key_from = [s.name, \"id\"]",
+        ] {
+            let out = expand(Kind::DistributedLock, args, item);
+            assert!(!out.contains("compile_error"), "{args}: {out}");
+        }
+    }
+
+    #[test]
+    fn non_functions_are_passed_through_with_an_error() {
+        let out = expand(Kind::SingleFlight, "", "struct S;");
+        assert!(out.contains("compile_error"), "{out}");
+        assert!(out.contains("struct S ;"), "{out}");
+        let out = expand(Kind::SingleFlight, "", "async fn f(&self);");
+        assert!(out.contains("compile_error"), "{out}");
+    }
+
+    #[test]
+    fn key_parts_follow_key_from_and_fingerprint_is_optional() {
+        let out = expand(
+            Kind::Idempotent,
+            "key_from = [\"order.customer_id\", region], fingerprint = [\"order\"]",
+            "async fn f(order: Order, region: String) -> Result<(), E> { Ok(()) }",
+        );
+        assert!(
+            out.contains(". part (& order . customer_id) . part (& region)"),
+            "{out}"
+        );
+        assert!(out.contains(". add (& order) . finish ()"), "{out}");
+
+        let out = expand(
+            Kind::Idempotent,
+            "key_from = \"id\"",
+            "async fn f(id: u64) -> Result<(), E> { Ok(()) }",
+        );
+        assert!(
+            out.contains("let __coord_fingerprint = :: core :: option :: Option :: None"),
+            "{out}"
+        );
     }
 }

@@ -33,11 +33,9 @@ pub(crate) fn not_a_function(kind: Kind, item: TokenStream) -> TokenStream {
 /// The function already carries an expansion of our attributes. It is passed through as is.
 pub(crate) fn expanded_twice(kind: Kind, func: &ItemFn) -> TokenStream {
     let message = format!(
-        "#[{0}] comes after coord attributes that were already expanded on this function. \
-         The first coord attribute takes in the others below it, but only those it recognises \
-         by name; this one was not, probably because it is imported under another name or added \
-         through `cfg_attr`. Write it as `#[{0}]` (or with its path, `#[coord_core::{0}]`) \
-         directly on the function",
+        "this #[{0}] was not taken in by the coord attribute above it, which already \
+         expanded this function: coord attributes are recognised by name, so do not import \
+         them under another one; write `#[{0}]` or `#[coord_core::{0}]`",
         kind.name()
     );
     let error = syn::Error::new(Span::call_site(), message).to_compile_error();

@@ -63,8 +63,8 @@ use crate::args::Kind;
 ///
 /// # Options
 ///
-/// Besides `key_from` (required here), `name`, `coordinator` and `crate` (see the crate
-/// documentation):
+/// Besides `key_from` (required, on this attribute or on another coord attribute of the same
+/// function), `name`, `coordinator` and `crate` (see the crate documentation):
 ///
 /// * `retention = "24h"`: how long a successful outcome is kept and replayed. Default `"24h"`.
 /// * `in_flight_lease = "30s"`: how long a running call's claim on the key lasts if its

@@ -120,6 +120,15 @@ fn check_paths(paths: &[KeyPath], option: &str, sig: &Signature, errors: &mut Er
 }
 
 impl Stack {
+    /// Whether the stack has the layer `kind`.
+    pub(crate) fn has(&self, kind: Kind) -> bool {
+        match kind {
+            Kind::Idempotent => self.idempotency.is_some(),
+            Kind::SingleFlight => self.single_flight,
+            Kind::DistributedLock => self.lock.is_some(),
+        }
+    }
+
     /// Merges the attributes found on one function (in source order) into one stack.
     pub(crate) fn build(layers: &[Args], sig: &Signature) -> Result<Stack, Errors> {
         let mut errors = Errors::default();
@@ -140,7 +149,12 @@ impl Stack {
 
         let key_from = shared(layers, "key_from", |l| l.key_from.as_ref(), &mut errors);
         let name = shared(layers, "name", |l| l.name.as_ref(), &mut errors);
-        let coordinator = shared(layers, "coordinator", |l| l.coordinator.as_ref(), &mut errors);
+        let coordinator = shared(
+            layers,
+            "coordinator",
+            |l| l.coordinator.as_ref(),
+            &mut errors,
+        );
         let krate = shared(layers, "crate", |l| l.krate.as_ref(), &mut errors);
 
         if let Some(key_from) = key_from {

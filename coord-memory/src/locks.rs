@@ -304,16 +304,34 @@ mod tests {
     #[tokio::test]
     async fn held_lock_refuses_a_single_attempt() {
         let table = LockTable::new();
-        assert!(table.acquire("k", 1, LEASE, Duration::ZERO, false).await.is_some());
-        assert!(table.acquire("k", 2, LEASE, Duration::ZERO, false).await.is_none());
+        assert!(
+            table
+                .acquire("k", 1, LEASE, Duration::ZERO, false)
+                .await
+                .is_some()
+        );
+        assert!(
+            table
+                .acquire("k", 2, LEASE, Duration::ZERO, false)
+                .await
+                .is_none()
+        );
         assert!(table.release("k", 1));
-        assert!(table.acquire("k", 2, LEASE, Duration::ZERO, false).await.is_some());
+        assert!(
+            table
+                .acquire("k", 2, LEASE, Duration::ZERO, false)
+                .await
+                .is_some()
+        );
     }
 
     #[tokio::test]
     async fn release_is_owner_scoped_and_idempotent() {
         let table = LockTable::new();
-        table.acquire("k", 1, LEASE, Duration::ZERO, false).await.unwrap();
+        table
+            .acquire("k", 1, LEASE, Duration::ZERO, false)
+            .await
+            .unwrap();
         assert!(!table.release("k", 2));
         assert!(table.release("k", 1));
         assert!(!table.release("k", 1));
@@ -323,10 +341,21 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn expired_holder_loses_the_lock() {
         let table = LockTable::new();
-        table.acquire("k", 1, Duration::from_secs(1), Duration::ZERO, false).await.unwrap();
+        table
+            .acquire("k", 1, Duration::from_secs(1), Duration::ZERO, false)
+            .await
+            .unwrap();
         tokio::time::advance(Duration::from_millis(1001)).await;
-        assert!(table.acquire("k", 2, LEASE, Duration::ZERO, false).await.is_some());
-        assert!(!table.release("k", 1), "the lapsed holder must not free the new one");
+        assert!(
+            table
+                .acquire("k", 2, LEASE, Duration::ZERO, false)
+                .await
+                .is_some()
+        );
+        assert!(
+            !table.release("k", 1),
+            "the lapsed holder must not free the new one"
+        );
         assert!(!table.renew("k", 1, LEASE));
         assert!(table.release("k", 2));
     }
@@ -334,9 +363,14 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn waiter_takes_over_when_holder_lease_ends() {
         let table = LockTable::new();
-        table.acquire("k", 1, Duration::from_secs(2), Duration::ZERO, false).await.unwrap();
+        table
+            .acquire("k", 1, Duration::from_secs(2), Duration::ZERO, false)
+            .await
+            .unwrap();
         let started = Instant::now();
-        let grant = table.acquire("k", 2, LEASE, Duration::from_secs(10), false).await;
+        let grant = table
+            .acquire("k", 2, LEASE, Duration::from_secs(10), false)
+            .await;
         assert!(grant.unwrap().contended);
         assert_eq!(started.elapsed(), Duration::from_secs(2));
     }
@@ -344,20 +378,32 @@ mod tests {
     #[tokio::test]
     async fn release_hands_off_to_the_first_waiter_only() {
         let table = Arc::new(LockTable::new());
-        table.acquire("k", 1, LEASE, Duration::ZERO, false).await.unwrap();
+        table
+            .acquire("k", 1, LEASE, Duration::ZERO, false)
+            .await
+            .unwrap();
         let first = tokio::spawn({
             let t = table.clone();
-            async move { t.acquire("k", 2, LEASE, Duration::from_secs(30), false).await }
+            async move {
+                t.acquire("k", 2, LEASE, Duration::from_secs(30), false)
+                    .await
+            }
         });
         tokio::time::sleep(Duration::from_millis(20)).await;
         let second = tokio::spawn({
             let t = table.clone();
-            async move { t.acquire("k", 3, LEASE, Duration::from_millis(300), false).await }
+            async move {
+                t.acquire("k", 3, LEASE, Duration::from_millis(300), false)
+                    .await
+            }
         });
         tokio::time::sleep(Duration::from_millis(20)).await;
         table.release("k", 1);
         assert!(first.await.unwrap().is_some());
-        assert!(second.await.unwrap().is_none(), "one release wakes one waiter");
+        assert!(
+            second.await.unwrap().is_none(),
+            "one release wakes one waiter"
+        );
         assert!(table.release("k", 2));
         assert!(table.is_empty());
     }
@@ -365,15 +411,24 @@ mod tests {
     #[tokio::test]
     async fn cancelled_waiter_passes_a_handed_lock_on() {
         let table = Arc::new(LockTable::new());
-        table.acquire("k", 1, LEASE, Duration::ZERO, false).await.unwrap();
+        table
+            .acquire("k", 1, LEASE, Duration::ZERO, false)
+            .await
+            .unwrap();
         let cancelled = tokio::spawn({
             let t = table.clone();
-            async move { t.acquire("k", 2, LEASE, Duration::from_secs(30), false).await }
+            async move {
+                t.acquire("k", 2, LEASE, Duration::from_secs(30), false)
+                    .await
+            }
         });
         tokio::time::sleep(Duration::from_millis(20)).await;
         let patient = tokio::spawn({
             let t = table.clone();
-            async move { t.acquire("k", 3, LEASE, Duration::from_secs(30), false).await }
+            async move {
+                t.acquire("k", 3, LEASE, Duration::from_secs(30), false)
+                    .await
+            }
         });
         tokio::time::sleep(Duration::from_millis(20)).await;
         cancelled.abort();
@@ -387,11 +442,20 @@ mod tests {
     #[tokio::test]
     async fn fencing_tokens_increase_and_exist_only_when_fenced() {
         let table = LockTable::new();
-        let a = table.acquire("k", 1, LEASE, Duration::ZERO, true).await.unwrap();
+        let a = table
+            .acquire("k", 1, LEASE, Duration::ZERO, true)
+            .await
+            .unwrap();
         table.release("k", 1);
-        let b = table.acquire("k", 2, LEASE, Duration::ZERO, true).await.unwrap();
+        let b = table
+            .acquire("k", 2, LEASE, Duration::ZERO, true)
+            .await
+            .unwrap();
         table.release("k", 2);
-        let c = table.acquire("k", 3, LEASE, Duration::ZERO, false).await.unwrap();
+        let c = table
+            .acquire("k", 3, LEASE, Duration::ZERO, false)
+            .await
+            .unwrap();
         assert!(a.fencing_token.unwrap() < b.fencing_token.unwrap());
         assert_eq!(c.fencing_token, None);
     }

@@ -183,7 +183,13 @@ impl RecordStore {
 
     /// Stores `payload` for `retention` if `owner` holds the marker at `key`. The fingerprint
     /// given at claim time stays with the record.
-    pub fn complete(&self, key: &str, owner: u128, payload: Arc<[u8]>, retention: Duration) -> bool {
+    pub fn complete(
+        &self,
+        key: &str,
+        owner: u128,
+        payload: Arc<[u8]>,
+        retention: Duration,
+    ) -> bool {
         let mut done = false;
         self.cache.entry(key.into()).and_compute_with(|existing| {
             match existing.map(|e| e.into_value()) {
@@ -200,6 +206,34 @@ impl RecordStore {
                         payload,
                         fingerprint,
                         retention,
+                    })
+                }
+                _ => Op::Nop,
+            }
+        });
+        done
+    }
+
+    /// Extends `owner`'s live marker at `key` to `lease` from now. `false` when the marker is
+    /// gone, lapsed, completed or someone else's.
+    pub fn renew(&self, key: &str, owner: u128, lease: Duration) -> bool {
+        let mut done = false;
+        self.cache.entry(key.into()).and_compute_with(|existing| {
+            match existing.map(|e| e.into_value()) {
+                Some(Record::InFlight {
+                    owner: holder,
+                    fingerprint,
+                    expires_at,
+                    settled,
+                    ..
+                }) if holder == owner && expires_at > Instant::now() => {
+                    done = true;
+                    Op::Put(Record::InFlight {
+                        owner,
+                        fingerprint,
+                        lease,
+                        expires_at: Instant::now() + lease,
+                        settled,
                     })
                 }
                 _ => Op::Nop,
@@ -246,7 +280,9 @@ impl RecordStore {
         // Re-check after registering, so a settle between the read and the registration is
         // not missed.
         match self.cache.get(key) {
-            Some(Record::InFlight { owner: now_owner, .. }) if now_owner == owner => {}
+            Some(Record::InFlight {
+                owner: now_owner, ..
+            }) if now_owner == owner => {}
             _ => return,
         }
         let until = expires_at.min(Instant::now() + timeout);
@@ -269,12 +305,22 @@ mod tests {
             Claim::InFlight { fingerprint, .. } => assert_eq!(fingerprint, Some([7; 16])),
             other => panic!("expected the marker in flight, got {other:?}"),
         }
-        assert!(!store.complete("k", 2, Arc::from(&b"x"[..]), DAY), "only the owner completes");
+        assert!(
+            !store.complete("k", 2, Arc::from(&b"x"[..]), DAY),
+            "only the owner completes"
+        );
         assert!(store.complete("k", 1, Arc::from(&b"ok"[..]), DAY));
         match store.claim("k", 3, LEASE, None) {
-            Claim::Completed { payload, fingerprint } => {
+            Claim::Completed {
+                payload,
+                fingerprint,
+            } => {
                 assert_eq!(&*payload, b"ok");
-                assert_eq!(fingerprint, Some([7; 16]), "the fingerprint survives completion");
+                assert_eq!(
+                    fingerprint,
+                    Some([7; 16]),
+                    "the fingerprint survives completion"
+                );
             }
             other => panic!("expected a completed record, got {other:?}"),
         }
@@ -313,6 +359,9 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(50)).await;
         store.complete("k", 1, Arc::from(&b"v"[..]), DAY);
         let waited = waiter.await.unwrap();
-        assert!(waited < Duration::from_secs(10), "woken by completion, not by timeout: {waited:?}");
+        assert!(
+            waited < Duration::from_secs(10),
+            "woken by completion, not by timeout: {waited:?}"
+        );
     }
 }

@@ -38,12 +38,21 @@ pub async fn lock_single_attempt_refused_when_held(c: Coordinator) {
     let p = c.lock_provider();
     let k = key(&c, "single");
     let (a, b) = (OwnerToken::new(), OwnerToken::new());
-    let grant = p.acquire(lock_req(&k, a, LONG, Duration::ZERO)).await.unwrap();
+    let grant = p
+        .acquire(lock_req(&k, a, LONG, Duration::ZERO))
+        .await
+        .unwrap();
     assert!(grant.is_some(), "a free lock is granted");
-    let refused = p.acquire(lock_req(&k, b, LONG, Duration::ZERO)).await.unwrap();
+    let refused = p
+        .acquire(lock_req(&k, b, LONG, Duration::ZERO))
+        .await
+        .unwrap();
     assert_eq!(refused, None, "a held lock refuses a single attempt");
     assert_eq!(p.release(&k, a).await.unwrap(), ReleaseOutcome::Released);
-    let again = p.acquire(lock_req(&k, b, LONG, Duration::ZERO)).await.unwrap();
+    let again = p
+        .acquire(lock_req(&k, b, LONG, Duration::ZERO))
+        .await
+        .unwrap();
     assert!(again.is_some(), "released lock is free");
     p.release(&k, b).await.unwrap();
 }
@@ -53,9 +62,15 @@ pub async fn lock_release_is_owner_scoped_and_idempotent(c: Coordinator) {
     let p = c.lock_provider();
     let k = key(&c, "owner-scoped");
     let (a, b) = (OwnerToken::new(), OwnerToken::new());
-    p.acquire(lock_req(&k, a, LONG, Duration::ZERO)).await.unwrap().unwrap();
+    p.acquire(lock_req(&k, a, LONG, Duration::ZERO))
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(p.release(&k, b).await.unwrap(), ReleaseOutcome::NotHeld);
-    let still = p.acquire(lock_req(&k, b, LONG, Duration::ZERO)).await.unwrap();
+    let still = p
+        .acquire(lock_req(&k, b, LONG, Duration::ZERO))
+        .await
+        .unwrap();
     assert_eq!(still, None, "a stranger's release must not free the lock");
     assert_eq!(p.release(&k, a).await.unwrap(), ReleaseOutcome::Released);
     assert_eq!(p.release(&k, a).await.unwrap(), ReleaseOutcome::NotHeld);
@@ -76,7 +91,10 @@ pub async fn lock_expired_holder_is_replaced(c: Coordinator) {
         .acquire(lock_req(&k, b, LONG, Duration::from_secs(5)))
         .await
         .unwrap();
-    assert!(grant.is_some(), "the lapsed lease frees the lock for a waiter");
+    assert!(
+        grant.is_some(),
+        "the lapsed lease frees the lock for a waiter"
+    );
     assert!(
         started.elapsed() < Duration::from_millis(200) + Duration::from_secs(2),
         "replaced within lease + margin, took {:?}",
@@ -87,8 +105,14 @@ pub async fn lock_expired_holder_is_replaced(c: Coordinator) {
         ReleaseOutcome::NotHeld,
         "the lapsed holder's release reports it"
     );
-    let refused = p.acquire(lock_req(&k, d, LONG, Duration::ZERO)).await.unwrap();
-    assert_eq!(refused, None, "the lapsed holder's release freed the new holder");
+    let refused = p
+        .acquire(lock_req(&k, d, LONG, Duration::ZERO))
+        .await
+        .unwrap();
+    assert_eq!(
+        refused, None,
+        "the lapsed holder's release freed the new holder"
+    );
     assert_eq!(p.release(&k, b).await.unwrap(), ReleaseOutcome::Released);
 }
 
@@ -97,7 +121,10 @@ pub async fn lock_waiter_is_woken_by_release(c: Coordinator) {
     let p = c.lock_provider().clone();
     let k = key(&c, "wake");
     let a = OwnerToken::new();
-    p.acquire(lock_req(&k, a, LONG, Duration::ZERO)).await.unwrap().unwrap();
+    p.acquire(lock_req(&k, a, LONG, Duration::ZERO))
+        .await
+        .unwrap()
+        .unwrap();
     let waiter = tokio::spawn({
         let (p, k) = (p.clone(), k.clone());
         async move {
@@ -114,7 +141,10 @@ pub async fn lock_waiter_is_woken_by_release(c: Coordinator) {
     p.release(&k, a).await.unwrap();
     let (grant, granted_at, b) = waiter.await.unwrap();
     let grant = grant.expect("the waiter gets the lock");
-    assert!(grant.contended, "a grant after waiting is reported as contended");
+    assert!(
+        grant.contended,
+        "a grant after waiting is reported as contended"
+    );
     let handoff = granted_at.saturating_duration_since(released_at);
     assert!(
         handoff < Duration::from_millis(700),
@@ -128,7 +158,10 @@ pub async fn lock_release_wakes_one_waiter(c: Coordinator) {
     let p = c.lock_provider().clone();
     let k = key(&c, "wake-one");
     let a = OwnerToken::new();
-    p.acquire(lock_req(&k, a, LONG, Duration::ZERO)).await.unwrap().unwrap();
+    p.acquire(lock_req(&k, a, LONG, Duration::ZERO))
+        .await
+        .unwrap()
+        .unwrap();
     let granted = Arc::new(AtomicUsize::new(0));
     let spawn_waiter = |wait: Duration| {
         let (p, k, granted) = (p.clone(), k.clone(), granted.clone());
@@ -148,7 +181,10 @@ pub async fn lock_release_wakes_one_waiter(c: Coordinator) {
     p.release(&k, a).await.unwrap();
     let winner = first.await.unwrap().expect("the first waiter is woken");
     let loser = second.await.unwrap();
-    assert!(loser.is_none(), "the second waiter must still be waiting: one release, one wake");
+    assert!(
+        loser.is_none(),
+        "the second waiter must still be waiting: one release, one wake"
+    );
     assert_eq!(granted.load(Ordering::SeqCst), 1);
     p.release(&k, winner).await.unwrap();
 }
@@ -181,7 +217,10 @@ pub async fn lock_fencing_tokens_increase_only_when_fenced(c: Coordinator) {
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(unfenced.fencing_token, None, "no token is made up for unfenced locks");
+    assert_eq!(
+        unfenced.fencing_token, None,
+        "no token is made up for unfenced locks"
+    );
     p.release(&k, me).await.unwrap();
 }
 
@@ -197,7 +236,10 @@ pub async fn lock_renew_is_owner_scoped(c: Coordinator) {
     assert_eq!(p.renew(&k, b, LONG).await.unwrap(), RenewOutcome::Lost);
     assert_eq!(p.renew(&k, a, LONG).await.unwrap(), RenewOutcome::Renewed);
     tokio::time::sleep(Duration::from_millis(700)).await;
-    let refused = p.acquire(lock_req(&k, b, LONG, Duration::ZERO)).await.unwrap();
+    let refused = p
+        .acquire(lock_req(&k, b, LONG, Duration::ZERO))
+        .await
+        .unwrap();
     assert_eq!(refused, None, "the renewed lease outlives the original one");
     p.release(&k, a).await.unwrap();
     assert_eq!(p.renew(&k, a, LONG).await.unwrap(), RenewOutcome::Lost);
@@ -240,7 +282,10 @@ pub async fn idempotency_claim_complete_replay(c: Coordinator) {
         }
         other => panic!("expected completed, got {other:?}"),
     }
-    assert!(!s.abandon(&k, a).await.unwrap(), "a completed record is not abandoned");
+    assert!(
+        !s.abandon(&k, a).await.unwrap(),
+        "a completed record is not abandoned"
+    );
 }
 
 /// Abandon removes only the owner's marker; a lapsed marker can be claimed again and its old
@@ -265,7 +310,10 @@ pub async fn idempotency_abandon_and_lapse(c: Coordinator) {
     tokio::time::sleep(Duration::from_millis(450)).await;
     assert_eq!(s.claim(req(d, LONG)).await.unwrap(), ClaimOutcome::Claimed);
     let late: Arc<[u8]> = Arc::from(&b"1"[..]);
-    assert!(!s.complete(&k, b, late, LONG).await.unwrap(), "a lapsed owner cannot complete");
+    assert!(
+        !s.complete(&k, b, late, LONG).await.unwrap(),
+        "a lapsed owner cannot complete"
+    );
     assert!(s.abandon(&k, d).await.unwrap());
 }
 
@@ -275,7 +323,10 @@ pub async fn idempotency_wait_settled_wakes_on_completion(c: Coordinator) {
     let k = key(&c, "settle");
     let started = Instant::now();
     s.wait_settled(&k, Duration::from_secs(10)).await.unwrap();
-    assert!(started.elapsed() < Duration::from_secs(2), "no marker: no wait");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "no marker: no wait"
+    );
 
     let a = OwnerToken::new();
     s.claim(ClaimRequest {
@@ -298,7 +349,10 @@ pub async fn idempotency_wait_settled_wakes_on_completion(c: Coordinator) {
     s.complete(&k, a, Arc::from(&b"1"[..]), LONG).await.unwrap();
     let woke = waiter.await.unwrap();
     let delay = woke.saturating_duration_since(completed_at);
-    assert!(delay < Duration::from_secs(2), "woken by completion, took {delay:?}");
+    assert!(
+        delay < Duration::from_secs(2),
+        "woken by completion, took {delay:?}"
+    );
 }
 
 // ---- The same promises through the attributes ----
@@ -343,7 +397,11 @@ pub async fn attribute_lock_excludes_and_fences(c: Coordinator) {
     for t in tasks {
         t.await.unwrap();
     }
-    assert_eq!(overlaps.load(Ordering::SeqCst), 0, "two holders were inside at once");
+    assert_eq!(
+        overlaps.load(Ordering::SeqCst),
+        0,
+        "two holders were inside at once"
+    );
     let tokens = tokens.lock().unwrap();
     assert_eq!(tokens.len(), 256);
     assert!(
@@ -379,8 +437,15 @@ pub async fn attribute_idempotent_duplicates_run_once(c: Coordinator) {
     }))
     .await;
     let results: Vec<String> = concurrent.into_iter().map(|r| r.unwrap()).collect();
-    assert!(results.windows(2).all(|w| w[0] == w[1]), "all duplicates share one result");
-    assert_eq!(runs.load(Ordering::SeqCst), 2, "16 concurrent duplicates ran once");
+    assert!(
+        results.windows(2).all(|w| w[0] == w[1]),
+        "all duplicates share one result"
+    );
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        2,
+        "16 concurrent duplicates ran once"
+    );
 
     let reused = charge_once(&c, "req-1", 999, runs.clone()).await;
     assert!(
@@ -391,7 +456,12 @@ pub async fn attribute_idempotent_duplicates_run_once(c: Coordinator) {
 }
 
 #[idempotent(key_from = "request", coordinator = coord)]
-async fn flaky(coord: &Coordinator, request: u32, fail: bool, runs: Arc<AtomicU64>) -> Result<u32, CoordError> {
+async fn flaky(
+    coord: &Coordinator,
+    request: u32,
+    fail: bool,
+    runs: Arc<AtomicU64>,
+) -> Result<u32, CoordError> {
     runs.fetch_add(1, Ordering::SeqCst);
     if fail {
         Err(CoordError::InFlight {
@@ -407,12 +477,21 @@ pub async fn attribute_idempotent_errors_are_not_remembered(c: Coordinator) {
     let runs = Arc::new(AtomicU64::new(0));
     assert!(flaky(&c, 1, true, runs.clone()).await.is_err());
     assert_eq!(flaky(&c, 1, false, runs.clone()).await.unwrap(), 1);
-    assert_eq!(flaky(&c, 1, true, runs.clone()).await.unwrap(), 1, "now replayed");
+    assert_eq!(
+        flaky(&c, 1, true, runs.clone()).await.unwrap(),
+        1,
+        "now replayed"
+    );
     assert_eq!(runs.load(Ordering::SeqCst), 2);
 }
 
 #[distributed_lock(key_from = "slot", wait = "0s", coordinator = coord)]
-async fn hold_until(coord: &Coordinator, slot: u32, entered: Arc<AtomicBool>, release: Arc<tokio::sync::Notify>) -> Result<(), CoordError> {
+async fn hold_until(
+    coord: &Coordinator,
+    slot: u32,
+    entered: Arc<AtomicBool>,
+    release: Arc<tokio::sync::Notify>,
+) -> Result<(), CoordError> {
     entered.store(true, Ordering::SeqCst);
     release.notified().await;
     Ok(())
@@ -432,8 +511,14 @@ pub async fn attribute_lock_refusal_and_cancellation(c: Coordinator) {
     }
     let second_entered = Arc::new(AtomicBool::new(false));
     let refused = hold_until(&c, 1, second_entered.clone(), gate.clone()).await;
-    assert!(matches!(refused, Err(CoordError::LockNotAcquired { .. })), "got {refused:?}");
-    assert!(!second_entered.load(Ordering::SeqCst), "the refused body must not run");
+    assert!(
+        matches!(refused, Err(CoordError::LockNotAcquired { .. })),
+        "got {refused:?}"
+    );
+    assert!(
+        !second_entered.load(Ordering::SeqCst),
+        "the refused body must not run"
+    );
 
     holder.abort();
     let _ = holder.await;

@@ -42,7 +42,10 @@ impl InstrumentedProvider {
     }
 
     fn fault() -> BackendError {
-        BackendError::new(BackendErrorKind::Unavailable, "injected fault: backend down")
+        BackendError::new(
+            BackendErrorKind::Unavailable,
+            "injected fault: backend down",
+        )
     }
 }
 
@@ -138,8 +141,10 @@ struct FieldText<'a>(&'a mut BTreeMap<String, String>);
 
 impl tracing::field::Visit for FieldText<'_> {
     fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-        self.0
-            .insert(field.name().to_owned(), format!("{value:?}").trim_matches('"').to_owned());
+        self.0.insert(
+            field.name().to_owned(),
+            format!("{value:?}").trim_matches('"').to_owned(),
+        );
     }
 
     fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
@@ -150,7 +155,12 @@ impl tracing::field::Visit for FieldText<'_> {
 impl SpanRecorder {
     /// Every `coord` span seen so far, in creation order.
     pub fn spans(&self) -> Vec<RecordedSpan> {
-        self.spans.lock().unwrap().iter().map(|(_, s)| s.clone()).collect()
+        self.spans
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(_, s)| s.clone())
+            .collect()
     }
 
     /// The messages of every warning seen so far.
@@ -189,7 +199,11 @@ where
         }
     }
 
-    fn on_event(&self, event: &tracing::Event<'_>, _ctx: tracing_subscriber::layer::Context<'_, S>) {
+    fn on_event(
+        &self,
+        event: &tracing::Event<'_>,
+        _ctx: tracing_subscriber::layer::Context<'_, S>,
+    ) {
         if *event.metadata().level() == tracing::Level::WARN {
             let mut fields = BTreeMap::new();
             event.record(&mut FieldText(&mut fields));
@@ -198,5 +212,26 @@ where
                 .unwrap()
                 .push(fields.remove("message").unwrap_or_default());
         }
+    }
+}
+
+/// Polls `check` until it returns true, failing with `what` after `within`. For clean-up that
+/// providers may finish on another task (a detached release), where "promptly" means well
+/// inside the lease, not "before the next instruction".
+pub async fn eventually<F, Fut>(what: &str, within: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        if check().await {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not within {within:?}: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }

@@ -29,11 +29,22 @@ async fn the_fallback_warns_once_and_names_the_fix() {
         .into_iter()
         .filter(|w| w.contains("no coordinator installed"))
         .collect();
-    assert_eq!(warnings.len(), 1, "exactly one warning per process: {warnings:?}");
-    assert!(warnings[0].contains("within this process only"), "names the degradation");
+    assert_eq!(
+        warnings.len(),
+        1,
+        "exactly one warning per process: {warnings:?}"
+    );
+    assert!(
+        warnings[0].contains("within this process only"),
+        "names the degradation"
+    );
     assert!(warnings[0].contains("install"), "names the fix");
     assert!(Coordinator::current().is_in_process_only());
 
     let late = Coordinator::builder().memory().build().unwrap().install();
-    assert_eq!(late, Err(BuildError::AlreadyInstalled), "installing after use must fail loudly");
+    assert_eq!(
+        late,
+        Err(BuildError::AlreadyInstalled),
+        "installing after use must fail loudly"
+    );
 }

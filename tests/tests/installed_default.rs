@@ -29,16 +29,20 @@ async fn attributes_use_the_installed_coordinator() {
     while provider.acquires.load(std::sync::atomic::Ordering::SeqCst) == 0 {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    let held = provider
-        .inner
-        .lock_keys();
+    let held = provider.inner.lock_keys();
     assert_eq!(held, 1, "the call's lock lives in the installed provider");
     // The key is namespaced and named as configured.
     let key = "payflow:jobs.rebuild:acme";
     let stranger = OwnerToken::new();
     use coord_core::LockProvider;
     let refused = provider
-        .acquire(LockRequest { key, owner: stranger, lease: Duration::from_secs(1), wait: Duration::ZERO, fenced: false })
+        .acquire(LockRequest {
+            key,
+            owner: stranger,
+            lease: Duration::from_secs(1),
+            wait: Duration::ZERO,
+            fenced: false,
+        })
         .await
         .unwrap();
     assert_eq!(refused, None, "the held key is `payflow:jobs.rebuild:acme`");

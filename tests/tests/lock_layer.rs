@@ -9,10 +9,13 @@ use coord_core::{
     CoordError, Coordinator, LockOutcome, LockRequest, OnBackendError, OwnerToken,
     distributed_lock, fencing_token, observe,
 };
-use coord_tests::support::{InstrumentedProvider, SpanRecorder};
+use coord_tests::support::{InstrumentedProvider, SpanRecorder, eventually};
 
 fn lock_key(c: &Coordinator, op: &str, part: u64) -> String {
-    coord_core::KeyBuilder::new(c.namespace()).raw_segment(op).part(&part).finish()
+    coord_core::KeyBuilder::new(c.namespace())
+        .raw_segment(op)
+        .part(&part)
+        .finish()
 }
 
 async fn is_free(c: &Coordinator, key: &str) -> bool {
@@ -49,7 +52,10 @@ async fn asking_again_for_a_held_key_fails_at_once() {
     let (_, c) = InstrumentedProvider::coordinator("reentrant");
     let started = std::time::Instant::now();
     let nested = outer(&c, 1).await.unwrap();
-    assert!(matches!(nested, Err(CoordError::Reentrant { .. })), "got {nested:?}");
+    assert!(
+        matches!(nested, Err(CoordError::Reentrant { .. })),
+        "got {nested:?}"
+    );
     assert!(
         started.elapsed() < Duration::from_secs(5),
         "reentrancy must fail at once, not wait out the 10 s wait"
@@ -71,14 +77,21 @@ async fn a_panicking_body_releases_the_lock_at_once() {
         async move { panics_inside(&c, 3).await }
     });
     assert!(task.await.unwrap_err().is_panic());
-    assert!(
-        is_free(&c, &lock_key(&c, "tests.panics", 3)).await,
-        "the lock must be free right after the panic, not after its 30 s lease"
-    );
+    let key = lock_key(&c, "tests.panics", 3);
+    eventually(
+        "the lock is freed after the panic, long before its 30 s lease",
+        Duration::from_secs(2),
+        || is_free(&c, &key),
+    )
+    .await;
 }
 
 #[distributed_lock(key_from = "id", coordinator = c, name = "tests.cancel", lease = "60s")]
-async fn parks(c: &Coordinator, id: u64, entered: Arc<tokio::sync::Notify>) -> Result<(), CoordError> {
+async fn parks(
+    c: &Coordinator,
+    id: u64,
+    entered: Arc<tokio::sync::Notify>,
+) -> Result<(), CoordError> {
     entered.notify_one();
     std::future::pending::<()>().await;
     Ok(())
@@ -93,12 +106,23 @@ async fn a_dropped_caller_releases_the_lock_at_once() {
         _ = call => unreachable!("the body never finishes"),
         _ = entered.notified() => {}
     }
-    // `call` was dropped by select!: the lock must be free now.
-    assert!(is_free(&c, &lock_key(&c, "tests.cancel", 4)).await);
+    // `call` was dropped by select!: the lock must be freed promptly, not after its lease.
+    let key = lock_key(&c, "tests.cancel", 4);
+    eventually(
+        "the dropped caller's lock is freed",
+        Duration::from_secs(2),
+        || is_free(&c, &key),
+    )
+    .await;
 }
 
 #[distributed_lock(key_from = "id", coordinator = c, name = "tests.lapse", lease = "100ms")]
-async fn outlives_lease(c: &Coordinator, id: u64) -> Result<(), CoordError> {
+async fn outlives_lease(
+    c: &Coordinator,
+    id: u64,
+    entered: Arc<tokio::sync::Notify>,
+) -> Result<(), CoordError> {
+    entered.notify_one();
     tokio::time::sleep(Duration::from_millis(300)).await;
     Ok(())
 }
@@ -107,15 +131,16 @@ async fn outlives_lease(c: &Coordinator, id: u64) -> Result<(), CoordError> {
 async fn releasing_after_the_lease_lapsed_warns_and_frees_nobody() {
     use tracing_subscriber::layer::SubscriberExt;
     let recorder = SpanRecorder::default();
-    let _guard = tracing::subscriber::set_default(
-        tracing_subscriber::registry().with(recorder.clone()),
-    );
+    let _guard =
+        tracing::subscriber::set_default(tracing_subscriber::registry().with(recorder.clone()));
     let (_, c) = InstrumentedProvider::coordinator("lapse");
     let key = lock_key(&c, "tests.lapse", 5);
+    let entered = Arc::new(tokio::sync::Notify::new());
     let task = tokio::spawn({
-        let c = c.clone();
-        async move { outlives_lease(&c, 5).await }
+        let (c, entered) = (c.clone(), entered.clone());
+        async move { outlives_lease(&c, 5, entered).await }
     });
+    entered.notified().await;
     // Take the lock as soon as the first holder's lease lapses.
     let successor = OwnerToken::new();
     let grant = c
@@ -145,13 +170,21 @@ async fn releasing_after_the_lease_lapsed_warns_and_frees_nobody() {
 }
 
 #[distributed_lock(key_from = "id", coordinator = c, name = "tests.faults")]
-async fn closed(c: &Coordinator, id: u64, ran: Arc<std::sync::atomic::AtomicBool>) -> Result<(), CoordError> {
+async fn closed(
+    c: &Coordinator,
+    id: u64,
+    ran: Arc<std::sync::atomic::AtomicBool>,
+) -> Result<(), CoordError> {
     ran.store(true, Ordering::SeqCst);
     Ok(())
 }
 
 #[distributed_lock(key_from = "id", coordinator = c, name = "tests.faults", on_backend_error = "fail_open")]
-async fn open(c: &Coordinator, id: u64, ran: Arc<std::sync::atomic::AtomicBool>) -> Result<(), CoordError> {
+async fn open(
+    c: &Coordinator,
+    id: u64,
+    ran: Arc<std::sync::atomic::AtomicBool>,
+) -> Result<(), CoordError> {
     ran.store(true, Ordering::SeqCst);
     Ok(())
 }
@@ -163,13 +196,22 @@ async fn backend_faults_follow_the_policy() {
 
     let ran = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let (out, report) = observe(closed(&c, 1, ran.clone())).await;
-    assert!(matches!(out, Err(CoordError::Backend(_))), "fail_closed refuses: {out:?}");
-    assert!(!ran.load(Ordering::SeqCst), "fail_closed must not run the body");
+    assert!(
+        matches!(out, Err(CoordError::Backend(_))),
+        "fail_closed refuses: {out:?}"
+    );
+    assert!(
+        !ran.load(Ordering::SeqCst),
+        "fail_closed must not run the body"
+    );
     assert_eq!(report.lock, Some(LockOutcome::BackendError));
 
     let (out, report) = observe(open(&c, 1, ran.clone())).await;
     assert!(out.is_ok());
-    assert!(ran.load(Ordering::SeqCst), "fail_open runs the body unguarded");
+    assert!(
+        ran.load(Ordering::SeqCst),
+        "fail_open runs the body unguarded"
+    );
     assert_eq!(report.lock, Some(LockOutcome::FailedOpen));
     assert_eq!(c.metrics().fail_open_runs(), 1);
 
@@ -188,7 +230,10 @@ async fn backend_faults_follow_the_policy() {
 }
 
 #[distributed_lock(key_from = "id", coordinator = c, name = "tests.unfenced")]
-async fn unfenced(c: &Coordinator, id: u64) -> Result<Option<coord_core::FencingToken>, CoordError> {
+async fn unfenced(
+    c: &Coordinator,
+    id: u64,
+) -> Result<Option<coord_core::FencingToken>, CoordError> {
     Ok(fencing_token())
 }
 

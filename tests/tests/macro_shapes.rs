@@ -10,7 +10,9 @@ use coord_core::{
     idempotent, observe, single_flight,
 };
 
-#[derive(Debug)]
+// The payloads are only looked at through `Debug`.
+#[allow(dead_code)]
+#[derive(Debug, Clone)]
 enum AppError {
     Coord(CoordError),
     Parse(std::num::ParseIntError),
@@ -111,7 +113,10 @@ async fn arc_self_single_flight_shares_one_run() {
     assert_eq!(b.0.unwrap(), 4);
     let outcomes = [a.1.flight, b.1.flight];
     assert!(outcomes.contains(&Some(FlightOutcome::Led)), "{outcomes:?}");
-    assert!(outcomes.contains(&Some(FlightOutcome::Joined)), "{outcomes:?}");
+    assert!(
+        outcomes.contains(&Some(FlightOutcome::Joined)),
+        "{outcomes:?}"
+    );
     assert_eq!(service.fetches.load(Ordering::SeqCst), 1);
     let key = a.1.key.unwrap();
     assert!(key.ends_with("::quote:ACME"), "{key}");
@@ -148,10 +153,42 @@ async fn field_paths_question_mark_and_return() {
     assert_eq!(place(order("x"), 0).await.unwrap(), 0);
 }
 
+#[distributed_lock]
+#[idempotent(key_from = "id")]
+async fn guarded(id: String) -> Result<usize, AppError> {
+    tokio::task::yield_now().await;
+    Ok(id.len())
+}
+
+// Single-flight futures are left out until the runtime's flight future is `Send`.
 #[tokio::test]
 async fn generated_futures_are_send() {
-    let handle = tokio::spawn(charge("req-spawned".to_owned(), 9));
-    assert_eq!(handle.await.unwrap().unwrap(), 9);
+    let handle = tokio::spawn(observe(guarded("abc".to_owned())));
+    let (result, report) = handle.await.unwrap();
+    assert_eq!(result.unwrap(), 3);
+    assert_eq!(report.idempotency, Some(IdempotencyOutcome::Executed));
+    assert_eq!(report.lock, Some(LockOutcome::Acquired));
+}
+
+#[single_flight(key_from = "id")]
+#[distributed_lock]
+#[idempotent]
+async fn all_layers(id: String) -> Result<usize, AppError> {
+    tokio::task::yield_now().await;
+    Ok(id.len())
+}
+
+#[tokio::test]
+async fn all_three_layers_report() {
+    let (result, report) = observe(all_layers("abcd".to_owned())).await;
+    assert_eq!(result.unwrap(), 4);
+    assert_eq!(report.idempotency, Some(IdempotencyOutcome::Executed));
+    assert_eq!(report.flight, Some(FlightOutcome::Led));
+    assert_eq!(report.lock, Some(LockOutcome::Acquired));
+    let (again, report) = observe(all_layers("abcd".to_owned())).await;
+    assert_eq!(again.unwrap(), 4);
+    assert!(report.replayed());
+    assert_eq!((report.flight, report.lock), (None, None));
 }
 
 #[distributed_lock(key_from = "id", fenced = true)]

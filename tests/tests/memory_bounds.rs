@@ -2,7 +2,9 @@
 
 use std::sync::Arc;
 
-use coord_core::{CoordError, Coordinator, MemoryProvider, distributed_lock, open_flights, single_flight};
+use coord_core::{
+    CoordError, Coordinator, MemoryProvider, distributed_lock, open_flights, single_flight,
+};
 
 #[single_flight(key_from = "id")]
 #[distributed_lock(key_from = "id", coordinator = c, name = "bounds")]
@@ -13,7 +15,11 @@ async fn touch(c: &Coordinator, id: u64) -> Result<u64, CoordError> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_million_released_keys_leave_no_state() {
     let provider = Arc::new(MemoryProvider::new());
-    let c = Coordinator::builder().namespace("bounds").provider(provider.clone()).build().unwrap();
+    let c = Coordinator::builder()
+        .namespace("bounds")
+        .provider(provider.clone())
+        .build()
+        .unwrap();
     let tasks: Vec<_> = (0..4u64)
         .map(|shard| {
             let c = c.clone();
@@ -28,6 +34,10 @@ async fn a_million_released_keys_leave_no_state() {
     for t in tasks {
         t.await.unwrap();
     }
-    assert_eq!(provider.lock_keys(), 0, "no lock entry survives its release");
+    assert_eq!(
+        provider.lock_keys(),
+        0,
+        "no lock entry survives its release"
+    );
     assert_eq!(open_flights(), 0, "no flight entry survives its flight");
 }

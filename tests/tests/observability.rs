@@ -54,12 +54,22 @@ async fn spans_carry_the_op_and_each_outcome() {
     assert_eq!(field(0, "op"), "obs.charge");
     assert_eq!(field(0, "idempotency"), "executed");
     assert_eq!(field(0, "lock"), "acquired");
-    assert!(!field(0, "fencing_token").is_empty(), "fenced locks record their token");
+    assert!(
+        !field(0, "fencing_token").is_empty(),
+        "fenced locks record their token"
+    );
     assert_eq!(field(1, "idempotency"), "replayed");
     assert_eq!(field(1, "lock"), "", "a replay never reaches the lock");
     let flights: Vec<String> = (2..4).map(|i| field(i, "single_flight")).collect();
-    assert!(flights.contains(&"led".to_owned()) && flights.contains(&"joined".to_owned()), "{flights:?}");
-    assert!(field(2, "op").ends_with("::shared"), "default name is module path + fn: {}", field(2, "op"));
+    assert!(
+        flights.contains(&"led".to_owned()) && flights.contains(&"joined".to_owned()),
+        "{flights:?}"
+    );
+    assert!(
+        field(2, "op").ends_with("::shared"),
+        "default name is module path + fn: {}",
+        field(2, "op")
+    );
     assert_eq!(field(4, "lock"), "acquired");
     assert_eq!(field(5, "lock"), "not_acquired");
 }

@@ -15,7 +15,11 @@ use coord_tests::support::InstrumentedProvider;
 #[distributed_lock(key_from = "id", coordinator = c, name = "tests.order.a", wait = "0s")]
 #[single_flight]
 #[idempotent(key_from = "id")]
-async fn written_backwards(c: &Coordinator, id: u64, runs: Arc<AtomicUsize>) -> Result<u64, CoordError> {
+async fn written_backwards(
+    c: &Coordinator,
+    id: u64,
+    runs: Arc<AtomicUsize>,
+) -> Result<u64, CoordError> {
     runs.fetch_add(1, Ordering::SeqCst);
     tokio::time::sleep(Duration::from_millis(150)).await;
     Ok(id)
@@ -26,14 +30,21 @@ async fn written_backwards(c: &Coordinator, id: u64, runs: Arc<AtomicUsize>) -> 
 #[allow(clippy::unused_async)]
 #[single_flight(key_from = "id")]
 #[distributed_lock(wait = "0s")]
-async fn written_forwards(c: &Coordinator, id: u64, runs: Arc<AtomicUsize>) -> Result<u64, CoordError> {
+async fn written_forwards(
+    c: &Coordinator,
+    id: u64,
+    runs: Arc<AtomicUsize>,
+) -> Result<u64, CoordError> {
     runs.fetch_add(1, Ordering::SeqCst);
     tokio::time::sleep(Duration::from_millis(150)).await;
     Ok(id)
 }
 
 fn key(c: &Coordinator, op: &str, id: u64) -> String {
-    coord_core::KeyBuilder::new(c.namespace()).raw_segment(op).part(&id).finish()
+    coord_core::KeyBuilder::new(c.namespace())
+        .raw_segment(op)
+        .part(&id)
+        .finish()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -42,7 +53,11 @@ async fn a_replay_touches_no_lock_in_either_order() {
         let (provider, c) = InstrumentedProvider::coordinator("order");
         let runs = Arc::new(AtomicUsize::new(0));
         let call = |c: Coordinator, runs| async move {
-            if backwards { written_backwards(&c, 1, runs).await } else { written_forwards(&c, 1, runs).await }
+            if backwards {
+                written_backwards(&c, 1, runs).await
+            } else {
+                written_forwards(&c, 1, runs).await
+            }
         };
         assert_eq!(call(c.clone(), runs.clone()).await.unwrap(), 1);
         let acquires = provider.acquires.load(Ordering::SeqCst);
@@ -53,7 +68,13 @@ async fn a_replay_touches_no_lock_in_either_order() {
         let stranger = OwnerToken::new();
         let k = key(&c, op, 1);
         c.lock_provider()
-            .acquire(LockRequest { key: &k, owner: stranger, lease: Duration::from_secs(30), wait: Duration::ZERO, fenced: false })
+            .acquire(LockRequest {
+                key: &k,
+                owner: stranger,
+                lease: Duration::from_secs(30),
+                wait: Duration::ZERO,
+                fenced: false,
+            })
             .await
             .unwrap()
             .unwrap();
@@ -61,15 +82,26 @@ async fn a_replay_touches_no_lock_in_either_order() {
         assert_eq!(replayed.unwrap(), 1, "{op}: the replay answered");
         assert!(report.replayed(), "{op}");
         assert_eq!(report.lock, None, "{op}: a replay never reaches the lock");
-        assert_eq!(report.flight, None, "{op}: a replay never reaches single-flight");
-        assert_eq!(provider.acquires.load(Ordering::SeqCst), acquires + 1, "{op}: only the stranger acquired");
+        assert_eq!(
+            report.flight, None,
+            "{op}: a replay never reaches single-flight"
+        );
+        assert_eq!(
+            provider.acquires.load(Ordering::SeqCst),
+            acquires + 1,
+            "{op}: only the stranger acquired"
+        );
         assert_eq!(runs.load(Ordering::SeqCst), 1);
     }
 }
 
 #[single_flight(key_from = "id")]
 #[distributed_lock(key_from = "id", coordinator = c, name = "tests.order.c", wait = "0s")]
-async fn coalesced_lock(c: &Coordinator, id: u64, runs: Arc<AtomicUsize>) -> Result<u64, CoordError> {
+async fn coalesced_lock(
+    c: &Coordinator,
+    id: u64,
+    runs: Arc<AtomicUsize>,
+) -> Result<u64, CoordError> {
     runs.fetch_add(1, Ordering::SeqCst);
     tokio::time::sleep(Duration::from_millis(200)).await;
     Ok(id)
@@ -80,21 +112,31 @@ async fn followers_share_the_leaders_run_without_touching_the_lock() {
     let (provider, c) = InstrumentedProvider::coordinator("coalesce");
     let runs = Arc::new(AtomicUsize::new(0));
     let calls: Vec<_> = (0..8)
-        .map(|_| tokio::spawn({
-            let (c, runs) = (c.clone(), runs.clone());
-            async move { observe(coalesced_lock(&c, 2, runs)).await }
-        }))
+        .map(|_| {
+            tokio::spawn({
+                let (c, runs) = (c.clone(), runs.clone());
+                async move { observe(coalesced_lock(&c, 2, runs)).await }
+            })
+        })
         .collect();
     let mut joined = 0;
     for call in calls {
         let (out, report) = call.await.unwrap();
-        assert_eq!(out.unwrap(), 2, "with wait = 0s a second lock attempt would have failed");
+        assert_eq!(
+            out.unwrap(),
+            2,
+            "with wait = 0s a second lock attempt would have failed"
+        );
         if report.flight == Some(FlightOutcome::Joined) {
             joined += 1;
             assert_eq!(report.lock, None, "a follower never reaches the lock");
         }
     }
     assert_eq!(joined, 7);
-    assert_eq!(provider.acquires.load(Ordering::SeqCst), 1, "one lock acquisition for 8 callers");
+    assert_eq!(
+        provider.acquires.load(Ordering::SeqCst),
+        1,
+        "one lock acquisition for 8 callers"
+    );
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 }

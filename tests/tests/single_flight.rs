@@ -11,7 +11,11 @@ use tokio::sync::{Mutex, Notify};
 static SERIAL: Mutex<()> = Mutex::const_new(());
 
 #[single_flight(key_from = "symbol")]
-async fn quote(symbol: &str, runs: Arc<AtomicUsize>, gate: Arc<Notify>) -> Result<u64, Arc<String>> {
+async fn quote(
+    symbol: &str,
+    runs: Arc<AtomicUsize>,
+    gate: Arc<Notify>,
+) -> Result<u64, Arc<String>> {
     runs.fetch_add(1, Ordering::SeqCst);
     gate.notified().await;
     Ok(symbol.len() as u64 * 100)
@@ -20,7 +24,10 @@ async fn quote(symbol: &str, runs: Arc<AtomicUsize>, gate: Arc<Notify>) -> Resul
 async fn wait_for(what: &str, cond: impl Fn() -> bool) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     while !cond() {
-        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
 }
@@ -49,9 +56,17 @@ async fn thousand_concurrent_callers_run_the_body_once() {
     for t in tasks {
         assert_eq!(t.await.unwrap().unwrap(), 400);
     }
-    assert_eq!(runs.load(Ordering::SeqCst), 1, "one body run for 1000 callers");
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        1,
+        "one body run for 1000 callers"
+    );
     assert_eq!(joined.load(Ordering::SeqCst), 999);
-    assert_eq!(open_flights(), 0, "the flight entry is removed when the flight ends");
+    assert_eq!(
+        open_flights(),
+        0,
+        "the flight entry is removed when the flight ends"
+    );
 }
 
 #[single_flight(key_from = "n")]
@@ -70,7 +85,11 @@ async fn errors_are_shared_and_nothing_is_remembered() {
     assert_eq!(b.unwrap_err().as_str(), "boom 1");
     assert_eq!(runs.load(Ordering::SeqCst), 1, "the error was shared");
     let _ = failing(1, runs.clone()).await;
-    assert_eq!(runs.load(Ordering::SeqCst), 2, "a later call runs again: nothing is cached");
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        2,
+        "a later call runs again: nothing is cached"
+    );
 }
 
 #[single_flight(key_from = "k")]
@@ -87,10 +106,17 @@ async fn a_dropped_leader_is_replaced_by_exactly_one_follower() {
     let runs = Arc::new(AtomicUsize::new(0));
     let started = Arc::new(AtomicUsize::new(0));
     let leader = tokio::spawn(slow(5, runs.clone(), started.clone()));
-    wait_for("the leader to start", || started.load(Ordering::SeqCst) == 1).await;
+    wait_for("the leader to start", || {
+        started.load(Ordering::SeqCst) == 1
+    })
+    .await;
     let mut followers = Vec::new();
     for _ in 0..20 {
-        followers.push(tokio::spawn(observe(slow(5, runs.clone(), started.clone()))));
+        followers.push(tokio::spawn(observe(slow(
+            5,
+            runs.clone(),
+            started.clone(),
+        ))));
     }
     tokio::time::sleep(Duration::from_millis(50)).await;
     leader.abort();
@@ -104,8 +130,16 @@ async fn a_dropped_leader_is_replaced_by_exactly_one_follower() {
         }
     }
     assert_eq!(took_over, 1, "exactly one follower takes over");
-    assert_eq!(started.load(Ordering::SeqCst), 2, "the leader and one successor started");
-    assert_eq!(runs.load(Ordering::SeqCst), 1, "only the successor finished");
+    assert_eq!(
+        started.load(Ordering::SeqCst),
+        2,
+        "the leader and one successor started"
+    );
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        1,
+        "only the successor finished"
+    );
     assert_eq!(open_flights(), 0);
 }
 
@@ -122,7 +156,9 @@ async fn a_panicking_leader_makes_followers_panic_without_a_stampede() {
     let runs = Arc::new(AtomicUsize::new(0));
     let leader = tokio::spawn(explode(1, runs.clone()));
     wait_for("the leader to start", || runs.load(Ordering::SeqCst) == 1).await;
-    let followers: Vec<_> = (0..10).map(|_| tokio::spawn(explode(1, runs.clone()))).collect();
+    let followers: Vec<_> = (0..10)
+        .map(|_| tokio::spawn(explode(1, runs.clone())))
+        .collect();
     assert!(leader.await.unwrap_err().is_panic());
     for f in followers {
         let err = tokio::time::timeout(Duration::from_secs(10), f)
@@ -131,7 +167,11 @@ async fn a_panicking_leader_makes_followers_panic_without_a_stampede() {
             .unwrap_err();
         assert!(err.is_panic(), "followers get the panic");
     }
-    assert_eq!(runs.load(Ordering::SeqCst), 1, "no follower re-ran the panicking body");
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        1,
+        "no follower re-ran the panicking body"
+    );
     assert_eq!(open_flights(), 0);
 }
 
@@ -141,7 +181,10 @@ async fn dropped_followers_leave_no_entry_behind() {
     let runs = Arc::new(AtomicUsize::new(0));
     let started = Arc::new(AtomicUsize::new(0));
     let leader = tokio::spawn(slow(9, runs.clone(), started.clone()));
-    wait_for("the leader to start", || started.load(Ordering::SeqCst) == 1).await;
+    wait_for("the leader to start", || {
+        started.load(Ordering::SeqCst) == 1
+    })
+    .await;
     let follower = tokio::spawn(slow(9, runs.clone(), started.clone()));
     tokio::time::sleep(Duration::from_millis(20)).await;
     follower.abort();

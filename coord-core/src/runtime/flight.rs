@@ -141,39 +141,49 @@ where
         let notified = flight.changed.notified();
         tokio::pin!(notified);
         notified.as_mut().enable();
-        {
+        // Decide under the lock, act after it: the guard must not live across an await.
+        let next = {
             let mut st = flight.lock();
-            match &st.state {
-                State::Done(value) => {
-                    let value = value.clone();
-                    st.followers -= 1;
-                    follower.waiting = false;
-                    call.record_flight(FlightOutcome::Joined);
-                    return value;
-                }
-                State::Panicked => {
-                    st.followers -= 1;
-                    follower.waiting = false;
-                    drop(st);
-                    panic!(
-                        "coord: the single-flight leader for `{}` panicked; its joined callers panic too",
-                        call.key
-                    );
-                }
+            let next = match &st.state {
+                State::Done(value) => Next::Share(value.clone()),
+                State::Panicked => Next::Panic,
                 State::Vacant => {
                     st.state = State::Running;
-                    st.followers -= 1;
-                    follower.waiting = false;
-                    drop(st);
-                    call.record_flight(FlightOutcome::TookOver);
-                    tracing::debug!(key = %call.key, "coord: single-flight leader dropped; taking over");
-                    return lead(&key, &erased, flight, body).await;
+                    Next::TakeOver
                 }
-                State::Running | State::Closed => {}
+                State::Running | State::Closed => Next::Wait,
+            };
+            if !matches!(next, Next::Wait) {
+                st.followers -= 1;
+                follower.waiting = false;
             }
+            next
+        };
+        match next {
+            Next::Share(value) => {
+                call.record_flight(FlightOutcome::Joined);
+                return value;
+            }
+            Next::Panic => panic!(
+                "coord: the single-flight leader for `{}` panicked; its joined callers panic too",
+                call.key
+            ),
+            Next::TakeOver => {
+                call.record_flight(FlightOutcome::TookOver);
+                tracing::debug!(key = %call.key, "coord: single-flight leader dropped; taking over");
+                return lead(&key, &erased, flight, body).await;
+            }
+            Next::Wait => notified.await,
         }
-        notified.await;
     }
+}
+
+/// What a follower does after looking at the flight.
+enum Next<R> {
+    Share(R),
+    Panic,
+    TakeOver,
+    Wait,
 }
 
 /// Finds the open flight for `key` and joins it, or opens one. Returns the flight and whether

@@ -1,24 +1,18 @@
-//! The locks the current task holds: for reentrancy detection and for reading the fencing token
-//! inside a body.
+//! The locks the current task holds: for reentrancy detection, and for reading the fencing
+//! token and the state of the lease inside a body.
 
 use std::future::Future;
 use std::sync::Arc;
 
 use crate::provider::FencingToken;
-
-/// One lock held by the current task, linked to the ones held around it.
-#[derive(Debug)]
-pub(crate) struct HeldLock {
-    key: Box<str>,
-    fencing_token: Option<FencingToken>,
-    outer: Option<Arc<HeldLock>>,
-}
+use crate::runtime::renewal::Hold;
 
 tokio::task_local! {
-    static HELD: Option<Arc<HeldLock>>;
+    static HELD: Option<Arc<Hold>>;
 }
 
-fn innermost() -> Option<Arc<HeldLock>> {
+/// The innermost lock the current task holds.
+pub(crate) fn innermost() -> Option<Arc<Hold>> {
     HELD.try_with(|held| held.clone()).ok().flatten()
 }
 
@@ -27,7 +21,7 @@ pub(crate) fn holds(key: &str) -> bool {
     HELD.try_with(|held| {
         let mut at = held.as_deref();
         while let Some(lock) = at {
-            if &*lock.key == key {
+            if lock.key == key {
                 return true;
             }
             at = lock.outer.as_deref();
@@ -37,18 +31,9 @@ pub(crate) fn holds(key: &str) -> bool {
     .unwrap_or(false)
 }
 
-/// Runs `body` with `key` recorded as held by the current task.
-pub(crate) fn scope<F: Future>(
-    key: &str,
-    fencing_token: Option<FencingToken>,
-    body: F,
-) -> impl Future<Output = F::Output> {
-    let node = Arc::new(HeldLock {
-        key: key.into(),
-        fencing_token,
-        outer: innermost(),
-    });
-    HELD.scope(Some(node), body)
+/// Runs `body` with `hold` recorded as the innermost lock of the current task.
+pub(crate) fn scope<F: Future>(hold: Arc<Hold>, body: F) -> impl Future<Output = F::Output> {
+    HELD.scope(Some(hold), body)
 }
 
 /// The fencing token of the innermost lock the current task holds, if that lock is fenced.
@@ -58,4 +43,31 @@ pub(crate) fn scope<F: Future>(
 /// pass it along explicitly to tasks you spawn.
 pub fn fencing_token() -> Option<FencingToken> {
     innermost().and_then(|lock| lock.fencing_token)
+}
+
+/// True while the innermost lock of the current task is held: not reported lost by renewal,
+/// and its lease (as last confirmed) has not run out on the local monotonic clock.
+///
+/// `false` outside a `#[distributed_lock]` body. A `true` is a best effort, not a guarantee:
+/// the lease can end right after the check. Only fencing makes a write safe.
+pub fn is_held() -> bool {
+    innermost().is_some_and(|lock| lock.is_held())
+}
+
+/// Resolves when the innermost lock of the current task is lost: renewal found another owner
+/// or none, or a whole lease passed without a confirmed renewal. Resolves at once outside a
+/// `#[distributed_lock]` body (nothing is held).
+///
+/// With `on_lost = "signal"`, select on it to stop the work yourself:
+///
+/// ```ignore
+/// tokio::select! {
+///     done = do_the_work() => done,
+///     _ = coord_core::lock_lost() => return Err(MyError::LostLock),
+/// }
+/// ```
+pub async fn lock_lost() {
+    if let Some(lock) = innermost() {
+        lock.lost().await;
+    }
 }

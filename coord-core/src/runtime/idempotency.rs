@@ -8,7 +8,9 @@ use serde::de::DeserializeOwned;
 
 use crate::error::{BackendError, CoordError};
 use crate::policy::OnBackendError;
-use crate::provider::{ClaimOutcome, ClaimRequest, Deadline, Fingerprint, IdempotencyStore, OwnerToken};
+use crate::provider::{
+    ClaimOutcome, ClaimRequest, Deadline, Fingerprint, IdempotencyStore, OwnerToken,
+};
 use crate::report::IdempotencyOutcome;
 use crate::runtime::call::Call;
 use crate::runtime::detach::DetachOnDrop;
@@ -101,7 +103,10 @@ where
     marker.armed = false;
     let store = Arc::clone(store);
     let owned_key = call.key.clone();
-    match output.ok_ref().map(|ok| call.coordinator.codec().encode(ok)) {
+    match output
+        .ok_ref()
+        .map(|ok| call.coordinator.codec().encode(ok))
+    {
         Some(Ok(payload)) => {
             let retention = spec.retention;
             let payload: Arc<[u8]> = payload.into();

@@ -11,6 +11,14 @@ use crate::report::LockOutcome;
 use crate::runtime::call::Call;
 use crate::runtime::held;
 use crate::runtime::outcome::GuardedResult;
+use crate::runtime::renewal::{Hold, HoldKind};
+
+/// When the lease started, as far as this process can know: no later than the moment the
+/// acquire was sent. With a wait, the grant came later, but the lease cannot have started
+/// before the request; taking the send time is the conservative choice.
+fn acquired_at(started: Instant, _lease: std::time::Duration) -> tokio::time::Instant {
+    tokio::time::Instant::from_std(started)
+}
 
 /// Frees a lock if the call stops before releasing it normally: when an acquire is cancelled
 /// (its `SET` may already have landed), when the caller drops the future mid-body, or when
@@ -101,8 +109,17 @@ where
         LockOutcome::Acquired
     };
     call.record_lock(outcome, grant.fencing_token);
+    let hold = Hold::new(
+        HoldKind::Lock,
+        key,
+        owner,
+        spec.lease,
+        acquired_at(started, spec.lease),
+        grant.fencing_token,
+        held::innermost(),
+    );
     let held_since = Instant::now();
-    let output = held::scope(key, grant.fencing_token, body).await;
+    let output = held::scope(hold, body).await;
     let released = provider.release(key, owner).await;
     guard.armed = false;
     match released {

@@ -8,3 +8,4 @@ pub(crate) mod held;
 pub(crate) mod idempotency;
 pub(crate) mod lock;
 pub(crate) mod outcome;
+pub(crate) mod renewal;

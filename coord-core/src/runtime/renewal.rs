@@ -1,0 +1,306 @@
+//! Lease renewal and loss detection.
+//!
+//! One renewal task per coordinator serves every renewing hold (lock or in-flight marker) of
+//! that coordinator: holds are kept in a schedule ordered by their next renewal time, and each
+//! renewal is an owner-checked extend (compare the token, then extend). The task runs only
+//! while some hold is registered; a hold is deregistered the moment its guard is released or
+//! dropped, so no renewal outlives the unlock and no state stays behind.
+//!
+//! A hold is lost when a renewal finds the token gone, or when the local monotonic clock shows
+//! that a whole lease passed since the last renewal the backend confirmed (the backend is
+//! unreachable or slow, so the lease may have ended there). Both are reported through the
+//! hold's [`Hold::lost`] future.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::error::BackendError;
+use crate::provider::{FencingToken, IdempotencyStore, LockProvider, OwnerToken, RenewOutcome};
+
+/// What a hold protects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HoldKind {
+    Lock,
+    Marker,
+}
+
+/// One lease this process holds, as the renewal task and the call both see it. For locks it is
+/// also the node of the task's chain of held locks (see `held`).
+#[derive(Debug)]
+pub(crate) struct Hold {
+    kind: HoldKind,
+    pub(crate) key: String,
+    pub(crate) fencing_token: Option<FencingToken>,
+    pub(crate) outer: Option<Arc<Hold>>,
+    owner: OwnerToken,
+    lease: Duration,
+    acquired_at: Instant,
+    /// When the lease ends at the latest, by the local clock: the send time of the last
+    /// confirmed acquisition or renewal plus the lease.
+    valid_until: Mutex<Instant>,
+    lost: AtomicBool,
+    lost_notify: Notify,
+}
+
+impl Hold {
+    pub(crate) fn new(
+        kind: HoldKind,
+        key: &str,
+        owner: OwnerToken,
+        lease: Duration,
+        acquired_at: Instant,
+        fencing_token: Option<FencingToken>,
+        outer: Option<Arc<Hold>>,
+    ) -> Arc<Hold> {
+        Arc::new(Hold {
+            kind,
+            key: key.to_owned(),
+            fencing_token,
+            outer,
+            owner,
+            lease,
+            acquired_at,
+            valid_until: Mutex::new(acquired_at + lease),
+            lost: AtomicBool::new(false),
+            lost_notify: Notify::new(),
+        })
+    }
+
+    /// How long the hold has lasted.
+    pub(crate) fn held_for(&self) -> Duration {
+        self.acquired_at.elapsed()
+    }
+
+    /// True while the hold is not known to be lost.
+    pub(crate) fn is_held(&self) -> bool {
+        !self.lost.load(Ordering::Acquire) && Instant::now() < self.valid_until()
+    }
+
+    fn valid_until(&self) -> Instant {
+        *self.valid_until.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn confirm(&self, sent_at: Instant) {
+        let mut until = self.valid_until.lock().unwrap_or_else(|e| e.into_inner());
+        let renewed = sent_at + self.lease;
+        if renewed > *until {
+            *until = renewed;
+        }
+    }
+
+    fn mark_lost(&self, why: &'static str) {
+        if !self.lost.swap(true, Ordering::AcqRel) {
+            tracing::warn!(
+                key = %self.key,
+                held_for = ?self.held_for(),
+                lease = ?self.lease,
+                "coord: lease lost ({why})"
+            );
+        }
+        self.lost_notify.notify_waiters();
+    }
+
+    /// Resolves once the hold is lost: a renewal found the token gone, or the local clock
+    /// passed the end of the last confirmed lease.
+    pub(crate) async fn lost(&self) {
+        loop {
+            let notified = self.lost_notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.lost.load(Ordering::Acquire) {
+                return;
+            }
+            let until = self.valid_until();
+            if Instant::now() >= until {
+                self.mark_lost("no renewal confirmed within a whole lease");
+                return;
+            }
+            tokio::select! {
+                _ = &mut notified => {}
+                _ = tokio::time::sleep_until(until) => {}
+            }
+        }
+    }
+}
+
+struct Entry {
+    hold: Arc<Hold>,
+    interval: Duration,
+}
+
+#[derive(Default)]
+struct Registry {
+    entries: HashMap<u64, Entry>,
+    schedule: BTreeSet<(Instant, u64)>,
+    next_id: u64,
+    task_running: bool,
+}
+
+struct Shared {
+    locks: Arc<dyn LockProvider>,
+    records: Arc<dyn IdempotencyStore>,
+    registry: Mutex<Registry>,
+    wake: Notify,
+}
+
+/// The renewal service of one coordinator.
+#[derive(Clone)]
+pub(crate) struct Renewer {
+    shared: Arc<Shared>,
+}
+
+/// Keeps a hold renewed until dropped.
+pub(crate) struct Registration {
+    shared: Arc<Shared>,
+    id: u64,
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        let mut reg = self
+            .shared
+            .registry
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if reg.entries.remove(&self.id).is_some() {
+            reg.schedule.retain(|(_, id)| *id != self.id);
+        }
+        if reg.entries.is_empty() {
+            // Let the task see it has nothing left and exit now rather than at its next due time.
+            self.shared.wake.notify_one();
+        }
+    }
+}
+
+impl Renewer {
+    pub(crate) fn new(locks: Arc<dyn LockProvider>, records: Arc<dyn IdempotencyStore>) -> Self {
+        Renewer {
+            shared: Arc::new(Shared {
+                locks,
+                records,
+                registry: Mutex::new(Registry::default()),
+                wake: Notify::new(),
+            }),
+        }
+    }
+
+    /// How many holds are being renewed right now.
+    pub(crate) fn active(&self) -> usize {
+        self.shared
+            .registry
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entries
+            .len()
+    }
+
+    /// Starts renewing `hold` every `interval` until the registration is dropped.
+    pub(crate) fn register(&self, hold: Arc<Hold>, interval: Duration) -> Registration {
+        let due = Instant::now() + interval;
+        let (id, start_task, earliest) = {
+            let mut reg = self
+                .shared
+                .registry
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            let id = reg.next_id;
+            reg.next_id += 1;
+            reg.entries.insert(id, Entry { hold, interval });
+            let earliest = reg.schedule.first().is_none_or(|(at, _)| due < *at);
+            reg.schedule.insert((due, id));
+            let start = !reg.task_running;
+            reg.task_running = true;
+            (id, start, earliest)
+        };
+        if start_task {
+            let shared = self.shared.clone();
+            crate::runtime::detach::spawn_detached(run(shared));
+        } else if earliest {
+            self.shared.wake.notify_one();
+        }
+        Registration {
+            shared: self.shared.clone(),
+            id,
+        }
+    }
+}
+
+async fn renew_once(shared: &Shared, hold: &Hold) -> Result<RenewOutcome, BackendError> {
+    match hold.kind {
+        HoldKind::Lock => shared.locks.renew(&hold.key, hold.owner, hold.lease).await,
+        HoldKind::Marker => {
+            shared
+                .records
+                .renew_marker(&hold.key, hold.owner, hold.lease)
+                .await
+        }
+    }
+}
+
+/// The renewal task: renews what is due, then sleeps until the next due time or a new,
+/// earlier registration. Exits when nothing is registered.
+async fn run(shared: Arc<Shared>) {
+    let mut in_flight = FuturesUnordered::new();
+    loop {
+        let now = Instant::now();
+        let next_due = {
+            let mut reg = shared.registry.lock().unwrap_or_else(|e| e.into_inner());
+            while let Some(&(at, id)) = reg.schedule.first() {
+                if at > now {
+                    break;
+                }
+                reg.schedule.pop_first();
+                let Some(entry) = reg.entries.get(&id) else {
+                    continue;
+                };
+                let (hold, interval) = (entry.hold.clone(), entry.interval);
+                // Next renewal is scheduled now; a failed one is retried sooner below.
+                reg.schedule.insert((now + interval, id));
+                let shared = shared.clone();
+                in_flight.push(async move {
+                    let sent_at = Instant::now();
+                    let outcome = renew_once(&shared, &hold).await;
+                    (id, hold, sent_at, outcome, interval)
+                });
+            }
+            if reg.entries.is_empty() && in_flight.is_empty() {
+                reg.task_running = false;
+                return;
+            }
+            reg.schedule.first().map(|(at, _)| *at)
+        };
+        let sleep_until = next_due.unwrap_or_else(|| now + Duration::from_secs(3600));
+        tokio::select! {
+            Some((id, hold, sent_at, outcome, interval)) = in_flight.next(), if !in_flight.is_empty() => {
+                match outcome {
+                    Ok(RenewOutcome::Renewed) => hold.confirm(sent_at),
+                    Ok(RenewOutcome::Lost) => {
+                        hold.mark_lost("renewal found another owner or no lock");
+                        let mut reg = shared.registry.lock().unwrap_or_else(|e| e.into_inner());
+                        if reg.entries.remove(&id).is_some() {
+                            reg.schedule.retain(|(_, i)| *i != id);
+                        }
+                    }
+                    Err(err) => {
+                        tracing::warn!(key = %hold.key, error = %err, "coord: lease renewal failed; retrying");
+                        // Retry sooner than the regular interval, while the lease lasts.
+                        let mut reg = shared.registry.lock().unwrap_or_else(|e| e.into_inner());
+                        if reg.entries.contains_key(&id) {
+                            reg.schedule.retain(|(_, i)| *i != id);
+                            reg.schedule.insert((Instant::now() + interval / 4, id));
+                        }
+                    }
+                }
+            }
+            _ = tokio::time::sleep_until(sleep_until) => {}
+            _ = shared.wake.notified() => {}
+        }
+    }
+}

@@ -1,0 +1,857 @@
+//! [`RedisProvider`]: the lock and idempotency contract over Redis.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use coord_core::{
+    BackendError, BackendErrorKind, BoxFuture, ClaimOutcome, ClaimRequest, FencingToken,
+    Fingerprint, IdempotencyStore, LockGrant, LockProvider, LockRequest, OwnerToken,
+    ReleaseOutcome, RenewOutcome,
+};
+use tokio::time::Instant;
+
+use crate::config::{Client, Endpoint, Options, Topology, scrub};
+use crate::keys::Names;
+use crate::scripts::{self, Script};
+use crate::transport::{Command, Fault, Reply, Transport};
+use crate::waiters::{Hub, Wake, Woken};
+
+/// The environment variable [`RedisProvider::from_env`] reads.
+pub const URL_ENV: &str = "COORD_REDIS_URL";
+
+/// The longest a waiter sleeps before checking the lock again when no release message comes
+/// (a lost message, or a holder that crashed and lets its lease run out).
+const BACKSTOP_CAP: Duration = Duration::from_secs(1);
+
+/// The fencing counter outlives each mint by at least this long.
+const FENCE_RETENTION_FLOOR: Duration = Duration::from_secs(3600);
+
+/// Leases and retentions are capped to what Redis accepts comfortably (about 30 years).
+const MAX_MILLIS: u64 = 1_000_000_000_000;
+
+/// Coordination through Redis: lease locks with optional fencing tokens and pub/sub
+/// hand-off, and idempotency records. Implements [`LockProvider`] and [`IdempotencyStore`];
+/// give it to `Coordinator::builder().provider(..)`.
+///
+/// # What it promises
+/// * **Locks are leases.** A lock is a Redis key holding the owner's token with a `PX` expiry.
+///   A holder that crashes blocks others for at most its lease. A lease is not consensus: a
+///   holder that stalls past its lease (a pause, a slow network), or an asynchronous Sentinel
+///   failover that loses the latest write, can leave two callers believing they hold the same
+///   lock. Fenced locks (`fenced = true`) hand out a fencing token that only grows; a resource
+///   that refuses writes carrying an older token than the newest it has seen is what makes the
+///   section safe.
+/// * **Owner-scoped changes.** Release, renewal, completion and abandonment compare the stored
+///   owner token first (in one script), so a lapsed holder never frees or overwrites its
+///   successor's state.
+/// * **Waiting without polling.** A release publishes on the lock's channel; waiters listen on
+///   one shared subscriber connection per provider and one release wakes one waiter (the one
+///   in this process that started waiting first). A backstop at the holder's remaining lease
+///   (at most one second, with jitter) covers a lost message or a holder that died.
+/// * **Bounded calls.** Every Redis call is bounded by the command timeout (one second unless
+///   configured); an unreachable server yields a [`BackendError`] of kind `Timeout` or
+///   `Unavailable`, never a hang. A value at a coord key that coord did not write yields kind
+///   `Protocol`.
+/// * **Server time.** Leases and retentions are Redis expiries, measured by the server clock.
+///
+/// # What it does not promise
+/// Exclusion across a Sentinel failover or a Cluster resharding that loses writes; ordering
+/// between waiters in different processes (they race for the lock, the first retry wins);
+/// TLS (not compiled in).
+///
+/// Cheap to clone: clones share connections, scripts and the subscriber connection. The
+/// connections live on the tokio runtime that connected the provider.
+#[derive(Clone)]
+pub struct RedisProvider {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    transport: Arc<dyn Transport>,
+    hub: Hub,
+    timeout: Duration,
+    address: String,
+    secrets: Vec<String>,
+    client: Client,
+}
+
+impl std::fmt::Debug for RedisProvider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisProvider")
+            .field("address", &self.inner.address)
+            .field("client", &self.inner.client)
+            .field("command_timeout", &self.inner.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Builds a [`RedisProvider`] with explicit options.
+///
+/// Start from [`RedisProvider::builder`] (one server), [`RedisProvider::sentinel`] (a
+/// master found through Sentinel) or [`RedisProvider::cluster`] (Redis Cluster).
+#[must_use]
+#[derive(Clone)]
+pub struct RedisProviderBuilder {
+    options: Options,
+}
+
+impl std::fmt::Debug for RedisProviderBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisProviderBuilder")
+            .field("address", &self.options.describe())
+            .field("client", &self.options.client)
+            .field("command_timeout", &self.options.command_timeout)
+            .field("pool_size", &self.options.pool_size)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisProviderBuilder {
+    fn new(topology: Topology) -> RedisProviderBuilder {
+        RedisProviderBuilder {
+            options: Options {
+                topology,
+                command_timeout: Duration::from_secs(1),
+                pool_size: 1,
+                client: Client::default(),
+                username: None,
+                password: None,
+                database: None,
+            },
+        }
+    }
+
+    /// The bound on every Redis call (and on each step of connecting). Default: one second.
+    pub fn command_timeout(mut self, timeout: Duration) -> Self {
+        self.options.command_timeout = timeout;
+        self
+    }
+
+    /// How many multiplexed connections carry commands (round-robin). Default: one, which
+    /// already pipelines concurrent calls; more help only under heavy load. The subscriber
+    /// connection comes on top, opened the first time something waits.
+    pub fn pool_size(mut self, connections: usize) -> Self {
+        self.options.pool_size = connections;
+        self
+    }
+
+    /// Which client library to use. Default: redis-rs when its feature is enabled.
+    pub fn client(mut self, client: Client) -> Self {
+        self.options.client = client;
+        self
+    }
+
+    /// Credentials for the data nodes behind Sentinel (a Sentinel's own credentials go in its
+    /// URL). For one server or a cluster, put them in the URLs instead.
+    pub fn data_node_credentials(
+        mut self,
+        username: Option<&str>,
+        password: impl Into<String>,
+    ) -> Self {
+        self.options.username = username.map(str::to_owned);
+        self.options.password = Some(password.into());
+        self
+    }
+
+    /// The logical database of the data nodes behind Sentinel. For one server, put it in the
+    /// URL (`redis://host:port/2`); Cluster has only database 0.
+    pub fn database(mut self, database: u8) -> Self {
+        self.options.database = Some(database);
+        self
+    }
+
+    /// Connects. Fails with a [`BackendError`] of kind `Config` for bad settings, or
+    /// `Unavailable`/`Timeout` when the server cannot be reached; the message names the
+    /// address, never a password. Gives up after three command timeouts.
+    pub async fn connect(self) -> Result<RedisProvider, BackendError> {
+        let options = self.options;
+        let address = options.describe();
+        let secrets = options.secrets();
+        validate(&options)?;
+        let timeout = options.command_timeout;
+        let context = format!("connecting to Redis at {address}");
+        let connecting = connect_transport(&options);
+        let transport = match tokio::time::timeout(timeout * 3, connecting).await {
+            Ok(Ok(transport)) => transport,
+            Ok(Err(fault)) => {
+                let err = fault.into_backend(&context);
+                return Err(BackendError::new(err.kind(), scrub(err.message(), &secrets)));
+            }
+            Err(_) => {
+                return Err(BackendError::new(
+                    BackendErrorKind::Timeout,
+                    format!("{context}: no connection within {:?}", timeout * 3),
+                ));
+            }
+        };
+        Ok(RedisProvider {
+            inner: Arc::new(Inner {
+                transport,
+                hub: Hub::new(timeout),
+                timeout,
+                address,
+                secrets,
+                client: options.client,
+            }),
+        })
+    }
+}
+
+fn validate(options: &Options) -> Result<(), BackendError> {
+    let config = |msg: String| Err(BackendError::new(BackendErrorKind::Config, msg));
+    if options.command_timeout.is_zero() {
+        return config("the command timeout must be greater than zero".to_owned());
+    }
+    if options.pool_size == 0 {
+        return config("the pool size must be at least one".to_owned());
+    }
+    match &options.topology {
+        Topology::Standalone(url) => {
+            Endpoint::parse(url, 6379)?;
+        }
+        Topology::Sentinel { master, sentinels } => {
+            if master.is_empty() {
+                return config("the Sentinel master name is empty".to_owned());
+            }
+            if sentinels.is_empty() {
+                return config("no Sentinel nodes given".to_owned());
+            }
+            for url in sentinels {
+                Endpoint::parse(url, 26379)?;
+            }
+        }
+        Topology::Cluster(seeds) => {
+            if seeds.is_empty() {
+                return config("no Cluster seed nodes given".to_owned());
+            }
+            for url in seeds {
+                Endpoint::parse(url, 6379)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn connect_transport(options: &Options) -> Result<Arc<dyn Transport>, Fault> {
+    match options.client {
+        #[cfg(feature = "redis-client")]
+        Client::RedisRs => crate::transport::redis_rs::connect(options).await,
+        #[cfg(feature = "fred")]
+        Client::Fred => crate::transport::fred_client::connect(options).await,
+    }
+}
+
+impl RedisProvider {
+    /// Connects to one Redis server at `url` (`redis://[user[:password]@]host[:port][/db]`)
+    /// with the default options. See [`RedisProvider::builder`] for the options.
+    pub async fn connect(url: &str) -> Result<RedisProvider, BackendError> {
+        RedisProvider::builder(url).connect().await
+    }
+
+    /// Connects to the server named by the `COORD_REDIS_URL` environment variable, with the
+    /// default options. A missing variable is a `Config` error.
+    pub async fn from_env() -> Result<RedisProvider, BackendError> {
+        match std::env::var(URL_ENV) {
+            Ok(url) if !url.trim().is_empty() => RedisProvider::connect(url.trim()).await,
+            _ => Err(BackendError::new(
+                BackendErrorKind::Config,
+                format!("{URL_ENV} is not set: set it to the Redis URL, e.g. redis://127.0.0.1:6379"),
+            )),
+        }
+    }
+
+    /// A builder for one server at `url`.
+    pub fn builder(url: impl Into<String>) -> RedisProviderBuilder {
+        RedisProviderBuilder::new(Topology::Standalone(url.into()))
+    }
+
+    /// A builder for the master named `master_name`, found through the Sentinel nodes at
+    /// `sentinels` (URLs or `host:port`, default port 26379). The provider follows a failover
+    /// to the new master: connections to a demoted master are dropped and the master is looked
+    /// up again.
+    pub fn sentinel<I, S>(master_name: impl Into<String>, sentinels: I) -> RedisProviderBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        RedisProviderBuilder::new(Topology::Sentinel {
+            master: master_name.into(),
+            sentinels: sentinels.into_iter().map(Into::into).collect(),
+        })
+    }
+
+    /// A builder for Redis Cluster, discovered from `seeds` (any reachable node is enough).
+    /// All keys of one call key share a hash slot, so no command crosses slots.
+    pub fn cluster<I, S>(seeds: I) -> RedisProviderBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        RedisProviderBuilder::new(Topology::Cluster(
+            seeds.into_iter().map(Into::into).collect(),
+        ))
+    }
+
+    /// Where this provider connects, without credentials.
+    pub fn address(&self) -> &str {
+        &self.inner.address
+    }
+
+    /// The bound on every Redis call.
+    pub fn command_timeout(&self) -> Duration {
+        self.inner.timeout
+    }
+
+    /// The client library in use.
+    pub fn client(&self) -> Client {
+        self.inner.client
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Commands and scripts
+
+impl Inner {
+    fn error(&self, fault: Fault, what: &str, key: &str) -> BackendError {
+        let err = fault.into_backend(&format!("{what} at {}", self.address));
+        BackendError::new(err.kind(), scrub(err.message(), &self.secrets)).with_key(key)
+    }
+
+    fn timed_out(&self, what: &str, key: &str) -> BackendError {
+        BackendError::new(
+            BackendErrorKind::Timeout,
+            format!(
+                "{what} at {}: no answer within {:?}",
+                self.address, self.timeout
+            ),
+        )
+        .with_key(key)
+    }
+
+    /// Sends `cmds` in one round trip, bounded by the command timeout.
+    async fn run(&self, cmds: &[Command], key: &str) -> Result<Vec<Reply>, BackendError> {
+        let what = cmds[0].name().to_owned();
+        match tokio::time::timeout(self.timeout, self.transport.run(cmds)).await {
+            Ok(Ok(replies)) if replies.len() == cmds.len() => Ok(replies),
+            Ok(Ok(_)) => Err(BackendError::new(
+                BackendErrorKind::Protocol,
+                format!("{what} at {}: wrong number of replies", self.address),
+            )
+            .with_key(key)),
+            Ok(Err(fault)) => Err(self.error(fault, &what, key)),
+            Err(_) => Err(self.timed_out(&what, key)),
+        }
+    }
+
+    /// Runs `script` by SHA, sending its source once if the server does not have it.
+    async fn eval(
+        &self,
+        script: &Script,
+        keys: &[&str],
+        args: &[&[u8]],
+        key: &str,
+    ) -> Result<Reply, BackendError> {
+        let build = |name: &str, body: &str| {
+            let mut cmd = Command::new(name).arg(body).arg(keys.len().to_string());
+            for (i, k) in keys.iter().enumerate() {
+                cmd = if i == 0 { cmd.key(k) } else { cmd.arg(k) };
+            }
+            for a in args {
+                cmd = cmd.arg(a);
+            }
+            cmd
+        };
+        let what = format!("script `{}`", script.name);
+        let attempt = async {
+            let by_sha = [build("EVALSHA", &script.sha)];
+            match self.transport.run(&by_sha).await {
+                Err(fault) if fault.is_noscript() => {
+                    let by_source = [build("EVAL", script.source)];
+                    self.transport.run(&by_source).await
+                }
+                other => other,
+            }
+        };
+        match tokio::time::timeout(self.timeout, attempt).await {
+            Ok(Ok(mut replies)) if replies.len() == 1 => Ok(replies.pop().expect("one reply")),
+            Ok(Ok(_)) => Err(self.protocol(&what, key, "wrong number of replies")),
+            Ok(Err(fault)) => Err(self.error(fault, &what, key)),
+            Err(_) => Err(self.timed_out(&what, key)),
+        }
+    }
+
+    fn protocol(&self, what: &str, key: &str, detail: &str) -> BackendError {
+        BackendError::new(
+            BackendErrorKind::Protocol,
+            format!("{what} at {}: {detail}", self.address),
+        )
+        .with_key(key)
+    }
+}
+
+/// Milliseconds for `PX`/`PEXPIRE`: rounded up, at least one, capped.
+fn millis(d: Duration) -> u64 {
+    let ms = d.as_micros().div_ceil(1000);
+    ms.clamp(1, MAX_MILLIS as u128) as u64
+}
+
+fn is_token(value: &[u8]) -> bool {
+    value.len() == 32 && value.iter().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Locks
+
+enum Attempt {
+    /// The lock is ours (with a fencing token when fenced).
+    Won(Option<u64>),
+    /// Someone else holds it; the remaining lease in ms as `PTTL` reports it (-1: no expiry,
+    /// -2: gone by now, `None`: not asked).
+    Held(Option<i64>),
+}
+
+impl Inner {
+    #[allow(clippy::too_many_arguments)]
+    async fn try_lock(
+        &self,
+        names: &Names<'_>,
+        lock: &str,
+        token: &str,
+        lease_ms: u64,
+        fenced: bool,
+        want_pttl: bool,
+        key: &str,
+    ) -> Result<Attempt, BackendError> {
+        if fenced {
+            let fence = names.fence();
+            let fence_ms = millis(FENCE_RETENTION_FLOOR).max(lease_ms.saturating_mul(10));
+            let reply = self
+                .eval(
+                    &scripts::FENCED_ACQUIRE,
+                    &[lock, &fence],
+                    &[
+                        token.as_bytes(),
+                        lease_ms.to_string().as_bytes(),
+                        fence_ms.min(MAX_MILLIS).to_string().as_bytes(),
+                    ],
+                    key,
+                )
+                .await?;
+            return match reply {
+                Reply::Array(items) => match items.as_slice() {
+                    [Reply::Int(1), Reply::Int(tok)] if *tok > 0 => Ok(Attempt::Won(Some(*tok as u64))),
+                    [Reply::Int(0), Reply::Data(holder), Reply::Int(pttl)] if is_token(holder) => {
+                        Ok(Attempt::Held(Some(*pttl)))
+                    }
+                    [Reply::Int(0), ..] => Err(self.foreign_lock(key)),
+                    _ => Err(self.protocol("fenced acquire", key, "unexpected script reply")),
+                },
+                _ => Err(self.protocol("fenced acquire", key, "unexpected script reply")),
+            };
+        }
+        // SET .. NX .. GET answers with the current holder when the key is taken (and fails
+        // with WRONGTYPE on a foreign value) in the same single command.
+        let set = Command::new("SET")
+            .key(lock)
+            .arg(token)
+            .arg("NX")
+            .arg("PX")
+            .arg(lease_ms.to_string())
+            .arg("GET");
+        let replies = if want_pttl {
+            self.run(&[set, Command::new("PTTL").key(lock)], key).await?
+        } else {
+            self.run(&[set], key).await?
+        };
+        match &replies[0] {
+            Reply::Nil => Ok(Attempt::Won(None)),
+            // Our own token: an earlier send of this very SET landed (a client retry).
+            Reply::Data(holder) if holder == token.as_bytes() => Ok(Attempt::Won(None)),
+            Reply::Data(holder) if is_token(holder) => {
+                let pttl = match replies.get(1) {
+                    Some(Reply::Int(ms)) => Some(*ms),
+                    Some(_) => return Err(self.protocol("PTTL", key, "unexpected reply")),
+                    None => None,
+                };
+                Ok(Attempt::Held(pttl))
+            }
+            Reply::Data(_) => Err(self.foreign_lock(key)),
+            _ => Err(self.protocol("SET", key, "unexpected reply")),
+        }
+    }
+
+    fn foreign_lock(&self, key: &str) -> BackendError {
+        self.protocol(
+            "acquire",
+            key,
+            "the lock key holds a value coord did not write",
+        )
+    }
+
+    async fn acquire(&self, req: LockRequest<'_>) -> Result<Option<LockGrant>, BackendError> {
+        let names = Names::of(req.key)?;
+        let lock = names.lock();
+        let token = req.owner.to_string();
+        let lease_ms = millis(req.lease);
+        let waiting = !req.wait.is_zero();
+        let deadline = Instant::now() + req.wait;
+        let grant = |token: Option<u64>, contended| {
+            Ok(Some(LockGrant {
+                fencing_token: token.map(FencingToken::new),
+                contended,
+            }))
+        };
+
+        let mut pttl = match self
+            .try_lock(&names, &lock, &token, lease_ms, req.fenced, waiting, req.key)
+            .await?
+        {
+            Attempt::Won(fence) => return grant(fence, false),
+            Attempt::Held(_) if !waiting => return Ok(None),
+            Attempt::Held(pttl) => pttl,
+        };
+
+        // Listen before retrying, so a release between our attempt and the subscription
+        // is seen by the retry, and one after it by the message.
+        let limit = self.timeout.min(deadline.saturating_duration_since(Instant::now()));
+        if limit.is_zero() {
+            return Ok(None);
+        }
+        let ticket = self
+            .hub
+            .join(&self.transport, names.lock_channel(), Wake::Head, limit)
+            .await?;
+        let mut retry = true;
+        loop {
+            if retry {
+                match self
+                    .try_lock(&names, &lock, &token, lease_ms, req.fenced, true, req.key)
+                    .await?
+                {
+                    Attempt::Won(fence) => return grant(fence, true),
+                    Attempt::Held(p) => pttl = p,
+                }
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Ok(None);
+            }
+            // Only the head keeps a backstop timer; the others wait their turn (they are
+            // woken when they become head).
+            let backstop = ticket.is_head().then(|| now + backstop_after(pttl));
+            let until = backstop.map_or(deadline, |b| b.min(deadline));
+            tokio::select! {
+                _ = ticket.woken() => retry = true,
+                _ = tokio::time::sleep_until(until) => {
+                    retry = backstop.is_some_and(|b| b <= deadline);
+                    if !retry {
+                        return Ok(None);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// When to look again without a message: at the end of the holder's lease (plus jitter so
+/// waiters of several processes do not retry in lock-step), at most [`BACKSTOP_CAP`].
+fn backstop_after(pttl: Option<i64>) -> Duration {
+    let base = match pttl {
+        Some(-2) => return Duration::ZERO,
+        Some(ms) if ms >= 0 => Duration::from_millis(ms as u64).min(BACKSTOP_CAP),
+        _ => BACKSTOP_CAP,
+    };
+    let spread = (base.as_micros() as u64 / 16).max(2000);
+    base + Duration::from_micros(1000 + rand::random_range(0..=spread))
+}
+
+impl LockProvider for RedisProvider {
+    fn acquire<'a>(
+        &'a self,
+        req: LockRequest<'a>,
+    ) -> BoxFuture<'a, Result<Option<LockGrant>, BackendError>> {
+        Box::pin(self.inner.acquire(req))
+    }
+
+    fn release<'a>(
+        &'a self,
+        key: &'a str,
+        owner: OwnerToken,
+    ) -> BoxFuture<'a, Result<ReleaseOutcome, BackendError>> {
+        Box::pin(async move {
+            let inner = &*self.inner;
+            let names = Names::of(key)?;
+            let token = owner.to_string();
+            let channel = names.lock_channel();
+            let reply = inner
+                .eval(
+                    &scripts::RELEASE,
+                    &[&names.lock()],
+                    &[token.as_bytes(), channel.as_bytes()],
+                    key,
+                )
+                .await?;
+            match reply {
+                Reply::Int(1) => Ok(ReleaseOutcome::Released),
+                Reply::Int(0) => Ok(ReleaseOutcome::NotHeld),
+                _ => Err(inner.protocol("release", key, "unexpected script reply")),
+            }
+        })
+    }
+
+    fn renew<'a>(
+        &'a self,
+        key: &'a str,
+        owner: OwnerToken,
+        lease: Duration,
+    ) -> BoxFuture<'a, Result<RenewOutcome, BackendError>> {
+        Box::pin(async move {
+            let inner = &*self.inner;
+            let names = Names::of(key)?;
+            let token = owner.to_string();
+            let reply = inner
+                .eval(
+                    &scripts::RENEW,
+                    &[&names.lock()],
+                    &[token.as_bytes(), millis(lease).to_string().as_bytes()],
+                    key,
+                )
+                .await?;
+            match reply {
+                Reply::Int(1) => Ok(RenewOutcome::Renewed),
+                Reply::Int(0) => Ok(RenewOutcome::Lost),
+                _ => Err(inner.protocol("renew", key, "unexpected script reply")),
+            }
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Idempotency records
+
+fn fingerprint(value: &[u8]) -> Option<Option<Fingerprint>> {
+    match value.len() {
+        0 => Some(None),
+        16 => {
+            let mut fp = [0u8; 16];
+            fp.copy_from_slice(value);
+            Some(Some(Fingerprint(fp)))
+        }
+        _ => None,
+    }
+}
+
+impl Inner {
+    async fn claim(&self, req: ClaimRequest<'_>) -> Result<ClaimOutcome, BackendError> {
+        let key = req.key;
+        let names = Names::of(key)?;
+        let token = req.owner.to_string();
+        let fp: &[u8] = match &req.fingerprint {
+            Some(fp) => &fp.0,
+            None => &[],
+        };
+        let reply = self
+            .eval(
+                &scripts::CLAIM,
+                &[&names.record()],
+                &[
+                    token.as_bytes(),
+                    millis(req.in_flight_lease).to_string().as_bytes(),
+                    fp,
+                ],
+                key,
+            )
+            .await?;
+        let corrupt = |detail: &str| self.protocol("claim", key, detail);
+        let Reply::Array(items) = reply else {
+            return Err(corrupt("unexpected script reply"));
+        };
+        match items.as_slice() {
+            [Reply::Int(1)] => Ok(ClaimOutcome::Claimed),
+            [Reply::Int(0), state, fp, payload, Reply::Int(pttl)] => {
+                let fingerprint = match fp {
+                    Reply::Data(fp) => fingerprint(fp),
+                    _ => None,
+                }
+                .ok_or_else(|| corrupt("the record's fingerprint is not one coord wrote"))?;
+                match (state, payload) {
+                    (Reply::Data(st), _) if st == b"i" => Ok(ClaimOutcome::InFlight {
+                        fingerprint,
+                        remaining: Duration::from_millis((*pttl).max(0) as u64),
+                    }),
+                    (Reply::Data(st), Reply::Data(payload)) if st == b"c" => {
+                        Ok(ClaimOutcome::Completed {
+                            payload: Arc::from(payload.as_slice()),
+                            fingerprint,
+                        })
+                    }
+                    _ => Err(corrupt("the record at the key is not one coord wrote")),
+                }
+            }
+            _ => Err(corrupt("the record at the key is not one coord wrote")),
+        }
+    }
+
+    async fn settle(
+        &self,
+        script: &Script,
+        key: &str,
+        args: &[&[u8]],
+        what: &str,
+    ) -> Result<bool, BackendError> {
+        let names = Names::of(key)?;
+        let reply = self.eval(script, &[&names.record()], args, key).await?;
+        match reply {
+            Reply::Int(1) => Ok(true),
+            Reply::Int(0) => Ok(false),
+            _ => Err(self.protocol(what, key, "unexpected script reply")),
+        }
+    }
+
+    async fn wait_settled(&self, key: &str, timeout: Duration) -> Result<(), BackendError> {
+        if timeout.is_zero() {
+            return Ok(());
+        }
+        let deadline = Instant::now() + timeout;
+        let names = Names::of(key)?;
+        let record = names.record();
+        let limit = self.timeout.min(timeout);
+        let ticket = self
+            .hub
+            .join(&self.transport, names.record_channel(), Wake::All, limit)
+            .await?;
+        loop {
+            let replies = self
+                .run(
+                    &[
+                        Command::new("HGET").key(&record).arg("st"),
+                        Command::new("PTTL").key(&record),
+                    ],
+                    key,
+                )
+                .await?;
+            let pttl = match (&replies[0], &replies[1]) {
+                (Reply::Nil, _) => return Ok(()),
+                (Reply::Data(st), _) if st == b"c" => return Ok(()),
+                (Reply::Data(st), Reply::Int(pttl)) if st == b"i" => *pttl,
+                _ => {
+                    return Err(self.protocol(
+                        "wait",
+                        key,
+                        "the record at the key is not one coord wrote",
+                    ));
+                }
+            };
+            // The marker settles by message, or lapses at its expiry (server time, read as a
+            // remaining duration, so no clocks are compared).
+            let until = if pttl >= 0 {
+                (Instant::now() + Duration::from_millis(pttl as u64 + 1)).min(deadline)
+            } else {
+                deadline
+            };
+            tokio::select! {
+                woken = ticket.woken() => match woken {
+                    Woken::Message => return Ok(()),
+                    // A reconnection, not a settle: look again.
+                    Woken::Resync if Instant::now() < deadline => continue,
+                    Woken::Resync => return Ok(()),
+                },
+                _ = tokio::time::sleep_until(until) => return Ok(()),
+            }
+        }
+    }
+}
+
+impl IdempotencyStore for RedisProvider {
+    fn claim<'a>(
+        &'a self,
+        req: ClaimRequest<'a>,
+    ) -> BoxFuture<'a, Result<ClaimOutcome, BackendError>> {
+        Box::pin(self.inner.claim(req))
+    }
+
+    fn complete<'a>(
+        &'a self,
+        key: &'a str,
+        owner: OwnerToken,
+        payload: Arc<[u8]>,
+        retention: Duration,
+    ) -> BoxFuture<'a, Result<bool, BackendError>> {
+        Box::pin(async move {
+            let token = owner.to_string();
+            let channel = Names::of(key)?.record_channel();
+            let retention = millis(retention).to_string();
+            self.inner
+                .settle(
+                    &scripts::COMPLETE,
+                    key,
+                    &[
+                        token.as_bytes(),
+                        &payload,
+                        retention.as_bytes(),
+                        channel.as_bytes(),
+                    ],
+                    "complete",
+                )
+                .await
+        })
+    }
+
+    fn abandon<'a>(
+        &'a self,
+        key: &'a str,
+        owner: OwnerToken,
+    ) -> BoxFuture<'a, Result<bool, BackendError>> {
+        Box::pin(async move {
+            let token = owner.to_string();
+            let channel = Names::of(key)?.record_channel();
+            self.inner
+                .settle(
+                    &scripts::ABANDON,
+                    key,
+                    &[token.as_bytes(), channel.as_bytes()],
+                    "abandon",
+                )
+                .await
+        })
+    }
+
+    fn wait_settled<'a>(
+        &'a self,
+        key: &'a str,
+        timeout: Duration,
+    ) -> BoxFuture<'a, Result<(), BackendError>> {
+        Box::pin(self.inner.wait_settled(key, timeout))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn millis_round_up_and_clamp() {
+        assert_eq!(millis(Duration::ZERO), 1);
+        assert_eq!(millis(Duration::from_micros(1)), 1);
+        assert_eq!(millis(Duration::from_micros(1001)), 2);
+        assert_eq!(millis(Duration::from_secs(2)), 2000);
+        assert_eq!(millis(Duration::MAX), MAX_MILLIS);
+    }
+
+    #[test]
+    fn tokens_are_32_lowercase_hex() {
+        assert!(is_token(OwnerToken::new().to_string().as_bytes()));
+        assert!(!is_token(b"not-a-token"));
+        assert!(!is_token(&[b'A'; 32]));
+    }
+
+    #[test]
+    fn backstop_is_capped_and_after_the_lease() {
+        let d = backstop_after(Some(200));
+        assert!(d > Duration::from_millis(200) && d < Duration::from_millis(220), "{d:?}");
+        let d = backstop_after(Some(60_000));
+        assert!(d > BACKSTOP_CAP && d < BACKSTOP_CAP + Duration::from_millis(70), "{d:?}");
+        assert_eq!(backstop_after(Some(-2)), Duration::ZERO);
+        assert!(backstop_after(None) > BACKSTOP_CAP);
+    }
+}

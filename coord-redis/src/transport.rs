@@ -1,0 +1,141 @@
+//! The seam between the provider's logic and a Redis client library.
+//!
+//! The provider speaks in raw commands and replies; a transport sends them over whichever
+//! topology it was built for, keeps its connections alive, and runs the one shared subscriber
+//! connection. Everything above this module is the same for every client library.
+
+use std::sync::Arc;
+
+use coord_core::{BackendError, BackendErrorKind, BoxFuture};
+
+#[cfg(feature = "fred")]
+pub(crate) mod fred_client;
+#[cfg(feature = "redis-client")]
+pub(crate) mod redis_rs;
+
+/// One command: its name and arguments, and which argument is the key (for Cluster routing).
+#[derive(Debug, Clone)]
+pub(crate) struct Command {
+    /// Name first, then arguments.
+    pub(crate) args: Vec<Vec<u8>>,
+    /// Index in `args` of the key that decides the slot (`None` for keyless commands).
+    pub(crate) key_index: Option<usize>,
+}
+
+impl Command {
+    pub(crate) fn new(name: &str) -> Command {
+        Command {
+            args: vec![name.as_bytes().to_vec()],
+            key_index: None,
+        }
+    }
+
+    /// Appends the routing key.
+    pub(crate) fn key(mut self, key: &str) -> Command {
+        self.key_index = Some(self.args.len());
+        self.args.push(key.as_bytes().to_vec());
+        self
+    }
+
+    pub(crate) fn arg(mut self, arg: impl AsRef<[u8]>) -> Command {
+        self.args.push(arg.as_ref().to_vec());
+        self
+    }
+
+    pub(crate) fn name(&self) -> &str {
+        std::str::from_utf8(&self.args[0]).unwrap_or("?")
+    }
+
+    /// The routing key's bytes.
+    #[allow(dead_code)] // only the fred transport routes by hand
+    pub(crate) fn routing_key(&self) -> Option<&[u8]> {
+        self.key_index.map(|i| self.args[i].as_slice())
+    }
+}
+
+/// A reply, as far as coord needs to tell replies apart.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Reply {
+    Nil,
+    Int(i64),
+    /// A bulk or simple string.
+    Data(Vec<u8>),
+    Array(Vec<Reply>),
+}
+
+/// Why a transport call failed.
+#[derive(Debug, Clone)]
+pub(crate) enum Fault {
+    /// No connection, or it broke.
+    Unavailable(String),
+    /// No answer in time.
+    Timeout(String),
+    /// The server answered with an error reply; the text starts with its code
+    /// (`WRONGTYPE ...`, `NOSCRIPT ...`).
+    Server(String),
+    /// A reply coord cannot read.
+    Protocol(String),
+    /// The connection settings are wrong.
+    Config(String),
+}
+
+impl Fault {
+    /// True for `NOSCRIPT`: the server does not have the script cached.
+    pub(crate) fn is_noscript(&self) -> bool {
+        matches!(self, Fault::Server(text) if text.starts_with("NOSCRIPT"))
+    }
+
+    /// The provider-level error. Error replies that say "not now" (loading, failover, cluster
+    /// reconfiguration, a busy script) are availability problems; any other error reply means
+    /// the data at the key is not what coord wrote (`WRONGTYPE`, a script error on a foreign
+    /// value), a protocol problem.
+    pub(crate) fn into_backend(self, context: &str) -> BackendError {
+        let (kind, text) = match self {
+            Fault::Unavailable(t) => (BackendErrorKind::Unavailable, t),
+            Fault::Timeout(t) => (BackendErrorKind::Timeout, t),
+            Fault::Protocol(t) => (BackendErrorKind::Protocol, t),
+            Fault::Config(t) => (BackendErrorKind::Config, t),
+            Fault::Server(t) => {
+                let code = t.split_whitespace().next().unwrap_or("");
+                let kind = match code {
+                    "LOADING" | "BUSY" | "MASTERDOWN" | "READONLY" | "CLUSTERDOWN" | "TRYAGAIN"
+                    | "NOREPLICAS" | "MOVED" | "ASK" | "UNBLOCKED" => BackendErrorKind::Unavailable,
+                    "NOAUTH" | "WRONGPASS" | "NOPERM" => BackendErrorKind::Config,
+                    _ => BackendErrorKind::Protocol,
+                };
+                (kind, t)
+            }
+        };
+        BackendError::new(kind, format!("{context}: {text}"))
+    }
+}
+
+/// A client library behind the provider.
+pub(crate) trait Transport: Send + Sync + 'static {
+    /// Sends `cmds` in one round trip (a pipeline when more than one) and returns one reply
+    /// per command. Any error reply fails the whole call.
+    fn run<'a>(&'a self, cmds: &'a [Command]) -> BoxFuture<'a, Result<Vec<Reply>, Fault>>;
+
+    /// Starts the shared subscriber connection. It connects in the background, reconnects on
+    /// its own, and reports messages and reconnections to `events`.
+    fn subscriber(&self, events: Arc<dyn SubscriberEvents>) -> Box<dyn Subscriber>;
+}
+
+/// The shared subscriber connection.
+pub(crate) trait Subscriber: Send + Sync + 'static {
+    /// Subscribes to `channels`; resolves once the server confirmed.
+    fn subscribe<'a>(&'a self, channels: &'a [String]) -> BoxFuture<'a, Result<(), Fault>>;
+
+    /// Unsubscribes from `channels`.
+    fn unsubscribe<'a>(&'a self, channels: &'a [String]) -> BoxFuture<'a, Result<(), Fault>>;
+}
+
+/// Where a subscriber reports what it receives.
+pub(crate) trait SubscriberEvents: Send + Sync + 'static {
+    /// A message arrived on `channel`.
+    fn message(&self, channel: &[u8]);
+
+    /// The connection was re-established (or messages were dropped): subscriptions must be
+    /// renewed, and anything published meanwhile may have been missed.
+    fn resync(&self);
+}

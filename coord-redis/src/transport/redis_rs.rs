@@ -1,0 +1,442 @@
+//! The transport over the `redis` crate (redis-rs).
+//!
+//! * One server: a pool of connection managers (each reconnects on its own).
+//! * Sentinel: a pool of multiplexed connections to the master that Sentinel names. A
+//!   connection that breaks, times out or finds itself on a replica (`READONLY`, after a
+//!   failover) is dropped, and the next call asks Sentinel again.
+//! * Cluster: a pool of cluster connections (slot routing, redirects and reconnects are
+//!   redis-rs's).
+//!
+//! The subscriber is a dedicated pub/sub connection (to the server, to the current master, or
+//! to the first reachable seed of a cluster, which sees every node's publications), redialled
+//! in the background whenever it drops.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use coord_core::BoxFuture;
+use futures_util::StreamExt;
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
+use redis::cluster_async::ClusterConnection;
+use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
+use redis::{AsyncConnectionConfig, ErrorKind, RedisConnectionInfo, RedisError, Value};
+use tokio::sync::watch;
+
+use super::{Command, Fault, Reply, Subscriber, SubscriberEvents, Transport};
+use crate::config::{Options, Topology};
+
+/// Connects as `options` say.
+pub(crate) async fn connect(options: &Options) -> Result<Arc<dyn Transport>, Fault> {
+    let timeout = options.command_timeout;
+    let size = options.pool_size;
+    let transport = match &options.topology {
+        Topology::Standalone(url) => {
+            let client = redis::Client::open(with_scheme(url)).map_err(fault)?;
+            let config = ConnectionManagerConfig::new()
+                .set_connection_timeout(Some(timeout))
+                .set_response_timeout(Some(timeout))
+                .set_min_delay(Duration::from_millis(10))
+                .set_max_delay(Duration::from_millis(250))
+                .set_number_of_retries(24);
+            let mut pool = Vec::with_capacity(size);
+            // The first connection is made with one try, so a wrong address fails fast.
+            let first = ConnectionManager::new_with_config(
+                client.clone(),
+                config.clone().set_number_of_retries(0),
+            )
+            .await
+            .map_err(fault)?;
+            pool.push(first);
+            for _ in 1..size {
+                pool.push(
+                    ConnectionManager::new_with_config(client.clone(), config.clone())
+                        .await
+                        .map_err(fault)?,
+                );
+            }
+            RedisRs {
+                conns: Conns::Managed(pool),
+                next: AtomicUsize::new(0),
+                pubsub: PubSubSource::Direct(vec![client]),
+                timeout,
+            }
+        }
+        Topology::Cluster(seeds) => {
+            let seeds: Vec<String> = seeds.iter().map(|s| with_scheme(s)).collect();
+            let client = redis::cluster::ClusterClient::builder(seeds.clone())
+                .connection_timeout(timeout)
+                .response_timeout(timeout)
+                .retries(3)
+                .min_retry_wait(10)
+                .max_retry_wait(250)
+                .build()
+                .map_err(fault)?;
+            let mut pool = Vec::with_capacity(size);
+            for _ in 0..size {
+                pool.push(client.get_async_connection().await.map_err(fault)?);
+            }
+            let direct = seeds
+                .iter()
+                .map(|s| redis::Client::open(s.as_str()))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(fault)?;
+            RedisRs {
+                conns: Conns::Cluster(pool),
+                next: AtomicUsize::new(0),
+                pubsub: PubSubSource::Direct(direct),
+                timeout,
+            }
+        }
+        Topology::Sentinel { master, sentinels } => {
+            let mut info = RedisConnectionInfo::default();
+            if let Some(user) = &options.username {
+                info = info.set_username(user);
+            }
+            if let Some(password) = &options.password {
+                info = info.set_password(password);
+            }
+            if let Some(db) = options.database {
+                info = info.set_db(db.into());
+            }
+            let node_info = SentinelNodeConnectionInfo::default().set_redis_connection_info(info);
+            let sentinel = SentinelClient::build(
+                sentinels.iter().map(|s| with_scheme(s)).collect(),
+                master.clone(),
+                Some(node_info),
+                SentinelServerType::Master,
+            )
+            .map_err(fault)?;
+            let shared = Arc::new(SentinelShared {
+                sentinel: tokio::sync::Mutex::new(sentinel),
+                config: AsyncConnectionConfig::new()
+                    .set_connection_timeout(Some(timeout))
+                    .set_response_timeout(Some(timeout)),
+            });
+            let slots: Vec<SentinelSlot> = (0..size)
+                .map(|_| SentinelSlot {
+                    shared: shared.clone(),
+                    current: Mutex::new(None),
+                    generation: AtomicU64::new(0),
+                    dialing: tokio::sync::Mutex::new(()),
+                })
+                .collect();
+            // Resolve and connect once now, so a wrong setup fails at connect time.
+            slots[0].connection().await?;
+            RedisRs {
+                conns: Conns::Sentinel(slots),
+                next: AtomicUsize::new(0),
+                pubsub: PubSubSource::Sentinel(shared),
+                timeout,
+            }
+        }
+    };
+    Ok(Arc::new(transport))
+}
+
+/// redis-rs wants a scheme; a bare `host:port` means plain `redis://`.
+fn with_scheme(url: &str) -> String {
+    if url.contains("://") {
+        url.to_owned()
+    } else {
+        format!("redis://{url}")
+    }
+}
+
+struct RedisRs {
+    conns: Conns,
+    next: AtomicUsize,
+    pubsub: PubSubSource,
+    timeout: Duration,
+}
+
+enum Conns {
+    Managed(Vec<ConnectionManager>),
+    Cluster(Vec<ClusterConnection>),
+    Sentinel(Vec<SentinelSlot>),
+}
+
+enum PubSubSource {
+    /// Try these in order.
+    Direct(Vec<redis::Client>),
+    /// Whatever master Sentinel names.
+    Sentinel(Arc<SentinelShared>),
+}
+
+impl Transport for RedisRs {
+    fn run<'a>(&'a self, cmds: &'a [Command]) -> BoxFuture<'a, Result<Vec<Reply>, Fault>> {
+        Box::pin(async move {
+            let i = self.next.fetch_add(1, Ordering::Relaxed);
+            match &self.conns {
+                Conns::Managed(pool) => exec(&mut pool[i % pool.len()].clone(), cmds).await,
+                Conns::Cluster(pool) => exec(&mut pool[i % pool.len()].clone(), cmds).await,
+                Conns::Sentinel(pool) => pool[i % pool.len()].exec(cmds).await,
+            }
+        })
+    }
+
+    fn subscriber(&self, events: Arc<dyn SubscriberEvents>) -> Box<dyn Subscriber> {
+        let (sink_tx, sink_rx) = watch::channel(None);
+        let source = match &self.pubsub {
+            PubSubSource::Direct(clients) => PubSubSource::Direct(clients.clone()),
+            PubSubSource::Sentinel(shared) => PubSubSource::Sentinel(shared.clone()),
+        };
+        let task = tokio::spawn(run_subscriber(source, sink_tx, events, self.timeout));
+        Box::new(RrSubscriber {
+            sink: sink_rx,
+            task,
+        })
+    }
+}
+
+fn to_cmd(cmd: &Command) -> redis::Cmd {
+    let mut out = redis::cmd(cmd.name());
+    for arg in &cmd.args[1..] {
+        out.arg(arg.as_slice());
+    }
+    out
+}
+
+async fn exec<C: ConnectionLike>(conn: &mut C, cmds: &[Command]) -> Result<Vec<Reply>, Fault> {
+    if let [one] = cmds {
+        let value: Value = to_cmd(one).query_async(conn).await.map_err(fault)?;
+        return Ok(vec![reply(value)?]);
+    }
+    let mut pipe = redis::pipe();
+    for cmd in cmds {
+        pipe.add_command(to_cmd(cmd));
+    }
+    let values: Vec<Value> = pipe.query_async(conn).await.map_err(fault)?;
+    values.into_iter().map(reply).collect()
+}
+
+fn reply(value: Value) -> Result<Reply, Fault> {
+    Ok(match value {
+        Value::Nil => Reply::Nil,
+        Value::Int(i) => Reply::Int(i),
+        Value::BulkString(data) => Reply::Data(data),
+        Value::SimpleString(s) => Reply::Data(s.into_bytes()),
+        Value::Okay => Reply::Data(b"OK".to_vec()),
+        Value::Array(items) | Value::Set(items) => {
+            Reply::Array(items.into_iter().map(reply).collect::<Result<_, _>>()?)
+        }
+        Value::ServerError(err) => {
+            return Err(Fault::Server(format!(
+                "{} {}",
+                err.code(),
+                err.details().unwrap_or("")
+            )));
+        }
+        other => return Err(Fault::Protocol(format!("unexpected reply {other:?}"))),
+    })
+}
+
+fn fault(err: RedisError) -> Fault {
+    if let Some(code) = err.code() {
+        return Fault::Server(format!("{code} {}", err.detail().unwrap_or("")));
+    }
+    if err.is_timeout() {
+        return Fault::Timeout(err.to_string());
+    }
+    match err.kind() {
+        ErrorKind::InvalidClientConfig | ErrorKind::AuthenticationFailed => {
+            Fault::Config(err.to_string())
+        }
+        ErrorKind::Parse | ErrorKind::UnexpectedReturnType => Fault::Protocol(err.to_string()),
+        ErrorKind::Extension => {
+            // An error reply with a code redis-rs does not know (`WRONGTYPE`, a script
+            // error). Pipelines report their first failing command here.
+            if let Some(errors) = err.clone().into_server_errors() {
+                if let Some((_, first)) = errors.first() {
+                    return Fault::Server(format!(
+                        "{} {}",
+                        first.code(),
+                        first.details().unwrap_or("")
+                    ));
+                }
+            }
+            Fault::Server(err.to_string())
+        }
+        ErrorKind::Server(_) => Fault::Server(err.to_string()),
+        _ => Fault::Unavailable(err.to_string()),
+    }
+}
+
+/// Whether a connection that produced `fault` should be replaced (Sentinel): it broke, hangs,
+/// or is no longer on the master.
+fn stale(fault: &Fault) -> bool {
+    match fault {
+        Fault::Unavailable(_) | Fault::Timeout(_) => true,
+        Fault::Server(text) => {
+            let code = text.split_whitespace().next().unwrap_or("");
+            matches!(code, "READONLY" | "MASTERDOWN" | "LOADING")
+        }
+        _ => false,
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sentinel
+
+struct SentinelShared {
+    sentinel: tokio::sync::Mutex<SentinelClient>,
+    config: AsyncConnectionConfig,
+}
+
+impl SentinelShared {
+    /// The master Sentinel names now (its role is checked by redis-rs before it is returned).
+    async fn master(&self) -> Result<redis::Client, Fault> {
+        self.sentinel
+            .lock()
+            .await
+            .async_get_client()
+            .await
+            .map_err(fault)
+    }
+}
+
+struct SentinelSlot {
+    shared: Arc<SentinelShared>,
+    current: Mutex<Option<(u64, MultiplexedConnection)>>,
+    generation: AtomicU64,
+    dialing: tokio::sync::Mutex<()>,
+}
+
+impl SentinelSlot {
+    fn cached(&self) -> Option<(u64, MultiplexedConnection)> {
+        self.current
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    async fn connection(&self) -> Result<(u64, MultiplexedConnection), Fault> {
+        if let Some(found) = self.cached() {
+            return Ok(found);
+        }
+        let _dialing = self.dialing.lock().await;
+        if let Some(found) = self.cached() {
+            return Ok(found);
+        }
+        let client = self.shared.master().await?;
+        let conn = client
+            .get_multiplexed_async_connection_with_config(&self.shared.config)
+            .await
+            .map_err(fault)?;
+        let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
+        *self.current.lock().unwrap_or_else(|e| e.into_inner()) = Some((generation, conn.clone()));
+        Ok((generation, conn))
+    }
+
+    fn forget(&self, generation: u64) {
+        let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
+        if current.as_ref().is_some_and(|(g, _)| *g == generation) {
+            *current = None;
+        }
+    }
+
+    async fn exec(&self, cmds: &[Command]) -> Result<Vec<Reply>, Fault> {
+        let (generation, mut conn) = self.connection().await?;
+        let result = exec(&mut conn, cmds).await;
+        if let Err(f) = &result {
+            if stale(f) {
+                self.forget(generation);
+            }
+        }
+        result
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Subscriber
+
+struct RrSubscriber {
+    sink: watch::Receiver<Option<redis::aio::PubSubSink>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for RrSubscriber {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl RrSubscriber {
+    async fn sink(&self) -> Result<redis::aio::PubSubSink, Fault> {
+        let mut rx = self.sink.clone();
+        let found = rx
+            .wait_for(|s| s.is_some())
+            .await
+            .map_err(|_| Fault::Unavailable("the subscriber connection stopped".to_owned()))?;
+        Ok(found.clone().expect("waited for a connection"))
+    }
+}
+
+impl Subscriber for RrSubscriber {
+    fn subscribe<'a>(&'a self, channels: &'a [String]) -> BoxFuture<'a, Result<(), Fault>> {
+        Box::pin(async move {
+            let mut sink = self.sink().await?;
+            sink.subscribe(channels).await.map_err(fault)
+        })
+    }
+
+    fn unsubscribe<'a>(&'a self, channels: &'a [String]) -> BoxFuture<'a, Result<(), Fault>> {
+        Box::pin(async move {
+            let mut sink = self.sink().await?;
+            sink.unsubscribe(channels).await.map_err(fault)
+        })
+    }
+}
+
+async fn open_pubsub(
+    source: &PubSubSource,
+    timeout: Duration,
+) -> Result<redis::aio::PubSub, Fault> {
+    let candidates = match source {
+        PubSubSource::Direct(clients) => clients.clone(),
+        PubSubSource::Sentinel(shared) => vec![shared.master().await?],
+    };
+    let mut last = Fault::Unavailable("no address to subscribe at".to_owned());
+    for client in candidates {
+        match tokio::time::timeout(timeout, client.get_async_pubsub()).await {
+            Ok(Ok(pubsub)) => return Ok(pubsub),
+            Ok(Err(err)) => last = fault(err),
+            Err(_) => last = Fault::Timeout("opening the subscriber connection".to_owned()),
+        }
+    }
+    Err(last)
+}
+
+/// Keeps one pub/sub connection open, forwarding messages and announcing reconnections.
+async fn run_subscriber(
+    source: PubSubSource,
+    sink: watch::Sender<Option<redis::aio::PubSubSink>>,
+    events: Arc<dyn SubscriberEvents>,
+    timeout: Duration,
+) {
+    let mut connected_before = false;
+    let mut pause = Duration::from_millis(10);
+    loop {
+        match open_pubsub(&source, timeout).await {
+            Ok(pubsub) => {
+                pause = Duration::from_millis(10);
+                let (new_sink, mut stream) = pubsub.split();
+                sink.send_replace(Some(new_sink));
+                if connected_before {
+                    events.resync();
+                }
+                connected_before = true;
+                while let Some(msg) = stream.next().await {
+                    events.message(msg.get_channel_name().as_bytes());
+                }
+                sink.send_replace(None);
+                tracing::debug!("coord-redis: the subscriber connection closed; reconnecting");
+            }
+            Err(err) => {
+                tracing::debug!(error = ?err, "coord-redis: opening the subscriber connection failed");
+            }
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_millis(500));
+    }
+}

@@ -1,0 +1,349 @@
+//! Local waiter queues over the one shared subscriber connection.
+//!
+//! A provider has one subscriber connection, opened the first time something waits. Each
+//! channel someone waits on is subscribed once, however many tasks wait on it, and
+//! unsubscribed when the last one leaves. A lock channel wakes only the head of its queue (the
+//! task that started waiting first): one release, one retry. When the head leaves the queue
+//! (it got the lock, gave up or was cancelled) the next one is woken to take over the watch.
+//! A record channel wakes every waiter, since a settled record answers them all.
+//!
+//! Subscription changes go through one task, in the order they were decided, so a quick
+//! "unsubscribe, then subscribe again" cannot be reordered into a lost subscription. After
+//! the subscriber reconnects, that task renews every subscription and wakes every head:
+//! a release published while the connection was down was not seen.
+
+use std::collections::hash_map::Entry;
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::Duration;
+
+use coord_core::{BackendError, BackendErrorKind};
+use tokio::sync::{Notify, mpsc, watch};
+
+use crate::transport::{Subscriber, SubscriberEvents, Transport};
+
+/// How a channel's waiters are woken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wake {
+    /// The head of the queue only (lock hand-off).
+    Head,
+    /// Everyone (a settled idempotency record).
+    All,
+}
+
+#[derive(Debug, Clone)]
+enum SubState {
+    Pending,
+    Ready,
+    Failed(BackendError),
+}
+
+struct Waiter {
+    id: u64,
+    notify: Notify,
+    /// Set when the wake-up came from a reconnection rather than a message: nothing may have
+    /// happened, the waiter should look again.
+    resynced: AtomicBool,
+}
+
+/// Why a waiter woke.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Woken {
+    /// A message arrived on the channel (or the waiter became head of its queue).
+    Message,
+    /// The subscriber reconnected: a message may have been missed, or nothing happened.
+    Resync,
+}
+
+struct Channel {
+    waiters: VecDeque<Arc<Waiter>>,
+    wake: Wake,
+    ready: watch::Receiver<SubState>,
+}
+
+enum Op {
+    Subscribe(String, watch::Sender<SubState>),
+    Unsubscribe(String),
+    Resync,
+}
+
+#[derive(Default)]
+struct Shared {
+    channels: Mutex<HashMap<String, Channel>>,
+    next_id: AtomicU64,
+}
+
+impl Shared {
+    fn channels(&self) -> std::sync::MutexGuard<'_, HashMap<String, Channel>> {
+        // A panic while holding this lock cannot leave the map inconsistent (every critical
+        // section is a single insert/remove), so a poisoned lock is still usable.
+        self.channels.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn deliver(&self, channel: &[u8]) {
+        let Ok(channel) = std::str::from_utf8(channel) else {
+            return;
+        };
+        let map = self.channels();
+        if let Some(ch) = map.get(channel) {
+            match ch.wake {
+                Wake::Head => {
+                    if let Some(head) = ch.waiters.front() {
+                        head.notify.notify_one();
+                    }
+                }
+                Wake::All => ch.waiters.iter().for_each(|w| w.notify.notify_one()),
+            }
+        }
+    }
+
+    fn wake_every_head(&self) {
+        let wake = |w: &Arc<Waiter>| {
+            w.resynced.store(true, Ordering::Relaxed);
+            w.notify.notify_one();
+        };
+        let map = self.channels();
+        for ch in map.values() {
+            match ch.wake {
+                Wake::Head => ch.waiters.front().into_iter().for_each(wake),
+                Wake::All => ch.waiters.iter().for_each(wake),
+            }
+        }
+    }
+}
+
+struct Events {
+    shared: Weak<Shared>,
+    ops: mpsc::WeakUnboundedSender<Op>,
+}
+
+impl SubscriberEvents for Events {
+    fn message(&self, channel: &[u8]) {
+        if let Some(shared) = self.shared.upgrade() {
+            shared.deliver(channel);
+        }
+    }
+
+    fn resync(&self) {
+        if let Some(ops) = self.ops.upgrade() {
+            let _ = ops.send(Op::Resync);
+        }
+    }
+}
+
+/// The waiter queues of one provider.
+pub(crate) struct Hub {
+    shared: Arc<Shared>,
+    ops: OnceLock<mpsc::UnboundedSender<Op>>,
+    timeout: Duration,
+}
+
+impl Hub {
+    pub(crate) fn new(timeout: Duration) -> Hub {
+        Hub {
+            shared: Arc::new(Shared::default()),
+            ops: OnceLock::new(),
+            timeout,
+        }
+    }
+
+    /// The subscription task's queue, starting the task (and the subscriber connection) on
+    /// first use.
+    fn ops(&self, transport: &Arc<dyn Transport>) -> mpsc::UnboundedSender<Op> {
+        self.ops
+            .get_or_init(|| {
+                let (tx, rx) = mpsc::unbounded_channel();
+                let events = Arc::new(Events {
+                    shared: Arc::downgrade(&self.shared),
+                    ops: tx.downgrade(),
+                });
+                let subscriber = transport.subscriber(events);
+                tokio::spawn(manage(
+                    subscriber,
+                    rx,
+                    Arc::downgrade(&self.shared),
+                    self.timeout,
+                ));
+                tx
+            })
+            .clone()
+    }
+
+    /// Joins the queue of `channel`, subscribing first if nobody here listens to it yet.
+    /// Resolves once the subscription is confirmed, so a message published after this returns
+    /// is seen. Fails if the subscription cannot be made within `limit`.
+    pub(crate) async fn join(
+        &self,
+        transport: &Arc<dyn Transport>,
+        channel: String,
+        wake: Wake,
+        limit: Duration,
+    ) -> Result<Ticket, BackendError> {
+        let ops = self.ops(transport);
+        let waiter = Arc::new(Waiter {
+            id: self.shared.next_id.fetch_add(1, Ordering::Relaxed),
+            notify: Notify::new(),
+            resynced: AtomicBool::new(false),
+        });
+        let mut ready = {
+            let mut map = self.shared.channels();
+            match map.entry(channel.clone()) {
+                Entry::Occupied(mut slot) => {
+                    slot.get_mut().waiters.push_back(waiter.clone());
+                    slot.get().ready.clone()
+                }
+                Entry::Vacant(slot) => {
+                    let (tx, rx) = watch::channel(SubState::Pending);
+                    slot.insert(Channel {
+                        waiters: VecDeque::from([waiter.clone()]),
+                        wake,
+                        ready: rx.clone(),
+                    });
+                    let _ = ops.send(Op::Subscribe(channel.clone(), tx));
+                    rx
+                }
+            }
+        };
+        // From here on, dropping the ticket takes the waiter out of the queue again.
+        let ticket = Ticket {
+            shared: self.shared.clone(),
+            ops,
+            channel,
+            waiter,
+        };
+        let state = tokio::time::timeout(
+            limit,
+            ready.wait_for(|s| !matches!(s, SubState::Pending)),
+        )
+        .await;
+        match state {
+            Ok(Ok(state)) => match &*state {
+                SubState::Ready => Ok(ticket),
+                SubState::Failed(err) => Err(err.clone()),
+                SubState::Pending => unreachable!("waited for a settled state"),
+            },
+            Ok(Err(_)) => Err(BackendError::new(
+                BackendErrorKind::Unavailable,
+                "the subscriber connection stopped",
+            )),
+            Err(_) => Err(BackendError::new(
+                BackendErrorKind::Timeout,
+                format!("subscribing to `{}` took longer than {limit:?}", ticket.channel),
+            )),
+        }
+    }
+}
+
+/// A place in a channel's queue. Dropping it leaves the queue.
+pub(crate) struct Ticket {
+    shared: Arc<Shared>,
+    ops: mpsc::UnboundedSender<Op>,
+    channel: String,
+    waiter: Arc<Waiter>,
+}
+
+impl Ticket {
+    /// True while this waiter is the first in its queue.
+    pub(crate) fn is_head(&self) -> bool {
+        let map = self.shared.channels();
+        map.get(&self.channel)
+            .and_then(|ch| ch.waiters.front())
+            .is_some_and(|head| head.id == self.waiter.id)
+    }
+
+    /// Resolves on the next wake-up (or at once if one arrived since the last call).
+    pub(crate) async fn woken(&self) -> Woken {
+        self.waiter.notify.notified().await;
+        if self.waiter.resynced.swap(false, Ordering::Relaxed) {
+            Woken::Resync
+        } else {
+            Woken::Message
+        }
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        let mut map = self.shared.channels();
+        let Some(ch) = map.get_mut(&self.channel) else {
+            return;
+        };
+        let Some(pos) = ch.waiters.iter().position(|w| w.id == self.waiter.id) else {
+            return;
+        };
+        ch.waiters.remove(pos);
+        if ch.waiters.is_empty() {
+            map.remove(&self.channel);
+            let _ = self.ops.send(Op::Unsubscribe(std::mem::take(&mut self.channel)));
+        } else if pos == 0 && ch.wake == Wake::Head {
+            // The watch passes to the next waiter: it retries once and keeps the backstop.
+            ch.waiters[0].notify.notify_one();
+        }
+    }
+}
+
+/// Applies subscription changes in order, over the one subscriber connection.
+async fn manage(
+    subscriber: Box<dyn Subscriber>,
+    mut rx: mpsc::UnboundedReceiver<Op>,
+    shared: Weak<Shared>,
+    timeout: Duration,
+) {
+    let mut batch = Vec::new();
+    while rx.recv_many(&mut batch, 256).await > 0 {
+        let mut ops = batch.drain(..).peekable();
+        while let Some(op) = ops.next() {
+            match op {
+                Op::Subscribe(channel, tx) => {
+                    // Consecutive subscriptions go out as one command.
+                    let mut channels = vec![channel];
+                    let mut senders = vec![tx];
+                    while let Some(Op::Subscribe(..)) = ops.peek() {
+                        if let Some(Op::Subscribe(c, t)) = ops.next() {
+                            channels.push(c);
+                            senders.push(t);
+                        }
+                    }
+                    let state =
+                        match tokio::time::timeout(timeout, subscriber.subscribe(&channels)).await
+                        {
+                            Ok(Ok(())) => SubState::Ready,
+                            Ok(Err(fault)) => {
+                                SubState::Failed(fault.into_backend("subscribing for wake-ups"))
+                            }
+                            Err(_) => SubState::Failed(BackendError::new(
+                                BackendErrorKind::Timeout,
+                                format!("subscribing for wake-ups took longer than {timeout:?}"),
+                            )),
+                        };
+                    for tx in senders {
+                        let _ = tx.send(state.clone());
+                    }
+                }
+                Op::Unsubscribe(channel) => {
+                    // A failure leaves a stray subscription at worst; its messages find no
+                    // queue and are ignored, and a reconnect drops it.
+                    let channels = [channel];
+                    let _ = tokio::time::timeout(timeout, subscriber.unsubscribe(&channels)).await;
+                }
+                Op::Resync => {
+                    let Some(shared) = shared.upgrade() else {
+                        return;
+                    };
+                    let channels: Vec<String> = shared.channels().keys().cloned().collect();
+                    if !channels.is_empty() {
+                        let renewed =
+                            tokio::time::timeout(timeout, subscriber.subscribe(&channels)).await;
+                        if !matches!(renewed, Ok(Ok(()))) {
+                            tracing::debug!(
+                                "coord-redis: renewing subscriptions after a reconnect failed; waiters fall back to their lease backstop"
+                            );
+                        }
+                    }
+                    shared.wake_every_head();
+                }
+            }
+        }
+    }
+}

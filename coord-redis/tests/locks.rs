@@ -1,0 +1,373 @@
+//! Lock semantics against a real redis-server, for every client.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use coord_core::{LockProvider, OwnerToken, ReleaseOutcome, RenewOutcome};
+use coord_redis::Client;
+use coord_redis::testing::{RedisServer, Resp};
+use support::*;
+
+per_client!(
+    single_attempt_is_refused_while_held,
+    release_is_owner_scoped_and_idempotent,
+    lapsed_release_reports_not_held,
+    expired_holder_is_replaced_by_a_waiter,
+    release_hands_off_to_a_waiter,
+    renew_extends_only_the_owners_lease,
+    fencing_tokens_strictly_increase,
+    fence_counter_exists_only_for_fenced_locks_and_expires,
+    release_wakes_exactly_one_waiter,
+    waiters_in_one_process_are_served_in_order,
+    a_cancelled_head_passes_the_wake_up_on,
+    waiting_leaves_no_subscription_behind,
+);
+
+async fn single_attempt_is_refused_while_held(client: Client) {
+    let server = RedisServer::start();
+    let p = provider(&server, client).await;
+    let k = key("single");
+    let (a, b) = (OwnerToken::new(), OwnerToken::new());
+    let grant = p.acquire(lock(&k, a, LONG, Duration::ZERO)).await.unwrap();
+    let grant = grant.expect("a free lock is granted");
+    assert!(!grant.contended);
+    assert_eq!(grant.fencing_token, None);
+    // The owner token is what the lock key holds, as 32 hex characters.
+    assert_eq!(
+        server.command(&["GET", &redis_key(&k, "lock")]),
+        Resp::Bulk(a.to_string().into_bytes())
+    );
+    assert_eq!(p.acquire(lock(&k, b, LONG, Duration::ZERO)).await.unwrap(), None);
+    assert_eq!(p.release(&k, a).await.unwrap(), ReleaseOutcome::Released);
+    assert!(p.acquire(lock(&k, b, LONG, Duration::ZERO)).await.unwrap().is_some());
+}
+
+async fn release_is_owner_scoped_and_idempotent(client: Client) {
+    let server = RedisServer::start();
+    let p = provider(&server, client).await;
+    let k = key("owner");
+    let (a, b) = (OwnerToken::new(), OwnerToken::new());
+    p.acquire(lock(&k, a, LONG, Duration::ZERO)).await.unwrap().unwrap();
+    assert_eq!(p.release(&k, b).await.unwrap(), ReleaseOutcome::NotHeld);
+    assert_eq!(p.acquire(lock(&k, b, LONG, Duration::ZERO)).await.unwrap(), None);
+    assert_eq!(p.release(&k, a).await.unwrap(), ReleaseOutcome::Released);
+    assert_eq!(p.release(&k, a).await.unwrap(), ReleaseOutcome::NotHeld);
+    assert_eq!(server.command(&["EXISTS", &redis_key(&k, "lock")]), Resp::Int(0));
+}
+
+async fn lapsed_release_reports_not_held(client: Client) {
+    let server = RedisServer::start();
+    let p = provider(&server, client).await;
+    let k = key("lapsed");
+    let a = OwnerToken::new();
+    p.acquire(lock(&k, a, Duration::from_millis(50), Duration::ZERO))
+        .await
+        .unwrap()
+        .unwrap();
+    let lock_key = redis_key(&k, "lock");
+    until("the lease to run out", Duration::from_secs(5), || {
+        server.command(&["EXISTS", &lock_key]) == Resp::Int(0)
+    })
+    .await;
+    assert_eq!(p.release(&k, a).await.unwrap(), ReleaseOutcome::NotHeld);
+    assert_eq!(p.renew(&k, a, LONG).await.unwrap(), RenewOutcome::Lost);
+}
+
+async fn expired_holder_is_replaced_by_a_waiter(client: Client) {
+    let server = RedisServer::start();
+    let p = provider(&server, client).await;
+    let k = key("expired");
+    let (a, b, c) = (OwnerToken::new(), OwnerToken::new(), OwnerToken::new());
+    p.acquire(lock(&k, a, Duration::from_millis(300), Duration::ZERO))
+        .await
+        .unwrap()
+        .unwrap();
+    let started = Instant::now();
+    // No release comes: the waiter's backstop at the holder's remaining lease takes over.
+    let grant = p.acquire(lock(&k, b, LONG, Duration::from_secs(10))).await.unwrap();
+    let took = started.elapsed();
+    assert!(grant.expect("taken after the lease").contended);
+    assert!(took < Duration::from_secs(2), "replaced within the lease + margin: {took:?}");
+    assert_eq!(p.release(&k, a).await.unwrap(), ReleaseOutcome::NotHeld);
+    assert_eq!(p.acquire(lock(&k, c, LONG, Duration::ZERO)).await.unwrap(), None);
+    assert_eq!(p.release(&k, b).await.unwrap(), ReleaseOutcome::Released);
+}
+
+async fn release_hands_off_to_a_waiter(client: Client) {
+    let server = RedisServer::start();
+    let p = provider(&server, client).await;
+    let k = key("handoff");
+    let a = OwnerToken::new();
+    p.acquire(lock(&k, a, LONG, Duration::ZERO)).await.unwrap().unwrap();
+    let waiter = tokio::spawn({
+        let (p, k) = (p.clone(), k.clone());
+        async move {
+            let b = OwnerToken::new();
+            let grant = p.acquire(lock(&k, b, LONG, Duration::from_secs(20))).await.unwrap();
+            (grant, Instant::now(), b)
+        }
+    });
+    let channel = redis_key(&k, "lock-released");
+    until("the waiter to subscribe", Duration::from_secs(5), || {
+        subscribers(&server, &channel) == 1
+    })
+    .await;
+    let released_at = Instant::now();
+    assert_eq!(p.release(&k, a).await.unwrap(), ReleaseOutcome::Released);
+    let (grant, granted_at, b) = waiter.await.unwrap();
+    let grant = grant.expect("the waiter gets the lock");
+    assert!(grant.contended);
+    let handoff = granted_at.saturating_duration_since(released_at);
+    // The holder's lease is 30 s, so the backstop would fire after one second: anything
+    // well under that was the release message.
+    assert!(handoff < Duration::from_millis(700), "hand-off took {handoff:?}");
+    assert_eq!(p.release(&k, b).await.unwrap(), ReleaseOutcome::Released);
+}
+
+async fn renew_extends_only_the_owners_lease(client: Client) {
+    let server = RedisServer::start();
+    let p = provider(&server, client).await;
+    let k = key("renew");
+    let (a, b) = (OwnerToken::new(), OwnerToken::new());
+    p.acquire(lock(&k, a, Duration::from_secs(2), Duration::ZERO))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(p.renew(&k, b, LONG).await.unwrap(), RenewOutcome::Lost);
+    assert_eq!(p.renew(&k, a, LONG).await.unwrap(), RenewOutcome::Renewed);
+    let pttl = server.command(&["PTTL", &redis_key(&k, "lock")]).int().unwrap();
+    assert!(pttl > 20_000 && pttl <= 30_000, "renewed lease, PTTL {pttl}");
+    p.release(&k, a).await.unwrap();
+    assert_eq!(p.renew(&k, a, LONG).await.unwrap(), RenewOutcome::Lost);
+}
+
+async fn fencing_tokens_strictly_increase(client: Client) {
+    let server = RedisServer::start();
+    let p = provider(&server, client).await;
+    let k = key("fence");
+    let mut last = 0u64;
+    for round in 0..6 {
+        let me = OwnerToken::new();
+        let grant = p.acquire(fenced(&k, me, LONG, Duration::ZERO)).await.unwrap().unwrap();
+        let token = grant.fencing_token.expect("fenced grants carry a token").get();
+        assert!(token > last, "round {round}: {token} after {last}");
+        last = token;
+        if round == 3 {
+            // The counter expiring (simulated) must not make tokens go back.
+            server.command(&["DEL", &redis_key(&k, "fence")]);
+        }
+        p.release(&k, me).await.unwrap();
+    }
+    // A contended, fenced hand-off mints a bigger token too.
+    let a = OwnerToken::new();
+    let first = p.acquire(fenced(&k, a, LONG, Duration::ZERO)).await.unwrap().unwrap();
+    let waiter = tokio::spawn({
+        let (p, k) = (p.clone(), k.clone());
+        async move {
+            let b = OwnerToken::new();
+            p.acquire(fenced(&k, b, LONG, Duration::from_secs(20))).await.unwrap()
+        }
+    });
+    let channel = redis_key(&k, "lock-released");
+    until("the waiter to subscribe", Duration::from_secs(5), || {
+        subscribers(&server, &channel) == 1
+    })
+    .await;
+    p.release(&k, a).await.unwrap();
+    let second = waiter.await.unwrap().expect("handed over");
+    assert!(second.contended);
+    assert!(second.fencing_token.unwrap() > first.fencing_token.unwrap());
+    assert!(first.fencing_token.unwrap().get() > last);
+}
+
+async fn fence_counter_exists_only_for_fenced_locks_and_expires(client: Client) {
+    let server = RedisServer::start();
+    let p = provider(&server, client).await;
+    let k = key("fence-ttl");
+    let fence_key = redis_key(&k, "fence");
+    let a = OwnerToken::new();
+    let grant = p.acquire(lock(&k, a, LONG, Duration::ZERO)).await.unwrap().unwrap();
+    assert_eq!(grant.fencing_token, None);
+    p.release(&k, a).await.unwrap();
+    assert_eq!(server.command(&["EXISTS", &fence_key]), Resp::Int(0), "unfenced: no counter");
+
+    let b = OwnerToken::new();
+    p.acquire(fenced(&k, b, Duration::from_secs(5), Duration::ZERO))
+        .await
+        .unwrap()
+        .unwrap();
+    let pttl = server.command(&["PTTL", &fence_key]).int().unwrap();
+    // Kept for max(10 × lease, 1 h) after the mint, then gone.
+    assert!(pttl > 3_500_000 && pttl <= 3_600_000, "counter PTTL {pttl}");
+    p.release(&k, b).await.unwrap();
+
+    let c = OwnerToken::new();
+    p.acquire(fenced(&k, c, Duration::from_secs(1000), Duration::ZERO))
+        .await
+        .unwrap()
+        .unwrap();
+    let pttl = server.command(&["PTTL", &fence_key]).int().unwrap();
+    assert!(pttl > 9_900_000 && pttl <= 10_000_000, "counter PTTL {pttl}");
+    p.release(&k, c).await.unwrap();
+}
+
+async fn release_wakes_exactly_one_waiter(client: Client) {
+    let server = RedisServer::start();
+    let p = provider(&server, client).await;
+    let k = key("wake-one");
+    let lock_key = redis_key(&k, "lock");
+    let a = OwnerToken::new();
+    p.acquire(lock(&k, a, LONG, Duration::ZERO)).await.unwrap().unwrap();
+    let spawn_waiter = |wait: Duration| {
+        let (p, k) = (p.clone(), k.clone());
+        tokio::spawn(async move {
+            let me = OwnerToken::new();
+            let started = Instant::now();
+            let grant = p.acquire(lock(&k, me, LONG, wait)).await.unwrap();
+            (grant.map(|_| me), started.elapsed())
+        })
+    };
+    // Each waiter sends its first attempt, then (once queued and subscribed) a retry: two
+    // SETs each. Counting them tells when a waiter is in the queue.
+    let sets = calls(&server, "set");
+    let first = spawn_waiter(Duration::from_secs(20));
+    until("the first waiter to queue", Duration::from_secs(5), || {
+        calls(&server, "set") >= sets + 2
+    })
+    .await;
+    let second_wait = Duration::from_millis(2500);
+    let second = spawn_waiter(second_wait);
+    until("the second waiter to queue", Duration::from_secs(5), || {
+        calls(&server, "set") >= sets + 4
+    })
+    .await;
+    assert_eq!(p.release(&k, a).await.unwrap(), ReleaseOutcome::Released);
+    let (winner, _) = first.await.unwrap();
+    let winner = winner.expect("the first waiter is woken and takes the lock");
+    assert_eq!(
+        server.command(&["GET", &lock_key]),
+        Resp::Bulk(winner.to_string().into_bytes())
+    );
+    let (loser, waited) = second.await.unwrap();
+    assert!(loser.is_none(), "one release, one wake: the second waiter stays waiting");
+    assert!(waited >= second_wait, "the second waiter gave up only at its timeout: {waited:?}");
+    assert_eq!(p.release(&k, winner).await.unwrap(), ReleaseOutcome::Released);
+}
+
+async fn waiters_in_one_process_are_served_in_order(client: Client) {
+    let server = RedisServer::start();
+    let p = provider(&server, client).await;
+    let k = key("fifo");
+    let a = OwnerToken::new();
+    p.acquire(lock(&k, a, LONG, Duration::ZERO)).await.unwrap().unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut tasks = Vec::new();
+    for i in 0..4 {
+        let sets = calls(&server, "set");
+        let (p, k, tx) = (p.clone(), k.clone(), tx.clone());
+        tasks.push(tokio::spawn(async move {
+            let me = OwnerToken::new();
+            p.acquire(lock(&k, me, LONG, Duration::from_secs(20)))
+                .await
+                .unwrap()
+                .expect("every waiter gets its turn");
+            tx.send(i).unwrap();
+            p.release(&k, me).await.unwrap();
+        }));
+        until("the waiter to queue", Duration::from_secs(5), || {
+            calls(&server, "set") >= sets + 2
+        })
+        .await;
+    }
+    p.release(&k, a).await.unwrap();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let mut order = Vec::new();
+    while let Ok(i) = rx.try_recv() {
+        order.push(i);
+    }
+    assert_eq!(order, vec![0, 1, 2, 3], "first come, first served within a process");
+}
+
+async fn a_cancelled_head_passes_the_wake_up_on(client: Client) {
+    let server = RedisServer::start();
+    let p = provider(&server, client).await;
+    let k = key("cancelled-head");
+    let a = OwnerToken::new();
+    p.acquire(lock(&k, a, LONG, Duration::ZERO)).await.unwrap().unwrap();
+    let sets = calls(&server, "set");
+    let head = tokio::spawn({
+        let (p, k) = (p.clone(), k.clone());
+        async move { p.acquire(lock(&k, OwnerToken::new(), LONG, LONG)).await }
+    });
+    until("the head to queue", Duration::from_secs(5), || {
+        calls(&server, "set") >= sets + 2
+    })
+    .await;
+    let next = tokio::spawn({
+        let (p, k) = (p.clone(), k.clone());
+        async move {
+            let me = OwnerToken::new();
+            let grant = p.acquire(lock(&k, me, LONG, Duration::from_secs(20))).await.unwrap();
+            (grant.map(|_| me), Instant::now())
+        }
+    });
+    until("the second waiter to queue", Duration::from_secs(5), || {
+        calls(&server, "set") >= sets + 4
+    })
+    .await;
+    head.abort();
+    let _ = head.await;
+    let released_at = Instant::now();
+    p.release(&k, a).await.unwrap();
+    let (grant, granted_at) = next.await.unwrap();
+    let me = grant.expect("the remaining waiter gets the lock");
+    let handoff = granted_at.saturating_duration_since(released_at);
+    assert!(handoff < Duration::from_millis(700), "woken by the release: {handoff:?}");
+    p.release(&k, me).await.unwrap();
+}
+
+async fn waiting_leaves_no_subscription_behind(client: Client) {
+    let server = RedisServer::start();
+    let p = provider(&server, client).await;
+    let k = key("unsubscribe");
+    let channel = redis_key(&k, "lock-released");
+    let a = OwnerToken::new();
+    p.acquire(lock(&k, a, LONG, Duration::ZERO)).await.unwrap().unwrap();
+    let refused = p
+        .acquire(lock(&k, OwnerToken::new(), LONG, Duration::from_millis(300)))
+        .await
+        .unwrap();
+    assert_eq!(refused, None);
+    until("the channel to be unsubscribed", Duration::from_secs(5), || {
+        subscribers(&server, &channel) == 0
+    })
+    .await;
+    // One subscriber connection serves every waiter of the provider.
+    let waiters: Vec<_> = (0..8)
+        .map(|i| {
+            let (p, k) = (p.clone(), format!("{k}{i}"));
+            tokio::spawn(async move {
+                let holder = OwnerToken::new();
+                p.acquire(lock(&k, holder, LONG, Duration::ZERO)).await.unwrap().unwrap();
+                p.acquire(lock(&k, OwnerToken::new(), LONG, Duration::from_millis(500)))
+                    .await
+                    .unwrap()
+            })
+        })
+        .collect();
+    until("the waiters to subscribe", Duration::from_secs(5), || {
+        (0..8).all(|i| subscribers(&server, &redis_key(&format!("{k}{i}"), "lock-released")) == 1)
+    })
+    .await;
+    let pubsub_clients = match server.command(&["CLIENT", "LIST", "TYPE", "PUBSUB"]) {
+        Resp::Bulk(text) => String::from_utf8_lossy(&text).lines().count(),
+        other => panic!("CLIENT LIST answered {other:?}"),
+    };
+    assert_eq!(pubsub_clients, 1, "one shared subscriber connection");
+    for w in waiters {
+        assert_eq!(w.await.unwrap(), None);
+    }
+}

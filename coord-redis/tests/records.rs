@@ -1,0 +1,221 @@
+//! Idempotency records against a real redis-server, for every client.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use coord_core::{ClaimOutcome, ClaimRequest, Fingerprint, IdempotencyStore, OwnerToken};
+use coord_redis::Client;
+use coord_redis::testing::{RedisServer, Resp};
+use support::*;
+
+per_client!(
+    claim_complete_and_replay,
+    abandon_is_owner_scoped,
+    lapsed_marker_is_claimed_again,
+    completed_record_lives_for_its_retention,
+    binary_payloads_round_trip,
+    wait_settled_returns_at_once_without_a_marker,
+    wait_settled_wakes_on_completion_and_abandonment,
+    wait_settled_ends_when_the_marker_expires,
+);
+
+async fn claim_complete_and_replay(client: Client) {
+    let server = RedisServer::start();
+    let s = provider(&server, client).await;
+    let k = key("claim");
+    let fp = Some(Fingerprint([7; 16]));
+    let (a, b) = (OwnerToken::new(), OwnerToken::new());
+    let req = |owner| ClaimRequest {
+        key: &k,
+        owner,
+        in_flight_lease: LONG,
+        fingerprint: fp,
+    };
+    assert_eq!(s.claim(req(a)).await.unwrap(), ClaimOutcome::Claimed);
+    match s.claim(req(b)).await.unwrap() {
+        ClaimOutcome::InFlight {
+            fingerprint,
+            remaining,
+        } => {
+            assert_eq!(fingerprint, fp);
+            assert!(remaining > Duration::from_secs(25) && remaining <= LONG, "{remaining:?}");
+        }
+        other => panic!("expected in flight, got {other:?}"),
+    }
+    let payload: Arc<[u8]> = Arc::from(&b"{\"receipt\":42}"[..]);
+    assert!(!s.complete(&k, b, payload.clone(), LONG).await.unwrap(), "only the owner completes");
+    assert!(s.complete(&k, a, payload.clone(), LONG).await.unwrap());
+    assert!(!s.complete(&k, a, payload.clone(), LONG).await.unwrap(), "completes once");
+    match s.claim(req(b)).await.unwrap() {
+        ClaimOutcome::Completed {
+            payload: stored,
+            fingerprint,
+        } => {
+            assert_eq!(&*stored, &*payload);
+            assert_eq!(fingerprint, fp, "completion keeps the fingerprint");
+        }
+        other => panic!("expected completed, got {other:?}"),
+    }
+    assert!(!s.abandon(&k, a).await.unwrap(), "a completed record is not abandoned");
+
+    // Without a fingerprint, none comes back.
+    let k2 = key("no-fp");
+    assert_eq!(s.claim(claim(&k2, a, LONG)).await.unwrap(), ClaimOutcome::Claimed);
+    match s.claim(claim(&k2, b, LONG)).await.unwrap() {
+        ClaimOutcome::InFlight { fingerprint, .. } => assert_eq!(fingerprint, None),
+        other => panic!("expected in flight, got {other:?}"),
+    }
+}
+
+async fn abandon_is_owner_scoped(client: Client) {
+    let server = RedisServer::start();
+    let s = provider(&server, client).await;
+    let k = key("abandon");
+    let (a, b) = (OwnerToken::new(), OwnerToken::new());
+    assert_eq!(s.claim(claim(&k, a, LONG)).await.unwrap(), ClaimOutcome::Claimed);
+    assert!(!s.abandon(&k, b).await.unwrap());
+    assert!(s.abandon(&k, a).await.unwrap());
+    assert!(!s.abandon(&k, a).await.unwrap(), "idempotent");
+    assert_eq!(server.command(&["EXISTS", &redis_key(&k, "idem")]), Resp::Int(0));
+    assert_eq!(s.claim(claim(&k, b, LONG)).await.unwrap(), ClaimOutcome::Claimed);
+}
+
+async fn lapsed_marker_is_claimed_again(client: Client) {
+    let server = RedisServer::start();
+    let s = provider(&server, client).await;
+    let k = key("lapse");
+    let (a, b) = (OwnerToken::new(), OwnerToken::new());
+    s.claim(claim(&k, a, Duration::from_millis(50))).await.unwrap();
+    let record = redis_key(&k, "idem");
+    until("the marker to expire", Duration::from_secs(5), || {
+        server.command(&["EXISTS", &record]) == Resp::Int(0)
+    })
+    .await;
+    assert_eq!(s.claim(claim(&k, b, LONG)).await.unwrap(), ClaimOutcome::Claimed);
+    let late: Arc<[u8]> = Arc::from(&b"late"[..]);
+    assert!(!s.complete(&k, a, late, LONG).await.unwrap(), "a lapsed owner cannot complete");
+    assert!(!s.abandon(&k, a).await.unwrap(), "nor abandon the new marker");
+    assert!(s.abandon(&k, b).await.unwrap());
+}
+
+async fn completed_record_lives_for_its_retention(client: Client) {
+    let server = RedisServer::start();
+    let s = provider(&server, client).await;
+    let k = key("retention");
+    let a = OwnerToken::new();
+    s.claim(claim(&k, a, Duration::from_secs(5))).await.unwrap();
+    let record = redis_key(&k, "idem");
+    let lease = server.command(&["PTTL", &record]).int().unwrap();
+    assert!(lease > 4_000 && lease <= 5_000, "in-flight lease, PTTL {lease}");
+    let day = Duration::from_secs(86_400);
+    assert!(s.complete(&k, a, Arc::from(&b"v"[..]), day).await.unwrap());
+    let kept = server.command(&["PTTL", &record]).int().unwrap();
+    assert!(kept > 86_000_000 && kept <= 86_400_000, "retention, PTTL {kept}");
+    assert_eq!(server.command(&["HGET", &record, "own"]), Resp::Nil, "no owner once completed");
+}
+
+async fn binary_payloads_round_trip(client: Client) {
+    let server = RedisServer::start();
+    let s = provider(&server, client).await;
+    let k = key("binary");
+    let a = OwnerToken::new();
+    let fp = Some(Fingerprint([0, 255, 0, 13, 10, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 0]));
+    let req = ClaimRequest {
+        key: &k,
+        owner: a,
+        in_flight_lease: LONG,
+        fingerprint: fp,
+    };
+    s.claim(req.clone()).await.unwrap();
+    let payload: Vec<u8> = (0..=255u8).chain([0, 0, b'\r', b'\n']).collect();
+    assert!(s.complete(&k, a, Arc::from(payload.as_slice()), LONG).await.unwrap());
+    match s.claim(ClaimRequest { owner: OwnerToken::new(), ..req }).await.unwrap() {
+        ClaimOutcome::Completed {
+            payload: stored,
+            fingerprint,
+        } => {
+            assert_eq!(&*stored, payload.as_slice());
+            assert_eq!(fingerprint, fp);
+        }
+        other => panic!("expected completed, got {other:?}"),
+    }
+    // An empty payload is a payload too.
+    let k2 = key("empty");
+    s.claim(claim(&k2, a, LONG)).await.unwrap();
+    assert!(s.complete(&k2, a, Arc::from(&b""[..]), LONG).await.unwrap());
+    match s.claim(claim(&k2, OwnerToken::new(), LONG)).await.unwrap() {
+        ClaimOutcome::Completed { payload, .. } => assert!(payload.is_empty()),
+        other => panic!("expected completed, got {other:?}"),
+    }
+}
+
+async fn wait_settled_returns_at_once_without_a_marker(client: Client) {
+    let server = RedisServer::start();
+    let s = provider(&server, client).await;
+    let k = key("no-marker");
+    let started = Instant::now();
+    s.wait_settled(&k, Duration::from_secs(20)).await.unwrap();
+    let a = OwnerToken::new();
+    s.claim(claim(&k, a, LONG)).await.unwrap();
+    s.complete(&k, a, Arc::from(&b"1"[..]), LONG).await.unwrap();
+    s.wait_settled(&k, Duration::from_secs(20)).await.unwrap();
+    assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+}
+
+async fn wait_settled_wakes_on_completion_and_abandonment(client: Client) {
+    let server = RedisServer::start();
+    let s = provider(&server, client).await;
+    for complete in [true, false] {
+        let k = key("settle");
+        let a = OwnerToken::new();
+        s.claim(claim(&k, a, LONG)).await.unwrap();
+        let hgets = calls(&server, "hget");
+        let waiters: Vec<_> = (0..3)
+            .map(|_| {
+                let (s, k) = (s.clone(), k.clone());
+                tokio::spawn(async move {
+                    s.wait_settled(&k, Duration::from_secs(20)).await.unwrap();
+                    Instant::now()
+                })
+            })
+            .collect();
+        // Each waiter subscribes, then reads the marker once: after that read, a settle
+        // cannot be missed.
+        until("the waiters to read the marker", Duration::from_secs(5), || {
+            calls(&server, "hget") >= hgets + 3
+        })
+        .await;
+        assert_eq!(subscribers(&server, &redis_key(&k, "idem-settled")), 1);
+        let settled_at = Instant::now();
+        if complete {
+            assert!(s.complete(&k, a, Arc::from(&b"1"[..]), LONG).await.unwrap());
+        } else {
+            assert!(s.abandon(&k, a).await.unwrap());
+        }
+        for w in waiters {
+            let woke = w.await.unwrap();
+            let delay = woke.saturating_duration_since(settled_at);
+            assert!(delay < Duration::from_secs(2), "every waiter is woken: {delay:?}");
+        }
+    }
+}
+
+async fn wait_settled_ends_when_the_marker_expires(client: Client) {
+    let server = RedisServer::start();
+    let s = provider(&server, client).await;
+    let k = key("expiring");
+    s.claim(claim(&k, OwnerToken::new(), Duration::from_millis(400)))
+        .await
+        .unwrap();
+    let started = Instant::now();
+    s.wait_settled(&k, Duration::from_secs(20)).await.unwrap();
+    let waited = started.elapsed();
+    assert!(waited < Duration::from_secs(3), "bounded by the marker's lease: {waited:?}");
+    assert_eq!(
+        s.claim(claim(&k, OwnerToken::new(), LONG)).await.unwrap(),
+        ClaimOutcome::Claimed,
+        "the marker is gone when the wait ends"
+    );
+}

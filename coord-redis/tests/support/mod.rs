@@ -1,0 +1,115 @@
+//! Shared helpers of the coord-redis integration tests.
+#![allow(dead_code)] // each test binary uses its own subset
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use coord_core::{ClaimRequest, LockRequest, OwnerToken};
+use coord_redis::testing::{RedisServer, Resp};
+use coord_redis::{Client, RedisProvider};
+
+pub const LONG: Duration = Duration::from_secs(30);
+
+/// Declares one multi-threaded tokio test per enabled client for each `async fn case(Client)`.
+#[macro_export]
+macro_rules! per_client {
+    ($($case:ident),* $(,)?) => {
+        #[cfg(feature = "redis-client")]
+        mod redis_rs {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    super::$case(coord_redis::Client::RedisRs).await;
+                }
+            )*
+        }
+        #[cfg(feature = "fred")]
+        mod fred {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    super::$case(coord_redis::Client::Fred).await;
+                }
+            )*
+        }
+    };
+}
+
+/// Every client compiled in.
+pub fn clients() -> Vec<Client> {
+    vec![
+        #[cfg(feature = "redis-client")]
+        Client::RedisRs,
+        #[cfg(feature = "fred")]
+        Client::Fred,
+    ]
+}
+
+/// A provider for `server` using `client`.
+pub async fn provider(server: &RedisServer, client: Client) -> RedisProvider {
+    RedisProvider::builder(server.url())
+        .client(client)
+        .connect()
+        .await
+        .expect("connect to the test server")
+}
+
+/// A call key under a namespace of its own.
+pub fn key(name: &str) -> String {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    format!("t{}:{name}:part", NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
+/// The Redis name of `kind` for call key `key` (`lock`, `fence`, `idem`, ...).
+pub fn redis_key(key: &str, kind: &str) -> String {
+    let (ns, rest) = key.split_once(':').unwrap();
+    format!("{ns}:{kind}:{{{rest}}}")
+}
+
+pub fn lock(key: &str, owner: OwnerToken, lease: Duration, wait: Duration) -> LockRequest<'_> {
+    LockRequest {
+        key,
+        owner,
+        lease,
+        wait,
+        fenced: false,
+    }
+}
+
+pub fn fenced(key: &str, owner: OwnerToken, lease: Duration, wait: Duration) -> LockRequest<'_> {
+    LockRequest {
+        fenced: true,
+        ..lock(key, owner, lease, wait)
+    }
+}
+
+pub fn claim(key: &str, owner: OwnerToken, lease: Duration) -> ClaimRequest<'_> {
+    ClaimRequest {
+        key,
+        owner,
+        in_flight_lease: lease,
+        fingerprint: None,
+    }
+}
+
+/// Waits (polling the server) until `check` holds, panicking after `timeout`.
+pub async fn until(what: &str, timeout: Duration, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !check() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// How many subscribers `channel` has on `server`.
+pub fn subscribers(server: &RedisServer, channel: &str) -> i64 {
+    match server.command(&["PUBSUB", "NUMSUB", channel]) {
+        Resp::Array(items) => items.get(1).and_then(Resp::int).unwrap_or(0),
+        other => panic!("PUBSUB NUMSUB answered {other:?}"),
+    }
+}
+
+/// Calls of `command` since start.
+pub fn calls(server: &RedisServer, command: &str) -> u64 {
+    server.command_calls().get(command).copied().unwrap_or(0)
+}

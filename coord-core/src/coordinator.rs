@@ -8,6 +8,7 @@ use crate::codec::Codec;
 use crate::memory_provider::MemoryProvider;
 use crate::policy::OnBackendError;
 use crate::provider::{IdempotencyStore, LockProvider};
+use crate::runtime::renewal::Renewer;
 
 /// A provider that serves both layers that need shared state. Implemented automatically for
 /// any type that implements both traits.
@@ -33,6 +34,7 @@ struct Inner {
     on_backend_error: OnBackendError,
     in_process_only: bool,
     metrics: Metrics,
+    renewer: Renewer,
 }
 
 /// Counters a coordinator keeps for operators.
@@ -107,11 +109,18 @@ impl fmt::Display for BuildError {
 
 impl std::error::Error for BuildError {}
 
+/// The provider a builder was given, seen through both traits.
+struct ChosenProvider {
+    locks: Arc<dyn LockProvider>,
+    records: Arc<dyn IdempotencyStore>,
+    in_process_only: bool,
+}
+
 /// Builds a [`Coordinator`].
 #[must_use]
 pub struct CoordinatorBuilder {
     namespace: String,
-    provider: Option<(Arc<dyn LockProvider>, Arc<dyn IdempotencyStore>, bool)>,
+    provider: Option<ChosenProvider>,
     codec: Codec,
     on_backend_error: OnBackendError,
 }
@@ -137,14 +146,22 @@ impl CoordinatorBuilder {
     /// Coordinates inside this process only (the in-process provider).
     pub fn memory(mut self) -> Self {
         let provider = Arc::new(MemoryProvider::new());
-        self.provider = Some((provider.clone(), provider, true));
+        self.provider = Some(ChosenProvider {
+            locks: provider.clone(),
+            records: provider,
+            in_process_only: true,
+        });
         self
     }
 
     /// Coordinates through `provider` (for instance a Redis provider).
     pub fn provider<P: Provider>(mut self, provider: P) -> Self {
         let provider = Arc::new(provider);
-        self.provider = Some((provider.clone(), provider, false));
+        self.provider = Some(ChosenProvider {
+            locks: provider.clone(),
+            records: provider,
+            in_process_only: false,
+        });
         self
     }
 
@@ -164,10 +181,15 @@ impl CoordinatorBuilder {
     /// Finishes the coordinator.
     pub fn build(self) -> Result<Coordinator, BuildError> {
         validate_namespace(&self.namespace)?;
-        let (locks, records, in_process_only) = self.provider.ok_or(BuildError::NoProvider)?;
+        let ChosenProvider {
+            locks,
+            records,
+            in_process_only,
+        } = self.provider.ok_or(BuildError::NoProvider)?;
         Ok(Coordinator {
             inner: Arc::new(Inner {
                 namespace: self.namespace,
+                renewer: Renewer::new(locks.clone(), records.clone()),
                 locks,
                 records,
                 codec: self.codec,
@@ -262,6 +284,16 @@ impl Coordinator {
     /// The counters this coordinator keeps.
     pub fn metrics(&self) -> &Metrics {
         &self.inner.metrics
+    }
+
+    /// How many leases (locks and in-flight markers) are being renewed right now. Zero once
+    /// every renewing call has finished: renewal state never outlives the hold.
+    pub fn active_renewals(&self) -> usize {
+        self.inner.renewer.active()
+    }
+
+    pub(crate) fn renewer(&self) -> &Renewer {
+        &self.inner.renewer
     }
 
     /// The lock provider.

@@ -24,7 +24,7 @@ impl FingerprintHasher {
     }
 
     /// Adds one parameter.
-    pub fn add<T: Serialize + ?Sized>(mut self, value: &T) -> Self {
+    pub fn param<T: Serialize + ?Sized>(mut self, value: &T) -> Self {
         match serde_json::to_vec(value) {
             Ok(bytes) => {
                 self.hasher.update((bytes.len() as u64).to_le_bytes());
@@ -54,13 +54,13 @@ mod tests {
     #[test]
     fn boundaries_between_values_count() {
         let a = FingerprintHasher::new()
-            .add("ab")
-            .add("c")
+            .param("ab")
+            .param("c")
             .finish()
             .unwrap();
         let b = FingerprintHasher::new()
-            .add("a")
-            .add("bc")
+            .param("a")
+            .param("bc")
             .finish()
             .unwrap();
         assert_ne!(a, b);
@@ -68,8 +68,8 @@ mod tests {
 
     #[test]
     fn same_values_same_fingerprint() {
-        let a = FingerprintHasher::new().add(&(1, "x")).finish().unwrap();
-        let b = FingerprintHasher::new().add(&(1, "x")).finish().unwrap();
+        let a = FingerprintHasher::new().param(&(1, "x")).finish().unwrap();
+        let b = FingerprintHasher::new().param(&(1, "x")).finish().unwrap();
         assert_eq!(a, b);
     }
 }

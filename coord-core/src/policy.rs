@@ -12,3 +12,27 @@ pub enum OnBackendError {
     /// twice is cheaper than not running.
     FailOpen,
 }
+
+/// What happens to a running body when its lease is lost (renewal found the token gone, or a
+/// whole lease passed without a confirmed renewal).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnLost {
+    /// Drop the body at its next await and return `CoordError::LockLost`. The default when
+    /// renewing.
+    Cancel,
+    /// Let the body run on; it can watch [`lock_lost`](crate::lock_lost) and
+    /// [`is_held`](crate::is_held) and decide itself.
+    Signal,
+}
+
+/// What a duplicate finds when an earlier call's in-flight marker lapsed without completing
+/// (its caller crashed or stalled past `in_flight_lease`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnAbandoned {
+    /// Run the body again: at-least-once. The default.
+    #[default]
+    Rerun,
+    /// Return `CoordError::OutcomeUnknown` and leave the record for an operator: at-most-once,
+    /// for effects like payments where running twice is worse than not knowing.
+    Fail,
+}

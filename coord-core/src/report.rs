@@ -21,6 +21,12 @@ pub enum IdempotencyOutcome {
     FailedOpen,
     /// The backend failed and the call was refused under `fail_closed`.
     BackendError,
+    /// The in-flight marker's lease was lost while the body ran and the body was cancelled:
+    /// `CoordError::LockLost`.
+    Lost,
+    /// An earlier call was abandoned mid-flight and the operation is `on_abandoned = "fail"`:
+    /// `CoordError::OutcomeUnknown`.
+    OutcomeUnknown,
 }
 
 /// What the single-flight layer did with a call.
@@ -51,6 +57,8 @@ pub enum LockOutcome {
     FailedOpen,
     /// The backend failed and the call was refused under `fail_closed`.
     BackendError,
+    /// The lease was lost while the body ran and the body was cancelled: `CoordError::LockLost`.
+    Lost,
 }
 
 impl IdempotencyOutcome {
@@ -62,6 +70,8 @@ impl IdempotencyOutcome {
             IdempotencyOutcome::KeyReused => "key_reused",
             IdempotencyOutcome::FailedOpen => "failed_open",
             IdempotencyOutcome::BackendError => "backend_error",
+            IdempotencyOutcome::Lost => "lost",
+            IdempotencyOutcome::OutcomeUnknown => "outcome_unknown",
         }
     }
 }
@@ -85,6 +95,7 @@ impl LockOutcome {
             LockOutcome::Reentrant => "reentrant",
             LockOutcome::FailedOpen => "failed_open",
             LockOutcome::BackendError => "backend_error",
+            LockOutcome::Lost => "lost",
         }
     }
 }

@@ -50,9 +50,19 @@ impl Kind {
                 "wait",
                 "fingerprint",
                 "on_backend_error",
+                "renew",
+                "on_lost",
+                "on_abandoned",
             ],
             Kind::SingleFlight => &[],
-            Kind::DistributedLock => &["lease", "wait", "fenced", "on_backend_error"],
+            Kind::DistributedLock => &[
+                "lease",
+                "wait",
+                "fenced",
+                "on_backend_error",
+                "renew",
+                "on_lost",
+            ],
         }
     }
 
@@ -147,6 +157,29 @@ pub(crate) enum Policy {
     FailOpen,
 }
 
+/// `renew = true | false | "10s"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Renew {
+    Off,
+    /// Every third of the lease.
+    Auto,
+    Every(u64),
+}
+
+/// `on_lost = "cancel" | "signal"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Lost {
+    Cancel,
+    Signal,
+}
+
+/// `on_abandoned = "rerun" | "fail"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Abandoned {
+    Rerun,
+    Fail,
+}
+
 /// One attribute's arguments. Every field is `None` when the option was not given.
 pub(crate) struct Args {
     pub(crate) kind: Kind,
@@ -164,6 +197,9 @@ pub(crate) struct Args {
     pub(crate) fenced: Option<Setting<bool>>,
     pub(crate) fingerprint: Option<Setting<Vec<KeyPath>>>,
     pub(crate) on_backend_error: Option<Setting<Policy>>,
+    pub(crate) renew: Option<Setting<Renew>>,
+    pub(crate) on_lost: Option<Setting<Lost>>,
+    pub(crate) on_abandoned: Option<Setting<Abandoned>>,
 }
 
 impl Args {
@@ -182,6 +218,9 @@ impl Args {
             fenced: None,
             fingerprint: None,
             on_backend_error: None,
+            renew: None,
+            on_lost: None,
+            on_abandoned: None,
         }
     }
 
@@ -257,6 +296,9 @@ impl Args {
             "fenced" => self.fenced.is_some(),
             "fingerprint" => self.fingerprint.is_some(),
             "on_backend_error" => self.on_backend_error.is_some(),
+            "renew" => self.renew.is_some(),
+            "on_lost" => self.on_lost.is_some(),
+            "on_abandoned" => self.on_abandoned.is_some(),
             _ => false,
         };
         if duplicate {
@@ -283,6 +325,19 @@ impl Args {
             "fenced" => parse_bool(value, &option).map(|v| self.fenced = Some(v)),
             "fingerprint" => parse_paths(value, "fingerprint").map(|v| self.fingerprint = Some(v)),
             "on_backend_error" => parse_policy(value).map(|v| self.on_backend_error = Some(v)),
+            "renew" => parse_renew(value).map(|v| self.renew = Some(v)),
+            "on_lost" => parse_choice(
+                value,
+                "on_lost",
+                &[("cancel", Lost::Cancel), ("signal", Lost::Signal)],
+            )
+            .map(|v| self.on_lost = Some(v)),
+            "on_abandoned" => parse_choice(
+                value,
+                "on_abandoned",
+                &[("rerun", Abandoned::Rerun), ("fail", Abandoned::Fail)],
+            )
+            .map(|v| self.on_abandoned = Some(v)),
             _ => Ok(()),
         };
         if let Err(err) = result {
@@ -386,8 +441,10 @@ fn bare_option_error(kind: Kind, name: &Ident) -> syn::Error {
         "name" => "\"payments.charge\"",
         "coordinator" => "self.coordinator",
         "crate" => "\"coord_core\"",
-        "fenced" => "true",
+        "fenced" | "renew" => "true",
         "on_backend_error" => "\"fail_closed\"",
+        "on_lost" => "\"cancel\"",
+        "on_abandoned" => "\"rerun\"",
         _ => "\"30s\"",
     };
     syn::Error::new_spanned(
@@ -683,4 +740,72 @@ fn parse_policy(value: &Expr) -> syn::Result<Setting<Policy>> {
         }
     };
     Ok(Setting::new(policy, value, word))
+}
+
+/// `renew = true | false` or `renew = "10s"` (the interval).
+fn parse_renew(value: &Expr) -> syn::Result<Setting<Renew>> {
+    match value {
+        Expr::Lit(ExprLit {
+            lit: Lit::Bool(b), ..
+        }) => {
+            let renew = if b.value { Renew::Auto } else { Renew::Off };
+            Ok(Setting::new(renew, value, b.value.to_string()))
+        }
+        other => match as_str_lit(other) {
+            Some(_) => {
+                let every = parse_duration(value, "renew", true)?;
+                Ok(Setting::new(
+                    Renew::Every(every.value),
+                    value,
+                    every.value.to_string(),
+                ))
+            }
+            None => Err(syn::Error::new_spanned(
+                other,
+                "`renew` takes `true`, `false`, or an interval such as `renew = \"10s\"`",
+            )),
+        },
+    }
+}
+
+/// One word out of a fixed set, quoted or bare, with a suggestion when it is close to one.
+fn parse_choice<T: Copy>(
+    value: &Expr,
+    option: &str,
+    choices: &[(&'static str, T)],
+) -> syn::Result<Setting<T>> {
+    let words: Vec<&str> = choices.iter().map(|(w, _)| *w).collect();
+    let expected = words
+        .iter()
+        .map(|w| format!("\"{w}\""))
+        .collect::<Vec<_>>()
+        .join(" or ");
+    let (word, span) = match value {
+        Expr::Path(path) if path.path.get_ident().is_some() => (
+            path.path
+                .get_ident()
+                .map(|i| i.unraw().to_string())
+                .unwrap_or_default(),
+            value.span(),
+        ),
+        other => match as_str_lit(other) {
+            Some(lit) => (lit.value(), lit.span()),
+            None => {
+                return Err(syn::Error::new_spanned(
+                    other,
+                    format!("`{option}` takes {expected}"),
+                ));
+            }
+        },
+    };
+    match choices.iter().find(|(w, _)| *w == word) {
+        Some((_, choice)) => Ok(Setting::new(*choice, value, word)),
+        None => {
+            let mut message = format!("`{option}` is {expected}, not \"{word}\"");
+            if let Some(close) = closest(&word, words.iter().copied()) {
+                message.push_str(&format!("; did you mean \"{close}\"?"));
+            }
+            Err(syn::Error::new(span, message))
+        }
+    }
 }

@@ -6,8 +6,9 @@ use syn::ext::IdentExt;
 use syn::spanned::Spanned;
 use syn::{AttrStyle, Attribute, Ident, ItemFn, LitStr, ReturnType, Stmt};
 
-use crate::args::{Args, KeyPath, Kind, Policy};
+use crate::args::{Abandoned, Args, KeyPath, Kind, Lost, Policy};
 use crate::fallback;
+use crate::model::LeasePolicy;
 use crate::model::Stack;
 
 /// The item our expansion starts every function body with. Finding it on input means this
@@ -149,6 +150,27 @@ fn millis(krate: &TokenStream, ms: u64) -> TokenStream {
     quote!(#krate::__private::Duration::from_millis(#ms))
 }
 
+/// The `renew` and `on_lost` fields of a spec.
+fn lease_policy(krate: &TokenStream, lease: &LeasePolicy) -> (TokenStream, TokenStream) {
+    let renew = match lease.renew_ms {
+        None => quote!(::core::option::Option::None),
+        Some(ms) => {
+            let every = millis(krate, ms);
+            quote!(::core::option::Option::Some(#every))
+        }
+    };
+    let on_lost = match lease.on_lost {
+        None => quote!(::core::option::Option::None),
+        Some(Lost::Cancel) => {
+            quote!(::core::option::Option::Some(#krate::__private::OnLost::Cancel))
+        }
+        Some(Lost::Signal) => {
+            quote!(::core::option::Option::Some(#krate::__private::OnLost::Signal))
+        }
+    };
+    (renew, on_lost)
+}
+
 fn policy(krate: &TokenStream, policy: Option<Policy>) -> TokenStream {
     match policy {
         None => quote!(::core::option::Option::None),
@@ -206,12 +228,20 @@ fn generate(stack: &Stack, func: &ItemFn) -> TokenStream {
             let in_flight_lease = millis(&krate, layer.in_flight_lease_ms);
             let wait = millis(&krate, layer.wait_ms);
             let on_backend_error = policy(&krate, layer.on_backend_error);
+            let (renew, on_lost) = lease_policy(&krate, &layer.lease_policy);
+            let on_abandoned = match layer.on_abandoned {
+                Abandoned::Rerun => quote!(#krate::__private::OnAbandoned::Rerun),
+                Abandoned::Fail => quote!(#krate::__private::OnAbandoned::Fail),
+            };
             quote! {
                 ::core::option::Option::Some(#krate::__private::IdempotencySpec {
                     retention: #retention,
                     in_flight_lease: #in_flight_lease,
                     wait: #wait,
                     on_backend_error: #on_backend_error,
+                    renew: #renew,
+                    on_lost: #on_lost,
+                    on_abandoned: #on_abandoned,
                 })
             }
         }
@@ -223,12 +253,15 @@ fn generate(stack: &Stack, func: &ItemFn) -> TokenStream {
             let wait = millis(&krate, layer.wait_ms);
             let fenced = layer.fenced;
             let on_backend_error = policy(&krate, layer.on_backend_error);
+            let (renew, on_lost) = lease_policy(&krate, &layer.lease_policy);
             quote! {
                 ::core::option::Option::Some(#krate::__private::LockSpec {
                     lease: #lease,
                     wait: #wait,
                     fenced: #fenced,
                     on_backend_error: #on_backend_error,
+                    renew: #renew,
+                    on_lost: #on_lost,
                 })
             }
         }
@@ -259,7 +292,7 @@ fn generate(stack: &Stack, func: &ItemFn) -> TokenStream {
         } else {
             let adds = layer.fingerprint.iter().map(|path| {
                 let value = borrow_path(path);
-                quote_spanned!(path.span=> .add(#value))
+                quote_spanned!(path.span=> .param(#value))
             });
             quote! {
                 let #fingerprint = ::core::option::Option::Some(
@@ -509,7 +542,7 @@ mod tests {
             out.contains(". part (& order . customer_id) . part (& region)"),
             "{out}"
         );
-        assert!(out.contains(". add (& order) . finish ()"), "{out}");
+        assert!(out.contains(". param (& order) . finish ()"), "{out}");
 
         let out = expand(
             Kind::Idempotent,

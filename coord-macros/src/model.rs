@@ -4,7 +4,7 @@
 use syn::ext::IdentExt;
 use syn::{Expr, FnArg, Ident, Pat, Path, Signature};
 
-use crate::args::{self, Args, Errors, KeyPath, Kind, Policy, Setting};
+use crate::args::{self, Abandoned, Args, Errors, KeyPath, Kind, Lost, Policy, Renew, Setting};
 
 /// The `#[idempotent]` layer.
 pub(crate) struct IdempotencyLayer {
@@ -13,6 +13,16 @@ pub(crate) struct IdempotencyLayer {
     pub(crate) wait_ms: u64,
     pub(crate) fingerprint: Vec<KeyPath>,
     pub(crate) on_backend_error: Option<Policy>,
+    pub(crate) lease_policy: LeasePolicy,
+    pub(crate) on_abandoned: Abandoned,
+}
+
+/// Renewal and loss handling of one lease (a lock, or an in-flight marker).
+pub(crate) struct LeasePolicy {
+    /// Renew every this many milliseconds; `None`: no renewal.
+    pub(crate) renew_ms: Option<u64>,
+    /// What happens to the body when the lease is lost; `None`: nothing (the release warns).
+    pub(crate) on_lost: Option<Lost>,
 }
 
 /// The `#[distributed_lock]` layer.
@@ -21,6 +31,7 @@ pub(crate) struct LockLayer {
     pub(crate) wait_ms: u64,
     pub(crate) fenced: bool,
     pub(crate) on_backend_error: Option<Policy>,
+    pub(crate) lease_policy: LeasePolicy,
 }
 
 /// Everything code generation needs, checked.
@@ -186,14 +197,31 @@ impl Stack {
                 wait_ms: layer.wait.as_ref().map_or(0, |s| s.value),
                 fingerprint,
                 on_backend_error: layer.on_backend_error.as_ref().map(|s| s.value),
+                lease_policy: lease_policy(
+                    layer,
+                    layer
+                        .in_flight_lease
+                        .as_ref()
+                        .map_or(DEFAULT_IN_FLIGHT_LEASE_MS, |s| s.value),
+                    "in_flight_lease",
+                    &mut errors,
+                ),
+                on_abandoned: layer
+                    .on_abandoned
+                    .as_ref()
+                    .map_or(Abandoned::Rerun, |s| s.value),
             }
         });
 
-        let lock = first_of(Kind::DistributedLock).map(|layer| LockLayer {
-            lease_ms: layer.lease.as_ref().map_or(DEFAULT_LEASE_MS, |s| s.value),
-            wait_ms: layer.wait.as_ref().map_or(0, |s| s.value),
-            fenced: layer.fenced.as_ref().is_some_and(|s| s.value),
-            on_backend_error: layer.on_backend_error.as_ref().map(|s| s.value),
+        let lock = first_of(Kind::DistributedLock).map(|layer| {
+            let lease_ms = layer.lease.as_ref().map_or(DEFAULT_LEASE_MS, |s| s.value);
+            LockLayer {
+                lease_ms,
+                wait_ms: layer.wait.as_ref().map_or(0, |s| s.value),
+                fenced: layer.fenced.as_ref().is_some_and(|s| s.value),
+                on_backend_error: layer.on_backend_error.as_ref().map(|s| s.value),
+                lease_policy: lease_policy(layer, lease_ms, "lease", &mut errors),
+            }
         });
 
         if let Some(err) = errors.into_error() {
@@ -217,4 +245,31 @@ impl Stack {
 /// `::coord_core`: where the runtime is when the dependency is not renamed.
 fn default_crate() -> Path {
     syn::parse_quote!(::coord_core)
+}
+
+/// Resolves `renew` and `on_lost` against the lease they apply to: `renew = true` renews every
+/// third of the lease; an explicit interval must be shorter than the lease; `on_lost` defaults
+/// to `cancel` when renewing.
+fn lease_policy(layer: &Args, lease_ms: u64, lease_name: &str, errors: &mut Errors) -> LeasePolicy {
+    let renew_ms = match layer.renew.as_ref() {
+        None => None,
+        Some(setting) => match setting.value {
+            Renew::Off => None,
+            Renew::Auto => Some((lease_ms / 3).max(1)),
+            Renew::Every(every) => {
+                if every >= lease_ms {
+                    errors.push(setting.error(format!(
+                        "`renew` must be shorter than the {lease_name} ({lease_ms} ms), or the lease \
+                         lapses between renewals; `renew = true` renews every third of it"
+                    )));
+                }
+                Some(every)
+            }
+        },
+    };
+    let on_lost = match layer.on_lost.as_ref() {
+        Some(setting) => Some(setting.value),
+        None => renew_ms.map(|_| Lost::Cancel),
+    };
+    LeasePolicy { renew_ms, on_lost }
 }

@@ -513,14 +513,14 @@ impl Inner {
 
         // Listen before retrying, so a release between our attempt and the subscription
         // is seen by the retry, and one after it by the message.
-        let limit = self.timeout.min(deadline.saturating_duration_since(Instant::now()));
-        if limit.is_zero() {
-            return Ok(None);
-        }
-        let ticket = self
+        // A wait that ends while the subscription is still being made ends as a refusal.
+        let joining = self
             .hub
-            .join(&self.transport, names.lock_channel(), Wake::Head, limit)
-            .await?;
+            .join(&self.transport, names.lock_channel(), Wake::Head, self.timeout);
+        let Ok(ticket) = tokio::time::timeout_at(deadline, joining).await else {
+            return Ok(None);
+        };
+        let ticket = ticket?;
         let mut retry = true;
         loop {
             if retry {
@@ -715,11 +715,13 @@ impl Inner {
         let deadline = Instant::now() + timeout;
         let names = Names::of(key)?;
         let record = names.record();
-        let limit = self.timeout.min(timeout);
-        let ticket = self
+        let joining = self
             .hub
-            .join(&self.transport, names.record_channel(), Wake::All, limit)
-            .await?;
+            .join(&self.transport, names.record_channel(), Wake::All, self.timeout);
+        let Ok(ticket) = tokio::time::timeout_at(deadline, joining).await else {
+            return Ok(());
+        };
+        let ticket = ticket?;
         loop {
             let replies = self
                 .run(

@@ -36,12 +36,21 @@ impl Script {
 /// `max(10 × lease, 1 h)` after each mint) tokens grow by at least one; once it has expired,
 /// the server clock has moved on by at least that long, so the next token (the current time)
 /// still exceeds every earlier one, unless the server clock went back by more than that.
-/// `SET .. GET` fails with `WRONGTYPE` on a non-string lock, so a foreign value is reported
-/// rather than treated as a holder.
+/// Everything is checked before the first write (a script is not rolled back when it fails
+/// half-way): a foreign counter or a non-string lock (`WRONGTYPE` from `SET .. GET`) fails
+/// the call and changes nothing.
 pub(crate) static FENCED_ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         "fenced_acquire",
         r#"
+local last = redis.call('GET', KEYS[2])
+local floor = 0
+if last then
+  floor = tonumber(last)
+  if floor == nil or floor < 0 or floor >= 9007199254740000 then
+    return redis.error_reply('ERR coord: the fencing counter holds a foreign value')
+  end
+end
 local holder = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2], 'GET')
 if holder then
   if holder ~= ARGV[1] then
@@ -51,15 +60,8 @@ if holder then
 end
 local now = redis.call('TIME')
 local token = tonumber(now[1]) * 1000000 + tonumber(now[2])
-local last = redis.call('GET', KEYS[2])
-if last then
-  local n = tonumber(last)
-  if n == nil or n < 0 or n >= 9007199254740000 then
-    return redis.error_reply('ERR coord: the fencing counter holds a foreign value')
-  end
-  if n >= token then
-    token = n + 1
-  end
+if floor >= token then
+  token = floor + 1
 end
 redis.call('SET', KEYS[2], string.format('%.0f', token), 'PX', ARGV[3])
 return {1, token}

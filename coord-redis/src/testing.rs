@@ -336,6 +336,114 @@ impl Drop for RedisServer {
     }
 }
 
+/// One command as `MONITOR` reported it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Monitored {
+    /// Sent by a Lua script (`[db lua]`) rather than by a client connection.
+    pub from_script: bool,
+    /// The command name, lower-case (`set`, `evalsha`).
+    pub name: String,
+    /// The whole line as the server printed it.
+    pub line: String,
+}
+
+/// A `MONITOR` connection: sees every command the server executes, in order, and whether a
+/// client or a script sent it. Closed on drop.
+#[derive(Debug)]
+pub struct Monitor {
+    port: u16,
+    stream: TcpStream,
+    seen: std::sync::Arc<(std::sync::Mutex<Vec<String>>, std::sync::Condvar)>,
+    reader: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Monitor {
+    /// Starts monitoring `server`.
+    pub fn start(server: &RedisServer) -> Monitor {
+        let port = server.port();
+        let mut stream = TcpStream::connect((HOST, port)).expect("connect for MONITOR");
+        stream.write_all(b"*1\r\n$7\r\nMONITOR\r\n").expect("send MONITOR");
+        let mut reader = BufReader::new(stream.try_clone().expect("clone the socket"));
+        let mut first = String::new();
+        reader.read_line(&mut first).expect("MONITOR answers");
+        assert_eq!(first.trim_end(), "+OK", "MONITOR refused: {first}");
+        let seen = std::sync::Arc::new((std::sync::Mutex::new(Vec::new()), std::sync::Condvar::new()));
+        let sink = seen.clone();
+        let handle = std::thread::spawn(move || {
+            let mut line = String::new();
+            while matches!(reader.read_line(&mut line), Ok(n) if n > 0) {
+                let (lines, changed) = &*sink;
+                lines.lock().unwrap().push(line.trim_end().to_owned());
+                changed.notify_all();
+                line.clear();
+            }
+        });
+        Monitor {
+            port,
+            stream,
+            seen,
+            reader: Some(handle),
+        }
+    }
+
+    /// Every command executed since the last call (or since the start), up to now. A marker
+    /// command is sent and awaited, so everything the server finished before this call is
+    /// included; the marker itself is not.
+    pub fn drain(&self) -> Vec<Monitored> {
+        static MARKS: AtomicU32 = AtomicU32::new(0);
+        let mark = format!("coord-monitor-mark-{}", MARKS.fetch_add(1, Ordering::Relaxed));
+        command_at(self.port, &["ECHO", &mark]).expect("send the MONITOR marker");
+        let (lines, changed) = &*self.seen;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut guard = lines.lock().unwrap();
+        loop {
+            if let Some(pos) = guard.iter().position(|l| l.contains(&mark)) {
+                let taken: Vec<String> = guard.drain(..=pos).collect();
+                return taken[..taken.len() - 1]
+                    .iter()
+                    .filter_map(|l| parse_monitor_line(l))
+                    .collect();
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            assert!(!left.is_zero(), "MONITOR did not report the marker");
+            guard = changed.wait_timeout(guard, left).unwrap().0;
+        }
+    }
+
+    /// The commands since the last drain that clients sent (not scripts), lower-case names,
+    /// leaving out the monitor's own markers.
+    pub fn client_commands(&self) -> Vec<String> {
+        self.drain()
+            .into_iter()
+            .filter(|m| !m.from_script)
+            .map(|m| m.name)
+            .collect()
+    }
+}
+
+impl Drop for Monitor {
+    fn drop(&mut self) {
+        let _ = self.stream.shutdown(std::net::Shutdown::Both);
+        if let Some(handle) = self.reader.take() {
+            let _ = handle.join();
+        }
+    }
+}
+
+/// `+1700000000.000000 [0 127.0.0.1:5000] "SET" "k" "v"` -> a [`Monitored`].
+fn parse_monitor_line(line: &str) -> Option<Monitored> {
+    let open = line.find('[')?;
+    let close = open + line[open..].find(']')?;
+    let source = &line[open + 1..close];
+    let rest = line[close + 1..].trim_start();
+    let name = rest.strip_prefix('"')?.split('"').next()?.to_ascii_lowercase();
+    Some(Monitored {
+        from_script: source.ends_with(" lua") || source == "lua",
+        name,
+        line: line.to_owned(),
+    })
+}
+
 /// Waits until the server on `port` answers `PING`, or reports why it did not start.
 fn wait_ready(child: &mut Child, port: u16, log: &Path) -> Result<(), String> {
     let deadline = Instant::now() + STARTUP;
@@ -348,10 +456,11 @@ fn wait_ready(child: &mut Child, port: u16, log: &Path) -> Result<(), String> {
             let log = std::fs::read_to_string(log).unwrap_or_default();
             return Err(format!("redis-server exited ({status}):\n{stderr}\n{log}"));
         }
-        if let Ok(Resp::Simple(pong)) = command_at(port, &["PING"]) {
-            if pong == "PONG" {
-                return Ok(());
-            }
+        match command_at(port, &["PING"]) {
+            Ok(Resp::Simple(pong)) if pong == "PONG" => return Ok(()),
+            // Up, but wants a password first.
+            Ok(Resp::Error(e)) if e.starts_with("NOAUTH") => return Ok(()),
+            _ => {}
         }
         if Instant::now() > deadline {
             let _ = child.kill();

@@ -27,6 +27,12 @@ pub struct InstrumentedProvider {
     pub fail_locks: AtomicBool,
     /// When set, every idempotency call fails as if the backend were unreachable.
     pub fail_records: AtomicBool,
+    /// `renew` and `renew_marker` calls.
+    pub renewals: AtomicUsize,
+    /// When set, renewals fail as if the backend were unreachable (acquire still works).
+    pub fail_renewals: AtomicBool,
+    /// When set, renewals report the lease lost (as if another owner held it).
+    pub lose_renewals: AtomicBool,
 }
 
 impl InstrumentedProvider {
@@ -39,6 +45,17 @@ impl InstrumentedProvider {
             .build()
             .expect("valid test coordinator");
         (provider, coordinator)
+    }
+
+    fn forced_renewal<'a>(&self) -> Option<BoxFuture<'a, Result<RenewOutcome, BackendError>>> {
+        self.renewals.fetch_add(1, Ordering::SeqCst);
+        if self.fail_renewals.load(Ordering::SeqCst) {
+            return Some(Box::pin(async { Err(Self::fault()) }));
+        }
+        if self.lose_renewals.load(Ordering::SeqCst) {
+            return Some(Box::pin(async { Ok(RenewOutcome::Lost) }));
+        }
+        None
     }
 
     fn fault() -> BackendError {
@@ -79,6 +96,9 @@ impl LockProvider for InstrumentedProvider {
         owner: OwnerToken,
         lease: Duration,
     ) -> BoxFuture<'a, Result<RenewOutcome, BackendError>> {
+        if let Some(forced) = self.forced_renewal() {
+            return forced;
+        }
         self.inner.renew(key, owner, lease)
     }
 }
@@ -119,6 +139,18 @@ impl IdempotencyStore for InstrumentedProvider {
         timeout: Duration,
     ) -> BoxFuture<'a, Result<(), BackendError>> {
         self.inner.wait_settled(key, timeout)
+    }
+
+    fn renew_marker<'a>(
+        &'a self,
+        key: &'a str,
+        owner: OwnerToken,
+        lease: Duration,
+    ) -> BoxFuture<'a, Result<RenewOutcome, BackendError>> {
+        if let Some(forced) = self.forced_renewal() {
+            return forced;
+        }
+        self.inner.renew_marker(key, owner, lease)
     }
 }
 

@@ -8,7 +8,7 @@ use tracing::field::Empty;
 
 use crate::coordinator::Coordinator;
 use crate::key::KeyBuilder;
-use crate::policy::OnBackendError;
+use crate::policy::{OnAbandoned, OnBackendError, OnLost};
 use crate::provider::FencingToken;
 use crate::report::{
     CallReport, FlightOutcome, IdempotencyOutcome, LockOutcome, ReportSink, take_requested_sink,
@@ -36,6 +36,12 @@ pub struct IdempotencySpec {
     pub wait: Duration,
     /// The attribute's backend-fault policy, if it set one.
     pub on_backend_error: Option<OnBackendError>,
+    /// Renew the in-flight marker this often while the body runs.
+    pub renew: Option<Duration>,
+    /// What to do with the body if the marker's lease is lost.
+    pub on_lost: Option<OnLost>,
+    /// What a duplicate does with a marker whose lease lapsed without completion.
+    pub on_abandoned: OnAbandoned,
 }
 
 /// `#[distributed_lock]` options, resolved at compile time.
@@ -49,6 +55,10 @@ pub struct LockSpec {
     pub fenced: bool,
     /// The attribute's backend-fault policy, if it set one.
     pub on_backend_error: Option<OnBackendError>,
+    /// Renew the lease this often while the body runs.
+    pub renew: Option<Duration>,
+    /// What to do with the body if the lease is lost.
+    pub on_lost: Option<OnLost>,
 }
 
 /// One call in progress. The layers share it, so the key is derived once.

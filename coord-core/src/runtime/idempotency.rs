@@ -7,7 +7,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::error::{BackendError, CoordError};
-use crate::policy::OnBackendError;
+use crate::policy::{OnBackendError, OnLost};
 use crate::provider::{
     ClaimOutcome, ClaimRequest, Deadline, Fingerprint, IdempotencyStore, OwnerToken,
 };
@@ -15,6 +15,7 @@ use crate::report::IdempotencyOutcome;
 use crate::runtime::call::Call;
 use crate::runtime::detach::DetachOnDrop;
 use crate::runtime::outcome::GuardedResult;
+use crate::runtime::renewal::{Hold, HoldKind};
 
 /// Clears the in-flight marker if the call stops before settling it normally (cancelled or
 /// panicked), so duplicates are not blocked until the marker's lease ends.
@@ -51,7 +52,8 @@ fn check_fingerprint(
 }
 
 enum Claim<R> {
-    Owned,
+    /// Claimed; the claim was sent at this instant (the marker's lease began no earlier).
+    Owned(tokio::time::Instant),
     Answer(R),
     Unguarded,
 }
@@ -85,11 +87,11 @@ where
     let key = call.key.as_str();
     let owner = OwnerToken::new();
 
-    match claim(call, store, owner, fingerprint).await {
+    let claimed_at = match claim(call, store, owner, fingerprint).await {
         Claim::Answer(answer) => return answer,
         Claim::Unguarded => return body.await,
-        Claim::Owned => {}
-    }
+        Claim::Owned(sent_at) => sent_at,
+    };
     call.record_idempotency(IdempotencyOutcome::Executed);
 
     let mut marker = AbandonOnDrop {
@@ -98,7 +100,46 @@ where
         owner,
         armed: true,
     };
-    let output = body.await;
+    let output = if spec.renew.is_some() || spec.on_lost.is_some() {
+        let hold = Hold::new(
+            HoldKind::Marker,
+            key,
+            owner,
+            spec.in_flight_lease,
+            claimed_at,
+            None,
+            None,
+        );
+        let renewal = spec
+            .renew
+            .map(|every| call.coordinator.renewer().register(hold.clone(), every));
+        let output = match spec.on_lost {
+            Some(OnLost::Cancel) => {
+                tokio::pin!(body);
+                tokio::select! {
+                    biased;
+                    output = &mut body => Some(output),
+                    _ = hold.lost() => None,
+                }
+            }
+            Some(OnLost::Signal) | None => Some(body.await),
+        };
+        drop(renewal);
+        match output {
+            Some(output) => output,
+            None => {
+                // The marker is gone or about to be: the abandon below is an owner-checked
+                // no-op at worst, and the caller learns its work was stopped.
+                call.record_idempotency(IdempotencyOutcome::Lost);
+                return R::from_coord_error(CoordError::LockLost {
+                    key: call.key.clone(),
+                    held_for: hold.held_for(),
+                });
+            }
+        }
+    } else {
+        body.await
+    };
     // From here on the work is done: settling the record must survive the caller dropping us.
     marker.armed = false;
     let store = Arc::clone(store);
@@ -164,6 +205,7 @@ where
         Claim::Answer(R::from_coord_error(err))
     };
     loop {
+        let sent_at = tokio::time::Instant::now();
         let found = store
             .claim(ClaimRequest {
                 key,
@@ -177,7 +219,7 @@ where
             Err(err) => return backend_fault(call, spec.on_backend_error, err),
         };
         match found {
-            ClaimOutcome::Claimed => return Claim::Owned,
+            ClaimOutcome::Claimed => return Claim::Owned(sent_at),
             ClaimOutcome::Completed {
                 payload,
                 fingerprint: stored,

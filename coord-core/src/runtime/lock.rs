@@ -5,20 +5,13 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::error::CoordError;
-use crate::policy::OnBackendError;
+use crate::policy::{OnBackendError, OnLost};
 use crate::provider::{LockProvider, LockRequest, OwnerToken, ReleaseOutcome};
 use crate::report::LockOutcome;
 use crate::runtime::call::Call;
 use crate::runtime::held;
 use crate::runtime::outcome::GuardedResult;
 use crate::runtime::renewal::{Hold, HoldKind};
-
-/// When the lease started, as far as this process can know: no later than the moment the
-/// acquire was sent. With a wait, the grant came later, but the lease cannot have started
-/// before the request; taking the send time is the conservative choice.
-fn acquired_at(started: Instant, _lease: std::time::Duration) -> tokio::time::Instant {
-    tokio::time::Instant::from_std(started)
-}
 
 /// Frees a lock if the call stops before releasing it normally: when an acquire is cancelled
 /// (its `SET` may already have landed), when the caller drops the future mid-body, or when
@@ -109,17 +102,28 @@ where
         LockOutcome::Acquired
     };
     call.record_lock(outcome, grant.fencing_token);
+    // The lease began no earlier than the successful attempt was sent: for a first-attempt
+    // grant that is `started`; after waiting, the last attempt was just now.
+    let lease_from = if grant.contended {
+        Instant::now()
+    } else {
+        started
+    };
     let hold = Hold::new(
         HoldKind::Lock,
         key,
         owner,
         spec.lease,
-        acquired_at(started, spec.lease),
+        tokio::time::Instant::from_std(lease_from),
         grant.fencing_token,
         held::innermost(),
     );
-    let held_since = Instant::now();
-    let output = held::scope(hold, body).await;
+    let renewal = spec
+        .renew
+        .map(|every| call.coordinator.renewer().register(hold.clone(), every));
+    let output = run_guarded(hold.clone(), spec.on_lost, body).await;
+    // Stop renewing before releasing, so no renewal can outlive the unlock.
+    drop(renewal);
     let released = provider.release(key, owner).await;
     guard.armed = false;
     match released {
@@ -128,7 +132,7 @@ where
             call.coordinator.metrics().count_lapsed_release();
             tracing::warn!(
                 key = %call.key,
-                held_for = ?held_since.elapsed(),
+                held_for = ?hold.held_for(),
                 lease = ?spec.lease,
                 "coord: the lock's lease lapsed before release; the section was not exclusive throughout"
             );
@@ -137,5 +141,36 @@ where
             tracing::warn!(key = %call.key, error = %err, "coord: releasing the lock failed; it frees itself when its lease ends");
         }
     }
-    output
+    match output {
+        Some(output) => output,
+        None => {
+            call.record_lock(LockOutcome::Lost, grant.fencing_token);
+            R::from_coord_error(CoordError::LockLost {
+                key: call.key.clone(),
+                held_for: hold.held_for(),
+            })
+        }
+    }
+}
+
+/// Runs `body` as the holder of `hold`. With `OnLost::Cancel`, the body is dropped at its next
+/// await once the hold is lost, and `None` is returned.
+pub(crate) async fn run_guarded<F: Future>(
+    hold: Arc<Hold>,
+    on_lost: Option<OnLost>,
+    body: F,
+) -> Option<F::Output> {
+    match on_lost {
+        Some(OnLost::Cancel) => {
+            let watched = hold.clone();
+            let body = held::scope(hold, body);
+            tokio::pin!(body);
+            tokio::select! {
+                biased;
+                output = &mut body => Some(output),
+                _ = watched.lost() => None,
+            }
+        }
+        Some(OnLost::Signal) | None => Some(held::scope(hold, body).await),
+    }
 }

@@ -48,14 +48,8 @@ pub(crate) async fn connect(options: &Options) -> Result<Arc<dyn Transport>, Fau
         })
         .set_policy(ReconnectPolicy::new_exponential(0, 10, 250, 2));
     let pool = builder.build_pool(options.pool_size).map_err(fault)?;
-    match pool.init().await {
-        Ok(_driver) => {}
-        Err(err) => {
-            // Stop the background reconnect loop of the failed pool.
-            let _ = pool.quit().await;
-            return Err(fault(err));
-        }
-    }
+    // With `fail_fast`, a failed first connection also stops fred's connection task.
+    pool.init().await.map_err(fault)?;
     let subscriber = builder.build_subscriber_client().map_err(fault)?;
     Ok(Arc::new(Fred {
         pool,
@@ -300,16 +294,13 @@ async fn run_subscriber(
             Ok(Ok(_driver)) => break,
             Ok(Err(err)) => {
                 tracing::debug!(error = %err, "coord-redis: connecting the subscriber failed");
-                let _ = client.quit().await;
             }
             Err(_) => {
-                let _ = client.quit().await;
+                tracing::debug!("coord-redis: connecting the subscriber timed out");
             }
         }
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(Duration::from_millis(500));
-        messages = client.message_rx();
-        reconnects = client.reconnect_rx();
     }
     // The first connection is announced as a reconnection too: it is not one.
     while reconnects.try_recv().is_ok() {}

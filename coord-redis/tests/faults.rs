@@ -1,0 +1,289 @@
+//! Faults: unreachable, frozen, killed and restarted servers; values coord did not write.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use coord_core::{
+    BackendError, BackendErrorKind, ClaimOutcome, IdempotencyStore, LockProvider, OwnerToken,
+    ReleaseOutcome,
+};
+use coord_redis::testing::RedisServer;
+use coord_redis::{Client, RedisProvider};
+use support::*;
+
+per_client!(
+    connect_failure_names_the_address_but_no_password,
+    wrong_password_is_reported_without_it,
+    frozen_server_gives_timeouts_within_the_command_timeout,
+    killed_server_fails_fast_and_restart_recovers,
+    foreign_values_at_lock_keys_are_protocol_errors,
+    foreign_values_at_record_keys_are_protocol_errors,
+);
+
+const TIMEOUT: Duration = Duration::from_millis(400);
+
+/// The bound a failing call must meet: the command timeout, plus the NOSCRIPT fallback and
+/// scheduling slack.
+const BOUND: Duration = Duration::from_millis(2000);
+
+async fn tight(server: &RedisServer, client: Client) -> RedisProvider {
+    RedisProvider::builder(server.url())
+        .client(client)
+        .command_timeout(TIMEOUT)
+        .connect()
+        .await
+        .unwrap()
+}
+
+fn assert_unreachable(err: &BackendError, what: &str) {
+    assert!(
+        matches!(err.kind(), BackendErrorKind::Timeout | BackendErrorKind::Unavailable),
+        "{what}: expected a timeout or unavailability, got {err:?}"
+    );
+}
+
+/// Runs `op`, checking it fails as unreachable within [`BOUND`].
+async fn fails_in_time<T: std::fmt::Debug>(
+    what: &str,
+    op: impl std::future::Future<Output = Result<T, BackendError>>,
+) {
+    let started = Instant::now();
+    let result = tokio::time::timeout(BOUND * 3, op)
+        .await
+        .unwrap_or_else(|_| panic!("{what} hung"));
+    let took = started.elapsed();
+    let err = result.expect_err(what);
+    assert_unreachable(&err, what);
+    assert!(took < BOUND, "{what} took {took:?}");
+}
+
+fn dead_port() -> u16 {
+    // Bound and released: nothing listens there now.
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+async fn connect_failure_names_the_address_but_no_password(client: Client) {
+    let port = dead_port();
+    let url = format!("redis://admin:hunter2-secret@127.0.0.1:{port}/0");
+    let started = Instant::now();
+    let err = RedisProvider::builder(&url)
+        .client(client)
+        .command_timeout(TIMEOUT)
+        .connect()
+        .await
+        .expect_err("nothing listens there");
+    assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+    assert_unreachable(&err, "connect");
+    let shown = format!("{err} {err:?}");
+    assert!(shown.contains(&format!("127.0.0.1:{port}")), "names the address: {shown}");
+    assert!(!shown.contains("hunter2"), "leaks the password: {shown}");
+
+    let err = RedisProvider::connect("http://127.0.0.1:1").await.unwrap_err();
+    assert_eq!(err.kind(), BackendErrorKind::Config);
+}
+
+async fn wrong_password_is_reported_without_it(client: Client) {
+    let server = RedisServer::start_with(&["--requirepass", "the-right-one"]);
+    let url = format!("redis://:wrong-guess-xyz@127.0.0.1:{}", server.port());
+    let err = RedisProvider::builder(&url)
+        .client(client)
+        .command_timeout(TIMEOUT)
+        .connect()
+        .await
+        .expect_err("the password is wrong");
+    let shown = format!("{err} {err:?}");
+    assert!(!shown.contains("wrong-guess-xyz"), "leaks the password: {shown}");
+    assert!(shown.contains(&format!("127.0.0.1:{}", server.port())), "{shown}");
+
+    // With the right one, it works.
+    let url = format!("redis://:the-right-one@127.0.0.1:{}", server.port());
+    let p = RedisProvider::builder(&url).client(client).connect().await.unwrap();
+    let k = key("auth");
+    let a = OwnerToken::new();
+    p.acquire(lock(&k, a, LONG, Duration::ZERO)).await.unwrap().unwrap();
+    assert!(!format!("{p:?}").contains("the-right-one"));
+}
+
+async fn frozen_server_gives_timeouts_within_the_command_timeout(client: Client) {
+    let server = RedisServer::start();
+    let p = tight(&server, client).await;
+    let k = key("frozen");
+    let a = OwnerToken::new();
+    // Warm up: scripts cached, subscriber connected.
+    p.acquire(lock(&k, a, LONG, Duration::ZERO)).await.unwrap().unwrap();
+    let refused = p
+        .acquire(lock(&k, OwnerToken::new(), LONG, Duration::from_millis(50)))
+        .await
+        .unwrap();
+    assert_eq!(refused, None);
+    p.release(&k, a).await.unwrap();
+
+    server.pause();
+    let b = OwnerToken::new();
+    fails_in_time("acquire", p.acquire(lock(&k, b, LONG, Duration::ZERO))).await;
+    fails_in_time("waiting acquire", p.acquire(lock(&k, b, LONG, LONG))).await;
+    fails_in_time("fenced acquire", p.acquire(fenced(&k, b, LONG, Duration::ZERO))).await;
+    fails_in_time("release", p.release(&k, b)).await;
+    fails_in_time("renew", p.renew(&k, b, LONG)).await;
+    fails_in_time("claim", p.claim(claim(&k, b, LONG))).await;
+    fails_in_time("complete", p.complete(&k, b, Arc::from(&b"x"[..]), LONG)).await;
+    fails_in_time("abandon", p.abandon(&k, b)).await;
+    fails_in_time("wait_settled", p.wait_settled(&k, LONG)).await;
+    server.resume();
+
+    // Thawed, it answers again.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match p.acquire(lock(&k, b, LONG, Duration::ZERO)).await {
+            Ok(Some(_)) => break,
+            Ok(None) => panic!("nobody holds the lock"),
+            Err(err) => {
+                assert_unreachable(&err, "acquire after resume");
+                assert!(Instant::now() < deadline, "still failing after resume: {err}");
+            }
+        }
+    }
+    assert_eq!(p.release(&k, b).await.unwrap(), ReleaseOutcome::Released);
+}
+
+async fn killed_server_fails_fast_and_restart_recovers(client: Client) {
+    let mut server = RedisServer::start();
+    let p = tight(&server, client).await;
+    let k = key("killed");
+    let a = OwnerToken::new();
+    p.acquire(lock(&k, a, LONG, Duration::ZERO)).await.unwrap().unwrap();
+    let refused = p
+        .acquire(lock(&k, OwnerToken::new(), LONG, Duration::from_millis(50)))
+        .await
+        .unwrap();
+    assert_eq!(refused, None, "the subscriber connection is up");
+
+    server.kill();
+    let b = OwnerToken::new();
+    fails_in_time("acquire", p.acquire(lock(&k, b, LONG, Duration::ZERO))).await;
+    fails_in_time("release", p.release(&k, a)).await;
+    fails_in_time("claim", p.claim(claim(&k, b, LONG))).await;
+    fails_in_time("waiting acquire", p.acquire(lock(&k, b, LONG, LONG))).await;
+
+    server.restart();
+    // The data went with the old process (and so did the cached scripts).
+    let mut attempts = 0;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let grant = loop {
+        attempts += 1;
+        match p.acquire(fenced(&k, b, LONG, Duration::ZERO)).await {
+            Ok(grant) => break grant,
+            Err(err) => {
+                assert_unreachable(&err, "acquire after restart");
+                assert!(Instant::now() < deadline, "no reconnect after restart: {err}");
+            }
+        }
+    };
+    assert!(attempts <= 3, "reconnected late: {attempts} attempts");
+    assert!(grant.expect("the restarted server is empty").fencing_token.is_some());
+    assert_eq!(p.claim(claim(&k, a, LONG)).await.unwrap(), ClaimOutcome::Claimed);
+
+    // The subscriber reconnected too: a release wakes a waiter again.
+    let waiter = tokio::spawn({
+        let (p, k) = (p.clone(), k.clone());
+        async move {
+            let grant = p
+                .acquire(lock(&k, OwnerToken::new(), LONG, Duration::from_secs(20)))
+                .await
+                .unwrap();
+            (grant, Instant::now())
+        }
+    });
+    let channel = redis_key(&k, "lock-released");
+    until("the waiter to subscribe", Duration::from_secs(10), || {
+        subscribers(&server, &channel) == 1
+    })
+    .await;
+    let released_at = Instant::now();
+    assert_eq!(p.release(&k, b).await.unwrap(), ReleaseOutcome::Released);
+    let (grant, at) = waiter.await.unwrap();
+    assert!(grant.is_some());
+    let handoff = at.saturating_duration_since(released_at);
+    assert!(handoff < Duration::from_millis(700), "woken by the release: {handoff:?}");
+}
+
+fn assert_protocol<T: std::fmt::Debug>(result: Result<T, BackendError>, what: &str) {
+    match result {
+        Err(err) => assert_eq!(err.kind(), BackendErrorKind::Protocol, "{what}: {err:?}"),
+        Ok(v) => panic!("{what}: expected a protocol error, got {v:?}"),
+    }
+}
+
+async fn foreign_values_at_lock_keys_are_protocol_errors(client: Client) {
+    let server = RedisServer::start();
+    let p = provider(&server, client).await;
+    let a = OwnerToken::new();
+
+    let k = key("list-at-lock");
+    server.command(&["RPUSH", &redis_key(&k, "lock"), "x"]);
+    assert_protocol(p.acquire(lock(&k, a, LONG, Duration::ZERO)).await, "acquire");
+    assert_protocol(p.acquire(lock(&k, a, LONG, Duration::from_secs(1))).await, "waiting acquire");
+    assert_protocol(p.acquire(fenced(&k, a, LONG, Duration::ZERO)).await, "fenced acquire");
+    assert_protocol(p.release(&k, a).await, "release");
+    assert_protocol(p.renew(&k, a, LONG).await, "renew");
+
+    let k = key("garbage-at-lock");
+    server.command(&["SET", &redis_key(&k, "lock"), "not a token"]);
+    assert_protocol(p.acquire(lock(&k, a, LONG, Duration::ZERO)).await, "acquire");
+    assert_protocol(p.acquire(fenced(&k, a, LONG, Duration::ZERO)).await, "fenced acquire");
+    assert_eq!(p.release(&k, a).await.unwrap(), ReleaseOutcome::NotHeld, "not ours: untouched");
+
+    let k = key("garbage-fence");
+    server.command(&["SET", &redis_key(&k, "fence"), "eleven"]);
+    assert_protocol(p.acquire(fenced(&k, a, LONG, Duration::ZERO)).await, "fenced acquire");
+    assert_eq!(
+        server.command(&["EXISTS", &redis_key(&k, "lock")]),
+        coord_redis::testing::Resp::Int(0),
+        "a failed fenced acquire changes nothing"
+    );
+    server.command(&["HSET", &redis_key(&k, "fence"), "f", "v"]);
+    assert_protocol(p.acquire(fenced(&k, a, LONG, Duration::ZERO)).await, "fenced acquire");
+}
+
+async fn foreign_values_at_record_keys_are_protocol_errors(client: Client) {
+    let server = RedisServer::start();
+    let p = provider(&server, client).await;
+    let a = OwnerToken::new();
+    let payload: Arc<[u8]> = Arc::from(&b"p"[..]);
+
+    let k = key("list-at-record");
+    server.command(&["RPUSH", &redis_key(&k, "idem"), "x"]);
+    assert_protocol(p.claim(claim(&k, a, LONG)).await, "claim");
+    assert_protocol(p.complete(&k, a, payload.clone(), LONG).await, "complete");
+    assert_protocol(p.abandon(&k, a).await, "abandon");
+    assert_protocol(p.wait_settled(&k, LONG).await, "wait_settled");
+
+    let k = key("string-at-record");
+    server.command(&["SET", &redis_key(&k, "idem"), "x"]);
+    assert_protocol(p.claim(claim(&k, a, LONG)).await, "claim");
+
+    for (name, fields) in [
+        ("unknown-state", vec!["st", "zzz", "fp", ""]),
+        ("no-state", vec!["fp", ""]),
+        ("completed-without-payload", vec!["st", "c", "fp", ""]),
+        ("short-fingerprint", vec!["st", "i", "fp", "abc"]),
+        ("no-fingerprint", vec!["st", "i", "own", "x"]),
+    ] {
+        let k = key(name);
+        let record = redis_key(&k, "idem");
+        let mut args = vec!["HSET", record.as_str()];
+        args.extend(fields);
+        server.command(&args);
+        assert_protocol(p.claim(claim(&k, a, LONG)).await, name);
+    }
+
+    let k = key("garbage-state-wait");
+    server.command(&["HSET", &redis_key(&k, "idem"), "st", "?"]);
+    assert_protocol(p.wait_settled(&k, LONG).await, "wait_settled");
+}

@@ -296,6 +296,15 @@ impl Coordinator {
         &self.inner.renewer
     }
 
+    /// Removes the idempotency record of one call, whatever its state: an operator's tool for
+    /// resolving an abandoned record (`CoordError::OutcomeUnknown`) after reconciling by hand.
+    /// `op_key` is the call's key without the namespace, as `CoordError::key` and
+    /// `CallReport::key` show it minus the leading `namespace:` (e.g. `payments.charge:order-7`).
+    pub async fn purge_record(&self, op_key: &str) -> Result<bool, crate::BackendError> {
+        let key = format!("{}:{op_key}", self.namespace());
+        self.inner.records.purge(&key).await
+    }
+
     /// The lock provider.
     pub fn lock_provider(&self) -> &Arc<dyn LockProvider> {
         &self.inner.locks

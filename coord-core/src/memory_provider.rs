@@ -106,6 +106,7 @@ impl IdempotencyStore for MemoryProvider {
             req.owner.as_u128(),
             req.in_flight_lease,
             req.fingerprint.map(|f| f.0),
+            req.keep_abandoned_for,
         );
         let outcome = match found {
             Claim::Claimed => ClaimOutcome::Claimed,
@@ -115,6 +116,9 @@ impl IdempotencyStore for MemoryProvider {
             } => ClaimOutcome::InFlight {
                 fingerprint: fingerprint.map(Fingerprint),
                 remaining,
+            },
+            Claim::Abandoned { fingerprint } => ClaimOutcome::Abandoned {
+                fingerprint: fingerprint.map(Fingerprint),
             },
             Claim::Completed {
                 payload,
@@ -172,6 +176,10 @@ impl IdempotencyStore for MemoryProvider {
             RenewOutcome::Lost
         };
         Box::pin(std::future::ready(Ok(outcome)))
+    }
+
+    fn purge<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<bool, BackendError>> {
+        Box::pin(std::future::ready(Ok(self.records.purge(key))))
     }
 
     fn abandon_detached(self: Arc<Self>, key: String, owner: OwnerToken) {

@@ -222,6 +222,13 @@ pub enum ClaimOutcome {
         /// The fingerprint stored with it.
         fingerprint: Option<Fingerprint>,
     },
+    /// An earlier caller's marker lapsed without completion, and was kept (the claim that made
+    /// it asked for `keep_abandoned_for`): the outcome of that call is unknown. Nothing was
+    /// claimed.
+    Abandoned {
+        /// The fingerprint stored with the marker.
+        fingerprint: Option<Fingerprint>,
+    },
 }
 
 /// One request to claim an idempotency key.
@@ -235,6 +242,11 @@ pub struct ClaimRequest<'a> {
     pub in_flight_lease: Duration,
     /// The fingerprint to store with the marker (and, later, with the completed record).
     pub fingerprint: Option<Fingerprint>,
+    /// `None`: a marker whose lease lapses disappears, and the next claim succeeds
+    /// (at-least-once). `Some(d)`: the marker is kept for `d` after it lapses without
+    /// completion, and claims report [`ClaimOutcome::Abandoned`] (at-most-once); only
+    /// [`IdempotencyStore::purge`] or expiry removes it.
+    pub keep_abandoned_for: Option<Duration>,
 }
 
 /// Storage for idempotency records: an in-flight marker with its own lease, then the completed
@@ -244,7 +256,9 @@ pub struct ClaimRequest<'a> {
 /// * `claim` is atomic: it either creates the in-flight marker or returns the existing record,
 ///   with the fingerprint stored in it. It never compares fingerprints: the runtime does, in one
 ///   place.
-/// * `complete` and `abandon` succeed (`true`) only while `owner` holds the in-flight marker.
+/// * `complete` and `abandon` succeed (`true`) only while `owner` holds the in-flight marker
+///   (a lapsed marker kept under `keep_abandoned_for` is still its owner's: a late completion
+///   resolves the unknown outcome).
 ///   `complete` keeps the fingerprint given at claim time and stores the outcome for
 ///   `retention`; `abandon` removes the marker.
 /// * `wait_settled` returns once the marker at `key` is gone or completed, or after `timeout`,
@@ -296,6 +310,17 @@ pub trait IdempotencyStore: Send + Sync + 'static {
         Box::pin(std::future::ready(Err(BackendError::new(
             crate::error::BackendErrorKind::Config,
             "this idempotency store does not implement renew_marker",
+        ))))
+    }
+
+    /// Removes whatever record is stored at `key` (an operator's tool, e.g. to resolve an
+    /// abandoned record after reconciling by hand). Returns whether a record was there. The
+    /// default reports that the store cannot purge.
+    fn purge<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<bool, BackendError>> {
+        let _ = key;
+        Box::pin(std::future::ready(Err(BackendError::new(
+            crate::error::BackendErrorKind::Config,
+            "this idempotency store does not implement purge",
         ))))
     }
 
@@ -404,6 +429,10 @@ impl<P: IdempotencyStore> IdempotencyStore for Arc<P> {
         lease: Duration,
     ) -> BoxFuture<'a, Result<RenewOutcome, BackendError>> {
         (**self).renew_marker(key, owner, lease)
+    }
+
+    fn purge<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<bool, BackendError>> {
+        (**self).purge(key)
     }
 
     fn abandon_detached(self: Arc<Self>, key: String, owner: OwnerToken) {

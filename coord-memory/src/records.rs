@@ -16,6 +16,8 @@ enum Record {
         fingerprint: Option<[u8; 16]>,
         lease: Duration,
         expires_at: Instant,
+        /// Keep the marker this long past its lease if it is never completed.
+        keep_abandoned_for: Option<Duration>,
         settled: Arc<Notify>,
     },
     Completed {
@@ -28,7 +30,11 @@ enum Record {
 impl Record {
     fn ttl(&self) -> Duration {
         match self {
-            Record::InFlight { lease, .. } => *lease,
+            Record::InFlight {
+                lease,
+                keep_abandoned_for,
+                ..
+            } => *lease + keep_abandoned_for.unwrap_or_default(),
             Record::Completed { retention, .. } => *retention,
         }
     }
@@ -40,6 +46,23 @@ impl Record {
             Record::InFlight { expires_at, .. } => *expires_at > Instant::now(),
             Record::Completed { .. } => true,
         }
+    }
+
+    /// True for a lapsed marker that is kept as an abandoned record.
+    fn is_kept_abandoned(&self) -> bool {
+        matches!(
+            self,
+            Record::InFlight {
+                keep_abandoned_for: Some(_),
+                ..
+            }
+        ) && !self.is_live()
+    }
+
+    /// True when `owner`'s marker is still here: live, or lapsed but kept.
+    fn is_marker_of(&self, owner: u128) -> bool {
+        matches!(self, Record::InFlight { owner: holder, .. } if *holder == owner)
+            && (self.is_live() || self.is_kept_abandoned())
     }
 }
 
@@ -71,6 +94,11 @@ impl Expiry<Box<str>, Record> for RecordExpiry {
 pub enum Claim {
     /// The caller now owns an in-flight marker.
     Claimed,
+    /// An earlier marker lapsed without completion and was kept: the outcome is unknown.
+    Abandoned {
+        /// The fingerprint stored with the marker.
+        fingerprint: Option<[u8; 16]>,
+    },
     /// Someone else's marker is in flight.
     InFlight {
         /// The fingerprint stored with the marker.
@@ -132,18 +160,27 @@ impl RecordStore {
         self.len() == 0
     }
 
-    /// Claims `key` for `owner` with an in-flight marker, or reports the record there.
+    /// Claims `key` for `owner` with an in-flight marker, or reports the record there. With
+    /// `keep_abandoned_for`, a marker that lapses without completion is kept that long and
+    /// reported as [`Claim::Abandoned`].
     pub fn claim(
         &self,
         key: &str,
         owner: u128,
         lease: Duration,
         fingerprint: Option<[u8; 16]>,
+        keep_abandoned_for: Option<Duration>,
     ) -> Claim {
         let mut found = Claim::Claimed;
         self.cache.entry(key.into()).and_compute_with(|existing| {
             if let Some(existing) = existing {
                 let record = existing.into_value();
+                if record.is_kept_abandoned() {
+                    if let Record::InFlight { fingerprint, .. } = record {
+                        found = Claim::Abandoned { fingerprint };
+                    }
+                    return Op::Nop;
+                }
                 if record.is_live() {
                     found = match record {
                         Record::InFlight {
@@ -175,6 +212,7 @@ impl RecordStore {
                 fingerprint,
                 lease,
                 expires_at: Instant::now() + lease,
+                keep_abandoned_for,
                 settled: Arc::new(Notify::new()),
             })
         });
@@ -192,14 +230,13 @@ impl RecordStore {
     ) -> bool {
         let mut done = false;
         self.cache.entry(key.into()).and_compute_with(|existing| {
-            match existing.map(|e| e.into_value()) {
+            let record = existing.map(|e| e.into_value());
+            match record {
                 Some(Record::InFlight {
-                    owner: holder,
                     fingerprint,
-                    expires_at,
-                    settled,
+                    ref settled,
                     ..
-                }) if holder == owner && expires_at > Instant::now() => {
+                }) if record.as_ref().is_some_and(|r| r.is_marker_of(owner)) => {
                     done = true;
                     settled.notify_waiters();
                     Op::Put(Record::Completed {
@@ -224,6 +261,7 @@ impl RecordStore {
                     owner: holder,
                     fingerprint,
                     expires_at,
+                    keep_abandoned_for,
                     settled,
                     ..
                 }) if holder == owner && expires_at > Instant::now() => {
@@ -233,6 +271,7 @@ impl RecordStore {
                         fingerprint,
                         lease,
                         expires_at: Instant::now() + lease,
+                        keep_abandoned_for,
                         settled,
                     })
                 }
@@ -246,12 +285,9 @@ impl RecordStore {
     pub fn abandon(&self, key: &str, owner: u128) -> bool {
         let mut done = false;
         self.cache.entry(key.into()).and_compute_with(|existing| {
-            match existing.map(|e| e.into_value()) {
-                Some(Record::InFlight {
-                    owner: holder,
-                    settled,
-                    ..
-                }) if holder == owner => {
+            let record = existing.map(|e| e.into_value());
+            match &record {
+                Some(r @ Record::InFlight { settled, .. }) if r.is_marker_of(owner) => {
                     done = true;
                     settled.notify_waiters();
                     Op::Remove
@@ -260,6 +296,15 @@ impl RecordStore {
             }
         });
         done
+    }
+
+    /// Removes any record at `key`. Returns whether one was there.
+    pub fn purge(&self, key: &str) -> bool {
+        let removed = self.cache.remove(key);
+        if let Some(Record::InFlight { settled, .. }) = &removed {
+            settled.notify_waiters();
+        }
+        removed.is_some()
     }
 
     /// Waits until the marker at `key` is completed, abandoned or lapsed, at most `timeout`.
@@ -300,8 +345,11 @@ mod tests {
     #[tokio::test]
     async fn claim_complete_replay() {
         let store = RecordStore::new();
-        assert_eq!(store.claim("k", 1, LEASE, Some([7; 16])), Claim::Claimed);
-        match store.claim("k", 2, LEASE, None) {
+        assert_eq!(
+            store.claim("k", 1, LEASE, Some([7; 16]), None),
+            Claim::Claimed
+        );
+        match store.claim("k", 2, LEASE, None, None) {
             Claim::InFlight { fingerprint, .. } => assert_eq!(fingerprint, Some([7; 16])),
             other => panic!("expected the marker in flight, got {other:?}"),
         }
@@ -310,7 +358,7 @@ mod tests {
             "only the owner completes"
         );
         assert!(store.complete("k", 1, Arc::from(&b"ok"[..]), DAY));
-        match store.claim("k", 3, LEASE, None) {
+        match store.claim("k", 3, LEASE, None, None) {
             Claim::Completed {
                 payload,
                 fingerprint,
@@ -329,25 +377,49 @@ mod tests {
     #[tokio::test]
     async fn abandon_frees_the_key_for_the_owner_only() {
         let store = RecordStore::new();
-        store.claim("k", 1, LEASE, None);
+        store.claim("k", 1, LEASE, None, None);
         assert!(!store.abandon("k", 2));
         assert!(store.abandon("k", 1));
-        assert_eq!(store.claim("k", 2, LEASE, None), Claim::Claimed);
+        assert_eq!(store.claim("k", 2, LEASE, None, None), Claim::Claimed);
     }
 
     #[tokio::test(start_paused = true)]
     async fn lapsed_marker_can_be_claimed_again_and_its_owner_cannot_complete() {
         let store = RecordStore::new();
-        store.claim("k", 1, Duration::from_secs(1), None);
+        store.claim("k", 1, Duration::from_secs(1), None, None);
         tokio::time::advance(Duration::from_millis(1001)).await;
-        assert_eq!(store.claim("k", 2, LEASE, None), Claim::Claimed);
+        assert_eq!(store.claim("k", 2, LEASE, None, None), Claim::Claimed);
         assert!(!store.complete("k", 1, Arc::from(&b"late"[..]), DAY));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_kept_abandoned_marker_blocks_claims_until_purged() {
+        let store = RecordStore::new();
+        let keep = Some(DAY);
+        store.claim("k", 1, Duration::from_secs(1), Some([3; 16]), keep);
+        tokio::time::advance(Duration::from_millis(1001)).await;
+        assert_eq!(
+            store.claim("k", 2, LEASE, None, keep),
+            Claim::Abandoned {
+                fingerprint: Some([3; 16])
+            }
+        );
+        assert!(
+            store.complete("k", 1, Arc::from(&b"late"[..]), DAY),
+            "a late owner still records"
+        );
+        assert!(matches!(
+            store.claim("k", 2, LEASE, None, keep),
+            Claim::Completed { .. }
+        ));
+        assert!(store.purge("k"));
+        assert_eq!(store.claim("k", 2, LEASE, None, keep), Claim::Claimed);
     }
 
     #[tokio::test]
     async fn waiters_wake_on_completion() {
         let store = Arc::new(RecordStore::new());
-        store.claim("k", 1, LEASE, None);
+        store.claim("k", 1, LEASE, None, None);
         let waiter = tokio::spawn({
             let s = store.clone();
             async move {

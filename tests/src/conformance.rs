@@ -257,6 +257,7 @@ pub async fn idempotency_claim_complete_replay(c: Coordinator) {
         owner,
         in_flight_lease: LONG,
         fingerprint: fp,
+        keep_abandoned_for: None,
     };
     assert_eq!(s.claim(req(a)).await.unwrap(), ClaimOutcome::Claimed);
     match s.claim(req(b)).await.unwrap() {
@@ -299,6 +300,7 @@ pub async fn idempotency_abandon_and_lapse(c: Coordinator) {
         owner,
         in_flight_lease: lease,
         fingerprint: None,
+        keep_abandoned_for: None,
     };
     assert_eq!(s.claim(req(a, LONG)).await.unwrap(), ClaimOutcome::Claimed);
     assert!(!s.abandon(&k, b).await.unwrap());
@@ -315,6 +317,48 @@ pub async fn idempotency_abandon_and_lapse(c: Coordinator) {
         "a lapsed owner cannot complete"
     );
     assert!(s.abandon(&k, d).await.unwrap());
+}
+
+/// With `keep_abandoned_for`, a marker that lapses without completion stays as an abandoned
+/// record: claims report it (with its fingerprint), its late owner can still complete, and
+/// `purge` clears it.
+pub async fn idempotency_abandoned_marker_is_kept_on_request(c: Coordinator) {
+    let s = c.idempotency_store();
+    let k = key(&c, "kept");
+    let fp = Some(Fingerprint([4; 16]));
+    let (a, b) = (OwnerToken::new(), OwnerToken::new());
+    let req = |owner, lease| ClaimRequest {
+        key: &k,
+        owner,
+        in_flight_lease: lease,
+        fingerprint: fp,
+        keep_abandoned_for: Some(LONG),
+    };
+    assert_eq!(
+        s.claim(req(a, Duration::from_millis(200))).await.unwrap(),
+        ClaimOutcome::Claimed
+    );
+    tokio::time::sleep(Duration::from_millis(450)).await;
+    assert_eq!(
+        s.claim(req(b, LONG)).await.unwrap(),
+        ClaimOutcome::Abandoned { fingerprint: fp },
+        "the lapsed marker is reported, not claimed over"
+    );
+    assert!(!s.complete(&k, b, Arc::from(&b"x"[..]), LONG).await.unwrap());
+    assert!(
+        s.complete(&k, a, Arc::from(&b"late"[..]), LONG)
+            .await
+            .unwrap(),
+        "the late owner resolves the unknown by completing"
+    );
+    assert!(matches!(
+        s.claim(req(b, LONG)).await.unwrap(),
+        ClaimOutcome::Completed { .. }
+    ));
+    assert!(s.purge(&k).await.unwrap());
+    assert!(!s.purge(&k).await.unwrap(), "nothing left to purge");
+    assert_eq!(s.claim(req(b, LONG)).await.unwrap(), ClaimOutcome::Claimed);
+    assert!(s.abandon(&k, b).await.unwrap());
 }
 
 /// `wait_settled` returns at once without a marker, and is woken by completion.
@@ -334,6 +378,7 @@ pub async fn idempotency_wait_settled_wakes_on_completion(c: Coordinator) {
         owner: a,
         in_flight_lease: LONG,
         fingerprint: None,
+        keep_abandoned_for: None,
     })
     .await
     .unwrap();
@@ -579,6 +624,7 @@ macro_rules! conformance_suite {
             lock_renew_is_owner_scoped,
             idempotency_claim_complete_replay,
             idempotency_abandon_and_lapse,
+            idempotency_abandoned_marker_is_kept_on_request,
             idempotency_wait_settled_wakes_on_completion,
             attribute_lock_excludes_and_fences,
             attribute_idempotent_duplicates_run_once,

@@ -141,6 +141,10 @@ impl IdempotencyStore for InstrumentedProvider {
         self.inner.wait_settled(key, timeout)
     }
 
+    fn purge<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<bool, BackendError>> {
+        self.inner.purge(key)
+    }
+
     fn renew_marker<'a>(
         &'a self,
         key: &'a str,

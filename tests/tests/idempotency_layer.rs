@@ -96,6 +96,7 @@ async fn a_crashed_callers_marker_expires_with_its_lease() {
             owner: OwnerToken::new(),
             in_flight_lease: Duration::from_millis(300),
             fingerprint: None,
+            keep_abandoned_for: None,
         })
         .await
         .unwrap();
@@ -172,6 +173,7 @@ async fn claimable(c: &Coordinator, op: &str, part: &str) -> bool {
             owner,
             in_flight_lease: Duration::from_secs(1),
             fingerprint: None,
+            keep_abandoned_for: None,
         })
         .await
         .unwrap();
@@ -257,5 +259,74 @@ async fn result_aliases_work() {
         runs.load(Ordering::SeqCst),
         1,
         "the alias is recognised as a Result"
+    );
+}
+
+#[idempotent(key_from = "key", coordinator = c, name = "tests.payout", in_flight_lease = "200ms", on_abandoned = "fail")]
+async fn payout(c: &Coordinator, key: &str, runs: Arc<AtomicUsize>) -> Result<u32, CoordError> {
+    runs.fetch_add(1, Ordering::SeqCst);
+    Ok(1)
+}
+
+#[tokio::test]
+async fn an_abandoned_call_is_not_rerun_under_on_abandoned_fail() {
+    let (_, c) = InstrumentedProvider::coordinator("abandoned");
+    // A caller claimed the key and died mid-flight (another process): only its marker is left.
+    let key = record_key(&c, "tests.payout", "p1");
+    c.idempotency_store()
+        .claim(ClaimRequest {
+            key: &key,
+            owner: OwnerToken::new(),
+            in_flight_lease: Duration::from_millis(200),
+            fingerprint: None,
+            keep_abandoned_for: Some(Duration::from_secs(60)),
+        })
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    let runs = Arc::new(AtomicUsize::new(0));
+    let (out, report) = observe(payout(&c, "p1", runs.clone())).await;
+    assert!(
+        matches!(out, Err(CoordError::OutcomeUnknown { .. })),
+        "got {out:?}"
+    );
+    assert_eq!(report.idempotency, Some(IdempotencyOutcome::OutcomeUnknown));
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        0,
+        "at-most-once: the body must not run again"
+    );
+
+    assert!(
+        c.purge_record("tests.payout:p1").await.unwrap(),
+        "an operator resolves it"
+    );
+    assert_eq!(payout(&c, "p1", runs.clone()).await.unwrap(), 1);
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn an_abandoned_call_is_rerun_by_default() {
+    let (_, c) = InstrumentedProvider::coordinator("rerun");
+    let key = record_key(&c, "tests.charge", "p2");
+    c.idempotency_store()
+        .claim(ClaimRequest {
+            key: &key,
+            owner: OwnerToken::new(),
+            in_flight_lease: Duration::from_millis(200),
+            fingerprint: None,
+            keep_abandoned_for: None,
+        })
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    let runs = Arc::new(AtomicUsize::new(0));
+    charge(&c, "p2", 5, runs.clone(), Duration::ZERO)
+        .await
+        .unwrap();
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        1,
+        "at-least-once: the body runs again"
     );
 }

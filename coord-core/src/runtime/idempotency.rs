@@ -7,7 +7,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::error::{BackendError, CoordError};
-use crate::policy::{OnBackendError, OnLost};
+use crate::policy::{OnAbandoned, OnBackendError, OnLost};
 use crate::provider::{
     ClaimOutcome, ClaimRequest, Deadline, Fingerprint, IdempotencyStore, OwnerToken,
 };
@@ -212,6 +212,10 @@ where
                 owner,
                 in_flight_lease: spec.in_flight_lease,
                 fingerprint,
+                keep_abandoned_for: match spec.on_abandoned {
+                    OnAbandoned::Rerun => None,
+                    OnAbandoned::Fail => Some(spec.retention),
+                },
             })
             .await;
         let found = match found {
@@ -240,6 +244,20 @@ where
                         },
                     ),
                 };
+            }
+            ClaimOutcome::Abandoned {
+                fingerprint: stored,
+            } => {
+                if let Err(err) = check_fingerprint(call, fingerprint, stored) {
+                    return refuse(IdempotencyOutcome::KeyReused, err);
+                }
+                tracing::error!(key = %call.key, "coord: an earlier call was abandoned mid-flight; its outcome is unknown (on_abandoned = fail): reconcile, then purge the record");
+                return refuse(
+                    IdempotencyOutcome::OutcomeUnknown,
+                    CoordError::OutcomeUnknown {
+                        key: call.key.clone(),
+                    },
+                );
             }
             ClaimOutcome::InFlight {
                 fingerprint: stored,

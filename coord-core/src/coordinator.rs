@@ -32,7 +32,7 @@ struct Inner {
     records: Arc<dyn IdempotencyStore>,
     codec: Codec,
     on_backend_error: OnBackendError,
-    in_process_only: bool,
+    memory: Option<Arc<MemoryProvider>>,
     metrics: Metrics,
     renewer: Renewer,
 }
@@ -71,7 +71,7 @@ impl fmt::Debug for Coordinator {
             .field("namespace", &self.inner.namespace)
             .field("codec", &self.inner.codec)
             .field("on_backend_error", &self.inner.on_backend_error)
-            .field("in_process_only", &self.inner.in_process_only)
+            .field("in_process_only", &self.is_in_process_only())
             .finish_non_exhaustive()
     }
 }
@@ -113,7 +113,8 @@ impl std::error::Error for BuildError {}
 struct ChosenProvider {
     locks: Arc<dyn LockProvider>,
     records: Arc<dyn IdempotencyStore>,
-    in_process_only: bool,
+    /// Set for the in-process provider, which the runtime calls without boxing futures.
+    memory: Option<Arc<MemoryProvider>>,
 }
 
 /// Builds a [`Coordinator`].
@@ -148,8 +149,8 @@ impl CoordinatorBuilder {
         let provider = Arc::new(MemoryProvider::new());
         self.provider = Some(ChosenProvider {
             locks: provider.clone(),
-            records: provider,
-            in_process_only: true,
+            records: provider.clone(),
+            memory: Some(provider),
         });
         self
     }
@@ -160,7 +161,7 @@ impl CoordinatorBuilder {
         self.provider = Some(ChosenProvider {
             locks: provider.clone(),
             records: provider,
-            in_process_only: false,
+            memory: None,
         });
         self
     }
@@ -184,7 +185,7 @@ impl CoordinatorBuilder {
         let ChosenProvider {
             locks,
             records,
-            in_process_only,
+            memory,
         } = self.provider.ok_or(BuildError::NoProvider)?;
         Ok(Coordinator {
             inner: Arc::new(Inner {
@@ -194,7 +195,7 @@ impl CoordinatorBuilder {
                 records,
                 codec: self.codec,
                 on_backend_error: self.on_backend_error,
-                in_process_only,
+                memory,
                 metrics: Metrics::default(),
             }),
         })
@@ -278,7 +279,12 @@ impl Coordinator {
 
     /// True for the in-process provider: exclusion holds within this process only.
     pub fn is_in_process_only(&self) -> bool {
-        self.inner.in_process_only
+        self.inner.memory.is_some()
+    }
+
+    /// The in-process provider, when it is this coordinator's provider.
+    pub(crate) fn memory(&self) -> Option<&MemoryProvider> {
+        self.inner.memory.as_deref()
     }
 
     /// The counters this coordinator keeps.

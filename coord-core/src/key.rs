@@ -122,6 +122,33 @@ impl KeyBuilder {
     pub fn finish(self) -> String {
         self.writer.buf
     }
+
+    /// Starts a key in this thread's scratch buffer, for [`KeyBuilder::finish_shared`].
+    pub(crate) fn scratch(namespace: &str) -> KeyBuilder {
+        let mut buf = SCRATCH.with(|cell| cell.take());
+        buf.clear();
+        buf.push_str(namespace);
+        KeyBuilder {
+            writer: KeyWriter { buf },
+        }
+    }
+
+    /// The finished key in one shared allocation; the buffer goes back to the thread's
+    /// scratch slot, so building a call key costs one allocation.
+    pub(crate) fn finish_shared(self) -> Arc<str> {
+        let key: Arc<str> = Arc::from(self.writer.buf.as_str());
+        let buf = self.writer.buf;
+        if buf.capacity() <= 1024 {
+            SCRATCH.with(|cell| cell.set(buf));
+        }
+        key
+    }
+}
+
+thread_local! {
+    /// A reusable key buffer. Taken out while a key is built (so a nested build just starts a
+    /// fresh one) and put back afterwards.
+    static SCRATCH: std::cell::Cell<String> = const { std::cell::Cell::new(String::new()) };
 }
 
 /// Renders the key of operation `name` with `parts` (a convenience for tests and manual use).

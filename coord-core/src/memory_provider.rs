@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use coord_memory::{Claim, LockTable, RecordStore};
+use coord_memory::{Attempt, Claim, LockTable, RecordStore};
 
 use crate::error::BackendError;
 use crate::provider::{
@@ -34,6 +34,38 @@ impl MemoryProvider {
         self.locks.len()
     }
 
+    /// The lock acquire without the boxed future of the trait: the runtime calls this
+    /// directly when the coordinator's provider is this one.
+    pub(crate) async fn acquire_inline(
+        &self,
+        req: LockRequest<'_>,
+        shared_key: Option<&Arc<str>>,
+    ) -> Option<LockGrant> {
+        let grant = |g: coord_memory::Grant| LockGrant {
+            fencing_token: g.fencing_token.map(FencingToken::new),
+            contended: g.contended,
+        };
+        let (owner, lease, wait, fenced) = (req.owner.as_u128(), req.lease, req.wait, req.fenced);
+        let attempt = match shared_key {
+            Some(key) => self.locks.attempt_shared(key, owner, lease, wait, fenced),
+            None => self.locks.attempt(req.key, owner, lease, wait, fenced),
+        };
+        match attempt {
+            Attempt::Granted(g) => Some(grant(g)),
+            Attempt::Held => None,
+            Attempt::Queued(waiter) => waiter.wait().await.map(grant),
+        }
+    }
+
+    /// The lock release without the boxed future of the trait.
+    pub(crate) fn release_inline(&self, key: &str, owner: OwnerToken) -> ReleaseOutcome {
+        if self.locks.release(key, owner.as_u128()) {
+            ReleaseOutcome::Released
+        } else {
+            ReleaseOutcome::NotHeld
+        }
+    }
+
     /// How many idempotency records are stored.
     pub fn records(&self) -> u64 {
         self.records.len()
@@ -45,22 +77,7 @@ impl LockProvider for MemoryProvider {
         &'a self,
         req: LockRequest<'a>,
     ) -> BoxFuture<'a, Result<Option<LockGrant>, BackendError>> {
-        Box::pin(async move {
-            let grant = self
-                .locks
-                .acquire(
-                    req.key,
-                    req.owner.as_u128(),
-                    req.lease,
-                    req.wait,
-                    req.fenced,
-                )
-                .await;
-            Ok(grant.map(|g| LockGrant {
-                fencing_token: g.fencing_token.map(FencingToken::new),
-                contended: g.contended,
-            }))
-        })
+        Box::pin(async move { Ok(self.acquire_inline(req, None).await) })
     }
 
     fn release<'a>(
@@ -68,12 +85,7 @@ impl LockProvider for MemoryProvider {
         key: &'a str,
         owner: OwnerToken,
     ) -> BoxFuture<'a, Result<ReleaseOutcome, BackendError>> {
-        let outcome = if self.locks.release(key, owner.as_u128()) {
-            ReleaseOutcome::Released
-        } else {
-            ReleaseOutcome::NotHeld
-        };
-        Box::pin(std::future::ready(Ok(outcome)))
+        Box::pin(std::future::ready(Ok(self.release_inline(key, owner))))
     }
 
     fn renew<'a>(

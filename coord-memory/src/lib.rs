@@ -13,5 +13,5 @@
 mod locks;
 mod records;
 
-pub use locks::{Grant, LockTable};
+pub use locks::{Attempt, Grant, LockTable, Waiter};
 pub use records::{Claim, RecordStore};

@@ -1,6 +1,7 @@
 //! Lease locks with FIFO hand-off.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -18,7 +19,7 @@ pub struct Grant {
     pub contended: bool,
 }
 
-struct Waiter {
+struct Queued {
     id: u64,
     owner: u128,
     lease: Duration,
@@ -29,7 +30,7 @@ struct Waiter {
 struct LockEntry {
     owner: u128,
     expires_at: Instant,
-    waiters: VecDeque<Waiter>,
+    waiters: VecDeque<Queued>,
 }
 
 /// Lease locks keyed on the exact key.
@@ -44,7 +45,7 @@ struct LockEntry {
 ///
 /// Time is tokio's clock, so tests can pause and advance it.
 pub struct LockTable {
-    entries: DashMap<Box<str>, LockEntry>,
+    entries: DashMap<Arc<str>, LockEntry>,
     fence: AtomicU64,
     waiter_ids: AtomicU64,
 }
@@ -73,8 +74,9 @@ struct WaiterGuard<'a> {
     handoff: Option<oneshot::Receiver<Grant>>,
 }
 
-impl Drop for WaiterGuard<'_> {
-    fn drop(&mut self) {
+impl WaiterGuard<'_> {
+    /// Leaves the queue now (idempotent).
+    fn leave(&mut self) {
         let Some(mut rx) = self.handoff.take() else {
             return;
         };
@@ -86,6 +88,12 @@ impl Drop for WaiterGuard<'_> {
             // The lock was handed to us after our caller stopped waiting: pass it on.
             self.table.release(self.key, self.owner);
         }
+    }
+}
+
+impl Drop for WaiterGuard<'_> {
+    fn drop(&mut self) {
+        self.leave();
     }
 }
 
@@ -123,56 +131,164 @@ impl LockTable {
         wait: Duration,
         fenced: bool,
     ) -> Option<Grant> {
+        match self.attempt(key, owner, lease, wait, fenced) {
+            Attempt::Granted(grant) => Some(grant),
+            Attempt::Held => None,
+            Attempt::Queued(waiter) => waiter.wait().await,
+        }
+    }
+
+    /// One immediate attempt, without awaiting: grants a free (or lapsed) lock at once; for a
+    /// held one, queues the caller when `wait` is non-zero. The returned [`Waiter`] then waits
+    /// for the hand-off, and leaves the queue if dropped.
+    pub fn attempt<'a>(
+        &'a self,
+        key: &'a str,
+        owner: u128,
+        lease: Duration,
+        wait: Duration,
+        fenced: bool,
+    ) -> Attempt<'a> {
+        self.attempt_keyed(key, || Arc::from(key), owner, lease, wait, fenced)
+    }
+
+    /// [`LockTable::attempt`] with the key already in a shared allocation, which a new entry
+    /// then shares instead of copying.
+    pub fn attempt_shared<'a>(
+        &'a self,
+        key: &'a Arc<str>,
+        owner: u128,
+        lease: Duration,
+        wait: Duration,
+        fenced: bool,
+    ) -> Attempt<'a> {
+        self.attempt_keyed(key, || key.clone(), owner, lease, wait, fenced)
+    }
+
+    fn attempt_keyed<'a>(
+        &'a self,
+        key: &'a str,
+        owned: impl FnOnce() -> Arc<str>,
+        owner: u128,
+        lease: Duration,
+        wait: Duration,
+        fenced: bool,
+    ) -> Attempt<'a> {
         let now = Instant::now();
-        let (rx, id, mut holder_expires) = match self.entries.entry(key.into()) {
+        match self.entries.entry(owned()) {
             Entry::Vacant(slot) => {
                 slot.insert(LockEntry {
                     owner,
                     expires_at: now + lease,
                     waiters: VecDeque::new(),
                 });
-                return Some(Grant {
+                Attempt::Granted(Grant {
                     fencing_token: self.mint(fenced),
                     contended: false,
-                });
+                })
             }
             Entry::Occupied(mut slot) => {
                 let lock = slot.get_mut();
                 if lock.expires_at <= now {
                     lock.owner = owner;
                     lock.expires_at = now + lease;
-                    return Some(Grant {
+                    return Attempt::Granted(Grant {
                         fencing_token: self.mint(fenced),
                         contended: false,
                     });
                 }
                 if wait.is_zero() {
-                    return None;
+                    return Attempt::Held;
                 }
                 let (tx, rx) = oneshot::channel();
                 let id = self.waiter_ids.fetch_add(1, Ordering::Relaxed);
-                lock.waiters.push_back(Waiter {
+                lock.waiters.push_back(Queued {
                     id,
                     owner,
                     lease,
                     fenced,
                     handoff: tx,
                 });
-                (rx, id, lock.expires_at)
+                Attempt::Queued(Waiter {
+                    guard: WaiterGuard {
+                        table: self,
+                        key,
+                        id,
+                        owner,
+                        handoff: Some(rx),
+                    },
+                    holder_expires: lock.expires_at,
+                    deadline: now + wait,
+                    lease,
+                    fenced,
+                })
             }
-        };
+        }
+    }
+}
 
-        let deadline = now + wait;
-        let mut guard = WaiterGuard {
-            table: self,
-            key,
-            id,
-            owner,
-            handoff: Some(rx),
-        };
+/// The result of [`LockTable::attempt`].
+pub enum Attempt<'a> {
+    /// The lock is the caller's.
+    Granted(Grant),
+    /// Held by someone else, and the caller asked for one attempt only.
+    Held,
+    /// Held by someone else; the caller is queued.
+    Queued(Waiter<'a>),
+}
+
+/// A caller queued for a held lock. Dropping it leaves the queue (passing on a lock handed to
+/// it meanwhile).
+pub struct Waiter<'a> {
+    guard: WaiterGuard<'a>,
+    holder_expires: Instant,
+    deadline: Instant,
+    lease: Duration,
+    fenced: bool,
+}
+
+impl Waiter<'_> {
+    /// Waits for the hand-off, the holder's lease to end, or the deadline.
+    pub async fn wait(self) -> Option<Grant> {
+        let Waiter {
+            mut guard,
+            mut holder_expires,
+            deadline,
+            lease,
+            fenced,
+        } = self;
+        let (table, key, id, owner) = (guard.table, guard.key, guard.id, guard.owner);
+        table
+            .wait_queued(
+                &mut guard,
+                id,
+                key,
+                owner,
+                lease,
+                fenced,
+                deadline,
+                &mut holder_expires,
+            )
+            .await
+    }
+}
+
+impl LockTable {
+    #[allow(clippy::too_many_arguments)]
+    async fn wait_queued(
+        &self,
+        guard: &mut WaiterGuard<'_>,
+        id: u64,
+        key: &str,
+        owner: u128,
+        lease: Duration,
+        fenced: bool,
+        deadline: Instant,
+        holder_expires: &mut Instant,
+    ) -> Option<Grant> {
         loop {
             let rx = guard.handoff.as_mut().expect("present while waiting");
-            let wake_at = holder_expires.min(deadline);
+            let wake_at = (*holder_expires).min(deadline);
             tokio::select! {
                 biased;
                 handed = rx => {
@@ -190,7 +306,7 @@ impl LockTable {
             // Timer: the holder's lease may have ended, or our wait is over.
             let now = Instant::now();
             let Some(mut lock) = self.entries.get_mut(key) else {
-                drop(guard);
+                guard.leave();
                 return self.try_take_after_wait(key, owner, lease, fenced);
             };
             if let Ok(grant) = guard.handoff.as_mut().expect("present").try_recv() {
@@ -212,7 +328,7 @@ impl LockTable {
                 guard.handoff = None;
                 return None;
             }
-            holder_expires = lock.expires_at;
+            *holder_expires = lock.expires_at;
         }
     }
 
@@ -225,7 +341,7 @@ impl LockTable {
         fenced: bool,
     ) -> Option<Grant> {
         let now = Instant::now();
-        match self.entries.entry(key.into()) {
+        match self.entries.entry(Arc::from(key)) {
             Entry::Vacant(slot) => {
                 slot.insert(LockEntry {
                     owner,
@@ -252,29 +368,36 @@ impl LockTable {
     /// `false` when it was not `owner`'s, or its lease had already lapsed (in which case the
     /// stale entry is cleaned up all the same).
     pub fn release(&self, key: &str, owner: u128) -> bool {
-        let Entry::Occupied(mut slot) = self.entries.entry(key.into()) else {
-            return false;
-        };
-        let lock = slot.get_mut();
-        if lock.owner != owner {
-            return false;
-        }
         let now = Instant::now();
-        let was_live = lock.expires_at > now;
-        while let Some(waiter) = lock.waiters.pop_front() {
-            let grant = Grant {
-                fencing_token: self.mint(waiter.fenced),
-                contended: true,
-            };
-            if waiter.handoff.send(grant).is_ok() {
-                lock.owner = waiter.owner;
-                lock.expires_at = now + waiter.lease;
-                return was_live;
+        loop {
+            // The common case, nobody waiting: remove in one step, without allocating a key.
+            if let Some((_, lock)) = self.entries.remove_if(key, |_, lock| {
+                lock.owner == owner && lock.waiters.is_empty()
+            }) {
+                return lock.expires_at > now;
             }
-            // That waiter stopped waiting; try the next.
+            let Some(mut lock) = self.entries.get_mut(key) else {
+                return false;
+            };
+            if lock.owner != owner {
+                return false;
+            }
+            let was_live = lock.expires_at > now;
+            while let Some(waiter) = lock.waiters.pop_front() {
+                let grant = Grant {
+                    fencing_token: self.mint(waiter.fenced),
+                    contended: true,
+                };
+                if waiter.handoff.send(grant).is_ok() {
+                    lock.owner = waiter.owner;
+                    lock.expires_at = now + waiter.lease;
+                    return was_live;
+                }
+                // That waiter stopped waiting; try the next.
+            }
+            // Every queued waiter had left: go round to remove the entry (or to hand off to
+            // someone who queued in between).
         }
-        slot.remove();
-        was_live
     }
 
     /// Extends `owner`'s lease on `key` to `lease` from now. `false` if `owner` no longer
@@ -297,7 +420,6 @@ impl LockTable {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Arc;
 
     const LEASE: Duration = Duration::from_secs(30);
 

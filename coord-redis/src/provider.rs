@@ -650,14 +650,21 @@ impl Inner {
             Some(fp) => &fp.0,
             None => &[],
         };
+        let lease = millis(req.in_flight_lease);
+        // Lease plus keep must stay within what Redis accepts.
+        let keep = req
+            .keep_abandoned_for
+            .map(|d| millis(d).min(MAX_MILLIS - lease).max(1).to_string())
+            .unwrap_or_default();
         let reply = self
             .eval(
                 &scripts::CLAIM,
                 &[&names.record()],
                 &[
                     token.as_bytes(),
-                    millis(req.in_flight_lease).to_string().as_bytes(),
+                    lease.to_string().as_bytes(),
                     fp,
+                    keep.as_bytes(),
                 ],
                 key,
             )
@@ -668,6 +675,10 @@ impl Inner {
         };
         match items.as_slice() {
             [Reply::Int(1)] => Ok(ClaimOutcome::Claimed),
+            [Reply::Int(2), Reply::Data(fp)] => Ok(ClaimOutcome::Abandoned {
+                fingerprint: fingerprint(fp)
+                    .ok_or_else(|| corrupt("the record's fingerprint is not one coord wrote"))?,
+            }),
             [Reply::Int(0), state, fp, payload, Reply::Int(pttl)] => {
                 let fingerprint = match fp {
                     Reply::Data(fp) => fingerprint(fp),
@@ -723,31 +734,31 @@ impl Inner {
         };
         let ticket = ticket?;
         loop {
-            let replies = self
-                .run(
-                    &[
-                        Command::new("HGET").key(&record).arg("st"),
-                        Command::new("PTTL").key(&record),
-                    ],
-                    key,
-                )
+            let reply = self
+                .eval(&scripts::PROBE, &[&record], &[], key)
                 .await?;
-            let pttl = match (&replies[0], &replies[1]) {
-                (Reply::Nil, _) => return Ok(()),
-                (Reply::Data(st), _) if st == b"c" => return Ok(()),
-                (Reply::Data(st), Reply::Int(pttl)) if st == b"i" => *pttl,
-                _ => {
-                    return Err(self.protocol(
-                        "wait",
-                        key,
-                        "the record at the key is not one coord wrote",
-                    ));
-                }
+            let remaining = match reply {
+                Reply::Array(items) => match items.as_slice() {
+                    [Reply::Int(0)] => return Ok(()),
+                    [Reply::Int(1), Reply::Data(st)] if st == b"c" => return Ok(()),
+                    // A kept marker whose lease has ended is abandoned: nothing is in flight.
+                    [Reply::Int(3), Reply::Int(ms)] if *ms <= 0 => return Ok(()),
+                    // -1: a marker without expiry (not one coord wrote): wait the timeout out.
+                    [Reply::Int(2 | 3), Reply::Int(ms)] => *ms,
+                    _ => {
+                        return Err(self.protocol(
+                            "wait",
+                            key,
+                            "the record at the key is not one coord wrote",
+                        ));
+                    }
+                },
+                _ => return Err(self.protocol("wait", key, "unexpected script reply")),
             };
             // The marker settles by message, or lapses at its expiry (server time, read as a
             // remaining duration, so no clocks are compared).
-            let until = if pttl >= 0 {
-                (Instant::now() + Duration::from_millis(pttl as u64 + 1)).min(deadline)
+            let until = if remaining >= 0 {
+                (Instant::now() + Duration::from_millis(remaining as u64 + 1)).min(deadline)
             } else {
                 deadline
             };
@@ -824,6 +835,41 @@ impl IdempotencyStore for RedisProvider {
         timeout: Duration,
     ) -> BoxFuture<'a, Result<(), BackendError>> {
         Box::pin(self.inner.wait_settled(key, timeout))
+    }
+
+    fn renew_marker<'a>(
+        &'a self,
+        key: &'a str,
+        owner: OwnerToken,
+        lease: Duration,
+    ) -> BoxFuture<'a, Result<RenewOutcome, BackendError>> {
+        Box::pin(async move {
+            let token = owner.to_string();
+            let lease = millis(lease).to_string();
+            let renewed = self
+                .inner
+                .settle(
+                    &scripts::RENEW_MARKER,
+                    key,
+                    &[token.as_bytes(), lease.as_bytes()],
+                    "renew marker",
+                )
+                .await?;
+            Ok(if renewed {
+                RenewOutcome::Renewed
+            } else {
+                RenewOutcome::Lost
+            })
+        })
+    }
+
+    fn purge<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<bool, BackendError>> {
+        Box::pin(async move {
+            let channel = Names::of(key)?.record_channel();
+            self.inner
+                .settle(&scripts::PURGE, key, &[channel.as_bytes()], "purge")
+                .await
+        })
     }
 }
 

@@ -11,6 +11,11 @@
 //! idempotency record is a hash with fields `st` (`i` in flight, `c` completed), `own` (the
 //! owner token, in flight only), `fp` (the 16-byte fingerprint, empty when none) and `pl` (the
 //! payload, completed only); its expiry is the in-flight lease, then the retention.
+//!
+//! A marker claimed with "keep when abandoned" also has `lx` (when its lease ends, in server
+//! milliseconds from `TIME`) and `kp` (how long to keep it after that, ms), and expires at
+//! `lx + kp`. Past `lx` it is an abandoned record. Both instants come from the clock of the
+//! server that holds the key, never from a client.
 
 use std::sync::LazyLock;
 
@@ -100,29 +105,129 @@ return 0
     )
 });
 
-/// Claim or read. KEYS: record. ARGV: owner, in-flight lease ms, fingerprint (may be empty).
+/// Claim or read. KEYS: record. ARGV: owner, in-flight lease ms, fingerprint (may be empty),
+/// keep-when-abandoned ms (empty: do not keep).
 ///
-/// Returns `{1}` when claimed, or `{0, st, fp, payload, pttl}` for the record found (absent
-/// fields come back as nil and are reported by the client as a corrupt record).
+/// Returns `{1}` when claimed, `{2, fp}` for a kept abandoned marker, or
+/// `{0, st, fp, payload, remaining ms}` for the record found (absent fields come back as nil
+/// and are reported by the client as a corrupt record).
 pub(crate) static CLAIM: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         "claim",
         r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if redis.call('EXISTS', KEYS[1]) == 0 then
-  redis.call('HSET', KEYS[1], 'st', 'i', 'own', ARGV[1], 'fp', ARGV[3])
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  local lease = tonumber(ARGV[2])
+  if ARGV[4] == '' then
+    redis.call('HSET', KEYS[1], 'st', 'i', 'own', ARGV[1], 'fp', ARGV[3])
+    redis.call('PEXPIRE', KEYS[1], lease)
+  else
+    local keep = tonumber(ARGV[4])
+    redis.call('HSET', KEYS[1], 'st', 'i', 'own', ARGV[1], 'fp', ARGV[3],
+      'lx', string.format('%.0f', now + lease), 'kp', ARGV[4])
+    redis.call('PEXPIRE', KEYS[1], lease + keep)
+  end
   return {1}
 end
-local r = redis.call('HMGET', KEYS[1], 'st', 'fp', 'pl')
-return {0, r[1], r[2], r[3], redis.call('PTTL', KEYS[1])}
+local r = redis.call('HMGET', KEYS[1], 'st', 'fp', 'pl', 'lx')
+local remaining = redis.call('PTTL', KEYS[1])
+if r[1] == 'i' and r[4] then
+  local lx = tonumber(r[4])
+  if lx == nil then
+    return redis.error_reply('ERR coord: the record holds a foreign lease end')
+  end
+  if now >= lx then
+    return {2, r[2]}
+  end
+  remaining = lx - now
+end
+return {0, r[1], r[2], r[3], remaining}
+"#,
+    )
+});
+
+/// Owner-scoped renewal of an in-flight marker. KEYS: record. ARGV: owner, lease ms.
+/// Returns 1 when renewed, 0 when the marker is gone, lapsed, completed or not the owner's.
+pub(crate) static RENEW_MARKER: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        "renew_marker",
+        r#"
+local r = redis.call('HMGET', KEYS[1], 'st', 'own', 'lx', 'kp')
+if r[1] ~= 'i' or r[2] ~= ARGV[1] then
+  return 0
+end
+local lease = tonumber(ARGV[2])
+if r[3] then
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local lx = tonumber(r[3])
+  local keep = tonumber(r[4])
+  if lx == nil or keep == nil then
+    return redis.error_reply('ERR coord: the record holds a foreign lease end')
+  end
+  if now >= lx then
+    return 0
+  end
+  redis.call('HSET', KEYS[1], 'lx', string.format('%.0f', now + lease))
+  redis.call('PEXPIRE', KEYS[1], lease + keep)
+else
+  redis.call('PEXPIRE', KEYS[1], lease)
+end
+return 1
+"#,
+    )
+});
+
+/// What a waiter needs to know. KEYS: record.
+///
+/// Returns `{0}` without a record, `{1, st}` for a record that is not in flight (`st` is `c`
+/// unless the record is foreign), `{2, pttl}` for a marker, `{3, remaining ms}` for a kept
+/// marker (zero or less once its lease has ended: it is abandoned, not in flight).
+pub(crate) static PROBE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        "probe",
+        r#"
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return {0}
+end
+local r = redis.call('HMGET', KEYS[1], 'st', 'lx')
+if r[1] ~= 'i' then
+  return {1, r[1]}
+end
+if r[2] then
+  local lx = tonumber(r[2])
+  if lx == nil then
+    return redis.error_reply('ERR coord: the record holds a foreign lease end')
+  end
+  local t = redis.call('TIME')
+  return {3, lx - (tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))}
+end
+return {2, redis.call('PTTL', KEYS[1])}
+"#,
+    )
+});
+
+/// Removes any record. KEYS: record. ARGV: channel. Publishes when something was removed, so
+/// waiters on a marker return. Returns 1 when a record was there, else 0.
+pub(crate) static PURGE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        "purge",
+        r#"
+if redis.call('DEL', KEYS[1]) == 1 then
+  redis.call('PUBLISH', ARGV[1], 'p')
+  return 1
+end
+return 0
 "#,
     )
 });
 
 /// Owner-scoped completion. KEYS: record. ARGV: owner, payload, retention ms, channel.
 ///
-/// Turns the owner's in-flight marker into the completed record (keeping its fingerprint),
-/// sets the retention and publishes. Returns 1, or 0 when the marker is not the owner's.
+/// Turns the owner's in-flight marker (live, or lapsed and kept) into the completed record
+/// (keeping its fingerprint), sets the retention and publishes. Returns 1, or 0 when the
+/// marker is not the owner's.
 pub(crate) static COMPLETE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         "complete",
@@ -132,7 +237,7 @@ if r[1] ~= 'i' or r[2] ~= ARGV[1] then
   return 0
 end
 redis.call('HSET', KEYS[1], 'st', 'c', 'pl', ARGV[2])
-redis.call('HDEL', KEYS[1], 'own')
+redis.call('HDEL', KEYS[1], 'own', 'lx', 'kp')
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 redis.call('PUBLISH', ARGV[4], 'c')
 return 1
@@ -142,7 +247,8 @@ return 1
 
 /// Owner-scoped abandonment. KEYS: record. ARGV: owner, channel.
 ///
-/// Deletes the owner's in-flight marker and publishes. Returns 1, or 0 when not the owner's.
+/// Deletes the owner's in-flight marker (live, or lapsed and kept) and publishes. Returns 1,
+/// or 0 when not the owner's.
 pub(crate) static ABANDON: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         "abandon",

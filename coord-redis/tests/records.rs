@@ -19,6 +19,9 @@ per_client!(
     wait_settled_returns_at_once_without_a_marker,
     wait_settled_wakes_on_completion_and_abandonment,
     wait_settled_ends_when_the_marker_expires,
+    abandoned_marker_is_kept_on_request,
+    renew_marker_is_owner_scoped,
+    purge_removes_any_record_and_wakes_waiters,
 );
 
 async fn claim_complete_and_replay(client: Client) {
@@ -32,6 +35,7 @@ async fn claim_complete_and_replay(client: Client) {
         owner,
         in_flight_lease: LONG,
         fingerprint: fp,
+        keep_abandoned_for: None,
     };
     assert_eq!(s.claim(req(a)).await.unwrap(), ClaimOutcome::Claimed);
     match s.claim(req(b)).await.unwrap() {
@@ -127,6 +131,7 @@ async fn binary_payloads_round_trip(client: Client) {
         owner: a,
         in_flight_lease: LONG,
         fingerprint: fp,
+        keep_abandoned_for: None,
     };
     s.claim(req.clone()).await.unwrap();
     let payload: Vec<u8> = (0..=255u8).chain([0, 0, b'\r', b'\n']).collect();
@@ -171,7 +176,8 @@ async fn wait_settled_wakes_on_completion_and_abandonment(client: Client) {
         let k = key("settle");
         let a = OwnerToken::new();
         s.claim(claim(&k, a, LONG)).await.unwrap();
-        let hgets = calls(&server, "hget");
+        // A waiter subscribes, then reads the marker once (a script that asks PTTL).
+        let reads = calls(&server, "pttl");
         let waiters: Vec<_> = (0..3)
             .map(|_| {
                 let (s, k) = (s.clone(), k.clone());
@@ -181,10 +187,9 @@ async fn wait_settled_wakes_on_completion_and_abandonment(client: Client) {
                 })
             })
             .collect();
-        // Each waiter subscribes, then reads the marker once: after that read, a settle
-        // cannot be missed.
+        // After that read, a settle cannot be missed.
         until("the waiters to read the marker", Duration::from_secs(5), || {
-            calls(&server, "hget") >= hgets + 3
+            calls(&server, "pttl") >= reads + 3
         })
         .await;
         assert_eq!(subscribers(&server, &redis_key(&k, "idem-settled")), 1);
@@ -218,4 +223,132 @@ async fn wait_settled_ends_when_the_marker_expires(client: Client) {
         ClaimOutcome::Claimed,
         "the marker is gone when the wait ends"
     );
+}
+
+async fn abandoned_marker_is_kept_on_request(client: Client) {
+    let server = RedisServer::start();
+    let s = provider(&server, client).await;
+    let k = key("kept");
+    let record = redis_key(&k, "idem");
+    let fp = Some(Fingerprint([4; 16]));
+    let (a, b) = (OwnerToken::new(), OwnerToken::new());
+    let req = |owner, lease| ClaimRequest {
+        key: &k,
+        owner,
+        in_flight_lease: lease,
+        fingerprint: fp,
+        keep_abandoned_for: Some(Duration::from_secs(60)),
+    };
+    assert_eq!(s.claim(req(a, Duration::from_millis(300))).await.unwrap(), ClaimOutcome::Claimed);
+    let pttl = server.command(&["PTTL", &record]).int().unwrap();
+    assert!(pttl > 60_000 && pttl <= 60_300, "kept past the lease: PTTL {pttl}");
+    match s.claim(req(b, LONG)).await.unwrap() {
+        ClaimOutcome::InFlight { remaining, .. } => {
+            assert!(remaining <= Duration::from_millis(300), "the lease, not the keep: {remaining:?}")
+        }
+        other => panic!("expected in flight, got {other:?}"),
+    }
+    // A waiter returns when the lease ends: the marker is no longer in flight.
+    let started = Instant::now();
+    s.wait_settled(&k, Duration::from_secs(20)).await.unwrap();
+    assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+    // The server's own clock decides the lease is over (the waiter's timer is local).
+    until("the lease to end on the server", Duration::from_secs(5), || {
+        let now = server.command(&["TIME"]);
+        let lx = server.command(&["HGET", &record, "lx"]).text().unwrap();
+        match now {
+            Resp::Array(t) => {
+                let secs: i64 = t[0].text().unwrap().parse().unwrap();
+                let micros: i64 = t[1].text().unwrap().parse().unwrap();
+                secs * 1000 + micros / 1000 >= lx.parse::<i64>().unwrap()
+            }
+            other => panic!("TIME answered {other:?}"),
+        }
+    })
+    .await;
+    assert_eq!(
+        s.claim(req(b, LONG)).await.unwrap(),
+        ClaimOutcome::Abandoned { fingerprint: fp },
+        "the lapsed marker is reported, not claimed over"
+    );
+    assert_eq!(s.renew_marker(&k, a, LONG).await.unwrap(), coord_core::RenewOutcome::Lost);
+    assert!(!s.complete(&k, b, Arc::from(&b"x"[..]), LONG).await.unwrap());
+    assert!(s.complete(&k, a, Arc::from(&b"late"[..]), LONG).await.unwrap(), "late owner resolves");
+    match s.claim(req(b, LONG)).await.unwrap() {
+        ClaimOutcome::Completed { payload, fingerprint } => {
+            assert_eq!(&*payload, b"late");
+            assert_eq!(fingerprint, fp);
+        }
+        other => panic!("expected completed, got {other:?}"),
+    }
+    assert!(s.purge(&k).await.unwrap());
+    assert!(!s.purge(&k).await.unwrap(), "nothing left to purge");
+    assert_eq!(s.claim(req(b, LONG)).await.unwrap(), ClaimOutcome::Claimed);
+    // Its owner may also abandon a kept marker.
+    assert!(s.abandon(&k, b).await.unwrap());
+}
+
+async fn renew_marker_is_owner_scoped(client: Client) {
+    let server = RedisServer::start();
+    let s = provider(&server, client).await;
+    use coord_core::RenewOutcome::{Lost, Renewed};
+    let (a, b) = (OwnerToken::new(), OwnerToken::new());
+
+    let k = key("renew-marker");
+    let record = redis_key(&k, "idem");
+    s.claim(claim(&k, a, Duration::from_secs(2))).await.unwrap();
+    assert_eq!(s.renew_marker(&k, b, LONG).await.unwrap(), Lost);
+    assert_eq!(s.renew_marker(&k, a, LONG).await.unwrap(), Renewed);
+    let pttl = server.command(&["PTTL", &record]).int().unwrap();
+    assert!(pttl > 25_000 && pttl <= 30_000, "renewed: PTTL {pttl}");
+    s.complete(&k, a, Arc::from(&b"1"[..]), LONG).await.unwrap();
+    assert_eq!(s.renew_marker(&k, a, LONG).await.unwrap(), Lost, "completed");
+
+    // A kept marker: renewal moves its lease end and keeps the keep period after it.
+    let k = key("renew-kept");
+    let record = redis_key(&k, "idem");
+    s.claim(ClaimRequest {
+        keep_abandoned_for: Some(Duration::from_secs(100)),
+        ..claim(&k, a, Duration::from_secs(2))
+    })
+    .await
+    .unwrap();
+    assert_eq!(s.renew_marker(&k, a, LONG).await.unwrap(), Renewed);
+    let pttl = server.command(&["PTTL", &record]).int().unwrap();
+    assert!(pttl > 125_000 && pttl <= 130_000, "lease + keep: PTTL {pttl}");
+    match s.claim(claim(&k, b, LONG)).await.unwrap() {
+        ClaimOutcome::InFlight { remaining, .. } => {
+            assert!(remaining > Duration::from_secs(25), "renewed lease: {remaining:?}")
+        }
+        other => panic!("expected in flight, got {other:?}"),
+    }
+
+    let gone = key("renew-gone");
+    assert_eq!(s.renew_marker(&gone, a, LONG).await.unwrap(), Lost);
+}
+
+async fn purge_removes_any_record_and_wakes_waiters(client: Client) {
+    let server = RedisServer::start();
+    let s = provider(&server, client).await;
+    let k = key("purge");
+    assert!(!s.purge(&k).await.unwrap());
+    let a = OwnerToken::new();
+    s.claim(claim(&k, a, LONG)).await.unwrap();
+    let reads = calls(&server, "pttl");
+    let waiter = tokio::spawn({
+        let (s, k) = (s.clone(), k.clone());
+        async move {
+            s.wait_settled(&k, Duration::from_secs(20)).await.unwrap();
+            Instant::now()
+        }
+    });
+    until("the waiter to look at the marker", Duration::from_secs(5), || {
+        calls(&server, "pttl") > reads
+    })
+    .await;
+    let purged_at = Instant::now();
+    assert!(s.purge(&k).await.unwrap());
+    let woke = waiter.await.unwrap();
+    assert!(woke.saturating_duration_since(purged_at) < Duration::from_secs(2));
+    assert_eq!(s.claim(claim(&k, OwnerToken::new(), LONG)).await.unwrap(), ClaimOutcome::Claimed);
 }

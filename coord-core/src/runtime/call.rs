@@ -65,7 +65,7 @@ pub struct LockSpec {
 pub struct Call<'c> {
     pub(crate) spec: &'static OpSpec,
     pub(crate) coordinator: &'c Coordinator,
-    pub(crate) key: String,
+    pub(crate) key: std::sync::Arc<str>,
     span: tracing::Span,
     sink: Option<ReportSink>,
 }
@@ -77,9 +77,8 @@ impl<'c> Call<'c> {
         coordinator: &'c Coordinator,
         key: impl FnOnce(KeyBuilder) -> KeyBuilder,
     ) -> Call<'c> {
-        let mut builder = KeyBuilder::new(coordinator.namespace());
-        builder = builder.raw_segment(spec.name);
-        let key = key(builder).finish();
+        let builder = KeyBuilder::scratch(coordinator.namespace()).raw_segment(spec.name);
+        let key = key(builder).finish_shared();
         let span = tracing::info_span!(
             "coord",
             op = spec.name,

@@ -19,7 +19,7 @@ use tokio::sync::Notify;
 use crate::report::FlightOutcome;
 use crate::runtime::call::Call;
 
-type FlightKey = (TypeId, Box<str>);
+type FlightKey = (TypeId, Arc<str>);
 
 /// Flights in progress, by output type and call key. An entry lives exactly as long as its
 /// flight: it is removed when the flight completes, its leader panics, or its last participant
@@ -121,7 +121,7 @@ where
     R: Clone + Send + 'static,
     F: Future<Output = R>,
 {
-    let key: FlightKey = (TypeId::of::<R>(), call.key.as_str().into());
+    let key: FlightKey = (TypeId::of::<R>(), call.key.clone());
     let (erased, leader) = join::<R>(&key);
     let flight = erased
         .downcast_ref::<Flight<R>>()

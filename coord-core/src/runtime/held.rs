@@ -21,7 +21,7 @@ pub(crate) fn holds(key: &str) -> bool {
     HELD.try_with(|held| {
         let mut at = held.as_deref();
         while let Some(lock) = at {
-            if lock.key == key {
+            if &*lock.key == key {
                 return true;
             }
             at = lock.outer.as_deref();

@@ -45,7 +45,7 @@ fn check_fingerprint(
 ) -> Result<(), CoordError> {
     match (ours, stored) {
         (Some(ours), Some(stored)) if ours != stored => Err(CoordError::KeyReused {
-            key: call.key.clone(),
+            key: call.key.to_string(),
         }),
         _ => Ok(()),
     }
@@ -78,13 +78,13 @@ where
         Ok(fp) => fp,
         Err(message) => {
             return R::from_coord_error(CoordError::Codec {
-                key: call.key.clone(),
+                key: call.key.to_string(),
                 message: format!("fingerprint parameters did not serialize: {message}"),
             });
         }
     };
     let store = call.coordinator.idempotency_store();
-    let key = call.key.as_str();
+    let key = &*call.key;
     let owner = OwnerToken::new();
 
     let claimed_at = match claim(call, store, owner, fingerprint).await {
@@ -103,7 +103,7 @@ where
     let output = if spec.renew.is_some() || spec.on_lost.is_some() {
         let hold = Hold::new(
             HoldKind::Marker,
-            key,
+            call.key.clone(),
             owner,
             spec.in_flight_lease,
             claimed_at,
@@ -132,7 +132,7 @@ where
                 // no-op at worst, and the caller learns its work was stopped.
                 call.record_idempotency(IdempotencyOutcome::Lost);
                 return R::from_coord_error(CoordError::LockLost {
-                    key: call.key.clone(),
+                    key: call.key.to_string(),
                     held_for: hold.held_for(),
                 });
             }
@@ -143,7 +143,7 @@ where
     // From here on the work is done: settling the record must survive the caller dropping us.
     marker.armed = false;
     let store = Arc::clone(store);
-    let owned_key = call.key.clone();
+    let owned_key = call.key.to_string();
     match output
         .ok_ref()
         .map(|ok| call.coordinator.codec().encode(ok))
@@ -198,7 +198,7 @@ where
     R::Ok: DeserializeOwned,
 {
     let spec = call.spec.idempotency.as_ref().expect("checked by caller");
-    let key = call.key.as_str();
+    let key = &*call.key;
     let deadline = Deadline::after(spec.wait);
     let refuse = |outcome, err: CoordError| {
         call.record_idempotency(outcome);
@@ -239,7 +239,7 @@ where
                     Err(message) => refuse(
                         IdempotencyOutcome::BackendError,
                         CoordError::Codec {
-                            key: call.key.clone(),
+                            key: call.key.to_string(),
                             message,
                         },
                     ),
@@ -255,7 +255,7 @@ where
                 return refuse(
                     IdempotencyOutcome::OutcomeUnknown,
                     CoordError::OutcomeUnknown {
-                        key: call.key.clone(),
+                        key: call.key.to_string(),
                     },
                 );
             }
@@ -271,7 +271,7 @@ where
                     return refuse(
                         IdempotencyOutcome::InFlight,
                         CoordError::InFlight {
-                            key: call.key.clone(),
+                            key: call.key.to_string(),
                         },
                     );
                 }
@@ -292,7 +292,7 @@ fn backend_fault<R: GuardedResult>(
         OnBackendError::FailClosed => {
             call.record_idempotency(IdempotencyOutcome::BackendError);
             Claim::Answer(R::from_coord_error(CoordError::Backend(
-                err.with_key(call.key.clone()),
+                err.with_key(call.key.to_string()),
             )))
         }
         OnBackendError::FailOpen => {

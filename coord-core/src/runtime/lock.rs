@@ -44,11 +44,11 @@ where
         .lock
         .as_ref()
         .expect("the macro emits a lock spec with #[distributed_lock]");
-    let key = call.key.as_str();
+    let key = &*call.key;
     if held::holds(key) {
         call.record_lock(LockOutcome::Reentrant, None);
         return R::from_coord_error(CoordError::Reentrant {
-            key: call.key.clone(),
+            key: call.key.to_string(),
         });
     }
     let provider = call.coordinator.lock_provider();
@@ -60,22 +60,25 @@ where
         owner,
         armed: true,
     };
-    let acquired = provider
-        .acquire(LockRequest {
-            key,
-            owner,
-            lease: spec.lease,
-            wait: spec.wait,
-            fenced: spec.fenced,
-        })
-        .await;
+    let request = LockRequest {
+        key,
+        owner,
+        lease: spec.lease,
+        wait: spec.wait,
+        fenced: spec.fenced,
+    };
+    let memory = call.coordinator.memory();
+    let acquired = match memory {
+        Some(memory) => Ok(memory.acquire_inline(request, Some(&call.key)).await),
+        None => provider.acquire(request).await,
+    };
     let grant = match acquired {
         Ok(Some(grant)) => grant,
         Ok(None) => {
             guard.armed = false;
             call.record_lock(LockOutcome::NotAcquired, None);
             return R::from_coord_error(CoordError::LockNotAcquired {
-                key: call.key.clone(),
+                key: call.key.to_string(),
                 waited: started.elapsed(),
             });
         }
@@ -85,7 +88,7 @@ where
             return match call.policy(spec.on_backend_error) {
                 OnBackendError::FailClosed => {
                     call.record_lock(LockOutcome::BackendError, None);
-                    R::from_coord_error(CoordError::Backend(err.with_key(call.key.clone())))
+                    R::from_coord_error(CoordError::Backend(err.with_key(call.key.to_string())))
                 }
                 OnBackendError::FailOpen => {
                     call.record_lock(LockOutcome::FailedOpen, None);
@@ -111,7 +114,7 @@ where
     };
     let hold = Hold::new(
         HoldKind::Lock,
-        key,
+        call.key.clone(),
         owner,
         spec.lease,
         tokio::time::Instant::from_std(lease_from),
@@ -124,7 +127,10 @@ where
     let output = run_guarded(hold.clone(), spec.on_lost, body).await;
     // Stop renewing before releasing, so no renewal can outlive the unlock.
     drop(renewal);
-    let released = provider.release(key, owner).await;
+    let released = match memory {
+        Some(memory) => Ok(memory.release_inline(key, owner)),
+        None => provider.release(key, owner).await,
+    };
     guard.armed = false;
     match released {
         Ok(ReleaseOutcome::Released) => {}
@@ -146,7 +152,7 @@ where
         None => {
             call.record_lock(LockOutcome::Lost, grant.fencing_token);
             R::from_coord_error(CoordError::LockLost {
-                key: call.key.clone(),
+                key: call.key.to_string(),
                 held_for: hold.held_for(),
             })
         }

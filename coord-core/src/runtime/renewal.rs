@@ -36,7 +36,7 @@ pub(crate) enum HoldKind {
 #[derive(Debug)]
 pub(crate) struct Hold {
     kind: HoldKind,
-    pub(crate) key: String,
+    pub(crate) key: Arc<str>,
     pub(crate) fencing_token: Option<FencingToken>,
     pub(crate) outer: Option<Arc<Hold>>,
     owner: OwnerToken,
@@ -52,7 +52,7 @@ pub(crate) struct Hold {
 impl Hold {
     pub(crate) fn new(
         kind: HoldKind,
-        key: &str,
+        key: Arc<str>,
         owner: OwnerToken,
         lease: Duration,
         acquired_at: Instant,
@@ -61,7 +61,7 @@ impl Hold {
     ) -> Arc<Hold> {
         Arc::new(Hold {
             kind,
-            key: key.to_owned(),
+            key,
             fencing_token,
             outer,
             owner,

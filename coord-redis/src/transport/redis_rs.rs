@@ -7,7 +7,7 @@
 //! * Cluster: a pool of cluster connections (slot routing, redirects and reconnects are
 //!   redis-rs's).
 //!
-//! The subscriber is a dedicated pub/sub connection (to the server, to the current master, or
+//! The subscriber is a dedicated RESP3 connection (to the server, to the current master, or
 //! to the first reachable seed of a cluster, which sees every node's publications), redialled
 //! in the background whenever it drops.
 
@@ -16,11 +16,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use coord_core::BoxFuture;
-use futures_util::StreamExt;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
 use redis::cluster_async::ClusterConnection;
 use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
-use redis::{AsyncConnectionConfig, ErrorKind, RedisConnectionInfo, RedisError, Value};
+use redis::{
+    AsyncConnectionConfig, ErrorKind, ProtocolVersion, PushInfo, PushKind, RedisConnectionInfo,
+    RedisError, Value,
+};
 use tokio::sync::watch;
 
 use super::{Command, Fault, Reply, Subscriber, SubscriberEvents, Transport};
@@ -176,14 +178,14 @@ impl Transport for RedisRs {
     }
 
     fn subscriber(&self, events: Arc<dyn SubscriberEvents>) -> Box<dyn Subscriber> {
-        let (sink_tx, sink_rx) = watch::channel(None);
+        let (conn_tx, conn_rx) = watch::channel(None);
         let source = match &self.pubsub {
             PubSubSource::Direct(clients) => PubSubSource::Direct(clients.clone()),
             PubSubSource::Sentinel(shared) => PubSubSource::Sentinel(shared.clone()),
         };
-        let task = tokio::spawn(run_subscriber(source, sink_tx, events, self.timeout));
+        let task = tokio::spawn(run_subscriber(source, conn_tx, events, self.timeout));
         Box::new(RrSubscriber {
-            sink: sink_rx,
+            conn: conn_rx,
             task,
         })
     }
@@ -349,9 +351,12 @@ impl SentinelSlot {
 
 // ---------------------------------------------------------------------------------------------
 // Subscriber
+//
+// A RESP3 multiplexed connection whose push messages are handed to the waiter queues right
+// in the connection's reader (no extra task in between, which keeps hand-offs short).
 
 struct RrSubscriber {
-    sink: watch::Receiver<Option<redis::aio::PubSubSink>>,
+    conn: watch::Receiver<Option<MultiplexedConnection>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -362,10 +367,10 @@ impl Drop for RrSubscriber {
 }
 
 impl RrSubscriber {
-    async fn sink(&self) -> Result<redis::aio::PubSubSink, Fault> {
-        let mut rx = self.sink.clone();
+    async fn connection(&self) -> Result<MultiplexedConnection, Fault> {
+        let mut rx = self.conn.clone();
         let found = rx
-            .wait_for(|s| s.is_some())
+            .wait_for(|c| c.is_some())
             .await
             .map_err(|_| Fault::Unavailable("the subscriber connection stopped".to_owned()))?;
         Ok(found.clone().expect("waited for a connection"))
@@ -375,66 +380,94 @@ impl RrSubscriber {
 impl Subscriber for RrSubscriber {
     fn subscribe<'a>(&'a self, channels: &'a [String]) -> BoxFuture<'a, Result<(), Fault>> {
         Box::pin(async move {
-            let mut sink = self.sink().await?;
-            sink.subscribe(channels).await.map_err(fault)
+            let mut conn = self.connection().await?;
+            conn.subscribe(channels).await.map_err(fault)
         })
     }
 
     fn unsubscribe<'a>(&'a self, channels: &'a [String]) -> BoxFuture<'a, Result<(), Fault>> {
         Box::pin(async move {
-            let mut sink = self.sink().await?;
-            sink.unsubscribe(channels).await.map_err(fault)
+            let mut conn = self.connection().await?;
+            conn.unsubscribe(channels).await.map_err(fault)
         })
     }
 }
 
-async fn open_pubsub(
+/// The same server, spoken to in RESP3 (pub/sub messages arrive as pushes).
+fn resp3(client: &redis::Client) -> Result<redis::Client, Fault> {
+    let info = client.get_connection_info().clone();
+    let settings = info.redis_settings().clone().set_protocol(ProtocolVersion::RESP3);
+    redis::Client::open(info.set_redis_settings(settings)).map_err(fault)
+}
+
+async fn open_subscriber(
     source: &PubSubSource,
-    timeout: Duration,
-) -> Result<redis::aio::PubSub, Fault> {
+    config: &AsyncConnectionConfig,
+) -> Result<MultiplexedConnection, Fault> {
     let candidates = match source {
         PubSubSource::Direct(clients) => clients.clone(),
         PubSubSource::Sentinel(shared) => vec![shared.master().await?],
     };
     let mut last = Fault::Unavailable("no address to subscribe at".to_owned());
     for client in candidates {
-        match tokio::time::timeout(timeout, client.get_async_pubsub()).await {
-            Ok(Ok(pubsub)) => return Ok(pubsub),
-            Ok(Err(err)) => last = fault(err),
-            Err(_) => last = Fault::Timeout("opening the subscriber connection".to_owned()),
+        match resp3(&client)?
+            .get_multiplexed_async_connection_with_config(config)
+            .await
+        {
+            Ok(conn) => return Ok(conn),
+            Err(err) => last = fault(err),
         }
     }
     Err(last)
 }
 
-/// Keeps one pub/sub connection open, forwarding messages and announcing reconnections.
+/// Keeps one subscriber connection open, announcing reconnections.
 async fn run_subscriber(
     source: PubSubSource,
-    sink: watch::Sender<Option<redis::aio::PubSubSink>>,
+    conn: watch::Sender<Option<MultiplexedConnection>>,
     events: Arc<dyn SubscriberEvents>,
     timeout: Duration,
 ) {
+    let lost = Arc::new(tokio::sync::Notify::new());
+    let config = {
+        let (events, lost) = (events.clone(), lost.clone());
+        AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(timeout))
+            .set_response_timeout(Some(timeout))
+            .set_push_sender(move |push: PushInfo| {
+                match push.kind {
+                    PushKind::Message => match push.data.first() {
+                        Some(Value::BulkString(channel)) => events.message(channel),
+                        Some(Value::SimpleString(channel)) => events.message(channel.as_bytes()),
+                        _ => {}
+                    },
+                    PushKind::Disconnection => lost.notify_one(),
+                    _ => {}
+                }
+                Ok::<(), std::convert::Infallible>(())
+            })
+    };
     let mut connected_before = false;
     let mut pause = Duration::from_millis(10);
     loop {
-        match open_pubsub(&source, timeout).await {
-            Ok(pubsub) => {
+        let opened =
+            tokio::time::timeout(timeout, open_subscriber(&source, &config)).await;
+        match opened {
+            Ok(Ok(new_conn)) => {
                 pause = Duration::from_millis(10);
-                let (new_sink, mut stream) = pubsub.split();
-                sink.send_replace(Some(new_sink));
+                conn.send_replace(Some(new_conn));
                 if connected_before {
                     events.resync();
                 }
                 connected_before = true;
-                while let Some(msg) = stream.next().await {
-                    events.message(msg.get_channel_name().as_bytes());
-                }
-                sink.send_replace(None);
+                lost.notified().await;
+                conn.send_replace(None);
                 tracing::debug!("coord-redis: the subscriber connection closed; reconnecting");
             }
-            Err(err) => {
+            Ok(Err(err)) => {
                 tracing::debug!(error = ?err, "coord-redis: opening the subscriber connection failed");
             }
+            Err(_) => tracing::debug!("coord-redis: opening the subscriber connection timed out"),
         }
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(Duration::from_millis(500));

@@ -89,6 +89,7 @@ pub fn claim(key: &str, owner: OwnerToken, lease: Duration) -> ClaimRequest<'_> 
         owner,
         in_flight_lease: lease,
         fingerprint: None,
+        keep_abandoned_for: None,
     }
 }
 

@@ -54,10 +54,14 @@ use crate::args::Kind;
 /// The function must return `Result<T, E>` (any alias of it) where `E: From<CoordError>` and
 /// `T` is serializable, since a replay hands back the stored `T`.
 ///
-/// ```ignore
+/// ```
+/// # use coord_core::{CoordError, idempotent};
+/// # #[derive(serde::Serialize)] struct Order { cents: u64 }
+/// # type PaymentError = CoordError;
 /// #[idempotent(key_from = "idempotency_key", fingerprint = ["order"], retention = "24h")]
-/// async fn charge(idempotency_key: String, order: Order) -> Result<Receipt, PaymentError> {
+/// async fn charge(idempotency_key: String, order: Order) -> Result<u64, PaymentError> {
 ///     // runs once per idempotency key
+///     Ok(order.cents)
 /// }
 /// ```
 ///
@@ -76,6 +80,16 @@ use crate::args::Kind;
 ///   `CoordError::KeyReused` instead of replaying another request's outcome.
 /// * `on_backend_error = "fail_closed" | "fail_open"`: what to do when the store fails.
 ///   Default: the coordinator's policy.
+/// * `renew = true | "10s"`: renew the in-flight marker while the body runs (every third of
+///   `in_flight_lease`, or at the interval given), so a long call is not taken for a crashed
+///   one. Default: no renewal.
+/// * `on_lost = "cancel" | "signal"`: what happens when the marker's lease is lost while the
+///   body runs. `cancel` (the default when renewing) drops the body and returns
+///   `CoordError::LockLost`; `signal` lets the body run on.
+/// * `on_abandoned = "rerun" | "fail"`: what a duplicate does when an earlier call's marker
+///   lapsed without completing. `rerun` (default) runs the body again (at-least-once); `fail`
+///   returns `CoordError::OutcomeUnknown` and keeps the record for an operator
+///   (at-most-once, for payments).
 #[proc_macro_attribute]
 pub fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
     expand::expand_stack(Kind::Idempotent, args.into(), item.into()).into()
@@ -87,10 +101,13 @@ pub fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
 /// The output must be `Clone + Send + 'static`. Any return type works otherwise; an error
 /// outcome is shared like a success.
 ///
-/// ```ignore
+/// ```
+/// # use std::sync::Arc;
+/// # use coord_core::single_flight;
 /// #[single_flight(key_from = "symbol")]
-/// async fn quote(symbol: &str) -> Result<Quote, Arc<FetchError>> {
+/// async fn quote(symbol: &str) -> Result<u64, Arc<std::io::Error>> {
 ///     // concurrent calls for one symbol fetch once
+///     Ok(symbol.len() as u64)
 /// }
 /// ```
 ///
@@ -109,10 +126,13 @@ pub fn single_flight(args: TokenStream, item: TokenStream) -> TokenStream {
 /// The function must return `Result<T, E>` (any alias of it) where `E: From<CoordError>`: a
 /// lock that could not be taken is reported as `CoordError::LockNotAcquired`.
 ///
-/// ```ignore
+/// ```
+/// # use coord_core::{CoordError, distributed_lock, fencing_token};
 /// #[distributed_lock(key_from = "tenant_id", lease = "5m", fenced = true)]
 /// async fn rebuild(tenant_id: u64) -> Result<(), CoordError> {
-///     // one holder per tenant at a time
+///     // one holder per tenant at a time; pass the token to every write
+///     let _token = fencing_token();
+///     Ok(())
 /// }
 /// ```
 ///
@@ -129,6 +149,15 @@ pub fn single_flight(args: TokenStream, item: TokenStream) -> TokenStream {
 ///   with `coord_core::fencing_token()`. Default `false`.
 /// * `on_backend_error = "fail_closed" | "fail_open"`: what to do when the lock backend fails.
 ///   Default: the coordinator's policy.
+/// * `renew = true | "10s"`: extend the lease while the body runs (every third of it, or at
+///   the interval given), by one shared renewal task per coordinator. Default: no renewal.
+/// * `on_lost = "cancel" | "signal"`: what happens when the lease is lost while the body runs
+///   (renewal found another owner, or a whole lease passed without a confirmed renewal).
+///   `cancel` (the default when renewing) drops the body at its next await and returns
+///   `CoordError::LockLost`; `signal` lets the body watch `coord_core::lock_lost()` and
+///   `coord_core::is_held()`.
+///
+/// A lease bounds a crash; it is not consensus. Fence the writes the lock protects.
 #[proc_macro_attribute]
 pub fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
     expand::expand_stack(Kind::DistributedLock, args.into(), item.into()).into()

@@ -60,10 +60,17 @@ pub fn is_held() -> bool {
 ///
 /// With `on_lost = "signal"`, select on it to stop the work yourself:
 ///
-/// ```ignore
-/// tokio::select! {
-///     done = do_the_work() => done,
-///     _ = coord_core::lock_lost() => return Err(MyError::LostLock),
+/// ```
+/// use coord_core::{CoordError, distributed_lock, lock_lost};
+///
+/// # async fn do_the_work() -> Result<(), CoordError> { Ok(()) }
+/// #[distributed_lock(key_from = "tenant", lease = "30s", renew = true, on_lost = "signal")]
+/// async fn migrate(tenant: u64) -> Result<(), CoordError> {
+///     tokio::select! {
+///         done = do_the_work() => done,
+///         // Stop cleanly, at a point of the body's choosing.
+///         _ = lock_lost() => Ok(()),
+///     }
 /// }
 /// ```
 pub async fn lock_lost() {

@@ -167,7 +167,9 @@ impl Endpoint {
         let invalid = |why: &str| {
             BackendError::new(
                 BackendErrorKind::Config,
-                format!("invalid Redis address: {why} (expected redis://[user[:password]@]host[:port][/db])"),
+                format!(
+                    "invalid Redis address: {why} (expected redis://[user[:password]@]host[:port][/db])"
+                ),
             )
         };
         let rest = match url.split_once("://") {
@@ -202,7 +204,10 @@ impl Endpoint {
                     }
                     None => None,
                 };
-                ((!user.is_empty()).then_some(user), pass.filter(|p| !p.is_empty()))
+                (
+                    (!user.is_empty()).then_some(user),
+                    pass.filter(|p| !p.is_empty()),
+                )
             }
         };
         let (host, port) = if let Some(v6) = hostport.strip_prefix('[') {

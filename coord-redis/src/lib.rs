@@ -38,6 +38,18 @@
 //! idempotency step is one script (`EVALSHA`). Scripts are loaded on demand (`NOSCRIPT` →
 //! `EVAL` once). Requires Redis 7.0 or newer (`SET` with both `NX` and `GET`).
 //!
+//! ## Waiting
+//! A caller that may wait (`wait > 0`) and finds the lock held joins a local queue for that
+//! lock, subscribed (once per lock, over one subscriber connection per provider) to the lock's
+//! channel, then tries once more. Every release publishes on the channel; the message wakes
+//! only the first waiter of the queue, which retries (and stays first if another process was
+//! quicker). Within a process, waiters are served in arrival order; across processes they
+//! race. The first waiter also keeps a backstop timer at the holder's remaining lease (at most
+//! one second, with jitter), which covers a lost message and a holder that died without
+//! releasing. After the subscriber connection is re-established, every queue's first waiter
+//! retries at once. With Redis Cluster, `PUBLISH` reaches every node, so the subscriber may
+//! listen on any one of them.
+//!
 //! ## Fencing tokens
 //! A token is `max(previous + 1, server time in microseconds)`, minted in the same script
 //! that takes the lock. The counter key is kept for `max(10 × lease, 1 hour)` after each
@@ -61,6 +73,8 @@ mod scripts;
 mod transport;
 mod waiters;
 
+#[cfg(feature = "redis-client")]
+pub mod fence;
 #[cfg(feature = "testing")]
 pub mod testing;
 

@@ -175,7 +175,10 @@ impl RedisProviderBuilder {
             Ok(Ok(transport)) => transport,
             Ok(Err(fault)) => {
                 let err = fault.into_backend(&context);
-                return Err(BackendError::new(err.kind(), scrub(err.message(), &secrets)));
+                return Err(BackendError::new(
+                    err.kind(),
+                    scrub(err.message(), &secrets),
+                ));
             }
             Err(_) => {
                 return Err(BackendError::new(
@@ -255,7 +258,9 @@ impl RedisProvider {
             Ok(url) if !url.trim().is_empty() => RedisProvider::connect(url.trim()).await,
             _ => Err(BackendError::new(
                 BackendErrorKind::Config,
-                format!("{URL_ENV} is not set: set it to the Redis URL, e.g. redis://127.0.0.1:6379"),
+                format!(
+                    "{URL_ENV} is not set: set it to the Redis URL, e.g. redis://127.0.0.1:6379"
+                ),
             )),
         }
     }
@@ -439,7 +444,9 @@ impl Inner {
                 .await?;
             return match reply {
                 Reply::Array(items) => match items.as_slice() {
-                    [Reply::Int(1), Reply::Int(tok)] if *tok > 0 => Ok(Attempt::Won(Some(*tok as u64))),
+                    [Reply::Int(1), Reply::Int(tok)] if *tok > 0 => {
+                        Ok(Attempt::Won(Some(*tok as u64)))
+                    }
                     [Reply::Int(0), Reply::Data(holder), Reply::Int(pttl)] if is_token(holder) => {
                         Ok(Attempt::Held(Some(*pttl)))
                     }
@@ -459,7 +466,8 @@ impl Inner {
             .arg(lease_ms.to_string())
             .arg("GET");
         let replies = if want_pttl {
-            self.run(&[set, Command::new("PTTL").key(lock)], key).await?
+            self.run(&[set, Command::new("PTTL").key(lock)], key)
+                .await?
         } else {
             self.run(&[set], key).await?
         };
@@ -502,36 +510,38 @@ impl Inner {
             }))
         };
 
-        let mut pttl = match self
-            .try_lock(&names, &lock, &token, lease_ms, req.fenced, waiting, req.key)
+        match self
+            .try_lock(
+                &names, &lock, &token, lease_ms, req.fenced, waiting, req.key,
+            )
             .await?
         {
             Attempt::Won(fence) => return grant(fence, false),
             Attempt::Held(_) if !waiting => return Ok(None),
-            Attempt::Held(pttl) => pttl,
-        };
+            Attempt::Held(_) => {}
+        }
 
         // Listen before retrying, so a release between our attempt and the subscription
-        // is seen by the retry, and one after it by the message.
-        // A wait that ends while the subscription is still being made ends as a refusal.
-        let joining = self
-            .hub
-            .join(&self.transport, names.lock_channel(), Wake::Head, self.timeout);
+        // is seen by the retry, and one after it by the message. A wait that ends while the
+        // subscription is still being made ends as a refusal.
+        let joining = self.hub.join(
+            &self.transport,
+            names.lock_channel(),
+            Wake::Head,
+            self.timeout,
+        );
         let Ok(ticket) = tokio::time::timeout_at(deadline, joining).await else {
             return Ok(None);
         };
         let ticket = ticket?;
-        let mut retry = true;
         loop {
-            if retry {
-                match self
-                    .try_lock(&names, &lock, &token, lease_ms, req.fenced, true, req.key)
-                    .await?
-                {
-                    Attempt::Won(fence) => return grant(fence, true),
-                    Attempt::Held(p) => pttl = p,
-                }
-            }
+            let pttl = match self
+                .try_lock(&names, &lock, &token, lease_ms, req.fenced, true, req.key)
+                .await?
+            {
+                Attempt::Won(fence) => return grant(fence, true),
+                Attempt::Held(pttl) => pttl,
+            };
             let now = Instant::now();
             if now >= deadline {
                 return Ok(None);
@@ -541,10 +551,9 @@ impl Inner {
             let backstop = ticket.is_head().then(|| now + backstop_after(pttl));
             let until = backstop.map_or(deadline, |b| b.min(deadline));
             tokio::select! {
-                _ = ticket.woken() => retry = true,
+                _ = ticket.woken() => {}
                 _ = tokio::time::sleep_until(until) => {
-                    retry = backstop.is_some_and(|b| b <= deadline);
-                    if !retry {
+                    if backstop.is_none_or(|b| b > deadline) {
                         return Ok(None);
                     }
                 }
@@ -726,17 +735,18 @@ impl Inner {
         let deadline = Instant::now() + timeout;
         let names = Names::of(key)?;
         let record = names.record();
-        let joining = self
-            .hub
-            .join(&self.transport, names.record_channel(), Wake::All, self.timeout);
+        let joining = self.hub.join(
+            &self.transport,
+            names.record_channel(),
+            Wake::All,
+            self.timeout,
+        );
         let Ok(ticket) = tokio::time::timeout_at(deadline, joining).await else {
             return Ok(());
         };
         let ticket = ticket?;
         loop {
-            let reply = self
-                .eval(&scripts::PROBE, &[&record], &[], key)
-                .await?;
+            let reply = self.eval(&scripts::PROBE, &[&record], &[], key).await?;
             let remaining = match reply {
                 Reply::Array(items) => match items.as_slice() {
                     [Reply::Int(0)] => return Ok(()),
@@ -896,9 +906,15 @@ mod tests {
     #[test]
     fn backstop_is_capped_and_after_the_lease() {
         let d = backstop_after(Some(200));
-        assert!(d > Duration::from_millis(200) && d < Duration::from_millis(220), "{d:?}");
+        assert!(
+            d > Duration::from_millis(200) && d < Duration::from_millis(220),
+            "{d:?}"
+        );
         let d = backstop_after(Some(60_000));
-        assert!(d > BACKSTOP_CAP && d < BACKSTOP_CAP + Duration::from_millis(70), "{d:?}");
+        assert!(
+            d > BACKSTOP_CAP && d < BACKSTOP_CAP + Duration::from_millis(70),
+            "{d:?}"
+        );
         assert_eq!(backstop_after(Some(-2)), Duration::ZERO);
         assert!(backstop_after(None) > BACKSTOP_CAP);
     }

@@ -17,6 +17,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
@@ -246,6 +247,29 @@ impl RedisServer {
         wait_ready(self.child.as_mut().expect("just spawned"), self.port, &log)
     }
 
+    /// One server for the whole test process, started on first use and killed when the
+    /// process exits. For suites that separate their cases by namespace rather than by
+    /// server; do not pause, kill or restart it (the other cases use it too).
+    pub fn shared() -> &'static RedisServer {
+        static SHARED: OnceLock<RedisServer> = OnceLock::new();
+        extern "C" fn stop_shared() {
+            if let Some(server) = SHARED.get() {
+                if let Some(pid) = server.pid() {
+                    // Our own child, never reaped while the process runs: the pid is its.
+                    unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+                }
+                let _ = std::fs::remove_dir_all(&server.dir);
+            }
+        }
+        SHARED.get_or_init(|| {
+            let server = RedisServer::start();
+            // Statics are never dropped: stop the server when the process exits instead.
+            let registered = unsafe { libc::atexit(stop_shared) };
+            assert_eq!(registered, 0, "could not register the shared server's cleanup");
+            server
+        })
+    }
+
     /// `redis://127.0.0.1:<port>`.
     pub fn url(&self) -> String {
         format!("redis://{HOST}:{}", self.port)
@@ -271,12 +295,18 @@ impl RedisServer {
 
     /// Freezes the server (SIGSTOP): connections stay open but nothing is answered.
     pub fn pause(&self) {
-        signal(self.child.as_ref().expect("server is running"), libc::SIGSTOP);
+        signal(
+            self.child.as_ref().expect("server is running"),
+            libc::SIGSTOP,
+        );
     }
 
     /// Thaws a paused server (SIGCONT).
     pub fn resume(&self) {
-        signal(self.child.as_ref().expect("server is running"), libc::SIGCONT);
+        signal(
+            self.child.as_ref().expect("server is running"),
+            libc::SIGCONT,
+        );
     }
 
     /// Kills the server if it runs, then starts a fresh one on the same port with the same
@@ -362,12 +392,15 @@ impl Monitor {
     pub fn start(server: &RedisServer) -> Monitor {
         let port = server.port();
         let mut stream = TcpStream::connect((HOST, port)).expect("connect for MONITOR");
-        stream.write_all(b"*1\r\n$7\r\nMONITOR\r\n").expect("send MONITOR");
+        stream
+            .write_all(b"*1\r\n$7\r\nMONITOR\r\n")
+            .expect("send MONITOR");
         let mut reader = BufReader::new(stream.try_clone().expect("clone the socket"));
         let mut first = String::new();
         reader.read_line(&mut first).expect("MONITOR answers");
         assert_eq!(first.trim_end(), "+OK", "MONITOR refused: {first}");
-        let seen = std::sync::Arc::new((std::sync::Mutex::new(Vec::new()), std::sync::Condvar::new()));
+        let seen =
+            std::sync::Arc::new((std::sync::Mutex::new(Vec::new()), std::sync::Condvar::new()));
         let sink = seen.clone();
         let handle = std::thread::spawn(move || {
             let mut line = String::new();
@@ -391,7 +424,10 @@ impl Monitor {
     /// included; the marker itself is not.
     pub fn drain(&self) -> Vec<Monitored> {
         static MARKS: AtomicU32 = AtomicU32::new(0);
-        let mark = format!("coord-monitor-mark-{}", MARKS.fetch_add(1, Ordering::Relaxed));
+        let mark = format!(
+            "coord-monitor-mark-{}",
+            MARKS.fetch_add(1, Ordering::Relaxed)
+        );
         command_at(self.port, &["ECHO", &mark]).expect("send the MONITOR marker");
         let (lines, changed) = &*self.seen;
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -436,7 +472,11 @@ fn parse_monitor_line(line: &str) -> Option<Monitored> {
     let close = open + line[open..].find(']')?;
     let source = &line[open + 1..close];
     let rest = line[close + 1..].trim_start();
-    let name = rest.strip_prefix('"')?.split('"').next()?.to_ascii_lowercase();
+    let name = rest
+        .strip_prefix('"')?
+        .split('"')
+        .next()?
+        .to_ascii_lowercase();
     Some(Monitored {
         from_script: source.ends_with(" lua") || source == "lua",
         name,
@@ -466,7 +506,9 @@ fn wait_ready(child: &mut Child, port: u16, log: &Path) -> Result<(), String> {
             let _ = child.kill();
             let _ = child.wait();
             let log = std::fs::read_to_string(log).unwrap_or_default();
-            return Err(format!("redis-server on port {port} did not answer within {STARTUP:?}:\n{log}"));
+            return Err(format!(
+                "redis-server on port {port} did not answer within {STARTUP:?}:\n{log}"
+            ));
         }
         std::thread::sleep(Duration::from_millis(5));
     }
@@ -482,8 +524,10 @@ fn poll_until(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
 
 fn info_field(port: u16, section: &str, field: &str) -> Option<String> {
     let text = command_at(port, &["INFO", section]).ok()?.text()?;
-    text.lines()
-        .find_map(|l| l.strip_prefix(&format!("{field}:")).map(|v| v.trim().to_owned()))
+    text.lines().find_map(|l| {
+        l.strip_prefix(&format!("{field}:"))
+            .map(|v| v.trim().to_owned())
+    })
 }
 
 /// A Redis Cluster of masters without replicas, each a [`RedisServer`].
@@ -648,8 +692,7 @@ impl SentinelSetup {
         let master = RedisServer::start();
         let replica = RedisServer::start_with(&["--replicaof", HOST, &master.port().to_string()]);
         poll_until("the replica to sync", Duration::from_secs(20), || {
-            info_field(replica.port(), "replication", "master_link_status").as_deref()
-                == Some("up")
+            info_field(replica.port(), "replication", "master_link_status").as_deref() == Some("up")
         });
         let sentinels: Vec<SentinelProcess> = (0..3)
             .map(|_| SentinelProcess::start(Self::MASTER_NAME, master.port()))
@@ -738,10 +781,14 @@ impl SentinelSetup {
                 })
             },
         );
-        poll_until("the new master to take writes", Duration::from_secs(30), || {
-            info_field(new_port, "replication", "role").as_deref() == Some("master")
-                && info_field(old_port, "replication", "role").as_deref() == Some("slave")
-        });
+        poll_until(
+            "the new master to take writes",
+            Duration::from_secs(30),
+            || {
+                info_field(new_port, "replication", "role").as_deref() == Some("master")
+                    && info_field(old_port, "replication", "role").as_deref() == Some("slave")
+            },
+        );
         self.master = new_master;
         new_port
     }

@@ -212,11 +212,8 @@ impl Hub {
             channel,
             waiter,
         };
-        let state = tokio::time::timeout(
-            limit,
-            ready.wait_for(|s| !matches!(s, SubState::Pending)),
-        )
-        .await;
+        let state =
+            tokio::time::timeout(limit, ready.wait_for(|s| !matches!(s, SubState::Pending))).await;
         match state {
             Ok(Ok(state)) => match &*state {
                 SubState::Ready => Ok(ticket),
@@ -229,7 +226,10 @@ impl Hub {
             )),
             Err(_) => Err(BackendError::new(
                 BackendErrorKind::Timeout,
-                format!("subscribing to `{}` took longer than {limit:?}", ticket.channel),
+                format!(
+                    "subscribing to `{}` took longer than {limit:?}",
+                    ticket.channel
+                ),
             )),
         }
     }
@@ -275,7 +275,9 @@ impl Drop for Ticket {
         ch.waiters.remove(pos);
         if ch.waiters.is_empty() {
             map.remove(&self.channel);
-            let _ = self.ops.send(Op::Unsubscribe(std::mem::take(&mut self.channel)));
+            let _ = self
+                .ops
+                .send(Op::Unsubscribe(std::mem::take(&mut self.channel)));
         } else if pos == 0 && ch.wake == Wake::Head {
             // The watch passes to the next waiter: it retries once and keeps the backstop.
             ch.waiters[0].notify.notify_one();
@@ -305,18 +307,18 @@ async fn manage(
                             senders.push(t);
                         }
                     }
-                    let state =
-                        match tokio::time::timeout(timeout, subscriber.subscribe(&channels)).await
-                        {
-                            Ok(Ok(())) => SubState::Ready,
-                            Ok(Err(fault)) => {
-                                SubState::Failed(fault.into_backend("subscribing for wake-ups"))
-                            }
-                            Err(_) => SubState::Failed(BackendError::new(
-                                BackendErrorKind::Timeout,
-                                format!("subscribing for wake-ups took longer than {timeout:?}"),
-                            )),
-                        };
+                    let state = match tokio::time::timeout(timeout, subscriber.subscribe(&channels))
+                        .await
+                    {
+                        Ok(Ok(())) => SubState::Ready,
+                        Ok(Err(fault)) => {
+                            SubState::Failed(fault.into_backend("subscribing for wake-ups"))
+                        }
+                        Err(_) => SubState::Failed(BackendError::new(
+                            BackendErrorKind::Timeout,
+                            format!("subscribing for wake-ups took longer than {timeout:?}"),
+                        )),
+                    };
                     for tx in senders {
                         let _ = tx.send(state.clone());
                     }

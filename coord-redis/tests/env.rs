@@ -29,7 +29,11 @@ fn from_env_reads_the_url() {
     unsafe { std::env::set_var(URL_ENV, server.url()) };
     runtime().block_on(async {
         let p = RedisProvider::from_env().await.unwrap();
-        assert_eq!(p.command_timeout(), Duration::from_secs(1), "the default timeout");
+        assert_eq!(
+            p.command_timeout(),
+            Duration::from_secs(1),
+            "the default timeout"
+        );
         let grant = p
             .acquire(LockRequest {
                 key: "env:op:k",

@@ -23,7 +23,10 @@ async fn handoff_latency(client: Client) {
     let mut samples = Vec::with_capacity(ROUNDS);
     for _ in 0..ROUNDS {
         let holder = OwnerToken::new();
-        p.acquire(lock(&k, holder, LONG, Duration::ZERO)).await.unwrap().unwrap();
+        p.acquire(lock(&k, holder, LONG, Duration::ZERO))
+            .await
+            .unwrap()
+            .unwrap();
         let sets = calls(&server, "set");
         let waiter = tokio::spawn({
             let (p, k) = (p.clone(), k.clone());

@@ -38,9 +38,17 @@ async fn single_attempt_is_refused_while_held(client: Client) {
         server.command(&["GET", &redis_key(&k, "lock")]),
         Resp::Bulk(a.to_string().into_bytes())
     );
-    assert_eq!(p.acquire(lock(&k, b, LONG, Duration::ZERO)).await.unwrap(), None);
+    assert_eq!(
+        p.acquire(lock(&k, b, LONG, Duration::ZERO)).await.unwrap(),
+        None
+    );
     assert_eq!(p.release(&k, a).await.unwrap(), ReleaseOutcome::Released);
-    assert!(p.acquire(lock(&k, b, LONG, Duration::ZERO)).await.unwrap().is_some());
+    assert!(
+        p.acquire(lock(&k, b, LONG, Duration::ZERO))
+            .await
+            .unwrap()
+            .is_some()
+    );
 }
 
 async fn release_is_owner_scoped_and_idempotent(client: Client) {
@@ -48,12 +56,21 @@ async fn release_is_owner_scoped_and_idempotent(client: Client) {
     let p = provider(&server, client).await;
     let k = key("owner");
     let (a, b) = (OwnerToken::new(), OwnerToken::new());
-    p.acquire(lock(&k, a, LONG, Duration::ZERO)).await.unwrap().unwrap();
+    p.acquire(lock(&k, a, LONG, Duration::ZERO))
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(p.release(&k, b).await.unwrap(), ReleaseOutcome::NotHeld);
-    assert_eq!(p.acquire(lock(&k, b, LONG, Duration::ZERO)).await.unwrap(), None);
+    assert_eq!(
+        p.acquire(lock(&k, b, LONG, Duration::ZERO)).await.unwrap(),
+        None
+    );
     assert_eq!(p.release(&k, a).await.unwrap(), ReleaseOutcome::Released);
     assert_eq!(p.release(&k, a).await.unwrap(), ReleaseOutcome::NotHeld);
-    assert_eq!(server.command(&["EXISTS", &redis_key(&k, "lock")]), Resp::Int(0));
+    assert_eq!(
+        server.command(&["EXISTS", &redis_key(&k, "lock")]),
+        Resp::Int(0)
+    );
 }
 
 async fn lapsed_release_reports_not_held(client: Client) {
@@ -85,12 +102,21 @@ async fn expired_holder_is_replaced_by_a_waiter(client: Client) {
         .unwrap();
     let started = Instant::now();
     // No release comes: the waiter's backstop at the holder's remaining lease takes over.
-    let grant = p.acquire(lock(&k, b, LONG, Duration::from_secs(10))).await.unwrap();
+    let grant = p
+        .acquire(lock(&k, b, LONG, Duration::from_secs(10)))
+        .await
+        .unwrap();
     let took = started.elapsed();
     assert!(grant.expect("taken after the lease").contended);
-    assert!(took < Duration::from_secs(2), "replaced within the lease + margin: {took:?}");
+    assert!(
+        took < Duration::from_secs(2),
+        "replaced within the lease + margin: {took:?}"
+    );
     assert_eq!(p.release(&k, a).await.unwrap(), ReleaseOutcome::NotHeld);
-    assert_eq!(p.acquire(lock(&k, c, LONG, Duration::ZERO)).await.unwrap(), None);
+    assert_eq!(
+        p.acquire(lock(&k, c, LONG, Duration::ZERO)).await.unwrap(),
+        None
+    );
     assert_eq!(p.release(&k, b).await.unwrap(), ReleaseOutcome::Released);
 }
 
@@ -99,12 +125,18 @@ async fn release_hands_off_to_a_waiter(client: Client) {
     let p = provider(&server, client).await;
     let k = key("handoff");
     let a = OwnerToken::new();
-    p.acquire(lock(&k, a, LONG, Duration::ZERO)).await.unwrap().unwrap();
+    p.acquire(lock(&k, a, LONG, Duration::ZERO))
+        .await
+        .unwrap()
+        .unwrap();
     let waiter = tokio::spawn({
         let (p, k) = (p.clone(), k.clone());
         async move {
             let b = OwnerToken::new();
-            let grant = p.acquire(lock(&k, b, LONG, Duration::from_secs(20))).await.unwrap();
+            let grant = p
+                .acquire(lock(&k, b, LONG, Duration::from_secs(20)))
+                .await
+                .unwrap();
             (grant, Instant::now(), b)
         }
     });
@@ -121,7 +153,10 @@ async fn release_hands_off_to_a_waiter(client: Client) {
     let handoff = granted_at.saturating_duration_since(released_at);
     // The holder's lease is 30 s, so the backstop would fire after one second: anything
     // well under that was the release message.
-    assert!(handoff < Duration::from_millis(700), "hand-off took {handoff:?}");
+    assert!(
+        handoff < Duration::from_millis(700),
+        "hand-off took {handoff:?}"
+    );
     assert_eq!(p.release(&k, b).await.unwrap(), ReleaseOutcome::Released);
 }
 
@@ -136,8 +171,14 @@ async fn renew_extends_only_the_owners_lease(client: Client) {
         .unwrap();
     assert_eq!(p.renew(&k, b, LONG).await.unwrap(), RenewOutcome::Lost);
     assert_eq!(p.renew(&k, a, LONG).await.unwrap(), RenewOutcome::Renewed);
-    let pttl = server.command(&["PTTL", &redis_key(&k, "lock")]).int().unwrap();
-    assert!(pttl > 20_000 && pttl <= 30_000, "renewed lease, PTTL {pttl}");
+    let pttl = server
+        .command(&["PTTL", &redis_key(&k, "lock")])
+        .int()
+        .unwrap();
+    assert!(
+        pttl > 20_000 && pttl <= 30_000,
+        "renewed lease, PTTL {pttl}"
+    );
     p.release(&k, a).await.unwrap();
     assert_eq!(p.renew(&k, a, LONG).await.unwrap(), RenewOutcome::Lost);
 }
@@ -149,8 +190,15 @@ async fn fencing_tokens_strictly_increase(client: Client) {
     let mut last = 0u64;
     for round in 0..6 {
         let me = OwnerToken::new();
-        let grant = p.acquire(fenced(&k, me, LONG, Duration::ZERO)).await.unwrap().unwrap();
-        let token = grant.fencing_token.expect("fenced grants carry a token").get();
+        let grant = p
+            .acquire(fenced(&k, me, LONG, Duration::ZERO))
+            .await
+            .unwrap()
+            .unwrap();
+        let token = grant
+            .fencing_token
+            .expect("fenced grants carry a token")
+            .get();
         assert!(token > last, "round {round}: {token} after {last}");
         last = token;
         if round == 3 {
@@ -161,12 +209,18 @@ async fn fencing_tokens_strictly_increase(client: Client) {
     }
     // A contended, fenced hand-off mints a bigger token too.
     let a = OwnerToken::new();
-    let first = p.acquire(fenced(&k, a, LONG, Duration::ZERO)).await.unwrap().unwrap();
+    let first = p
+        .acquire(fenced(&k, a, LONG, Duration::ZERO))
+        .await
+        .unwrap()
+        .unwrap();
     let waiter = tokio::spawn({
         let (p, k) = (p.clone(), k.clone());
         async move {
             let b = OwnerToken::new();
-            p.acquire(fenced(&k, b, LONG, Duration::from_secs(20))).await.unwrap()
+            p.acquire(fenced(&k, b, LONG, Duration::from_secs(20)))
+                .await
+                .unwrap()
         }
     });
     let channel = redis_key(&k, "lock-released");
@@ -187,10 +241,18 @@ async fn fence_counter_exists_only_for_fenced_locks_and_expires(client: Client) 
     let k = key("fence-ttl");
     let fence_key = redis_key(&k, "fence");
     let a = OwnerToken::new();
-    let grant = p.acquire(lock(&k, a, LONG, Duration::ZERO)).await.unwrap().unwrap();
+    let grant = p
+        .acquire(lock(&k, a, LONG, Duration::ZERO))
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(grant.fencing_token, None);
     p.release(&k, a).await.unwrap();
-    assert_eq!(server.command(&["EXISTS", &fence_key]), Resp::Int(0), "unfenced: no counter");
+    assert_eq!(
+        server.command(&["EXISTS", &fence_key]),
+        Resp::Int(0),
+        "unfenced: no counter"
+    );
 
     let b = OwnerToken::new();
     p.acquire(fenced(&k, b, Duration::from_secs(5), Duration::ZERO))
@@ -208,7 +270,10 @@ async fn fence_counter_exists_only_for_fenced_locks_and_expires(client: Client) 
         .unwrap()
         .unwrap();
     let pttl = server.command(&["PTTL", &fence_key]).int().unwrap();
-    assert!(pttl > 9_900_000 && pttl <= 10_000_000, "counter PTTL {pttl}");
+    assert!(
+        pttl > 9_900_000 && pttl <= 10_000_000,
+        "counter PTTL {pttl}"
+    );
     p.release(&k, c).await.unwrap();
 }
 
@@ -218,7 +283,10 @@ async fn release_wakes_exactly_one_waiter(client: Client) {
     let k = key("wake-one");
     let lock_key = redis_key(&k, "lock");
     let a = OwnerToken::new();
-    p.acquire(lock(&k, a, LONG, Duration::ZERO)).await.unwrap().unwrap();
+    p.acquire(lock(&k, a, LONG, Duration::ZERO))
+        .await
+        .unwrap()
+        .unwrap();
     let spawn_waiter = |wait: Duration| {
         let (p, k) = (p.clone(), k.clone());
         tokio::spawn(async move {
@@ -250,9 +318,18 @@ async fn release_wakes_exactly_one_waiter(client: Client) {
         Resp::Bulk(winner.to_string().into_bytes())
     );
     let (loser, waited) = second.await.unwrap();
-    assert!(loser.is_none(), "one release, one wake: the second waiter stays waiting");
-    assert!(waited >= second_wait, "the second waiter gave up only at its timeout: {waited:?}");
-    assert_eq!(p.release(&k, winner).await.unwrap(), ReleaseOutcome::Released);
+    assert!(
+        loser.is_none(),
+        "one release, one wake: the second waiter stays waiting"
+    );
+    assert!(
+        waited >= second_wait,
+        "the second waiter gave up only at its timeout: {waited:?}"
+    );
+    assert_eq!(
+        p.release(&k, winner).await.unwrap(),
+        ReleaseOutcome::Released
+    );
 }
 
 async fn waiters_in_one_process_are_served_in_order(client: Client) {
@@ -260,7 +337,10 @@ async fn waiters_in_one_process_are_served_in_order(client: Client) {
     let p = provider(&server, client).await;
     let k = key("fifo");
     let a = OwnerToken::new();
-    p.acquire(lock(&k, a, LONG, Duration::ZERO)).await.unwrap().unwrap();
+    p.acquire(lock(&k, a, LONG, Duration::ZERO))
+        .await
+        .unwrap()
+        .unwrap();
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let mut tasks = Vec::new();
     for i in 0..4 {
@@ -288,7 +368,11 @@ async fn waiters_in_one_process_are_served_in_order(client: Client) {
     while let Ok(i) = rx.try_recv() {
         order.push(i);
     }
-    assert_eq!(order, vec![0, 1, 2, 3], "first come, first served within a process");
+    assert_eq!(
+        order,
+        vec![0, 1, 2, 3],
+        "first come, first served within a process"
+    );
 }
 
 async fn a_cancelled_head_passes_the_wake_up_on(client: Client) {
@@ -296,7 +380,10 @@ async fn a_cancelled_head_passes_the_wake_up_on(client: Client) {
     let p = provider(&server, client).await;
     let k = key("cancelled-head");
     let a = OwnerToken::new();
-    p.acquire(lock(&k, a, LONG, Duration::ZERO)).await.unwrap().unwrap();
+    p.acquire(lock(&k, a, LONG, Duration::ZERO))
+        .await
+        .unwrap()
+        .unwrap();
     let sets = calls(&server, "set");
     let head = tokio::spawn({
         let (p, k) = (p.clone(), k.clone());
@@ -310,7 +397,10 @@ async fn a_cancelled_head_passes_the_wake_up_on(client: Client) {
         let (p, k) = (p.clone(), k.clone());
         async move {
             let me = OwnerToken::new();
-            let grant = p.acquire(lock(&k, me, LONG, Duration::from_secs(20))).await.unwrap();
+            let grant = p
+                .acquire(lock(&k, me, LONG, Duration::from_secs(20)))
+                .await
+                .unwrap();
             (grant.map(|_| me), Instant::now())
         }
     });
@@ -325,7 +415,10 @@ async fn a_cancelled_head_passes_the_wake_up_on(client: Client) {
     let (grant, granted_at) = next.await.unwrap();
     let me = grant.expect("the remaining waiter gets the lock");
     let handoff = granted_at.saturating_duration_since(released_at);
-    assert!(handoff < Duration::from_millis(700), "woken by the release: {handoff:?}");
+    assert!(
+        handoff < Duration::from_millis(700),
+        "woken by the release: {handoff:?}"
+    );
     p.release(&k, me).await.unwrap();
 }
 
@@ -335,15 +428,25 @@ async fn waiting_leaves_no_subscription_behind(client: Client) {
     let k = key("unsubscribe");
     let channel = redis_key(&k, "lock-released");
     let a = OwnerToken::new();
-    p.acquire(lock(&k, a, LONG, Duration::ZERO)).await.unwrap().unwrap();
+    p.acquire(lock(&k, a, LONG, Duration::ZERO))
+        .await
+        .unwrap()
+        .unwrap();
     let refused = p
-        .acquire(lock(&k, OwnerToken::new(), LONG, Duration::from_millis(300)))
+        .acquire(lock(
+            &k,
+            OwnerToken::new(),
+            LONG,
+            Duration::from_millis(300),
+        ))
         .await
         .unwrap();
     assert_eq!(refused, None);
-    until("the channel to be unsubscribed", Duration::from_secs(5), || {
-        subscribers(&server, &channel) == 0
-    })
+    until(
+        "the channel to be unsubscribed",
+        Duration::from_secs(5),
+        || subscribers(&server, &channel) == 0,
+    )
     .await;
     // One subscriber connection serves every waiter of the provider.
     let waiters: Vec<_> = (0..8)
@@ -351,10 +454,18 @@ async fn waiting_leaves_no_subscription_behind(client: Client) {
             let (p, k) = (p.clone(), format!("{k}{i}"));
             tokio::spawn(async move {
                 let holder = OwnerToken::new();
-                p.acquire(lock(&k, holder, LONG, Duration::ZERO)).await.unwrap().unwrap();
-                p.acquire(lock(&k, OwnerToken::new(), LONG, Duration::from_millis(500)))
+                p.acquire(lock(&k, holder, LONG, Duration::ZERO))
                     .await
                     .unwrap()
+                    .unwrap();
+                p.acquire(lock(
+                    &k,
+                    OwnerToken::new(),
+                    LONG,
+                    Duration::from_millis(500),
+                ))
+                .await
+                .unwrap()
             })
         })
         .collect();

@@ -44,14 +44,23 @@ async fn claim_complete_and_replay(client: Client) {
             remaining,
         } => {
             assert_eq!(fingerprint, fp);
-            assert!(remaining > Duration::from_secs(25) && remaining <= LONG, "{remaining:?}");
+            assert!(
+                remaining > Duration::from_secs(25) && remaining <= LONG,
+                "{remaining:?}"
+            );
         }
         other => panic!("expected in flight, got {other:?}"),
     }
     let payload: Arc<[u8]> = Arc::from(&b"{\"receipt\":42}"[..]);
-    assert!(!s.complete(&k, b, payload.clone(), LONG).await.unwrap(), "only the owner completes");
+    assert!(
+        !s.complete(&k, b, payload.clone(), LONG).await.unwrap(),
+        "only the owner completes"
+    );
     assert!(s.complete(&k, a, payload.clone(), LONG).await.unwrap());
-    assert!(!s.complete(&k, a, payload.clone(), LONG).await.unwrap(), "completes once");
+    assert!(
+        !s.complete(&k, a, payload.clone(), LONG).await.unwrap(),
+        "completes once"
+    );
     match s.claim(req(b)).await.unwrap() {
         ClaimOutcome::Completed {
             payload: stored,
@@ -62,11 +71,17 @@ async fn claim_complete_and_replay(client: Client) {
         }
         other => panic!("expected completed, got {other:?}"),
     }
-    assert!(!s.abandon(&k, a).await.unwrap(), "a completed record is not abandoned");
+    assert!(
+        !s.abandon(&k, a).await.unwrap(),
+        "a completed record is not abandoned"
+    );
 
     // Without a fingerprint, none comes back.
     let k2 = key("no-fp");
-    assert_eq!(s.claim(claim(&k2, a, LONG)).await.unwrap(), ClaimOutcome::Claimed);
+    assert_eq!(
+        s.claim(claim(&k2, a, LONG)).await.unwrap(),
+        ClaimOutcome::Claimed
+    );
     match s.claim(claim(&k2, b, LONG)).await.unwrap() {
         ClaimOutcome::InFlight { fingerprint, .. } => assert_eq!(fingerprint, None),
         other => panic!("expected in flight, got {other:?}"),
@@ -78,12 +93,21 @@ async fn abandon_is_owner_scoped(client: Client) {
     let s = provider(&server, client).await;
     let k = key("abandon");
     let (a, b) = (OwnerToken::new(), OwnerToken::new());
-    assert_eq!(s.claim(claim(&k, a, LONG)).await.unwrap(), ClaimOutcome::Claimed);
+    assert_eq!(
+        s.claim(claim(&k, a, LONG)).await.unwrap(),
+        ClaimOutcome::Claimed
+    );
     assert!(!s.abandon(&k, b).await.unwrap());
     assert!(s.abandon(&k, a).await.unwrap());
     assert!(!s.abandon(&k, a).await.unwrap(), "idempotent");
-    assert_eq!(server.command(&["EXISTS", &redis_key(&k, "idem")]), Resp::Int(0));
-    assert_eq!(s.claim(claim(&k, b, LONG)).await.unwrap(), ClaimOutcome::Claimed);
+    assert_eq!(
+        server.command(&["EXISTS", &redis_key(&k, "idem")]),
+        Resp::Int(0)
+    );
+    assert_eq!(
+        s.claim(claim(&k, b, LONG)).await.unwrap(),
+        ClaimOutcome::Claimed
+    );
 }
 
 async fn lapsed_marker_is_claimed_again(client: Client) {
@@ -91,16 +115,27 @@ async fn lapsed_marker_is_claimed_again(client: Client) {
     let s = provider(&server, client).await;
     let k = key("lapse");
     let (a, b) = (OwnerToken::new(), OwnerToken::new());
-    s.claim(claim(&k, a, Duration::from_millis(50))).await.unwrap();
+    s.claim(claim(&k, a, Duration::from_millis(50)))
+        .await
+        .unwrap();
     let record = redis_key(&k, "idem");
     until("the marker to expire", Duration::from_secs(5), || {
         server.command(&["EXISTS", &record]) == Resp::Int(0)
     })
     .await;
-    assert_eq!(s.claim(claim(&k, b, LONG)).await.unwrap(), ClaimOutcome::Claimed);
+    assert_eq!(
+        s.claim(claim(&k, b, LONG)).await.unwrap(),
+        ClaimOutcome::Claimed
+    );
     let late: Arc<[u8]> = Arc::from(&b"late"[..]);
-    assert!(!s.complete(&k, a, late, LONG).await.unwrap(), "a lapsed owner cannot complete");
-    assert!(!s.abandon(&k, a).await.unwrap(), "nor abandon the new marker");
+    assert!(
+        !s.complete(&k, a, late, LONG).await.unwrap(),
+        "a lapsed owner cannot complete"
+    );
+    assert!(
+        !s.abandon(&k, a).await.unwrap(),
+        "nor abandon the new marker"
+    );
     assert!(s.abandon(&k, b).await.unwrap());
 }
 
@@ -112,12 +147,22 @@ async fn completed_record_lives_for_its_retention(client: Client) {
     s.claim(claim(&k, a, Duration::from_secs(5))).await.unwrap();
     let record = redis_key(&k, "idem");
     let lease = server.command(&["PTTL", &record]).int().unwrap();
-    assert!(lease > 4_000 && lease <= 5_000, "in-flight lease, PTTL {lease}");
+    assert!(
+        lease > 4_000 && lease <= 5_000,
+        "in-flight lease, PTTL {lease}"
+    );
     let day = Duration::from_secs(86_400);
     assert!(s.complete(&k, a, Arc::from(&b"v"[..]), day).await.unwrap());
     let kept = server.command(&["PTTL", &record]).int().unwrap();
-    assert!(kept > 86_000_000 && kept <= 86_400_000, "retention, PTTL {kept}");
-    assert_eq!(server.command(&["HGET", &record, "own"]), Resp::Nil, "no owner once completed");
+    assert!(
+        kept > 86_000_000 && kept <= 86_400_000,
+        "retention, PTTL {kept}"
+    );
+    assert_eq!(
+        server.command(&["HGET", &record, "own"]),
+        Resp::Nil,
+        "no owner once completed"
+    );
 }
 
 async fn binary_payloads_round_trip(client: Client) {
@@ -125,7 +170,9 @@ async fn binary_payloads_round_trip(client: Client) {
     let s = provider(&server, client).await;
     let k = key("binary");
     let a = OwnerToken::new();
-    let fp = Some(Fingerprint([0, 255, 0, 13, 10, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 0]));
+    let fp = Some(Fingerprint([
+        0, 255, 0, 13, 10, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 0,
+    ]));
     let req = ClaimRequest {
         key: &k,
         owner: a,
@@ -135,8 +182,19 @@ async fn binary_payloads_round_trip(client: Client) {
     };
     s.claim(req.clone()).await.unwrap();
     let payload: Vec<u8> = (0..=255u8).chain([0, 0, b'\r', b'\n']).collect();
-    assert!(s.complete(&k, a, Arc::from(payload.as_slice()), LONG).await.unwrap());
-    match s.claim(ClaimRequest { owner: OwnerToken::new(), ..req }).await.unwrap() {
+    assert!(
+        s.complete(&k, a, Arc::from(payload.as_slice()), LONG)
+            .await
+            .unwrap()
+    );
+    match s
+        .claim(ClaimRequest {
+            owner: OwnerToken::new(),
+            ..req
+        })
+        .await
+        .unwrap()
+    {
         ClaimOutcome::Completed {
             payload: stored,
             fingerprint,
@@ -166,7 +224,11 @@ async fn wait_settled_returns_at_once_without_a_marker(client: Client) {
     s.claim(claim(&k, a, LONG)).await.unwrap();
     s.complete(&k, a, Arc::from(&b"1"[..]), LONG).await.unwrap();
     s.wait_settled(&k, Duration::from_secs(20)).await.unwrap();
-    assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
 }
 
 async fn wait_settled_wakes_on_completion_and_abandonment(client: Client) {
@@ -188,9 +250,11 @@ async fn wait_settled_wakes_on_completion_and_abandonment(client: Client) {
             })
             .collect();
         // After that read, a settle cannot be missed.
-        until("the waiters to read the marker", Duration::from_secs(5), || {
-            calls(&server, "pttl") >= reads + 3
-        })
+        until(
+            "the waiters to read the marker",
+            Duration::from_secs(5),
+            || calls(&server, "pttl") >= reads + 3,
+        )
         .await;
         assert_eq!(subscribers(&server, &redis_key(&k, "idem-settled")), 1);
         let settled_at = Instant::now();
@@ -202,7 +266,10 @@ async fn wait_settled_wakes_on_completion_and_abandonment(client: Client) {
         for w in waiters {
             let woke = w.await.unwrap();
             let delay = woke.saturating_duration_since(settled_at);
-            assert!(delay < Duration::from_secs(2), "every waiter is woken: {delay:?}");
+            assert!(
+                delay < Duration::from_secs(2),
+                "every waiter is woken: {delay:?}"
+            );
         }
     }
 }
@@ -217,7 +284,10 @@ async fn wait_settled_ends_when_the_marker_expires(client: Client) {
     let started = Instant::now();
     s.wait_settled(&k, Duration::from_secs(20)).await.unwrap();
     let waited = started.elapsed();
-    assert!(waited < Duration::from_secs(3), "bounded by the marker's lease: {waited:?}");
+    assert!(
+        waited < Duration::from_secs(3),
+        "bounded by the marker's lease: {waited:?}"
+    );
     assert_eq!(
         s.claim(claim(&k, OwnerToken::new(), LONG)).await.unwrap(),
         ClaimOutcome::Claimed,
@@ -239,43 +309,71 @@ async fn abandoned_marker_is_kept_on_request(client: Client) {
         fingerprint: fp,
         keep_abandoned_for: Some(Duration::from_secs(60)),
     };
-    assert_eq!(s.claim(req(a, Duration::from_millis(300))).await.unwrap(), ClaimOutcome::Claimed);
+    assert_eq!(
+        s.claim(req(a, Duration::from_millis(300))).await.unwrap(),
+        ClaimOutcome::Claimed
+    );
     let pttl = server.command(&["PTTL", &record]).int().unwrap();
-    assert!(pttl > 60_000 && pttl <= 60_300, "kept past the lease: PTTL {pttl}");
+    assert!(
+        pttl > 60_000 && pttl <= 60_300,
+        "kept past the lease: PTTL {pttl}"
+    );
     match s.claim(req(b, LONG)).await.unwrap() {
         ClaimOutcome::InFlight { remaining, .. } => {
-            assert!(remaining <= Duration::from_millis(300), "the lease, not the keep: {remaining:?}")
+            assert!(
+                remaining <= Duration::from_millis(300),
+                "the lease, not the keep: {remaining:?}"
+            )
         }
         other => panic!("expected in flight, got {other:?}"),
     }
     // A waiter returns when the lease ends: the marker is no longer in flight.
     let started = Instant::now();
     s.wait_settled(&k, Duration::from_secs(20)).await.unwrap();
-    assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
     // The server's own clock decides the lease is over (the waiter's timer is local).
-    until("the lease to end on the server", Duration::from_secs(5), || {
-        let now = server.command(&["TIME"]);
-        let lx = server.command(&["HGET", &record, "lx"]).text().unwrap();
-        match now {
-            Resp::Array(t) => {
-                let secs: i64 = t[0].text().unwrap().parse().unwrap();
-                let micros: i64 = t[1].text().unwrap().parse().unwrap();
-                secs * 1000 + micros / 1000 >= lx.parse::<i64>().unwrap()
+    until(
+        "the lease to end on the server",
+        Duration::from_secs(5),
+        || {
+            let now = server.command(&["TIME"]);
+            let lx = server.command(&["HGET", &record, "lx"]).text().unwrap();
+            match now {
+                Resp::Array(t) => {
+                    let secs: i64 = t[0].text().unwrap().parse().unwrap();
+                    let micros: i64 = t[1].text().unwrap().parse().unwrap();
+                    secs * 1000 + micros / 1000 >= lx.parse::<i64>().unwrap()
+                }
+                other => panic!("TIME answered {other:?}"),
             }
-            other => panic!("TIME answered {other:?}"),
-        }
-    })
+        },
+    )
     .await;
     assert_eq!(
         s.claim(req(b, LONG)).await.unwrap(),
         ClaimOutcome::Abandoned { fingerprint: fp },
         "the lapsed marker is reported, not claimed over"
     );
-    assert_eq!(s.renew_marker(&k, a, LONG).await.unwrap(), coord_core::RenewOutcome::Lost);
+    assert_eq!(
+        s.renew_marker(&k, a, LONG).await.unwrap(),
+        coord_core::RenewOutcome::Lost
+    );
     assert!(!s.complete(&k, b, Arc::from(&b"x"[..]), LONG).await.unwrap());
-    assert!(s.complete(&k, a, Arc::from(&b"late"[..]), LONG).await.unwrap(), "late owner resolves");
+    assert!(
+        s.complete(&k, a, Arc::from(&b"late"[..]), LONG)
+            .await
+            .unwrap(),
+        "late owner resolves"
+    );
     match s.claim(req(b, LONG)).await.unwrap() {
-        ClaimOutcome::Completed { payload, fingerprint } => {
+        ClaimOutcome::Completed {
+            payload,
+            fingerprint,
+        } => {
             assert_eq!(&*payload, b"late");
             assert_eq!(fingerprint, fp);
         }
@@ -302,7 +400,11 @@ async fn renew_marker_is_owner_scoped(client: Client) {
     let pttl = server.command(&["PTTL", &record]).int().unwrap();
     assert!(pttl > 25_000 && pttl <= 30_000, "renewed: PTTL {pttl}");
     s.complete(&k, a, Arc::from(&b"1"[..]), LONG).await.unwrap();
-    assert_eq!(s.renew_marker(&k, a, LONG).await.unwrap(), Lost, "completed");
+    assert_eq!(
+        s.renew_marker(&k, a, LONG).await.unwrap(),
+        Lost,
+        "completed"
+    );
 
     // A kept marker: renewal moves its lease end and keeps the keep period after it.
     let k = key("renew-kept");
@@ -315,10 +417,16 @@ async fn renew_marker_is_owner_scoped(client: Client) {
     .unwrap();
     assert_eq!(s.renew_marker(&k, a, LONG).await.unwrap(), Renewed);
     let pttl = server.command(&["PTTL", &record]).int().unwrap();
-    assert!(pttl > 125_000 && pttl <= 130_000, "lease + keep: PTTL {pttl}");
+    assert!(
+        pttl > 125_000 && pttl <= 130_000,
+        "lease + keep: PTTL {pttl}"
+    );
     match s.claim(claim(&k, b, LONG)).await.unwrap() {
         ClaimOutcome::InFlight { remaining, .. } => {
-            assert!(remaining > Duration::from_secs(25), "renewed lease: {remaining:?}")
+            assert!(
+                remaining > Duration::from_secs(25),
+                "renewed lease: {remaining:?}"
+            )
         }
         other => panic!("expected in flight, got {other:?}"),
     }
@@ -342,13 +450,18 @@ async fn purge_removes_any_record_and_wakes_waiters(client: Client) {
             Instant::now()
         }
     });
-    until("the waiter to look at the marker", Duration::from_secs(5), || {
-        calls(&server, "pttl") > reads
-    })
+    until(
+        "the waiter to look at the marker",
+        Duration::from_secs(5),
+        || calls(&server, "pttl") > reads,
+    )
     .await;
     let purged_at = Instant::now();
     assert!(s.purge(&k).await.unwrap());
     let woke = waiter.await.unwrap();
     assert!(woke.saturating_duration_since(purged_at) < Duration::from_secs(2));
-    assert_eq!(s.claim(claim(&k, OwnerToken::new(), LONG)).await.unwrap(), ClaimOutcome::Claimed);
+    assert_eq!(
+        s.claim(claim(&k, OwnerToken::new(), LONG)).await.unwrap(),
+        ClaimOutcome::Claimed
+    );
 }

@@ -21,7 +21,10 @@ use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-per_client!(operations_cost_one_round_trip, idempotent_replay_is_one_command);
+per_client!(
+    operations_cost_one_round_trip,
+    idempotent_replay_is_one_command
+);
 
 const DELAY: Duration = Duration::from_millis(100);
 
@@ -42,7 +45,11 @@ async fn slow_link(upstream: u16, delay: Duration) -> u16 {
             tokio::spawn(async move {
                 let mut buf = vec![0u8; 64 * 1024];
                 while let Ok(n) = client_rx.read(&mut buf).await {
-                    if n == 0 || tx.send((Instant::now() + delay, buf[..n].to_vec())).is_err() {
+                    if n == 0
+                        || tx
+                            .send((Instant::now() + delay, buf[..n].to_vec()))
+                            .is_err()
+                    {
                         break;
                     }
                 }
@@ -85,7 +92,11 @@ where
     let started = Instant::now();
     let out = op.await;
     let took = started.elapsed();
-    assert_eq!(counts(monitor.client_commands()), expect(commands), "{what}: commands sent");
+    assert_eq!(
+        counts(monitor.client_commands()),
+        expect(commands),
+        "{what}: commands sent"
+    );
     assert!(
         took >= DELAY && took < DELAY * 19 / 10,
         "{what}: one round trip takes about {DELAY:?}, this took {took:?}"
@@ -106,7 +117,10 @@ async fn operations_cost_one_round_trip(client: Client) {
     // EVALSHA, NOSCRIPT, EVAL).
     let w = key("warm-up");
     let o = OwnerToken::new();
-    p.acquire(fenced(&w, o, LONG, Duration::ZERO)).await.unwrap().unwrap();
+    p.acquire(fenced(&w, o, LONG, Duration::ZERO))
+        .await
+        .unwrap()
+        .unwrap();
     p.renew(&w, o, LONG).await.unwrap();
     p.release(&w, o).await.unwrap();
     p.claim(claim(&w, o, LONG)).await.unwrap();
@@ -114,15 +128,23 @@ async fn operations_cost_one_round_trip(client: Client) {
     p.claim(claim(&w, o, LONG)).await.unwrap();
     // ... and open the subscriber connection.
     let held = OwnerToken::new();
-    p.acquire(lock(&w, held, LONG, Duration::ZERO)).await.unwrap().unwrap();
-    let waited = p.acquire(lock(&w, o, LONG, Duration::from_secs(1))).await.unwrap();
+    p.acquire(lock(&w, held, LONG, Duration::ZERO))
+        .await
+        .unwrap()
+        .unwrap();
+    let waited = p
+        .acquire(lock(&w, o, LONG, Duration::from_secs(1)))
+        .await
+        .unwrap();
     assert_eq!(waited, None);
 
     let monitor = Monitor::start(&server);
     // The waiter's unsubscription goes out after it gave up: let it pass before measuring.
-    until("the warm-up waiter to unsubscribe", Duration::from_secs(5), || {
-        subscribers(&server, &redis_key(&w, "lock-released")) == 0
-    })
+    until(
+        "the warm-up waiter to unsubscribe",
+        Duration::from_secs(5),
+        || subscribers(&server, &redis_key(&w, "lock-released")) == 0,
+    )
     .await;
     let k = key("rt");
     let (a, b) = (OwnerToken::new(), OwnerToken::new());
@@ -146,7 +168,11 @@ async fn operations_cost_one_round_trip(client: Client) {
         "uncontended acquire with wait",
         &monitor,
         &[("set", 1), ("pttl", 1)],
-        async { p.acquire(lock(&k, b, LONG, Duration::from_secs(5))).await.unwrap() },
+        async {
+            p.acquire(lock(&k, b, LONG, Duration::from_secs(5)))
+                .await
+                .unwrap()
+        },
     )
     .await;
     assert!(grant.is_some());
@@ -158,7 +184,9 @@ async fn operations_cost_one_round_trip(client: Client) {
 
     let f = key("fenced");
     let grant = measure("fenced acquire", &monitor, &[("evalsha", 1)], async {
-        p.acquire(fenced(&f, a, LONG, Duration::from_secs(5))).await.unwrap()
+        p.acquire(fenced(&f, a, LONG, Duration::from_secs(5)))
+            .await
+            .unwrap()
     })
     .await;
     assert!(grant.unwrap().fencing_token.is_some());
@@ -171,7 +199,9 @@ async fn operations_cost_one_round_trip(client: Client) {
     .await;
     assert_eq!(claimed, ClaimOutcome::Claimed);
     measure("complete", &monitor, &[("evalsha", 1)], async {
-        p.complete(&r, a, Arc::from(&b"done"[..]), LONG).await.unwrap()
+        p.complete(&r, a, Arc::from(&b"done"[..]), LONG)
+            .await
+            .unwrap()
     })
     .await;
     let replay = measure("replay", &monitor, &[("evalsha", 1)], async {
@@ -197,7 +227,11 @@ async fn operations_cost_one_round_trip(client: Client) {
 }
 
 #[idempotent(key_from = "request", coordinator = coord)]
-async fn charge(coord: &Coordinator, request: u32, runs: Arc<AtomicU64>) -> Result<u64, CoordError> {
+async fn charge(
+    coord: &Coordinator,
+    request: u32,
+    runs: Arc<AtomicU64>,
+) -> Result<u64, CoordError> {
     runs.fetch_add(1, Ordering::SeqCst);
     Ok(u64::from(request) * 100)
 }
@@ -212,7 +246,11 @@ async fn idempotent_replay_is_one_command(client: Client) {
     let runs = Arc::new(AtomicU64::new(0));
     assert_eq!(charge(&coord, 7, runs.clone()).await.unwrap(), 700);
     let monitor = Monitor::start(&server);
-    assert_eq!(charge(&coord, 7, runs.clone()).await.unwrap(), 700, "replayed");
+    assert_eq!(
+        charge(&coord, 7, runs.clone()).await.unwrap(),
+        700,
+        "replayed"
+    );
     assert_eq!(runs.load(Ordering::SeqCst), 1, "the body ran once");
     let sent = monitor.drain();
     let from_clients: Vec<&str> = sent
@@ -220,5 +258,9 @@ async fn idempotent_replay_is_one_command(client: Client) {
         .filter(|m| !m.from_script)
         .map(|m| m.name.as_str())
         .collect();
-    assert_eq!(from_clients, ["evalsha"], "a replay is the claim script alone: {sent:#?}");
+    assert_eq!(
+        from_clients,
+        ["evalsha"],
+        "a replay is the claim script alone: {sent:#?}"
+    );
 }

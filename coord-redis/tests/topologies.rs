@@ -27,18 +27,38 @@ async fn cluster_of_three_masters() {
         for i in 0..24 {
             let k = format!("ns{i}:op:{client:?}:{i}");
             let a = OwnerToken::new();
-            let grant = p.acquire(fenced(&k, a, LONG, Duration::ZERO)).await.unwrap().unwrap();
+            let grant = p
+                .acquire(fenced(&k, a, LONG, Duration::ZERO))
+                .await
+                .unwrap()
+                .unwrap();
             assert!(grant.fencing_token.is_some());
             let node = cluster.node_for(&redis_key(&k, "lock"));
             owners.insert(node.port());
             // The lock and its fencing counter live together, on the node owning the tag.
-            assert_eq!(node.command(&["EXISTS", &redis_key(&k, "lock")]), Resp::Int(1));
-            assert_eq!(node.command(&["EXISTS", &redis_key(&k, "fence")]), Resp::Int(1));
-            assert_eq!(p.renew(&k, a, LONG).await.unwrap(), coord_core::RenewOutcome::Renewed);
+            assert_eq!(
+                node.command(&["EXISTS", &redis_key(&k, "lock")]),
+                Resp::Int(1)
+            );
+            assert_eq!(
+                node.command(&["EXISTS", &redis_key(&k, "fence")]),
+                Resp::Int(1)
+            );
+            assert_eq!(
+                p.renew(&k, a, LONG).await.unwrap(),
+                coord_core::RenewOutcome::Renewed
+            );
             assert_eq!(p.release(&k, a).await.unwrap(), ReleaseOutcome::Released);
 
-            assert_eq!(p.claim(claim(&k, a, LONG)).await.unwrap(), ClaimOutcome::Claimed);
-            assert!(p.complete(&k, a, Arc::from(&b"ok"[..]), LONG).await.unwrap());
+            assert_eq!(
+                p.claim(claim(&k, a, LONG)).await.unwrap(),
+                ClaimOutcome::Claimed
+            );
+            assert!(
+                p.complete(&k, a, Arc::from(&b"ok"[..]), LONG)
+                    .await
+                    .unwrap()
+            );
             assert!(matches!(
                 p.claim(claim(&k, OwnerToken::new(), LONG)).await.unwrap(),
                 ClaimOutcome::Completed { .. }
@@ -50,7 +70,10 @@ async fn cluster_of_three_masters() {
         for i in 0..3 {
             let k = format!("wake{i}:op:{client:?}");
             let a = OwnerToken::new();
-            p.acquire(lock(&k, a, LONG, Duration::ZERO)).await.unwrap().unwrap();
+            p.acquire(lock(&k, a, LONG, Duration::ZERO))
+                .await
+                .unwrap()
+                .unwrap();
             let waiter = tokio::spawn({
                 let (p, k) = (p.clone(), k.clone());
                 async move {
@@ -76,7 +99,10 @@ async fn cluster_of_three_masters() {
             let (grant, at) = waiter.await.unwrap();
             assert!(grant.is_some());
             let handoff = at.saturating_duration_since(released_at);
-            assert!(handoff < Duration::from_millis(700), "{client:?}: hand-off {handoff:?}");
+            assert!(
+                handoff < Duration::from_millis(700),
+                "{client:?}: hand-off {handoff:?}"
+            );
         }
 
         // wait_settled across the cluster.
@@ -91,14 +117,18 @@ async fn cluster_of_three_masters() {
             }
         });
         let channel = redis_key(&k, "idem-settled");
-        until("the settle waiter to subscribe", Duration::from_secs(10), || {
-            cluster
-                .nodes()
-                .iter()
-                .map(|n| subscribers(n, &channel))
-                .sum::<i64>()
-                >= 1
-        })
+        until(
+            "the settle waiter to subscribe",
+            Duration::from_secs(10),
+            || {
+                cluster
+                    .nodes()
+                    .iter()
+                    .map(|n| subscribers(n, &channel))
+                    .sum::<i64>()
+                    >= 1
+            },
+        )
         .await;
         let settled_at = Instant::now();
         assert!(p.abandon(&k, a).await.unwrap());
@@ -120,7 +150,11 @@ async fn sentinel_failover_is_followed() {
             .unwrap_or_else(|e| panic!("{client:?}: {e}"));
         let k = format!("before:op:{client:?}");
         let a = OwnerToken::new();
-        let grant = p.acquire(fenced(&k, a, LONG, Duration::ZERO)).await.unwrap().unwrap();
+        let grant = p
+            .acquire(fenced(&k, a, LONG, Duration::ZERO))
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(
             setup.master().command(&["EXISTS", &redis_key(&k, "lock")]),
             Resp::Int(1),
@@ -154,7 +188,10 @@ async fn sentinel_failover_is_followed() {
                         ),
                         "{client:?}: {err:?}"
                     );
-                    assert!(Instant::now() < deadline, "{client:?}: never recovered: {err}");
+                    assert!(
+                        Instant::now() < deadline,
+                        "{client:?}: never recovered: {err}"
+                    );
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
             }
@@ -164,7 +201,10 @@ async fn sentinel_failover_is_followed() {
             Resp::Int(1),
             "{client:?}: written to the new master"
         );
-        assert!(grant.fencing_token.unwrap() > token_before, "{client:?}: tokens keep growing");
+        assert!(
+            grant.fencing_token.unwrap() > token_before,
+            "{client:?}: tokens keep growing"
+        );
         // The replicated lock is still held by its owner on the new master.
         assert_eq!(p.release(&k, a).await.unwrap(), ReleaseOutcome::Released);
 
@@ -189,6 +229,9 @@ async fn sentinel_failover_is_followed() {
         let (grant, at) = waiter.await.unwrap();
         assert!(grant.is_some(), "{client:?}");
         let handoff = at.saturating_duration_since(released_at);
-        assert!(handoff < Duration::from_millis(700), "{client:?}: hand-off {handoff:?}");
+        assert!(
+            handoff < Duration::from_millis(700),
+            "{client:?}: hand-off {handoff:?}"
+        );
     }
 }

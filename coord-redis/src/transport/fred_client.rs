@@ -39,7 +39,9 @@ pub(crate) async fn connect(options: &Options) -> Result<Arc<dyn Transport>, Fau
         .with_connection_config(|conn| {
             conn.connection_timeout = timeout;
             conn.internal_command_timeout = timeout;
-            conn.max_command_attempts = 2;
+            // A command is written once: a script that ran before the connection broke is
+            // not replayed (its caller gets the error instead).
+            conn.max_command_attempts = 1;
             conn.reconnect_errors = vec![
                 fred::types::config::ReconnectError::ClusterDown,
                 fred::types::config::ReconnectError::Loading,
@@ -165,7 +167,12 @@ impl Transport for Fred {
             .clone()
             .expect("the subscriber client is built with the transport");
         let (ready_tx, ready_rx) = watch::channel(false);
-        let task = tokio::spawn(run_subscriber(client.clone(), ready_tx, events, self.timeout));
+        let task = tokio::spawn(run_subscriber(
+            client.clone(),
+            ready_tx,
+            events,
+            self.timeout,
+        ));
         Box::new(FredSubscriber {
             client,
             ready: ready_rx,
@@ -255,11 +262,17 @@ impl Subscriber for FredSubscriber {
                 // One command per channel: fred routes each to a node, and every node sees
                 // every publication.
                 for channel in channels {
-                    self.client.subscribe(channel.as_str()).await.map_err(fault)?;
+                    self.client
+                        .subscribe(channel.as_str())
+                        .await
+                        .map_err(fault)?;
                 }
                 Ok(())
             } else {
-                self.client.subscribe(channels.to_vec()).await.map_err(fault)
+                self.client
+                    .subscribe(channels.to_vec())
+                    .await
+                    .map_err(fault)
             }
         })
     }

@@ -16,7 +16,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use coord_core::BoxFuture;
-use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
+use redis::aio::{
+    ConnectionLike, ConnectionManager, ConnectionManagerConfig, MultiplexedConnection,
+};
 use redis::cluster_async::ClusterConnection;
 use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
 use redis::{
@@ -35,22 +37,15 @@ pub(crate) async fn connect(options: &Options) -> Result<Arc<dyn Transport>, Fau
     let transport = match &options.topology {
         Topology::Standalone(url) => {
             let client = redis::Client::open(with_scheme(url)).map_err(fault)?;
+            // No retry loop inside the manager: a broken connection is redialled once by the
+            // next call that needs it, so calls fail fast while the server is down and the
+            // first call after it is back succeeds.
             let config = ConnectionManagerConfig::new()
                 .set_connection_timeout(Some(timeout))
                 .set_response_timeout(Some(timeout))
-                .set_min_delay(Duration::from_millis(10))
-                .set_max_delay(Duration::from_millis(250))
-                .set_number_of_retries(24);
+                .set_number_of_retries(0);
             let mut pool = Vec::with_capacity(size);
-            // The first connection is made with one try, so a wrong address fails fast.
-            let first = ConnectionManager::new_with_config(
-                client.clone(),
-                config.clone().set_number_of_retries(0),
-            )
-            .await
-            .map_err(fault)?;
-            pool.push(first);
-            for _ in 1..size {
+            for _ in 0..size {
                 pool.push(
                     ConnectionManager::new_with_config(client.clone(), config.clone())
                         .await
@@ -248,14 +243,14 @@ fn fault(err: RedisError) -> Fault {
         ErrorKind::Extension => {
             // An error reply with a code redis-rs does not know (`WRONGTYPE`, a script
             // error). Pipelines report their first failing command here.
-            if let Some(errors) = err.clone().into_server_errors() {
-                if let Some((_, first)) = errors.first() {
-                    return Fault::Server(format!(
-                        "{} {}",
-                        first.code(),
-                        first.details().unwrap_or("")
-                    ));
-                }
+            if let Some(errors) = err.clone().into_server_errors()
+                && let Some((_, first)) = errors.first()
+            {
+                return Fault::Server(format!(
+                    "{} {}",
+                    first.code(),
+                    first.details().unwrap_or("")
+                ));
             }
             Fault::Server(err.to_string())
         }
@@ -340,10 +335,10 @@ impl SentinelSlot {
     async fn exec(&self, cmds: &[Command]) -> Result<Vec<Reply>, Fault> {
         let (generation, mut conn) = self.connection().await?;
         let result = exec(&mut conn, cmds).await;
-        if let Err(f) = &result {
-            if stale(f) {
-                self.forget(generation);
-            }
+        if let Err(f) = &result
+            && stale(f)
+        {
+            self.forget(generation);
         }
         result
     }
@@ -396,7 +391,10 @@ impl Subscriber for RrSubscriber {
 /// The same server, spoken to in RESP3 (pub/sub messages arrive as pushes).
 fn resp3(client: &redis::Client) -> Result<redis::Client, Fault> {
     let info = client.get_connection_info().clone();
-    let settings = info.redis_settings().clone().set_protocol(ProtocolVersion::RESP3);
+    let settings = info
+        .redis_settings()
+        .clone()
+        .set_protocol(ProtocolVersion::RESP3);
     redis::Client::open(info.set_redis_settings(settings)).map_err(fault)
 }
 
@@ -450,8 +448,7 @@ async fn run_subscriber(
     let mut connected_before = false;
     let mut pause = Duration::from_millis(10);
     loop {
-        let opened =
-            tokio::time::timeout(timeout, open_subscriber(&source, &config)).await;
+        let opened = tokio::time::timeout(timeout, open_subscriber(&source, &config)).await;
         match opened {
             Ok(Ok(new_conn)) => {
                 pause = Duration::from_millis(10);

@@ -1,0 +1,465 @@
+//! Coordination across real processes against one real redis-server, including processes that
+//! are frozen (SIGSTOP) or killed (SIGKILL) while they hold a lock.
+//!
+//! This test binary has its own `main` (`harness = false`): run without `COORD_TEST_ROLE` it
+//! starts a redis-server and runs the scenarios, each of which re-runs this same binary as
+//! child processes with `COORD_TEST_ROLE` set to the part they play. It ends with the line
+//! `processes: N passed, M failed` and a non-zero exit status when anything failed.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use coord_core::{CoordError, Coordinator, distributed_lock, fencing_token, idempotent};
+use coord_redis::RedisProvider;
+use coord_redis::fence::{FencedWrite, write_fenced};
+use coord_redis::testing::{RedisServer, command_at};
+
+const ROLE: &str = "COORD_TEST_ROLE";
+
+// ---------------------------------------------------------------- child processes
+
+#[derive(Debug)]
+enum ChildError {
+    Coord(CoordError),
+}
+
+impl From<CoordError> for ChildError {
+    fn from(err: CoordError) -> Self {
+        ChildError::Coord(err)
+    }
+}
+
+fn witness(port: u16, args: &[&str]) -> i64 {
+    command_at(port, args)
+        .expect("witness command")
+        .int()
+        .unwrap_or(0)
+}
+
+#[distributed_lock(key_from = "slot", coordinator = c, name = "proc.contend", lease = "10s", wait = "120s", fenced = true)]
+async fn contend_once(c: &Coordinator, slot: u32, port: u16, ns: &str) -> Result<(), ChildError> {
+    let holders = format!("{ns}:w:holders");
+    let inside = witness(port, &["INCR", &holders]);
+    if inside != 1 {
+        witness(port, &["INCR", &format!("{ns}:w:overlaps")]);
+    }
+    let token = fencing_token().expect("fenced").get().to_string();
+    witness(port, &["RPUSH", &format!("{ns}:w:tokens"), &token]);
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    witness(port, &["DECR", &holders]);
+    Ok(())
+}
+
+#[idempotent(key_from = "order", coordinator = c, name = "proc.charge", wait = "60s")]
+async fn charge(c: &Coordinator, order: &str, port: u16, ns: &str) -> Result<String, ChildError> {
+    witness(port, &["INCR", &format!("{ns}:w:runs")]);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    Ok(format!("receipt-by-pid-{}", std::process::id()))
+}
+
+#[distributed_lock(key_from = "slot", coordinator = c, name = "proc.hold", lease = "1s", fenced = true, renew = true)]
+async fn hold_renewed(c: &Coordinator, slot: u32) -> Result<(), ChildError> {
+    println!("ACQUIRED {}", fencing_token().expect("fenced"));
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        println!("TICK");
+    }
+    Ok(())
+}
+
+#[distributed_lock(key_from = "slot", coordinator = c, name = "proc.hold", lease = "1s", fenced = true)]
+async fn hold_then_write(c: &Coordinator, slot: u32, url: &str) -> Result<(), ChildError> {
+    let token = fencing_token().expect("fenced");
+    println!("ACQUIRED {token}");
+    // The parent freezes this process here, past the lease.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let client = redis::Client::open(url).expect("url");
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connection");
+    match write_fenced(&mut conn, "proc:resource", b"from the paused holder", token)
+        .await
+        .expect("fenced write")
+    {
+        FencedWrite::Accepted => println!("WRITE accepted"),
+        FencedWrite::Rejected { newest } => println!("WRITE rejected newest={newest}"),
+    }
+    Ok(())
+}
+
+async fn child(role: &str) {
+    let url = std::env::var("COORD_TEST_URL").expect("COORD_TEST_URL");
+    let ns = std::env::var("COORD_TEST_NS").expect("COORD_TEST_NS");
+    let port: u16 = url.rsplit(':').next().unwrap().parse().unwrap();
+    let provider = RedisProvider::connect(&url).await.expect("connect");
+    let c = Coordinator::builder()
+        .namespace(ns.clone())
+        .provider(provider)
+        .build()
+        .expect("coordinator");
+    match role {
+        "contend" => {
+            let tasks: Vec<_> = (0..8)
+                .map(|_| {
+                    let (c, ns) = (c.clone(), ns.clone());
+                    tokio::spawn(async move {
+                        for _ in 0..8 {
+                            contend_once(&c, 1, port, &ns).await.expect("lock within wait");
+                        }
+                    })
+                })
+                .collect();
+            for t in tasks {
+                t.await.expect("task");
+            }
+            println!("DONE");
+        }
+        "charge" => {
+            let receipt = charge(&c, "order-1", port, &ns).await.expect("charge");
+            println!("RESULT {receipt}");
+        }
+        "hold-renewed" => match hold_renewed(&c, 1).await {
+            Ok(()) => println!("RESULT finished"),
+            Err(ChildError::Coord(CoordError::LockLost { .. })) => println!("RESULT lost"),
+            Err(other) => println!("RESULT {other:?}"),
+        },
+        "hold-then-write" => {
+            let outcome = hold_then_write(&c, 1, &url).await;
+            println!("RESULT {}", if outcome.is_ok() { "ok" } else { "err" });
+        }
+        other => panic!("unknown role {other}"),
+    }
+}
+
+// ---------------------------------------------------------------- the parent side
+
+/// A child process of this binary, with its stdout lines arriving on a channel.
+struct Player {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+    stderr: Option<std::thread::JoinHandle<String>>,
+}
+
+impl Player {
+    fn start(role: &str, server: &RedisServer, ns: &str) -> Player {
+        let mut child = Command::new(std::env::current_exe().expect("own path"))
+            .env(ROLE, role)
+            .env("COORD_TEST_URL", server.url())
+            .env("COORD_TEST_NS", ns)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("re-run this test binary as a child");
+        let stdout = child.stdout.take().expect("piped");
+        let stderr = child.stderr.take().expect("piped");
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let stderr = std::thread::spawn(move || {
+            let mut all = String::new();
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                all.push_str(&line);
+                all.push('\n');
+            }
+            all
+        });
+        Player {
+            child,
+            lines,
+            stderr: Some(stderr),
+        }
+    }
+
+    /// Waits for a stdout line starting with `prefix`, returning it.
+    fn expect_line(&self, prefix: &str, within: Duration) -> String {
+        let deadline = Instant::now() + within;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) if line.starts_with(prefix) => return line,
+                Ok(_) => {}
+                Err(_) => panic!("no line starting with {prefix:?} within {within:?}"),
+            }
+        }
+    }
+
+    fn signal(&self, sig: libc::c_int) {
+        // Our own child, not yet reaped: the pid cannot have been reused.
+        let rc = unsafe { libc::kill(self.child.id() as libc::pid_t, sig) };
+        assert_eq!(rc, 0, "signal {sig} to child {}", self.child.id());
+    }
+
+    /// Waits for the child to exit and returns its stderr.
+    fn finish(mut self, within: Duration) -> String {
+        let deadline = Instant::now() + within;
+        loop {
+            if self.child.try_wait().expect("wait").is_some() {
+                break;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!("child did not exit within {within:?}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.stderr
+            .take()
+            .and_then(|h| h.join().ok())
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Player {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+fn parent_coordinator(rt: &tokio::runtime::Runtime, server: &RedisServer, ns: &str) -> Coordinator {
+    let provider = rt
+        .block_on(RedisProvider::connect(&server.url()))
+        .expect("connect");
+    Coordinator::builder()
+        .namespace(ns)
+        .provider(provider)
+        .build()
+        .expect("coordinator")
+}
+
+fn lock_key(c: &Coordinator, op: &str, slot: u32) -> String {
+    coord_core::KeyBuilder::new(c.namespace())
+        .raw_segment(op)
+        .part(&slot)
+        .finish()
+}
+
+/// 4 processes x 8 tasks contend one key: never two holders at once, and fencing tokens
+/// strictly increase in the order the holders held the lock.
+fn four_processes_never_overlap_and_fence_in_order(server: &RedisServer) {
+    let ns = "xproc-lock";
+    let players: Vec<Player> = (0..4).map(|_| Player::start("contend", server, ns)).collect();
+    for p in &players {
+        p.expect_line("DONE", Duration::from_secs(240));
+    }
+    for p in players {
+        p.finish(Duration::from_secs(10));
+    }
+    let overlaps = command_at(server.port(), &["GET", &format!("{ns}:w:overlaps")]).unwrap();
+    assert_eq!(overlaps.text(), None, "two holders were inside at once");
+    let tokens = command_at(server.port(), &["LRANGE", &format!("{ns}:w:tokens"), "0", "-1"])
+        .unwrap();
+    let tokens: Vec<u64> = match tokens {
+        coord_redis::testing::Resp::Array(items) => items
+            .iter()
+            .map(|t| t.text().unwrap().parse().unwrap())
+            .collect(),
+        other => panic!("tokens list: {other:?}"),
+    };
+    assert_eq!(tokens.len(), 4 * 8 * 8, "every acquisition recorded its token");
+    assert!(
+        tokens.windows(2).all(|w| w[0] < w[1]),
+        "fencing tokens must strictly increase in holder order"
+    );
+}
+
+/// One idempotent operation called concurrently from 4 processes with one key runs once, and
+/// all 4 get the same result.
+fn four_processes_charge_once(server: &RedisServer) {
+    let ns = "xproc-idem";
+    let players: Vec<Player> = (0..4).map(|_| Player::start("charge", server, ns)).collect();
+    let results: Vec<String> = players
+        .iter()
+        .map(|p| p.expect_line("RESULT", Duration::from_secs(60)))
+        .collect();
+    for p in players {
+        p.finish(Duration::from_secs(10));
+    }
+    assert!(results.windows(2).all(|w| w[0] == w[1]), "one result for all: {results:?}");
+    let runs = command_at(server.port(), &["GET", &format!("{ns}:w:runs")]).unwrap();
+    assert_eq!(runs.text().as_deref(), Some("1"), "the body ran exactly once");
+}
+
+/// A holder frozen past its lease lets another acquire; when it thaws, its renewal finds the
+/// lock gone (or its local clock a whole lease passed) and its body is cancelled.
+fn frozen_renewing_holder_is_cancelled_on_resume(server: &RedisServer) {
+    let ns = "xproc-freeze";
+    let rt = runtime();
+    let c = parent_coordinator(&rt, server, ns);
+    let holder = Player::start("hold-renewed", server, ns);
+    holder.expect_line("ACQUIRED", Duration::from_secs(20));
+    holder.signal(libc::SIGSTOP);
+    let stopped_at = Instant::now();
+    let key = lock_key(&c, "proc.hold", 1);
+    let me = coord_core::OwnerToken::new();
+    let grant = rt
+        .block_on(c.lock_provider().acquire(coord_core::LockRequest {
+            key: &key,
+            owner: me,
+            lease: Duration::from_secs(30),
+            wait: Duration::from_secs(5),
+            fenced: true,
+        }))
+        .expect("acquire");
+    assert!(grant.is_some(), "the frozen holder's lease lapsed and freed the lock");
+    assert!(
+        stopped_at.elapsed() < Duration::from_secs(1) + Duration::from_secs(1),
+        "replaced within lease + 1 s"
+    );
+    holder.signal(libc::SIGCONT);
+    let result = holder.expect_line("RESULT", Duration::from_secs(10));
+    assert_eq!(result, "RESULT lost", "the thawed holder's body is cancelled");
+    let stderr = holder.finish(Duration::from_secs(10));
+    assert!(stderr.contains("lease lost"), "the loss is logged: {stderr}");
+    rt.block_on(c.lock_provider().release(&key, me)).unwrap();
+}
+
+/// Without renewal, a holder frozen past its lease wakes up and writes with its old token: the
+/// resource refuses it, and its release is a warned no-op.
+fn frozen_unrenewed_holder_is_fenced_off(server: &RedisServer) {
+    let ns = "xproc-fence";
+    let rt = runtime();
+    let c = parent_coordinator(&rt, server, ns);
+    let holder = Player::start("hold-then-write", server, ns);
+    let acquired = holder.expect_line("ACQUIRED", Duration::from_secs(20));
+    holder.signal(libc::SIGSTOP);
+    let old: u64 = acquired["ACQUIRED ".len()..].parse().unwrap();
+    let key = lock_key(&c, "proc.hold", 1);
+    let me = coord_core::OwnerToken::new();
+    let grant = rt
+        .block_on(c.lock_provider().acquire(coord_core::LockRequest {
+            key: &key,
+            owner: me,
+            lease: Duration::from_secs(30),
+            wait: Duration::from_secs(5),
+            fenced: true,
+        }))
+        .expect("acquire")
+        .expect("the frozen holder's lease lapsed");
+    let newer = grant.fencing_token.expect("fenced");
+    assert!(newer.get() > old, "the successor's token is newer");
+    let written = rt.block_on(async {
+        let client = redis::Client::open(server.url()).unwrap();
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        write_fenced(&mut conn, "proc:resource", b"from the successor", newer).await
+    });
+    assert_eq!(written.unwrap(), FencedWrite::Accepted);
+    holder.signal(libc::SIGCONT);
+    let write = holder.expect_line("WRITE", Duration::from_secs(10));
+    assert!(write.starts_with("WRITE rejected"), "the stale write is refused: {write}");
+    holder.expect_line("RESULT", Duration::from_secs(10));
+    let stderr = holder.finish(Duration::from_secs(10));
+    assert!(
+        stderr.contains("not exclusive throughout"),
+        "the stale holder's release is a warned no-op: {stderr}"
+    );
+    let value = command_at(server.port(), &["HGET", "proc:resource", "value"]).unwrap();
+    assert_eq!(value.text().as_deref(), Some("from the successor"));
+    assert_eq!(
+        rt.block_on(c.lock_provider().release(&key, me)).unwrap(),
+        coord_core::ReleaseOutcome::Released,
+        "the stale release did not free the successor"
+    );
+}
+
+/// A holder killed with SIGKILL is replaced within lease + 1 s.
+fn killed_holder_is_replaced_within_lease_plus_one_second(server: &RedisServer) {
+    let ns = "xproc-kill";
+    let rt = runtime();
+    let c = parent_coordinator(&rt, server, ns);
+    let holder = Player::start("hold-renewed", server, ns);
+    holder.expect_line("ACQUIRED", Duration::from_secs(20));
+    holder.signal(libc::SIGKILL);
+    let killed_at = Instant::now();
+    let key = lock_key(&c, "proc.hold", 1);
+    let me = coord_core::OwnerToken::new();
+    let grant = rt
+        .block_on(c.lock_provider().acquire(coord_core::LockRequest {
+            key: &key,
+            owner: me,
+            lease: Duration::from_secs(30),
+            wait: Duration::from_secs(5),
+            fenced: false,
+        }))
+        .expect("acquire");
+    let replaced_after = killed_at.elapsed();
+    assert!(grant.is_some(), "the dead holder's lock frees itself");
+    assert!(
+        replaced_after < Duration::from_secs(2),
+        "replaced within lease (1 s) + 1 s, took {replaced_after:?}"
+    );
+    rt.block_on(c.lock_provider().release(&key, me)).unwrap();
+}
+
+fn main() {
+    if let Ok(role) = std::env::var(ROLE) {
+        tracing_subscriber::fmt()
+            .with_writer(std::io::stderr)
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .init();
+        runtime().block_on(child(&role));
+        return;
+    }
+    let server = RedisServer::start();
+    let scenarios: [(&str, fn(&RedisServer)); 5] = [
+        (
+            "four_processes_never_overlap_and_fence_in_order",
+            four_processes_never_overlap_and_fence_in_order,
+        ),
+        ("four_processes_charge_once", four_processes_charge_once),
+        (
+            "frozen_renewing_holder_is_cancelled_on_resume",
+            frozen_renewing_holder_is_cancelled_on_resume,
+        ),
+        (
+            "frozen_unrenewed_holder_is_fenced_off",
+            frozen_unrenewed_holder_is_fenced_off,
+        ),
+        (
+            "killed_holder_is_replaced_within_lease_plus_one_second",
+            killed_holder_is_replaced_within_lease_plus_one_second,
+        ),
+    ];
+    let filter: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    let (mut passed, mut failed) = (0, 0);
+    for (name, scenario) in scenarios {
+        if !filter.is_empty() && !filter.iter().any(|f| name.contains(f.as_str())) {
+            continue;
+        }
+        let started = Instant::now();
+        match std::panic::catch_unwind(|| scenario(&server)) {
+            Ok(()) => {
+                passed += 1;
+                println!("test {name} ... ok ({:?})", started.elapsed());
+            }
+            Err(_) => {
+                failed += 1;
+                println!("test {name} ... FAILED");
+            }
+        }
+    }
+    println!("processes: {passed} passed, {failed} failed");
+    if failed > 0 {
+        std::process::exit(1);
+    }
+}

@@ -265,7 +265,10 @@ impl RedisServer {
             let server = RedisServer::start();
             // Statics are never dropped: stop the server when the process exits instead.
             let registered = unsafe { libc::atexit(stop_shared) };
-            assert_eq!(registered, 0, "could not register the shared server's cleanup");
+            assert_eq!(
+                registered, 0,
+                "could not register the shared server's cleanup"
+            );
             server
         })
     }

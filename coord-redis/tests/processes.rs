@@ -107,7 +107,9 @@ async fn child(role: &str) {
                     let (c, ns) = (c.clone(), ns.clone());
                     tokio::spawn(async move {
                         for _ in 0..8 {
-                            contend_once(&c, 1, port, &ns).await.expect("lock within wait");
+                            contend_once(&c, 1, port, &ns)
+                                .await
+                                .expect("lock within wait");
                         }
                     })
                 })
@@ -255,7 +257,9 @@ fn lock_key(c: &Coordinator, op: &str, slot: u32) -> String {
 /// strictly increase in the order the holders held the lock.
 fn four_processes_never_overlap_and_fence_in_order(server: &RedisServer) {
     let ns = "xproc-lock";
-    let players: Vec<Player> = (0..4).map(|_| Player::start("contend", server, ns)).collect();
+    let players: Vec<Player> = (0..4)
+        .map(|_| Player::start("contend", server, ns))
+        .collect();
     for p in &players {
         p.expect_line("DONE", Duration::from_secs(240));
     }
@@ -264,8 +268,11 @@ fn four_processes_never_overlap_and_fence_in_order(server: &RedisServer) {
     }
     let overlaps = command_at(server.port(), &["GET", &format!("{ns}:w:overlaps")]).unwrap();
     assert_eq!(overlaps.text(), None, "two holders were inside at once");
-    let tokens = command_at(server.port(), &["LRANGE", &format!("{ns}:w:tokens"), "0", "-1"])
-        .unwrap();
+    let tokens = command_at(
+        server.port(),
+        &["LRANGE", &format!("{ns}:w:tokens"), "0", "-1"],
+    )
+    .unwrap();
     let tokens: Vec<u64> = match tokens {
         coord_redis::testing::Resp::Array(items) => items
             .iter()
@@ -273,7 +280,11 @@ fn four_processes_never_overlap_and_fence_in_order(server: &RedisServer) {
             .collect(),
         other => panic!("tokens list: {other:?}"),
     };
-    assert_eq!(tokens.len(), 4 * 8 * 8, "every acquisition recorded its token");
+    assert_eq!(
+        tokens.len(),
+        4 * 8 * 8,
+        "every acquisition recorded its token"
+    );
     assert!(
         tokens.windows(2).all(|w| w[0] < w[1]),
         "fencing tokens must strictly increase in holder order"
@@ -284,7 +295,9 @@ fn four_processes_never_overlap_and_fence_in_order(server: &RedisServer) {
 /// all 4 get the same result.
 fn four_processes_charge_once(server: &RedisServer) {
     let ns = "xproc-idem";
-    let players: Vec<Player> = (0..4).map(|_| Player::start("charge", server, ns)).collect();
+    let players: Vec<Player> = (0..4)
+        .map(|_| Player::start("charge", server, ns))
+        .collect();
     let results: Vec<String> = players
         .iter()
         .map(|p| p.expect_line("RESULT", Duration::from_secs(60)))
@@ -292,9 +305,16 @@ fn four_processes_charge_once(server: &RedisServer) {
     for p in players {
         p.finish(Duration::from_secs(10));
     }
-    assert!(results.windows(2).all(|w| w[0] == w[1]), "one result for all: {results:?}");
+    assert!(
+        results.windows(2).all(|w| w[0] == w[1]),
+        "one result for all: {results:?}"
+    );
     let runs = command_at(server.port(), &["GET", &format!("{ns}:w:runs")]).unwrap();
-    assert_eq!(runs.text().as_deref(), Some("1"), "the body ran exactly once");
+    assert_eq!(
+        runs.text().as_deref(),
+        Some("1"),
+        "the body ran exactly once"
+    );
 }
 
 /// A holder frozen past its lease lets another acquire; when it thaws, its renewal finds the
@@ -318,16 +338,25 @@ fn frozen_renewing_holder_is_cancelled_on_resume(server: &RedisServer) {
             fenced: true,
         }))
         .expect("acquire");
-    assert!(grant.is_some(), "the frozen holder's lease lapsed and freed the lock");
+    assert!(
+        grant.is_some(),
+        "the frozen holder's lease lapsed and freed the lock"
+    );
     assert!(
         stopped_at.elapsed() < Duration::from_secs(1) + Duration::from_secs(1),
         "replaced within lease + 1 s"
     );
     holder.signal(libc::SIGCONT);
     let result = holder.expect_line("RESULT", Duration::from_secs(10));
-    assert_eq!(result, "RESULT lost", "the thawed holder's body is cancelled");
+    assert_eq!(
+        result, "RESULT lost",
+        "the thawed holder's body is cancelled"
+    );
     let stderr = holder.finish(Duration::from_secs(10));
-    assert!(stderr.contains("lease lost"), "the loss is logged: {stderr}");
+    assert!(
+        stderr.contains("lease lost"),
+        "the loss is logged: {stderr}"
+    );
     rt.block_on(c.lock_provider().release(&key, me)).unwrap();
 }
 
@@ -363,7 +392,10 @@ fn frozen_unrenewed_holder_is_fenced_off(server: &RedisServer) {
     assert_eq!(written.unwrap(), FencedWrite::Accepted);
     holder.signal(libc::SIGCONT);
     let write = holder.expect_line("WRITE", Duration::from_secs(10));
-    assert!(write.starts_with("WRITE rejected"), "the stale write is refused: {write}");
+    assert!(
+        write.starts_with("WRITE rejected"),
+        "the stale write is refused: {write}"
+    );
     holder.expect_line("RESULT", Duration::from_secs(10));
     let stderr = holder.finish(Duration::from_secs(10));
     assert!(

@@ -127,6 +127,17 @@ where
     let output = run_guarded(hold.clone(), spec.on_lost, body).await;
     // Stop renewing before releasing, so no renewal can outlive the unlock.
     drop(renewal);
+    let Some(output) = output else {
+        // The hold is lost: the lock is probably someone else's by now and the backend may be
+        // unreachable. Answer at once; the owner-checked release (a no-op if the lock moved
+        // on) finishes in the background. The guard, still armed, hands it off on drop.
+        drop(guard);
+        call.record_lock(LockOutcome::Lost, grant.fencing_token);
+        return R::from_coord_error(CoordError::LockLost {
+            key: call.key.to_string(),
+            held_for: hold.held_for(),
+        });
+    };
     let released = match memory {
         Some(memory) => Ok(memory.release_inline(key, owner)),
         None => provider.release(key, owner).await,
@@ -147,16 +158,7 @@ where
             tracing::warn!(key = %call.key, error = %err, "coord: releasing the lock failed; it frees itself when its lease ends");
         }
     }
-    match output {
-        Some(output) => output,
-        None => {
-            call.record_lock(LockOutcome::Lost, grant.fencing_token);
-            R::from_coord_error(CoordError::LockLost {
-                key: call.key.to_string(),
-                held_for: hold.held_for(),
-            })
-        }
-    }
+    output
 }
 
 /// Runs `body` as the holder of `hold`. With `OnLost::Cancel`, the body is dropped at its next

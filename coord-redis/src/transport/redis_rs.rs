@@ -165,7 +165,18 @@ impl Transport for RedisRs {
         Box::pin(async move {
             let i = self.next.fetch_add(1, Ordering::Relaxed);
             match &self.conns {
-                Conns::Managed(pool) => exec(&mut pool[i % pool.len()].clone(), cmds).await,
+                Conns::Managed(pool) => {
+                    let conn = &pool[i % pool.len()];
+                    match exec_raw(&mut conn.clone(), cmds).await {
+                        // The manager had failed to reconnect (the server was down) and has
+                        // just started dialling again; the command never left, so sending it
+                        // once more is safe, and makes the first call after a restart work.
+                        Err(err) if err.is_connection_refusal() => {
+                            exec(&mut conn.clone(), cmds).await
+                        }
+                        other => other.map_err(fault)?.into_iter().map(reply).collect(),
+                    }
+                }
                 Conns::Cluster(pool) => exec(&mut pool[i % pool.len()].clone(), cmds).await,
                 Conns::Sentinel(pool) => pool[i % pool.len()].exec(cmds).await,
             }
@@ -194,16 +205,22 @@ fn to_cmd(cmd: &Command) -> redis::Cmd {
     out
 }
 
-async fn exec<C: ConnectionLike>(conn: &mut C, cmds: &[Command]) -> Result<Vec<Reply>, Fault> {
+async fn exec_raw<C: ConnectionLike>(
+    conn: &mut C,
+    cmds: &[Command],
+) -> Result<Vec<Value>, RedisError> {
     if let [one] = cmds {
-        let value: Value = to_cmd(one).query_async(conn).await.map_err(fault)?;
-        return Ok(vec![reply(value)?]);
+        return Ok(vec![to_cmd(one).query_async(conn).await?]);
     }
     let mut pipe = redis::pipe();
     for cmd in cmds {
         pipe.add_command(to_cmd(cmd));
     }
-    let values: Vec<Value> = pipe.query_async(conn).await.map_err(fault)?;
+    pipe.query_async(conn).await
+}
+
+async fn exec<C: ConnectionLike>(conn: &mut C, cmds: &[Command]) -> Result<Vec<Reply>, Fault> {
+    let values = exec_raw(conn, cmds).await.map_err(fault)?;
     values.into_iter().map(reply).collect()
 }
 

@@ -39,9 +39,10 @@ pub(crate) async fn connect(options: &Options) -> Result<Arc<dyn Transport>, Fau
         .with_connection_config(|conn| {
             conn.connection_timeout = timeout;
             conn.internal_command_timeout = timeout;
-            // A command is written once: a script that ran before the connection broke is
-            // not replayed (its caller gets the error instead).
-            conn.max_command_attempts = 1;
+            // fred may send a command again after a reconnect (and must, to follow Cluster
+            // topology changes). Every coord write is owner-checked, so a repeated one
+            // changes nothing; at worst it reports `NotHeld`/`false` for a write that landed.
+            conn.max_command_attempts = 3;
             conn.reconnect_errors = vec![
                 fred::types::config::ReconnectError::ClusterDown,
                 fred::types::config::ReconnectError::Loading,

@@ -440,6 +440,9 @@ fn killed_holder_is_replaced_within_lease_plus_one_second(server: &RedisServer) 
     rt.block_on(c.lock_provider().release(&key, me)).unwrap();
 }
 
+/// One scenario of this binary, run against the shared server.
+type Scenario = fn(&RedisServer);
+
 fn main() {
     if let Ok(role) = std::env::var(ROLE) {
         tracing_subscriber::fmt()
@@ -450,7 +453,7 @@ fn main() {
         return;
     }
     let server = RedisServer::start();
-    let scenarios: [(&str, fn(&RedisServer)); 5] = [
+    let scenarios: [(&str, Scenario); 5] = [
         (
             "four_processes_never_overlap_and_fence_in_order",
             four_processes_never_overlap_and_fence_in_order,

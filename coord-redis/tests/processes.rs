@@ -246,6 +246,26 @@ fn parent_coordinator(rt: &tokio::runtime::Runtime, server: &RedisServer, ns: &s
         .expect("coordinator")
 }
 
+/// Takes `key` as a fresh owner from the parent, waiting up to 5 s.
+fn acquire_from_parent(
+    rt: &tokio::runtime::Runtime,
+    c: &Coordinator,
+    key: &str,
+    fenced: bool,
+) -> (coord_core::OwnerToken, Option<coord_core::LockGrant>) {
+    let me = coord_core::OwnerToken::new();
+    let grant = rt
+        .block_on(c.lock_provider().acquire(coord_core::LockRequest {
+            key,
+            owner: me,
+            lease: Duration::from_secs(30),
+            wait: Duration::from_secs(5),
+            fenced,
+        }))
+        .expect("acquire");
+    (me, grant)
+}
+
 fn lock_key(c: &Coordinator, op: &str, slot: u32) -> String {
     coord_core::KeyBuilder::new(c.namespace())
         .raw_segment(op)
@@ -328,16 +348,7 @@ fn frozen_renewing_holder_is_cancelled_on_resume(server: &RedisServer) {
     holder.signal(libc::SIGSTOP);
     let stopped_at = Instant::now();
     let key = lock_key(&c, "proc.hold", 1);
-    let me = coord_core::OwnerToken::new();
-    let grant = rt
-        .block_on(c.lock_provider().acquire(coord_core::LockRequest {
-            key: &key,
-            owner: me,
-            lease: Duration::from_secs(30),
-            wait: Duration::from_secs(5),
-            fenced: true,
-        }))
-        .expect("acquire");
+    let (me, grant) = acquire_from_parent(&rt, &c, &key, true);
     assert!(
         grant.is_some(),
         "the frozen holder's lease lapsed and freed the lock"
@@ -371,17 +382,8 @@ fn frozen_unrenewed_holder_is_fenced_off(server: &RedisServer) {
     holder.signal(libc::SIGSTOP);
     let old: u64 = acquired["ACQUIRED ".len()..].parse().unwrap();
     let key = lock_key(&c, "proc.hold", 1);
-    let me = coord_core::OwnerToken::new();
-    let grant = rt
-        .block_on(c.lock_provider().acquire(coord_core::LockRequest {
-            key: &key,
-            owner: me,
-            lease: Duration::from_secs(30),
-            wait: Duration::from_secs(5),
-            fenced: true,
-        }))
-        .expect("acquire")
-        .expect("the frozen holder's lease lapsed");
+    let (me, grant) = acquire_from_parent(&rt, &c, &key, true);
+    let grant = grant.expect("the frozen holder's lease lapsed");
     let newer = grant.fencing_token.expect("fenced");
     assert!(newer.get() > old, "the successor's token is newer");
     let written = rt.block_on(async {
@@ -421,16 +423,7 @@ fn killed_holder_is_replaced_within_lease_plus_one_second(server: &RedisServer) 
     holder.signal(libc::SIGKILL);
     let killed_at = Instant::now();
     let key = lock_key(&c, "proc.hold", 1);
-    let me = coord_core::OwnerToken::new();
-    let grant = rt
-        .block_on(c.lock_provider().acquire(coord_core::LockRequest {
-            key: &key,
-            owner: me,
-            lease: Duration::from_secs(30),
-            wait: Duration::from_secs(5),
-            fenced: false,
-        }))
-        .expect("acquire");
+    let (me, grant) = acquire_from_parent(&rt, &c, &key, false);
     let replaced_after = killed_at.elapsed();
     assert!(grant.is_some(), "the dead holder's lock frees itself");
     assert!(

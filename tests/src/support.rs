@@ -271,3 +271,26 @@ where
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
+
+/// True when nobody holds the lock `key`: a probe acquires it (one attempt) and releases it.
+pub async fn lock_is_free(c: &Coordinator, key: &str) -> bool {
+    let probe = OwnerToken::new();
+    let got = c
+        .lock_provider()
+        .acquire(LockRequest {
+            key,
+            owner: probe,
+            lease: Duration::from_secs(30),
+            wait: Duration::ZERO,
+            fenced: false,
+        })
+        .await
+        .expect("probe acquire");
+    if got.is_some() {
+        c.lock_provider()
+            .release(key, probe)
+            .await
+            .expect("probe release");
+    }
+    got.is_some()
+}

@@ -8,25 +8,10 @@ use coord_core::{
     CoordError, Coordinator, LockOutcome, LockRequest, OwnerToken, distributed_lock, idempotent,
     is_held, lock_lost, observe,
 };
-use coord_tests::support::InstrumentedProvider;
+use coord_tests::support::{InstrumentedProvider, lock_is_free};
 
 async fn held_by_someone(c: &Coordinator, key: &str) -> bool {
-    let probe = OwnerToken::new();
-    let got = c
-        .lock_provider()
-        .acquire(LockRequest {
-            key,
-            owner: probe,
-            lease: Duration::from_secs(30),
-            wait: Duration::ZERO,
-            fenced: false,
-        })
-        .await
-        .unwrap();
-    if got.is_some() {
-        c.lock_provider().release(key, probe).await.unwrap();
-    }
-    got.is_none()
+    !lock_is_free(c, key).await
 }
 
 fn key(c: &Coordinator, op: &str, id: u64) -> String {

@@ -9,7 +9,7 @@ use coord_core::{
     CoordError, Coordinator, LockOutcome, LockRequest, OnBackendError, OwnerToken,
     distributed_lock, fencing_token, observe,
 };
-use coord_tests::support::{InstrumentedProvider, SpanRecorder, eventually};
+use coord_tests::support::{InstrumentedProvider, SpanRecorder, eventually, lock_is_free};
 
 fn lock_key(c: &Coordinator, op: &str, part: u64) -> String {
     coord_core::KeyBuilder::new(c.namespace())
@@ -19,22 +19,7 @@ fn lock_key(c: &Coordinator, op: &str, part: u64) -> String {
 }
 
 async fn is_free(c: &Coordinator, key: &str) -> bool {
-    let probe = OwnerToken::new();
-    let got = c
-        .lock_provider()
-        .acquire(LockRequest {
-            key,
-            owner: probe,
-            lease: Duration::from_secs(30),
-            wait: Duration::ZERO,
-            fenced: false,
-        })
-        .await
-        .unwrap();
-    if got.is_some() {
-        c.lock_provider().release(key, probe).await.unwrap();
-    }
-    got.is_some()
+    lock_is_free(c, key).await
 }
 
 #[distributed_lock(key_from = "id", wait = "10s", coordinator = c, name = "tests.nested")]

@@ -63,6 +63,8 @@
 //!   [`RedisProviderBuilder::client`]`(`[`Client::Fred`]`)`.
 //! * `testing`: [`testing`], which starts throwaway `redis-server` processes for tests.
 
+#![warn(missing_docs)]
+
 #[cfg(not(any(feature = "redis-client", feature = "fred")))]
 compile_error!("coord-redis needs a client: enable the `redis-client` or the `fred` feature");
 

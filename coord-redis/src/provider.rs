@@ -52,7 +52,32 @@ const MAX_MILLIS: u64 = 1_000_000_000_000;
 ///   configured); an unreachable server yields a [`BackendError`] of kind `Timeout` or
 ///   `Unavailable`, never a hang. A value at a coord key that coord did not write yields kind
 ///   `Protocol`.
+/// * **Idempotency records.** A claim creates the in-flight marker or reads the record in one
+///   script; completion keeps the claim's fingerprint and stores the outcome for its
+///   retention; completion, abandonment and [`IdempotencyStore::purge`] wake `wait_settled`
+///   callers at once. A marker claimed with `keep_abandoned_for` stays after its lease as an
+///   abandoned record until that period ends or it is purged.
 /// * **Server time.** Leases and retentions are Redis expiries, measured by the server clock.
+///
+/// # Example
+/// ```no_run
+/// # async fn start() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::time::Duration;
+/// use coord_redis::RedisProvider;
+///
+/// let redis = RedisProvider::sentinel("mymaster", ["redis://sentinel-a:26379", "sentinel-b:26379"])
+///     .data_node_credentials(None, "s3cret")
+///     .command_timeout(Duration::from_millis(300))
+///     .connect()
+///     .await?;
+/// let coordinator = coord_core::Coordinator::builder()
+///     .namespace("orders")
+///     .provider(redis.clone())
+///     .build()?;
+/// # let _ = coordinator;
+/// # Ok(())
+/// # }
+/// ```
 ///
 /// # What it does not promise
 /// Exclusion across a Sentinel failover or a Cluster resharding that loses writes; ordering
@@ -334,17 +359,14 @@ impl Inner {
     }
 
     /// Sends `cmds` in one round trip, bounded by the command timeout.
-    async fn run(&self, cmds: &[Command], key: &str) -> Result<Vec<Reply>, BackendError> {
-        let what = cmds[0].name().to_owned();
+    async fn run(&self, cmds: Vec<Command>, key: &str) -> Result<Vec<Reply>, BackendError> {
+        let what = cmds[0].name;
+        let expected = cmds.len();
         match tokio::time::timeout(self.timeout, self.transport.run(cmds)).await {
-            Ok(Ok(replies)) if replies.len() == cmds.len() => Ok(replies),
-            Ok(Ok(_)) => Err(BackendError::new(
-                BackendErrorKind::Protocol,
-                format!("{what} at {}: wrong number of replies", self.address),
-            )
-            .with_key(key)),
-            Ok(Err(fault)) => Err(self.error(fault, &what, key)),
-            Err(_) => Err(self.timed_out(&what, key)),
+            Ok(Ok(replies)) if replies.len() == expected => Ok(replies),
+            Ok(Ok(_)) => Err(self.protocol(what, key, "wrong number of replies")),
+            Ok(Err(fault)) => Err(self.error(fault, what, key)),
+            Err(_) => Err(self.timed_out(what, key)),
         }
     }
 
@@ -356,7 +378,7 @@ impl Inner {
         args: &[&[u8]],
         key: &str,
     ) -> Result<Reply, BackendError> {
-        let build = |name: &str, body: &str| {
+        let build = |name: &'static str, body: &str| {
             let mut cmd = Command::new(name).arg(body).arg(keys.len().to_string());
             for (i, k) in keys.iter().enumerate() {
                 cmd = if i == 0 { cmd.key(k) } else { cmd.arg(k) };
@@ -366,22 +388,25 @@ impl Inner {
             }
             cmd
         };
-        let what = format!("script `{}`", script.name);
         let attempt = async {
-            let by_sha = [build("EVALSHA", &script.sha)];
-            match self.transport.run(&by_sha).await {
+            match self
+                .transport
+                .run(vec![build("EVALSHA", &script.sha)])
+                .await
+            {
                 Err(fault) if fault.is_noscript() => {
-                    let by_source = [build("EVAL", script.source)];
-                    self.transport.run(&by_source).await
+                    self.transport.run(vec![build("EVAL", script.source)]).await
                 }
                 other => other,
             }
         };
-        match tokio::time::timeout(self.timeout, attempt).await {
+        let outcome = tokio::time::timeout(self.timeout, attempt).await;
+        let what = || format!("script `{}`", script.name);
+        match outcome {
             Ok(Ok(mut replies)) if replies.len() == 1 => Ok(replies.pop().expect("one reply")),
-            Ok(Ok(_)) => Err(self.protocol(&what, key, "wrong number of replies")),
-            Ok(Err(fault)) => Err(self.error(fault, &what, key)),
-            Err(_) => Err(self.timed_out(&what, key)),
+            Ok(Ok(_)) => Err(self.protocol(&what(), key, "wrong number of replies")),
+            Ok(Err(fault)) => Err(self.error(fault, &what(), key)),
+            Err(_) => Err(self.timed_out(&what(), key)),
         }
     }
 
@@ -466,10 +491,10 @@ impl Inner {
             .arg(lease_ms.to_string())
             .arg("GET");
         let replies = if want_pttl {
-            self.run(&[set, Command::new("PTTL").key(lock)], key)
+            self.run(vec![set, Command::new("PTTL").key(lock)], key)
                 .await?
         } else {
-            self.run(&[set], key).await?
+            self.run(vec![set], key).await?
         };
         match &replies[0] {
             Reply::Nil => Ok(Attempt::Won(None)),

@@ -16,16 +16,18 @@ pub(crate) mod redis_rs;
 /// One command: its name and arguments, and which argument is the key (for Cluster routing).
 #[derive(Debug, Clone)]
 pub(crate) struct Command {
-    /// Name first, then arguments.
+    pub(crate) name: &'static str,
+    /// The arguments after the name.
     pub(crate) args: Vec<Vec<u8>>,
     /// Index in `args` of the key that decides the slot (`None` for keyless commands).
     pub(crate) key_index: Option<usize>,
 }
 
 impl Command {
-    pub(crate) fn new(name: &str) -> Command {
+    pub(crate) fn new(name: &'static str) -> Command {
         Command {
-            args: vec![name.as_bytes().to_vec()],
+            name,
+            args: Vec::with_capacity(6),
             key_index: None,
         }
     }
@@ -40,16 +42,6 @@ impl Command {
     pub(crate) fn arg(mut self, arg: impl AsRef<[u8]>) -> Command {
         self.args.push(arg.as_ref().to_vec());
         self
-    }
-
-    pub(crate) fn name(&self) -> &str {
-        std::str::from_utf8(&self.args[0]).unwrap_or("?")
-    }
-
-    /// The routing key's bytes.
-    #[allow(dead_code)] // only the fred transport routes by hand
-    pub(crate) fn routing_key(&self) -> Option<&[u8]> {
-        self.key_index.map(|i| self.args[i].as_slice())
     }
 }
 
@@ -114,7 +106,7 @@ impl Fault {
 pub(crate) trait Transport: Send + Sync + 'static {
     /// Sends `cmds` in one round trip (a pipeline when more than one) and returns one reply
     /// per command. Any error reply fails the whole call.
-    fn run<'a>(&'a self, cmds: &'a [Command]) -> BoxFuture<'a, Result<Vec<Reply>, Fault>>;
+    fn run(&self, cmds: Vec<Command>) -> BoxFuture<'_, Result<Vec<Reply>, Fault>>;
 
     /// Starts the shared subscriber connection. It connects in the background, reconnects on
     /// its own, and reports messages and reconnections to `events`.

@@ -22,6 +22,7 @@ async fn fresh(client: Client) -> Coordinator {
         .expect("coordinator")
 }
 
+#[cfg(feature = "redis-client")]
 mod redis_rs {
     async fn fresh_coordinator() -> coord_core::Coordinator {
         super::fresh(coord_redis::Client::RedisRs).await

@@ -20,6 +20,7 @@ per_client!(
     killed_server_fails_fast_and_restart_recovers,
     foreign_values_at_lock_keys_are_protocol_errors,
     foreign_values_at_record_keys_are_protocol_errors,
+    scripts_are_sent_again_after_the_cache_is_flushed,
 );
 
 const TIMEOUT: Duration = Duration::from_millis(400);
@@ -363,4 +364,36 @@ async fn foreign_values_at_record_keys_are_protocol_errors(client: Client) {
     let k = key("garbage-state-wait");
     server.command(&["HSET", &redis_key(&k, "idem"), "st", "?"]);
     assert_protocol(p.wait_settled(&k, LONG).await, "wait_settled");
+}
+
+async fn scripts_are_sent_again_after_the_cache_is_flushed(client: Client) {
+    let server = RedisServer::start();
+    let p = provider(&server, client).await;
+    let k = key("noscript");
+    let a = OwnerToken::new();
+    p.acquire(fenced(&k, a, LONG, Duration::ZERO))
+        .await
+        .unwrap()
+        .unwrap();
+    p.release(&k, a).await.unwrap();
+    assert_eq!(
+        server.command(&["SCRIPT", "FLUSH"]),
+        coord_redis::testing::Resp::Simple("OK".into())
+    );
+    let monitor = coord_redis::testing::Monitor::start(&server);
+    let grant = p
+        .acquire(fenced(&k, a, LONG, Duration::ZERO))
+        .await
+        .unwrap();
+    assert!(grant.unwrap().fencing_token.is_some());
+    // By SHA first; the server no longer knows it (NOSCRIPT), so the source goes once.
+    assert_eq!(monitor.client_commands(), ["evalsha", "eval"]);
+    assert_eq!(p.release(&k, a).await.unwrap(), ReleaseOutcome::Released);
+    assert_eq!(monitor.client_commands(), ["evalsha", "eval"]);
+    // Cached again: by SHA only.
+    p.acquire(fenced(&k, a, LONG, Duration::ZERO))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(monitor.client_commands(), ["evalsha"]);
 }

@@ -1,5 +1,6 @@
 //! Lease behaviour under Redis faults: a renewed hold whose Redis stops, and an idempotent
 //! completion whose caller goes away while the write is pending.
+#![cfg(feature = "redis-client")]
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -58,7 +59,9 @@ async fn redis_stopping_during_a_renewed_hold_is_a_loss_within_one_lease() {
         "got {outcome:?}"
     );
     assert!(
-        detected_after <= Duration::from_millis(1500) + Duration::from_millis(500),
+        // The last confirmed renewal was at most one interval before the pause; the margin
+        // absorbs timer lateness on a loaded machine.
+        detected_after <= Duration::from_millis(1500) + Duration::from_secs(1),
         "lost signal within one lease of the last confirmed renewal: {detected_after:?}"
     );
     assert_eq!(c.active_renewals(), 0);

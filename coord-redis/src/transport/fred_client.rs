@@ -57,7 +57,6 @@ pub(crate) async fn connect(options: &Options) -> Result<Arc<dyn Transport>, Fau
     Ok(Arc::new(Fred {
         pool,
         subscriber: Some(subscriber),
-        clustered: matches!(options.topology, Topology::Cluster(_)),
         timeout,
     }))
 }
@@ -113,7 +112,6 @@ fn config(options: &Options) -> Result<Config, Fault> {
 struct Fred {
     pool: Pool,
     subscriber: Option<SubscriberClient>,
-    clustered: bool,
     timeout: Duration,
 }
 
@@ -129,26 +127,26 @@ impl Drop for Fred {
     }
 }
 
-fn custom(cmd: &Command) -> (CustomCommand, Vec<Value>) {
-    // Arguments after the name; the key's offset among them decides the slot.
+fn custom(cmd: Command) -> (CustomCommand, Vec<Value>) {
+    // The key's offset among the arguments decides the slot.
     let hash = match cmd.key_index {
-        Some(i) => ClusterHash::Offset(i - 1),
+        Some(i) => ClusterHash::Offset(i),
         None => ClusterHash::Random,
     };
-    let name = cmd.name().to_owned();
-    let args = cmd.args[1..]
-        .iter()
-        .map(|a| Value::Bytes(Bytes::copy_from_slice(a)))
+    let args = cmd
+        .args
+        .into_iter()
+        .map(|a| Value::Bytes(Bytes::from(a)))
         .collect();
-    (CustomCommand::new(name, hash, false), args)
+    (CustomCommand::new_static(cmd.name, hash, false), args)
 }
 
 impl Transport for Fred {
-    fn run<'a>(&'a self, cmds: &'a [Command]) -> BoxFuture<'a, Result<Vec<Reply>, Fault>> {
+    fn run(&self, mut cmds: Vec<Command>) -> BoxFuture<'_, Result<Vec<Reply>, Fault>> {
         Box::pin(async move {
             let client = self.pool.next();
-            if let [one] = cmds {
-                let (cmd, args) = custom(one);
+            if cmds.len() == 1 {
+                let (cmd, args) = custom(cmds.pop().expect("one command"));
                 let value: Value = client.custom(cmd, args).await.map_err(fault)?;
                 return Ok(vec![reply(value)?]);
             }
@@ -178,7 +176,6 @@ impl Transport for Fred {
             client,
             ready: ready_rx,
             task,
-            clustered: self.clustered,
         })
     }
 }
@@ -229,7 +226,6 @@ struct FredSubscriber {
     client: SubscriberClient,
     ready: watch::Receiver<bool>,
     task: tokio::task::JoinHandle<()>,
-    clustered: bool,
 }
 
 impl Drop for FredSubscriber {
@@ -258,36 +254,41 @@ impl FredSubscriber {
 impl Subscriber for FredSubscriber {
     fn subscribe<'a>(&'a self, channels: &'a [String]) -> BoxFuture<'a, Result<(), Fault>> {
         Box::pin(async move {
-            self.connected().await?;
-            if self.clustered {
-                // One command per channel: fred routes each to a node, and every node sees
-                // every publication.
-                for channel in channels {
-                    self.client
-                        .subscribe(channel.as_str())
-                        .await
-                        .map_err(fault)?;
-                }
-                Ok(())
-            } else {
-                self.client
-                    .subscribe(channels.to_vec())
-                    .await
-                    .map_err(fault)
+            if channels.is_empty() {
+                return Ok(());
             }
+            self.connected().await?;
+            self.client
+                .subscribe(channels.to_vec())
+                .await
+                .map_err(fault)?;
+            // fred resolves SUBSCRIBE once it is written. A PING on the same connection comes
+            // back only after the server has processed everything sent before it, so from
+            // here on the subscription is in place and a retry cannot miss a release. (fred
+            // sends a client's subscriptions to one node, hashed from its id; so goes the
+            // PING.)
+            let slot = fred::util::redis_keyslot(self.client.id().as_bytes());
+            let ping = CustomCommand::new_static("PING", ClusterHash::Custom(slot), false);
+            let _: Value = self
+                .client
+                .custom(ping, Vec::<Value>::new())
+                .await
+                .map_err(fault)?;
+            Ok(())
         })
     }
 
     fn unsubscribe<'a>(&'a self, channels: &'a [String]) -> BoxFuture<'a, Result<(), Fault>> {
         Box::pin(async move {
-            self.connected().await?;
-            for channel in channels {
-                self.client
-                    .unsubscribe(channel.as_str())
-                    .await
-                    .map_err(fault)?;
+            if channels.is_empty() {
+                // (An empty UNSUBSCRIBE would mean "from everything".)
+                return Ok(());
             }
-            Ok(())
+            self.connected().await?;
+            self.client
+                .unsubscribe(channels.to_vec())
+                .await
+                .map_err(fault)
         })
     }
 }

@@ -161,8 +161,9 @@ enum PubSubSource {
 }
 
 impl Transport for RedisRs {
-    fn run<'a>(&'a self, cmds: &'a [Command]) -> BoxFuture<'a, Result<Vec<Reply>, Fault>> {
+    fn run(&self, cmds: Vec<Command>) -> BoxFuture<'_, Result<Vec<Reply>, Fault>> {
         Box::pin(async move {
+            let cmds = cmds.as_slice();
             let i = self.next.fetch_add(1, Ordering::Relaxed);
             match &self.conns {
                 Conns::Managed(pool) => {
@@ -198,8 +199,8 @@ impl Transport for RedisRs {
 }
 
 fn to_cmd(cmd: &Command) -> redis::Cmd {
-    let mut out = redis::cmd(cmd.name());
-    for arg in &cmd.args[1..] {
+    let mut out = redis::cmd(cmd.name);
+    for arg in &cmd.args {
         out.arg(arg.as_slice());
     }
     out
@@ -392,6 +393,9 @@ impl RrSubscriber {
 impl Subscriber for RrSubscriber {
     fn subscribe<'a>(&'a self, channels: &'a [String]) -> BoxFuture<'a, Result<(), Fault>> {
         Box::pin(async move {
+            if channels.is_empty() {
+                return Ok(());
+            }
             let mut conn = self.connection().await?;
             conn.subscribe(channels).await.map_err(fault)
         })
@@ -399,6 +403,10 @@ impl Subscriber for RrSubscriber {
 
     fn unsubscribe<'a>(&'a self, channels: &'a [String]) -> BoxFuture<'a, Result<(), Fault>> {
         Box::pin(async move {
+            if channels.is_empty() {
+                // (An empty UNSUBSCRIBE would mean "from everything".)
+                return Ok(());
+            }
             let mut conn = self.connection().await?;
             conn.unsubscribe(channels).await.map_err(fault)
         })

@@ -5,8 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use coord_core::{
-    CoordError, Coordinator, LockOutcome, LockRequest, OwnerToken, distributed_lock, idempotent,
-    is_held, lock_lost, observe,
+    CoordError, Coordinator, LockOutcome, distributed_lock, idempotent, is_held, lock_lost, observe,
 };
 use coord_tests::support::{InstrumentedProvider, lock_is_free};
 

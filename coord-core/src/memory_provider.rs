@@ -53,7 +53,8 @@ impl MemoryProvider {
         match attempt {
             Attempt::Granted(g) => Some(grant(g)),
             Attempt::Held => None,
-            Attempt::Queued(waiter) => waiter.wait().await.map(grant),
+            // Boxed: the waiting state machine is large, and only contended calls need it.
+            Attempt::Queued(waiter) => Box::pin(waiter.wait()).await.map(grant),
         }
     }
 

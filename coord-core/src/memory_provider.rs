@@ -40,10 +40,13 @@ impl MemoryProvider {
         &self,
         req: LockRequest<'_>,
         shared_key: Option<&Arc<str>>,
-    ) -> Option<LockGrant> {
-        let grant = |g: coord_memory::Grant| LockGrant {
-            fencing_token: g.fencing_token.map(FencingToken::new),
-            contended: g.contended,
+    ) -> Option<(LockGrant, tokio::time::Instant)> {
+        let grant = |g: coord_memory::Grant| {
+            let grant = LockGrant {
+                fencing_token: g.fencing_token.map(FencingToken::new),
+                contended: g.contended,
+            };
+            (grant, g.granted_at)
         };
         let (owner, lease, wait, fenced) = (req.owner.as_u128(), req.lease, req.wait, req.fenced);
         let attempt = match shared_key {
@@ -78,7 +81,7 @@ impl LockProvider for MemoryProvider {
         &'a self,
         req: LockRequest<'a>,
     ) -> BoxFuture<'a, Result<Option<LockGrant>, BackendError>> {
-        Box::pin(async move { Ok(self.acquire_inline(req, None).await) })
+        Box::pin(async move { Ok(self.acquire_inline(req, None).await.map(|(grant, _)| grant)) })
     }
 
     fn release<'a>(

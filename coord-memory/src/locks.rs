@@ -17,6 +17,8 @@ pub struct Grant {
     pub fencing_token: Option<u64>,
     /// True when the lock was granted after waiting for another holder.
     pub contended: bool,
+    /// When the lease began (the table's clock, tokio's `Instant`).
+    pub granted_at: Instant,
 }
 
 struct Queued {
@@ -185,6 +187,7 @@ impl LockTable {
                 Attempt::Granted(Grant {
                     fencing_token: self.mint(fenced),
                     contended: false,
+                    granted_at: now,
                 })
             }
             Entry::Occupied(mut slot) => {
@@ -195,6 +198,7 @@ impl LockTable {
                     return Attempt::Granted(Grant {
                         fencing_token: self.mint(fenced),
                         contended: false,
+                        granted_at: now,
                     });
                 }
                 if wait.is_zero() {
@@ -321,6 +325,7 @@ impl LockTable {
                 return Some(Grant {
                     fencing_token: self.mint(fenced),
                     contended: true,
+                    granted_at: now,
                 });
             }
             if now >= deadline {
@@ -361,6 +366,7 @@ impl LockTable {
         Some(Grant {
             fencing_token: self.mint(fenced),
             contended: true,
+            granted_at: now,
         })
     }
 
@@ -387,6 +393,7 @@ impl LockTable {
                 let grant = Grant {
                     fencing_token: self.mint(waiter.fenced),
                     contended: true,
+                    granted_at: now,
                 };
                 if waiter.handoff.send(grant).is_ok() {
                     lock.owner = waiter.owner;

@@ -53,7 +53,9 @@ where
     }
     let provider = call.coordinator.lock_provider();
     let owner = OwnerToken::new();
-    let started = Instant::now();
+    let memory = call.coordinator.memory();
+    // The in-process provider reports when the lease began; others are timed from here.
+    let started = (memory.is_none() || !spec.wait.is_zero()).then(Instant::now);
     let mut guard = ReleaseOnDrop {
         provider,
         key,
@@ -67,19 +69,24 @@ where
         wait: spec.wait,
         fenced: spec.fenced,
     };
-    let memory = call.coordinator.memory();
     let acquired = match memory {
-        Some(memory) => Ok(memory.acquire_inline(request, Some(&call.key)).await),
-        None => provider.acquire(request).await,
+        Some(memory) => Ok(memory
+            .acquire_inline(request, Some(&call.key))
+            .await
+            .map(|(grant, at)| (grant, Some(at)))),
+        None => provider
+            .acquire(request)
+            .await
+            .map(|grant| grant.map(|grant| (grant, None))),
     };
-    let grant = match acquired {
-        Ok(Some(grant)) => grant,
+    let (grant, granted_at) = match acquired {
+        Ok(Some(granted)) => granted,
         Ok(None) => {
             guard.armed = false;
             call.record_lock(LockOutcome::NotAcquired, None);
             return R::from_coord_error(CoordError::LockNotAcquired {
                 key: call.key.to_string(),
-                waited: started.elapsed(),
+                waited: started.map_or(std::time::Duration::ZERO, |s| s.elapsed()),
             });
         }
         // The acquire may have landed before the fault: the guard stays armed and releases.
@@ -107,17 +114,17 @@ where
     call.record_lock(outcome, grant.fencing_token);
     // The lease began no earlier than the successful attempt was sent: for a first-attempt
     // grant that is `started`; after waiting, the last attempt was just now.
-    let lease_from = if grant.contended {
-        Instant::now()
-    } else {
-        started
+    let lease_from = match (granted_at, started) {
+        (Some(at), _) => at,
+        (None, Some(started)) if !grant.contended => tokio::time::Instant::from_std(started),
+        (None, _) => tokio::time::Instant::now(),
     };
     let hold = Hold::new(
         HoldKind::Lock,
         call.key.clone(),
         owner,
         spec.lease,
-        tokio::time::Instant::from_std(lease_from),
+        lease_from,
         grant.fencing_token,
         held::innermost(),
     );

@@ -7,8 +7,9 @@
 //! | lock                     | `ns:lock:{op:parts}`              |
 //! | fencing counter          | `ns:fence:{op:parts}`             |
 //! | idempotency record       | `ns:idem:{op:parts}`              |
-//! | "lock released" channel  | `ns:lock-released:{op:parts}`     |
-//! | "record settled" channel | `ns:idem-settled:{op:parts}`      |
+//!
+//! A release is announced on the pub/sub channel named like the lock key, a settled record
+//! on the channel named like the record key (channels are not keys: the names cannot clash).
 //!
 //! The braces are a Redis Cluster hash tag: every name of one call key hashes to the same slot,
 //! so a script may touch the lock and its fencing counter together. Call keys never contain
@@ -59,14 +60,6 @@ impl<'a> Names<'a> {
     pub(crate) fn record(&self) -> String {
         self.name("idem")
     }
-
-    pub(crate) fn lock_channel(&self) -> String {
-        self.name("lock-released")
-    }
-
-    pub(crate) fn record_channel(&self) -> String {
-        self.name("idem-settled")
-    }
 }
 
 #[cfg(test)]
@@ -79,8 +72,6 @@ mod tests {
         assert_eq!(n.lock(), "svc:lock:{charge:42:eu}");
         assert_eq!(n.fence(), "svc:fence:{charge:42:eu}");
         assert_eq!(n.record(), "svc:idem:{charge:42:eu}");
-        assert_eq!(n.lock_channel(), "svc:lock-released:{charge:42:eu}");
-        assert_eq!(n.record_channel(), "svc:idem-settled:{charge:42:eu}");
         assert!(Names::of("svc:").is_err());
         assert!(Names::of("svc:a{b}").is_err());
     }

@@ -28,8 +28,9 @@
 //! ## What goes to Redis
 //! A call key `ns:op:parts` is stored under `ns:lock:{op:parts}` (the lock: the owner's
 //! 128-bit token as 32 hex characters, with a `PX` lease), `ns:fence:{op:parts}` (the fencing
-//! counter, only for fenced locks), `ns:idem:{op:parts}` (the idempotency record, a hash), and
-//! the channels `ns:lock-released:{op:parts}` and `ns:idem-settled:{op:parts}`. The braces
+//! counter, only for fenced locks) and `ns:idem:{op:parts}` (the idempotency record, a hash).
+//! Releases and settled records are announced on the pub/sub channel of the same name as the
+//! lock or record key (channels are not keys, the names cannot clash). The braces
 //! are a Cluster hash tag: all of one key's data shares one slot. Call keys cannot contain
 //! braces, so user values cannot pick the slot.
 //!
@@ -69,6 +70,7 @@
 compile_error!("coord-redis needs a client: enable the `redis-client` or the `fred` feature");
 
 mod config;
+mod encode;
 mod keys;
 mod provider;
 mod scripts;

@@ -11,6 +11,7 @@ use coord_core::{
 use tokio::time::Instant;
 
 use crate::config::{Client, Endpoint, Options, Topology, scrub};
+use crate::encode::{Decimal, TokenText};
 use crate::keys::Names;
 use crate::scripts::{self, Script};
 use crate::transport::{Command, Fault, Reply, Transport};
@@ -48,8 +49,9 @@ const MAX_MILLIS: u64 = 1_000_000_000_000;
 ///   one shared subscriber connection per provider and one release wakes one waiter (the one
 ///   in this process that started waiting first). A backstop at the holder's remaining lease
 ///   (at most one second, with jitter) covers a lost message or a holder that died.
-/// * **Bounded calls.** Every Redis call is bounded by the command timeout (one second unless
-///   configured); an unreachable server yields a [`BackendError`] of kind `Timeout` or
+/// * **Bounded calls.** Every round trip to Redis, including making a connection for it, is
+///   bounded by the command timeout (one second unless configured; a script the server has
+///   forgotten costs one more round trip to send it again); an unreachable server yields a [`BackendError`] of kind `Timeout` or
 ///   `Unavailable`, never a hang. A value at a coord key that coord did not write yields kind
 ///   `Protocol`.
 /// * **Idempotency records.** A claim creates the in-flight marker or reads the record in one
@@ -343,30 +345,27 @@ impl RedisProvider {
 
 impl Inner {
     fn error(&self, fault: Fault, what: &str, key: &str) -> BackendError {
+        if let Fault::Timeout(_) = fault {
+            return BackendError::new(
+                BackendErrorKind::Timeout,
+                format!(
+                    "{what} at {}: no answer within {:?}",
+                    self.address, self.timeout
+                ),
+            )
+            .with_key(key);
+        }
         let err = fault.into_backend(&format!("{what} at {}", self.address));
         BackendError::new(err.kind(), scrub(err.message(), &self.secrets)).with_key(key)
     }
 
-    fn timed_out(&self, what: &str, key: &str) -> BackendError {
-        BackendError::new(
-            BackendErrorKind::Timeout,
-            format!(
-                "{what} at {}: no answer within {:?}",
-                self.address, self.timeout
-            ),
-        )
-        .with_key(key)
-    }
-
-    /// Sends `cmds` in one round trip, bounded by the command timeout.
-    async fn run(&self, cmds: Vec<Command>, key: &str) -> Result<Vec<Reply>, BackendError> {
+    /// Sends `cmds` in one round trip (the transport bounds it by the command timeout).
+    async fn run(&self, cmds: &[Command<'_>], key: &str) -> Result<Vec<Reply>, BackendError> {
         let what = cmds[0].name;
-        let expected = cmds.len();
-        match tokio::time::timeout(self.timeout, self.transport.run(cmds)).await {
-            Ok(Ok(replies)) if replies.len() == expected => Ok(replies),
-            Ok(Ok(_)) => Err(self.protocol(what, key, "wrong number of replies")),
-            Ok(Err(fault)) => Err(self.error(fault, what, key)),
-            Err(_) => Err(self.timed_out(what, key)),
+        match self.transport.run(cmds).await {
+            Ok(replies) if replies.len() == cmds.len() => Ok(replies),
+            Ok(_) => Err(self.protocol(what, key, "wrong number of replies")),
+            Err(fault) => Err(self.error(fault, what, key)),
         }
     }
 
@@ -378,35 +377,33 @@ impl Inner {
         args: &[&[u8]],
         key: &str,
     ) -> Result<Reply, BackendError> {
-        let build = |name: &'static str, body: &str| {
-            let mut cmd = Command::new(name).arg(body).arg(keys.len().to_string());
+        const NUMKEYS: [&str; 3] = ["0", "1", "2"];
+        let sha: &str = &script.sha;
+        // `body` is left to inference so both calls share one lifetime (the script's).
+        let build = |name: &'static str, body| {
+            let mut cmd = Command::new(name).arg(body).arg(NUMKEYS[keys.len()]);
             for (i, k) in keys.iter().enumerate() {
-                cmd = if i == 0 { cmd.key(k) } else { cmd.arg(k) };
+                cmd = if i == 0 { cmd.key(k) } else { cmd.arg(*k) };
             }
             for a in args {
-                cmd = cmd.arg(a);
+                cmd = cmd.arg(*a);
             }
             cmd
         };
-        let attempt = async {
-            match self
-                .transport
-                .run(vec![build("EVALSHA", &script.sha)])
-                .await
-            {
-                Err(fault) if fault.is_noscript() => {
-                    self.transport.run(vec![build("EVAL", script.source)]).await
-                }
-                other => other,
+        let outcome = match self.transport.run(&[build("EVALSHA", sha)]).await {
+            Err(fault) if fault.is_noscript() => {
+                self.transport.run(&[build("EVAL", script.source)]).await
             }
+            other => other,
         };
-        let outcome = tokio::time::timeout(self.timeout, attempt).await;
-        let what = || format!("script `{}`", script.name);
         match outcome {
-            Ok(Ok(mut replies)) if replies.len() == 1 => Ok(replies.pop().expect("one reply")),
-            Ok(Ok(_)) => Err(self.protocol(&what(), key, "wrong number of replies")),
-            Ok(Err(fault)) => Err(self.error(fault, &what(), key)),
-            Err(_) => Err(self.timed_out(&what(), key)),
+            Ok(mut replies) if replies.len() == 1 => Ok(replies.pop().expect("one reply")),
+            Ok(_) => Err(self.protocol(
+                &format!("script `{}`", script.name),
+                key,
+                "wrong number of replies",
+            )),
+            Err(fault) => Err(self.error(fault, &format!("script `{}`", script.name), key)),
         }
     }
 
@@ -446,7 +443,7 @@ impl Inner {
         &self,
         names: &Names<'_>,
         lock: &str,
-        token: &str,
+        token: &TokenText,
         lease_ms: u64,
         fenced: bool,
         want_pttl: bool,
@@ -460,9 +457,9 @@ impl Inner {
                     &scripts::FENCED_ACQUIRE,
                     &[lock, &fence],
                     &[
-                        token.as_bytes(),
-                        lease_ms.to_string().as_bytes(),
-                        fence_ms.min(MAX_MILLIS).to_string().as_bytes(),
+                        token.as_ref(),
+                        Decimal::new(lease_ms).as_ref(),
+                        Decimal::new(fence_ms.min(MAX_MILLIS)).as_ref(),
                     ],
                     key,
                 )
@@ -483,23 +480,24 @@ impl Inner {
         }
         // SET .. NX .. GET answers with the current holder when the key is taken (and fails
         // with WRONGTYPE on a foreign value) in the same single command.
+        let lease = Decimal::new(lease_ms);
         let set = Command::new("SET")
             .key(lock)
             .arg(token)
             .arg("NX")
             .arg("PX")
-            .arg(lease_ms.to_string())
+            .arg(&lease)
             .arg("GET");
         let replies = if want_pttl {
-            self.run(vec![set, Command::new("PTTL").key(lock)], key)
+            self.run(&[set, Command::new("PTTL").key(lock)], key)
                 .await?
         } else {
-            self.run(vec![set], key).await?
+            self.run(&[set], key).await?
         };
         match &replies[0] {
             Reply::Nil => Ok(Attempt::Won(None)),
             // Our own token: an earlier send of this very SET landed (a client retry).
-            Reply::Data(holder) if holder == token.as_bytes() => Ok(Attempt::Won(None)),
+            Reply::Data(holder) if holder == token.as_ref() => Ok(Attempt::Won(None)),
             Reply::Data(holder) if is_token(holder) => {
                 let pttl = match replies.get(1) {
                     Some(Reply::Int(ms)) => Some(*ms),
@@ -524,7 +522,7 @@ impl Inner {
     async fn acquire(&self, req: LockRequest<'_>) -> Result<Option<LockGrant>, BackendError> {
         let names = Names::of(req.key)?;
         let lock = names.lock();
-        let token = req.owner.to_string();
+        let token = TokenText::new(req.owner);
         let lease_ms = millis(req.lease);
         let waiting = !req.wait.is_zero();
         let deadline = Instant::now() + req.wait;
@@ -549,12 +547,9 @@ impl Inner {
         // Listen before retrying, so a release between our attempt and the subscription
         // is seen by the retry, and one after it by the message. A wait that ends while the
         // subscription is still being made ends as a refusal.
-        let joining = self.hub.join(
-            &self.transport,
-            names.lock_channel(),
-            Wake::Head,
-            self.timeout,
-        );
+        let joining = self
+            .hub
+            .join(&self.transport, lock.clone(), Wake::Head, self.timeout);
         let Ok(ticket) = tokio::time::timeout_at(deadline, joining).await else {
             return Ok(None);
         };
@@ -615,15 +610,9 @@ impl LockProvider for RedisProvider {
         Box::pin(async move {
             let inner = &*self.inner;
             let names = Names::of(key)?;
-            let token = owner.to_string();
-            let channel = names.lock_channel();
+            let token = TokenText::new(owner);
             let reply = inner
-                .eval(
-                    &scripts::RELEASE,
-                    &[&names.lock()],
-                    &[token.as_bytes(), channel.as_bytes()],
-                    key,
-                )
+                .eval(&scripts::RELEASE, &[&names.lock()], &[token.as_ref()], key)
                 .await?;
             match reply {
                 Reply::Int(1) => Ok(ReleaseOutcome::Released),
@@ -642,12 +631,13 @@ impl LockProvider for RedisProvider {
         Box::pin(async move {
             let inner = &*self.inner;
             let names = Names::of(key)?;
-            let token = owner.to_string();
+            let token = TokenText::new(owner);
+            let lease = Decimal::new(millis(lease));
             let reply = inner
                 .eval(
                     &scripts::RENEW,
                     &[&names.lock()],
-                    &[token.as_bytes(), millis(lease).to_string().as_bytes()],
+                    &[token.as_ref(), lease.as_ref()],
                     key,
                 )
                 .await?;
@@ -679,7 +669,7 @@ impl Inner {
     async fn claim(&self, req: ClaimRequest<'_>) -> Result<ClaimOutcome, BackendError> {
         let key = req.key;
         let names = Names::of(key)?;
-        let token = req.owner.to_string();
+        let token = TokenText::new(req.owner);
         let fp: &[u8] = match &req.fingerprint {
             Some(fp) => &fp.0,
             None => &[],
@@ -688,17 +678,16 @@ impl Inner {
         // Lease plus keep must stay within what Redis accepts.
         let keep = req
             .keep_abandoned_for
-            .map(|d| millis(d).min(MAX_MILLIS - lease).max(1).to_string())
-            .unwrap_or_default();
+            .map(|d| Decimal::new(millis(d).min(MAX_MILLIS - lease).max(1)));
         let reply = self
             .eval(
                 &scripts::CLAIM,
                 &[&names.record()],
                 &[
-                    token.as_bytes(),
-                    lease.to_string().as_bytes(),
+                    token.as_ref(),
+                    Decimal::new(lease).as_ref(),
                     fp,
-                    keep.as_bytes(),
+                    keep.as_ref().map_or(&[][..], |k| k.as_ref()),
                 ],
                 key,
             )
@@ -760,12 +749,9 @@ impl Inner {
         let deadline = Instant::now() + timeout;
         let names = Names::of(key)?;
         let record = names.record();
-        let joining = self.hub.join(
-            &self.transport,
-            names.record_channel(),
-            Wake::All,
-            self.timeout,
-        );
+        let joining = self
+            .hub
+            .join(&self.transport, record.clone(), Wake::All, self.timeout);
         let Ok(ticket) = tokio::time::timeout_at(deadline, joining).await else {
             return Ok(());
         };
@@ -826,19 +812,13 @@ impl IdempotencyStore for RedisProvider {
         retention: Duration,
     ) -> BoxFuture<'a, Result<bool, BackendError>> {
         Box::pin(async move {
-            let token = owner.to_string();
-            let channel = Names::of(key)?.record_channel();
-            let retention = millis(retention).to_string();
+            let token = TokenText::new(owner);
+            let retention = Decimal::new(millis(retention));
             self.inner
                 .settle(
                     &scripts::COMPLETE,
                     key,
-                    &[
-                        token.as_bytes(),
-                        &payload,
-                        retention.as_bytes(),
-                        channel.as_bytes(),
-                    ],
+                    &[token.as_ref(), &payload, retention.as_ref()],
                     "complete",
                 )
                 .await
@@ -851,15 +831,9 @@ impl IdempotencyStore for RedisProvider {
         owner: OwnerToken,
     ) -> BoxFuture<'a, Result<bool, BackendError>> {
         Box::pin(async move {
-            let token = owner.to_string();
-            let channel = Names::of(key)?.record_channel();
+            let token = TokenText::new(owner);
             self.inner
-                .settle(
-                    &scripts::ABANDON,
-                    key,
-                    &[token.as_bytes(), channel.as_bytes()],
-                    "abandon",
-                )
+                .settle(&scripts::ABANDON, key, &[token.as_ref()], "abandon")
                 .await
         })
     }
@@ -879,14 +853,14 @@ impl IdempotencyStore for RedisProvider {
         lease: Duration,
     ) -> BoxFuture<'a, Result<RenewOutcome, BackendError>> {
         Box::pin(async move {
-            let token = owner.to_string();
-            let lease = millis(lease).to_string();
+            let token = TokenText::new(owner);
+            let lease = Decimal::new(millis(lease));
             let renewed = self
                 .inner
                 .settle(
                     &scripts::RENEW_MARKER,
                     key,
-                    &[token.as_bytes(), lease.as_bytes()],
+                    &[token.as_ref(), lease.as_ref()],
                     "renew marker",
                 )
                 .await?;
@@ -899,12 +873,7 @@ impl IdempotencyStore for RedisProvider {
     }
 
     fn purge<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<bool, BackendError>> {
-        Box::pin(async move {
-            let channel = Names::of(key)?.record_channel();
-            self.inner
-                .settle(&scripts::PURGE, key, &[channel.as_bytes()], "purge")
-                .await
-        })
+        Box::pin(self.inner.settle(&scripts::PURGE, key, &[], "purge"))
     }
 }
 

@@ -5,7 +5,8 @@
 //! `EVAL`, which also caches it there.
 //!
 //! Every script touches keys of one call key only (one hash tag), so it runs unchanged on
-//! Redis Cluster. Channels are passed as arguments: `PUBLISH` is not a key access.
+//! Redis Cluster. A key's changes are announced on the channel of the same name (`PUBLISH KEYS[1]`):
+//! channels and keys are separate namespaces, and the name needs no extra argument.
 //!
 //! Values: a lock holds its owner token (32 lowercase hex characters) with a `PX` lease. An
 //! idempotency record is a hash with fields `st` (`i` in flight, `c` completed), `own` (the
@@ -74,16 +75,16 @@ return {1, token}
     )
 });
 
-/// Owner-scoped release. KEYS: lock. ARGV: owner, channel.
+/// Owner-scoped release. KEYS: lock. ARGV: owner.
 ///
-/// Deletes the lock and publishes on its channel when the owner holds it: returns 1, else 0.
+/// Deletes the lock and publishes on the channel named like it when the owner holds it: returns 1, else 0.
 pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         "release",
         r#"
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', ARGV[2], '')
+  redis.call('PUBLISH', KEYS[1], '')
   return 1
 end
 return 0
@@ -208,14 +209,14 @@ return {2, redis.call('PTTL', KEYS[1])}
     )
 });
 
-/// Removes any record. KEYS: record. ARGV: channel. Publishes when something was removed, so
+/// Removes any record. KEYS: record. Publishes when something was removed, so
 /// waiters on a marker return. Returns 1 when a record was there, else 0.
 pub(crate) static PURGE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         "purge",
         r#"
 if redis.call('DEL', KEYS[1]) == 1 then
-  redis.call('PUBLISH', ARGV[1], 'p')
+  redis.call('PUBLISH', KEYS[1], 'p')
   return 1
 end
 return 0
@@ -223,7 +224,7 @@ return 0
     )
 });
 
-/// Owner-scoped completion. KEYS: record. ARGV: owner, payload, retention ms, channel.
+/// Owner-scoped completion. KEYS: record. ARGV: owner, payload, retention ms.
 ///
 /// Turns the owner's in-flight marker (live, or lapsed and kept) into the completed record
 /// (keeping its fingerprint), sets the retention and publishes. Returns 1, or 0 when the
@@ -239,13 +240,13 @@ end
 redis.call('HSET', KEYS[1], 'st', 'c', 'pl', ARGV[2])
 redis.call('HDEL', KEYS[1], 'own', 'lx', 'kp')
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
-redis.call('PUBLISH', ARGV[4], 'c')
+redis.call('PUBLISH', KEYS[1], 'c')
 return 1
 "#,
     )
 });
 
-/// Owner-scoped abandonment. KEYS: record. ARGV: owner, channel.
+/// Owner-scoped abandonment. KEYS: record. ARGV: owner.
 ///
 /// Deletes the owner's in-flight marker (live, or lapsed and kept) and publishes. Returns 1,
 /// or 0 when not the owner's.
@@ -258,7 +259,7 @@ if r[1] ~= 'i' or r[2] ~= ARGV[1] then
   return 0
 end
 redis.call('DEL', KEYS[1])
-redis.call('PUBLISH', ARGV[2], 'a')
+redis.call('PUBLISH', KEYS[1], 'a')
 return 1
 "#,
     )

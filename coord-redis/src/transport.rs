@@ -13,35 +13,65 @@ pub(crate) mod fred_client;
 #[cfg(feature = "redis-client")]
 pub(crate) mod redis_rs;
 
+/// Most arguments any coord command has (`EVALSHA sha numkeys` plus keys and script
+/// arguments included).
+const MAX_ARGS: usize = 10;
+
 /// One command: its name and arguments, and which argument is the key (for Cluster routing).
-#[derive(Debug, Clone)]
-pub(crate) struct Command {
+///
+/// The arguments are borrowed from the caller, which keeps them alive until the reply is in:
+/// building a command allocates nothing, and each client library copies the bytes once, into
+/// its own wire buffer.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Command<'a> {
     pub(crate) name: &'static str,
-    /// The arguments after the name.
-    pub(crate) args: Vec<Vec<u8>>,
+    args: [&'a [u8]; MAX_ARGS],
+    len: usize,
     /// Index in `args` of the key that decides the slot (`None` for keyless commands).
     pub(crate) key_index: Option<usize>,
 }
 
-impl Command {
-    pub(crate) fn new(name: &'static str) -> Command {
+impl<'a> Command<'a> {
+    pub(crate) fn new(name: &'static str) -> Command<'a> {
         Command {
             name,
-            args: Vec::with_capacity(6),
+            args: [&[]; MAX_ARGS],
+            len: 0,
             key_index: None,
         }
     }
 
     /// Appends the routing key.
-    pub(crate) fn key(mut self, key: &str) -> Command {
-        self.key_index = Some(self.args.len());
-        self.args.push(key.as_bytes().to_vec());
+    pub(crate) fn key(mut self, key: &'a str) -> Command<'a> {
+        self.key_index = Some(self.len);
+        self.arg(key.as_bytes())
+    }
+
+    /// Appends an argument.
+    ///
+    /// # Panics
+    ///
+    /// With more than `MAX_ARGS` arguments: every command coord sends has a fixed shape well
+    /// under it, and the test suite sends each of them.
+    pub(crate) fn arg(mut self, arg: &'a (impl AsRef<[u8]> + ?Sized)) -> Command<'a> {
+        assert!(
+            self.len < MAX_ARGS,
+            "`{}` has too many arguments",
+            self.name
+        );
+        self.args[self.len] = arg.as_ref();
+        self.len += 1;
         self
     }
 
-    pub(crate) fn arg(mut self, arg: impl AsRef<[u8]>) -> Command {
-        self.args.push(arg.as_ref().to_vec());
-        self
+    /// The arguments after the name.
+    pub(crate) fn args(&self) -> &[&'a [u8]] {
+        &self.args[..self.len]
+    }
+
+    /// Bytes in all arguments together (for sizing a client's buffer).
+    pub(crate) fn arg_bytes(&self) -> usize {
+        self.args().iter().map(|a| a.len()).sum()
     }
 }
 
@@ -106,7 +136,10 @@ impl Fault {
 pub(crate) trait Transport: Send + Sync + 'static {
     /// Sends `cmds` in one round trip (a pipeline when more than one) and returns one reply
     /// per command. Any error reply fails the whole call.
-    fn run(&self, cmds: Vec<Command>) -> BoxFuture<'_, Result<Vec<Reply>, Fault>>;
+    ///
+    /// Resolves within the command timeout, including any time spent making a connection:
+    /// the provider adds no timer of its own on the path every lock takes.
+    fn run<'a>(&'a self, cmds: &'a [Command<'a>]) -> BoxFuture<'a, Result<Vec<Reply>, Fault>>;
 
     /// Starts the shared subscriber connection. It connects in the background, reconnects on
     /// its own, and reports messages and reconnections to `events`.

@@ -250,7 +250,7 @@ async fn killed_server_fails_fast_and_restart_recovers(client: Client) {
             (grant, Instant::now())
         }
     });
-    let channel = redis_key(&k, "lock-released");
+    let channel = redis_key(&k, "lock");
     until("the waiter to subscribe", Duration::from_secs(10), || {
         subscribers(&server, &channel) == 1
     })

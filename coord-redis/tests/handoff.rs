@@ -19,7 +19,7 @@ async fn handoff_latency(client: Client) {
     let server = RedisServer::start();
     let p = provider(&server, client).await;
     let k = key("handoff");
-    let channel = redis_key(&k, "lock-released");
+    let channel = redis_key(&k, "lock");
     let mut samples = Vec::with_capacity(ROUNDS);
     for _ in 0..ROUNDS {
         let holder = OwnerToken::new();

@@ -110,7 +110,7 @@ async fn release_hands_off_to_a_waiter(client: Client) {
             (grant, Instant::now(), b)
         }
     });
-    let channel = redis_key(&k, "lock-released");
+    let channel = redis_key(&k, "lock");
     until("the waiter to subscribe", Duration::from_secs(5), || {
         subscribers(&server, &channel) == 1
     })
@@ -193,7 +193,7 @@ async fn fencing_tokens_strictly_increase(client: Client) {
                 .unwrap()
         }
     });
-    let channel = redis_key(&k, "lock-released");
+    let channel = redis_key(&k, "lock");
     until("the waiter to subscribe", Duration::from_secs(5), || {
         subscribers(&server, &channel) == 1
     })
@@ -396,7 +396,7 @@ async fn waiting_leaves_no_subscription_behind(client: Client) {
     let server = RedisServer::start();
     let p = provider(&server, client).await;
     let k = key("unsubscribe");
-    let channel = redis_key(&k, "lock-released");
+    let channel = redis_key(&k, "lock");
     let a = OwnerToken::new();
     p.acquire(lock(&k, a, LONG, Duration::ZERO))
         .await
@@ -440,7 +440,7 @@ async fn waiting_leaves_no_subscription_behind(client: Client) {
         })
         .collect();
     until("the waiters to subscribe", Duration::from_secs(5), || {
-        (0..8).all(|i| subscribers(&server, &redis_key(&format!("{k}{i}"), "lock-released")) == 1)
+        (0..8).all(|i| subscribers(&server, &redis_key(&format!("{k}{i}"), "lock")) == 1)
     })
     .await;
     let pubsub_clients = match server.command(&["CLIENT", "LIST", "TYPE", "PUBSUB"]) {

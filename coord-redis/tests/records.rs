@@ -256,7 +256,7 @@ async fn wait_settled_wakes_on_completion_and_abandonment(client: Client) {
             || calls(&server, "pttl") >= reads + 3,
         )
         .await;
-        assert_eq!(subscribers(&server, &redis_key(&k, "idem-settled")), 1);
+        assert_eq!(subscribers(&server, &redis_key(&k, "idem")), 1);
         let settled_at = Instant::now();
         if complete {
             assert!(s.complete(&k, a, Arc::from(&b"1"[..]), LONG).await.unwrap());

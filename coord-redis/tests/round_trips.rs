@@ -143,7 +143,7 @@ async fn operations_cost_one_round_trip(client: Client) {
     until(
         "the warm-up waiter to unsubscribe",
         Duration::from_secs(5),
-        || subscribers(&server, &redis_key(&w, "lock-released")) == 0,
+        || subscribers(&server, &redis_key(&w, "lock")) == 0,
     )
     .await;
     let k = key("rt");

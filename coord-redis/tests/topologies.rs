@@ -84,7 +84,7 @@ async fn cluster_of_three_masters() {
                     (grant, Instant::now())
                 }
             });
-            let channel = redis_key(&k, "lock-released");
+            let channel = redis_key(&k, "lock");
             until("the waiter to subscribe", Duration::from_secs(10), || {
                 cluster
                     .nodes()
@@ -116,7 +116,7 @@ async fn cluster_of_three_masters() {
                 Instant::now()
             }
         });
-        let channel = redis_key(&k, "idem-settled");
+        let channel = redis_key(&k, "idem");
         until(
             "the settle waiter to subscribe",
             Duration::from_secs(10),
@@ -219,7 +219,7 @@ async fn sentinel_failover_is_followed() {
                 (grant, Instant::now())
             }
         });
-        let channel = redis_key(&k2, "lock-released");
+        let channel = redis_key(&k2, "lock");
         until("the waiter to subscribe", Duration::from_secs(10), || {
             subscribers(setup.master(), &channel) >= 1
         })

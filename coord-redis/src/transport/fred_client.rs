@@ -127,26 +127,27 @@ impl Drop for Fred {
     }
 }
 
-fn custom(cmd: Command) -> (CustomCommand, Vec<Value>) {
+fn custom(cmd: &Command<'_>) -> (CustomCommand, Vec<Value>) {
     // The key's offset among the arguments decides the slot.
     let hash = match cmd.key_index {
         Some(i) => ClusterHash::Offset(i),
         None => ClusterHash::Random,
     };
     let args = cmd
-        .args
-        .into_iter()
-        .map(|a| Value::Bytes(Bytes::from(a)))
+        .args()
+        .iter()
+        .map(|a| Value::Bytes(Bytes::copy_from_slice(a)))
         .collect();
     (CustomCommand::new_static(cmd.name, hash, false), args)
 }
 
 impl Transport for Fred {
-    fn run(&self, mut cmds: Vec<Command>) -> BoxFuture<'_, Result<Vec<Reply>, Fault>> {
+    fn run<'a>(&'a self, cmds: &'a [Command<'a>]) -> BoxFuture<'a, Result<Vec<Reply>, Fault>> {
         Box::pin(async move {
             let client = self.pool.next();
-            if cmds.len() == 1 {
-                let (cmd, args) = custom(cmds.pop().expect("one command"));
+            // fred's own command timeout bounds each command, reconnection waits included.
+            if let [one] = cmds {
+                let (cmd, args) = custom(one);
                 let value: Value = client.custom(cmd, args).await.map_err(fault)?;
                 return Ok(vec![reply(value)?]);
             }

@@ -1,24 +1,24 @@
 //! The transport over the `redis` crate (redis-rs).
 //!
-//! * One server: a pool of connection managers (each reconnects on its own).
-//! * Sentinel: a pool of multiplexed connections to the master that Sentinel names. A
-//!   connection that breaks, times out or finds itself on a replica (`READONLY`, after a
-//!   failover) is dropped, and the next call asks Sentinel again.
+//! * One server, or the master Sentinel names: a pool of multiplexed connections, each in a
+//!   [`Slot`] that dials on demand. A connection that the client reports disconnected, or
+//!   that fails, times out or finds itself on a replica (`READONLY`, after a failover), is
+//!   dropped, and the next call dials again (asking Sentinel again, where there is one). The
+//!   call that dials is bounded by the command timeout as a whole; a call on a live
+//!   connection is bounded by the client's response timeout, with no timer of our own.
 //! * Cluster: a pool of cluster connections (slot routing, redirects and reconnects are
-//!   redis-rs's).
+//!   redis-rs's), each call under one command timeout.
 //!
 //! The subscriber is a dedicated RESP3 connection (to the server, to the current master, or
 //! to the first reachable seed of a cluster, which sees every node's publications), redialled
 //! in the background whenever it drops.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use coord_core::BoxFuture;
-use redis::aio::{
-    ConnectionLike, ConnectionManager, ConnectionManagerConfig, MultiplexedConnection,
-};
+use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::cluster_async::ClusterConnection;
 use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
 use redis::{
@@ -34,26 +34,20 @@ use crate::config::{Options, Topology};
 pub(crate) async fn connect(options: &Options) -> Result<Arc<dyn Transport>, Fault> {
     let timeout = options.command_timeout;
     let size = options.pool_size;
+    let config = AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(timeout))
+        .set_response_timeout(Some(timeout));
     let transport = match &options.topology {
         Topology::Standalone(url) => {
             let client = redis::Client::open(with_scheme(url)).map_err(fault)?;
-            // No retry loop inside the manager: a broken connection is redialled once by the
-            // next call that needs it, so calls fail fast while the server is down and the
-            // first call after it is back succeeds.
-            let config = ConnectionManagerConfig::new()
-                .set_connection_timeout(Some(timeout))
-                .set_response_timeout(Some(timeout))
-                .set_number_of_retries(0);
-            let mut pool = Vec::with_capacity(size);
-            for _ in 0..size {
-                pool.push(
-                    ConnectionManager::new_with_config(client.clone(), config.clone())
-                        .await
-                        .map_err(fault)?,
-                );
+            let dialer = Arc::new(Dialer::Direct(client.clone()));
+            let slots = Slot::pool(&dialer, &config, timeout, size);
+            // Connect once now, so a wrong address or password fails at connect time.
+            for slot in &slots {
+                slot.connection().await?;
             }
             RedisRs {
-                conns: Conns::Managed(pool),
+                conns: Conns::Slots(slots),
                 next: AtomicUsize::new(0),
                 pubsub: PubSubSource::Direct(vec![client]),
                 timeout,
@@ -106,22 +100,13 @@ pub(crate) async fn connect(options: &Options) -> Result<Arc<dyn Transport>, Fau
             .map_err(fault)?;
             let shared = Arc::new(SentinelShared {
                 sentinel: tokio::sync::Mutex::new(sentinel),
-                config: AsyncConnectionConfig::new()
-                    .set_connection_timeout(Some(timeout))
-                    .set_response_timeout(Some(timeout)),
             });
-            let slots: Vec<SentinelSlot> = (0..size)
-                .map(|_| SentinelSlot {
-                    shared: shared.clone(),
-                    current: Mutex::new(None),
-                    generation: AtomicU64::new(0),
-                    dialing: tokio::sync::Mutex::new(()),
-                })
-                .collect();
+            let dialer = Arc::new(Dialer::Sentinel(shared.clone()));
+            let slots = Slot::pool(&dialer, &config, timeout, size);
             // Resolve and connect once now, so a wrong setup fails at connect time.
             slots[0].connection().await?;
             RedisRs {
-                conns: Conns::Sentinel(slots),
+                conns: Conns::Slots(slots),
                 next: AtomicUsize::new(0),
                 pubsub: PubSubSource::Sentinel(shared),
                 timeout,
@@ -148,9 +133,9 @@ struct RedisRs {
 }
 
 enum Conns {
-    Managed(Vec<ConnectionManager>),
+    /// One server, or Sentinel's master.
+    Slots(Vec<Slot>),
     Cluster(Vec<ClusterConnection>),
-    Sentinel(Vec<SentinelSlot>),
 }
 
 enum PubSubSource {
@@ -161,25 +146,19 @@ enum PubSubSource {
 }
 
 impl Transport for RedisRs {
-    fn run(&self, cmds: Vec<Command>) -> BoxFuture<'_, Result<Vec<Reply>, Fault>> {
+    fn run<'a>(&'a self, cmds: &'a [Command<'a>]) -> BoxFuture<'a, Result<Vec<Reply>, Fault>> {
         Box::pin(async move {
-            let cmds = cmds.as_slice();
             let i = self.next.fetch_add(1, Ordering::Relaxed);
             match &self.conns {
-                Conns::Managed(pool) => {
-                    let conn = &pool[i % pool.len()];
-                    match exec_raw(&mut conn.clone(), cmds).await {
-                        // The manager had failed to reconnect (the server was down) and has
-                        // just started dialling again; the command never left, so sending it
-                        // once more is safe, and makes the first call after a restart work.
-                        Err(err) if err.is_connection_refusal() => {
-                            exec(&mut conn.clone(), cmds).await
-                        }
-                        other => other.map_err(fault)?.into_iter().map(reply).collect(),
+                Conns::Slots(pool) => pool[i % pool.len()].exec(cmds).await,
+                Conns::Cluster(pool) => {
+                    let mut conn = pool[i % pool.len()].clone();
+                    // Redirects and retries happen inside: bound the whole call.
+                    match tokio::time::timeout(self.timeout, exec(&mut conn, cmds)).await {
+                        Ok(result) => result,
+                        Err(_) => Err(Fault::Timeout("no answer from the cluster".to_owned())),
                     }
                 }
-                Conns::Cluster(pool) => exec(&mut pool[i % pool.len()].clone(), cmds).await,
-                Conns::Sentinel(pool) => pool[i % pool.len()].exec(cmds).await,
             }
         })
     }
@@ -198,30 +177,25 @@ impl Transport for RedisRs {
     }
 }
 
-fn to_cmd(cmd: &Command) -> redis::Cmd {
-    let mut out = redis::cmd(cmd.name);
-    for arg in &cmd.args {
-        out.arg(arg.as_slice());
+fn to_cmd(cmd: &Command<'_>) -> redis::Cmd {
+    let mut out = redis::Cmd::with_capacity(cmd.args().len() + 1, cmd.name.len() + cmd.arg_bytes());
+    out.arg(cmd.name);
+    for arg in cmd.args() {
+        out.arg(*arg);
     }
     out
 }
 
-async fn exec_raw<C: ConnectionLike>(
-    conn: &mut C,
-    cmds: &[Command],
-) -> Result<Vec<Value>, RedisError> {
+async fn exec<C: ConnectionLike>(conn: &mut C, cmds: &[Command<'_>]) -> Result<Vec<Reply>, Fault> {
     if let [one] = cmds {
-        return Ok(vec![to_cmd(one).query_async(conn).await?]);
+        let value = to_cmd(one).query_async(conn).await.map_err(fault)?;
+        return Ok(vec![reply(value)?]);
     }
     let mut pipe = redis::pipe();
     for cmd in cmds {
         pipe.add_command(to_cmd(cmd));
     }
-    pipe.query_async(conn).await
-}
-
-async fn exec<C: ConnectionLike>(conn: &mut C, cmds: &[Command]) -> Result<Vec<Reply>, Fault> {
-    let values = exec_raw(conn, cmds).await.map_err(fault)?;
+    let values: Vec<Value> = pipe.query_async(conn).await.map_err(fault)?;
     values.into_iter().map(reply).collect()
 }
 
@@ -232,6 +206,10 @@ fn reply(value: Value) -> Result<Reply, Fault> {
         Value::BulkString(data) => Reply::Data(data),
         Value::SimpleString(s) => Reply::Data(s.into_bytes()),
         Value::Okay => Reply::Data(b"OK".to_vec()),
+        // Under RESP3 a script's `false` arrives as a boolean (RESP2 sent nil) and `true`
+        // as a boolean (RESP2 sent 1).
+        Value::Boolean(false) => Reply::Nil,
+        Value::Boolean(true) => Reply::Int(1),
         Value::Array(items) | Value::Set(items) => {
             Reply::Array(items.into_iter().map(reply).collect::<Result<_, _>>()?)
         }
@@ -291,11 +269,25 @@ fn stale(fault: &Fault) -> bool {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Sentinel
+// Connection slots
+
+/// Where a slot's connections come from.
+enum Dialer {
+    Direct(redis::Client),
+    Sentinel(Arc<SentinelShared>),
+}
+
+impl Dialer {
+    async fn client(&self) -> Result<redis::Client, Fault> {
+        match self {
+            Dialer::Direct(client) => Ok(client.clone()),
+            Dialer::Sentinel(shared) => shared.master().await,
+        }
+    }
+}
 
 struct SentinelShared {
     sentinel: tokio::sync::Mutex<SentinelClient>,
-    config: AsyncConnectionConfig,
 }
 
 impl SentinelShared {
@@ -310,14 +302,39 @@ impl SentinelShared {
     }
 }
 
-struct SentinelSlot {
-    shared: Arc<SentinelShared>,
-    current: Mutex<Option<(u64, MultiplexedConnection)>>,
+/// The connection a slot holds, tagged with the dial that made it.
+type Current = Mutex<Option<(u64, MultiplexedConnection)>>;
+
+/// One multiplexed connection, dialled on demand and dropped when it goes bad.
+struct Slot {
+    dialer: Arc<Dialer>,
+    config: AsyncConnectionConfig,
+    timeout: Duration,
+    /// Shared with the connection's disconnect callback, which empties it.
+    current: Arc<Current>,
     generation: AtomicU64,
     dialing: tokio::sync::Mutex<()>,
 }
 
-impl SentinelSlot {
+impl Slot {
+    fn pool(
+        dialer: &Arc<Dialer>,
+        config: &AsyncConnectionConfig,
+        timeout: Duration,
+        size: usize,
+    ) -> Vec<Slot> {
+        (0..size)
+            .map(|_| Slot {
+                dialer: dialer.clone(),
+                config: config.clone(),
+                timeout,
+                current: Arc::default(),
+                generation: AtomicU64::new(0),
+                dialing: tokio::sync::Mutex::new(()),
+            })
+            .collect()
+    }
+
     fn cached(&self) -> Option<(u64, MultiplexedConnection)> {
         self.current
             .lock()
@@ -333,32 +350,69 @@ impl SentinelSlot {
         if let Some(found) = self.cached() {
             return Ok(found);
         }
-        let client = self.shared.master().await?;
+        let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
+        // When the client sees the connection close (the server went away), the slot is
+        // emptied at once: the next call dials instead of failing on a dead connection, so
+        // the first call after a server restart works.
+        let current: Weak<Current> = Arc::downgrade(&self.current);
+        let config = self.config.clone().set_push_sender(move |push: PushInfo| {
+            if push.kind == PushKind::Disconnection
+                && let Some(current) = current.upgrade()
+            {
+                forget(&current, generation);
+            }
+            Ok::<(), std::convert::Infallible>(())
+        });
+        // RESP3: redis-rs reports a closed connection to the push sender only under RESP3.
+        let client = resp3(&self.dialer.client().await?)?;
         let conn = client
-            .get_multiplexed_async_connection_with_config(&self.shared.config)
+            .get_multiplexed_async_connection_with_config(&config)
             .await
             .map_err(fault)?;
-        let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
         *self.current.lock().unwrap_or_else(|e| e.into_inner()) = Some((generation, conn.clone()));
         Ok((generation, conn))
     }
 
-    fn forget(&self, generation: u64) {
-        let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
-        if current.as_ref().is_some_and(|(g, _)| *g == generation) {
-            *current = None;
-        }
+    async fn exec(&self, cmds: &[Command<'_>]) -> Result<Vec<Reply>, Fault> {
+        let (generation, mut conn) = match self.cached() {
+            Some(found) => found,
+            // Dialling and the call share one command timeout.
+            None => {
+                let dialled = async {
+                    let (generation, mut conn) = self.connection().await?;
+                    let result = exec(&mut conn, cmds).await;
+                    Ok::<_, Fault>((generation, result))
+                };
+                let (generation, result) = match tokio::time::timeout(self.timeout, dialled).await {
+                    Ok(outcome) => outcome?,
+                    Err(_) => return Err(Fault::Timeout("no connection in time".to_owned())),
+                };
+                return self.check(generation, result);
+            }
+        };
+        let result = exec(&mut conn, cmds).await;
+        self.check(generation, result)
     }
 
-    async fn exec(&self, cmds: &[Command]) -> Result<Vec<Reply>, Fault> {
-        let (generation, mut conn) = self.connection().await?;
-        let result = exec(&mut conn, cmds).await;
+    /// Drops the connection when `result` says it is unusable.
+    fn check(
+        &self,
+        generation: u64,
+        result: Result<Vec<Reply>, Fault>,
+    ) -> Result<Vec<Reply>, Fault> {
         if let Err(f) = &result
             && stale(f)
         {
-            self.forget(generation);
+            forget(&self.current, generation);
         }
         result
+    }
+}
+
+fn forget(current: &Current, generation: u64) {
+    let mut current = current.lock().unwrap_or_else(|e| e.into_inner());
+    if current.as_ref().is_some_and(|(g, _)| *g == generation) {
+        *current = None;
     }
 }
 

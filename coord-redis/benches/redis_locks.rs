@@ -8,8 +8,9 @@
 //! 1. Unfenced acquire+release pairs per second through the `LockProvider` trait, against a
 //!    raw client on ONE redis-rs multiplexed connection: `SET key token NX PX ms`, then
 //!    `EVALSHA` of a compare-and-delete script.
-//! 2. The same with `fenced: true`; the baseline takes the lock and mints a fencing token
-//!    (`INCR` of a counter) in one `EVALSHA`, then releases with the same compare-and-delete.
+//! 2. The same with `fenced: true`; the baseline does the same work by hand: one `EVALSHA` of
+//!    a script that takes the lock and mints a fencing token from an expiring counter that
+//!    only grows (`max(last + 1, server time in µs)`), then the same compare-and-delete.
 //!    Both at 1 task (sequential pairs on one key) and at 16 tasks on 16 keys.
 //! 3. Hand-off: 8 tasks take turns on one key, holding it about 1 ms. A hand-off is the time
 //!    from a release returning to the next acquire returning. The provider waits with
@@ -68,13 +69,26 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
 end
 return 0";
 
-/// Fenced acquire: take the lock and mint the next fencing token, atomically.
-/// KEYS: lock, counter. ARGV: token, lease ms. Returns the token, or 0 when the lock is held.
+/// Fenced acquire: take the lock and mint the next fencing token, atomically, with the same
+/// guarantees as the provider's: the counter expires (so it does not stay in Redis forever)
+/// and tokens still only grow, because a token is at least the server time in microseconds.
+/// KEYS: lock, counter. ARGV: token, lease ms, counter retention ms. Returns the token, or 0
+/// when the lock is held.
 const SET_AND_MINT: &str = "\
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  return redis.call('INCR', KEYS[2])
+if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return 0
 end
-return 0";
+local now = redis.call('TIME')
+local token = tonumber(now[1]) * 1000000 + tonumber(now[2])
+local last = tonumber(redis.call('GET', KEYS[2]) or 0)
+if last >= token then
+  token = last + 1
+end
+redis.call('SET', KEYS[2], string.format('%.0f', token), 'PX', ARGV[3])
+return token";
+
+/// How long the baseline keeps its fencing counter after a mint (the provider's floor).
+const FENCE_RETENTION_MS: u64 = 3_600_000;
 
 // ---------------------------------------------------------------------------------------------
 // The raw clients
@@ -155,6 +169,7 @@ impl RawRs {
             .arg(fence)
             .arg(token)
             .arg(LEASE_MS)
+            .arg(FENCE_RETENTION_MS)
             .query_async(conn)
             .await
             .expect("raw fenced acquire")
@@ -274,6 +289,7 @@ mod raw_fred {
                                 Value::from(fence.as_str()),
                                 Value::from(token.as_str()),
                                 Value::from(LEASE_MS as i64),
+                                Value::from(FENCE_RETENTION_MS as i64),
                             ],
                         )
                         .await

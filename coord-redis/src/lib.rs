@@ -35,8 +35,9 @@
 //! braces, so user values cannot pick the slot.
 //!
 //! Round trips: an uncontended unfenced acquire is one `SET .. NX PX .. GET`; a waiting one
-//! sends `PTTL` in the same pipeline; a fenced acquire, a release, a renewal and every
-//! idempotency step is one script (`EVALSHA`). Scripts are loaded on demand (`NOSCRIPT` →
+//! sends `PTTL` in the same pipeline, then, once subscribed, retries with one script that also
+//! marks the holder's token as waited for (only a marked lock's release publishes); a fenced
+//! acquire, a release, a renewal and every idempotency step is one script (`EVALSHA`). Scripts are loaded on demand (`NOSCRIPT` →
 //! `EVAL` once). Requires Redis 7.0 or newer (`SET` with both `NX` and `GET`).
 //!
 //! ## Waiting

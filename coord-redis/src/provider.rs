@@ -491,10 +491,8 @@ impl Inner {
                 )
                 .await?;
             return match reply {
+                Reply::Int(tok) if tok > 0 => Ok(Attempt::Won(Some(tok as u64))),
                 Reply::Array(items) => match items.as_slice() {
-                    [Reply::Int(1), Reply::Int(tok)] if *tok > 0 => {
-                        Ok(Attempt::Won(Some(*tok as u64)))
-                    }
                     [Reply::Int(0), Reply::Data(holder), Reply::Int(pttl)] if is_token(holder) => {
                         Ok(Attempt::Held(Some(*pttl)))
                     }

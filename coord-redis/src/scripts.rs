@@ -14,7 +14,8 @@
 //! exactly a `SET` and a compare-and-delete. An
 //! idempotency record is a hash with fields `st` (`i` in flight, `c` completed), `own` (the
 //! owner token, in flight only), `fp` (the 16-byte fingerprint, empty when none) and `pl` (the
-//! payload, completed only); its expiry is the in-flight lease, then the retention.
+//! payload, completed only), and `w` while someone waits for a marker (only then does settling
+//! it publish); its expiry is the in-flight lease, then the retention.
 //!
 //! A marker claimed with "keep when abandoned" also has `lx` (when its lease ends, in server
 //! milliseconds from `TIME`) and `kp` (how long to keep it after that, ms), and expires at
@@ -40,15 +41,16 @@ impl Script {
 /// Fenced acquire. KEYS: lock, fence. ARGV: owner, lease ms, fence retention ms, `1` when
 /// the caller is subscribed and waiting (marks a holder as waited for) else `0`.
 ///
-/// Returns `{1, token}` when the lock is now the owner's, `{0, holder, pttl}` when held.
+/// Returns the token (a positive integer) when the lock is now the owner's, `{0, holder,
+/// pttl}` when held.
 ///
 /// The token is `max(last + 1, server time in µs)`. While the counter exists (it is kept for
 /// `max(10 × lease, 1 h)` after each mint) tokens grow by at least one; once it has expired,
 /// the server clock has moved on by at least that long, so the next token (the current time)
 /// still exceeds every earlier one, unless the server clock went back by more than that.
 /// Everything is checked before the first write (a script is not rolled back when it fails
-/// half-way): a foreign counter or a non-string lock (`WRONGTYPE` from `SET .. GET`) fails
-/// the call and changes nothing.
+/// half-way): a foreign counter or a non-string lock (`WRONGTYPE` from the `GET` after a refused
+/// `SET NX`) fails the call and changes nothing.
 pub(crate) static FENCED_ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         "fenced_acquire",
@@ -61,14 +63,16 @@ if last then
     return redis.error_reply('ERR coord: the fencing counter holds a foreign value')
   end
 end
-local holder = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2], 'GET')
-if holder then
+if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  -- Held (a value that is not a string fails here with WRONGTYPE, before any write).
+  local holder = redis.call('GET', KEYS[1])
   if holder ~= ARGV[1] and holder ~= ARGV[1] .. '*' then
-    if ARGV[4] == '1' and string.find(holder, '^[0-9a-f]+$') and #holder == 32 then
+    if ARGV[4] == '1' and #holder == 32 and string.find(holder, '^[0-9a-f]+$') then
       redis.call('SET', KEYS[1], holder .. '*', 'KEEPTTL')
     end
     return {0, holder, redis.call('PTTL', KEYS[1])}
   end
+  -- Our own token: an earlier send of this very call took the lock (a client retry).
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
 local now = redis.call('TIME')
@@ -77,7 +81,7 @@ if floor >= token then
   token = floor + 1
 end
 redis.call('SET', KEYS[2], string.format('%.0f', token), 'PX', ARGV[3])
-return {1, token}
+return token
 "#,
     )
 });
@@ -216,11 +220,13 @@ return 1
     )
 });
 
-/// What a waiter needs to know. KEYS: record.
+/// What a waiter needs to know, run once it is subscribed. KEYS: record.
 ///
 /// Returns `{0}` without a record, `{1, st}` for a record that is not in flight (`st` is `c`
 /// unless the record is foreign), `{2, pttl}` for a marker, `{3, remaining ms}` for a kept
-/// marker (zero or less once its lease has ended: it is abandoned, not in flight).
+/// marker (zero or less once its lease has ended: it is abandoned, not in flight). A marker
+/// in flight gets the field `w` ("someone waits"): only then do completion and abandonment
+/// publish.
 pub(crate) static PROBE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         "probe",
@@ -228,9 +234,12 @@ pub(crate) static PROBE: LazyLock<Script> = LazyLock::new(|| {
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return {0}
 end
-local r = redis.call('HMGET', KEYS[1], 'st', 'lx')
+local r = redis.call('HMGET', KEYS[1], 'st', 'lx', 'w')
 if r[1] ~= 'i' then
   return {1, r[1]}
+end
+if not r[3] then
+  redis.call('HSET', KEYS[1], 'w', '1')
 end
 if r[2] then
   local lx = tonumber(r[2])
@@ -263,20 +272,22 @@ return 0
 /// Owner-scoped completion. KEYS: record. ARGV: owner, payload, retention ms.
 ///
 /// Turns the owner's in-flight marker (live, or lapsed and kept) into the completed record
-/// (keeping its fingerprint), sets the retention and publishes. Returns 1, or 0 when the
-/// marker is not the owner's.
+/// (keeping its fingerprint) and sets the retention; publishes when someone waits (`w`).
+/// Returns 1, or 0 when the marker is not the owner's.
 pub(crate) static COMPLETE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         "complete",
         r#"
-local r = redis.call('HMGET', KEYS[1], 'st', 'own')
+local r = redis.call('HMGET', KEYS[1], 'st', 'own', 'w')
 if r[1] ~= 'i' or r[2] ~= ARGV[1] then
   return 0
 end
 redis.call('HSET', KEYS[1], 'st', 'c', 'pl', ARGV[2])
-redis.call('HDEL', KEYS[1], 'own', 'lx', 'kp')
+redis.call('HDEL', KEYS[1], 'own', 'lx', 'kp', 'w')
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
-redis.call('PUBLISH', KEYS[1], 'c')
+if r[3] then
+  redis.call('PUBLISH', KEYS[1], 'c')
+end
 return 1
 "#,
     )
@@ -284,18 +295,20 @@ return 1
 
 /// Owner-scoped abandonment. KEYS: record. ARGV: owner.
 ///
-/// Deletes the owner's in-flight marker (live, or lapsed and kept) and publishes. Returns 1,
-/// or 0 when not the owner's.
+/// Deletes the owner's in-flight marker (live, or lapsed and kept); publishes when someone
+/// waits (`w`). Returns 1, or 0 when not the owner's.
 pub(crate) static ABANDON: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         "abandon",
         r#"
-local r = redis.call('HMGET', KEYS[1], 'st', 'own')
+local r = redis.call('HMGET', KEYS[1], 'st', 'own', 'w')
 if r[1] ~= 'i' or r[2] ~= ARGV[1] then
   return 0
 end
 redis.call('DEL', KEYS[1])
-redis.call('PUBLISH', KEYS[1], 'a')
+if r[3] then
+  redis.call('PUBLISH', KEYS[1], 'a')
+end
 return 1
 "#,
     )

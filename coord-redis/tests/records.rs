@@ -22,6 +22,7 @@ per_client!(
     abandoned_marker_is_kept_on_request,
     renew_marker_is_owner_scoped,
     purge_removes_any_record_and_wakes_waiters,
+    settling_a_record_nobody_waits_for_publishes_nothing,
 );
 
 async fn claim_complete_and_replay(client: Client) {
@@ -257,12 +258,18 @@ async fn wait_settled_wakes_on_completion_and_abandonment(client: Client) {
         )
         .await;
         assert_eq!(subscribers(&server, &redis_key(&k, "idem")), 1);
+        let published = calls(&server, "publish");
         let settled_at = Instant::now();
         if complete {
             assert!(s.complete(&k, a, Arc::from(&b"1"[..]), LONG).await.unwrap());
         } else {
             assert!(s.abandon(&k, a).await.unwrap());
         }
+        assert_eq!(
+            calls(&server, "publish"),
+            published + 1,
+            "one message wakes every waiter"
+        );
         for w in waiters {
             let woke = w.await.unwrap();
             let delay = woke.saturating_duration_since(settled_at);
@@ -464,4 +471,24 @@ async fn purge_removes_any_record_and_wakes_waiters(client: Client) {
         s.claim(claim(&k, OwnerToken::new(), LONG)).await.unwrap(),
         ClaimOutcome::Claimed
     );
+}
+
+async fn settling_a_record_nobody_waits_for_publishes_nothing(client: Client) {
+    let server = RedisServer::start();
+    let s = provider(&server, client).await;
+    let published = calls(&server, "publish");
+    for i in 0..10 {
+        let k = key(&format!("quiet-{i}"));
+        let a = OwnerToken::new();
+        assert_eq!(
+            s.claim(claim(&k, a, LONG)).await.unwrap(),
+            ClaimOutcome::Claimed
+        );
+        if i % 2 == 0 {
+            assert!(s.complete(&k, a, Arc::from(&b"1"[..]), LONG).await.unwrap());
+        } else {
+            assert!(s.abandon(&k, a).await.unwrap());
+        }
+    }
+    assert_eq!(calls(&server, "publish"), published);
 }

@@ -16,8 +16,8 @@ use coord_core::{BackendError, BackendErrorKind};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Client {
-    /// The `redis` crate (redis-rs): a connection manager per pooled connection, its
-    /// cluster client, and its Sentinel client for master discovery.
+    /// The `redis` crate (redis-rs): a multiplexed connection per pooled slot, redialled
+    /// when it closes, its cluster client, and its Sentinel client for master discovery.
     #[cfg(feature = "redis-client")]
     RedisRs,
     /// The `fred` crate: a client pool with fred's own reconnection, Sentinel and Cluster

@@ -391,9 +391,13 @@ impl Inner {
             }
             cmd
         };
-        let outcome = match self.transport.run(&[build("EVALSHA", sha)]).await {
+        // (A statement of its own, so the command is gone before the fallback builds another.)
+        let first = self.transport.run(&[build("EVALSHA", sha)]).await;
+        let outcome = match first {
+            // Rare (a fresh or flushed server): boxed, so the common path's future stays small.
             Err(fault) if fault.is_noscript() => {
-                self.transport.run(&[build("EVAL", script.source)]).await
+                let source = [build("EVAL", script.source)];
+                Box::pin(self.transport.run(&source)).await
             }
             other => other,
         };
@@ -570,15 +574,11 @@ impl Inner {
         let lock = names.lock();
         let token = TokenText::new(req.owner);
         let lease_ms = millis(req.lease);
-        let waiting = !req.wait.is_zero();
-        let deadline = Instant::now() + req.wait;
-        let grant = |token: Option<u64>, contended| {
-            Ok(Some(LockGrant {
-                fencing_token: token.map(FencingToken::new),
-                contended,
-            }))
-        };
-
+        if !req.wait.is_zero() {
+            // The waiting machinery lives in its own allocation, so the single attempt (the
+            // common case) stays a small future.
+            return Box::pin(self.acquire_waiting(&names, &lock, &token, lease_ms, &req)).await;
+        }
         match self
             .try_lock(
                 &names,
@@ -586,17 +586,39 @@ impl Inner {
                 &token,
                 lease_ms,
                 req.fenced,
-                if waiting {
-                    TryMode::FirstOfWait
-                } else {
-                    TryMode::Once
-                },
+                TryMode::Once,
                 req.key,
             )
             .await?
         {
-            Attempt::Won(fence) => return grant(fence, false),
-            Attempt::Held(_) if !waiting => return Ok(None),
+            Attempt::Won(fence) => Ok(Some(grant(fence, false))),
+            Attempt::Held(_) => Ok(None),
+        }
+    }
+
+    /// An acquisition that may wait until `req.wait` has passed.
+    async fn acquire_waiting(
+        &self,
+        names: &Names<'_>,
+        lock: &str,
+        token: &TokenText,
+        lease_ms: u64,
+        req: &LockRequest<'_>,
+    ) -> Result<Option<LockGrant>, BackendError> {
+        let deadline = Instant::now() + req.wait;
+        match self
+            .try_lock(
+                names,
+                lock,
+                token,
+                lease_ms,
+                req.fenced,
+                TryMode::FirstOfWait,
+                req.key,
+            )
+            .await?
+        {
+            Attempt::Won(fence) => return Ok(Some(grant(fence, false))),
             Attempt::Held(_) => {}
         }
 
@@ -605,7 +627,7 @@ impl Inner {
         // subscription is still being made ends as a refusal.
         let joining = self
             .hub
-            .join(&self.transport, lock.clone(), Wake::Head, self.timeout);
+            .join(&self.transport, lock.to_owned(), Wake::Head, self.timeout);
         let Ok(ticket) = tokio::time::timeout_at(deadline, joining).await else {
             return Ok(None);
         };
@@ -613,9 +635,9 @@ impl Inner {
         loop {
             let pttl = match self
                 .try_lock(
-                    &names,
-                    &lock,
-                    &token,
+                    names,
+                    lock,
+                    token,
                     lease_ms,
                     req.fenced,
                     TryMode::Watching,
@@ -623,7 +645,7 @@ impl Inner {
                 )
                 .await?
             {
-                Attempt::Won(fence) => return grant(fence, true),
+                Attempt::Won(fence) => return Ok(Some(grant(fence, true))),
                 Attempt::Held(pttl) => pttl,
             };
             let now = Instant::now();
@@ -643,6 +665,13 @@ impl Inner {
                 }
             }
         }
+    }
+}
+
+fn grant(fencing_token: Option<u64>, contended: bool) -> LockGrant {
+    LockGrant {
+        fencing_token: fencing_token.map(FencingToken::new),
+        contended,
     }
 }
 

@@ -15,7 +15,7 @@ pub(crate) mod redis_rs;
 
 /// Most arguments any coord command has (`EVALSHA sha numkeys` plus keys and script
 /// arguments included).
-const MAX_ARGS: usize = 10;
+const MAX_ARGS: usize = 8;
 
 /// One command: its name and arguments, and which argument is the key (for Cluster routing).
 ///

@@ -40,6 +40,11 @@
 //! acquire, a release, a renewal and every idempotency step is one script (`EVALSHA`). Scripts are loaded on demand (`NOSCRIPT` →
 //! `EVAL` once). Requires Redis 7.0 or newer (`SET` with both `NX` and `GET`).
 //!
+//! The stored layout (key names, the lock value and its waiter mark, record fields, channel
+//! names) is part of what instances sharing a Redis must agree on. Until 1.0 it may change
+//! between versions: during an upgrade, do not let instances of two versions coordinate the
+//! same keys (for example, give the new version its own namespace).
+//!
 //! ## Waiting
 //! A caller that may wait (`wait > 0`) and finds the lock held joins a local queue for that
 //! lock, subscribed (once per lock, over one subscriber connection per provider) to the lock's

@@ -48,13 +48,14 @@ const MAX_MILLIS: u64 = 1_000_000_000_000;
 /// * **Waiting without polling.** A waiter subscribes (one shared subscriber connection per
 ///   provider), then marks the holder's value as waited for; the release of a marked lock
 ///   publishes on the channel named like the lock, and one release wakes one waiter (the one
-///   in this process that started waiting first). A lock nobody waits for publishes nothing. A backstop at the holder's remaining lease
-///   (at most one second, with jitter) covers a lost message or a holder that died.
+///   in this process that started waiting first). A lock nobody waits for publishes nothing.
+///   A backstop at the holder's remaining lease (at most one second, with jitter) covers a
+///   lost message or a holder that died.
 /// * **Bounded calls.** Every round trip to Redis, including making a connection for it, is
 ///   bounded by the command timeout (one second unless configured; a script the server has
-///   forgotten costs one more round trip to send it again); an unreachable server yields a [`BackendError`] of kind `Timeout` or
-///   `Unavailable`, never a hang. A value at a coord key that coord did not write yields kind
-///   `Protocol`.
+///   forgotten costs one more round trip to send it again); an unreachable server yields a
+///   [`BackendError`] of kind `Timeout` or `Unavailable`, never a hang. A value at a coord key
+///   that coord did not write yields kind `Protocol`.
 /// * **Idempotency records.** A claim creates the in-flight marker or reads the record in one
 ///   script; completion keeps the claim's fingerprint and stores the outcome for its
 ///   retention; completion, abandonment and [`IdempotencyStore::purge`] wake `wait_settled`

@@ -37,8 +37,9 @@
 //! Round trips: an uncontended unfenced acquire is one `SET .. NX PX .. GET`; a waiting one
 //! sends `PTTL` in the same pipeline, then, once subscribed, retries with one script that also
 //! marks the holder's token as waited for (only a marked lock's release publishes); a fenced
-//! acquire, a release, a renewal and every idempotency step is one script (`EVALSHA`). Scripts are loaded on demand (`NOSCRIPT` →
-//! `EVAL` once). Requires Redis 7.0 or newer (`SET` with both `NX` and `GET`).
+//! acquire, a release, a renewal and every idempotency step is one script (`EVALSHA`). Scripts
+//! are loaded on demand (`NOSCRIPT` → `EVAL` once). Requires Redis 7.0 or newer (`SET` with
+//! both `NX` and `GET`).
 //!
 //! The stored layout (key names, the lock value and its waiter mark, record fields, channel
 //! names) is part of what instances sharing a Redis must agree on. Until 1.0 it may change

@@ -5,8 +5,9 @@
 //! `EVAL`, which also caches it there.
 //!
 //! Every script touches keys of one call key only (one hash tag), so it runs unchanged on
-//! Redis Cluster. A key's changes are announced on the channel of the same name (`PUBLISH KEYS[1]`):
-//! channels and keys are separate namespaces, and the name needs no extra argument.
+//! Redis Cluster. A key's changes are announced on the channel of the same name
+//! (`PUBLISH KEYS[1]`): channels and keys are separate namespaces, and the name needs no
+//! extra argument.
 //!
 //! Values: a lock holds its owner token (32 lowercase hex characters) with a `PX` lease. A
 //! task that waits for the lock appends `*` to the holder's token ("someone is waiting"),

@@ -49,9 +49,10 @@
 //! ## Waiting
 //! A caller that may wait (`wait > 0`) and finds the lock held joins a local queue for that
 //! lock, subscribed (once per lock, over one subscriber connection per provider) to the lock's
-//! channel, then tries once more. Every release publishes on the channel; the message wakes
-//! only the first waiter of the queue, which retries (and stays first if another process was
-//! quicker). Within a process, waiters are served in arrival order; across processes they
+//! channel, then tries once more, with a script that also marks the holder's token as waited
+//! for. The release of a marked lock publishes on the channel (an unmarked one publishes
+//! nothing); the message wakes only the first waiter of the queue, which retries, marking the
+//! new holder if another process was quicker, and stays first. Within a process, waiters are served in arrival order; across processes they
 //! race. The first waiter also keeps a backstop timer at the holder's remaining lease (at most
 //! one second, with jitter), which covers a lost message and a holder that died without
 //! releasing. After the subscriber connection is re-established, every queue's first waiter

@@ -402,14 +402,11 @@ impl Inner {
             }
             other => other,
         };
+        let what = || format!("script `{}`", script.name);
         match outcome {
             Ok(mut replies) if replies.len() == 1 => Ok(replies.pop().expect("one reply")),
-            Ok(_) => Err(self.protocol(
-                &format!("script `{}`", script.name),
-                key,
-                "wrong number of replies",
-            )),
-            Err(fault) => Err(self.error(fault, &format!("script `{}`", script.name), key)),
+            Ok(_) => Err(self.protocol(&what(), key, "wrong number of replies")),
+            Err(fault) => Err(self.error(fault, &what(), key)),
         }
     }
 
@@ -475,6 +472,12 @@ impl Inner {
         mode: TryMode,
         key: &str,
     ) -> Result<Attempt, BackendError> {
+        let lease = Decimal::new(lease_ms);
+        let watch: &[u8] = if mode == TryMode::Watching {
+            b"1"
+        } else {
+            b"0"
+        };
         if fenced {
             let fence = names.fence();
             let fence_ms = millis(FENCE_RETENTION_FLOOR).max(lease_ms.saturating_mul(10));
@@ -484,51 +487,25 @@ impl Inner {
                     &[lock, &fence],
                     &[
                         token.as_ref(),
-                        Decimal::new(lease_ms).as_ref(),
+                        lease.as_ref(),
+                        watch,
                         Decimal::new(fence_ms.min(MAX_MILLIS)).as_ref(),
-                        if mode == TryMode::Watching {
-                            b"1"
-                        } else {
-                            b"0"
-                        },
                     ],
                     key,
                 )
                 .await?;
-            return match reply {
-                Reply::Int(tok) if tok > 0 => Ok(Attempt::Won(Some(tok as u64))),
-                Reply::Array(items) => match items.as_slice() {
-                    [Reply::Int(0), Reply::Data(holder), Reply::Int(pttl)] if is_token(holder) => {
-                        Ok(Attempt::Held(Some(*pttl)))
-                    }
-                    [Reply::Int(0), ..] => Err(self.foreign_lock(key)),
-                    _ => Err(self.protocol("fenced acquire", key, "unexpected script reply")),
-                },
-                _ => Err(self.protocol("fenced acquire", key, "unexpected script reply")),
-            };
+            return self.scripted_attempt(reply, true, key);
         }
-        let lease = Decimal::new(lease_ms);
         if mode == TryMode::Watching {
             let reply = self
                 .eval(
                     &scripts::WAITING_ACQUIRE,
                     &[lock],
-                    &[token.as_ref(), lease.as_ref()],
+                    &[token.as_ref(), lease.as_ref(), watch],
                     key,
                 )
                 .await?;
-            let unexpected = || self.protocol("waiting acquire", key, "unexpected script reply");
-            let Reply::Array(items) = reply else {
-                return Err(unexpected());
-            };
-            return match items.as_slice() {
-                [Reply::Int(1)] => Ok(Attempt::Won(None)),
-                [Reply::Int(0), Reply::Data(holder), Reply::Int(pttl)] if is_token(holder) => {
-                    Ok(Attempt::Held(Some(*pttl)))
-                }
-                [Reply::Int(0), ..] => Err(self.foreign_lock(key)),
-                _ => Err(unexpected()),
-            };
+            return self.scripted_attempt(reply, false, key);
         }
         // SET .. NX .. GET answers with the current holder when the key is taken (and fails
         // with WRONGTYPE on a foreign value) in the same single command.
@@ -559,6 +536,28 @@ impl Inner {
             }
             Reply::Data(_) => Err(self.foreign_lock(key)),
             _ => Err(self.protocol("SET", key, "unexpected reply")),
+        }
+    }
+
+    /// Reads the reply of an acquire script: the fencing token (fenced) or 0 when taken,
+    /// `{holder, pttl}` when held.
+    fn scripted_attempt(
+        &self,
+        reply: Reply,
+        fenced: bool,
+        key: &str,
+    ) -> Result<Attempt, BackendError> {
+        match reply {
+            Reply::Int(tok) if fenced && tok > 0 => Ok(Attempt::Won(Some(tok as u64))),
+            Reply::Int(0) if !fenced => Ok(Attempt::Won(None)),
+            Reply::Array(items) => match items.as_slice() {
+                [Reply::Data(holder), Reply::Int(pttl)] if is_token(holder) => {
+                    Ok(Attempt::Held(Some(*pttl)))
+                }
+                [Reply::Data(_), _] => Err(self.foreign_lock(key)),
+                _ => Err(self.protocol("acquire", key, "unexpected script reply")),
+            },
+            _ => Err(self.protocol("acquire", key, "unexpected script reply")),
         }
     }
 

@@ -39,23 +39,47 @@ impl Script {
     }
 }
 
-/// Fenced acquire. KEYS: lock, fence. ARGV: owner, lease ms, fence retention ms, `1` when
-/// the caller is subscribed and waiting (marks a holder as waited for) else `0`.
+/// The lock step both acquire scripts share. KEYS[1]: lock. ARGV: owner, lease ms, `1` to mark
+/// a holder found as waited for (so its release publishes) else `0`.
 ///
-/// Returns the token (a positive integer) when the lock is now the owner's, `{0, holder,
-/// pttl}` when held.
+/// Takes the lock with `SET NX PX`; when it is held by someone else, returns `{holder, pttl}`
+/// from the script. Our own token (an earlier send of this very call landed: a client retry)
+/// counts as taken, with the lease renewed. A value that is not a string fails on the `GET`
+/// with `WRONGTYPE` before anything is written; a foreign string is returned, never marked.
+macro_rules! take_or_watch_lock {
+    () => {
+        r#"
+if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  local holder = redis.call('GET', KEYS[1])
+  if holder ~= ARGV[1] and holder ~= ARGV[1] .. '*' then
+    if ARGV[3] == '1' and #holder == 32 and string.find(holder, '^[0-9a-f]+$') then
+      redis.call('SET', KEYS[1], holder .. '*', 'KEEPTTL')
+    end
+    return {holder, redis.call('PTTL', KEYS[1])}
+  end
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+"#
+    };
+}
+
+/// Fenced acquire. KEYS: lock, fence. ARGV: owner, lease ms, `1`/`0` (mark a holder as waited
+/// for, see `take_or_watch_lock!`), fence retention ms.
+///
+/// Returns the token (a positive integer) when the lock is now the owner's, `{holder, pttl}`
+/// when held.
 ///
 /// The token is `max(last + 1, server time in µs)`. While the counter exists (it is kept for
 /// `max(10 × lease, 1 h)` after each mint) tokens grow by at least one; once it has expired,
 /// the server clock has moved on by at least that long, so the next token (the current time)
 /// still exceeds every earlier one, unless the server clock went back by more than that.
 /// Everything is checked before the first write (a script is not rolled back when it fails
-/// half-way): a foreign counter or a non-string lock (`WRONGTYPE` from the `GET` after a refused
-/// `SET NX`) fails the call and changes nothing.
+/// half-way): a foreign counter or a non-string lock fails the call and changes nothing.
 pub(crate) static FENCED_ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         "fenced_acquire",
-        r#"
+        concat!(
+            r#"
 local last = redis.call('GET', KEYS[2])
 local floor = 0
 if last then
@@ -64,47 +88,29 @@ if last then
     return redis.error_reply('ERR coord: the fencing counter holds a foreign value')
   end
 end
-if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  -- Held (a value that is not a string fails here with WRONGTYPE, before any write).
-  local holder = redis.call('GET', KEYS[1])
-  if holder ~= ARGV[1] and holder ~= ARGV[1] .. '*' then
-    if ARGV[4] == '1' and #holder == 32 and string.find(holder, '^[0-9a-f]+$') then
-      redis.call('SET', KEYS[1], holder .. '*', 'KEEPTTL')
-    end
-    return {0, holder, redis.call('PTTL', KEYS[1])}
-  end
-  -- Our own token: an earlier send of this very call took the lock (a client retry).
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-end
+"#,
+            take_or_watch_lock!(),
+            r#"
 local now = redis.call('TIME')
 local token = tonumber(now[1]) * 1000000 + tonumber(now[2])
 if floor >= token then
   token = floor + 1
 end
-redis.call('SET', KEYS[2], string.format('%.0f', token), 'PX', ARGV[3])
+redis.call('SET', KEYS[2], string.format('%.0f', token), 'PX', ARGV[4])
 return token
-"#,
+"#
+        ),
     )
 });
 
-/// Unfenced acquire while waiting. KEYS: lock. ARGV: owner, lease ms.
+/// Unfenced acquire while waiting. KEYS: lock. ARGV: owner, lease ms, `1` (mark the holder).
 ///
-/// The `SET .. NX PX .. GET` of the first attempt, and, when the lock is held by someone
-/// else, marks the holder as waited for (so its release publishes). Returns `{1}` when the
-/// lock is now the owner's, `{0, holder, pttl}` when held. A foreign value is left as it is.
+/// The lock step of the fenced acquire without the mint: returns 0 when the lock is now the
+/// owner's, `{holder, pttl}` when held (the holder now marked as waited for).
 pub(crate) static WAITING_ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         "waiting_acquire",
-        r#"
-local holder = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2], 'GET')
-if not holder or holder == ARGV[1] or holder == ARGV[1] .. '*' then
-  return {1}
-end
-if #holder == 32 and string.find(holder, '^[0-9a-f]+$') then
-  redis.call('SET', KEYS[1], holder .. '*', 'KEEPTTL')
-end
-return {0, holder, redis.call('PTTL', KEYS[1])}
-"#,
+        concat!(take_or_watch_lock!(), "return 0\n"),
     )
 });
 

@@ -240,16 +240,10 @@ async fn killed_server_fails_fast_and_restart_recovers(client: Client) {
     );
 
     // The subscriber reconnected too: a release wakes a waiter again.
-    let waiter = tokio::spawn({
-        let (p, k) = (p.clone(), k.clone());
-        async move {
-            let grant = p
-                .acquire(lock(&k, OwnerToken::new(), LONG, Duration::from_secs(20)))
-                .await
-                .unwrap();
-            (grant, Instant::now())
-        }
-    });
+    let waiter = spawn_acquire(
+        &p,
+        lock(&k, OwnerToken::new(), LONG, Duration::from_secs(20)),
+    );
     let channel = redis_key(&k, "lock");
     until("the waiter to subscribe", Duration::from_secs(10), || {
         subscribers(&server, &channel) == 1
@@ -257,7 +251,7 @@ async fn killed_server_fails_fast_and_restart_recovers(client: Client) {
     .await;
     let released_at = Instant::now();
     assert_eq!(p.release(&k, b).await.unwrap(), ReleaseOutcome::Released);
-    let (grant, at) = waiter.await.unwrap();
+    let Acquired { grant, at, .. } = waiter.await.unwrap();
     assert!(grant.is_some());
     let handoff = at.saturating_duration_since(released_at);
     assert!(

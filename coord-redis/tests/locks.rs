@@ -100,17 +100,10 @@ async fn release_hands_off_to_a_waiter(client: Client) {
         .await
         .unwrap()
         .unwrap();
-    let waiter = tokio::spawn({
-        let (p, k) = (p.clone(), k.clone());
-        async move {
-            let b = OwnerToken::new();
-            let grant = p
-                .acquire(lock(&k, b, LONG, Duration::from_secs(20)))
-                .await
-                .unwrap();
-            (grant, Instant::now(), b)
-        }
-    });
+    let waiter = spawn_acquire(
+        &p,
+        lock(&k, OwnerToken::new(), LONG, Duration::from_secs(20)),
+    );
     let channel = redis_key(&k, "lock");
     until("the waiter to subscribe", Duration::from_secs(5), || {
         subscribers(&server, &channel) == 1
@@ -118,7 +111,11 @@ async fn release_hands_off_to_a_waiter(client: Client) {
     .await;
     let released_at = Instant::now();
     assert_eq!(p.release(&k, a).await.unwrap(), ReleaseOutcome::Released);
-    let (grant, granted_at, b) = waiter.await.unwrap();
+    let Acquired {
+        grant,
+        owner: b,
+        at: granted_at,
+    } = waiter.await.unwrap();
     let grant = grant.expect("the waiter gets the lock");
     assert!(grant.contended);
     let handoff = granted_at.saturating_duration_since(released_at);
@@ -258,15 +255,7 @@ async fn release_wakes_exactly_one_waiter(client: Client) {
         .await
         .unwrap()
         .unwrap();
-    let spawn_waiter = |wait: Duration| {
-        let (p, k) = (p.clone(), k.clone());
-        tokio::spawn(async move {
-            let me = OwnerToken::new();
-            let started = Instant::now();
-            let grant = p.acquire(lock(&k, me, LONG, wait)).await.unwrap();
-            (grant.map(|_| me), started.elapsed())
-        })
-    };
+    let spawn_waiter = |wait| spawn_acquire(&p, lock(&k, OwnerToken::new(), LONG, wait));
     // Each waiter sends its first attempt, then (once queued and subscribed) a retry that
     // also marks the holder as waited for, unless it already is: the first waiter sends
     // three SETs, the second two. Counting them tells when a waiter is in the queue.
@@ -277,14 +266,19 @@ async fn release_wakes_exactly_one_waiter(client: Client) {
     })
     .await;
     let second_wait = Duration::from_millis(2500);
+    let second_started = Instant::now();
     let second = spawn_waiter(second_wait);
     until("the second waiter to queue", Duration::from_secs(5), || {
         calls(&server, "set") >= sets + 5
     })
     .await;
     assert_eq!(p.release(&k, a).await.unwrap(), ReleaseOutcome::Released);
-    let (winner, _) = first.await.unwrap();
-    let winner = winner.expect("the first waiter is woken and takes the lock");
+    let first = first.await.unwrap();
+    assert!(
+        first.grant.is_some(),
+        "the first waiter is woken and takes the lock"
+    );
+    let winner = first.owner;
     // The second waiter, head of the queue now, may have marked the winner's lock already.
     let Resp::Bulk(stored) = server.command(&["GET", &lock_key]) else {
         panic!("the winner's lock is stored");
@@ -295,9 +289,10 @@ async fn release_wakes_exactly_one_waiter(client: Client) {
         "the lock holds the winner's token: {:?}",
         String::from_utf8_lossy(&stored)
     );
-    let (loser, waited) = second.await.unwrap();
+    let second = second.await.unwrap();
+    let waited = second.at.saturating_duration_since(second_started);
     assert!(
-        loser.is_none(),
+        second.grant.is_none(),
         "one release, one wake: the second waiter stays waiting"
     );
     assert!(
@@ -363,36 +358,29 @@ async fn a_cancelled_head_passes_the_wake_up_on(client: Client) {
         .unwrap()
         .unwrap();
     let sets = calls(&server, "set");
-    let head = tokio::spawn({
-        let (p, k) = (p.clone(), k.clone());
-        async move { p.acquire(lock(&k, OwnerToken::new(), LONG, LONG)).await }
-    });
+    // Each waiter sends its first attempt, then (queued and subscribed) a retry that marks
+    // the holder unless it already is: the head sends three SETs, the next one two.
+    let head = spawn_acquire(&p, lock(&k, OwnerToken::new(), LONG, LONG));
     until("the head to queue", Duration::from_secs(5), || {
-        calls(&server, "set") >= sets + 2
+        calls(&server, "set") >= sets + 3
     })
     .await;
-    let next = tokio::spawn({
-        let (p, k) = (p.clone(), k.clone());
-        async move {
-            let me = OwnerToken::new();
-            let grant = p
-                .acquire(lock(&k, me, LONG, Duration::from_secs(20)))
-                .await
-                .unwrap();
-            (grant.map(|_| me), Instant::now())
-        }
-    });
+    let next = spawn_acquire(
+        &p,
+        lock(&k, OwnerToken::new(), LONG, Duration::from_secs(20)),
+    );
     until("the second waiter to queue", Duration::from_secs(5), || {
-        calls(&server, "set") >= sets + 4
+        calls(&server, "set") >= sets + 5
     })
     .await;
     head.abort();
     let _ = head.await;
     let released_at = Instant::now();
     p.release(&k, a).await.unwrap();
-    let (grant, granted_at) = next.await.unwrap();
-    let me = grant.expect("the remaining waiter gets the lock");
-    let handoff = granted_at.saturating_duration_since(released_at);
+    let next = next.await.unwrap();
+    assert!(next.grant.is_some(), "the remaining waiter gets the lock");
+    let me = next.owner;
+    let handoff = next.at.saturating_duration_since(released_at);
     assert!(
         handoff < Duration::from_millis(700),
         "woken by the release: {handoff:?}"
@@ -498,21 +486,7 @@ async fn only_a_lock_someone_waits_for_publishes_its_release(client: Client) {
             .await
             .unwrap()
             .unwrap();
-        let waiter = tokio::spawn({
-            let p = p.clone();
-            let request = request(OwnerToken::new(), Duration::from_secs(20));
-            let (key, owner) = (request.key.to_owned(), request.owner);
-            async move {
-                let grant = p
-                    .acquire(coord_core::LockRequest {
-                        key: &key,
-                        ..request
-                    })
-                    .await
-                    .unwrap();
-                (grant, owner)
-            }
-        });
+        let waiter = spawn_acquire(&p, request(OwnerToken::new(), Duration::from_secs(20)));
         let marked = Resp::Bulk(format!("{holder}*").into_bytes());
         until(
             "the waiter to mark the holder",
@@ -532,7 +506,7 @@ async fn only_a_lock_someone_waits_for_publishes_its_release(client: Client) {
             ReleaseOutcome::Released
         );
         assert_eq!(calls(&server, "publish"), before + 1);
-        let (grant, owner) = waiter.await.unwrap();
+        let Acquired { grant, owner, .. } = waiter.await.unwrap();
         let grant = grant.expect("the waiter takes the lock");
         assert!(grant.contended);
         assert_eq!(grant.fencing_token.is_some(), fenced_lock);

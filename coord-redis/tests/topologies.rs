@@ -74,16 +74,10 @@ async fn cluster_of_three_masters() {
                 .await
                 .unwrap()
                 .unwrap();
-            let waiter = tokio::spawn({
-                let (p, k) = (p.clone(), k.clone());
-                async move {
-                    let grant = p
-                        .acquire(lock(&k, OwnerToken::new(), LONG, Duration::from_secs(20)))
-                        .await
-                        .unwrap();
-                    (grant, Instant::now())
-                }
-            });
+            let waiter = spawn_acquire(
+                &p,
+                lock(&k, OwnerToken::new(), LONG, Duration::from_secs(20)),
+            );
             let channel = redis_key(&k, "lock");
             until("the waiter to subscribe", Duration::from_secs(10), || {
                 cluster
@@ -96,7 +90,7 @@ async fn cluster_of_three_masters() {
             .await;
             let released_at = Instant::now();
             p.release(&k, a).await.unwrap();
-            let (grant, at) = waiter.await.unwrap();
+            let Acquired { grant, at, .. } = waiter.await.unwrap();
             assert!(grant.is_some());
             let handoff = at.saturating_duration_since(released_at);
             assert!(
@@ -209,16 +203,10 @@ async fn sentinel_failover_is_followed() {
         assert_eq!(p.release(&k, a).await.unwrap(), ReleaseOutcome::Released);
 
         // Waiting works on the new master.
-        let waiter = tokio::spawn({
-            let (p, k2) = (p.clone(), k2.clone());
-            async move {
-                let grant = p
-                    .acquire(lock(&k2, OwnerToken::new(), LONG, Duration::from_secs(20)))
-                    .await
-                    .unwrap();
-                (grant, Instant::now())
-            }
-        });
+        let waiter = spawn_acquire(
+            &p,
+            lock(&k2, OwnerToken::new(), LONG, Duration::from_secs(20)),
+        );
         let channel = redis_key(&k2, "lock");
         until("the waiter to subscribe", Duration::from_secs(10), || {
             subscribers(setup.master(), &channel) >= 1
@@ -226,7 +214,7 @@ async fn sentinel_failover_is_followed() {
         .await;
         let released_at = Instant::now();
         assert_eq!(p.release(&k2, b).await.unwrap(), ReleaseOutcome::Released);
-        let (grant, at) = waiter.await.unwrap();
+        let Acquired { grant, at, .. } = waiter.await.unwrap();
         assert!(grant.is_some(), "{client:?}");
         let handoff = at.saturating_duration_since(released_at);
         assert!(

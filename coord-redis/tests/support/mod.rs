@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use coord_core::{ClaimRequest, LockRequest, OwnerToken};
+use coord_core::{ClaimRequest, LockGrant, LockProvider, LockRequest, OwnerToken};
 use coord_redis::testing::{RedisServer, Resp};
 use coord_redis::{Client, RedisProvider};
 
@@ -113,4 +113,34 @@ pub fn subscribers(server: &RedisServer, channel: &str) -> i64 {
 /// Calls of `command` since start.
 pub fn calls(server: &RedisServer, command: &str) -> u64 {
     server.command_calls().get(command).copied().unwrap_or(0)
+}
+
+/// What a spawned acquire reports: its grant, its owner and when the acquire returned.
+pub struct Acquired {
+    pub grant: Option<LockGrant>,
+    pub owner: OwnerToken,
+    pub at: Instant,
+}
+
+/// Runs `request` on its own task (typically a waiter, `wait > 0`).
+pub fn spawn_acquire(
+    p: &RedisProvider,
+    request: LockRequest<'_>,
+) -> tokio::task::JoinHandle<Acquired> {
+    let (p, key) = (p.clone(), request.key.to_owned());
+    let request = LockRequest { key: "", ..request };
+    tokio::spawn(async move {
+        let grant = p
+            .acquire(LockRequest {
+                key: &key,
+                ..request
+            })
+            .await
+            .unwrap();
+        Acquired {
+            grant,
+            owner: request.owner,
+            at: Instant::now(),
+        }
+    })
 }

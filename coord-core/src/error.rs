@@ -4,6 +4,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::provider::{LossCause, OwnerToken};
+
 /// Why an intercepted call did not run its body, or why its outcome cannot be trusted.
 ///
 /// Functions under `#[idempotent]` or `#[distributed_lock]` return `Result<T, E>` with
@@ -40,13 +42,37 @@ pub enum CoordError {
         /// The call's key.
         key: String,
     },
-    /// The lease of a held lock was lost while the body ran (it lapsed, or renewal found
-    /// another owner), and the body was stopped.
+    /// The lease of a held lock (or of an in-flight marker) was lost while the body ran, and
+    /// the body was stopped.
     LockLost {
         /// The call's key.
         key: String,
         /// How long the lock had been held when the loss was noticed.
         held_for: Duration,
+        /// Why the hold was lost.
+        cause: LossCause,
+    },
+    /// The body of an `#[idempotent]` call **ran**, and its `Ok` outcome could not be stored
+    /// (after retrying for as long as the in-flight marker was ours). The side effects happened;
+    /// a duplicate will not replay them. What a duplicate gets instead is decided by
+    /// `on_abandoned`: `"fail"` answers `OutcomeUnknown` until an operator purges the record,
+    /// `"rerun"` runs the body again once the marker's lease ends. Not retryable: retrying
+    /// blindly may repeat the side effects.
+    OutcomeNotStored {
+        /// The call's key.
+        key: String,
+        /// Why the outcome is not stored.
+        cause: NotStoredCause,
+    },
+    /// A key part of an `#[idempotent]` call was absent (`None`): without a key there is no
+    /// record to share, so the call is refused before the body runs rather than sharing one
+    /// record with every other keyless call. (`on_missing_key = "run_unprotected"` runs such
+    /// calls without the idempotency layer instead.)
+    MissingKey {
+        /// The operation.
+        op: String,
+        /// The parameter path (`key_from`) that was `None`, when known.
+        part: Option<String>,
     },
     /// An earlier call with this idempotency key started and never finished (its in-flight
     /// lease expired), and the operation is configured `on_abandoned = "fail"`: whether its side
@@ -77,21 +103,27 @@ impl CoordError {
             | CoordError::KeyReused { key }
             | CoordError::LockLost { key, .. }
             | CoordError::OutcomeUnknown { key }
+            | CoordError::OutcomeNotStored { key, .. }
             | CoordError::Codec { key, .. } => Some(key),
+            CoordError::MissingKey { .. } => None,
             CoordError::Backend(err) => err.key(),
         }
     }
 
     /// True when retrying the same call later may succeed without any change: the lock may be
     /// free, the in-flight duplicate may have finished, the backend may be back.
+    ///
+    /// `OutcomeNotStored` is not retryable (the body ran: a blind retry may repeat its effects),
+    /// nor is a backend error of kind [`BackendErrorKind::Corrupt`] or
+    /// [`BackendErrorKind::Config`], which need an operator.
     pub fn is_retryable(&self) -> bool {
-        matches!(
-            self,
+        match self {
             CoordError::LockNotAcquired { .. }
-                | CoordError::InFlight { .. }
-                | CoordError::LockLost { .. }
-                | CoordError::Backend(_)
-        )
+            | CoordError::InFlight { .. }
+            | CoordError::LockLost { .. } => true,
+            CoordError::Backend(err) => err.kind().is_transient(),
+            _ => false,
+        }
     }
 }
 
@@ -114,12 +146,31 @@ impl fmt::Display for CoordError {
                 f,
                 "idempotency key `{key}` was already used with different parameters"
             ),
-            CoordError::LockLost { key, held_for } => {
+            CoordError::LockLost {
+                key,
+                held_for,
+                cause,
+            } => {
                 write!(
                     f,
-                    "lock `{key}` was lost after {held_for:?}; the body was stopped"
+                    "lock `{key}` was lost after {held_for:?} ({cause}); the body was stopped"
                 )
             }
+            CoordError::OutcomeNotStored { key, cause } => write!(
+                f,
+                "the call with idempotency key `{key}` ran, but its outcome was not stored: {cause}"
+            ),
+            CoordError::MissingKey {
+                op,
+                part: Some(part),
+            } => write!(
+                f,
+                "`{op}` was called without an idempotency key (`{part}` is None); refused before running"
+            ),
+            CoordError::MissingKey { op, part: None } => write!(
+                f,
+                "`{op}` was called without an idempotency key (a key part is None); refused before running"
+            ),
             CoordError::OutcomeUnknown { key } => write!(
                 f,
                 "an earlier call with idempotency key `{key}` was abandoned mid-flight; its outcome is unknown"
@@ -139,6 +190,10 @@ impl std::error::Error for CoordError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             CoordError::Backend(err) => Some(err),
+            CoordError::OutcomeNotStored {
+                cause: NotStoredCause::Backend(err),
+                ..
+            } => Some(err),
             _ => None,
         }
     }
@@ -147,6 +202,40 @@ impl std::error::Error for CoordError {
 impl From<BackendError> for CoordError {
     fn from(err: BackendError) -> Self {
         CoordError::Backend(err)
+    }
+}
+
+/// Why the outcome of a call that ran was not stored, in [`CoordError::OutcomeNotStored`].
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum NotStoredCause {
+    /// The backend kept failing until the in-flight marker could no longer be ours.
+    Backend(BackendError),
+    /// Another caller claimed the key after this call's marker was lost: the body ran twice.
+    DoubleRun {
+        /// The other owner, when the backend records it.
+        other: Option<OwnerToken>,
+    },
+    /// The outcome cannot be represented by the coordinator's codec (or would not decode back
+    /// into its type), so no record of it could be stored.
+    Codec(String),
+}
+
+impl fmt::Display for NotStoredCause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NotStoredCause::Backend(err) => write!(f, "{err}"),
+            NotStoredCause::DoubleRun { other: Some(other) } => write!(
+                f,
+                "another caller (owner {other}) claimed the key after this call's marker was lost: the body ran twice"
+            ),
+            NotStoredCause::DoubleRun { other: None } => f.write_str(
+                "another caller claimed the key after this call's marker was lost: the body ran twice",
+            ),
+            NotStoredCause::Codec(message) => {
+                write!(f, "the outcome cannot be encoded for storage: {message}")
+            }
+        }
     }
 }
 
@@ -161,8 +250,29 @@ pub enum BackendErrorKind {
     /// The backend answered with data coord cannot interpret (a wrong-typed value at a coord key,
     /// a record that does not decode, an unexpected script reply).
     Protocol,
-    /// The provider was configured wrongly (bad URL, unknown option).
+    /// The provider was configured wrongly (bad URL, unknown option), or the server is set up
+    /// in a way that breaks coord's promises (e.g. an eviction policy that can drop held locks).
     Config,
+    /// State under one of coord's keys is not coord's (a wrong type, garbage fields, a counter
+    /// that is not a number): refused, never turned into a grant, a token or a replay. Needs an
+    /// operator (purge the key); not retryable.
+    Corrupt,
+    /// The backend is out of memory and refuses writes (Redis `OOM` under `noeviction`).
+    /// Retryable once memory is freed.
+    OutOfMemory,
+}
+
+impl BackendErrorKind {
+    /// True for faults that can go away by themselves (`Unavailable`, `Timeout`,
+    /// `OutOfMemory`); false for those that need a change (`Protocol`, `Config`, `Corrupt`).
+    pub fn is_transient(self) -> bool {
+        matches!(
+            self,
+            BackendErrorKind::Unavailable
+                | BackendErrorKind::Timeout
+                | BackendErrorKind::OutOfMemory
+        )
+    }
 }
 
 /// A fault of the coordination backend, as a provider reports it.

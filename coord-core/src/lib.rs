@@ -65,13 +65,14 @@ mod runtime;
 
 pub use codec::Codec;
 pub use coordinator::{BuildError, Coordinator, CoordinatorBuilder, Metrics, Provider};
-pub use error::{BackendError, BackendErrorKind, CoordError};
+pub use error::{BackendError, BackendErrorKind, CoordError, NotStoredCause};
 pub use key::{KeyBuilder, KeyPart, KeyWriter, render_key};
 pub use memory_provider::MemoryProvider;
 pub use policy::{OnAbandoned, OnBackendError, OnLost};
 pub use provider::{
-    BoxFuture, ClaimOutcome, ClaimRequest, Deadline, FencingToken, Fingerprint, IdempotencyStore,
-    LockGrant, LockProvider, LockRequest, OwnerToken, ReleaseOutcome, RenewOutcome,
+    BoxFuture, ClaimOutcome, ClaimRequest, CompleteOutcome, CompleteRequest, Deadline,
+    FencingToken, Fingerprint, IdempotencyStore, LockGrant, LockProvider, LockRequest, LossCause,
+    OwnerToken, ReleaseOutcome, RenewOutcome,
 };
 pub use report::{CallReport, FlightOutcome, IdempotencyOutcome, LockOutcome, observe};
 pub use runtime::flight::open_flights;

@@ -7,8 +7,9 @@ use coord_memory::{Attempt, Claim, LockTable, RecordStore};
 
 use crate::error::BackendError;
 use crate::provider::{
-    BoxFuture, ClaimOutcome, ClaimRequest, FencingToken, Fingerprint, IdempotencyStore, LockGrant,
-    LockProvider, LockRequest, OwnerToken, ReleaseOutcome, RenewOutcome,
+    BoxFuture, ClaimOutcome, ClaimRequest, CompleteOutcome, CompleteRequest, FencingToken,
+    Fingerprint, IdempotencyStore, LockGrant, LockProvider, LockRequest, LossCause, OwnerToken,
+    ReleaseOutcome, RenewOutcome,
 };
 
 /// Coordination within this process: leases, fencing, FIFO hand-off and idempotency records
@@ -101,7 +102,7 @@ impl LockProvider for MemoryProvider {
         let outcome = if self.locks.renew(key, owner.as_u128(), lease) {
             RenewOutcome::Renewed
         } else {
-            RenewOutcome::Lost
+            RenewOutcome::Lost(LossCause::Expired)
         };
         Box::pin(std::future::ready(Ok(outcome)))
     }
@@ -149,15 +150,21 @@ impl IdempotencyStore for MemoryProvider {
 
     fn complete<'a>(
         &'a self,
-        key: &'a str,
-        owner: OwnerToken,
-        payload: Arc<[u8]>,
-        retention: Duration,
-    ) -> BoxFuture<'a, Result<bool, BackendError>> {
+        req: CompleteRequest<'a>,
+    ) -> BoxFuture<'a, Result<CompleteOutcome, BackendError>> {
+        // TODO(memory): create-if-absent and superseded detection in the engine.
         let done = self
             .records
-            .complete(key, owner.as_u128(), payload, retention);
-        Box::pin(std::future::ready(Ok(done)))
+            .complete(req.key, req.owner.as_u128(), req.payload, req.retention);
+        let outcome = if done {
+            CompleteOutcome::Stored
+        } else {
+            CompleteOutcome::Superseded {
+                other: None,
+                completed: false,
+            }
+        };
+        Box::pin(std::future::ready(Ok(outcome)))
     }
 
     fn abandon<'a>(
@@ -189,7 +196,7 @@ impl IdempotencyStore for MemoryProvider {
         let outcome = if self.records.renew(key, owner.as_u128(), lease) {
             RenewOutcome::Renewed
         } else {
-            RenewOutcome::Lost
+            RenewOutcome::Lost(LossCause::Expired)
         };
         Box::pin(std::future::ready(Ok(outcome)))
     }

@@ -145,8 +145,45 @@ pub enum ReleaseOutcome {
 pub enum RenewOutcome {
     /// The lease now ends `lease` from the moment of renewal.
     Renewed,
-    /// The token is gone: the hold is lost.
-    Lost,
+    /// The token is gone: the hold is lost, for the reason given ([`LossCause::TakenByOther`]
+    /// or [`LossCause::Expired`]; a provider never reports [`LossCause::BackendUnreachable`],
+    /// which the runtime decides on its own clock).
+    Lost(LossCause),
+}
+
+/// Why a hold (a lock, or an in-flight marker) was lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum LossCause {
+    /// Another owner holds the key now: our lease ended and someone else took it.
+    TakenByOther,
+    /// The lease ended before a renewal reached the backend, and the key was found free (or
+    /// in a state that is no longer ours, such as an in-flight marker past its lease).
+    Expired,
+    /// The backend could not confirm a renewal for a whole lease (unreachable, or slower than
+    /// the lease): the lease may have ended there, so the hold is treated as lost.
+    BackendUnreachable,
+}
+
+impl LossCause {
+    /// A short, stable name: `taken_by_other`, `expired`, `backend_unreachable`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LossCause::TakenByOther => "taken_by_other",
+            LossCause::Expired => "expired",
+            LossCause::BackendUnreachable => "backend_unreachable",
+        }
+    }
+}
+
+impl std::fmt::Display for LossCause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            LossCause::TakenByOther => "taken by another owner",
+            LossCause::Expired => "the lease expired before it was renewed",
+            LossCause::BackendUnreachable => "the backend was unreachable for a whole lease",
+        })
+    }
 }
 
 /// Mutual exclusion with leases. Waiting is the provider's business, because how waiters are
@@ -249,18 +286,70 @@ pub struct ClaimRequest<'a> {
     pub keep_abandoned_for: Option<Duration>,
 }
 
+/// One request to store the outcome of a claimed call.
+#[derive(Debug, Clone)]
+pub struct CompleteRequest<'a> {
+    /// The call key.
+    pub key: &'a str,
+    /// The token that claimed the key.
+    pub owner: OwnerToken,
+    /// The encoded outcome.
+    pub payload: Arc<[u8]>,
+    /// How long the completed record is kept.
+    pub retention: Duration,
+    /// The fingerprint given at claim time. Stored only when completion has to create the
+    /// record because the marker is gone (see [`CompleteOutcome::StoredWithoutMarker`]).
+    pub fingerprint: Option<Fingerprint>,
+}
+
+/// What storing an outcome found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CompleteOutcome {
+    /// The owner's marker (live, or lapsed and kept) became the completed record. Also the
+    /// answer when this very completion was already stored (a resent command): completing is
+    /// idempotent for its owner.
+    Stored,
+    /// The marker was gone (its lease lapsed, it was evicted, the server restarted without
+    /// persistence) and no other caller had claimed the key: the completed record was created
+    /// with the request's fingerprint, so a duplicate replays instead of running again.
+    StoredWithoutMarker,
+    /// Another caller claimed the key after this owner's marker was lost: nothing was stored,
+    /// and the body has run (or is running) twice.
+    Superseded {
+        /// The owner found at the key, when the backend records it.
+        other: Option<OwnerToken>,
+        /// Whether that other caller has already completed.
+        completed: bool,
+    },
+}
+
+impl CompleteOutcome {
+    /// True when the outcome is now stored at the key.
+    pub fn is_stored(self) -> bool {
+        matches!(
+            self,
+            CompleteOutcome::Stored | CompleteOutcome::StoredWithoutMarker
+        )
+    }
+}
+
 /// Storage for idempotency records: an in-flight marker with its own lease, then the completed
 /// outcome for the retention period.
 ///
 /// # Contract
 /// * `claim` is atomic: it either creates the in-flight marker or returns the existing record,
 ///   with the fingerprint stored in it. It never compares fingerprints: the runtime does, in one
-///   place.
-/// * `complete` and `abandon` succeed (`true`) only while `owner` holds the in-flight marker
-///   (a lapsed marker kept under `keep_abandoned_for` is still its owner's: a late completion
-///   resolves the unknown outcome).
-///   `complete` keeps the fingerprint given at claim time and stores the outcome for
-///   `retention`; `abandon` removes the marker.
+///   place. A claim by the owner that already holds the live marker (a resent command whose
+///   first send landed) answers [`ClaimOutcome::Claimed`] again.
+/// * `complete` stores the outcome while `owner` holds the in-flight marker (a lapsed marker
+///   kept under `keep_abandoned_for` is still its owner's: a late completion resolves the
+///   unknown outcome), keeping the fingerprint given at claim time, for `retention`. When no
+///   record is there at all, it creates the completed record in the same atomic step
+///   ([`CompleteOutcome::StoredWithoutMarker`]); when another owner's marker or record is
+///   there, it changes nothing ([`CompleteOutcome::Superseded`]). Completing twice with the
+///   same owner answers `Stored` both times.
+/// * `abandon` removes the marker and succeeds (`true`) only while `owner` holds it.
 /// * `wait_settled` returns once the marker at `key` is gone or completed, or after `timeout`,
 ///   whichever is first; it returns at once when no marker is in flight. Completion and
 ///   abandonment wake waiters without polling.
@@ -273,14 +362,11 @@ pub trait IdempotencyStore: Send + Sync + 'static {
         req: ClaimRequest<'a>,
     ) -> BoxFuture<'a, Result<ClaimOutcome, BackendError>>;
 
-    /// Stores `payload` as the outcome of `key` if `owner` still holds the in-flight marker.
+    /// Stores `req.payload` as the outcome of `req.key` (see the contract above).
     fn complete<'a>(
         &'a self,
-        key: &'a str,
-        owner: OwnerToken,
-        payload: Arc<[u8]>,
-        retention: Duration,
-    ) -> BoxFuture<'a, Result<bool, BackendError>>;
+        req: CompleteRequest<'a>,
+    ) -> BoxFuture<'a, Result<CompleteOutcome, BackendError>>;
 
     /// Removes the in-flight marker of `key` if `owner` still holds it.
     fn abandon<'a>(
@@ -398,12 +484,9 @@ impl<P: IdempotencyStore> IdempotencyStore for Arc<P> {
 
     fn complete<'a>(
         &'a self,
-        key: &'a str,
-        owner: OwnerToken,
-        payload: Arc<[u8]>,
-        retention: Duration,
-    ) -> BoxFuture<'a, Result<bool, BackendError>> {
-        (**self).complete(key, owner, payload, retention)
+        req: CompleteRequest<'a>,
+    ) -> BoxFuture<'a, Result<CompleteOutcome, BackendError>> {
+        (**self).complete(req)
     }
 
     fn abandon<'a>(

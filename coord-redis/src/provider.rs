@@ -4,9 +4,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use coord_core::{
-    BackendError, BackendErrorKind, BoxFuture, ClaimOutcome, ClaimRequest, FencingToken,
-    Fingerprint, IdempotencyStore, LockGrant, LockProvider, LockRequest, OwnerToken,
-    ReleaseOutcome, RenewOutcome,
+    BackendError, BackendErrorKind, BoxFuture, ClaimOutcome, ClaimRequest, CompleteOutcome,
+    CompleteRequest, FencingToken, Fingerprint, IdempotencyStore, LockGrant, LockProvider,
+    LockRequest, LossCause, OwnerToken, ReleaseOutcome, RenewOutcome,
 };
 use tokio::time::Instant;
 
@@ -736,7 +736,7 @@ impl LockProvider for RedisProvider {
                 .await?;
             match reply {
                 Reply::Int(1) => Ok(RenewOutcome::Renewed),
-                Reply::Int(0) => Ok(RenewOutcome::Lost),
+                Reply::Int(0) => Ok(RenewOutcome::Lost(LossCause::Expired)),
                 _ => Err(inner.protocol("renew", key, "unexpected script reply")),
             }
         })
@@ -899,22 +899,29 @@ impl IdempotencyStore for RedisProvider {
 
     fn complete<'a>(
         &'a self,
-        key: &'a str,
-        owner: OwnerToken,
-        payload: Arc<[u8]>,
-        retention: Duration,
-    ) -> BoxFuture<'a, Result<bool, BackendError>> {
+        req: CompleteRequest<'a>,
+    ) -> BoxFuture<'a, Result<CompleteOutcome, BackendError>> {
         Box::pin(async move {
-            let token = TokenText::new(owner);
-            let retention = Decimal::new(millis(retention));
-            self.inner
+            let token = TokenText::new(req.owner);
+            let retention = Decimal::new(millis(req.retention));
+            // TODO(redis): create-if-absent and superseded detection in the script.
+            let stored = self
+                .inner
                 .settle(
                     &scripts::COMPLETE,
-                    key,
-                    &[token.as_ref(), &payload, retention.as_ref()],
+                    req.key,
+                    &[token.as_ref(), &req.payload, retention.as_ref()],
                     "complete",
                 )
-                .await
+                .await?;
+            Ok(if stored {
+                CompleteOutcome::Stored
+            } else {
+                CompleteOutcome::Superseded {
+                    other: None,
+                    completed: false,
+                }
+            })
         })
     }
 
@@ -960,7 +967,7 @@ impl IdempotencyStore for RedisProvider {
             Ok(if renewed {
                 RenewOutcome::Renewed
             } else {
-                RenewOutcome::Lost
+                RenewOutcome::Lost(LossCause::Expired)
             })
         })
     }

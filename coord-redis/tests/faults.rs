@@ -165,7 +165,11 @@ async fn frozen_server_gives_timeouts_within_the_command_timeout(client: Client)
     fails_in_time("release", p.release(&k, b)).await;
     fails_in_time("renew", p.renew(&k, b, LONG)).await;
     fails_in_time("claim", p.claim(claim(&k, b, LONG))).await;
-    fails_in_time("complete", p.complete(&k, b, Arc::from(&b"x"[..]), LONG)).await;
+    fails_in_time(
+        "complete",
+        support::complete_stored(&p, &k, b, Arc::from(&b"x"[..]), LONG),
+    )
+    .await;
     fails_in_time("abandon", p.abandon(&k, b)).await;
     fails_in_time("wait_settled", p.wait_settled(&k, LONG)).await;
     server.resume();
@@ -332,7 +336,10 @@ async fn foreign_values_at_record_keys_are_protocol_errors(client: Client) {
     let k = key("list-at-record");
     server.command(&["RPUSH", &redis_key(&k, "idem"), "x"]);
     assert_protocol(p.claim(claim(&k, a, LONG)).await, "claim");
-    assert_protocol(p.complete(&k, a, payload.clone(), LONG).await, "complete");
+    assert_protocol(
+        support::complete_stored(&p, &k, a, payload.clone(), LONG).await,
+        "complete",
+    );
     assert_protocol(p.abandon(&k, a).await, "abandon");
     assert_protocol(p.wait_settled(&k, LONG).await, "wait_settled");
 

@@ -54,12 +54,20 @@ async fn claim_complete_and_replay(client: Client) {
     }
     let payload: Arc<[u8]> = Arc::from(&b"{\"receipt\":42}"[..]);
     assert!(
-        !s.complete(&k, b, payload.clone(), LONG).await.unwrap(),
+        !support::complete_stored(&s, &k, b, payload.clone(), LONG)
+            .await
+            .unwrap(),
         "only the owner completes"
     );
-    assert!(s.complete(&k, a, payload.clone(), LONG).await.unwrap());
     assert!(
-        !s.complete(&k, a, payload.clone(), LONG).await.unwrap(),
+        support::complete_stored(&s, &k, a, payload.clone(), LONG)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !support::complete_stored(&s, &k, a, payload.clone(), LONG)
+            .await
+            .unwrap(),
         "completes once"
     );
     match s.claim(req(b)).await.unwrap() {
@@ -130,7 +138,9 @@ async fn lapsed_marker_is_claimed_again(client: Client) {
     );
     let late: Arc<[u8]> = Arc::from(&b"late"[..]);
     assert!(
-        !s.complete(&k, a, late, LONG).await.unwrap(),
+        !support::complete_stored(&s, &k, a, late, LONG)
+            .await
+            .unwrap(),
         "a lapsed owner cannot complete"
     );
     assert!(
@@ -153,7 +163,11 @@ async fn completed_record_lives_for_its_retention(client: Client) {
         "in-flight lease, PTTL {lease}"
     );
     let day = Duration::from_secs(86_400);
-    assert!(s.complete(&k, a, Arc::from(&b"v"[..]), day).await.unwrap());
+    assert!(
+        support::complete_stored(&s, &k, a, Arc::from(&b"v"[..]), day)
+            .await
+            .unwrap()
+    );
     let kept = server.command(&["PTTL", &record]).int().unwrap();
     assert!(
         kept > 86_000_000 && kept <= 86_400_000,
@@ -184,7 +198,7 @@ async fn binary_payloads_round_trip(client: Client) {
     s.claim(req.clone()).await.unwrap();
     let payload: Vec<u8> = (0..=255u8).chain([0, 0, b'\r', b'\n']).collect();
     assert!(
-        s.complete(&k, a, Arc::from(payload.as_slice()), LONG)
+        support::complete_stored(&s, &k, a, Arc::from(payload.as_slice()), LONG)
             .await
             .unwrap()
     );
@@ -208,7 +222,11 @@ async fn binary_payloads_round_trip(client: Client) {
     // An empty payload is a payload too.
     let k2 = key("empty");
     s.claim(claim(&k2, a, LONG)).await.unwrap();
-    assert!(s.complete(&k2, a, Arc::from(&b""[..]), LONG).await.unwrap());
+    assert!(
+        support::complete_stored(&s, &k2, a, Arc::from(&b""[..]), LONG)
+            .await
+            .unwrap()
+    );
     match s.claim(claim(&k2, OwnerToken::new(), LONG)).await.unwrap() {
         ClaimOutcome::Completed { payload, .. } => assert!(payload.is_empty()),
         other => panic!("expected completed, got {other:?}"),
@@ -223,7 +241,9 @@ async fn wait_settled_returns_at_once_without_a_marker(client: Client) {
     s.wait_settled(&k, Duration::from_secs(20)).await.unwrap();
     let a = OwnerToken::new();
     s.claim(claim(&k, a, LONG)).await.unwrap();
-    s.complete(&k, a, Arc::from(&b"1"[..]), LONG).await.unwrap();
+    support::complete_stored(&s, &k, a, Arc::from(&b"1"[..]), LONG)
+        .await
+        .unwrap();
     s.wait_settled(&k, Duration::from_secs(20)).await.unwrap();
     assert!(
         started.elapsed() < Duration::from_secs(3),
@@ -261,7 +281,11 @@ async fn wait_settled_wakes_on_completion_and_abandonment(client: Client) {
         let published = calls(&server, "publish");
         let settled_at = Instant::now();
         if complete {
-            assert!(s.complete(&k, a, Arc::from(&b"1"[..]), LONG).await.unwrap());
+            assert!(
+                support::complete_stored(&s, &k, a, Arc::from(&b"1"[..]), LONG)
+                    .await
+                    .unwrap()
+            );
         } else {
             assert!(s.abandon(&k, a).await.unwrap());
         }
@@ -365,13 +389,17 @@ async fn abandoned_marker_is_kept_on_request(client: Client) {
         ClaimOutcome::Abandoned { fingerprint: fp },
         "the lapsed marker is reported, not claimed over"
     );
-    assert_eq!(
+    assert!(matches!(
         s.renew_marker(&k, a, LONG).await.unwrap(),
-        coord_core::RenewOutcome::Lost
-    );
-    assert!(!s.complete(&k, b, Arc::from(&b"x"[..]), LONG).await.unwrap());
+        coord_core::RenewOutcome::Lost(_)
+    ));
     assert!(
-        s.complete(&k, a, Arc::from(&b"late"[..]), LONG)
+        !support::complete_stored(&s, &k, b, Arc::from(&b"x"[..]), LONG)
+            .await
+            .unwrap()
+    );
+    assert!(
+        support::complete_stored(&s, &k, a, Arc::from(&b"late"[..]), LONG)
             .await
             .unwrap(),
         "late owner resolves"
@@ -402,14 +430,18 @@ async fn renew_marker_is_owner_scoped(client: Client) {
     let k = key("renew-marker");
     let record = redis_key(&k, "idem");
     s.claim(claim(&k, a, Duration::from_secs(2))).await.unwrap();
-    assert_eq!(s.renew_marker(&k, b, LONG).await.unwrap(), Lost);
+    assert!(matches!(
+        s.renew_marker(&k, b, LONG).await.unwrap(),
+        Lost(_)
+    ));
     assert_eq!(s.renew_marker(&k, a, LONG).await.unwrap(), Renewed);
     let pttl = server.command(&["PTTL", &record]).int().unwrap();
     assert!(pttl > 25_000 && pttl <= 30_000, "renewed: PTTL {pttl}");
-    s.complete(&k, a, Arc::from(&b"1"[..]), LONG).await.unwrap();
-    assert_eq!(
-        s.renew_marker(&k, a, LONG).await.unwrap(),
-        Lost,
+    support::complete_stored(&s, &k, a, Arc::from(&b"1"[..]), LONG)
+        .await
+        .unwrap();
+    assert!(
+        matches!(s.renew_marker(&k, a, LONG).await.unwrap(), Lost(_)),
         "completed"
     );
 
@@ -439,7 +471,10 @@ async fn renew_marker_is_owner_scoped(client: Client) {
     }
 
     let gone = key("renew-gone");
-    assert_eq!(s.renew_marker(&gone, a, LONG).await.unwrap(), Lost);
+    assert!(matches!(
+        s.renew_marker(&gone, a, LONG).await.unwrap(),
+        Lost(_)
+    ));
 }
 
 async fn purge_removes_any_record_and_wakes_waiters(client: Client) {
@@ -485,7 +520,11 @@ async fn settling_a_record_nobody_waits_for_publishes_nothing(client: Client) {
             ClaimOutcome::Claimed
         );
         if i % 2 == 0 {
-            assert!(s.complete(&k, a, Arc::from(&b"1"[..]), LONG).await.unwrap());
+            assert!(
+                support::complete_stored(&s, &k, a, Arc::from(&b"1"[..]), LONG)
+                    .await
+                    .unwrap()
+            );
         } else {
             assert!(s.abandon(&k, a).await.unwrap());
         }

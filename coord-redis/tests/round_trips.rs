@@ -124,7 +124,9 @@ async fn operations_cost_one_round_trip(client: Client) {
     p.renew(&w, o, LONG).await.unwrap();
     p.release(&w, o).await.unwrap();
     p.claim(claim(&w, o, LONG)).await.unwrap();
-    p.complete(&w, o, Arc::from(&b"1"[..]), LONG).await.unwrap();
+    support::complete_stored(&p, &w, o, Arc::from(&b"1"[..]), LONG)
+        .await
+        .unwrap();
     p.claim(claim(&w, o, LONG)).await.unwrap();
     // ... and open the subscriber connection.
     let held = OwnerToken::new();
@@ -199,7 +201,7 @@ async fn operations_cost_one_round_trip(client: Client) {
     .await;
     assert_eq!(claimed, ClaimOutcome::Claimed);
     measure("complete", &monitor, &[("evalsha", 1)], async {
-        p.complete(&r, a, Arc::from(&b"done"[..]), LONG)
+        support::complete_stored(&p, &r, a, Arc::from(&b"done"[..]), LONG)
             .await
             .unwrap()
     })

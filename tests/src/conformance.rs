@@ -14,7 +14,8 @@ use std::time::{Duration, Instant};
 
 use coord_core::{
     ClaimOutcome, ClaimRequest, CoordError, Coordinator, FencingToken, Fingerprint, LockRequest,
-    OwnerToken, ReleaseOutcome, RenewOutcome, distributed_lock, fencing_token, idempotent,
+    LossCause, OwnerToken, ReleaseOutcome, RenewOutcome, distributed_lock, fencing_token,
+    idempotent,
 };
 
 const LONG: Duration = Duration::from_secs(30);
@@ -233,7 +234,10 @@ pub async fn lock_renew_is_owner_scoped(c: Coordinator) {
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(p.renew(&k, b, LONG).await.unwrap(), RenewOutcome::Lost);
+    assert_eq!(
+        p.renew(&k, b, LONG).await.unwrap(),
+        RenewOutcome::Lost(LossCause::TakenByOther)
+    );
     assert_eq!(p.renew(&k, a, LONG).await.unwrap(), RenewOutcome::Renewed);
     tokio::time::sleep(Duration::from_millis(700)).await;
     let refused = p
@@ -242,7 +246,10 @@ pub async fn lock_renew_is_owner_scoped(c: Coordinator) {
         .unwrap();
     assert_eq!(refused, None, "the renewed lease outlives the original one");
     p.release(&k, a).await.unwrap();
-    assert_eq!(p.renew(&k, a, LONG).await.unwrap(), RenewOutcome::Lost);
+    assert_eq!(
+        p.renew(&k, a, LONG).await.unwrap(),
+        RenewOutcome::Lost(LossCause::TakenByOther)
+    );
 }
 
 /// Claim creates an in-flight marker or returns the record; the fingerprint is kept in every
@@ -271,8 +278,16 @@ pub async fn idempotency_claim_complete_replay(c: Coordinator) {
         other => panic!("expected in flight, got {other:?}"),
     }
     let payload: Arc<[u8]> = Arc::from(&b"{\"ok\":1}"[..]);
-    assert!(!s.complete(&k, b, payload.clone(), LONG).await.unwrap());
-    assert!(s.complete(&k, a, payload.clone(), LONG).await.unwrap());
+    assert!(
+        !crate::support::complete_stored(&**s, &k, b, payload.clone(), LONG)
+            .await
+            .unwrap()
+    );
+    assert!(
+        crate::support::complete_stored(&**s, &k, a, payload.clone(), LONG)
+            .await
+            .unwrap()
+    );
     match s.claim(req(b)).await.unwrap() {
         ClaimOutcome::Completed {
             payload: stored,
@@ -313,7 +328,9 @@ pub async fn idempotency_abandon_and_lapse(c: Coordinator) {
     assert_eq!(s.claim(req(d, LONG)).await.unwrap(), ClaimOutcome::Claimed);
     let late: Arc<[u8]> = Arc::from(&b"1"[..]);
     assert!(
-        !s.complete(&k, b, late, LONG).await.unwrap(),
+        !crate::support::complete_stored(&**s, &k, b, late, LONG)
+            .await
+            .unwrap(),
         "a lapsed owner cannot complete"
     );
     assert!(s.abandon(&k, d).await.unwrap());
@@ -344,9 +361,13 @@ pub async fn idempotency_abandoned_marker_is_kept_on_request(c: Coordinator) {
         ClaimOutcome::Abandoned { fingerprint: fp },
         "the lapsed marker is reported, not claimed over"
     );
-    assert!(!s.complete(&k, b, Arc::from(&b"x"[..]), LONG).await.unwrap());
     assert!(
-        s.complete(&k, a, Arc::from(&b"late"[..]), LONG)
+        !crate::support::complete_stored(&**s, &k, b, Arc::from(&b"x"[..]), LONG)
+            .await
+            .unwrap()
+    );
+    assert!(
+        crate::support::complete_stored(&**s, &k, a, Arc::from(&b"late"[..]), LONG)
             .await
             .unwrap(),
         "the late owner resolves the unknown by completing"
@@ -391,7 +412,9 @@ pub async fn idempotency_wait_settled_wakes_on_completion(c: Coordinator) {
     });
     tokio::time::sleep(Duration::from_millis(300)).await;
     let completed_at = Instant::now();
-    s.complete(&k, a, Arc::from(&b"1"[..]), LONG).await.unwrap();
+    crate::support::complete_stored(&*s, &k, a, Arc::from(&b"1"[..]), LONG)
+        .await
+        .unwrap();
     let woke = waiter.await.unwrap();
     let delay = woke.saturating_duration_since(completed_at);
     assert!(

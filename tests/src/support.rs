@@ -7,9 +7,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use coord_core::{
-    BackendError, BackendErrorKind, BoxFuture, ClaimOutcome, ClaimRequest, Coordinator,
-    IdempotencyStore, LockGrant, LockProvider, LockRequest, MemoryProvider, OwnerToken,
-    ReleaseOutcome, RenewOutcome,
+    BackendError, BackendErrorKind, BoxFuture, ClaimOutcome, ClaimRequest, CompleteOutcome,
+    CompleteRequest, Coordinator, IdempotencyStore, LockGrant, LockProvider, LockRequest,
+    LossCause, MemoryProvider, OwnerToken, ReleaseOutcome, RenewOutcome,
 };
 
 /// The in-process provider, wrapped to count calls and to fail on demand.
@@ -53,7 +53,9 @@ impl InstrumentedProvider {
             return Some(Box::pin(async { Err(Self::fault()) }));
         }
         if self.lose_renewals.load(Ordering::SeqCst) {
-            return Some(Box::pin(async { Ok(RenewOutcome::Lost) }));
+            return Some(Box::pin(async {
+                Ok(RenewOutcome::Lost(LossCause::TakenByOther))
+            }));
         }
         None
     }
@@ -117,12 +119,9 @@ impl IdempotencyStore for InstrumentedProvider {
 
     fn complete<'a>(
         &'a self,
-        key: &'a str,
-        owner: OwnerToken,
-        payload: Arc<[u8]>,
-        retention: Duration,
-    ) -> BoxFuture<'a, Result<bool, BackendError>> {
-        self.inner.complete(key, owner, payload, retention)
+        req: CompleteRequest<'a>,
+    ) -> BoxFuture<'a, Result<CompleteOutcome, BackendError>> {
+        self.inner.complete(req)
     }
 
     fn abandon<'a>(
@@ -293,4 +292,25 @@ pub async fn lock_is_free(c: &Coordinator, key: &str) -> bool {
             .expect("probe release");
     }
     got.is_some()
+}
+
+/// Completes `key` for `owner` with the request form of the contract, answering whether the
+/// outcome is now stored (for tests that only care about that).
+pub async fn complete_stored(
+    store: &dyn IdempotencyStore,
+    key: &str,
+    owner: OwnerToken,
+    payload: Arc<[u8]>,
+    retention: Duration,
+) -> Result<bool, BackendError> {
+    store
+        .complete(CompleteRequest {
+            key,
+            owner,
+            payload,
+            retention,
+            fingerprint: None,
+        })
+        .await
+        .map(CompleteOutcome::is_stored)
 }

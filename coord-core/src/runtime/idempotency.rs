@@ -134,6 +134,7 @@ where
                 return R::from_coord_error(CoordError::LockLost {
                     key: call.key.to_string(),
                     held_for: hold.held_for(),
+                    cause: crate::provider::LossCause::Expired,
                 });
             }
         }
@@ -152,7 +153,16 @@ where
             let retention = spec.retention;
             let payload: Arc<[u8]> = payload.into();
             let settled = DetachOnDrop::new(async move {
-                let stored = store.complete(&owned_key, owner, payload, retention).await;
+                let stored = store
+                    .complete(crate::provider::CompleteRequest {
+                        key: &owned_key,
+                        owner,
+                        payload,
+                        retention,
+                        fingerprint: None,
+                    })
+                    .await
+                    .map(|o| o.is_stored());
                 settle_log(&owned_key, "storing the outcome", stored);
             });
             settled.await;

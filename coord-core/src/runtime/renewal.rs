@@ -281,7 +281,7 @@ async fn run(shared: Arc<Shared>) {
             Some((id, hold, sent_at, outcome, interval)) = in_flight.next(), if !in_flight.is_empty() => {
                 match outcome {
                     Ok(RenewOutcome::Renewed) => hold.confirm(sent_at),
-                    Ok(RenewOutcome::Lost) => {
+                    Ok(RenewOutcome::Lost(_cause)) => {
                         hold.mark_lost("renewal found another owner or no lock");
                         let mut reg = shared.registry.lock().unwrap_or_else(|e| e.into_inner());
                         if reg.entries.remove(&id).is_some() {

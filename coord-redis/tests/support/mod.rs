@@ -144,3 +144,24 @@ pub fn spawn_acquire(
         }
     })
 }
+
+/// Completes `key` for `owner`, answering whether the outcome is now stored.
+#[allow(dead_code)]
+pub async fn complete_stored(
+    store: &dyn coord_core::IdempotencyStore,
+    key: &str,
+    owner: OwnerToken,
+    payload: std::sync::Arc<[u8]>,
+    retention: Duration,
+) -> Result<bool, coord_core::BackendError> {
+    store
+        .complete(coord_core::CompleteRequest {
+            key,
+            owner,
+            payload,
+            retention,
+            fingerprint: None,
+        })
+        .await
+        .map(coord_core::CompleteOutcome::is_stored)
+}

@@ -42,6 +42,8 @@ struct Inner {
 pub struct Metrics {
     fail_open: AtomicU64,
     lapsed_releases: AtomicU64,
+    unprotected: AtomicU64,
+    not_stored: AtomicU64,
 }
 
 impl Metrics {
@@ -54,6 +56,25 @@ impl Metrics {
     /// for their whole duration.
     pub fn lapsed_releases(&self) -> u64 {
         self.lapsed_releases.load(Ordering::Relaxed)
+    }
+
+    /// How many `#[idempotent]` calls ran without the idempotency layer because a key part was
+    /// absent (`on_missing_key = "run_unprotected"`).
+    pub fn unprotected_runs(&self) -> u64 {
+        self.unprotected.load(Ordering::Relaxed)
+    }
+
+    /// How many `#[idempotent]` bodies returned `Ok` whose outcome could not be stored.
+    pub fn outcomes_not_stored(&self) -> u64 {
+        self.not_stored.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn count_unprotected(&self) {
+        self.unprotected.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn count_not_stored(&self) {
+        self.not_stored.fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn count_fail_open(&self) {

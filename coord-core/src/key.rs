@@ -35,6 +35,9 @@ pub trait KeyPart {
 #[derive(Debug)]
 pub struct KeyWriter {
     buf: String,
+    /// Set when an absent value (`None`) was rendered: such a key cannot tell one caller's
+    /// missing idempotency key from another's.
+    absent: bool,
 }
 
 /// Bytes that never appear unescaped in a rendered part.
@@ -46,7 +49,7 @@ impl KeyWriter {
     pub(crate) fn with_name(name: &str) -> KeyWriter {
         let mut buf = String::with_capacity(name.len() + 24);
         buf.push_str(name);
-        KeyWriter { buf }
+        KeyWriter { buf, absent: false }
     }
 
     /// Appends `text`, escaping `:`, `{`, `}`, `%` and control bytes as `%XX`.
@@ -70,6 +73,14 @@ impl KeyWriter {
         self.buf.push_str(text);
     }
 
+    /// Records that the value being written is absent (`None`). The `Option` implementation
+    /// calls it; implement `KeyPart` for your own optional identifier by delegating to
+    /// `Option`, or call this when your type renders "no value". On `#[idempotent]`, a key with
+    /// an absent part is refused (`CoordError::MissingKey`) instead of shared.
+    pub fn mark_absent(&mut self) {
+        self.absent = true;
+    }
+
     fn len(&self) -> usize {
         self.buf.len()
     }
@@ -87,6 +98,8 @@ impl KeyWriter {
 #[derive(Debug)]
 pub struct KeyBuilder {
     writer: KeyWriter,
+    /// The `key_from` path of the first part that rendered an absent value, when named.
+    missing: Option<&'static str>,
 }
 
 impl KeyBuilder {
@@ -94,6 +107,7 @@ impl KeyBuilder {
     pub fn new(name: &str) -> KeyBuilder {
         KeyBuilder {
             writer: KeyWriter::with_name(name),
+            missing: None,
         }
     }
 
@@ -108,6 +122,28 @@ impl KeyBuilder {
             self.writer.push_plain("%_");
         }
         self
+    }
+
+    /// Appends one part like [`KeyBuilder::part`], remembering `name` (the `key_from` path the
+    /// macros saw) if the part renders an absent value, for the `MissingKey` error.
+    #[doc(hidden)]
+    pub fn named_part<P: KeyPart + ?Sized>(self, name: &'static str, part: &P) -> KeyBuilder {
+        let was_absent = self.writer.absent;
+        let mut this = self.part(part);
+        if !was_absent && this.writer.absent && this.missing.is_none() {
+            this.missing = Some(name);
+        }
+        this
+    }
+
+    /// True when some part rendered an absent value (`None`).
+    pub fn has_absent_part(&self) -> bool {
+        self.writer.absent
+    }
+
+    /// The `key_from` path of the first absent part, when the macros named it.
+    pub(crate) fn missing_part(&self) -> Option<&'static str> {
+        self.missing
     }
 
     /// Appends `segment` after a `:` separator, unescaped. For operation names, which the
@@ -129,7 +165,8 @@ impl KeyBuilder {
         buf.clear();
         buf.push_str(namespace);
         KeyBuilder {
-            writer: KeyWriter { buf },
+            writer: KeyWriter { buf, absent: false },
+            missing: None,
         }
     }
 
@@ -279,7 +316,10 @@ impl<T: KeyPart + ToOwned + ?Sized> KeyPart for Cow<'_, T> {
 impl<T: KeyPart> KeyPart for Option<T> {
     fn write_key_part(&self, out: &mut KeyWriter) {
         match self {
-            None => out.push_plain("%-"),
+            None => {
+                out.mark_absent();
+                out.push_plain("%-");
+            }
             Some(value) => {
                 let at = out.len();
                 value.write_key_part(out);

@@ -68,7 +68,7 @@ pub use coordinator::{BuildError, Coordinator, CoordinatorBuilder, Metrics, Prov
 pub use error::{BackendError, BackendErrorKind, CoordError, NotStoredCause};
 pub use key::{KeyBuilder, KeyPart, KeyWriter, render_key};
 pub use memory_provider::MemoryProvider;
-pub use policy::{OnAbandoned, OnBackendError, OnLost};
+pub use policy::{OnAbandoned, OnBackendError, OnLost, OnMissingKey, OnStoreError};
 pub use provider::{
     BoxFuture, ClaimOutcome, ClaimRequest, CompleteOutcome, CompleteRequest, Deadline,
     FencingToken, Fingerprint, IdempotencyStore, LockGrant, LockProvider, LockRequest, LossCause,
@@ -85,7 +85,7 @@ pub use coord_macros::{distributed_lock, idempotent, single_flight};
 pub mod __private {
     pub use crate::fingerprint::FingerprintHasher;
     pub use crate::key::KeyBuilder;
-    pub use crate::policy::{OnAbandoned, OnBackendError, OnLost};
+    pub use crate::policy::{OnAbandoned, OnBackendError, OnLost, OnMissingKey, OnStoreError};
     pub use crate::runtime::call::{Call, IdempotencySpec, LockSpec, OpSpec};
     pub use crate::runtime::flight::single_flight;
     pub use crate::runtime::idempotency::idempotent;

@@ -107,7 +107,7 @@ impl LockProvider for MemoryProvider {
         Box::pin(std::future::ready(Ok(outcome)))
     }
 
-    fn release_detached(self: Arc<Self>, key: String, owner: OwnerToken) {
+    fn release_detached(self: Arc<Self>, key: String, owner: OwnerToken, _lease_left: Duration) {
         // Release is synchronous here: do it now rather than on another task.
         self.locks.release(&key, owner.as_u128());
     }
@@ -205,7 +205,7 @@ impl IdempotencyStore for MemoryProvider {
         Box::pin(std::future::ready(Ok(self.records.purge(key))))
     }
 
-    fn abandon_detached(self: Arc<Self>, key: String, owner: OwnerToken) {
+    fn abandon_detached(self: Arc<Self>, key: String, owner: OwnerToken, _lease_left: Duration) {
         self.records.abandon(&key, owner.as_u128());
     }
 }

@@ -36,3 +36,30 @@ pub enum OnAbandoned {
     /// for effects like payments where running twice is worse than not knowing.
     Fail,
 }
+
+/// What an `#[idempotent]` call answers when its body returned `Ok` but the outcome could not
+/// be stored (after retrying for as long as its in-flight marker could still be its own).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnStoreError {
+    /// Return `CoordError::OutcomeNotStored`: the caller learns that the work ran and that a
+    /// retry will not replay it. The default.
+    #[default]
+    Error,
+    /// Return the body's `Ok` anyway, log at error level and flag the call's
+    /// [`CallReport`](crate::CallReport) (`IdempotencyOutcome::NotStored`) and the coordinator's
+    /// metrics. For callers that prefer a lost replay to an error.
+    ReturnOk,
+}
+
+/// What an `#[idempotent]` call does when a key part is absent (`None`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnMissingKey {
+    /// Refuse with `CoordError::MissingKey` before the body runs. The default: calls without a
+    /// key never share one record.
+    #[default]
+    Fail,
+    /// Run the body without the idempotency layer (no claim, no record), count it in
+    /// [`Metrics::unprotected_runs`](crate::Metrics::unprotected_runs) and report
+    /// `IdempotencyOutcome::Unprotected`.
+    RunUnprotected,
+}

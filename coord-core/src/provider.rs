@@ -223,14 +223,16 @@ pub trait LockProvider: Send + Sync + 'static {
         lease: Duration,
     ) -> BoxFuture<'a, Result<RenewOutcome, BackendError>>;
 
-    /// Called instead of `release` when a guard is dropped without being released (the caller
-    /// was cancelled or the body panicked). The default spawns `release` on the current tokio
-    /// runtime; a provider whose release is synchronous can do it inline.
-    fn release_detached(self: Arc<Self>, key: String, owner: OwnerToken) {
-        crate::runtime::detach::spawn_detached(async move {
-            if let Err(err) = self.release(&key, owner).await {
-                tracing::warn!(key = %key, error = %err, "coord: releasing a dropped lock failed; it frees itself when its lease ends");
-            }
+    /// Releases `key` for `owner` in the background: called when a guard is dropped without
+    /// being released (the caller was cancelled or the body panicked), when an acquire failed
+    /// in a way that may have landed (its reply was lost), and when a release itself failed.
+    /// The default spawns `release` on the current tokio runtime and retries it with backoff
+    /// until it gets an answer or `lease_left` has passed (after that the lease has freed the
+    /// lock anyway); a provider whose release is synchronous can do it inline.
+    fn release_detached(self: Arc<Self>, key: String, owner: OwnerToken, lease_left: Duration) {
+        crate::runtime::detach::spawn_retried("releasing the lock", key, lease_left, move |key| {
+            let this = self.clone();
+            async move { this.release(&key, owner).await.map(drop) }
         });
     }
 }
@@ -410,14 +412,21 @@ pub trait IdempotencyStore: Send + Sync + 'static {
         ))))
     }
 
-    /// Called instead of `abandon` when the owner of a marker was dropped (cancelled or
-    /// panicked). The default spawns `abandon` on the current tokio runtime.
-    fn abandon_detached(self: Arc<Self>, key: String, owner: OwnerToken) {
-        crate::runtime::detach::spawn_detached(async move {
-            if let Err(err) = self.abandon(&key, owner).await {
-                tracing::warn!(key = %key, error = %err, "coord: clearing a dropped in-flight marker failed; it clears itself when its lease ends");
-            }
-        });
+    /// Abandons `owner`'s marker at `key` in the background: called when the owner of a marker
+    /// was dropped (cancelled or panicked), when a claim failed in a way that may have landed
+    /// (its reply was lost: the key must not stay blocked for a body that never ran), and when
+    /// an abandon itself failed. The default spawns `abandon` on the current tokio runtime and
+    /// retries it with backoff until it gets an answer or `lease_left` has passed.
+    fn abandon_detached(self: Arc<Self>, key: String, owner: OwnerToken, lease_left: Duration) {
+        crate::runtime::detach::spawn_retried(
+            "clearing the in-flight marker",
+            key,
+            lease_left,
+            move |key| {
+                let this = self.clone();
+                async move { this.abandon(&key, owner).await.map(drop) }
+            },
+        );
     }
 }
 
@@ -426,9 +435,16 @@ pub trait IdempotencyStore: Send + Sync + 'static {
 pub struct Deadline(Instant);
 
 impl Deadline {
-    /// The deadline `wait` from now.
+    /// The deadline `wait` from now. Saturates: a `wait` too large to add to the clock (e.g.
+    /// `Duration::MAX`) is a deadline decades away, which means "until cancelled".
     pub fn after(wait: Duration) -> Deadline {
-        Deadline(Instant::now() + wait)
+        let now = Instant::now();
+        let never = Duration::from_secs(30 * 365 * 24 * 60 * 60);
+        Deadline(
+            now.checked_add(wait.min(never))
+                .or_else(|| now.checked_add(Duration::from_secs(24 * 60 * 60)))
+                .unwrap_or(now),
+        )
     }
 
     /// Time left, zero once passed.
@@ -469,8 +485,8 @@ impl<P: LockProvider> LockProvider for Arc<P> {
         (**self).renew(key, owner, lease)
     }
 
-    fn release_detached(self: Arc<Self>, key: String, owner: OwnerToken) {
-        P::release_detached((*self).clone(), key, owner)
+    fn release_detached(self: Arc<Self>, key: String, owner: OwnerToken, lease_left: Duration) {
+        P::release_detached((*self).clone(), key, owner, lease_left)
     }
 }
 
@@ -518,7 +534,7 @@ impl<P: IdempotencyStore> IdempotencyStore for Arc<P> {
         (**self).purge(key)
     }
 
-    fn abandon_detached(self: Arc<Self>, key: String, owner: OwnerToken) {
-        P::abandon_detached((*self).clone(), key, owner)
+    fn abandon_detached(self: Arc<Self>, key: String, owner: OwnerToken, lease_left: Duration) {
+        P::abandon_detached((*self).clone(), key, owner, lease_left)
     }
 }

@@ -27,6 +27,14 @@ pub enum IdempotencyOutcome {
     /// An earlier call was abandoned mid-flight and the operation is `on_abandoned = "fail"`:
     /// `CoordError::OutcomeUnknown`.
     OutcomeUnknown,
+    /// The body ran and returned `Ok`, but its outcome could not be stored: the caller got
+    /// `CoordError::OutcomeNotStored`, or (with `on_store_error = "return_ok"`) the `Ok`.
+    NotStored,
+    /// A key part was absent (`None`) and the call was refused: `CoordError::MissingKey`.
+    MissingKey,
+    /// A key part was absent (`None`) and the call ran without the idempotency layer
+    /// (`on_missing_key = "run_unprotected"`).
+    Unprotected,
 }
 
 /// What the single-flight layer did with a call.
@@ -72,6 +80,9 @@ impl IdempotencyOutcome {
             IdempotencyOutcome::BackendError => "backend_error",
             IdempotencyOutcome::Lost => "lost",
             IdempotencyOutcome::OutcomeUnknown => "outcome_unknown",
+            IdempotencyOutcome::NotStored => "not_stored",
+            IdempotencyOutcome::MissingKey => "missing_key",
+            IdempotencyOutcome::Unprotected => "unprotected",
         }
     }
 }
@@ -123,6 +134,11 @@ impl CallReport {
     /// True when the result was replayed from a stored outcome and the body did not run.
     pub fn replayed(&self) -> bool {
         self.idempotency == Some(IdempotencyOutcome::Replayed)
+    }
+
+    /// True when the body ran but its outcome is not stored: a retry will not replay it.
+    pub fn outcome_not_stored(&self) -> bool {
+        self.idempotency == Some(IdempotencyOutcome::NotStored)
     }
 }
 

@@ -53,6 +53,8 @@ impl Kind {
                 "renew",
                 "on_lost",
                 "on_abandoned",
+                "on_store_error",
+                "on_missing_key",
             ],
             Kind::SingleFlight => &[],
             Kind::DistributedLock => &[
@@ -180,6 +182,20 @@ pub(crate) enum Abandoned {
     Fail,
 }
 
+/// `on_store_error = "error" | "return_ok"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StoreError {
+    Error,
+    ReturnOk,
+}
+
+/// `on_missing_key = "fail" | "run_unprotected"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum MissingKey {
+    Fail,
+    RunUnprotected,
+}
+
 /// One attribute's arguments. Every field is `None` when the option was not given.
 pub(crate) struct Args {
     pub(crate) kind: Kind,
@@ -200,6 +216,8 @@ pub(crate) struct Args {
     pub(crate) renew: Option<Setting<Renew>>,
     pub(crate) on_lost: Option<Setting<Lost>>,
     pub(crate) on_abandoned: Option<Setting<Abandoned>>,
+    pub(crate) on_store_error: Option<Setting<StoreError>>,
+    pub(crate) on_missing_key: Option<Setting<MissingKey>>,
 }
 
 impl Args {
@@ -221,6 +239,8 @@ impl Args {
             renew: None,
             on_lost: None,
             on_abandoned: None,
+            on_store_error: None,
+            on_missing_key: None,
         }
     }
 
@@ -299,6 +319,8 @@ impl Args {
             "renew" => self.renew.is_some(),
             "on_lost" => self.on_lost.is_some(),
             "on_abandoned" => self.on_abandoned.is_some(),
+            "on_store_error" => self.on_store_error.is_some(),
+            "on_missing_key" => self.on_missing_key.is_some(),
             _ => false,
         };
         if duplicate {
@@ -338,6 +360,24 @@ impl Args {
                 &[("rerun", Abandoned::Rerun), ("fail", Abandoned::Fail)],
             )
             .map(|v| self.on_abandoned = Some(v)),
+            "on_store_error" => parse_choice(
+                value,
+                "on_store_error",
+                &[
+                    ("error", StoreError::Error),
+                    ("return_ok", StoreError::ReturnOk),
+                ],
+            )
+            .map(|v| self.on_store_error = Some(v)),
+            "on_missing_key" => parse_choice(
+                value,
+                "on_missing_key",
+                &[
+                    ("fail", MissingKey::Fail),
+                    ("run_unprotected", MissingKey::RunUnprotected),
+                ],
+            )
+            .map(|v| self.on_missing_key = Some(v)),
             _ => Ok(()),
         };
         if let Err(err) = result {
@@ -445,6 +485,8 @@ fn bare_option_error(kind: Kind, name: &Ident) -> syn::Error {
         "on_backend_error" => "\"fail_closed\"",
         "on_lost" => "\"cancel\"",
         "on_abandoned" => "\"rerun\"",
+        "on_store_error" => "\"error\"",
+        "on_missing_key" => "\"fail\"",
         _ => "\"30s\"",
     };
     syn::Error::new_spanned(

@@ -6,7 +6,7 @@ use syn::ext::IdentExt;
 use syn::spanned::Spanned;
 use syn::{AttrStyle, Attribute, Ident, ItemFn, LitStr, ReturnType, Stmt};
 
-use crate::args::{Abandoned, Args, KeyPath, Kind, Lost, Policy};
+use crate::args::{Abandoned, Args, KeyPath, Kind, Lost, MissingKey, Policy, StoreError};
 use crate::fallback;
 use crate::model::LeasePolicy;
 use crate::model::Stack;
@@ -233,6 +233,16 @@ fn generate(stack: &Stack, func: &ItemFn) -> TokenStream {
                 Abandoned::Rerun => quote!(#krate::__private::OnAbandoned::Rerun),
                 Abandoned::Fail => quote!(#krate::__private::OnAbandoned::Fail),
             };
+            let on_store_error = match layer.on_store_error {
+                StoreError::Error => quote!(#krate::__private::OnStoreError::Error),
+                StoreError::ReturnOk => quote!(#krate::__private::OnStoreError::ReturnOk),
+            };
+            let on_missing_key = match layer.on_missing_key {
+                MissingKey::Fail => quote!(#krate::__private::OnMissingKey::Fail),
+                MissingKey::RunUnprotected => {
+                    quote!(#krate::__private::OnMissingKey::RunUnprotected)
+                }
+            };
             quote! {
                 ::core::option::Option::Some(#krate::__private::IdempotencySpec {
                     retention: #retention,
@@ -242,6 +252,8 @@ fn generate(stack: &Stack, func: &ItemFn) -> TokenStream {
                     renew: #renew,
                     on_lost: #on_lost,
                     on_abandoned: #on_abandoned,
+                    on_store_error: #on_store_error,
+                    on_missing_key: #on_missing_key,
                 })
             }
         }
@@ -284,7 +296,8 @@ fn generate(stack: &Stack, func: &ItemFn) -> TokenStream {
     // Key parts are rendered here, before the body takes ownership of the parameters.
     let parts = stack.key.iter().map(|path| {
         let value = borrow_path(path);
-        quote_spanned!(path.span=> .part(#value))
+        let text = LitStr::new(&path.text(), Span::call_site());
+        quote_spanned!(path.span=> .named_part(#text, #value))
     });
     let fingerprint_stmt = stack.idempotency.as_ref().map(|layer| {
         if layer.fingerprint.is_empty() {

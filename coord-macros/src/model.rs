@@ -4,7 +4,10 @@
 use syn::ext::IdentExt;
 use syn::{Expr, FnArg, Ident, Pat, Path, Signature};
 
-use crate::args::{self, Abandoned, Args, Errors, KeyPath, Kind, Lost, Policy, Renew, Setting};
+use crate::args::{
+    self, Abandoned, Args, Errors, KeyPath, Kind, Lost, MissingKey, Policy, Renew, Setting,
+    StoreError,
+};
 
 /// The `#[idempotent]` layer.
 pub(crate) struct IdempotencyLayer {
@@ -15,6 +18,8 @@ pub(crate) struct IdempotencyLayer {
     pub(crate) on_backend_error: Option<Policy>,
     pub(crate) lease_policy: LeasePolicy,
     pub(crate) on_abandoned: Abandoned,
+    pub(crate) on_store_error: StoreError,
+    pub(crate) on_missing_key: MissingKey,
 }
 
 /// Renewal and loss handling of one lease (a lock, or an in-flight marker).
@@ -210,6 +215,14 @@ impl Stack {
                     .on_abandoned
                     .as_ref()
                     .map_or(Abandoned::Rerun, |s| s.value),
+                on_store_error: layer
+                    .on_store_error
+                    .as_ref()
+                    .map_or(StoreError::Error, |s| s.value),
+                on_missing_key: layer
+                    .on_missing_key
+                    .as_ref()
+                    .map_or(MissingKey::Fail, |s| s.value),
             }
         });
 

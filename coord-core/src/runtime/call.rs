@@ -8,7 +8,7 @@ use tracing::field::Empty;
 
 use crate::coordinator::Coordinator;
 use crate::key::KeyBuilder;
-use crate::policy::{OnAbandoned, OnBackendError, OnLost};
+use crate::policy::{OnAbandoned, OnBackendError, OnLost, OnMissingKey, OnStoreError};
 use crate::provider::FencingToken;
 use crate::report::{
     CallReport, FlightOutcome, IdempotencyOutcome, LockOutcome, ReportSink, take_requested_sink,
@@ -42,6 +42,10 @@ pub struct IdempotencySpec {
     pub on_lost: Option<OnLost>,
     /// What a duplicate does with a marker whose lease lapsed without completion.
     pub on_abandoned: OnAbandoned,
+    /// What the caller gets when the body's `Ok` outcome could not be stored.
+    pub on_store_error: OnStoreError,
+    /// What a call whose key has an absent (`None`) part does.
+    pub on_missing_key: OnMissingKey,
 }
 
 /// `#[distributed_lock]` options, resolved at compile time.
@@ -66,6 +70,9 @@ pub struct Call<'c> {
     pub(crate) spec: &'static OpSpec,
     pub(crate) coordinator: &'c Coordinator,
     pub(crate) key: std::sync::Arc<str>,
+    /// `Some` when a key part rendered an absent value (`None`): the `key_from` path of the
+    /// first such part, when the macros named it.
+    pub(crate) absent_part: Option<Option<&'static str>>,
     span: tracing::Span,
     sink: Option<ReportSink>,
 }
@@ -78,7 +85,9 @@ impl<'c> Call<'c> {
         key: impl FnOnce(KeyBuilder) -> KeyBuilder,
     ) -> Call<'c> {
         let builder = KeyBuilder::scratch(coordinator.namespace()).raw_segment(spec.name);
-        let key = key(builder).finish_shared();
+        let builder = key(builder);
+        let absent_part = builder.has_absent_part().then(|| builder.missing_part());
+        let key = builder.finish_shared();
         let span = tracing::info_span!(
             "coord",
             op = spec.name,
@@ -96,6 +105,7 @@ impl<'c> Call<'c> {
             spec,
             coordinator,
             key,
+            absent_part,
             span,
             sink,
         }

@@ -26,6 +26,41 @@ where
     }
 }
 
+/// Runs `attempt(key)` in the background until it returns `Ok`, retrying with backoff (25 ms
+/// doubling to 1 s) for at most `for_at_most`; logs when it gives up. For owner-checked
+/// clean-ups whose first try may have failed or whose need comes from a lost reply: each
+/// attempt is a new command, which a provider sends on a healthy (if need be, fresh)
+/// connection, and repeating it is harmless.
+pub(crate) fn spawn_retried<A, Fut>(
+    what: &'static str,
+    key: String,
+    for_at_most: std::time::Duration,
+    mut attempt: A,
+) where
+    A: FnMut(String) -> Fut + Send + 'static,
+    Fut: Future<Output = Result<(), crate::error::BackendError>> + Send + 'static,
+{
+    use std::time::Duration;
+    let deadline = crate::runtime::time::later(tokio::time::Instant::now(), for_at_most);
+    spawn_detached(async move {
+        let mut backoff = Duration::from_millis(25);
+        loop {
+            let err = match attempt(key.clone()).await {
+                Ok(()) => return,
+                Err(err) => err,
+            };
+            let now = tokio::time::Instant::now();
+            if now >= deadline {
+                tracing::warn!(key = %key, error = %err, "coord: {what} failed until its lease ended; the lease has cleaned up by now");
+                return;
+            }
+            tracing::debug!(key = %key, error = %err, "coord: {what} failed; retrying");
+            tokio::time::sleep_until(deadline.min(now + backoff)).await;
+            backoff = (backoff * 2).min(Duration::from_secs(1));
+        }
+    });
+}
+
 /// A future that keeps running on the runtime if it is dropped before completing.
 pub(crate) struct DetachOnDrop<T: Send + 'static> {
     inner: Option<Pin<Box<dyn Future<Output = T> + Send>>>,

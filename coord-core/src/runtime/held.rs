@@ -38,11 +38,15 @@ pub(crate) fn scope<F: Future>(hold: Arc<Hold>, body: F) -> impl Future<Output =
 
 /// The fencing token of the innermost lock the current task holds, if that lock is fenced.
 ///
-/// Returns `None` outside a `#[distributed_lock]` body, and inside the body of a lock that is
-/// not `fenced = true`: coord never makes a token up. Only the task running the body sees it;
-/// pass it along explicitly to tasks you spawn.
+/// Returns `None` outside a `#[distributed_lock]` body, inside the body of a lock that is
+/// not `fenced = true` (coord never makes a token up), and once the hold is known lost or its
+/// lease has run out on the local clock (see [`is_held`]): a token is only handed out while it
+/// can still be the newest. Only the task running the body sees it; pass it along explicitly
+/// to tasks you spawn.
 pub fn fencing_token() -> Option<FencingToken> {
-    innermost().and_then(|lock| lock.fencing_token)
+    innermost()
+        .filter(|lock| lock.is_held())
+        .and_then(|lock| lock.fencing_token)
 }
 
 /// True while the innermost lock of the current task is held: not reported lost by renewal,

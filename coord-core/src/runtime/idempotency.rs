@@ -6,32 +6,41 @@ use std::sync::Arc;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::error::{BackendError, CoordError};
-use crate::policy::{OnAbandoned, OnBackendError, OnLost};
+use std::time::Duration;
+
+use crate::error::{BackendError, CoordError, NotStoredCause};
+use crate::policy::{OnAbandoned, OnBackendError, OnLost, OnMissingKey, OnStoreError};
 use crate::provider::{
-    ClaimOutcome, ClaimRequest, Deadline, Fingerprint, IdempotencyStore, OwnerToken,
+    ClaimOutcome, ClaimRequest, CompleteOutcome, CompleteRequest, Deadline, Fingerprint,
+    IdempotencyStore, OwnerToken,
 };
 use crate::report::IdempotencyOutcome;
-use crate::runtime::call::Call;
+use crate::runtime::call::{Call, IdempotencySpec};
 use crate::runtime::detach::DetachOnDrop;
 use crate::runtime::outcome::GuardedResult;
-use crate::runtime::renewal::{Hold, HoldKind};
+use crate::runtime::renewal::{Hold, HoldKind, Registration, Renewer};
+use crate::runtime::time::later;
 
 /// Clears the in-flight marker if the call stops before settling it normally (cancelled or
 /// panicked), so duplicates are not blocked until the marker's lease ends.
+///
+/// Not armed under `on_abandoned = "fail"`: a body stopped half-way may have had effects, so
+/// its marker is left to lapse into an abandoned record (`OutcomeUnknown`), never cleared for
+/// a duplicate to run again.
 struct AbandonOnDrop<'a> {
     store: &'a Arc<dyn IdempotencyStore>,
-    key: &'a str,
-    owner: OwnerToken,
+    hold: &'a Hold,
     armed: bool,
 }
 
 impl Drop for AbandonOnDrop<'_> {
     fn drop(&mut self) {
         if self.armed {
-            self.store
-                .clone()
-                .abandon_detached(self.key.to_owned(), self.owner);
+            self.store.clone().abandon_detached(
+                self.hold.key.to_string(),
+                self.hold.owner(),
+                self.hold.lease_left(),
+            );
         }
     }
 }
@@ -74,6 +83,9 @@ where
         .idempotency
         .as_ref()
         .expect("the macro emits an idempotency spec with #[idempotent]");
+    if let Some(part) = call.absent_part {
+        return missing_key(call, spec, part, body).await;
+    }
     let fingerprint = match fingerprint.transpose() {
         Ok(fp) => fp,
         Err(message) => {
@@ -84,7 +96,6 @@ where
         }
     };
     let store = call.coordinator.idempotency_store();
-    let key = &*call.key;
     let owner = OwnerToken::new();
 
     let claimed_at = match claim(call, store, owner, fingerprint).await {
@@ -94,47 +105,38 @@ where
     };
     call.record_idempotency(IdempotencyOutcome::Executed);
 
+    // The marker as a lease: renewed while the body runs when asked, and while completion
+    // retries in any case; its local end bounds how long completion keeps trying.
+    let hold = Hold::new(
+        HoldKind::Marker,
+        call.key.clone(),
+        owner,
+        spec.in_flight_lease,
+        claimed_at,
+        None,
+        None,
+    );
     let mut marker = AbandonOnDrop {
         store,
-        key,
-        owner,
-        armed: true,
+        hold: &hold,
+        armed: spec.on_abandoned == OnAbandoned::Rerun,
     };
     let output = if spec.renew.is_some() || spec.on_lost.is_some() {
-        let hold = Hold::new(
-            HoldKind::Marker,
-            call.key.clone(),
-            owner,
-            spec.in_flight_lease,
-            claimed_at,
-            None,
-            None,
-        );
         let renewal = spec
             .renew
             .map(|every| call.coordinator.renewer().register(hold.clone(), every));
-        let output = match spec.on_lost {
-            Some(OnLost::Cancel) => {
-                tokio::pin!(body);
-                tokio::select! {
-                    biased;
-                    output = &mut body => Some(output),
-                    _ = hold.lost() => None,
-                }
-            }
-            Some(OnLost::Signal) | None => Some(body.await),
-        };
+        let output = run_marked(&hold, spec.on_lost, renewal.as_ref(), body).await;
         drop(renewal);
         match output {
             Some(output) => output,
             None => {
-                // The marker is gone or about to be: the abandon below is an owner-checked
+                // The marker is gone or about to be: the abandon on drop is an owner-checked
                 // no-op at worst, and the caller learns its work was stopped.
                 call.record_idempotency(IdempotencyOutcome::Lost);
                 return R::from_coord_error(CoordError::LockLost {
                     key: call.key.to_string(),
                     held_for: hold.held_for(),
-                    cause: crate::provider::LossCause::Expired,
+                    cause: hold.loss_cause(),
                 });
             }
         }
@@ -143,57 +145,187 @@ where
     };
     // From here on the work is done: settling the record must survive the caller dropping us.
     marker.armed = false;
-    let store = Arc::clone(store);
-    let owned_key = call.key.to_string();
-    match output
-        .ok_ref()
-        .map(|ok| call.coordinator.codec().encode(ok))
+    let Some(ok) = output.ok_ref() else {
+        // A failure leaves no trace: free the key for a retry. If the abandon cannot be
+        // confirmed it is retried in the background until the marker's lease ends.
+        let store = Arc::clone(store);
+        let hold = hold.clone();
+        DetachOnDrop::new(async move {
+            if let Err(err) = store.abandon(&hold.key, hold.owner()).await {
+                tracing::warn!(key = %hold.key, error = %err, "coord: clearing the in-flight marker failed; retrying in the background");
+                let (key, owner, left) = (hold.key.to_string(), hold.owner(), hold.lease_left());
+                store.abandon_detached(key, owner, left);
+            }
+        })
+        .await;
+        return output;
+    };
+    // Encode, and decode back before storing: a record that could not be replayed is never
+    // written. A value the codec cannot carry is reported like any other unstored outcome; the
+    // marker is left to lapse, so `on_abandoned` decides what a duplicate gets.
+    let codec = call.coordinator.codec();
+    let payload = match codec
+        .encode(ok)
+        .and_then(|bytes| codec.decode::<R::Ok>(&bytes).map(|_| bytes))
     {
-        Some(Ok(payload)) => {
-            let retention = spec.retention;
-            let payload: Arc<[u8]> = payload.into();
-            let settled = DetachOnDrop::new(async move {
-                let stored = store
-                    .complete(crate::provider::CompleteRequest {
-                        key: &owned_key,
-                        owner,
-                        payload,
-                        retention,
-                        fingerprint: None,
-                    })
-                    .await
-                    .map(|o| o.is_stored());
-                settle_log(&owned_key, "storing the outcome", stored);
-            });
-            settled.await;
+        Ok(bytes) => Arc::<[u8]>::from(bytes),
+        Err(message) => return not_stored(call, spec, output, NotStoredCause::Codec(message)),
+    };
+    let stored = DetachOnDrop::new(store_outcome(
+        Arc::clone(store),
+        call.coordinator.renewer().clone(),
+        hold.clone(),
+        payload,
+        spec.retention,
+        fingerprint,
+    ))
+    .await;
+    match stored {
+        Ok(CompleteOutcome::StoredWithoutMarker) => {
+            tracing::warn!(key = %call.key, "coord: the in-flight marker was gone at completion (lease lapsed, evicted, or the server restarted); nobody had claimed the key, so the outcome was stored anyway");
+            output
         }
-        Some(Err(message)) => {
-            tracing::error!(key = %call.key, error = %message, "coord: the outcome could not be encoded and was not stored; a retry will run the body again");
-            DetachOnDrop::new(async move {
-                let cleared = store.abandon(&owned_key, owner).await;
-                settle_log(&owned_key, "clearing the in-flight marker", cleared);
-            })
-            .await;
-        }
-        None => {
-            DetachOnDrop::new(async move {
-                let cleared = store.abandon(&owned_key, owner).await;
-                settle_log(&owned_key, "clearing the in-flight marker", cleared);
-            })
-            .await;
-        }
+        Ok(_) => output,
+        Err(cause) => not_stored(call, spec, output, cause),
     }
-    output
 }
 
-fn settle_log(key: &str, what: &str, result: Result<bool, BackendError>) {
-    match result {
-        Ok(true) => {}
-        Ok(false) => tracing::warn!(
-            key = %key,
-            "coord: {what} found the in-flight marker gone (its lease lapsed); a duplicate may have run concurrently"
-        ),
-        Err(err) => tracing::warn!(key = %key, error = %err, "coord: {what} failed"),
+/// A key part was `None`: refuse, or run without the layer, as the operation chose.
+async fn missing_key<R, F>(
+    call: &Call<'_>,
+    spec: &IdempotencySpec,
+    part: Option<&'static str>,
+    body: F,
+) -> R
+where
+    R: GuardedResult,
+    F: Future<Output = R>,
+{
+    match spec.on_missing_key {
+        OnMissingKey::Fail => {
+            call.record_idempotency(IdempotencyOutcome::MissingKey);
+            R::from_coord_error(CoordError::MissingKey {
+                op: call.spec.name.to_owned(),
+                part: part.map(str::to_owned),
+            })
+        }
+        OnMissingKey::RunUnprotected => {
+            call.record_idempotency(IdempotencyOutcome::Unprotected);
+            call.coordinator.metrics().count_unprotected();
+            tracing::warn!(
+                op = call.spec.name,
+                part,
+                "coord: idempotency key absent; running without idempotency (on_missing_key = run_unprotected)"
+            );
+            body.await
+        }
+    }
+}
+
+/// The body ran and its `Ok` is not stored: say so, through the error or, when the operation
+/// opted in, through the report alone.
+fn not_stored<R: GuardedResult>(
+    call: &Call<'_>,
+    spec: &IdempotencySpec,
+    output: R,
+    cause: NotStoredCause,
+) -> R {
+    call.record_idempotency(IdempotencyOutcome::NotStored);
+    call.coordinator.metrics().count_not_stored();
+    tracing::error!(key = %call.key, cause = %cause, "coord: the body ran but its outcome was not stored; a duplicate will not replay it");
+    match spec.on_store_error {
+        OnStoreError::Error => R::from_coord_error(CoordError::OutcomeNotStored {
+            key: call.key.to_string(),
+            cause,
+        }),
+        OnStoreError::ReturnOk => output,
+    }
+}
+
+/// Runs the body as the holder of the marker `hold`, watching for its loss as `on_lost` says.
+async fn run_marked<F: Future>(
+    hold: &Arc<Hold>,
+    on_lost: Option<OnLost>,
+    renewal: Option<&Registration>,
+    body: F,
+) -> Option<F::Output> {
+    tokio::pin!(body);
+    let driver = async {
+        match renewal {
+            Some(registration) => registration.keep_driver_alive().await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(driver);
+    let cancel_on_loss = on_lost == Some(OnLost::Cancel);
+    tokio::select! {
+        biased;
+        output = &mut body => Some(output),
+        _ = hold.lost(), if cancel_on_loss => None,
+        _ = &mut driver => None,
+    }
+}
+
+/// Stores the outcome, retrying while the in-flight marker can still be ours.
+///
+/// Each failed attempt is followed by a new one (a new command, on a healthy connection) with
+/// backoff; while retrying, the marker is renewed so a slow store does not let a duplicate in.
+/// Gives up, after at least three attempts, once the marker can no longer be ours (its lease
+/// ended by the local clock, renewals that the backend confirms extending it) or once a whole
+/// lease has passed since the first failure: a store that renews but never completes must not
+/// keep the caller (and the key) forever. A completion that finds the marker gone but the key
+/// unclaimed stores the record anyway (the provider does it in one step); one that finds
+/// another owner reports the double run.
+async fn store_outcome(
+    store: Arc<dyn IdempotencyStore>,
+    renewer: Renewer,
+    hold: Arc<Hold>,
+    payload: Arc<[u8]>,
+    retention: Duration,
+    fingerprint: Option<Fingerprint>,
+) -> Result<CompleteOutcome, NotStoredCause> {
+    let mut renewal = None;
+    let mut backoff = Duration::from_millis(25);
+    let mut attempts = 0u32;
+    let mut give_up_at = None;
+    loop {
+        attempts += 1;
+        let outcome = store
+            .complete(CompleteRequest {
+                key: &hold.key,
+                owner: hold.owner(),
+                payload: payload.clone(),
+                retention,
+                fingerprint,
+            })
+            .await;
+        let err = match outcome {
+            Ok(CompleteOutcome::Superseded { other, completed }) => {
+                tracing::error!(
+                    key = %hold.key,
+                    owner = %hold.owner(),
+                    other_owner = ?other.map(|o| o.to_string()),
+                    other_completed = completed,
+                    "coord: the in-flight marker was lost and another caller claimed the key: the body ran twice; this outcome was not stored"
+                );
+                return Err(NotStoredCause::DoubleRun { other });
+            }
+            Ok(stored) => return Ok(stored),
+            Err(err) => err,
+        };
+        let now = tokio::time::Instant::now();
+        let give_up_at = *give_up_at.get_or_insert_with(|| later(now, hold.lease()));
+        let exhausted = !hold.is_held() || now >= give_up_at;
+        if !err.kind().is_transient() || (exhausted && attempts >= 3) {
+            return Err(NotStoredCause::Backend(err));
+        }
+        if renewal.is_none() {
+            let every = (hold.lease() / 3).max(Duration::from_millis(1));
+            renewal = Some(renewer.register(hold.clone(), every));
+        }
+        tracing::warn!(key = %hold.key, error = %err, attempt = attempts, "coord: storing the outcome failed; retrying while the in-flight marker is ours");
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(1));
     }
 }
 
@@ -230,7 +362,19 @@ where
             .await;
         let found = match found {
             Ok(found) => found,
-            Err(err) => return backend_fault(call, spec.on_backend_error, err),
+            Err(err) => {
+                if err.kind().is_transient() {
+                    // The claim may have landed with its reply lost: clear it, owner-checked,
+                    // so the key is free at once rather than blocked (or, under
+                    // `on_abandoned = "fail"`, reported unknown) for a body that never ran.
+                    store.clone().abandon_detached(
+                        call.key.to_string(),
+                        owner,
+                        spec.in_flight_lease,
+                    );
+                }
+                return backend_fault(call, spec.on_backend_error, err);
+            }
         };
         match found {
             ClaimOutcome::Claimed => return Claim::Owned(sent_at),

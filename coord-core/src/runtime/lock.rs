@@ -11,7 +11,7 @@ use crate::report::LockOutcome;
 use crate::runtime::call::Call;
 use crate::runtime::held;
 use crate::runtime::outcome::GuardedResult;
-use crate::runtime::renewal::{Hold, HoldKind};
+use crate::runtime::renewal::{Hold, HoldKind, Registration};
 
 /// Frees a lock if the call stops before releasing it normally: when an acquire is cancelled
 /// (its `SET` may already have landed), when the caller drops the future mid-body, or when
@@ -20,15 +20,19 @@ struct ReleaseOnDrop<'a> {
     provider: &'a Arc<dyn LockProvider>,
     key: &'a str,
     owner: OwnerToken,
+    /// When the lease ends at the latest if the acquire landed: clean-up is pointless after.
+    lease_end: Instant,
     armed: bool,
 }
 
 impl Drop for ReleaseOnDrop<'_> {
     fn drop(&mut self) {
         if self.armed {
-            self.provider
-                .clone()
-                .release_detached(self.key.to_owned(), self.owner);
+            self.provider.clone().release_detached(
+                self.key.to_owned(),
+                self.owner,
+                self.lease_end.saturating_duration_since(Instant::now()),
+            );
         }
     }
 }
@@ -56,10 +60,17 @@ where
     let memory = call.coordinator.memory();
     // The in-process provider reports when the lease began; others are timed from here.
     let started = (memory.is_none() || !spec.wait.is_zero()).then(Instant::now);
+    // The lease of an acquire that may have landed ends, at the latest, a lease after the
+    // last attempt was sent; the wait bounds when that was.
     let mut guard = ReleaseOnDrop {
         provider,
         key,
         owner,
+        lease_end: crate::runtime::time::later(
+            tokio::time::Instant::now(),
+            spec.lease.saturating_add(spec.wait),
+        )
+        .into_std(),
         armed: true,
     };
     let request = LockRequest {
@@ -131,7 +142,7 @@ where
     let renewal = spec
         .renew
         .map(|every| call.coordinator.renewer().register(hold.clone(), every));
-    let output = run_guarded(hold.clone(), spec.on_lost, body).await;
+    let output = run_guarded(hold.clone(), spec.on_lost, renewal.as_ref(), body).await;
     // Stop renewing before releasing, so no renewal can outlive the unlock.
     drop(renewal);
     let Some(output) = output else {
@@ -163,7 +174,12 @@ where
             );
         }
         Err(err) => {
-            tracing::warn!(key = %call.key, error = %err, "coord: releasing the lock failed; it frees itself when its lease ends");
+            // The release may or may not have landed: retry it, owner-checked, in the
+            // background until it gets an answer or the lease has freed the lock anyway.
+            tracing::warn!(key = %call.key, error = %err, "coord: releasing the lock failed; retrying in the background until the lease ends");
+            provider
+                .clone()
+                .release_detached(call.key.to_string(), owner, spec.lease);
         }
     }
     output
@@ -171,22 +187,34 @@ where
 
 /// Runs `body` as the holder of `hold`. With `OnLost::Cancel`, the body is dropped at its next
 /// await once the hold is lost, and `None` is returned.
+///
+/// While a renewal is registered, the renewal task is watched beside the body and restarted on
+/// this runtime if it is gone.
 pub(crate) async fn run_guarded<F: Future>(
     hold: Arc<Hold>,
     on_lost: Option<OnLost>,
+    renewal: Option<&Registration>,
     body: F,
 ) -> Option<F::Output> {
-    match on_lost {
-        Some(OnLost::Cancel) => {
-            let watched = hold.clone();
-            let body = held::scope(hold, body);
-            tokio::pin!(body);
-            tokio::select! {
-                biased;
-                output = &mut body => Some(output),
-                _ = watched.lost() => None,
-            }
+    let cancel_on_loss = on_lost == Some(OnLost::Cancel);
+    if renewal.is_none() && !cancel_on_loss {
+        // The common case: nothing to watch beside the body.
+        return Some(held::scope(hold, body).await);
+    }
+    let watched = hold.clone();
+    let body = held::scope(hold, body);
+    tokio::pin!(body);
+    let driver = async {
+        match renewal {
+            Some(registration) => registration.keep_driver_alive().await,
+            None => std::future::pending().await,
         }
-        Some(OnLost::Signal) | None => Some(held::scope(hold, body).await),
+    };
+    tokio::pin!(driver);
+    tokio::select! {
+        biased;
+        output = &mut body => Some(output),
+        _ = watched.lost(), if cancel_on_loss => None,
+        _ = &mut driver => None,
     }
 }

@@ -9,3 +9,4 @@ pub(crate) mod idempotency;
 pub(crate) mod lock;
 pub(crate) mod outcome;
 pub(crate) mod renewal;
+pub(crate) mod time;

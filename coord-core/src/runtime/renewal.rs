@@ -22,7 +22,10 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::error::BackendError;
-use crate::provider::{FencingToken, IdempotencyStore, LockProvider, OwnerToken, RenewOutcome};
+use crate::provider::{
+    FencingToken, IdempotencyStore, LockProvider, LossCause, OwnerToken, RenewOutcome,
+};
+use crate::runtime::time::later;
 
 /// What a hold protects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,6 +49,8 @@ pub(crate) struct Hold {
     /// confirmed acquisition or renewal plus the lease.
     valid_until: Mutex<Instant>,
     lost: AtomicBool,
+    /// Why the hold was lost, once it is.
+    cause: Mutex<Option<LossCause>>,
     lost_notify: Notify,
 }
 
@@ -67,10 +72,26 @@ impl Hold {
             owner,
             lease,
             acquired_at,
-            valid_until: Mutex::new(acquired_at + lease),
+            valid_until: Mutex::new(later(acquired_at, lease)),
             lost: AtomicBool::new(false),
+            cause: Mutex::new(None),
             lost_notify: Notify::new(),
         })
+    }
+
+    /// The token that owns the lease.
+    pub(crate) fn owner(&self) -> OwnerToken {
+        self.owner
+    }
+
+    /// The lease length.
+    pub(crate) fn lease(&self) -> Duration {
+        self.lease
+    }
+
+    /// How long until the lease ends by the local clock, as last confirmed.
+    pub(crate) fn lease_left(&self) -> Duration {
+        self.valid_until().saturating_duration_since(Instant::now())
     }
 
     /// How long the hold has lasted.
@@ -87,21 +108,37 @@ impl Hold {
         *self.valid_until.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn confirm(&self, sent_at: Instant) {
+    pub(crate) fn confirm(&self, sent_at: Instant) {
         let mut until = self.valid_until.lock().unwrap_or_else(|e| e.into_inner());
-        let renewed = sent_at + self.lease;
+        let renewed = later(sent_at, self.lease);
         if renewed > *until {
             *until = renewed;
         }
     }
 
-    fn mark_lost(&self, why: &'static str) {
+    /// Why the hold was lost. A hold whose lease simply ran out on the local clock, without a
+    /// renewal confirming it, is `BackendUnreachable`: the backend never said.
+    pub(crate) fn loss_cause(&self) -> LossCause {
+        self.cause
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .unwrap_or(LossCause::BackendUnreachable)
+    }
+
+    pub(crate) fn mark_lost(&self, cause: LossCause) {
+        {
+            let mut slot = self.cause.lock().unwrap_or_else(|e| e.into_inner());
+            if slot.is_none() {
+                *slot = Some(cause);
+            }
+        }
         if !self.lost.swap(true, Ordering::AcqRel) {
             tracing::warn!(
                 key = %self.key,
                 held_for = ?self.held_for(),
                 lease = ?self.lease,
-                "coord: lease lost ({why})"
+                cause = cause.as_str(),
+                "coord: lease lost ({cause})"
             );
         }
         self.lost_notify.notify_waiters();
@@ -119,7 +156,7 @@ impl Hold {
             }
             let until = self.valid_until();
             if Instant::now() >= until {
-                self.mark_lost("no renewal confirmed within a whole lease");
+                self.mark_lost(LossCause::BackendUnreachable);
                 return;
             }
             tokio::select! {
@@ -160,6 +197,7 @@ pub(crate) struct Renewer {
 pub(crate) struct Registration {
     shared: Arc<Shared>,
     id: u64,
+    interval: Duration,
 }
 
 impl Drop for Registration {
@@ -203,7 +241,7 @@ impl Renewer {
 
     /// Starts renewing `hold` every `interval` until the registration is dropped.
     pub(crate) fn register(&self, hold: Arc<Hold>, interval: Duration) -> Registration {
-        let due = Instant::now() + interval;
+        let due = later(Instant::now(), interval);
         let (id, start_task, earliest) = {
             let mut reg = self
                 .shared
@@ -220,14 +258,80 @@ impl Renewer {
             (id, start, earliest)
         };
         if start_task {
-            let shared = self.shared.clone();
-            crate::runtime::detach::spawn_detached(run(shared));
+            spawn_driver(&self.shared);
         } else if earliest {
             self.shared.wake.notify_one();
         }
         Registration {
             shared: self.shared.clone(),
             id,
+            interval,
+        }
+    }
+}
+
+/// Starts the renewal task on the current runtime. If there is none, the flag is put back so
+/// that the next call from inside a runtime starts it.
+fn spawn_driver(shared: &Arc<Shared>) {
+    if tokio::runtime::Handle::try_current().is_ok() {
+        crate::runtime::detach::spawn_detached(run(shared.clone()));
+    } else {
+        shared
+            .registry
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .task_running = false;
+    }
+}
+
+/// Clears `task_running` when the renewal task ends for any reason: it returned (nothing left
+/// to renew), it panicked, or the runtime hosting it shut down and dropped it. Without this a
+/// coordinator that outlives a runtime would believe its renewals still run.
+struct DriverAlive {
+    shared: Arc<Shared>,
+    /// Cleared when the task returns normally, having reset the flag itself under the same
+    /// lock that saw nothing left to renew (so no registration can slip in between).
+    armed: bool,
+}
+
+impl Drop for DriverAlive {
+    fn drop(&mut self) {
+        if self.armed {
+            self.shared
+                .registry
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .task_running = false;
+        }
+    }
+}
+
+impl Registration {
+    /// Never resolves. Polled beside the body of a renewing call, it restarts the renewal task
+    /// on the body's runtime if the task is gone (its runtime shut down, or it panicked) while
+    /// this hold still needs renewing. It checks twice per renewal interval.
+    pub(crate) async fn keep_driver_alive(&self) {
+        let every = (self.interval / 2).max(Duration::from_millis(1));
+        loop {
+            tokio::time::sleep(every).await;
+            let restart = {
+                let mut reg = self
+                    .shared
+                    .registry
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner());
+                let restart = !reg.task_running && reg.entries.contains_key(&self.id);
+                if restart {
+                    reg.task_running = true;
+                }
+                restart
+            };
+            if restart {
+                tracing::warn!(
+                    "coord: the lease renewal task was gone (its runtime shut down or it panicked); restarted on this runtime"
+                );
+                spawn_driver(&self.shared);
+            }
         }
     }
 }
@@ -247,6 +351,10 @@ async fn renew_once(shared: &Shared, hold: &Hold) -> Result<RenewOutcome, Backen
 /// The renewal task: renews what is due, then sleeps until the next due time or a new,
 /// earlier registration. Exits when nothing is registered.
 async fn run(shared: Arc<Shared>) {
+    let mut alive = DriverAlive {
+        shared: shared.clone(),
+        armed: true,
+    };
     let mut in_flight = FuturesUnordered::new();
     loop {
         let now = Instant::now();
@@ -262,7 +370,7 @@ async fn run(shared: Arc<Shared>) {
                 };
                 let (hold, interval) = (entry.hold.clone(), entry.interval);
                 // Next renewal is scheduled now; a failed one is retried sooner below.
-                reg.schedule.insert((now + interval, id));
+                reg.schedule.insert((later(now, interval), id));
                 let shared = shared.clone();
                 in_flight.push(async move {
                     let sent_at = Instant::now();
@@ -272,17 +380,18 @@ async fn run(shared: Arc<Shared>) {
             }
             if reg.entries.is_empty() && in_flight.is_empty() {
                 reg.task_running = false;
+                alive.armed = false;
                 return;
             }
             reg.schedule.first().map(|(at, _)| *at)
         };
-        let sleep_until = next_due.unwrap_or_else(|| now + Duration::from_secs(3600));
+        let sleep_until = next_due.unwrap_or_else(|| later(now, Duration::from_secs(3600)));
         tokio::select! {
             Some((id, hold, sent_at, outcome, interval)) = in_flight.next(), if !in_flight.is_empty() => {
                 match outcome {
                     Ok(RenewOutcome::Renewed) => hold.confirm(sent_at),
-                    Ok(RenewOutcome::Lost(_cause)) => {
-                        hold.mark_lost("renewal found another owner or no lock");
+                    Ok(RenewOutcome::Lost(cause)) => {
+                        hold.mark_lost(cause);
                         let mut reg = shared.registry.lock().unwrap_or_else(|e| e.into_inner());
                         if reg.entries.remove(&id).is_some() {
                             reg.schedule.retain(|(_, i)| *i != id);
@@ -294,7 +403,7 @@ async fn run(shared: Arc<Shared>) {
                         let mut reg = shared.registry.lock().unwrap_or_else(|e| e.into_inner());
                         if reg.entries.contains_key(&id) {
                             reg.schedule.retain(|(_, i)| *i != id);
-                            reg.schedule.insert((Instant::now() + interval / 4, id));
+                            reg.schedule.insert((later(Instant::now(), interval / 4), id));
                         }
                     }
                 }

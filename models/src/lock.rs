@@ -37,6 +37,10 @@
 //! 3. Send `release`, retried on error (a retry after a lost reply finds the lock no longer
 //!    ours and changes nothing), or give up.
 //!
+//! With [`LockModel::delayed_requests`], a command the client saw fail (timed out) can stay
+//! in the network and run later, after the client's next commands (at most one per client at
+//! a time): a stale acquire can then take the lock for an owner that has already given up.
+//!
 //! A paused client is a client that takes no step while ticks pass: its local view still
 //! says it holds the lock. Renewals whose replies are lost change nothing the client acts on,
 //! and are modelled as either running or not running.
@@ -100,6 +104,8 @@ pub struct LockModel {
     pub horizon: u8,
     /// Whether commands can lose their reply or not run at all.
     pub lost_replies: bool,
+    /// Whether a command the client saw fail can run later, after the client's next commands.
+    pub delayed_requests: bool,
     /// Whether one failover can happen.
     pub failover: bool,
     /// A deliberate defect, or `None` for the protocol as specified.
@@ -116,6 +122,7 @@ impl LockModel {
             lease: 2,
             horizon: 3,
             lost_replies: true,
+            delayed_requests: false,
             failover: true,
             bug: None,
         }
@@ -134,11 +141,20 @@ impl LockModel {
         u16::from(self.clients) * u16::from(self.sessions) + 1
     }
 
-    fn nets(&self) -> &'static [Net] {
-        if self.lost_replies {
-            &[Net::Delivered, Net::ReplyLost, Net::RequestLost]
-        } else {
-            &[Net::Delivered]
+    fn nets(&self, client: &Client) -> &'static [Net] {
+        match (
+            self.lost_replies,
+            self.delayed_requests && client.pending.is_none(),
+        ) {
+            (true, true) => &[
+                Net::Delivered,
+                Net::ReplyLost,
+                Net::RequestLost,
+                Net::Delayed,
+            ],
+            (true, false) => &[Net::Delivered, Net::ReplyLost, Net::RequestLost],
+            (false, true) => &[Net::Delivered, Net::Delayed],
+            (false, false) => &[Net::Delivered],
         }
     }
 }
@@ -183,6 +199,17 @@ pub struct Client {
     pub phase: Phase,
     /// Its last request in this phase failed or was contended: it may give up.
     pub retrying: bool,
+    /// A command it saw fail that is still in the network and may yet run.
+    pub pending: Option<Command>,
+}
+
+/// A store command held in the network by [`Net::Delayed`], with the owner it was sent for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Command {
+    /// `acquire` for this owner.
+    Acquire(u8),
+    /// `release` for this owner.
+    Release(u8),
 }
 
 /// The whole system.
@@ -217,6 +244,9 @@ pub enum Net {
     ReplyLost,
     /// It never runs; the client sees an error.
     RequestLost,
+    /// It does not run now; the client sees an error; it may run later
+    /// ([`LockAction::Deliver`]).
+    Delayed,
 }
 
 /// One step of the system.
@@ -254,6 +284,11 @@ pub enum LockAction {
         /// Which client.
         client: u8,
     },
+    /// A delayed command of the client runs now (its reply goes nowhere).
+    Deliver {
+        /// Whose command.
+        client: u8,
+    },
     /// One tick passes.
     Tick,
     /// The store reverts to its replica.
@@ -266,6 +301,38 @@ impl LockModel {
         if next != s.primary {
             s.replica = s.primary;
             s.primary = next;
+        }
+    }
+
+    /// `acquire(owner)` on the primary: the token granted, or `None` when another owner holds
+    /// the lock.
+    fn acquire(&self, s: &mut LockState, owner: u8) -> Option<u16> {
+        let mut st = s.primary;
+        match st.holder {
+            None => {
+                let clock = u16::from(s.now) * self.clock_unit();
+                let token = if self.has(LockBug::MintFromClockOnly) {
+                    clock
+                } else {
+                    (st.fence + 1).max(clock)
+                };
+                st.fence = token;
+                st.holder = Some((owner, self.lease, token));
+                Self::write(s, st);
+                Some(token)
+            }
+            Some((holder, _, token)) if holder == owner => Some(token),
+            Some(_) => None,
+        }
+    }
+
+    /// `release(owner)` on the primary: compare-and-delete.
+    fn release(&self, s: &mut LockState, owner: u8) {
+        let mut st = s.primary;
+        let ours = matches!(st.holder, Some((o, _, _)) if o == owner);
+        if ours || self.has(LockBug::ReleaseWithoutOwnerCheck) {
+            st.holder = None;
+            Self::write(s, st);
         }
     }
 
@@ -309,6 +376,7 @@ impl Model for LockModel {
                     session: 0,
                     phase: Phase::Acquiring,
                     retrying: false,
+                    pending: None,
                 };
                 usize::from(self.clients)
             ],
@@ -323,9 +391,12 @@ impl Model for LockModel {
     fn actions(&self, s: &LockState, actions: &mut Vec<LockAction>) {
         for (i, c) in s.clients.iter().enumerate() {
             let client = i as u8;
+            if c.pending.is_some() {
+                actions.push(LockAction::Deliver { client });
+            }
             match c.phase {
                 Phase::Acquiring | Phase::Cleanup | Phase::Releasing => {
-                    for &net in self.nets() {
+                    for &net in self.nets(c) {
                         actions.push(LockAction::Send { client, net });
                     }
                     if c.retrying {
@@ -361,31 +432,15 @@ impl Model for LockModel {
                 let i = usize::from(client);
                 let c = s.clients[i];
                 let me = self.owner(client, c.session);
-                let runs = net != Net::RequestLost;
+                let runs = matches!(net, Net::Delivered | Net::ReplyLost);
                 let answered = net == Net::Delivered;
-                let mut st = s.primary;
                 match c.phase {
                     Phase::Acquiring => {
-                        // None: contended; Some(token): granted.
-                        let granted = match st.holder {
-                            None => {
-                                let clock = u16::from(s.now) * self.clock_unit();
-                                let token = if self.has(LockBug::MintFromClockOnly) {
-                                    clock
-                                } else {
-                                    (st.fence + 1).max(clock)
-                                };
-                                st.fence = token;
-                                st.holder = Some((me, self.lease, token));
-                                Some(token)
-                            }
-                            Some((owner, _, token)) if owner == me => Some(token),
-                            Some(_) => None,
-                        };
-                        if runs {
-                            Self::write(&mut s, st);
-                        }
+                        let granted = if runs { self.acquire(&mut s, me) } else { None };
                         let c = &mut s.clients[i];
+                        if net == Net::Delayed {
+                            c.pending = Some(Command::Acquire(me));
+                        }
                         c.retrying = false;
                         c.phase = match (answered, granted) {
                             (true, Some(token)) => Phase::Inside(Some(token)),
@@ -401,13 +456,12 @@ impl Model for LockModel {
                     }
                     Phase::Cleanup | Phase::Releasing => {
                         if runs {
-                            let ours = matches!(st.holder, Some((o, _, _)) if o == me);
-                            if ours || self.has(LockBug::ReleaseWithoutOwnerCheck) {
-                                st.holder = None;
-                                Self::write(&mut s, st);
-                            }
+                            self.release(&mut s, me);
                         }
                         let c = &mut s.clients[i];
+                        if net == Net::Delayed {
+                            c.pending = Some(Command::Release(me));
+                        }
                         if answered {
                             c.retrying = false;
                             c.phase = Phase::Idle;
@@ -471,6 +525,13 @@ impl Model for LockModel {
             LockAction::Leave { client } => {
                 s.clients[usize::from(client)].phase = Phase::Releasing;
             }
+            LockAction::Deliver { client } => match s.clients[usize::from(client)].pending.take() {
+                Some(Command::Acquire(owner)) => {
+                    self.acquire(&mut s, owner);
+                }
+                Some(Command::Release(owner)) => self.release(&mut s, owner),
+                None => return None,
+            },
             LockAction::Tick => self.tick(&mut s),
             LockAction::Failover => {
                 s.primary = s.replica;

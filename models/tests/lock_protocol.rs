@@ -102,3 +102,18 @@ fn failover_within_one_clock_unit_breaks_fence_order() {
     );
     assert!(actions.contains(&LockAction::Failover));
 }
+
+/// A stale acquire that runs after its own cleanup takes the lock for an owner that has
+/// given up: that costs others a lease of waiting, never exclusivity or fence order.
+#[test]
+fn delayed_requests_keep_both_properties() {
+    assert_holds(
+        "lock 2c x2 delayed",
+        LockModel {
+            delayed_requests: true,
+            failover: false,
+            ..LockModel::new()
+        },
+        &[REACH_OVERLAP, REACH_STALE_REFUSED],
+    );
+}

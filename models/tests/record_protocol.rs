@@ -7,7 +7,7 @@ use coord_models::record::{
     REACH_RERUN, REACH_UNKNOWN, RERUN_ONLY_BY_LAPSE, RecordAction, RecordBug, RecordModel,
     UNKNOWN_MEANS_STARTED,
 };
-use support::{assert_broken, assert_holds};
+use support::{assert_broken, assert_holds, check};
 
 fn model(on_abandoned: OnAbandoned, clients: u8, bug: Option<RecordBug>) -> RecordModel {
     RecordModel {
@@ -200,5 +200,46 @@ impl stateright::Model for UnexcusedDataLoss {
                 })
             },
         )]
+    }
+}
+
+/// A claim that runs after its own cleanup (it was delayed in the network, the cleanup was
+/// not) leaves a marker nobody will use: it lapses into an abandoned record, and a later
+/// caller is told `OutcomeUnknown` for a body that never started. The cleanup protects
+/// against lost replies, not against reordering; everything else still holds.
+#[test]
+fn a_claim_delayed_past_its_cleanup_breaks_only_unknown_means_started() {
+    for (on_abandoned, clients) in [(OnAbandoned::Fail, 3), (OnAbandoned::Rerun, 2)] {
+        let model = RecordModel {
+            delayed_requests: true,
+            ..model(on_abandoned, clients, None)
+        };
+        let broken: &[&str] = match on_abandoned {
+            OnAbandoned::Fail => &[UNKNOWN_MEANS_STARTED],
+            // Nothing is kept in at-least-once mode, so the late marker just lapses away.
+            OnAbandoned::Rerun => &[],
+        };
+        let label = format!("record {on_abandoned:?} {clients}c delayed");
+        let found = check(&label, model, &[REACH_OK, REACH_NOT_STORED], broken);
+        if let Some(actions) = found.first() {
+            let claim_at = actions.iter().position(|a| {
+                matches!(
+                    a,
+                    RecordAction::Send {
+                        net: Net::Delayed,
+                        ..
+                    }
+                )
+            });
+            let delivered_at = actions
+                .iter()
+                .position(|a| matches!(a, RecordAction::Deliver { .. }));
+            assert!(claim_at < delivered_at, "{actions:?}");
+            assert!(
+                !actions
+                    .iter()
+                    .any(|a| matches!(a, RecordAction::StartBody { .. }))
+            );
+        }
     }
 }

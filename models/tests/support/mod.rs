@@ -16,6 +16,23 @@ where
     M::State: Clone + Debug + Hash + PartialEq + Send + Sync + 'static,
     M::Action: Clone + Debug + PartialEq + Send + Sync + 'static,
 {
+    check(label, model, reached, &[]);
+}
+
+/// Like [`assert_holds`], except that each `always` property named in `broken` must have a
+/// counterexample; returns those counterexamples' actions, in the order of `broken`.
+#[allow(dead_code)] // not every test file expects a property to break
+pub fn check<M>(
+    label: &str,
+    model: M,
+    reached: &[&'static str],
+    broken: &[&str],
+) -> Vec<Vec<M::Action>>
+where
+    M: Model + Send + Sync + 'static,
+    M::State: Clone + Debug + Hash + PartialEq + Send + Sync + 'static,
+    M::Action: Clone + Debug + PartialEq + Send + Sync + 'static,
+{
     let started = Instant::now();
     let checker = model.checker().threads(1).spawn_bfs().join();
     eprintln!(
@@ -25,13 +42,27 @@ where
         checker.max_depth(),
         started.elapsed()
     );
+    assert!(
+        checker.is_done(),
+        "{label}: the state space was not exhausted"
+    );
+    let mut found = Vec::new();
     for property in checker.model().properties() {
         if reached.contains(&property.name) {
             checker.assert_any_discovery(property.name);
+        } else if broken.contains(&property.name) {
+            let path = checker.assert_any_discovery(property.name);
+            found.push(path.into_actions());
         } else if !matches!(property.expectation, Expectation::Sometimes) {
             checker.assert_no_discovery(property.name);
         }
     }
+    assert_eq!(
+        found.len(),
+        broken.len(),
+        "{label}: unknown property in {broken:?}"
+    );
+    found
 }
 
 /// Runs `model` until it finds a counterexample to the `always` property `property`, asserts

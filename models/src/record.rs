@@ -36,6 +36,11 @@
 //!    answered, or give up (the cleanup is then unconfirmed).
 //! 2. **Run.** Start the body (it may now have had effects), renew the marker while running
 //!    (owner-checked, the answer ignored), finish with `Ok` or `Err`.
+//!    With `on_lost = "cancel"` ([`RecordModel::cancel_on_lost`]), a started body can be
+//!    cancelled at any point (its renewal found the marker gone, or could not reach the store
+//!    for a whole lease): the call returns `LockLost` and sends nothing, leaving the record as
+//!    it is, because the body may have had effects ([`RecordBug::AbandonAfterLostHold`] is
+//!    the alternative that abandons instead).
 //! 3. **Settle.** After `Ok`: `complete`, retried on error. *Stored* or *StoredWithoutMarker*:
 //!    return `Ok`. *Superseded*, or giving up after errors: return `OutcomeNotStored`, never
 //!    `Ok`. After `Err`: `abandon` (retried on error), then return the body's error.
@@ -129,6 +134,11 @@ pub enum RecordBug {
     /// A client whose claim got no reply returns at once, without the owner-checked cleanup.
     /// Breaks [`UNKNOWN_MEANS_STARTED`].
     NoCleanupAfterLostClaim,
+    /// A call whose body was cancelled because its hold was lost abandons its marker, as for
+    /// a body that returned `Err`. The abandon also removes the owner's lapsed, kept marker, so
+    /// the next claim runs the body again although the cancelled one may have had effects.
+    /// Breaks [`AT_MOST_ONCE`].
+    AbandonAfterLostHold,
     /// `complete` overwrites another owner's record. Breaks [`ONE_ANSWER`] under
     /// `on_abandoned = "rerun"` (under `"fail"` only one body ever runs, so there is no
     /// second answer to give).
@@ -156,6 +166,9 @@ pub struct RecordModel {
     pub data_loss: bool,
     /// Whether bodies can return `Err`.
     pub body_errors: bool,
+    /// Whether a started body can be cancelled because its hold was lost
+    /// (`on_lost = "cancel"`).
+    pub cancel_on_lost: bool,
     /// A deliberate defect, or `None` for the protocol as specified.
     pub bug: Option<RecordBug>,
 }
@@ -173,6 +186,7 @@ impl RecordModel {
             crashes: true,
             data_loss: false,
             body_errors: true,
+            cancel_on_lost: true,
             bug: None,
         }
     }
@@ -247,6 +261,8 @@ pub enum Outcome {
     ClaimFailed,
     /// The claim got no reply, and so did every cleanup abandon before the client gave up.
     CleanupUnconfirmed,
+    /// The body was cancelled because the hold was lost (`LockLost`).
+    Lost,
 }
 
 /// Where a client is in its call.
@@ -363,6 +379,11 @@ pub enum RecordAction {
     /// The client's renewal task renews its marker (owner-checked; lost attempts change
     /// nothing and are not modelled).
     Renew {
+        /// Which client.
+        client: u8,
+    },
+    /// The client's started body is cancelled because its hold was lost.
+    Cancel {
         /// Which client.
         client: u8,
     },
@@ -486,6 +507,16 @@ impl RecordModel {
     }
 }
 
+/// What a client that settled by abandoning returns: the body's error, or (a cancelled body)
+/// `LockLost`.
+fn abandoned_outcome(c: &Client) -> Outcome {
+    if c.body_failed {
+        Outcome::BodyFailed
+    } else {
+        Outcome::Lost
+    }
+}
+
 fn live_bodies(model: &RecordModel, s: &RecordState, key: usize) -> usize {
     s.clients
         .iter()
@@ -541,6 +572,9 @@ impl Model for RecordModel {
                         actions.push(RecordAction::FinishBody { client, ok: true });
                         if self.body_errors {
                             actions.push(RecordAction::FinishBody { client, ok: false });
+                        }
+                        if self.cancel_on_lost {
+                            actions.push(RecordAction::Cancel { client });
                         }
                     } else {
                         actions.push(RecordAction::StartBody { client });
@@ -619,10 +653,9 @@ impl Model for RecordModel {
                         }
                         if answered {
                             c.retrying = false;
-                            c.phase = Phase::Done(if c.phase == Phase::Cleaning {
-                                Outcome::ClaimFailed
-                            } else {
-                                Outcome::BodyFailed
+                            c.phase = Phase::Done(match c.phase {
+                                Phase::Cleaning => Outcome::ClaimFailed,
+                                _ => abandoned_outcome(c),
                             });
                         } else {
                             c.retrying = true;
@@ -646,7 +679,7 @@ impl Model for RecordModel {
                 c.phase = match c.phase {
                     Phase::Claiming => Phase::Done(Outcome::InFlight),
                     Phase::Cleaning => Phase::Done(Outcome::CleanupUnconfirmed),
-                    Phase::Abandoning => Phase::Done(Outcome::BodyFailed),
+                    Phase::Abandoning => Phase::Done(abandoned_outcome(c)),
                     Phase::Completing => self.completion_outcome(client, false),
                     _ => return None,
                 };
@@ -669,6 +702,14 @@ impl Model for RecordModel {
                     Record::InFlight { owner, lease } if *owner == client => *lease = self.lease,
                     _ => return None,
                 }
+            }
+            RecordAction::Cancel { client } => {
+                let c = &mut s.clients[usize::from(client)];
+                c.phase = if self.has(RecordBug::AbandonAfterLostHold) {
+                    Phase::Abandoning
+                } else {
+                    Phase::Done(Outcome::Lost)
+                };
             }
             RecordAction::Crash { client } => {
                 let c = &mut s.clients[usize::from(client)];

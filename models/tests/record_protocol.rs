@@ -58,7 +58,10 @@ fn both_modes_hold_with_two_keys_and_data_loss() {
             RecordModel {
                 keys: 2,
                 data_loss: true,
+                // Crashes and cancellation are covered by the one-key checks; without them
+                // this check stays small enough for a debug build.
                 crashes: false,
+                cancel_on_lost: false,
                 ..model(on_abandoned, 3, None)
             },
             &[REACH_OK],
@@ -116,6 +119,22 @@ fn running_after_a_lost_claim_breaks_rerun_only_by_lapse() {
         RERUN_ONLY_BY_LAPSE,
     );
     assert!(actions.iter().any(lost));
+}
+
+/// A cancelled body may have had effects: abandoning its lapsed, kept marker lets the next
+/// claim run the body again.
+#[test]
+fn abandoning_after_a_lost_hold_breaks_at_most_once() {
+    let actions = assert_broken(
+        "record AbandonAfterLostHold",
+        model(OnAbandoned::Fail, 2, Some(RecordBug::AbandonAfterLostHold)),
+        AT_MOST_ONCE,
+    );
+    assert!(
+        actions
+            .iter()
+            .any(|a| matches!(a, RecordAction::Cancel { .. }))
+    );
 }
 
 #[test]

@@ -15,8 +15,8 @@
 //! # What a check proves, and what it does not
 //!
 //! A passing check means every reachable state of the model *within its bounds* satisfies
-//! the `always` properties. The bounds are small (2-3 clients, 1-2 keys, leases of 1-2 ticks,
-//! a few ticks of clock for the lock), chosen so that each check runs in seconds; bugs that
+//! the `always` properties. The bounds are small (2-3 clients, 1-2 keys, leases of 2 ticks,
+//! 3 ticks of clock for the lock), chosen so that each check runs in seconds; bugs that
 //! need more actors or longer histories are out of reach. Each property also has a test that
 //! runs the same checker on a deliberately broken variant ([`record::RecordBug`],
 //! [`lock::LockBug`]) and expects a counterexample, which shows the property can fail; and the
@@ -35,9 +35,30 @@
 //!   the store's clock only, as the providers do.
 //! * Waiting and wake-ups (a waiter is a client that retries), liveness and fairness:
 //!   only safety properties are checked.
-//! * Fingerprints, payload encoding, retention expiry (completed records live for ever in
-//!   the record model), `fail_open`, and the runtime's own loss detection from its clock
-//!   (`BackendUnreachable`), which only makes a holder stop earlier.
+//! * Fingerprints, retention expiry (completed records live for ever in the record model),
+//!   and `fail_open`, which runs the body unguarded after a backend error and so gives up
+//!   these guarantees by design ([`record::RecordBug::RunAfterLostClaim`] and
+//!   [`lock::LockBug::EnterAfterLostAcquire`] are what it looks like to the checker).
+//! * An outcome that cannot be encoded: the runtime abandons the marker after a body that
+//!   returned `Ok`, so a retry runs the body again; the model's bodies always encode.
+//! * The runtime's own loss detection from its clock (`BackendUnreachable`) in the lock
+//!   model, where it would only make a holder stop earlier. In the record model a lost hold
+//!   is modelled (`cancel_on_lost`), as it can happen at any moment.
+//!
+//! # What the checks found
+//!
+//! * A caller's claim delayed in the network past its own cleanup leaves, under
+//!   `on_abandoned = "fail"`, an abandoned record for a body that never started
+//!   (`delayed_requests`); a command sent on the same connection as the claim cannot
+//!   overtake it, so the cleanup should not switch connections while a claim may be
+//!   pending.
+//! * Abandoning the marker after the body was cancelled for a lost hold lets the next claim
+//!   run the body again ([`record::RecordBug::AbandonAfterLostHold`]): the model's protocol
+//!   leaves the record alone instead.
+//! * Under `on_abandoned = "rerun"`, a caller stalled between its claim reply and the body's
+//!   start runs the body after its marker lapsed, exactly as one whose body was running.
+//! * The fence survives failover only if the new primary's clock is past the lost token
+//!   ([`lock::LockBug::FailoverWithoutClockAdvance`]).
 //!
 //! # Running
 //!

@@ -225,12 +225,12 @@ static DEFAULT: OnceLock<Coordinator> = OnceLock::new();
 static FALLBACK_WARNED: AtomicBool = AtomicBool::new(false);
 
 impl Coordinator {
-    /// Starts a builder with namespace `coord`, JSON codec and `fail_closed`.
+    /// Starts a builder with namespace `coord`, the tagged codec and `fail_closed`.
     pub fn builder() -> CoordinatorBuilder {
         CoordinatorBuilder {
             namespace: "coord".to_owned(),
             provider: None,
-            codec: Codec::Json,
+            codec: Codec::Tagged,
             on_backend_error: OnBackendError::FailClosed,
         }
     }

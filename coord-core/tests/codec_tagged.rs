@@ -540,3 +540,33 @@ proptest! {
         prop_assert_eq!(Codec::Json.decode::<JsonSafe>(&bytes).unwrap(), v);
     }
 }
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+enum Wide {
+    Big(u128),
+    Neg(i128),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind")]
+enum Buffered {
+    Holder { o: Option<Option<u8>>, u: (), f: Bits },
+}
+
+/// Untagged and internally tagged enums go through serde's own buffer of the value, which
+/// keeps `Some(None)`, unit and float bits, but cannot hand a 128-bit integer to its target
+/// (a limit of serde, whatever the format).
+#[test]
+fn buffered_enums_keep_what_serde_buffers_and_refuse_the_rest_at_encode() {
+    assert_exact(Buffered::Holder {
+        o: Some(None),
+        u: (),
+        f: Bits(f64::NAN),
+    });
+    // The failure shows when the outcome is encoded, and nothing undecodable is produced.
+    let err = Codec::Tagged.encode_checked(&Wide::Big(1)).unwrap_err();
+    assert!(err.contains("Wide"), "{err}");
+    assert!(Codec::Tagged.encode_checked(&Wide::Neg(i128::MIN)).is_err());
+    assert!(Codec::Tagged.encode(&Wide::Big(u128::MAX)).is_ok());
+}

@@ -551,7 +551,11 @@ enum Wide {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind")]
 enum Buffered {
-    Holder { o: Option<Option<u8>>, u: (), f: Bits },
+    Holder {
+        o: Option<Option<u8>>,
+        u: (),
+        f: Bits,
+    },
 }
 
 /// Untagged and internally tagged enums go through serde's own buffer of the value, which

@@ -154,7 +154,11 @@ pub fn normalized(v: &Val) -> Val {
 /// Rebuilds `v` bottom-up, applying `leaf` to every value that holds no other.
 fn map_val(v: &Val, leaf: &dyn Fn(&Val) -> Val) -> Val {
     match v {
-        Val::Hash(map) => Val::Hash(map.iter().map(|(k, v)| (k.clone(), map_val(v, leaf))).collect()),
+        Val::Hash(map) => Val::Hash(
+            map.iter()
+                .map(|(k, v)| (k.clone(), map_val(v, leaf)))
+                .collect(),
+        ),
         Val::Tree(map) => Val::Tree(map.iter().map(|(k, v)| (*k, map_val(v, leaf))).collect()),
         Val::Opt(Some(Some(inner))) => Val::Opt(Some(Some(Box::new(map_val(inner, leaf))))),
         Val::List(items) => Val::List(items.iter().map(|i| map_val(i, leaf)).collect()),

@@ -129,12 +129,6 @@ fn fingerprints_follow_the_documented_layout() {
 
 #[test]
 fn a_serialization_error_is_reported() {
-    struct Failing;
-    impl Serialize for Failing {
-        fn serialize<S: serde::Serializer>(&self, _: S) -> Result<S::Ok, S::Error> {
-            Err(serde::ser::Error::custom("refused by the type"))
-        }
-    }
     let err = FingerprintHasher::new()
         .param(&1u8)
         .param(&Failing)
@@ -184,4 +178,49 @@ proptest! {
         prop_assert_ne!(fp(&some), fp(&list));
         prop_assert_ne!(fp(&Some(&v)), fp(&Some(Some(&v))));
     }
+}
+
+/// A sequence of unknown length whose second element fails.
+struct FailingSeq;
+
+impl Serialize for FailingSeq {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeSeq;
+        let mut seq = s.serialize_seq(None)?;
+        seq.serialize_element(&1u8)?;
+        seq.serialize_element(&Failing)?;
+        seq.end()
+    }
+}
+
+struct Failing;
+
+impl Serialize for Failing {
+    fn serialize<S: serde::Serializer>(&self, _: S) -> Result<S::Ok, S::Error> {
+        Err(serde::ser::Error::custom("refused by the type"))
+    }
+}
+
+/// Ignores the errors it is given and announces a wrong field count.
+struct Careless;
+
+impl Serialize for Careless {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut st = s.serialize_struct("Careless", 3)?;
+        let _ = st.serialize_field("a", &FailingSeq);
+        st.serialize_field("b", &2u8)?;
+        st.end()
+    }
+}
+
+#[test]
+fn a_serialize_impl_that_ignores_errors_gets_an_error_not_a_panic() {
+    let err = FingerprintHasher::new()
+        .param(&Careless)
+        .finish()
+        .unwrap_err();
+    assert!(err.contains("carried on after an error"), "{err}");
+    let err = coord_core::Codec::Tagged.encode(&Careless).unwrap_err();
+    assert!(err.contains("carried on after an error"), "{err}");
 }

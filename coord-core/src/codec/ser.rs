@@ -19,6 +19,9 @@ pub(crate) enum Mode {
 pub(crate) struct Encoder {
     pub(crate) out: Vec<u8>,
     mode: Mode,
+    /// Set when an element of a compound failed: a `Serialize` impl may ignore that error and
+    /// carry on, and what it then writes is not the value, so the whole encoding must fail.
+    poisoned: bool,
 }
 
 impl Encoder {
@@ -26,7 +29,29 @@ impl Encoder {
         Encoder {
             out: Vec::new(),
             mode,
+            poisoned: false,
         }
+    }
+
+    /// Serializes `value`, then fails if an error was swallowed on the way.
+    pub(crate) fn run<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Error> {
+        value.serialize(&mut *self)?;
+        if self.poisoned {
+            return Err(Error(
+                "a `Serialize` implementation carried on after an error; the value is incomplete"
+                    .to_owned(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Serializes one element of a compound, remembering a failure.
+    fn nested<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Error> {
+        let result = value.serialize(&mut *self);
+        if result.is_err() {
+            self.poisoned = true;
+        }
+        result
     }
 
     fn byte(&mut self, b: u8) {
@@ -100,7 +125,7 @@ impl Encoder {
     /// Encodes `value` into a buffer of its own, with this encoder's mode.
     fn encode_apart<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<Vec<u8>, Error> {
         let outer = std::mem::take(&mut self.out);
-        let result = value.serialize(&mut *self);
+        let result = self.nested(value);
         let inner = std::mem::replace(&mut self.out, outer);
         result.map(|()| inner)
     }
@@ -155,7 +180,7 @@ impl<'a> Compound<'a> {
             State::Counted { written, .. } | State::Buffered { written, .. } => *written += 1,
             State::Open | State::Sorted { .. } => {}
         }
-        value.serialize(&mut *self.enc)
+        self.enc.nested(value)
     }
 
     fn field<T: Serialize + ?Sized>(&mut self, name: &str, value: &T) -> Result<(), Error> {
@@ -187,7 +212,7 @@ impl<'a> Compound<'a> {
             Ok(())
         } else {
             // Keys were counted; values ride along with them.
-            value.serialize(&mut *self.enc)
+            self.enc.nested(value)
         }
     }
 
@@ -205,7 +230,15 @@ impl<'a> Compound<'a> {
                     fixed.count(written);
                     let mut announced = Encoder::new(enc.mode);
                     announced.count(expected);
-                    enc.out.splice(at..at + announced.out.len(), fixed.out);
+                    let range = at..at + announced.out.len();
+                    // The count is where we wrote it unless a `Serialize` impl ignored an error
+                    // of ours and carried on; refuse rather than splice out of bounds.
+                    if range.end > enc.out.len() {
+                        return Err(Error(
+                            "serialization continued after an error it was given".to_owned(),
+                        ));
+                    }
+                    enc.out.splice(range, fixed.out);
                 }
                 Ok(())
             }

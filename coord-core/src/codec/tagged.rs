@@ -128,21 +128,21 @@ pub(crate) fn to_record<T: serde::Serialize + ?Sized>(value: &T) -> Result<Vec<u
     enc.out.reserve(64);
     enc.out.push(MAGIC);
     enc.out.push(VERSION);
-    value.serialize(&mut enc)?;
+    enc.run(value)?;
     Ok(enc.out)
 }
 
 /// The canonical encoding of `value` (no header): equal values give equal bytes.
 pub(crate) fn to_canonical<T: serde::Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, Error> {
     let mut enc = super::ser::Encoder::new(super::ser::Mode::Canonical);
-    value.serialize(&mut enc)?;
+    enc.run(value)?;
     Ok(enc.out)
 }
 
 /// Walks `value` and fails on the first NaN or infinite float, writing nothing that lasts.
 pub(crate) fn check_finite<T: serde::Serialize + ?Sized>(value: &T) -> Result<(), Error> {
     let mut enc = super::ser::Encoder::new(super::ser::Mode::FiniteOnly);
-    value.serialize(&mut enc)
+    enc.run(value)
 }
 
 /// Decodes a record written by [`to_record`].

@@ -125,7 +125,8 @@ impl serde::de::Error for Error {
 /// Encodes `value` as a record: header, then the value.
 pub(crate) fn to_record<T: serde::Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, Error> {
     let mut enc = super::ser::Encoder::new(super::ser::Mode::Stored);
-    enc.out.reserve(64);
+    // What serde_json starts with: most outcomes fit without growing.
+    enc.out.reserve(128);
     enc.out.push(MAGIC);
     enc.out.push(VERSION);
     enc.run(value)?;

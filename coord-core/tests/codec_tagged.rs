@@ -390,6 +390,13 @@ fn nesting_is_bounded() {
     bytes.extend(std::iter::repeat_n(0x02, 1_000_000));
     bytes.push(0x00);
     assert!(Codec::Tagged.decode::<serde_json::Value>(&bytes).is_err());
+    // A recursive type read from a value it does not match must not recurse without end.
+    for body in [0x00u8, 0x03, 0x12] {
+        let err = Codec::Tagged
+            .decode::<Deep>(&[0xC1, 1, body, 0])
+            .unwrap_err();
+        assert!(!err.is_empty());
+    }
 }
 
 #[test]
@@ -531,6 +538,8 @@ proptest! {
         let _ = Codec::Tagged.decode::<serde_json::Value>(&bytes);
         let _ = Codec::Tagged.decode::<(Option<Option<u8>>, Internal, Adjacent)>(&bytes);
         let _ = Codec::Tagged.decode::<Flattened>(&bytes);
+        let _ = Codec::Tagged.decode::<Deep>(&bytes);
+        let _ = Codec::Tagged.decode::<Vec<Option<Box<Deep>>>>(&bytes);
         let _ = Codec::Tagged.decode::<Val>(&body);
     }
 

@@ -293,8 +293,9 @@ impl<'de> de::Deserializer<'de> for &mut Decoder<'de> {
                 self.pos += 1;
                 self.nested(|de| visitor.visit_some(&mut *de))
             }
-            // A value written without `Some` (the field was `T` and is now `Option<T>`).
-            _ => visitor.visit_some(self),
+            // A value written without `Some` (the field was `T` and is now `Option<T>`). This
+            // consumes nothing, so it counts as a level: a recursive type must not loop here.
+            _ => self.nested(|de| visitor.visit_some(&mut *de)),
         }
     }
 
@@ -307,8 +308,9 @@ impl<'de> de::Deserializer<'de> for &mut Decoder<'de> {
             self.pos += 1;
             self.nested(|de| visitor.visit_newtype_struct(&mut *de))
         } else {
-            // The inner value written bare (e.g. the type used to be `T`, now `Wrapper(T)`).
-            visitor.visit_newtype_struct(self)
+            // The inner value written bare (e.g. the type used to be `T`, now `Wrapper(T)`);
+            // counted as a level for the same reason as in `deserialize_option`.
+            self.nested(|de| visitor.visit_newtype_struct(&mut *de))
         }
     }
 

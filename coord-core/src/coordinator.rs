@@ -166,7 +166,8 @@ impl CoordinatorBuilder {
         self
     }
 
-    /// How stored outcomes of `#[idempotent]` calls are encoded. JSON by default.
+    /// How stored outcomes of `#[idempotent]` calls are encoded: [`Codec::Tagged`] (exact
+    /// replays) by default, [`Codec::Json`] for records readable in the backend.
     pub fn codec(mut self, codec: Codec) -> Self {
         self.codec = codec;
         self

@@ -35,7 +35,7 @@ pub(crate) struct Decoder<'de> {
 impl<'de> Decoder<'de> {
     fn error(&self, what: std::fmt::Arguments<'_>) -> Error {
         // Offsets count from the start of the record, header included.
-        Error(format!("{what} (at byte {})", self.pos + 2))
+        Error::new(format!("{what} (at byte {})", self.pos + 2))
     }
 
     fn remaining(&self) -> usize {

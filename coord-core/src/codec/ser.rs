@@ -37,7 +37,7 @@ impl Encoder {
     pub(crate) fn run<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Error> {
         value.serialize(&mut *self)?;
         if self.poisoned {
-            return Err(Error(
+            return Err(Error::new(
                 "a `Serialize` implementation carried on after an error; the value is incomplete"
                     .to_owned(),
             ));
@@ -84,7 +84,7 @@ impl Encoder {
 
     fn float_check(&self, finite: bool) -> Result<(), Error> {
         if self.mode == Mode::FiniteOnly && !finite {
-            return Err(Error(
+            return Err(Error::new(
                 "NaN and infinite floats cannot be represented in JSON; use Codec::Tagged"
                     .to_owned(),
             ));
@@ -206,7 +206,7 @@ impl<'a> Compound<'a> {
             if let State::Sorted { entries, key } = &mut self.state {
                 let key = key
                     .take()
-                    .ok_or_else(|| Error("map value serialized before its key".to_owned()))?;
+                    .ok_or_else(|| Error::new("map value serialized before its key".to_owned()))?;
                 entries.push((key, bytes));
             }
             Ok(())
@@ -234,7 +234,7 @@ impl<'a> Compound<'a> {
                     // The count is where we wrote it unless a `Serialize` impl ignored an error
                     // of ours and carried on; refuse rather than splice out of bounds.
                     if range.end > enc.out.len() {
-                        return Err(Error(
+                        return Err(Error::new(
                             "serialization continued after an error it was given".to_owned(),
                         ));
                     }
@@ -259,7 +259,7 @@ impl<'a> Compound<'a> {
             }
             State::Sorted { mut entries, key } => {
                 if key.is_some() {
-                    return Err(Error("map key serialized without a value".to_owned()));
+                    return Err(Error::new("map key serialized without a value".to_owned()));
                 }
                 // Sorting the whole entry (key bytes first) makes even duplicate keys, which a
                 // hand-written `Serialize` can produce, come out in one order.

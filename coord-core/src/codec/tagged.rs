@@ -99,8 +99,16 @@ pub(crate) mod tag {
 }
 
 /// What went wrong encoding or decoding; the message is what `Codec` reports.
+///
+/// Boxed so that `Result`s stay one pointer wide on the hot path of decoding.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Error(pub(crate) String);
+pub(crate) struct Error(Box<String>);
+
+impl Error {
+    pub(crate) fn new(message: impl Into<String>) -> Self {
+        Error(Box::new(message.into()))
+    }
+}
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -112,13 +120,13 @@ impl std::error::Error for Error {}
 
 impl serde::ser::Error for Error {
     fn custom<T: fmt::Display>(msg: T) -> Self {
-        Error(msg.to_string())
+        Error::new(msg.to_string())
     }
 }
 
 impl serde::de::Error for Error {
     fn custom<T: fmt::Display>(msg: T) -> Self {
-        Error(msg.to_string())
+        Error::new(msg.to_string())
     }
 }
 
@@ -143,24 +151,25 @@ pub(crate) fn to_canonical<T: serde::Serialize + ?Sized>(value: &T) -> Result<Ve
 /// Walks `value` and fails on the first NaN or infinite float, writing nothing that lasts.
 pub(crate) fn check_finite<T: serde::Serialize + ?Sized>(value: &T) -> Result<(), Error> {
     let mut enc = super::ser::Encoder::new(super::ser::Mode::FiniteOnly);
+    enc.out.reserve(128);
     enc.run(value)
 }
 
 /// Decodes a record written by [`to_record`].
 pub(crate) fn from_record<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, Error> {
     match bytes {
-        [] => Err(Error("empty record".to_owned())),
-        [MAGIC] => Err(Error("record ends after its format byte".to_owned())),
+        [] => Err(Error::new("empty record".to_owned())),
+        [MAGIC] => Err(Error::new("record ends after its format byte".to_owned())),
         [MAGIC, VERSION, body @ ..] => super::de::decode(body),
-        [MAGIC, version, ..] => Err(Error(format!(
+        [MAGIC, version, ..] => Err(Error::new(format!(
             "record is in version {version} of the tagged format; this build of coord reads \
              version {VERSION} only"
         ))),
-        [first, ..] if looks_like_json(*first) => Err(Error(
+        [first, ..] if looks_like_json(*first) => Err(Error::new(
             "record is not in the tagged format: it looks like JSON (written with Codec::Json?)"
                 .to_owned(),
         )),
-        [first, ..] => Err(Error(format!(
+        [first, ..] => Err(Error::new(format!(
             "record is not in the tagged format: it starts with byte {first:#04x}"
         ))),
     }

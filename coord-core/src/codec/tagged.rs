@@ -102,6 +102,7 @@ pub(crate) mod tag {
 ///
 /// Boxed so that `Result`s stay one pointer wide on the hot path of decoding.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(clippy::box_collection)] // the extra allocation happens on errors only
 pub(crate) struct Error(Box<String>);
 
 impl Error {

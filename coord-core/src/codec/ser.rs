@@ -38,8 +38,7 @@ impl Encoder {
         value.serialize(&mut *self)?;
         if self.poisoned {
             return Err(Error::new(
-                "a `Serialize` implementation carried on after an error; the value is incomplete"
-                    .to_owned(),
+                "a `Serialize` implementation carried on after an error; the value is incomplete",
             ));
         }
         Ok(())
@@ -85,8 +84,7 @@ impl Encoder {
     fn float_check(&self, finite: bool) -> Result<(), Error> {
         if self.mode == Mode::FiniteOnly && !finite {
             return Err(Error::new(
-                "NaN and infinite floats cannot be represented in JSON; use Codec::Tagged"
-                    .to_owned(),
+                "NaN and infinite floats cannot be represented in JSON; use Codec::Tagged",
             ));
         }
         Ok(())
@@ -192,7 +190,9 @@ impl<'a> Compound<'a> {
         if let State::Sorted { .. } = self.state {
             let bytes = self.enc.encode_apart(key)?;
             if let State::Sorted { key: pending, .. } = &mut self.state {
-                *pending = Some(bytes);
+                if pending.replace(bytes).is_some() {
+                    return Err(Error::new("map key serialized without a value"));
+                }
             }
             Ok(())
         } else {
@@ -206,7 +206,7 @@ impl<'a> Compound<'a> {
             if let State::Sorted { entries, key } = &mut self.state {
                 let key = key
                     .take()
-                    .ok_or_else(|| Error::new("map value serialized before its key".to_owned()))?;
+                    .ok_or_else(|| Error::new("map value serialized before its key"))?;
                 entries.push((key, bytes));
             }
             Ok(())
@@ -235,7 +235,7 @@ impl<'a> Compound<'a> {
                     // of ours and carried on; refuse rather than splice out of bounds.
                     if range.end > enc.out.len() {
                         return Err(Error::new(
-                            "serialization continued after an error it was given".to_owned(),
+                            "serialization continued after an error it was given",
                         ));
                     }
                     enc.out.splice(range, fixed.out);
@@ -259,7 +259,7 @@ impl<'a> Compound<'a> {
             }
             State::Sorted { mut entries, key } => {
                 if key.is_some() {
-                    return Err(Error::new("map key serialized without a value".to_owned()));
+                    return Err(Error::new("map key serialized without a value"));
                 }
                 // Sorting the whole entry (key bytes first) makes even duplicate keys, which a
                 // hand-written `Serialize` can produce, come out in one order.

@@ -159,16 +159,15 @@ pub(crate) fn check_finite<T: serde::Serialize + ?Sized>(value: &T) -> Result<()
 /// Decodes a record written by [`to_record`].
 pub(crate) fn from_record<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, Error> {
     match bytes {
-        [] => Err(Error::new("empty record".to_owned())),
-        [MAGIC] => Err(Error::new("record ends after its format byte".to_owned())),
+        [] => Err(Error::new("empty record")),
+        [MAGIC] => Err(Error::new("record ends after its format byte")),
         [MAGIC, VERSION, body @ ..] => super::de::decode(body),
         [MAGIC, version, ..] => Err(Error::new(format!(
             "record is in version {version} of the tagged format; this build of coord reads \
              version {VERSION} only"
         ))),
         [first, ..] if looks_like_json(*first) => Err(Error::new(
-            "record is not in the tagged format: it looks like JSON (written with Codec::Json?)"
-                .to_owned(),
+            "record is not in the tagged format: it looks like JSON (written with Codec::Json?)",
         )),
         [first, ..] => Err(Error::new(format!(
             "record is not in the tagged format: it starts with byte {first:#04x}"

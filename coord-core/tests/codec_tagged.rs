@@ -416,6 +416,25 @@ fn huge_length_prefixes_are_errors_not_allocations() {
 }
 
 #[test]
+fn malformed_scalars_are_errors() {
+    // A string that is not UTF-8.
+    let err = Codec::Tagged
+        .decode::<String>(&[0xC1, 1, 0x12, 2, 0xFF, 0xFE])
+        .unwrap_err();
+    assert!(err.contains("UTF-8"), "{err}");
+    // A char that is a surrogate.
+    let err = Codec::Tagged
+        .decode::<char>(&[0xC1, 1, 0x11, 0x00, 0xD8, 0, 0])
+        .unwrap_err();
+    assert!(err.contains("not a char"), "{err}");
+    // A tag no version of the format has.
+    let err = Codec::Tagged.decode::<u8>(&[0xC1, 1, 0xEE]).unwrap_err();
+    assert!(err.contains("unknown tag"), "{err}");
+    // An end marker with nothing to close.
+    assert!(Codec::Tagged.decode::<Val>(&[0xC1, 1, 0x21]).is_err());
+}
+
+#[test]
 fn foreign_and_future_records_are_named() {
     let json = Codec::Json.encode(&Inner { x: 1, y: None }).unwrap();
     let err = Codec::Tagged.decode::<Inner>(&json).unwrap_err();

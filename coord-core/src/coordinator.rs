@@ -187,7 +187,8 @@ impl CoordinatorBuilder {
         self
     }
 
-    /// How stored outcomes of `#[idempotent]` calls are encoded. JSON by default.
+    /// How stored outcomes of `#[idempotent]` calls are encoded: [`Codec::Tagged`] (exact
+    /// replays) by default, [`Codec::Json`] for records readable in the backend.
     pub fn codec(mut self, codec: Codec) -> Self {
         self.codec = codec;
         self
@@ -246,12 +247,12 @@ static DEFAULT: OnceLock<Coordinator> = OnceLock::new();
 static FALLBACK_WARNED: AtomicBool = AtomicBool::new(false);
 
 impl Coordinator {
-    /// Starts a builder with namespace `coord`, JSON codec and `fail_closed`.
+    /// Starts a builder with namespace `coord`, the tagged codec and `fail_closed`.
     pub fn builder() -> CoordinatorBuilder {
         CoordinatorBuilder {
             namespace: "coord".to_owned(),
             provider: None,
-            codec: Codec::Json,
+            codec: Codec::Tagged,
             on_backend_error: OnBackendError::FailClosed,
         }
     }

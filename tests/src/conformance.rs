@@ -933,17 +933,25 @@ pub async fn lock_cancelled_forever_waiter_leaves_the_key_working(c: Coordinator
         .await
         .unwrap()
         .expect("free lock");
-    let started = Instant::now();
-    let cancelled = tokio::time::timeout(
-        Duration::from_millis(400),
-        p.acquire(lock_req(&k, b, LONG, Duration::MAX)),
-    )
-    .await;
+    let cancelled = {
+        let (p, k) = (p.clone(), k.clone());
+        bounded("a cancelled Duration::MAX wait", async move {
+            let started = Instant::now();
+            let waited = tokio::time::timeout(
+                Duration::from_millis(400),
+                p.acquire(lock_req(&k, b, LONG, Duration::MAX)),
+            )
+            .await;
+            (waited, started.elapsed())
+        })
+        .await
+    };
     assert!(
-        cancelled.is_err(),
-        "a Duration::MAX wait on a held lock returned: {cancelled:?}"
+        cancelled.0.is_err(),
+        "a Duration::MAX wait on a held lock returned: {:?}",
+        cancelled.0
     );
-    assert!(started.elapsed() >= Duration::from_millis(400));
+    assert!(cancelled.1 >= Duration::from_millis(400));
     // The runtime's follow-up for a cancelled acquire.
     let released = {
         let (p, k) = (p.clone(), k.clone());

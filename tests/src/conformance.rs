@@ -902,10 +902,10 @@ pub async fn lock_extreme_waits_wait_until_granted(c: Coordinator) {
             }
         });
         tokio::time::sleep(Duration::from_millis(500)).await;
-        assert!(
-            !waiter.is_finished(),
-            "a wait of {d:?} returned before the lock was released"
-        );
+        if waiter.is_finished() {
+            let early = waiter.await;
+            panic!("a wait of {d:?} returned before the lock was released: {early:?}");
+        }
         let released_at = Instant::now();
         assert_eq!(p.release(&k, a).await.unwrap(), ReleaseOutcome::Released);
         let (grant, b, granted_at) = tokio::time::timeout(Duration::from_secs(10), waiter)
@@ -1090,7 +1090,10 @@ pub async fn idempotency_forever_wait_settled_waits_until_settled(c: Coordinator
             }
         });
         tokio::time::sleep(Duration::from_millis(300)).await;
-        assert!(!waiter.is_finished(), "wait_settled({d:?}) returned early");
+        if waiter.is_finished() {
+            let early = waiter.await;
+            panic!("wait_settled({d:?}) returned with the marker in flight: {early:?}");
+        }
         let completed_at = Instant::now();
         let payload: Arc<[u8]> = Arc::from(&b"settled"[..]);
         assert_eq!(

@@ -191,8 +191,8 @@ impl LockTable {
         // entry guard would unwind into the waiter's clean-up, which locks the same shard.
         let lease_end = deadline_after(now, lease);
         let deadline = deadline_after(now, wait);
-        let owned = owned();
-        let (id, handoff, holder_expires) = match self.entries.entry(owned) {
+        let entry_key = owned();
+        let (id, handoff, holder_expires) = match self.entries.entry(entry_key) {
             Entry::Vacant(slot) => {
                 slot.insert(LockEntry {
                     owner,
@@ -319,8 +319,9 @@ impl LockTable {
                 biased;
                 handed = rx => {
                     guard.handoff = None;
-                    // The sender is only dropped after sending or with the entry; if it was
-                    // dropped without a grant, the entry is gone: try once more.
+                    // The sender is only dropped after sending, or with the entry, which is
+                    // never removed while we are queued; if it were, one plain attempt is the
+                    // honest answer.
                     if let Ok(grant) = handed {
                         return Some(grant);
                     }

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use coord_memory::{Attempt, Claim, LockTable, RecordStore};
+use coord_memory::{Attempt, Claim, Completion, LockTable, RecordStore, Renewal};
 
 use crate::error::BackendError;
 use crate::provider::{
@@ -18,6 +18,15 @@ use crate::provider::{
 /// Exclusion and at-most-once hold among the tasks of this process only. Chosen with
 /// `Coordinator::builder().memory()`, and used as the fallback when no coordinator is
 /// installed. Never returns a backend error.
+///
+/// Every duration in a request is accepted, from zero to [`Duration::MAX`]: deadlines
+/// saturate at about a century, so a lease, keep or retention of `Duration::MAX` lasts as
+/// long as the process, and a wait of `Duration::MAX` waits until the lock is granted or the
+/// `acquire` future is dropped. A zero lease or retention makes state that has already
+/// expired.
+///
+/// A resent claim by the owner of the live marker answers [`ClaimOutcome::Claimed`] and
+/// restarts the marker's lease from that claim.
 #[derive(Debug, Default)]
 pub struct MemoryProvider {
     locks: LockTable,
@@ -99,17 +108,21 @@ impl LockProvider for MemoryProvider {
         owner: OwnerToken,
         lease: Duration,
     ) -> BoxFuture<'a, Result<RenewOutcome, BackendError>> {
-        let outcome = if self.locks.renew(key, owner.as_u128(), lease) {
-            RenewOutcome::Renewed
-        } else {
-            RenewOutcome::Lost(LossCause::Expired)
-        };
+        let outcome = renew_outcome(self.locks.renew(key, owner.as_u128(), lease));
         Box::pin(std::future::ready(Ok(outcome)))
     }
 
     fn release_detached(self: Arc<Self>, key: String, owner: OwnerToken, _lease_left: Duration) {
         // Release is synchronous here: do it now rather than on another task.
         self.locks.release(&key, owner.as_u128());
+    }
+}
+
+fn renew_outcome(renewal: Renewal) -> RenewOutcome {
+    match renewal {
+        Renewal::Renewed => RenewOutcome::Renewed,
+        Renewal::TakenByOther => RenewOutcome::Lost(LossCause::TakenByOther),
+        Renewal::Expired => RenewOutcome::Lost(LossCause::Expired),
     }
 }
 
@@ -152,17 +165,19 @@ impl IdempotencyStore for MemoryProvider {
         &'a self,
         req: CompleteRequest<'a>,
     ) -> BoxFuture<'a, Result<CompleteOutcome, BackendError>> {
-        // TODO(memory): create-if-absent and superseded detection in the engine.
-        let done = self
-            .records
-            .complete(req.key, req.owner.as_u128(), req.payload, req.retention);
-        let outcome = if done {
-            CompleteOutcome::Stored
-        } else {
-            CompleteOutcome::Superseded {
-                other: None,
-                completed: false,
-            }
+        let outcome = match self.records.complete(
+            req.key,
+            req.owner.as_u128(),
+            req.payload,
+            req.retention,
+            req.fingerprint.map(|f| f.0),
+        ) {
+            Completion::Stored => CompleteOutcome::Stored,
+            Completion::StoredWithoutMarker => CompleteOutcome::StoredWithoutMarker,
+            Completion::Superseded { other, completed } => CompleteOutcome::Superseded {
+                other: Some(OwnerToken::from_u128(other)),
+                completed,
+            },
         };
         Box::pin(std::future::ready(Ok(outcome)))
     }
@@ -193,11 +208,7 @@ impl IdempotencyStore for MemoryProvider {
         owner: OwnerToken,
         lease: Duration,
     ) -> BoxFuture<'a, Result<RenewOutcome, BackendError>> {
-        let outcome = if self.records.renew(key, owner.as_u128(), lease) {
-            RenewOutcome::Renewed
-        } else {
-            RenewOutcome::Lost(LossCause::Expired)
-        };
+        let outcome = renew_outcome(self.records.renew(key, owner.as_u128(), lease));
         Box::pin(std::future::ready(Ok(outcome)))
     }
 

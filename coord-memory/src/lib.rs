@@ -9,9 +9,79 @@
 //!   fencing tokens, waiters woken one at a time by direct hand-off on release.
 //! * [`RecordStore`]: in-flight markers and completed outcomes in a moka cache with per-entry
 //!   expiry.
+//!
+//! # Durations
+//!
+//! Every `Duration` this crate accepts (leases, waits, keep and retention periods, timeouts)
+//! may be anything from zero to [`Duration::MAX`]; none makes an operation panic or hang.
+//! Deadlines are computed with [`deadline_after`], which saturates: a duration longer than
+//! [`FAR_FUTURE`] (about a century) means "for as long as this process can run". A lease or
+//! retention of zero produces state that has already expired; a wait of zero is one attempt.
+//! No arithmetic that could overflow runs while a map shard or a cache entry is locked.
 
 mod locks;
 mod records;
 
+use std::time::Duration;
+
+use tokio::time::Instant;
+
 pub use locks::{Attempt, Grant, LockTable, Waiter};
-pub use records::{Claim, RecordStore};
+pub use records::{Claim, Completion, RecordStore};
+
+/// The longest span this crate measures: about a hundred years. Longer durations are treated
+/// as this one, which no process outlives, so "until `Duration::MAX` has passed" and "never"
+/// behave the same.
+pub const FAR_FUTURE: Duration = Duration::from_secs(100 * 365 * 24 * 60 * 60);
+
+/// The instant `duration` after `now`, saturating instead of overflowing.
+///
+/// `duration` is first capped at [`FAR_FUTURE`]; if even that does not fit the platform's
+/// clock, the longest span that does fit (halving until it fits) is used. Never panics, and
+/// never returns an instant earlier than `now`.
+pub fn deadline_after(now: Instant, duration: Duration) -> Instant {
+    let mut span = duration.min(FAR_FUTURE);
+    loop {
+        if let Some(at) = now.checked_add(span) {
+            return at;
+        }
+        // Terminates: the span halves each round, and `now + 0` always fits.
+        span /= 2;
+    }
+}
+
+/// What renewing a lease (of a lock, or of an in-flight marker) found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Renewal {
+    /// The caller's lease now ends `lease` from the moment of renewal.
+    Renewed,
+    /// The caller no longer holds the key: another owner's live state is there now (a live
+    /// lock or marker, a marker kept as abandoned, or a completed record).
+    TakenByOther,
+    /// The caller no longer holds the key and nobody else does either: it is free, its state
+    /// was removed, the caller's own lease lapsed, or (for records) the caller's marker was
+    /// already completed.
+    Expired,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deadlines_saturate_instead_of_panicking() {
+        let now = Instant::now();
+        assert_eq!(deadline_after(now, Duration::ZERO), now);
+        assert_eq!(
+            deadline_after(now, Duration::from_micros(1)),
+            now + Duration::from_micros(1)
+        );
+        let far = deadline_after(now, Duration::MAX);
+        assert_eq!(far, now + FAR_FUTURE, "capped at the far future");
+        assert_eq!(deadline_after(now, Duration::from_millis(u64::MAX)), far);
+        assert_eq!(
+            deadline_after(now, FAR_FUTURE + Duration::from_secs(1)),
+            far
+        );
+    }
+}

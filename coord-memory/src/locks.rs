@@ -10,6 +10,8 @@ use dashmap::mapref::entry::Entry;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
+use crate::{Renewal, deadline_after};
+
 /// A lock granted to a caller.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Grant {
@@ -46,6 +48,12 @@ struct LockEntry {
 ///   across keys).
 ///
 /// Time is tokio's clock, so tests can pause and advance it.
+///
+/// Any lease or wait is accepted: zero, sub-millisecond, [`Duration::MAX`] (deadlines
+/// saturate, see [`deadline_after`]). A zero lease grants a lock that is already free for the
+/// next caller; a wait of `Duration::MAX` waits until the lock is granted or the future is
+/// dropped. Deadlines are computed before a map shard is locked, and nothing that can panic
+/// runs while one is.
 pub struct LockTable {
     entries: DashMap<Arc<str>, LockEntry>,
     fence: AtomicU64,
@@ -120,7 +128,9 @@ impl LockTable {
     }
 
     fn mint(&self, fenced: bool) -> Option<u64> {
-        fenced.then(|| self.fence.fetch_add(1, Ordering::Relaxed) + 1)
+        // Saturating: the counter cannot reach `u64::MAX` in practice (centuries of mints),
+        // but this runs under a shard lock, where even an unreachable panic is not allowed.
+        fenced.then(|| self.fence.fetch_add(1, Ordering::Relaxed).saturating_add(1))
     }
 
     /// Takes `key` for `owner` for `lease`, waiting up to `wait` (zero: one attempt).
@@ -177,24 +187,29 @@ impl LockTable {
         fenced: bool,
     ) -> Attempt<'a> {
         let now = Instant::now();
-        match self.entries.entry(owned()) {
+        // Both deadlines are computed before the shard is locked: an overflow panic under the
+        // entry guard would unwind into the waiter's clean-up, which locks the same shard.
+        let lease_end = deadline_after(now, lease);
+        let deadline = deadline_after(now, wait);
+        let entry_key = owned();
+        let (id, handoff, holder_expires) = match self.entries.entry(entry_key) {
             Entry::Vacant(slot) => {
                 slot.insert(LockEntry {
                     owner,
-                    expires_at: now + lease,
+                    expires_at: lease_end,
                     waiters: VecDeque::new(),
                 });
-                Attempt::Granted(Grant {
+                return Attempt::Granted(Grant {
                     fencing_token: self.mint(fenced),
                     contended: false,
                     granted_at: now,
-                })
+                });
             }
             Entry::Occupied(mut slot) => {
                 let lock = slot.get_mut();
                 if lock.expires_at <= now {
                     lock.owner = owner;
-                    lock.expires_at = now + lease;
+                    lock.expires_at = lease_end;
                     return Attempt::Granted(Grant {
                         fencing_token: self.mint(fenced),
                         contended: false,
@@ -213,21 +228,24 @@ impl LockTable {
                     fenced,
                     handoff: tx,
                 });
-                Attempt::Queued(Waiter {
-                    guard: WaiterGuard {
-                        table: self,
-                        key,
-                        id,
-                        owner,
-                        handoff: Some(rx),
-                    },
-                    holder_expires: lock.expires_at,
-                    deadline: now + wait,
-                    lease,
-                    fenced,
-                })
+                (id, rx, lock.expires_at)
             }
-        }
+        };
+        // The shard is unlocked again before the guard exists, so the guard's clean-up can
+        // never run while this thread holds the shard.
+        Attempt::Queued(Waiter {
+            guard: WaiterGuard {
+                table: self,
+                key,
+                id,
+                owner,
+                handoff: Some(handoff),
+            },
+            holder_expires,
+            deadline,
+            lease,
+            fenced,
+        })
     }
 }
 
@@ -291,15 +309,19 @@ impl LockTable {
         holder_expires: &mut Instant,
     ) -> Option<Grant> {
         loop {
-            let rx = guard.handoff.as_mut().expect("present while waiting");
+            let Some(rx) = guard.handoff.as_mut() else {
+                // Not reachable (the receiver is only taken on the way out), but if it were,
+                // one plain attempt is the honest answer.
+                return self.try_take_after_wait(key, owner, lease, fenced);
+            };
             let wake_at = (*holder_expires).min(deadline);
             tokio::select! {
                 biased;
                 handed = rx => {
                     guard.handoff = None;
-                    // The sender is only dropped after sending or with the entry; a dropped
-                    // sender without a grant cannot happen while we are queued, but if it did
-                    // the loop below would re-check the entry.
+                    // The sender is only dropped after sending, or with the entry, which is
+                    // never removed while we are queued; if it were, one plain attempt is the
+                    // honest answer.
                     if let Ok(grant) = handed {
                         return Some(grant);
                     }
@@ -309,18 +331,19 @@ impl LockTable {
             }
             // Timer: the holder's lease may have ended, or our wait is over.
             let now = Instant::now();
+            let lease_end = deadline_after(now, lease);
             let Some(mut lock) = self.entries.get_mut(key) else {
                 guard.leave();
                 return self.try_take_after_wait(key, owner, lease, fenced);
             };
-            if let Ok(grant) = guard.handoff.as_mut().expect("present").try_recv() {
+            if let Some(Ok(grant)) = guard.handoff.as_mut().map(|rx| rx.try_recv()) {
                 guard.handoff = None;
                 return Some(grant);
             }
             if lock.expires_at <= now {
                 lock.waiters.retain(|w| w.id != id);
                 lock.owner = owner;
-                lock.expires_at = now + lease;
+                lock.expires_at = lease_end;
                 guard.handoff = None;
                 return Some(Grant {
                     fencing_token: self.mint(fenced),
@@ -346,11 +369,12 @@ impl LockTable {
         fenced: bool,
     ) -> Option<Grant> {
         let now = Instant::now();
+        let lease_end = deadline_after(now, lease);
         match self.entries.entry(Arc::from(key)) {
             Entry::Vacant(slot) => {
                 slot.insert(LockEntry {
                     owner,
-                    expires_at: now + lease,
+                    expires_at: lease_end,
                     waiters: VecDeque::new(),
                 });
             }
@@ -360,7 +384,7 @@ impl LockTable {
                     return None;
                 }
                 lock.owner = owner;
-                lock.expires_at = now + lease;
+                lock.expires_at = lease_end;
             }
         }
         Some(Grant {
@@ -397,7 +421,8 @@ impl LockTable {
                 };
                 if waiter.handoff.send(grant).is_ok() {
                     lock.owner = waiter.owner;
-                    lock.expires_at = now + waiter.lease;
+                    // Saturating, so it cannot panic under the shard lock.
+                    lock.expires_at = deadline_after(now, waiter.lease);
                     return was_live;
                 }
                 // That waiter stopped waiting; try the next.
@@ -407,19 +432,25 @@ impl LockTable {
         }
     }
 
-    /// Extends `owner`'s lease on `key` to `lease` from now. `false` if `owner` no longer
-    /// holds it (released, lapsed, or taken by someone else).
-    pub fn renew(&self, key: &str, owner: u128, lease: Duration) -> bool {
+    /// Extends `owner`'s lease on `key` to `lease` from now.
+    ///
+    /// [`Renewal::TakenByOther`] when another owner holds the key now (its lease has time
+    /// left); [`Renewal::Expired`] when nobody does: `owner` released it, its lease lapsed
+    /// (even if a lapsed entry of someone else is still in the table), or the key was never
+    /// held. A lapsed lease is never revived, even for its own owner: a waiter may be about to
+    /// take it.
+    pub fn renew(&self, key: &str, owner: u128, lease: Duration) -> Renewal {
+        let now = Instant::now();
+        let lease_end = deadline_after(now, lease);
         match self.entries.get_mut(key) {
-            Some(mut lock) if lock.owner == owner => {
-                let now = Instant::now();
-                if lock.expires_at <= now {
-                    return false;
+            Some(mut lock) if lock.expires_at > now => {
+                if lock.owner != owner {
+                    return Renewal::TakenByOther;
                 }
-                lock.expires_at = now + lease;
-                true
+                lock.expires_at = lease_end;
+                Renewal::Renewed
             }
-            _ => false,
+            _ => Renewal::Expired,
         }
     }
 }
@@ -485,8 +516,9 @@ mod tests {
             !table.release("k", 1),
             "the lapsed holder must not free the new one"
         );
-        assert!(!table.renew("k", 1, LEASE));
+        assert_eq!(table.renew("k", 1, LEASE), Renewal::TakenByOther);
         assert!(table.release("k", 2));
+        assert_eq!(table.renew("k", 2, LEASE), Renewal::Expired);
     }
 
     #[tokio::test(start_paused = true)]
@@ -587,5 +619,97 @@ mod tests {
             .unwrap();
         assert!(a.fencing_token.unwrap() < b.fencing_token.unwrap());
         assert_eq!(c.fencing_token, None);
+    }
+    #[tokio::test]
+    async fn renew_tells_a_taken_lock_from_a_free_one() {
+        let table = LockTable::new();
+        assert_eq!(table.renew("k", 1, LEASE), Renewal::Expired, "never held");
+        table
+            .acquire("k", 1, LEASE, Duration::ZERO, false)
+            .await
+            .unwrap();
+        assert_eq!(table.renew("k", 2, LEASE), Renewal::TakenByOther);
+        assert_eq!(table.renew("k", 1, Duration::MAX), Renewal::Renewed);
+        assert!(table.release("k", 1));
+        assert_eq!(table.renew("k", 1, LEASE), Renewal::Expired, "released");
+    }
+
+    #[tokio::test]
+    async fn zero_and_huge_leases_neither_panic_nor_misbehave() {
+        let table = LockTable::new();
+        let zero = table
+            .acquire("k", 1, Duration::ZERO, Duration::ZERO, true)
+            .await;
+        assert!(zero.is_some());
+        assert!(
+            table
+                .acquire("k", 2, Duration::MAX, Duration::ZERO, true)
+                .await
+                .is_some(),
+            "a zero lease leaves the lock free at once"
+        );
+        assert_eq!(table.renew("k", 1, LEASE), Renewal::TakenByOther);
+        assert!(
+            table
+                .acquire("k", 3, LEASE, Duration::from_micros(1), false)
+                .await
+                .is_none(),
+            "a Duration::MAX lease holds"
+        );
+        assert_eq!(
+            table.renew("k", 2, Duration::from_millis(u64::MAX)),
+            Renewal::Renewed
+        );
+        assert!(table.release("k", 2));
+        assert!(table.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_forever_wait_waits_is_granted_and_leaves_no_deadlock_when_cancelled() {
+        let table = Arc::new(LockTable::new());
+        table
+            .acquire("k", 1, LEASE, Duration::ZERO, false)
+            .await
+            .unwrap();
+        // Cancelled: the queued waiter's clean-up must not lock up the key's shard.
+        let cancelled = tokio::time::timeout(
+            Duration::from_millis(200),
+            table.acquire("k", 2, LEASE, Duration::MAX, false),
+        )
+        .await;
+        assert!(
+            cancelled.is_err(),
+            "a Duration::MAX wait does not return early"
+        );
+        let patient = tokio::spawn({
+            let t = table.clone();
+            async move { t.acquire("k", 3, LEASE, Duration::MAX, true).await }
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!patient.is_finished());
+        assert!(table.release("k", 1));
+        let grant = tokio::time::timeout(Duration::from_secs(10), patient)
+            .await
+            .expect("the release hands the lock to the forever waiter")
+            .unwrap()
+            .expect("granted, not refused");
+        assert!(grant.contended && grant.fencing_token.is_some());
+        assert!(table.release("k", 3));
+        assert!(table.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_forever_waiter_takes_over_when_the_holder_lease_ends() {
+        let table = LockTable::new();
+        table
+            .acquire("k", 1, Duration::from_secs(2), Duration::ZERO, false)
+            .await
+            .unwrap();
+        let started = Instant::now();
+        let grant = table
+            .acquire("k", 2, Duration::MAX, Duration::MAX, false)
+            .await;
+        assert!(grant.is_some());
+        assert_eq!(started.elapsed(), Duration::from_secs(2));
     }
 }

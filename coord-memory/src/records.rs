@@ -9,6 +9,8 @@ use moka::sync::Cache;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use crate::{FAR_FUTURE, Renewal, deadline_after};
+
 #[derive(Clone)]
 enum Record {
     InFlight {
@@ -18,51 +20,80 @@ enum Record {
         expires_at: Instant,
         /// Keep the marker this long past its lease if it is never completed.
         keep_abandoned_for: Option<Duration>,
+        /// `expires_at + keep_abandoned_for`, when the marker is kept.
+        kept_until: Option<Instant>,
         settled: Arc<Notify>,
     },
     Completed {
+        /// The owner whose completion stored this record: a resent completion of the same
+        /// owner is recognised, and a late one of another owner is told who won.
+        owner: u128,
         payload: Arc<[u8]>,
         fingerprint: Option<[u8; 16]>,
         retention: Duration,
+        expires_at: Instant,
     },
 }
 
+/// What a record means at a given instant, by this store's clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Held {
+    /// An in-flight marker within its lease.
+    Live,
+    /// A marker past its lease, kept as abandoned.
+    Kept,
+    /// A completed outcome within its retention.
+    Completed,
+}
+
 impl Record {
+    /// How long moka keeps the entry, from the moment it is written. Saturating and capped at
+    /// [`FAR_FUTURE`]: moka calls this while it holds its own locks, so it must never panic,
+    /// and must never hand moka a duration its clock cannot represent.
     fn ttl(&self) -> Duration {
-        match self {
+        let ttl = match self {
             Record::InFlight {
                 lease,
                 keep_abandoned_for,
                 ..
-            } => *lease + keep_abandoned_for.unwrap_or_default(),
+            } => lease.saturating_add(keep_abandoned_for.unwrap_or_default()),
             Record::Completed { retention, .. } => *retention,
-        }
+        };
+        ttl.min(FAR_FUTURE)
     }
 
-    /// Expiry as this store judges it. moka also expires entries, but on its own clock; this
-    /// check keeps the store exact (and testable with tokio's paused clock).
-    fn is_live(&self) -> bool {
+    /// The owner and state of this record at `now`, or `None` when it has lapsed and counts
+    /// as absent (a marker past its lease and not kept, a kept marker past its keep period, a
+    /// completed record past its retention). moka expires entries too, but on its own clock
+    /// and lazily; this check keeps the store exact (and testable with tokio's paused clock).
+    fn held(&self, now: Instant) -> Option<(u128, Held)> {
         match self {
-            Record::InFlight { expires_at, .. } => *expires_at > Instant::now(),
-            Record::Completed { .. } => true,
+            Record::InFlight {
+                owner,
+                expires_at,
+                kept_until,
+                ..
+            } => {
+                if *expires_at > now {
+                    Some((*owner, Held::Live))
+                } else if kept_until.is_some_and(|until| until > now) {
+                    Some((*owner, Held::Kept))
+                } else {
+                    None
+                }
+            }
+            Record::Completed {
+                owner, expires_at, ..
+            } => (*expires_at > now).then_some((*owner, Held::Completed)),
         }
     }
 
-    /// True for a lapsed marker that is kept as an abandoned record.
-    fn is_kept_abandoned(&self) -> bool {
-        matches!(
-            self,
-            Record::InFlight {
-                keep_abandoned_for: Some(_),
-                ..
-            }
-        ) && !self.is_live()
-    }
-
-    /// True when `owner`'s marker is still here: live, or lapsed but kept.
-    fn is_marker_of(&self, owner: u128) -> bool {
-        matches!(self, Record::InFlight { owner: holder, .. } if *holder == owner)
-            && (self.is_live() || self.is_kept_abandoned())
+    /// The waiters of a marker, to wake once the compute step is over.
+    fn into_settled(self) -> Option<Arc<Notify>> {
+        match self {
+            Record::InFlight { settled, .. } => Some(settled),
+            Record::Completed { .. } => None,
+        }
     }
 }
 
@@ -92,7 +123,7 @@ impl Expiry<Box<str>, Record> for RecordExpiry {
 /// What a claim found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Claim {
-    /// The caller now owns an in-flight marker.
+    /// The caller now owns an in-flight marker (a new one, or the live one it already owned).
     Claimed,
     /// An earlier marker lapsed without completion and was kept: the outcome is unknown.
     Abandoned {
@@ -115,13 +146,37 @@ pub enum Claim {
     },
 }
 
+/// What a completion found (see [`RecordStore::complete`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Completion {
+    /// The owner's marker (live, or lapsed and kept) became the completed record, or the
+    /// owner's completion was already stored.
+    Stored,
+    /// No record was there (the marker lapsed, or was purged): the completed record was
+    /// created with the fingerprint given to `complete`.
+    StoredWithoutMarker,
+    /// Another owner's marker or completed record is there; nothing was changed.
+    Superseded {
+        /// That owner.
+        other: u128,
+        /// Whether that owner has completed.
+        completed: bool,
+    },
+}
+
 /// Idempotency records in a moka cache with per-entry expiry: an in-flight marker lives for
-/// its lease, a completed outcome for its retention. Every operation on a key is atomic
-/// (moka's per-key compute). Waiters for a marker are woken when it is completed or
-/// abandoned.
+/// its lease (plus its keep period, when kept), a completed outcome for its retention. Every
+/// operation on a key is atomic (moka's per-key compute). Waiters for a marker are woken when
+/// it is completed, abandoned, purged or claimed over after it lapsed.
 ///
 /// The store is not bounded by count: evicting a record early would silently break
-/// at-most-once, so records leave only by expiry, completion or abandonment.
+/// at-most-once, so records leave only by expiry, completion, abandonment or purge.
+///
+/// Any duration is accepted (zero, sub-millisecond, [`Duration::MAX`]; see
+/// [`deadline_after`]): a zero lease makes a marker that has already lapsed, a zero retention
+/// a record that has already expired. Deadlines are computed before a key's compute step, and
+/// waiters are woken after it, so nothing that can panic or run foreign code runs while moka
+/// holds the key.
 pub struct RecordStore {
     cache: Cache<Box<str>, Record>,
 }
@@ -137,6 +192,12 @@ impl std::fmt::Debug for RecordStore {
         f.debug_struct("RecordStore")
             .field("records", &self.cache.entry_count())
             .finish()
+    }
+}
+
+fn wake(settled: Option<Arc<Notify>>) {
+    if let Some(settled) = settled {
+        settled.notify_waiters();
     }
 }
 
@@ -163,6 +224,12 @@ impl RecordStore {
     /// Claims `key` for `owner` with an in-flight marker, or reports the record there. With
     /// `keep_abandoned_for`, a marker that lapses without completion is kept that long and
     /// reported as [`Claim::Abandoned`].
+    ///
+    /// A claim by the owner of the live marker (a resent claim) answers [`Claim::Claimed`]
+    /// and refreshes the lease to `lease` from now: whichever send the caller timed its lease
+    /// from, the marker then lives at least that long. The marker's fingerprint and waiters
+    /// are kept. A marker of `owner` that has lapsed is not revived: kept, it is reported as
+    /// abandoned; not kept, it is gone and a new marker is made.
     pub fn claim(
         &self,
         key: &str,
@@ -171,167 +238,245 @@ impl RecordStore {
         fingerprint: Option<[u8; 16]>,
         keep_abandoned_for: Option<Duration>,
     ) -> Claim {
+        let now = Instant::now();
+        let expires_at = deadline_after(now, lease);
+        let kept_until = keep_abandoned_for.map(|keep| deadline_after(expires_at, keep));
+        let fresh = |fingerprint, settled| Record::InFlight {
+            owner,
+            fingerprint,
+            lease,
+            expires_at,
+            keep_abandoned_for,
+            kept_until,
+            settled,
+        };
         let mut found = Claim::Claimed;
+        let mut lapsed = None;
         self.cache.entry(key.into()).and_compute_with(|existing| {
-            if let Some(existing) = existing {
-                let record = existing.into_value();
-                if record.is_kept_abandoned() {
-                    if let Record::InFlight { fingerprint, .. } = record {
-                        found = Claim::Abandoned { fingerprint };
-                    }
-                    return Op::Nop;
+            let Some(record) = existing.map(|e| e.into_value()) else {
+                return Op::Put(fresh(fingerprint, Arc::new(Notify::new())));
+            };
+            match (record.held(now), record) {
+                (
+                    Some((holder, Held::Live)),
+                    Record::InFlight {
+                        fingerprint: stored,
+                        settled,
+                        ..
+                    },
+                ) if holder == owner => Op::Put(fresh(stored, settled)),
+                (Some((_, Held::Kept)), Record::InFlight { fingerprint, .. }) => {
+                    found = Claim::Abandoned { fingerprint };
+                    Op::Nop
                 }
-                if record.is_live() {
-                    found = match record {
-                        Record::InFlight {
-                            fingerprint,
-                            expires_at,
-                            ..
-                        } => Claim::InFlight {
-                            fingerprint,
-                            remaining: expires_at.saturating_duration_since(Instant::now()),
-                        },
-                        Record::Completed {
-                            payload,
-                            fingerprint,
-                            ..
-                        } => Claim::Completed {
-                            payload,
-                            fingerprint,
-                        },
+                (
+                    Some(_),
+                    Record::InFlight {
+                        fingerprint,
+                        expires_at: held_until,
+                        ..
+                    },
+                ) => {
+                    found = Claim::InFlight {
+                        fingerprint,
+                        remaining: held_until.saturating_duration_since(now),
                     };
-                    return Op::Nop;
+                    Op::Nop
                 }
-                // A lapsed marker: its owner crashed or stalled. Wake anyone waiting on it.
-                if let Record::InFlight { settled, .. } = record {
-                    settled.notify_waiters();
+                (
+                    Some(_),
+                    Record::Completed {
+                        payload,
+                        fingerprint,
+                        ..
+                    },
+                ) => {
+                    found = Claim::Completed {
+                        payload,
+                        fingerprint,
+                    };
+                    Op::Nop
+                }
+                (None, record) => {
+                    // A lapsed record: its owner crashed or stalled. Anyone still waiting on
+                    // a lapsed marker is woken below.
+                    lapsed = record.into_settled();
+                    Op::Put(fresh(fingerprint, Arc::new(Notify::new())))
                 }
             }
-            Op::Put(Record::InFlight {
-                owner,
-                fingerprint,
-                lease,
-                expires_at: Instant::now() + lease,
-                keep_abandoned_for,
-                settled: Arc::new(Notify::new()),
-            })
         });
+        wake(lapsed);
         found
     }
 
-    /// Stores `payload` for `retention` if `owner` holds the marker at `key`. The fingerprint
-    /// given at claim time stays with the record.
+    /// Stores `payload` as the outcome of `key` for `retention`, per coord's contract:
+    ///
+    /// * `owner`'s marker, live or lapsed and kept, becomes the completed record, with the
+    ///   fingerprint given at claim time: [`Completion::Stored`].
+    /// * `owner`'s own completed record (a resent completion): [`Completion::Stored`], and the
+    ///   record is left as the first completion stored it (retention is not extended).
+    /// * No record, or only a lapsed one (whoever's it was): the completed record is created
+    ///   with `fingerprint`: [`Completion::StoredWithoutMarker`].
+    /// * Another owner's live or kept marker, or completed record:
+    ///   [`Completion::Superseded`], and nothing changes.
+    ///
+    /// Waiters on the replaced marker are woken.
     pub fn complete(
         &self,
         key: &str,
         owner: u128,
         payload: Arc<[u8]>,
         retention: Duration,
-    ) -> bool {
-        let mut done = false;
+        fingerprint: Option<[u8; 16]>,
+    ) -> Completion {
+        let now = Instant::now();
+        let expires_at = deadline_after(now, retention);
+        let completed = |payload, fingerprint| Record::Completed {
+            owner,
+            payload,
+            fingerprint,
+            retention,
+            expires_at,
+        };
+        let mut outcome = Completion::StoredWithoutMarker;
+        let mut settled = None;
         self.cache.entry(key.into()).and_compute_with(|existing| {
             let record = existing.map(|e| e.into_value());
-            match record {
-                Some(Record::InFlight {
-                    fingerprint,
-                    ref settled,
-                    ..
-                }) if record.as_ref().is_some_and(|r| r.is_marker_of(owner)) => {
-                    done = true;
-                    settled.notify_waiters();
-                    Op::Put(Record::Completed {
-                        payload,
-                        fingerprint,
-                        retention,
-                    })
+            let held = record.as_ref().and_then(|r| r.held(now));
+            match (record, held) {
+                (
+                    Some(Record::InFlight {
+                        fingerprint: stored,
+                        settled: waiters,
+                        ..
+                    }),
+                    Some((holder, Held::Live | Held::Kept)),
+                ) if holder == owner => {
+                    outcome = Completion::Stored;
+                    settled = Some(waiters);
+                    Op::Put(completed(payload, stored))
                 }
-                _ => Op::Nop,
+                (_, Some((holder, Held::Completed))) if holder == owner => {
+                    outcome = Completion::Stored;
+                    Op::Nop
+                }
+                (_, Some((other, held))) => {
+                    outcome = Completion::Superseded {
+                        other,
+                        completed: held == Held::Completed,
+                    };
+                    Op::Nop
+                }
+                (record, None) => {
+                    settled = record.and_then(Record::into_settled);
+                    Op::Put(completed(payload, fingerprint))
+                }
             }
         });
-        done
+        wake(settled);
+        outcome
     }
 
-    /// Extends `owner`'s live marker at `key` to `lease` from now. `false` when the marker is
-    /// gone, lapsed, completed or someone else's.
-    pub fn renew(&self, key: &str, owner: u128, lease: Duration) -> bool {
-        let mut done = false;
+    /// Extends `owner`'s live marker at `key` to `lease` from now (and its keep period, if
+    /// kept, from the new end of lease).
+    ///
+    /// [`Renewal::TakenByOther`] when another owner's live or kept marker, or completed
+    /// record, is there; [`Renewal::Expired`] when `owner`'s marker lapsed (kept or not), was
+    /// completed, abandoned or purged, or the key holds nothing live. A lapsed marker is never
+    /// revived.
+    pub fn renew(&self, key: &str, owner: u128, lease: Duration) -> Renewal {
+        let now = Instant::now();
+        let expires_at = deadline_after(now, lease);
+        let mut outcome = Renewal::Expired;
         self.cache.entry(key.into()).and_compute_with(|existing| {
-            match existing.map(|e| e.into_value()) {
-                Some(Record::InFlight {
-                    owner: holder,
-                    fingerprint,
-                    expires_at,
-                    keep_abandoned_for,
-                    settled,
-                    ..
-                }) if holder == owner && expires_at > Instant::now() => {
-                    done = true;
+            let record = existing.map(|e| e.into_value());
+            let held = record.as_ref().and_then(|r| r.held(now));
+            match (record, held) {
+                (
+                    Some(Record::InFlight {
+                        fingerprint,
+                        keep_abandoned_for,
+                        settled,
+                        ..
+                    }),
+                    Some((holder, Held::Live)),
+                ) if holder == owner => {
+                    outcome = Renewal::Renewed;
                     Op::Put(Record::InFlight {
                         owner,
                         fingerprint,
                         lease,
-                        expires_at: Instant::now() + lease,
+                        expires_at,
                         keep_abandoned_for,
+                        // Saturating, so nothing here can panic inside moka's compute step.
+                        kept_until: keep_abandoned_for.map(|keep| deadline_after(expires_at, keep)),
                         settled,
                     })
+                }
+                (_, Some((holder, _))) if holder != owner => {
+                    outcome = Renewal::TakenByOther;
+                    Op::Nop
                 }
                 _ => Op::Nop,
             }
         });
-        done
+        outcome
     }
 
-    /// Removes the marker at `key` if `owner` holds it.
+    /// Removes the marker at `key` if `owner` holds it (live, or lapsed and kept).
     pub fn abandon(&self, key: &str, owner: u128) -> bool {
-        let mut done = false;
+        let now = Instant::now();
+        let mut settled = None;
         self.cache.entry(key.into()).and_compute_with(|existing| {
             let record = existing.map(|e| e.into_value());
-            match &record {
-                Some(r @ Record::InFlight { settled, .. }) if r.is_marker_of(owner) => {
-                    done = true;
-                    settled.notify_waiters();
+            let held = record.as_ref().and_then(|r| r.held(now));
+            match (record, held) {
+                (Some(record), Some((holder, Held::Live | Held::Kept))) if holder == owner => {
+                    settled = record.into_settled();
                     Op::Remove
                 }
                 _ => Op::Nop,
             }
         });
+        let done = settled.is_some();
+        wake(settled);
         done
     }
 
-    /// Removes any record at `key`. Returns whether one was there.
+    /// Removes any record at `key`. Returns whether a record that had not yet lapsed was
+    /// there. Waiters on a removed marker are woken.
     pub fn purge(&self, key: &str) -> bool {
-        let removed = self.cache.remove(key);
-        if let Some(Record::InFlight { settled, .. }) = &removed {
-            settled.notify_waiters();
-        }
-        removed.is_some()
+        let now = Instant::now();
+        let Some(removed) = self.cache.remove(key) else {
+            return false;
+        };
+        let was_held = removed.held(now).is_some();
+        wake(removed.into_settled());
+        was_held
     }
 
-    /// Waits until the marker at `key` is completed, abandoned or lapsed, at most `timeout`.
-    /// Returns at once when no live marker is there.
+    /// Waits until the marker at `key` is completed, abandoned or lapsed, at most `timeout`
+    /// (any duration; [`Duration::MAX`] waits until the marker settles). Returns at once when
+    /// no live marker is there.
     pub async fn wait_settled(&self, key: &str, timeout: Duration) {
-        let Some(Record::InFlight {
-            owner,
-            settled,
-            expires_at,
-            ..
-        }) = self.cache.get(key)
-        else {
+        let timeout_at = deadline_after(Instant::now(), timeout);
+        let Some(Record::InFlight { owner, settled, .. }) = self.cache.get(key) else {
             return;
         };
         let notified = settled.notified();
         tokio::pin!(notified);
         notified.as_mut().enable();
-        // Re-check after registering, so a settle between the read and the registration is
-        // not missed.
-        match self.cache.get(key) {
+        // Re-read after registering, so a settle between the read and the registration is
+        // not missed; the re-read also sees a lease extended by renewal meanwhile.
+        let expires_at = match self.cache.get(key) {
             Some(Record::InFlight {
-                owner: now_owner, ..
-            }) if now_owner == owner => {}
+                owner: now_owner,
+                expires_at,
+                ..
+            }) if now_owner == owner && expires_at > Instant::now() => expires_at,
             _ => return,
-        }
-        let until = expires_at.min(Instant::now() + timeout);
-        let _ = tokio::time::timeout_at(until, notified).await;
+        };
+        let _ = tokio::time::timeout_at(expires_at.min(timeout_at), notified).await;
     }
 }
 
@@ -341,6 +486,10 @@ mod tests {
 
     const LEASE: Duration = Duration::from_secs(30);
     const DAY: Duration = Duration::from_secs(86_400);
+
+    fn done(payload: &'static [u8]) -> Arc<[u8]> {
+        Arc::from(payload)
+    }
 
     #[tokio::test]
     async fn claim_complete_replay() {
@@ -353,25 +502,44 @@ mod tests {
             Claim::InFlight { fingerprint, .. } => assert_eq!(fingerprint, Some([7; 16])),
             other => panic!("expected the marker in flight, got {other:?}"),
         }
-        assert!(
-            !store.complete("k", 2, Arc::from(&b"x"[..]), DAY),
+        assert_eq!(
+            store.complete("k", 2, done(b"x"), DAY, None),
+            Completion::Superseded {
+                other: 1,
+                completed: false
+            },
             "only the owner completes"
         );
-        assert!(store.complete("k", 1, Arc::from(&b"ok"[..]), DAY));
+        assert_eq!(
+            store.complete("k", 1, done(b"ok"), DAY, Some([1; 16])),
+            Completion::Stored
+        );
+        assert_eq!(
+            store.complete("k", 1, done(b"resent"), DAY, None),
+            Completion::Stored,
+            "a resent completion is stored, once"
+        );
         match store.claim("k", 3, LEASE, None, None) {
             Claim::Completed {
                 payload,
                 fingerprint,
             } => {
-                assert_eq!(&*payload, b"ok");
+                assert_eq!(&*payload, b"ok", "the first completion stays");
                 assert_eq!(
                     fingerprint,
                     Some([7; 16]),
-                    "the fingerprint survives completion"
+                    "the claim's fingerprint survives completion"
                 );
             }
             other => panic!("expected a completed record, got {other:?}"),
         }
+        assert_eq!(
+            store.complete("k", 2, done(b"x"), DAY, None),
+            Completion::Superseded {
+                other: 1,
+                completed: true
+            }
+        );
     }
 
     #[tokio::test]
@@ -380,16 +548,75 @@ mod tests {
         store.claim("k", 1, LEASE, None, None);
         assert!(!store.abandon("k", 2));
         assert!(store.abandon("k", 1));
+        assert!(!store.abandon("k", 1));
         assert_eq!(store.claim("k", 2, LEASE, None, None), Claim::Claimed);
     }
 
     #[tokio::test(start_paused = true)]
-    async fn lapsed_marker_can_be_claimed_again_and_its_owner_cannot_complete() {
+    async fn a_resent_claim_is_claimed_and_refreshes_the_lease() {
+        let store = RecordStore::new();
+        store.claim("k", 1, Duration::from_secs(10), Some([5; 16]), None);
+        tokio::time::advance(Duration::from_secs(8)).await;
+        assert_eq!(
+            store.claim("k", 1, Duration::from_secs(10), None, None),
+            Claim::Claimed
+        );
+        tokio::time::advance(Duration::from_secs(8)).await;
+        match store.claim("k", 2, LEASE, None, None) {
+            Claim::InFlight {
+                fingerprint,
+                remaining,
+            } => {
+                assert_eq!(fingerprint, Some([5; 16]), "the first fingerprint stays");
+                assert_eq!(
+                    remaining,
+                    Duration::from_secs(2),
+                    "lease runs from the resend"
+                );
+            }
+            other => panic!("expected the refreshed marker, got {other:?}"),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lapsed_marker_is_claimed_over_and_its_late_owner_is_superseded() {
         let store = RecordStore::new();
         store.claim("k", 1, Duration::from_secs(1), None, None);
         tokio::time::advance(Duration::from_millis(1001)).await;
+        assert_eq!(store.renew("k", 1, LEASE), Renewal::Expired);
         assert_eq!(store.claim("k", 2, LEASE, None, None), Claim::Claimed);
-        assert!(!store.complete("k", 1, Arc::from(&b"late"[..]), DAY));
+        assert_eq!(store.renew("k", 1, LEASE), Renewal::TakenByOther);
+        assert_eq!(
+            store.complete("k", 1, done(b"late"), DAY, None),
+            Completion::Superseded {
+                other: 2,
+                completed: false
+            }
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lapsed_marker_nobody_claimed_is_completed_with_the_given_fingerprint() {
+        let store = RecordStore::new();
+        store.claim("k", 1, Duration::from_secs(1), Some([1; 16]), None);
+        tokio::time::advance(Duration::from_millis(1001)).await;
+        assert_eq!(
+            store.complete("k", 1, done(b"late"), DAY, Some([2; 16])),
+            Completion::StoredWithoutMarker
+        );
+        assert_eq!(
+            store.claim("k", 2, LEASE, None, None),
+            Claim::Completed {
+                payload: done(b"late"),
+                fingerprint: Some([2; 16])
+            }
+        );
+        assert_eq!(
+            store.complete("k", 1, done(b"late"), DAY, Some([2; 16])),
+            Completion::Stored,
+            "the owner's resend after creating the record"
+        );
+        assert_eq!(store.renew("k", 1, LEASE), Renewal::Expired);
     }
 
     #[tokio::test(start_paused = true)]
@@ -404,8 +631,18 @@ mod tests {
                 fingerprint: Some([3; 16])
             }
         );
-        assert!(
-            store.complete("k", 1, Arc::from(&b"late"[..]), DAY),
+        assert_eq!(
+            store.claim("k", 1, LEASE, None, keep),
+            Claim::Abandoned {
+                fingerprint: Some([3; 16])
+            },
+            "a lapsed marker is not revived by its owner's claim"
+        );
+        assert_eq!(store.renew("k", 1, LEASE), Renewal::Expired);
+        assert_eq!(store.renew("k", 2, LEASE), Renewal::TakenByOther);
+        assert_eq!(
+            store.complete("k", 1, done(b"late"), DAY, None),
+            Completion::Stored,
             "a late owner still records"
         );
         assert!(matches!(
@@ -413,7 +650,123 @@ mod tests {
             Claim::Completed { .. }
         ));
         assert!(store.purge("k"));
+        assert!(!store.purge("k"));
         assert_eq!(store.claim("k", 2, LEASE, None, keep), Claim::Claimed);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_kept_marker_is_gone_after_its_keep_period() {
+        let store = RecordStore::new();
+        store.claim(
+            "k",
+            1,
+            Duration::from_secs(1),
+            None,
+            Some(Duration::from_secs(5)),
+        );
+        tokio::time::advance(Duration::from_secs(4)).await;
+        assert!(matches!(
+            store.claim("k", 2, LEASE, None, None),
+            Claim::Abandoned { .. }
+        ));
+        tokio::time::advance(Duration::from_secs(3)).await;
+        assert_eq!(store.claim("k", 2, LEASE, None, None), Claim::Claimed);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn completed_records_expire_after_their_retention() {
+        let store = RecordStore::new();
+        store.claim("k", 1, LEASE, None, None);
+        store.complete("k", 1, done(b"v"), Duration::from_secs(5), None);
+        tokio::time::advance(Duration::from_secs(4)).await;
+        assert!(matches!(
+            store.claim("k", 2, LEASE, None, None),
+            Claim::Completed { .. }
+        ));
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert_eq!(store.claim("k", 2, LEASE, None, None), Claim::Claimed);
+    }
+
+    #[tokio::test]
+    async fn zero_durations_make_state_that_has_already_expired() {
+        let store = RecordStore::new();
+        let zero = Some(Duration::ZERO);
+        assert_eq!(
+            store.claim("k", 1, Duration::ZERO, None, zero),
+            Claim::Claimed
+        );
+        assert_eq!(
+            store.claim("k", 2, Duration::ZERO, None, zero),
+            Claim::Claimed,
+            "a zero lease (kept for zero) lapses at once"
+        );
+        assert_eq!(store.renew("k", 2, Duration::ZERO), Renewal::Expired);
+        assert_eq!(
+            store.complete("k", 1, done(b"v"), Duration::ZERO, None),
+            Completion::StoredWithoutMarker
+        );
+        assert_eq!(
+            store.claim("k", 3, LEASE, None, None),
+            Claim::Claimed,
+            "a zero retention keeps nothing"
+        );
+        let started = std::time::Instant::now();
+        store.wait_settled("k", Duration::ZERO).await;
+        assert!(started.elapsed() < Duration::from_secs(5));
+    }
+
+    #[tokio::test]
+    async fn sub_millisecond_durations_do_not_panic() {
+        let store = RecordStore::new();
+        let us = Duration::from_micros(1);
+        store.claim("k", 1, us, None, Some(us));
+        store.claim("k", 1, us, None, Some(us));
+        store.renew("k", 1, us);
+        store.complete("k", 1, done(b"v"), us, None);
+        store.wait_settled("k", us).await;
+        store.abandon("k", 1);
+        store.purge("k");
+        assert_eq!(store.claim("k", 2, LEASE, None, None), Claim::Claimed);
+    }
+
+    #[tokio::test]
+    async fn huge_durations_saturate_instead_of_panicking() {
+        for (i, huge) in [Duration::from_millis(u64::MAX), Duration::MAX]
+            .into_iter()
+            .enumerate()
+        {
+            let store = RecordStore::new();
+            let key = format!("k{i}");
+            assert_eq!(store.claim(&key, 1, huge, None, Some(huge)), Claim::Claimed);
+            assert_eq!(
+                store.claim(&key, 1, huge, None, Some(huge)),
+                Claim::Claimed,
+                "a resend with a huge lease"
+            );
+            assert_eq!(store.renew(&key, 1, huge), Renewal::Renewed);
+            match store.claim(&key, 2, LEASE, None, None) {
+                Claim::InFlight { remaining, .. } => assert!(remaining > 365 * DAY),
+                other => panic!("expected the marker in flight, got {other:?}"),
+            }
+            // Times out immediately (zero), then for a long wait, settles on completion.
+            store.wait_settled(&key, Duration::ZERO).await;
+            assert_eq!(
+                store.complete(&key, 1, done(b"v"), huge, None),
+                Completion::Stored
+            );
+            store.wait_settled(&key, huge).await;
+            assert_eq!(store.len(), 1, "the record survives moka's maintenance");
+            assert!(matches!(
+                store.claim(&key, 2, LEASE, None, None),
+                Claim::Completed { .. }
+            ));
+            assert!(store.purge(&key));
+            assert_eq!(
+                store.complete(&key, 1, done(b"again"), huge, None),
+                Completion::StoredWithoutMarker,
+                "after a purge the record is created again"
+            );
+        }
     }
 
     #[tokio::test]
@@ -424,12 +777,12 @@ mod tests {
             let s = store.clone();
             async move {
                 let started = std::time::Instant::now();
-                s.wait_settled("k", Duration::from_secs(20)).await;
+                s.wait_settled("k", Duration::MAX).await;
                 started.elapsed()
             }
         });
         tokio::time::sleep(Duration::from_millis(50)).await;
-        store.complete("k", 1, Arc::from(&b"v"[..]), DAY);
+        store.complete("k", 1, done(b"v"), DAY, None);
         let waited = waiter.await.unwrap();
         assert!(
             waited < Duration::from_secs(10),

@@ -13,9 +13,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use coord_core::{
-    ClaimOutcome, ClaimRequest, CoordError, Coordinator, FencingToken, Fingerprint, LockRequest,
-    LossCause, OwnerToken, ReleaseOutcome, RenewOutcome, distributed_lock, fencing_token,
-    idempotent,
+    ClaimOutcome, ClaimRequest, CompleteOutcome, CompleteRequest, CoordError, Coordinator,
+    FencingToken, Fingerprint, LockRequest, LossCause, OwnerToken, ReleaseOutcome, RenewOutcome,
+    distributed_lock, fencing_token, idempotent,
 };
 
 const LONG: Duration = Duration::from_secs(30);
@@ -248,7 +248,8 @@ pub async fn lock_renew_is_owner_scoped(c: Coordinator) {
     p.release(&k, a).await.unwrap();
     assert_eq!(
         p.renew(&k, a, LONG).await.unwrap(),
-        RenewOutcome::Lost(LossCause::TakenByOther)
+        RenewOutcome::Lost(LossCause::Expired),
+        "after its release the key is free: nobody took it"
     );
 }
 
@@ -421,6 +422,692 @@ pub async fn idempotency_wait_settled_wakes_on_completion(c: Coordinator) {
         delay < Duration::from_secs(2),
         "woken by completion, took {delay:?}"
     );
+}
+
+// ---- Completion, resent commands and lost holds under the contract ----
+
+/// A lease the cases below let lapse, and a sleep that is surely past it on the backend's
+/// clock (generous: a loaded machine must not make a case flaky).
+const SHORT: Duration = Duration::from_millis(200);
+const PAST_SHORT: Duration = Duration::from_millis(700);
+
+fn claim_req(
+    key: &str,
+    owner: OwnerToken,
+    in_flight_lease: Duration,
+    fingerprint: Option<Fingerprint>,
+    keep_abandoned_for: Option<Duration>,
+) -> ClaimRequest<'_> {
+    ClaimRequest {
+        key,
+        owner,
+        in_flight_lease,
+        fingerprint,
+        keep_abandoned_for,
+    }
+}
+
+fn complete_req<'a>(
+    key: &'a str,
+    owner: OwnerToken,
+    payload: &Arc<[u8]>,
+    fingerprint: Option<Fingerprint>,
+) -> CompleteRequest<'a> {
+    CompleteRequest {
+        key,
+        owner,
+        payload: payload.clone(),
+        retention: LONG,
+        fingerprint,
+    }
+}
+
+/// Reads the record at `key` as a stranger would, expecting a completed one.
+async fn completed_record(
+    c: &Coordinator,
+    key: &str,
+    why: &str,
+) -> (Arc<[u8]>, Option<Fingerprint>) {
+    let stranger = OwnerToken::new();
+    match c
+        .idempotency_store()
+        .claim(claim_req(key, stranger, LONG, None, None))
+        .await
+        .unwrap()
+    {
+        ClaimOutcome::Completed {
+            payload,
+            fingerprint,
+        } => (payload, fingerprint),
+        other => panic!("{why}: expected a completed record, got {other:?}"),
+    }
+}
+
+/// Asserts a `Superseded` answer naming `winner` (when the backend records the owner).
+fn assert_superseded(outcome: CompleteOutcome, winner: OwnerToken, completed: bool, why: &str) {
+    match outcome {
+        CompleteOutcome::Superseded {
+            other,
+            completed: found,
+        } => {
+            assert!(
+                other.is_none() || other == Some(winner),
+                "{why}: superseded by {other:?}, but {winner} holds the key"
+            );
+            assert_eq!(found, completed, "{why}: whether the other owner completed");
+        }
+        other => panic!("{why}: expected Superseded, got {other:?}"),
+    }
+}
+
+/// The owner's completion of its live marker is `Stored` and keeps the claim's fingerprint
+/// (not the request's); resending it answers `Stored` again and changes nothing.
+pub async fn idempotency_completion_by_the_owner_is_stored_and_resendable(c: Coordinator) {
+    let s = c.idempotency_store();
+    let k = key(&c, "complete-own");
+    let claimed_fp = Some(Fingerprint([1; 16]));
+    let request_fp = Some(Fingerprint([2; 16]));
+    let a = OwnerToken::new();
+    assert_eq!(
+        s.claim(claim_req(&k, a, LONG, claimed_fp, None))
+            .await
+            .unwrap(),
+        ClaimOutcome::Claimed
+    );
+    let payload: Arc<[u8]> = Arc::from(&b"receipt-1"[..]);
+    assert_eq!(
+        s.complete(complete_req(&k, a, &payload, request_fp))
+            .await
+            .unwrap(),
+        CompleteOutcome::Stored
+    );
+    assert_eq!(
+        s.complete(complete_req(&k, a, &payload, request_fp))
+            .await
+            .unwrap(),
+        CompleteOutcome::Stored,
+        "a resent completion by the same owner is Stored again"
+    );
+    let (stored, fingerprint) = completed_record(&c, &k, "after completion").await;
+    assert_eq!(&*stored, &*payload);
+    assert_eq!(
+        fingerprint, claimed_fp,
+        "completing a marker keeps the fingerprint given at claim time"
+    );
+}
+
+/// A marker that lapsed (not kept) and that nobody claimed since: the late completion creates
+/// the record with the request's fingerprint, so a duplicate replays it; a resend of that
+/// completion answers `Stored`.
+pub async fn idempotency_completion_after_the_marker_lapsed_is_stored_without_it(c: Coordinator) {
+    let s = c.idempotency_store();
+    let k = key(&c, "complete-lapsed");
+    let fp = Some(Fingerprint([3; 16]));
+    let a = OwnerToken::new();
+    assert_eq!(
+        s.claim(claim_req(&k, a, SHORT, fp, None)).await.unwrap(),
+        ClaimOutcome::Claimed
+    );
+    tokio::time::sleep(PAST_SHORT).await;
+    let payload: Arc<[u8]> = Arc::from(&b"late but alone"[..]);
+    assert_eq!(
+        s.complete(complete_req(&k, a, &payload, fp)).await.unwrap(),
+        CompleteOutcome::StoredWithoutMarker,
+        "no record is left and nobody claimed: the outcome is stored all the same"
+    );
+    let (stored, fingerprint) = completed_record(&c, &k, "after a late completion").await;
+    assert_eq!(&*stored, &*payload, "a duplicate replays the late outcome");
+    assert_eq!(
+        fingerprint, fp,
+        "the created record carries the request's fingerprint"
+    );
+    assert_eq!(
+        s.complete(complete_req(&k, a, &payload, fp)).await.unwrap(),
+        CompleteOutcome::Stored,
+        "resending the completion that created the record"
+    );
+}
+
+/// Another caller claimed after our marker lapsed: our late completion changes nothing and
+/// says so, before and after that caller completes.
+pub async fn idempotency_late_completion_after_another_claim_is_superseded(c: Coordinator) {
+    let s = c.idempotency_store();
+    let k = key(&c, "complete-superseded");
+    let (a, b) = (OwnerToken::new(), OwnerToken::new());
+    assert_eq!(
+        s.claim(claim_req(&k, a, SHORT, None, None)).await.unwrap(),
+        ClaimOutcome::Claimed
+    );
+    tokio::time::sleep(PAST_SHORT).await;
+    assert_eq!(
+        s.claim(claim_req(&k, b, LONG, None, None)).await.unwrap(),
+        ClaimOutcome::Claimed,
+        "the lapsed marker frees the key"
+    );
+    let late: Arc<[u8]> = Arc::from(&b"from a"[..]);
+    let outcome = s.complete(complete_req(&k, a, &late, None)).await.unwrap();
+    assert_superseded(outcome, b, false, "late completion while b runs");
+    assert!(
+        matches!(
+            s.claim(claim_req(&k, OwnerToken::new(), LONG, None, None))
+                .await
+                .unwrap(),
+            ClaimOutcome::InFlight { .. }
+        ),
+        "the superseded completion must leave b's marker in place"
+    );
+    let winner: Arc<[u8]> = Arc::from(&b"from b"[..]);
+    assert_eq!(
+        s.complete(complete_req(&k, b, &winner, None))
+            .await
+            .unwrap(),
+        CompleteOutcome::Stored
+    );
+    let outcome = s.complete(complete_req(&k, a, &late, None)).await.unwrap();
+    assert_superseded(outcome, b, true, "late completion after b completed");
+    let (stored, _) = completed_record(&c, &k, "after both completions").await;
+    assert_eq!(&*stored, &*winner, "b's outcome stays");
+}
+
+/// A purged marker is a missing record: its owner's completion creates the record.
+pub async fn idempotency_completion_after_purge_is_stored_without_marker(c: Coordinator) {
+    let s = c.idempotency_store();
+    let k = key(&c, "complete-purged");
+    let fp = Some(Fingerprint([5; 16]));
+    let a = OwnerToken::new();
+    assert_eq!(
+        s.claim(claim_req(&k, a, LONG, fp, None)).await.unwrap(),
+        ClaimOutcome::Claimed
+    );
+    assert!(s.purge(&k).await.unwrap(), "the marker was there");
+    let payload: Arc<[u8]> = Arc::from(&b"after purge"[..]);
+    assert_eq!(
+        s.complete(complete_req(&k, a, &payload, fp)).await.unwrap(),
+        CompleteOutcome::StoredWithoutMarker
+    );
+    let (stored, fingerprint) = completed_record(&c, &k, "after purge and completion").await;
+    assert_eq!(&*stored, &*payload);
+    assert_eq!(fingerprint, fp);
+}
+
+/// A claim resent by the owner of the live marker answers `Claimed`; everyone else still sees
+/// the one marker in flight, which the owner can still abandon.
+pub async fn idempotency_claim_resent_by_its_owner_is_claimed(c: Coordinator) {
+    let s = c.idempotency_store();
+    let k = key(&c, "claim-resend");
+    let fp = Some(Fingerprint([6; 16]));
+    let (a, b) = (OwnerToken::new(), OwnerToken::new());
+    assert_eq!(
+        s.claim(claim_req(&k, a, LONG, fp, None)).await.unwrap(),
+        ClaimOutcome::Claimed
+    );
+    assert_eq!(
+        s.claim(claim_req(&k, a, LONG, fp, None)).await.unwrap(),
+        ClaimOutcome::Claimed,
+        "the owner's resent claim"
+    );
+    match s.claim(claim_req(&k, b, LONG, None, None)).await.unwrap() {
+        ClaimOutcome::InFlight {
+            fingerprint,
+            remaining,
+        } => {
+            assert_eq!(fingerprint, fp);
+            assert!(remaining > Duration::ZERO && remaining <= LONG);
+        }
+        other => panic!("another owner must still see the marker in flight, got {other:?}"),
+    }
+    assert!(s.abandon(&k, a).await.unwrap(), "still a's marker");
+    assert_eq!(
+        s.claim(claim_req(&k, b, LONG, None, None)).await.unwrap(),
+        ClaimOutcome::Claimed
+    );
+    assert!(s.abandon(&k, b).await.unwrap());
+}
+
+/// A lost lock says why: `Expired` when the key is free (lapsed, released, never held),
+/// `TakenByOther` when another owner holds it now.
+pub async fn lock_renew_reports_why_the_lock_was_lost(c: Coordinator) {
+    let p = c.lock_provider();
+    let k = key(&c, "renew-cause");
+    let (a, b) = (OwnerToken::new(), OwnerToken::new());
+    assert_eq!(
+        p.renew(&k, a, LONG).await.unwrap(),
+        RenewOutcome::Lost(LossCause::Expired),
+        "a key never held"
+    );
+    p.acquire(lock_req(&k, a, SHORT, Duration::ZERO))
+        .await
+        .unwrap()
+        .expect("free lock");
+    tokio::time::sleep(PAST_SHORT).await;
+    assert_eq!(
+        p.renew(&k, a, LONG).await.unwrap(),
+        RenewOutcome::Lost(LossCause::Expired),
+        "the lease lapsed and nobody took the key"
+    );
+    p.acquire(lock_req(&k, b, LONG, Duration::ZERO))
+        .await
+        .unwrap()
+        .expect("the lapsed lock is free");
+    assert_eq!(
+        p.renew(&k, a, LONG).await.unwrap(),
+        RenewOutcome::Lost(LossCause::TakenByOther)
+    );
+    assert_eq!(p.renew(&k, b, LONG).await.unwrap(), RenewOutcome::Renewed);
+    assert_eq!(p.release(&k, b).await.unwrap(), ReleaseOutcome::Released);
+    assert_eq!(
+        p.renew(&k, b, LONG).await.unwrap(),
+        RenewOutcome::Lost(LossCause::Expired),
+        "released"
+    );
+}
+
+/// A lost in-flight marker says why: `TakenByOther` when another owner's marker is there,
+/// `Expired` when ours lapsed, was completed, or there is nothing.
+pub async fn idempotency_renew_marker_reports_why_the_marker_was_lost(c: Coordinator) {
+    let s = c.idempotency_store();
+    let k = key(&c, "renew-marker-cause");
+    let (a, b) = (OwnerToken::new(), OwnerToken::new());
+    assert_eq!(
+        s.renew_marker(&k, a, LONG).await.unwrap(),
+        RenewOutcome::Lost(LossCause::Expired),
+        "nothing claimed"
+    );
+    s.claim(claim_req(&k, a, SHORT, None, None)).await.unwrap();
+    assert_eq!(
+        s.renew_marker(&k, a, LONG).await.unwrap(),
+        RenewOutcome::Renewed
+    );
+    assert_eq!(
+        s.renew_marker(&k, b, LONG).await.unwrap(),
+        RenewOutcome::Lost(LossCause::TakenByOther)
+    );
+    tokio::time::sleep(PAST_SHORT).await;
+    assert!(
+        matches!(
+            s.claim(claim_req(&k, b, LONG, None, None)).await.unwrap(),
+            ClaimOutcome::InFlight { .. }
+        ),
+        "the renewed marker outlives its first lease"
+    );
+    assert_eq!(
+        s.renew_marker(&k, a, SHORT).await.unwrap(),
+        RenewOutcome::Renewed
+    );
+    tokio::time::sleep(PAST_SHORT).await;
+    assert_eq!(
+        s.renew_marker(&k, a, LONG).await.unwrap(),
+        RenewOutcome::Lost(LossCause::Expired),
+        "the marker lapsed and nobody claimed"
+    );
+    assert_eq!(
+        s.claim(claim_req(&k, b, LONG, None, None)).await.unwrap(),
+        ClaimOutcome::Claimed
+    );
+    assert_eq!(
+        s.renew_marker(&k, a, LONG).await.unwrap(),
+        RenewOutcome::Lost(LossCause::TakenByOther)
+    );
+    let payload: Arc<[u8]> = Arc::from(&b"done"[..]);
+    assert_eq!(
+        s.complete(complete_req(&k, b, &payload, None))
+            .await
+            .unwrap(),
+        CompleteOutcome::Stored
+    );
+    assert_eq!(
+        s.renew_marker(&k, b, LONG).await.unwrap(),
+        RenewOutcome::Lost(LossCause::Expired),
+        "a completed marker is no longer in flight"
+    );
+}
+
+// ---- Hostile durations: nothing panics, hangs or deadlocks ----
+
+/// Durations no provider may choke on: zero, below any backend's resolution, past Redis's
+/// `PX` limit, and the largest a `Duration` holds.
+const EXTREMES: [Duration; 4] = [
+    Duration::ZERO,
+    Duration::from_micros(1),
+    Duration::from_millis(u64::MAX),
+    Duration::MAX,
+];
+
+/// A duration long enough that state made with it is still there when checked.
+fn is_huge(d: Duration) -> bool {
+    d >= LONG
+}
+
+/// Runs `fut` on its own task and fails the case if it has not finished within 10 s: a
+/// provider that deadlocks a key must fail the suite, not hang it (and a deadlock may block
+/// the thread it happens on, so the timer must run elsewhere).
+async fn bounded<T: Send + 'static>(
+    what: &str,
+    fut: impl std::future::Future<Output = T> + Send + 'static,
+) -> T {
+    match tokio::time::timeout(Duration::from_secs(10), tokio::spawn(fut)).await {
+        Ok(joined) => joined.unwrap_or_else(|e| panic!("{what}: the call panicked: {e}")),
+        Err(_) => panic!("{what}: no answer within 10 s (a deadlocked key?)"),
+    }
+}
+
+/// Polls `check` until it holds, for at most 3 s: for state made with a zero or 1 µs
+/// duration, which a backend may round up to its resolution.
+async fn within_3s<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while !check().await {
+        assert!(Instant::now() < deadline, "not within 3 s: {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Leases and renewals of zero, 1 µs, `u64::MAX` ms and `Duration::MAX` are accepted: a tiny
+/// lease frees the lock (at once, or within the backend's resolution), a huge one holds it.
+pub async fn lock_extreme_leases_are_accepted(c: Coordinator) {
+    let p = c.lock_provider().clone();
+    for (i, d) in EXTREMES.into_iter().enumerate() {
+        let k = key(&c, &format!("extreme-lease-{i}"));
+        let a = OwnerToken::new();
+        let grant = {
+            let (p, k) = (p.clone(), k.clone());
+            bounded("acquire with an extreme lease", async move {
+                p.acquire(LockRequest {
+                    fenced: true,
+                    ..lock_req(&k, a, d, Duration::ZERO)
+                })
+                .await
+            })
+            .await
+        };
+        let grant = grant
+            .unwrap_or_else(|e| panic!("lease {d:?}: {e}"))
+            .unwrap_or_else(|| panic!("lease {d:?}: a free lock is granted"));
+        assert!(grant.fencing_token.is_some());
+        if is_huge(d) {
+            let b = OwnerToken::new();
+            assert_eq!(
+                p.acquire(lock_req(&k, b, LONG, Duration::ZERO))
+                    .await
+                    .unwrap(),
+                None,
+                "lease {d:?} holds the lock"
+            );
+            assert_eq!(p.renew(&k, a, d).await.unwrap(), RenewOutcome::Renewed);
+            assert_eq!(p.release(&k, a).await.unwrap(), ReleaseOutcome::Released);
+        } else {
+            let b = OwnerToken::new();
+            within_3s(&format!("a lease of {d:?} frees the lock"), || {
+                let (p, k) = (p.clone(), k.clone());
+                async move {
+                    p.acquire(lock_req(&k, b, LONG, Duration::ZERO))
+                        .await
+                        .unwrap()
+                        .is_some()
+                }
+            })
+            .await;
+            // Renewing with a tiny lease is accepted too, and the lock frees again.
+            assert_eq!(p.renew(&k, b, d).await.unwrap(), RenewOutcome::Renewed);
+            let e = OwnerToken::new();
+            within_3s(&format!("a renewal of {d:?} frees the lock"), || {
+                let (p, k) = (p.clone(), k.clone());
+                async move {
+                    p.acquire(lock_req(&k, e, LONG, Duration::ZERO))
+                        .await
+                        .unwrap()
+                        .is_some()
+                }
+            })
+            .await;
+            assert_eq!(p.release(&k, e).await.unwrap(), ReleaseOutcome::Released);
+        }
+    }
+}
+
+/// Waits of zero and 1 µs on a held lock are refused promptly; waits of `u64::MAX` ms and
+/// `Duration::MAX` wait (they do not return early) and are granted when the holder releases.
+pub async fn lock_extreme_waits_wait_until_granted(c: Coordinator) {
+    let p = c.lock_provider().clone();
+    for (i, d) in EXTREMES.into_iter().enumerate() {
+        let k = key(&c, &format!("extreme-wait-{i}"));
+        let a = OwnerToken::new();
+        p.acquire(lock_req(&k, a, LONG, Duration::ZERO))
+            .await
+            .unwrap()
+            .expect("free lock");
+        if !is_huge(d) {
+            let b = OwnerToken::new();
+            let refused = {
+                let (p, k) = (p.clone(), k.clone());
+                bounded("a tiny wait", async move {
+                    p.acquire(lock_req(&k, b, LONG, d)).await
+                })
+                .await
+            };
+            assert_eq!(refused.unwrap(), None, "wait {d:?} on a held lock");
+            p.release(&k, b).await.unwrap();
+            p.release(&k, a).await.unwrap();
+            continue;
+        }
+        let waiter = tokio::spawn({
+            let (p, k) = (p.clone(), k.clone());
+            async move {
+                let b = OwnerToken::new();
+                let grant = p.acquire(lock_req(&k, b, LONG, d)).await;
+                (grant, b, Instant::now())
+            }
+        });
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        if waiter.is_finished() {
+            let early = waiter.await;
+            panic!("a wait of {d:?} returned before the lock was released: {early:?}");
+        }
+        let released_at = Instant::now();
+        assert_eq!(p.release(&k, a).await.unwrap(), ReleaseOutcome::Released);
+        let (grant, b, granted_at) = tokio::time::timeout(Duration::from_secs(10), waiter)
+            .await
+            .unwrap_or_else(|_| panic!("a wait of {d:?} was not granted after the release"))
+            .unwrap();
+        let grant = grant.unwrap().expect("granted, not refused");
+        assert!(grant.contended);
+        assert!(
+            granted_at.saturating_duration_since(released_at) < Duration::from_secs(5),
+            "woken by the release"
+        );
+        assert_eq!(p.release(&k, b).await.unwrap(), ReleaseOutcome::Released);
+    }
+}
+
+/// A `Duration::MAX` waiter cancelled mid-wait (and released by token, as the runtime does)
+/// leaves the key working: the holder's release frees it for the next caller, exclusion still
+/// holds, and no call on the key hangs.
+pub async fn lock_cancelled_forever_waiter_leaves_the_key_working(c: Coordinator) {
+    let p = c.lock_provider().clone();
+    let k = key(&c, "cancelled-forever");
+    let (a, b) = (OwnerToken::new(), OwnerToken::new());
+    p.acquire(lock_req(&k, a, LONG, Duration::ZERO))
+        .await
+        .unwrap()
+        .expect("free lock");
+    let cancelled = {
+        let (p, k) = (p.clone(), k.clone());
+        bounded("a cancelled Duration::MAX wait", async move {
+            let started = Instant::now();
+            let waited = tokio::time::timeout(
+                Duration::from_millis(400),
+                p.acquire(lock_req(&k, b, LONG, Duration::MAX)),
+            )
+            .await;
+            (waited, started.elapsed())
+        })
+        .await
+    };
+    assert!(
+        cancelled.0.is_err(),
+        "a Duration::MAX wait on a held lock returned: {:?}",
+        cancelled.0
+    );
+    assert!(cancelled.1 >= Duration::from_millis(400));
+    // The runtime's follow-up for a cancelled acquire.
+    let released = {
+        let (p, k) = (p.clone(), k.clone());
+        bounded("release of the cancelled waiter", async move {
+            p.release(&k, b).await
+        })
+        .await
+    };
+    assert_eq!(released.unwrap(), ReleaseOutcome::NotHeld);
+    let released = {
+        let (p, k) = (p.clone(), k.clone());
+        bounded(
+            "the holder's release",
+            async move { p.release(&k, a).await },
+        )
+        .await
+    };
+    assert_eq!(released.unwrap(), ReleaseOutcome::Released);
+    let d = OwnerToken::new();
+    let next = {
+        let (p, k) = (p.clone(), k.clone());
+        bounded("the next caller", async move {
+            p.acquire(lock_req(&k, d, LONG, Duration::from_secs(5)))
+                .await
+        })
+        .await
+    };
+    assert!(
+        next.unwrap().is_some(),
+        "the key is free for the next caller"
+    );
+    let e = OwnerToken::new();
+    let refused = {
+        let (p, k) = (p.clone(), k.clone());
+        bounded("a caller while the key is held", async move {
+            p.acquire(lock_req(&k, e, LONG, Duration::from_millis(300)))
+                .await
+        })
+        .await
+    };
+    assert_eq!(refused.unwrap(), None, "exclusion still holds");
+    assert_eq!(p.release(&k, d).await.unwrap(), ReleaseOutcome::Released);
+}
+
+/// In-flight leases, keep periods and retentions of zero, 1 µs, `u64::MAX` ms and
+/// `Duration::MAX` are accepted by every idempotency call: tiny ones expire (at once, or
+/// within the backend's resolution), huge ones last.
+pub async fn idempotency_extreme_durations_are_accepted(c: Coordinator) {
+    let s = c.idempotency_store().clone();
+    for (i, d) in EXTREMES.into_iter().enumerate() {
+        let k = key(&c, &format!("extreme-record-{i}"));
+        let (a, b) = (OwnerToken::new(), OwnerToken::new());
+        let fp = Some(Fingerprint([i as u8; 16]));
+        let claimed = {
+            let (s, k) = (s.clone(), k.clone());
+            bounded("claim with extreme durations", async move {
+                s.claim(claim_req(&k, a, d, fp, Some(d))).await
+            })
+            .await
+        };
+        assert_eq!(
+            claimed.unwrap_or_else(|e| panic!("lease {d:?}: {e}")),
+            ClaimOutcome::Claimed
+        );
+        let renewed = s.renew_marker(&k, a, d).await.unwrap();
+        if is_huge(d) {
+            assert_eq!(renewed, RenewOutcome::Renewed, "lease {d:?}");
+            match s.claim(claim_req(&k, b, LONG, None, None)).await.unwrap() {
+                ClaimOutcome::InFlight { remaining, .. } => assert!(remaining > LONG),
+                other => panic!("lease {d:?}: expected in flight, got {other:?}"),
+            }
+        } else {
+            assert!(
+                matches!(
+                    renewed,
+                    RenewOutcome::Renewed | RenewOutcome::Lost(LossCause::Expired)
+                ),
+                "lease {d:?}: renewed, or already lapsed; got {renewed:?}"
+            );
+        }
+        let payload: Arc<[u8]> = Arc::from(&b"outcome"[..]);
+        let stored = s
+            .complete(CompleteRequest {
+                retention: d,
+                ..complete_req(&k, a, &payload, fp)
+            })
+            .await
+            .unwrap();
+        assert!(stored.is_stored(), "retention {d:?}: got {stored:?}");
+        let settled = {
+            let (s, k) = (s.clone(), k.clone());
+            bounded("wait_settled with nothing in flight", async move {
+                s.wait_settled(&k, d).await
+            })
+            .await
+        };
+        settled.unwrap();
+        if is_huge(d) {
+            let (replayed, _) = completed_record(&c, &k, "a huge retention").await;
+            assert_eq!(&*replayed, &*payload);
+            assert!(s.purge(&k).await.unwrap());
+        } else {
+            within_3s(&format!("a retention of {d:?} expires"), || {
+                let (s, k) = (s.clone(), k.clone());
+                async move {
+                    s.claim(claim_req(&k, b, LONG, None, None)).await.unwrap()
+                        == ClaimOutcome::Claimed
+                }
+            })
+            .await;
+            assert!(s.abandon(&k, b).await.unwrap());
+        }
+    }
+}
+
+/// `wait_settled` with a timeout of `u64::MAX` ms or `Duration::MAX` waits until the marker
+/// settles (it does not return early), a cancelled one leaves the key working, and a
+/// completion wakes the next one.
+pub async fn idempotency_forever_wait_settled_waits_until_settled(c: Coordinator) {
+    let s = c.idempotency_store().clone();
+    for (i, d) in EXTREMES.into_iter().filter(|d| is_huge(*d)).enumerate() {
+        let k = key(&c, &format!("forever-settle-{i}"));
+        let a = OwnerToken::new();
+        s.claim(claim_req(&k, a, LONG, None, None)).await.unwrap();
+        let cancelled =
+            tokio::time::timeout(Duration::from_millis(400), s.wait_settled(&k, d)).await;
+        assert!(
+            cancelled.is_err(),
+            "wait_settled({d:?}) returned with the marker in flight"
+        );
+        let waiter = tokio::spawn({
+            let (s, k) = (s.clone(), k.clone());
+            async move {
+                s.wait_settled(&k, d).await.unwrap();
+                Instant::now()
+            }
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        if waiter.is_finished() {
+            let early = waiter.await;
+            panic!("wait_settled({d:?}) returned with the marker in flight: {early:?}");
+        }
+        let completed_at = Instant::now();
+        let payload: Arc<[u8]> = Arc::from(&b"settled"[..]);
+        assert_eq!(
+            s.complete(complete_req(&k, a, &payload, None))
+                .await
+                .unwrap(),
+            CompleteOutcome::Stored
+        );
+        let woke = tokio::time::timeout(Duration::from_secs(10), waiter)
+            .await
+            .unwrap_or_else(|_| panic!("wait_settled({d:?}) not woken by the completion"))
+            .unwrap();
+        assert!(woke.saturating_duration_since(completed_at) < Duration::from_secs(5));
+    }
 }
 
 // ---- The same promises through the attributes ----
@@ -649,6 +1336,18 @@ macro_rules! conformance_suite {
             idempotency_abandon_and_lapse,
             idempotency_abandoned_marker_is_kept_on_request,
             idempotency_wait_settled_wakes_on_completion,
+            idempotency_completion_by_the_owner_is_stored_and_resendable,
+            idempotency_completion_after_the_marker_lapsed_is_stored_without_it,
+            idempotency_late_completion_after_another_claim_is_superseded,
+            idempotency_completion_after_purge_is_stored_without_marker,
+            idempotency_claim_resent_by_its_owner_is_claimed,
+            lock_renew_reports_why_the_lock_was_lost,
+            idempotency_renew_marker_reports_why_the_marker_was_lost,
+            lock_extreme_leases_are_accepted,
+            lock_extreme_waits_wait_until_granted,
+            lock_cancelled_forever_waiter_leaves_the_key_working,
+            idempotency_extreme_durations_are_accepted,
+            idempotency_forever_wait_settled_waits_until_settled,
             attribute_lock_excludes_and_fences,
             attribute_idempotent_duplicates_run_once,
             attribute_idempotent_errors_are_not_remembered,

@@ -4,7 +4,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use coord_core::{LockProvider, OwnerToken, ReleaseOutcome, RenewOutcome};
+use coord_core::{LockProvider, LockRequest, LossCause, OwnerToken, ReleaseOutcome, RenewOutcome};
 use coord_redis::Client;
 use coord_redis::testing::{RedisServer, Resp};
 use support::*;
@@ -22,6 +22,7 @@ per_client!(
     a_cancelled_head_passes_the_wake_up_on,
     waiting_leaves_no_subscription_behind,
     only_a_lock_someone_waits_for_publishes_its_release,
+    a_resent_acquire_is_granted_again,
 );
 
 async fn single_attempt_is_refused_while_held(client: Client) {
@@ -140,10 +141,11 @@ async fn renew_extends_only_the_owners_lease(client: Client) {
         .await
         .unwrap()
         .unwrap();
-    assert!(matches!(
+    assert_eq!(
         p.renew(&k, b, LONG).await.unwrap(),
-        RenewOutcome::Lost(_)
-    ));
+        RenewOutcome::Lost(LossCause::TakenByOther),
+        "another owner holds it"
+    );
     assert_eq!(p.renew(&k, a, LONG).await.unwrap(), RenewOutcome::Renewed);
     let pttl = server
         .command(&["PTTL", &redis_key(&k, "lock")])
@@ -154,10 +156,82 @@ async fn renew_extends_only_the_owners_lease(client: Client) {
         "renewed lease, PTTL {pttl}"
     );
     p.release(&k, a).await.unwrap();
-    assert!(matches!(
+    assert_eq!(
         p.renew(&k, a, LONG).await.unwrap(),
-        RenewOutcome::Lost(_)
-    ));
+        RenewOutcome::Lost(LossCause::Expired),
+        "free"
+    );
+
+    // A lease that ran out: expired; once someone else took the lock: taken.
+    let k = key("renew-lapsed");
+    p.acquire(lock(&k, a, Duration::from_millis(50), Duration::ZERO))
+        .await
+        .unwrap()
+        .unwrap();
+    let name = redis_key(&k, "lock");
+    until("the lease to end", Duration::from_secs(5), || {
+        server.command(&["EXISTS", &name]) == Resp::Int(0)
+    })
+    .await;
+    assert_eq!(
+        p.renew(&k, a, LONG).await.unwrap(),
+        RenewOutcome::Lost(LossCause::Expired)
+    );
+    p.acquire(lock(&k, b, LONG, Duration::ZERO))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        p.renew(&k, a, LONG).await.unwrap(),
+        RenewOutcome::Lost(LossCause::TakenByOther)
+    );
+    // A waiter's mark on the holder's value does not make it anyone else's.
+    let c = OwnerToken::new();
+    let waiter = spawn_acquire(&p, lock(&k, c, LONG, Duration::from_secs(20)));
+    until(
+        "the waiter to mark the holder",
+        Duration::from_secs(5),
+        || server.command(&["GET", &name]) == Resp::Bulk(format!("{b}*").into_bytes()),
+    )
+    .await;
+    assert_eq!(p.renew(&k, b, LONG).await.unwrap(), RenewOutcome::Renewed);
+    assert_eq!(
+        p.renew(&k, a, LONG).await.unwrap(),
+        RenewOutcome::Lost(LossCause::TakenByOther)
+    );
+    p.release(&k, b).await.unwrap();
+    assert!(waiter.await.unwrap().grant.is_some());
+}
+
+async fn a_resent_acquire_is_granted_again(client: Client) {
+    let server = RedisServer::start();
+    let p = provider(&server, client).await;
+    let a = OwnerToken::new();
+    for fenced_lock in [false, true] {
+        let k = key("resend-acquire");
+        let req = || LockRequest {
+            fenced: fenced_lock,
+            ..lock(&k, a, Duration::from_secs(5), Duration::ZERO)
+        };
+        let first = p.acquire(req()).await.unwrap().expect("free");
+        // The first send landed and its reply was lost: the resend is granted too.
+        let again = p
+            .acquire(req())
+            .await
+            .unwrap()
+            .expect("our own token counts as taken");
+        assert_eq!(again.fencing_token.is_some(), fenced_lock);
+        if fenced_lock {
+            assert!(again.fencing_token > first.fencing_token);
+        }
+        let pttl = server
+            .command(&["PTTL", &redis_key(&k, "lock")])
+            .int()
+            .unwrap();
+        assert!(pttl > 3_000 && pttl <= 5_000, "still held: PTTL {pttl}");
+        assert_eq!(p.release(&k, a).await.unwrap(), ReleaseOutcome::Released);
+        assert_eq!(p.release(&k, a).await.unwrap(), ReleaseOutcome::NotHeld);
+    }
 }
 
 async fn fencing_tokens_strictly_increase(client: Client) {

@@ -704,15 +704,12 @@ impl Inner {
                     None => std::future::pending().await,
                 }
             };
+            // Woken, the backstop fired, or the deadline came: look again either way. The
+            // attempt at the deadline is the last one (the check above ends the loop), and a
+            // timer that fires early (tokio caps very distant ones) only costs an attempt.
             tokio::select! {
                 _ = ticket.woken() => {}
-                _ = sleep => {
-                    // The backstop fired before the deadline: look again. Otherwise the
-                    // deadline has come.
-                    if backstop.is_none_or(|b| deadline.is_some_and(|d| b > d)) {
-                        return Ok(None);
-                    }
-                }
+                _ = sleep => {}
             }
         }
     }

@@ -4,7 +4,10 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use coord_core::{LockProvider, LockRequest, LossCause, OwnerToken, ReleaseOutcome, RenewOutcome};
+use coord_core::{
+    BackendErrorKind, ClaimOutcome, CompleteOutcome, CompleteRequest, IdempotencyStore,
+    LockProvider, LockRequest, LossCause, OwnerToken, ReleaseOutcome, RenewOutcome,
+};
 use coord_redis::Client;
 use coord_redis::testing::{RedisServer, Resp};
 use support::*;
@@ -23,6 +26,7 @@ per_client!(
     waiting_leaves_no_subscription_behind,
     only_a_lock_someone_waits_for_publishes_its_release,
     a_resent_acquire_is_granted_again,
+    out_of_memory_is_typed_and_passes,
 );
 
 async fn single_attempt_is_refused_while_held(client: Client) {
@@ -600,4 +604,118 @@ async fn only_a_lock_someone_waits_for_publishes_its_release(client: Client) {
         );
         assert_eq!(calls(&server, "publish"), before + 1);
     }
+}
+
+/// A server at its `maxmemory` under `noeviction` refuses writes with `OOM`: acquiring,
+/// claiming and completing report `OutOfMemory` (retryable), releasing still works (a delete
+/// frees memory), and once memory is available again everything works.
+async fn out_of_memory_is_typed_and_passes(client: Client) {
+    let server = RedisServer::start_with(&["--maxmemory-policy", "noeviction"]);
+    let p = provider(&server, client).await;
+    let held = key("oom-held");
+    let a = OwnerToken::new();
+    // Warm the script cache and hold one lock before memory runs out.
+    p.acquire(fenced(&held, a, LONG, Duration::ZERO))
+        .await
+        .unwrap()
+        .unwrap();
+    p.claim(claim(&key("oom-warm"), a, LONG)).await.unwrap();
+
+    let info = server.command(&["INFO", "memory"]).text().unwrap();
+    let used: u64 = info
+        .lines()
+        .find_map(|l| l.strip_prefix("used_memory:"))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("INFO reports used_memory");
+    let limit = (used + 2 * 1024 * 1024).to_string();
+    server.command(&["CONFIG", "SET", "maxmemory", &limit]);
+    let filler = "x".repeat(64 * 1024);
+    let mut filled = 0;
+    loop {
+        match server.command(&["SET", &format!("filler:{filled}"), &filler]) {
+            Resp::Error(e) => {
+                assert!(e.starts_with("OOM"), "{e}");
+                break;
+            }
+            _ => filled += 1,
+        }
+        assert!(filled < 10_000, "the server never ran out of memory");
+    }
+    // The refused command's own buffers (and the helper's fresh connection) counted while it
+    // ran; once they are freed there may be room for a small write again. Put the limit just
+    // under what the data now takes, so every write is refused.
+    let info = server.command(&["INFO", "memory"]).text().unwrap();
+    let used: u64 = info
+        .lines()
+        .find_map(|l| l.strip_prefix("used_memory:"))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("INFO reports used_memory");
+    let limit = (used - 256 * 1024).to_string();
+    server.command(&["CONFIG", "SET", "maxmemory", &limit]);
+
+    let k = key("oom");
+    let b = OwnerToken::new();
+    let expect_oom = |result: Result<String, coord_core::BackendError>, what: &str| match result {
+        Err(err) => {
+            assert_eq!(err.kind(), BackendErrorKind::OutOfMemory, "{what}: {err:?}");
+            assert!(err.kind().is_transient(), "{what}: retryable");
+            assert_eq!(err.key(), Some(k.as_str()), "{what}: names the key");
+        }
+        Ok(v) => panic!("{what}: expected OutOfMemory, got {v}"),
+    };
+    let show = |v: &dyn std::fmt::Debug| format!("{v:?}");
+    expect_oom(
+        p.acquire(lock(&k, b, LONG, Duration::ZERO))
+            .await
+            .map(|g| show(&g)),
+        "acquire",
+    );
+    expect_oom(
+        p.acquire(lock(&k, b, LONG, Duration::from_millis(200)))
+            .await
+            .map(|g| show(&g)),
+        "waiting acquire",
+    );
+    expect_oom(
+        p.acquire(fenced(&k, b, LONG, Duration::ZERO))
+            .await
+            .map(|g| show(&g)),
+        "fenced acquire",
+    );
+    expect_oom(p.claim(claim(&k, b, LONG)).await.map(|c| show(&c)), "claim");
+    let complete = || {
+        p.complete(CompleteRequest {
+            key: &k,
+            owner: b,
+            payload: std::sync::Arc::from(&b"outcome"[..]),
+            retention: LONG,
+            fingerprint: None,
+        })
+    };
+    expect_oom(complete().await.map(|c| show(&c)), "complete");
+    // Nothing was half-written by the refused calls.
+    for kind in ["lock", "fence", "idem"] {
+        assert_eq!(
+            server.command(&["EXISTS", &redis_key(&k, kind)]),
+            Resp::Int(0),
+            "{kind}"
+        );
+    }
+    // Releasing only deletes: a held lock can still be given back.
+    assert_eq!(p.release(&held, a).await.unwrap(), ReleaseOutcome::Released);
+
+    // Memory is available again: everything works.
+    server.command(&["CONFIG", "SET", "maxmemory", "0"]);
+    let grant = p
+        .acquire(fenced(&k, b, LONG, Duration::ZERO))
+        .await
+        .unwrap()
+        .expect("granted once memory is freed");
+    assert!(grant.fencing_token.is_some());
+    assert_eq!(p.release(&k, b).await.unwrap(), ReleaseOutcome::Released);
+    assert_eq!(
+        p.claim(claim(&k, b, LONG)).await.unwrap(),
+        ClaimOutcome::Claimed
+    );
+    assert_eq!(complete().await.unwrap(), CompleteOutcome::Stored);
 }

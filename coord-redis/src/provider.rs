@@ -71,10 +71,22 @@ const MAX_MILLIS: u64 = 1 << 46;
 ///   finding its own completed record is `Stored`, an acquire finding its own token is granted.
 /// * **Idempotency records.** A claim creates the in-flight marker or reads the record in one
 ///   script; completion keeps the claim's fingerprint and stores the outcome for its
-///   retention; completion, abandonment and [`IdempotencyStore::purge`] wake `wait_settled`
-///   callers at once. A marker claimed with `keep_abandoned_for` stays after its lease as an
-///   abandoned record until that period ends or it is purged.
+///   retention. When the marker is gone and nobody claimed since, completion creates the
+///   completed record in the same script (`StoredWithoutMarker`, with the request's
+///   fingerprint); when another owner's marker or record is there, it writes nothing and
+///   names that owner (`Superseded`). Completion, abandonment and
+///   [`IdempotencyStore::purge`] wake `wait_settled` callers at once. A marker claimed with
+///   `keep_abandoned_for` stays after its lease as an abandoned record until that period ends
+///   or it is purged.
+/// * **Loss causes.** Renewing a lock or a marker that another owner now holds answers
+///   `Lost(TakenByOther)`; one that is free, lapsed or already completed by its owner answers
+///   `Lost(Expired)`.
 /// * **Server time.** Leases and retentions are Redis expiries, measured by the server clock.
+/// * **Any duration.** Leases, keep periods and retentions are rounded up to whole
+///   milliseconds (zero becomes one: Redis refuses a zero expiry) and capped at 2^46 ms
+///   (about 2230 years), far inside what Redis accepts. A wait too long to represent as a
+///   deadline (`Duration::MAX`) lasts until the lock is granted (or the marker settles) or
+///   the future is dropped.
 ///
 /// # Example
 /// ```no_run

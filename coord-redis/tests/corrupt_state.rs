@@ -551,3 +551,64 @@ async fn corrupt_states_are_refused(client: Client) {
     }
     assert!(checked >= 100, "{checked} checks");
 }
+
+/// The resource-side check refuses a stored fence it cannot compare, instead of letting `nan`
+/// accept every write or `inf` refuse every write, and leaves the resource as it was.
+#[cfg(feature = "redis-client")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fenced_writes_refuse_a_foreign_stored_fence() {
+    use coord_core::FencingToken;
+    use coord_redis::fence::{FencedWrite, write_fenced};
+
+    let server = RedisServer::start();
+    let client = redis::Client::open(server.url()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let token = FencingToken::new(1_000);
+    for garbage in [
+        "nan",
+        "inf",
+        "-1",
+        "1e400",
+        " 5",
+        "0x10",
+        "5.5",
+        "",
+        "9007199254740993",
+    ] {
+        let resource = format!("resource:{{{garbage}}}");
+        server.command(&["HSET", &resource, "value", "old", "fence", garbage]);
+        let written = write_fenced(&mut conn, &resource, b"new", token).await;
+        assert!(written.is_err(), "fence {garbage:?}: {written:?}");
+        assert_eq!(
+            server.command(&["HGET", &resource, "value"]),
+            Resp::Bulk(b"old".to_vec()),
+            "fence {garbage:?}: not overwritten"
+        );
+    }
+    server.command(&["SET", "resource:string", "old"]);
+    assert!(
+        write_fenced(&mut conn, "resource:string", b"new", token)
+            .await
+            .is_err()
+    );
+    // Tokens coord minted compare as numbers.
+    server.command(&["HSET", "resource:ok", "value", "old", "fence", "5000"]);
+    assert_eq!(
+        write_fenced(&mut conn, "resource:ok", b"stale", token)
+            .await
+            .unwrap(),
+        FencedWrite::Rejected {
+            newest: FencingToken::new(5000)
+        }
+    );
+    assert_eq!(
+        write_fenced(&mut conn, "resource:ok", b"new", FencingToken::new(5001))
+            .await
+            .unwrap(),
+        FencedWrite::Accepted
+    );
+    assert_eq!(
+        server.command(&["HGET", "resource:ok", "value"]),
+        Resp::Bulk(b"new".to_vec())
+    );
+}

@@ -1085,6 +1085,50 @@ mod tests {
         assert_eq!(millis(Duration::from_micros(1001)), 2);
         assert_eq!(millis(Duration::from_secs(2)), 2000);
         assert_eq!(millis(Duration::MAX), MAX_MILLIS);
+        assert_eq!(millis(Duration::from_millis(u64::MAX)), MAX_MILLIS);
+        assert_eq!(MAX_MILLIS, 70_368_744_177_664);
+    }
+
+    #[test]
+    fn owner_tokens_parse_back_exactly() {
+        let token = OwnerToken::new();
+        let text = token.to_string();
+        assert_eq!(parse_token(text.as_bytes()), Some(token));
+        assert_eq!(parse_token(format!("{text}*").as_bytes()), None);
+        assert_eq!(parse_token(&text.as_bytes()[..31]), None);
+        assert_eq!(parse_token(text.to_uppercase().as_bytes()), None);
+        assert_eq!(parse_token(b"+0123456789abcdef0123456789abcde"), None);
+    }
+
+    #[test]
+    fn error_replies_map_to_kinds() {
+        let kind = |reply: &str| Fault::Server(reply.to_owned()).into_backend("test").kind();
+        assert_eq!(
+            kind("OOM command not allowed when used memory > 'maxmemory'."),
+            BackendErrorKind::OutOfMemory
+        );
+        assert_eq!(
+            kind("WRONGTYPE Operation against a key holding the wrong kind of value"),
+            BackendErrorKind::Corrupt
+        );
+        assert_eq!(
+            kind("ERR coord: the record has no state"),
+            BackendErrorKind::Corrupt
+        );
+        // Other `ERR` replies (a Lua runtime error, a refused argument) are not about the data.
+        assert_eq!(
+            kind("ERR user_script:3: attempt to compare nil with number"),
+            BackendErrorKind::Protocol
+        );
+        assert_eq!(
+            kind("ERR invalid expire time in 'set' command"),
+            BackendErrorKind::Protocol
+        );
+        assert_eq!(
+            kind("LOADING Redis is loading"),
+            BackendErrorKind::Unavailable
+        );
+        assert_eq!(kind("NOPERM no permissions"), BackendErrorKind::Config);
     }
 
     #[test]

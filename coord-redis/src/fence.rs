@@ -37,10 +37,23 @@ pub enum FencedWrite {
     },
 }
 
+/// Compares as numbers only what is plain decimal digits below 2^53: Lua's `tonumber` also
+/// reads `nan` (which compares false both ways, so it would let every write through), `inf`
+/// (which would refuse every write), `0x10`, `1e3` and ` 5`. A stored fence that is not such
+/// a number refuses the write with an error instead of guessing.
 const WRITE_FENCED: &str = r"
+local function is_fence(v)
+  return #v >= 1 and #v <= 16 and string.find(v, '^[0-9]+$') ~= nil
+    and tonumber(v) < 9007199254740992
+end
 local last = redis.call('HGET', KEYS[1], 'fence')
-if last and tonumber(last) > tonumber(ARGV[2]) then
-  return {0, last}
+if last then
+  if not is_fence(last) then
+    return redis.error_reply('ERR coord: the stored fence is not a fencing token')
+  end
+  if tonumber(last) > tonumber(ARGV[2]) then
+    return {0, last}
+  end
 end
 redis.call('HSET', KEYS[1], 'value', ARGV[1], 'fence', ARGV[2])
 return {1, ARGV[2]}
@@ -48,6 +61,11 @@ return {1, ARGV[2]}
 
 /// Writes `value` at `key` (field `value` of a hash) if `token` is not older than the token
 /// stored there (field `fence`), and stores `token` with it; one atomic script.
+///
+/// # Errors
+/// The Redis error, when the call fails; also when `key` is not a hash (`WRONGTYPE`) or its
+/// `fence` field is not a fencing token coord could have minted (decimal digits below 2^53):
+/// such a resource is refused, never overwritten, until an operator repairs it.
 pub async fn write_fenced<C>(
     conn: &mut C,
     key: &str,

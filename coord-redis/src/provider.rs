@@ -27,8 +27,13 @@ const BACKSTOP_CAP: Duration = Duration::from_secs(1);
 /// The fencing counter outlives each mint by at least this long.
 const FENCE_RETENTION_FLOOR: Duration = Duration::from_secs(3600);
 
-/// Leases and retentions are capped to what Redis accepts comfortably (about 30 years).
-const MAX_MILLIS: u64 = 1_000_000_000_000;
+/// The longest lease, retention or keep period sent to Redis: 2^46 ms, about 2230 years.
+///
+/// Redis refuses a `PX`/`PEXPIRE` whose absolute expiry (`now` in ms plus the value) would
+/// pass `i64::MAX`, and any value that is zero or negative. Capping here keeps every sum the
+/// scripts form (lease plus keep, `now` plus lease, both as Lua doubles) exact below 2^53 and
+/// orders of magnitude inside that limit; a lease that long never ends in practice.
+const MAX_MILLIS: u64 = 1 << 46;
 
 /// Coordination through Redis: lease locks with optional fencing tokens and pub/sub
 /// hand-off, and idempotency records. Implements [`LockProvider`] and [`IdempotencyStore`];
@@ -54,14 +59,34 @@ const MAX_MILLIS: u64 = 1_000_000_000_000;
 /// * **Bounded calls.** Every round trip to Redis, including making a connection for it, is
 ///   bounded by the command timeout (one second unless configured; a script the server has
 ///   forgotten costs one more round trip to send it again); an unreachable server yields a
-///   [`BackendError`] of kind `Timeout` or `Unavailable`, never a hang. A value at a coord key
-///   that coord did not write yields kind `Protocol`.
+///   [`BackendError`] of kind `Timeout` or `Unavailable`, never a hang. A server out of memory
+///   under `noeviction` yields kind `OutOfMemory` (retryable once memory is freed).
+/// * **Corrupt state is refused.** A value at a coord key that coord did not write (another
+///   Redis type, a lock value that is not a token, a fencing counter that is not plain decimal
+///   digits, a record with a missing or unknown field) yields kind `Corrupt` naming the call
+///   key, and is never turned into a grant, a fencing token or a replay. Purge such a record
+///   with [`IdempotencyStore::purge`], or delete the key.
+/// * **Resends are safe.** A command sent again after its reply was lost answers what the
+///   first send answered: a claim finding its own live marker is `Claimed`, a completion
+///   finding its own completed record is `Stored`, an acquire finding its own token is granted.
 /// * **Idempotency records.** A claim creates the in-flight marker or reads the record in one
 ///   script; completion keeps the claim's fingerprint and stores the outcome for its
-///   retention; completion, abandonment and [`IdempotencyStore::purge`] wake `wait_settled`
-///   callers at once. A marker claimed with `keep_abandoned_for` stays after its lease as an
-///   abandoned record until that period ends or it is purged.
+///   retention. When the marker is gone and nobody claimed since, completion creates the
+///   completed record in the same script (`StoredWithoutMarker`, with the request's
+///   fingerprint); when another owner's marker or record is there, it writes nothing and
+///   names that owner (`Superseded`). Completion, abandonment and
+///   [`IdempotencyStore::purge`] wake `wait_settled` callers at once. A marker claimed with
+///   `keep_abandoned_for` stays after its lease as an abandoned record until that period ends
+///   or it is purged.
+/// * **Loss causes.** Renewing a lock or a marker that another owner now holds answers
+///   `Lost(TakenByOther)`; one that is free, lapsed or already completed by its owner answers
+///   `Lost(Expired)`.
 /// * **Server time.** Leases and retentions are Redis expiries, measured by the server clock.
+/// * **Any duration.** Leases, keep periods and retentions are rounded up to whole
+///   milliseconds (zero becomes one: Redis refuses a zero expiry) and capped at 2^46 ms
+///   (about 2230 years), far inside what Redis accepts. A wait too long to represent as a
+///   deadline (`Duration::MAX`) lasts until the lock is granted (or the marker settles) or
+///   the future is dropped.
 ///
 /// # Example
 /// ```no_run
@@ -410,6 +435,15 @@ impl Inner {
         }
     }
 
+    /// State under one of coord's keys that coord did not write.
+    fn corrupt(&self, what: &str, key: &str, detail: &str) -> BackendError {
+        BackendError::new(
+            BackendErrorKind::Corrupt,
+            format!("{what} at {}: {detail}", self.address),
+        )
+        .with_key(key)
+    }
+
     fn protocol(&self, what: &str, key: &str, detail: &str) -> BackendError {
         BackendError::new(
             BackendErrorKind::Protocol,
@@ -419,7 +453,8 @@ impl Inner {
     }
 }
 
-/// Milliseconds for `PX`/`PEXPIRE`: rounded up, at least one, capped.
+/// Milliseconds for `PX`/`PEXPIRE`: rounded up (a sub-millisecond or zero lease is one
+/// millisecond, since Redis refuses zero), capped at [`MAX_MILLIS`].
 fn millis(d: Duration) -> u64 {
     let ms = d.as_micros().div_ceil(1000);
     ms.clamp(1, MAX_MILLIS as u128) as u64
@@ -429,6 +464,17 @@ fn millis(d: Duration) -> u64 {
 fn is_token(value: &[u8]) -> bool {
     let token = value.strip_suffix(b"*").unwrap_or(value);
     token.len() == 32 && token.iter().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// The owner token written as `holder` (32 lowercase hex digits), if it is one.
+fn parse_token(holder: &[u8]) -> Option<OwnerToken> {
+    if holder.len() != 32 || !is_token(holder) {
+        return None;
+    }
+    let text = std::str::from_utf8(holder).ok()?;
+    u128::from_str_radix(text, 16)
+        .ok()
+        .map(OwnerToken::from_u128)
 }
 
 /// Whether the lock value `holder` is `token`'s (marked as waited for or not).
@@ -562,7 +608,7 @@ impl Inner {
     }
 
     fn foreign_lock(&self, key: &str) -> BackendError {
-        self.protocol(
+        self.corrupt(
             "acquire",
             key,
             "the lock key holds a value coord did not write",
@@ -605,7 +651,9 @@ impl Inner {
         lease_ms: u64,
         req: &LockRequest<'_>,
     ) -> Result<Option<LockGrant>, BackendError> {
-        let deadline = Instant::now() + req.wait;
+        // `None`: no end (a wait too long to represent, such as `Duration::MAX`), the wait
+        // lasts until the lock is ours or the future is dropped.
+        let deadline = Instant::now().checked_add(req.wait);
         match self
             .try_lock(
                 names,
@@ -628,10 +676,13 @@ impl Inner {
         let joining = self
             .hub
             .join(&self.transport, lock.to_owned(), Wake::Head, self.timeout);
-        let Ok(ticket) = tokio::time::timeout_at(deadline, joining).await else {
-            return Ok(None);
+        let ticket = match deadline {
+            Some(deadline) => match tokio::time::timeout_at(deadline, joining).await {
+                Ok(ticket) => ticket?,
+                Err(_) => return Ok(None),
+            },
+            None => joining.await?,
         };
-        let ticket = ticket?;
         loop {
             let pttl = match self
                 .try_lock(
@@ -649,22 +700,46 @@ impl Inner {
                 Attempt::Held(pttl) => pttl,
             };
             let now = Instant::now();
-            if now >= deadline {
+            if deadline.is_some_and(|d| now >= d) {
                 return Ok(None);
             }
             // Only the head keeps a backstop timer; the others wait their turn (they are
             // woken when they become head).
             let backstop = ticket.is_head().then(|| now + backstop_after(pttl));
-            let until = backstop.map_or(deadline, |b| b.min(deadline));
+            let until = match (backstop, deadline) {
+                (Some(b), Some(d)) => Some(b.min(d)),
+                (b, d) => b.or(d),
+            };
+            let sleep = async {
+                match until {
+                    Some(until) => tokio::time::sleep_until(until).await,
+                    None => std::future::pending().await,
+                }
+            };
+            // Woken, the backstop fired, or the deadline came: look again either way. The
+            // attempt at the deadline is the last one (the check above ends the loop), and a
+            // timer that fires early (tokio caps very distant ones) only costs an attempt.
             tokio::select! {
                 _ = ticket.woken() => {}
-                _ = tokio::time::sleep_until(until) => {
-                    if backstop.is_none_or(|b| b > deadline) {
-                        return Ok(None);
-                    }
-                }
+                _ = sleep => {}
             }
         }
+    }
+}
+
+/// Reads the reply of a renewal script: 1 renewed, 0 free or no longer ours, 2 another
+/// owner's.
+fn renew_outcome(
+    inner: &Inner,
+    reply: Reply,
+    what: &str,
+    key: &str,
+) -> Result<RenewOutcome, BackendError> {
+    match reply {
+        Reply::Int(1) => Ok(RenewOutcome::Renewed),
+        Reply::Int(0) => Ok(RenewOutcome::Lost(LossCause::Expired)),
+        Reply::Int(2) => Ok(RenewOutcome::Lost(LossCause::TakenByOther)),
+        _ => Err(inner.protocol(what, key, "unexpected script reply")),
     }
 }
 
@@ -734,11 +809,7 @@ impl LockProvider for RedisProvider {
                     key,
                 )
                 .await?;
-            match reply {
-                Reply::Int(1) => Ok(RenewOutcome::Renewed),
-                Reply::Int(0) => Ok(RenewOutcome::Lost(LossCause::Expired)),
-                _ => Err(inner.protocol("renew", key, "unexpected script reply")),
-            }
+            renew_outcome(inner, reply, "renew", key)
         })
     }
 }
@@ -785,7 +856,7 @@ impl Inner {
                 key,
             )
             .await?;
-        let corrupt = |detail: &str| self.protocol("claim", key, detail);
+        let corrupt = |detail: &str| self.corrupt("claim", key, detail);
         let Reply::Array(items) = reply else {
             return Err(corrupt("unexpected script reply"));
         };
@@ -839,16 +910,20 @@ impl Inner {
         if timeout.is_zero() {
             return Ok(());
         }
-        let deadline = Instant::now() + timeout;
+        // `None`: no end (a timeout too long to represent): wait until the marker settles.
+        let deadline = Instant::now().checked_add(timeout);
         let names = Names::of(key)?;
         let record = names.record();
         let joining = self
             .hub
             .join(&self.transport, record.clone(), Wake::All, self.timeout);
-        let Ok(ticket) = tokio::time::timeout_at(deadline, joining).await else {
-            return Ok(());
+        let ticket = match deadline {
+            Some(deadline) => match tokio::time::timeout_at(deadline, joining).await {
+                Ok(ticket) => ticket?,
+                Err(_) => return Ok(()),
+            },
+            None => joining.await?,
         };
-        let ticket = ticket?;
         loop {
             let reply = self.eval(&scripts::PROBE, &[&record], &[], key).await?;
             let remaining = match reply {
@@ -857,10 +932,11 @@ impl Inner {
                     [Reply::Int(1), Reply::Data(st)] if st == b"c" => return Ok(()),
                     // A kept marker whose lease has ended is abandoned: nothing is in flight.
                     [Reply::Int(3), Reply::Int(ms)] if *ms <= 0 => return Ok(()),
-                    // -1: a marker without expiry (not one coord wrote): wait the timeout out.
-                    [Reply::Int(2 | 3), Reply::Int(ms)] => *ms,
+                    [Reply::Int(2 | 3), Reply::Int(ms)] if *ms > 0 => *ms,
+                    // A marker that lapses this very millisecond.
+                    [Reply::Int(2), Reply::Int(_)] => 0,
                     _ => {
-                        return Err(self.protocol(
+                        return Err(self.corrupt(
                             "wait",
                             key,
                             "the record at the key is not one coord wrote",
@@ -871,19 +947,25 @@ impl Inner {
             };
             // The marker settles by message, or lapses at its expiry (server time, read as a
             // remaining duration, so no clocks are compared).
-            let until = if remaining >= 0 {
-                (Instant::now() + Duration::from_millis(remaining as u64 + 1)).min(deadline)
-            } else {
-                deadline
+            let lapse = Instant::now().checked_add(Duration::from_millis(remaining as u64 + 1));
+            let until = match (lapse, deadline) {
+                (Some(l), Some(d)) => Some(l.min(d)),
+                (l, d) => l.or(d),
+            };
+            let sleep = async {
+                match until {
+                    Some(until) => tokio::time::sleep_until(until).await,
+                    None => std::future::pending().await,
+                }
             };
             tokio::select! {
                 woken = ticket.woken() => match woken {
                     Woken::Message => return Ok(()),
                     // A reconnection, not a settle: look again.
-                    Woken::Resync if Instant::now() < deadline => continue,
+                    Woken::Resync if deadline.is_none_or(|d| Instant::now() < d) => continue,
                     Woken::Resync => return Ok(()),
                 },
-                _ = tokio::time::sleep_until(until) => return Ok(()),
+                _ = sleep => return Ok(()),
             }
         }
     }
@@ -902,26 +984,44 @@ impl IdempotencyStore for RedisProvider {
         req: CompleteRequest<'a>,
     ) -> BoxFuture<'a, Result<CompleteOutcome, BackendError>> {
         Box::pin(async move {
+            let inner = &*self.inner;
+            let key = req.key;
+            let names = Names::of(key)?;
             let token = TokenText::new(req.owner);
             let retention = Decimal::new(millis(req.retention));
-            // TODO(redis): create-if-absent and superseded detection in the script.
-            let stored = self
-                .inner
-                .settle(
+            let fp: &[u8] = match &req.fingerprint {
+                Some(fp) => &fp.0,
+                None => &[],
+            };
+            let reply = inner
+                .eval(
                     &scripts::COMPLETE,
-                    req.key,
-                    &[token.as_ref(), &req.payload, retention.as_ref()],
-                    "complete",
+                    &[&names.record()],
+                    &[token.as_ref(), &req.payload, retention.as_ref(), fp],
+                    key,
                 )
                 .await?;
-            Ok(if stored {
-                CompleteOutcome::Stored
-            } else {
-                CompleteOutcome::Superseded {
-                    other: None,
-                    completed: false,
+            let unexpected = || inner.protocol("complete", key, "unexpected script reply");
+            let Reply::Array(items) = reply else {
+                return Err(unexpected());
+            };
+            match items.as_slice() {
+                [Reply::Int(1)] => Ok(CompleteOutcome::Stored),
+                [Reply::Int(2)] => Ok(CompleteOutcome::StoredWithoutMarker),
+                [Reply::Int(0), other, Reply::Int(completed @ (0 | 1))] => {
+                    let other = match other {
+                        Reply::Data(token) => Some(parse_token(token).ok_or_else(|| {
+                            inner.corrupt("complete", key, "the record's owner is not a token")
+                        })?),
+                        _ => None,
+                    };
+                    Ok(CompleteOutcome::Superseded {
+                        other,
+                        completed: *completed == 1,
+                    })
                 }
-            })
+                _ => Err(unexpected()),
+            }
         })
     }
 
@@ -955,20 +1055,17 @@ impl IdempotencyStore for RedisProvider {
         Box::pin(async move {
             let token = TokenText::new(owner);
             let lease = Decimal::new(millis(lease));
-            let renewed = self
-                .inner
-                .settle(
+            let inner = &*self.inner;
+            let names = Names::of(key)?;
+            let reply = inner
+                .eval(
                     &scripts::RENEW_MARKER,
-                    key,
+                    &[&names.record()],
                     &[token.as_ref(), lease.as_ref()],
-                    "renew marker",
+                    key,
                 )
                 .await?;
-            Ok(if renewed {
-                RenewOutcome::Renewed
-            } else {
-                RenewOutcome::Lost(LossCause::Expired)
-            })
+            renew_outcome(inner, reply, "renew marker", key)
         })
     }
 
@@ -988,6 +1085,50 @@ mod tests {
         assert_eq!(millis(Duration::from_micros(1001)), 2);
         assert_eq!(millis(Duration::from_secs(2)), 2000);
         assert_eq!(millis(Duration::MAX), MAX_MILLIS);
+        assert_eq!(millis(Duration::from_millis(u64::MAX)), MAX_MILLIS);
+        assert_eq!(MAX_MILLIS, 70_368_744_177_664);
+    }
+
+    #[test]
+    fn owner_tokens_parse_back_exactly() {
+        let token = OwnerToken::new();
+        let text = token.to_string();
+        assert_eq!(parse_token(text.as_bytes()), Some(token));
+        assert_eq!(parse_token(format!("{text}*").as_bytes()), None);
+        assert_eq!(parse_token(&text.as_bytes()[..31]), None);
+        assert_eq!(parse_token(text.to_uppercase().as_bytes()), None);
+        assert_eq!(parse_token(b"+0123456789abcdef0123456789abcde"), None);
+    }
+
+    #[test]
+    fn error_replies_map_to_kinds() {
+        let kind = |reply: &str| Fault::Server(reply.to_owned()).into_backend("test").kind();
+        assert_eq!(
+            kind("OOM command not allowed when used memory > 'maxmemory'."),
+            BackendErrorKind::OutOfMemory
+        );
+        assert_eq!(
+            kind("WRONGTYPE Operation against a key holding the wrong kind of value"),
+            BackendErrorKind::Corrupt
+        );
+        assert_eq!(
+            kind("ERR coord: the record has no state"),
+            BackendErrorKind::Corrupt
+        );
+        // Other `ERR` replies (a Lua runtime error, a refused argument) are not about the data.
+        assert_eq!(
+            kind("ERR user_script:3: attempt to compare nil with number"),
+            BackendErrorKind::Protocol
+        );
+        assert_eq!(
+            kind("ERR invalid expire time in 'set' command"),
+            BackendErrorKind::Protocol
+        );
+        assert_eq!(
+            kind("LOADING Redis is loading"),
+            BackendErrorKind::Unavailable
+        );
+        assert_eq!(kind("NOPERM no permissions"), BackendErrorKind::Config);
     }
 
     #[test]

@@ -12,16 +12,35 @@
 //! Values: a lock holds its owner token (32 lowercase hex characters) with a `PX` lease. A
 //! task that waits for the lock appends `*` to the holder's token ("someone is waiting"),
 //! keeping the lease; only then does the release publish, so a lock nobody waits for costs
-//! exactly a `SET` and a compare-and-delete. An
-//! idempotency record is a hash with fields `st` (`i` in flight, `c` completed), `own` (the
-//! owner token, in flight only), `fp` (the 16-byte fingerprint, empty when none) and `pl` (the
-//! payload, completed only), and `w` while someone waits for a marker (only then does settling
-//! it publish); its expiry is the in-flight lease, then the retention.
+//! exactly a `SET` and a compare-and-delete. A fencing counter holds a decimal integer
+//! (digits only, below 2^53).
+//!
+//! An idempotency record is a hash with fields `st` (`i` in flight, `c` completed), `own`
+//! (the owner token: the marker's owner, and on a completed record the owner that completed
+//! it; records completed by older versions have none), `fp` (the 16-byte fingerprint, empty
+//! when none), `pl` (the payload, completed only), and `w` = `1` while someone waits for a
+//! marker (only then does settling it publish); its expiry is the in-flight lease, then the
+//! retention.
 //!
 //! A marker claimed with "keep when abandoned" also has `lx` (when its lease ends, in server
 //! milliseconds from `TIME`) and `kp` (how long to keep it after that, ms), and expires at
 //! `lx + kp`. Past `lx` it is an abandoned record. Both instants come from the clock of the
 //! server that holds the key, never from a client.
+//!
+//! # Replays
+//! A client library (or coord's own cleanup) may send a command again when the reply to the
+//! first send was lost, so every script answers a resend the way it answered the first send:
+//! a claim finding the caller's own live marker answers "claimed", a completion finding the
+//! caller's own completed record answers "stored", a lock step finding the caller's own token
+//! answers "taken", and release and abandonment are owner-checked deletes.
+//!
+//! # Values coord did not write
+//! Every script checks what it reads before its first write (a script is not rolled back when
+//! it fails half-way) and refuses anything that is not exactly what coord writes, with an
+//! error reply starting `ERR coord:`; a value of the wrong Redis type fails the first read
+//! with `WRONGTYPE`. The provider reports both as `BackendErrorKind::Corrupt`, so garbage is
+//! never turned into a grant, a fencing token or a replay. Only `PURGE` takes any value: it is
+//! how an operator clears a corrupt record.
 
 use std::sync::LazyLock;
 
@@ -39,20 +58,41 @@ impl Script {
     }
 }
 
+/// Lua helpers for lock values: `is_lock_value(v)` is true for an owner token, with or without
+/// the waiter's `*` (the only strings coord writes at a lock key).
+macro_rules! lock_value_check {
+    () => {
+        r#"
+local function is_lock_value(v)
+  local n = #v
+  if n == 33 and string.byte(v, 33) == 42 then
+    v = string.sub(v, 1, 32)
+    n = 32
+  end
+  return n == 32 and string.find(v, '^[0-9a-f]+$') ~= nil
+end
+"#
+    };
+}
+
 /// The lock step both acquire scripts share. KEYS[1]: lock. ARGV: owner, lease ms, `1` to mark
 /// a holder found as waited for (so its release publishes) else `0`.
 ///
 /// Takes the lock with `SET NX PX`; when it is held by someone else, returns `{holder, pttl}`
 /// from the script. Our own token (an earlier send of this very call landed: a client retry)
 /// counts as taken, with the lease renewed. A value that is not a string fails on the `GET`
-/// with `WRONGTYPE` before anything is written; a foreign string is returned, never marked.
+/// with `WRONGTYPE` before anything is written; a string that is not a lock value is refused
+/// (`ERR coord:`), never marked.
 macro_rules! take_or_watch_lock {
     () => {
         r#"
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   local holder = redis.call('GET', KEYS[1])
   if holder ~= ARGV[1] and holder ~= ARGV[1] .. '*' then
-    if ARGV[3] == '1' and #holder == 32 and string.find(holder, '^[0-9a-f]+$') then
+    if not is_lock_value(holder) then
+      return redis.error_reply('ERR coord: the lock key holds a value coord did not write')
+    end
+    if ARGV[3] == '1' and #holder == 32 then
       redis.call('SET', KEYS[1], holder .. '*', 'KEEPTTL')
     end
     return {holder, redis.call('PTTL', KEYS[1])}
@@ -74,18 +114,24 @@ end
 /// the server clock has moved on by at least that long, so the next token (the current time)
 /// still exceeds every earlier one, unless the server clock went back by more than that.
 /// Everything is checked before the first write (a script is not rolled back when it fails
-/// half-way): a foreign counter or a non-string lock fails the call and changes nothing.
+/// half-way): a counter that is not plain decimal digits below 2^53 (`tonumber` would accept
+/// `nan`, `inf`, `1e400`, ` 5` or `0x10`), or a lock value coord did not write, fails the call
+/// and changes nothing.
 pub(crate) static FENCED_ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         "fenced_acquire",
         concat!(
+            lock_value_check!(),
             r#"
 local last = redis.call('GET', KEYS[2])
 local floor = 0
 if last then
+  if #last > 16 or not string.find(last, '^[0-9]+$') then
+    return redis.error_reply('ERR coord: the fencing counter holds a value coord did not write')
+  end
   floor = tonumber(last)
-  if floor == nil or floor < 0 or floor >= 9007199254740000 then
-    return redis.error_reply('ERR coord: the fencing counter holds a foreign value')
+  if floor >= 9007199254740000 then
+    return redis.error_reply('ERR coord: the fencing counter holds a value coord did not write')
   end
 end
 "#,
@@ -110,18 +156,21 @@ return token
 pub(crate) static WAITING_ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         "waiting_acquire",
-        concat!(take_or_watch_lock!(), "return 0\n"),
+        concat!(lock_value_check!(), take_or_watch_lock!(), "return 0\n"),
     )
 });
 
 /// Owner-scoped release. KEYS: lock. ARGV: owner.
 ///
 /// Deletes the lock when the owner holds it, and publishes on the channel named like it when
-/// someone marked it as waited for: returns 1, else 0.
+/// someone marked it as waited for: returns 1. Returns 0 when the lock is free or another
+/// token's; refuses a value coord did not write.
 pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         "release",
-        r#"
+        concat!(
+            lock_value_check!(),
+            r#"
 local holder = redis.call('GET', KEYS[1])
 if holder == ARGV[1] then
   redis.call('DEL', KEYS[1])
@@ -132,40 +181,126 @@ if holder == ARGV[1] .. '*' then
   redis.call('PUBLISH', KEYS[1], '')
   return 1
 end
+if holder and not is_lock_value(holder) then
+  return redis.error_reply('ERR coord: the lock key holds a value coord did not write')
+end
 return 0
-"#,
+"#
+        ),
     )
 });
 
 /// Owner-scoped renewal (a waiter's mark stays). KEYS: lock. ARGV: owner, lease ms. Returns
-/// 1 when renewed, else 0.
+/// 1 when renewed, 0 when the lock is free, 2 when another token holds it; refuses a value
+/// coord did not write.
 pub(crate) static RENEW: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         "renew",
-        r#"
+        concat!(
+            lock_value_check!(),
+            r#"
 local holder = redis.call('GET', KEYS[1])
 if holder == ARGV[1] or holder == ARGV[1] .. '*' then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return 1
 end
-return 0
-"#,
+if not holder then
+  return 0
+end
+if not is_lock_value(holder) then
+  return redis.error_reply('ERR coord: the lock key holds a value coord did not write')
+end
+return 2
+"#
+        ),
     )
 });
+
+/// Lua helpers for records: `read_record()` reads the record at `KEYS[1]` and returns `nil`
+/// when there is none, the checked fields when it is one coord wrote, or `false, reason` when
+/// it is not (a wrong type fails the read itself with `WRONGTYPE`). `now_ms()` is the server
+/// clock in milliseconds.
+macro_rules! record_check {
+    () => {
+        r#"
+local function is_token(v)
+  return v and #v == 32 and string.find(v, '^[0-9a-f]+$') ~= nil
+end
+local function is_ms(v)
+  return v and #v >= 1 and #v <= 16 and string.find(v, '^[0-9]+$') ~= nil
+    and tonumber(v) < 9007199254740000
+end
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function read_record()
+  local f = redis.call('HMGET', KEYS[1], 'st', 'own', 'fp', 'pl', 'lx', 'kp', 'w')
+  local r = {st = f[1], own = f[2], fp = f[3], pl = f[4], lx = f[5], kp = f[6], w = f[7]}
+  if not r.st then
+    if redis.call('EXISTS', KEYS[1]) == 0 then
+      return nil
+    end
+    return false, 'ERR coord: the record has no state'
+  end
+  if r.st == 'i' then
+    if not is_token(r.own) then
+      return false, 'ERR coord: the marker has no valid owner'
+    end
+    if r.pl then
+      return false, 'ERR coord: the marker has a payload'
+    end
+    if r.lx or r.kp then
+      if not (is_ms(r.lx) and is_ms(r.kp)) then
+        return false, 'ERR coord: the marker holds a foreign lease end or keep period'
+      end
+      r.lx = tonumber(r.lx)
+      r.kp = tonumber(r.kp)
+    end
+  elseif r.st == 'c' then
+    if not r.pl then
+      return false, 'ERR coord: the completed record has no payload'
+    end
+    if r.own and not is_token(r.own) then
+      return false, 'ERR coord: the completed record has no valid owner'
+    end
+    if r.lx or r.kp then
+      return false, 'ERR coord: the completed record holds a lease end'
+    end
+  else
+    return false, 'ERR coord: the record has an unknown state'
+  end
+  if not r.fp or (#r.fp ~= 0 and #r.fp ~= 16) then
+    return false, 'ERR coord: the record has no valid fingerprint'
+  end
+  if r.w and r.w ~= '1' then
+    return false, 'ERR coord: the record has a foreign waiter flag'
+  end
+  return r
+end
+"#
+    };
+}
 
 /// Claim or read. KEYS: record. ARGV: owner, in-flight lease ms, fingerprint (may be empty),
 /// keep-when-abandoned ms (empty: do not keep).
 ///
-/// Returns `{1}` when claimed, `{2, fp}` for a kept abandoned marker, or
-/// `{0, st, fp, payload, remaining ms}` for the record found (absent fields come back as nil
-/// and are reported by the client as a corrupt record).
+/// Returns `{1}` when claimed (also when the record is the caller's own live marker: a resend
+/// whose first send landed), `{2, fp}` for a kept abandoned marker, or
+/// `{0, st, fp, payload, remaining ms}` for the record found. A marker without an expiry (it
+/// would never lapse) is refused like any record coord did not write.
 pub(crate) static CLAIM: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         "claim",
-        r#"
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-if redis.call('EXISTS', KEYS[1]) == 0 then
+        concat!(
+            record_check!(),
+            r#"
+local now = now_ms()
+local r, why = read_record()
+if r == false then
+  return redis.error_reply(why)
+end
+if r == nil then
   local lease = tonumber(ARGV[2])
   if ARGV[4] == '' then
     redis.call('HSET', KEYS[1], 'st', 'i', 'own', ARGV[1], 'fp', ARGV[3])
@@ -178,91 +313,111 @@ if redis.call('EXISTS', KEYS[1]) == 0 then
   end
   return {1}
 end
-local r = redis.call('HMGET', KEYS[1], 'st', 'fp', 'pl', 'lx')
 local remaining = redis.call('PTTL', KEYS[1])
-if r[1] == 'i' and r[4] then
-  local lx = tonumber(r[4])
-  if lx == nil then
-    return redis.error_reply('ERR coord: the record holds a foreign lease end')
+if r.st == 'i' then
+  if r.lx then
+    if now >= r.lx then
+      return {2, r.fp}
+    end
+    remaining = r.lx - now
+  elseif remaining < 0 then
+    return redis.error_reply('ERR coord: the marker has no expiry')
   end
-  if now >= lx then
-    return {2, r[2]}
+  if r.own == ARGV[1] then
+    return {1}
   end
-  remaining = lx - now
 end
-return {0, r[1], r[2], r[3], remaining}
-"#,
+return {0, r.st, r.fp, r.pl, remaining}
+"#
+        ),
     )
 });
 
 /// Owner-scoped renewal of an in-flight marker. KEYS: record. ARGV: owner, lease ms.
-/// Returns 1 when renewed, 0 when the marker is gone, lapsed, completed or not the owner's.
+/// Returns 1 when renewed; 2 when another owner's marker or record is there; 0 when the key
+/// is free, or holds the owner's own lapsed marker or completed record (or a completed record
+/// without an owner).
 pub(crate) static RENEW_MARKER: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         "renew_marker",
-        r#"
-local r = redis.call('HMGET', KEYS[1], 'st', 'own', 'lx', 'kp')
-if r[1] ~= 'i' or r[2] ~= ARGV[1] then
+        concat!(
+            record_check!(),
+            r#"
+local r, why = read_record()
+if r == false then
+  return redis.error_reply(why)
+end
+if r == nil then
+  return 0
+end
+if r.own and r.own ~= ARGV[1] then
+  return 2
+end
+if r.st ~= 'i' then
   return 0
 end
 local lease = tonumber(ARGV[2])
-if r[3] then
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  local lx = tonumber(r[3])
-  local keep = tonumber(r[4])
-  if lx == nil or keep == nil then
-    return redis.error_reply('ERR coord: the record holds a foreign lease end')
-  end
-  if now >= lx then
+if r.lx then
+  local now = now_ms()
+  if now >= r.lx then
     return 0
   end
   redis.call('HSET', KEYS[1], 'lx', string.format('%.0f', now + lease))
-  redis.call('PEXPIRE', KEYS[1], lease + keep)
+  redis.call('PEXPIRE', KEYS[1], lease + r.kp)
 else
   redis.call('PEXPIRE', KEYS[1], lease)
 end
 return 1
-"#,
+"#
+        ),
     )
 });
 
 /// What a waiter needs to know, run once it is subscribed. KEYS: record.
 ///
-/// Returns `{0}` without a record, `{1, st}` for a record that is not in flight (`st` is `c`
-/// unless the record is foreign), `{2, pttl}` for a marker, `{3, remaining ms}` for a kept
-/// marker (zero or less once its lease has ended: it is abandoned, not in flight). A marker
-/// in flight gets the field `w` ("someone waits"): only then do completion and abandonment
-/// publish.
+/// Returns `{0}` without a record, `{1, st}` for a completed record, `{2, pttl}` for a
+/// marker, `{3, remaining ms}` for a kept marker (zero or less once its lease has ended: it is
+/// abandoned, not in flight). A marker in flight gets the field `w` ("someone waits"): only
+/// then do completion and abandonment publish.
 pub(crate) static PROBE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         "probe",
-        r#"
-if redis.call('EXISTS', KEYS[1]) == 0 then
+        concat!(
+            record_check!(),
+            r#"
+local r, why = read_record()
+if r == false then
+  return redis.error_reply(why)
+end
+if r == nil then
   return {0}
 end
-local r = redis.call('HMGET', KEYS[1], 'st', 'lx', 'w')
-if r[1] ~= 'i' then
-  return {1, r[1]}
+if r.st ~= 'i' then
+  return {1, r.st}
 end
-if not r[3] then
+if r.lx then
+  local remaining = r.lx - now_ms()
+  if remaining > 0 and not r.w then
+    redis.call('HSET', KEYS[1], 'w', '1')
+  end
+  return {3, remaining}
+end
+local pttl = redis.call('PTTL', KEYS[1])
+if pttl < 0 then
+  return redis.error_reply('ERR coord: the marker has no expiry')
+end
+if not r.w then
   redis.call('HSET', KEYS[1], 'w', '1')
 end
-if r[2] then
-  local lx = tonumber(r[2])
-  if lx == nil then
-    return redis.error_reply('ERR coord: the record holds a foreign lease end')
-  end
-  local t = redis.call('TIME')
-  return {3, lx - (tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))}
-end
-return {2, redis.call('PTTL', KEYS[1])}
-"#,
+return {2, pttl}
+"#
+        ),
     )
 });
 
-/// Removes any record. KEYS: record. Publishes when something was removed, so
-/// waiters on a marker return. Returns 1 when a record was there, else 0.
+/// Removes any record, whatever it holds (the way to clear a record coord refuses as
+/// corrupt). KEYS: record. Publishes when something was removed, so waiters on a marker
+/// return. Returns 1 when a record was there, else 0.
 pub(crate) static PURGE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         "purge",
@@ -276,47 +431,74 @@ return 0
     )
 });
 
-/// Owner-scoped completion. KEYS: record. ARGV: owner, payload, retention ms.
+/// Completion. KEYS: record. ARGV: owner, payload, retention ms, fingerprint (may be empty).
 ///
-/// Turns the owner's in-flight marker (live, or lapsed and kept) into the completed record
-/// (keeping its fingerprint) and sets the retention; publishes when someone waits (`w`).
-/// Returns 1, or 0 when the marker is not the owner's.
+/// * The owner's marker (live, or lapsed and kept) becomes the completed record, keeping its
+///   fingerprint and owner, for the retention; publishes when someone waits (`w`). `{1}`.
+/// * The owner's own completed record (this completion, sent again): nothing changes. `{1}`.
+/// * No record: the completed record is created with the given fingerprint. `{2}`.
+/// * Another owner's marker or record: nothing changes. `{0, other owner or nil, 1 when that
+///   record is completed else 0}`.
 pub(crate) static COMPLETE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         "complete",
-        r#"
-local r = redis.call('HMGET', KEYS[1], 'st', 'own', 'w')
-if r[1] ~= 'i' or r[2] ~= ARGV[1] then
-  return 0
+        concat!(
+            record_check!(),
+            r#"
+local r, why = read_record()
+if r == false then
+  return redis.error_reply(why)
+end
+if r == nil then
+  redis.call('HSET', KEYS[1], 'st', 'c', 'own', ARGV[1], 'fp', ARGV[4], 'pl', ARGV[2])
+  redis.call('PEXPIRE', KEYS[1], ARGV[3])
+  return {2}
+end
+if r.own ~= ARGV[1] then
+  local completed = 0
+  if r.st == 'c' then
+    completed = 1
+  end
+  return {0, r.own, completed}
+end
+if r.st == 'c' then
+  return {1}
 end
 redis.call('HSET', KEYS[1], 'st', 'c', 'pl', ARGV[2])
-redis.call('HDEL', KEYS[1], 'own', 'lx', 'kp', 'w')
+redis.call('HDEL', KEYS[1], 'lx', 'kp', 'w')
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
-if r[3] then
+if r.w then
   redis.call('PUBLISH', KEYS[1], 'c')
 end
-return 1
-"#,
+return {1}
+"#
+        ),
     )
 });
 
 /// Owner-scoped abandonment. KEYS: record. ARGV: owner.
 ///
 /// Deletes the owner's in-flight marker (live, or lapsed and kept); publishes when someone
-/// waits (`w`). Returns 1, or 0 when not the owner's.
+/// waits (`w`). Returns 1, or 0 when there is no record or it is not the owner's marker.
 pub(crate) static ABANDON: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         "abandon",
-        r#"
-local r = redis.call('HMGET', KEYS[1], 'st', 'own', 'w')
-if r[1] ~= 'i' or r[2] ~= ARGV[1] then
+        concat!(
+            record_check!(),
+            r#"
+local r, why = read_record()
+if r == false then
+  return redis.error_reply(why)
+end
+if r == nil or r.st ~= 'i' or r.own ~= ARGV[1] then
   return 0
 end
 redis.call('DEL', KEYS[1])
-if r[3] then
+if r.w then
   redis.call('PUBLISH', KEYS[1], 'a')
 end
 return 1
-"#,
+"#
+        ),
     )
 });

@@ -108,9 +108,11 @@ impl Fault {
     }
 
     /// The provider-level error. Error replies that say "not now" (loading, failover, cluster
-    /// reconfiguration, a busy script) are availability problems; any other error reply means
-    /// the data at the key is not what coord wrote (`WRONGTYPE`, a script error on a foreign
-    /// value), a protocol problem.
+    /// reconfiguration, a busy script) are availability problems; `OOM` (a server at its
+    /// `maxmemory` under `noeviction`) is [`BackendErrorKind::OutOfMemory`], which goes away
+    /// once memory is freed; `WRONGTYPE` (a coord key holding another Redis type) and the
+    /// `ERR coord: ...` replies of coord's scripts (a value coord did not write) are
+    /// [`BackendErrorKind::Corrupt`]; any other error reply is a protocol problem.
     pub(crate) fn into_backend(self, context: &str) -> BackendError {
         let (kind, text) = match self {
             Fault::Unavailable(t) => (BackendErrorKind::Unavailable, t),
@@ -118,11 +120,17 @@ impl Fault {
             Fault::Protocol(t) => (BackendErrorKind::Protocol, t),
             Fault::Config(t) => (BackendErrorKind::Config, t),
             Fault::Server(t) => {
-                let code = t.split_whitespace().next().unwrap_or("");
+                let mut words = t.split_whitespace();
+                let code = words.next().unwrap_or("");
                 let kind = match code {
                     "LOADING" | "BUSY" | "MASTERDOWN" | "READONLY" | "CLUSTERDOWN" | "TRYAGAIN"
                     | "NOREPLICAS" | "MOVED" | "ASK" | "UNBLOCKED" => BackendErrorKind::Unavailable,
                     "NOAUTH" | "WRONGPASS" | "NOPERM" => BackendErrorKind::Config,
+                    "OOM" => BackendErrorKind::OutOfMemory,
+                    "WRONGTYPE" => BackendErrorKind::Corrupt,
+                    // Only coord's own scripts answer `ERR coord:`, and only for state they
+                    // refuse; a Lua runtime error or a rejected argument stays `Protocol`.
+                    "ERR" if words.next() == Some("coord:") => BackendErrorKind::Corrupt,
                     _ => BackendErrorKind::Protocol,
                 };
                 (kind, t)

@@ -18,8 +18,8 @@ per_client!(
     wrong_password_is_reported_without_it,
     frozen_server_gives_timeouts_within_the_command_timeout,
     killed_server_fails_fast_and_restart_recovers,
-    foreign_values_at_lock_keys_are_protocol_errors,
-    foreign_values_at_record_keys_are_protocol_errors,
+    foreign_values_at_lock_keys_are_corrupt,
+    foreign_values_at_record_keys_are_corrupt,
     scripts_are_sent_again_after_the_cache_is_flushed,
 );
 
@@ -264,54 +264,50 @@ async fn killed_server_fails_fast_and_restart_recovers(client: Client) {
     );
 }
 
-fn assert_protocol<T: std::fmt::Debug>(result: Result<T, BackendError>, what: &str) {
+fn assert_corrupt<T: std::fmt::Debug>(result: Result<T, BackendError>, what: &str) {
     match result {
-        Err(err) => assert_eq!(err.kind(), BackendErrorKind::Protocol, "{what}: {err:?}"),
-        Ok(v) => panic!("{what}: expected a protocol error, got {v:?}"),
+        Err(err) => assert_eq!(err.kind(), BackendErrorKind::Corrupt, "{what}: {err:?}"),
+        Ok(v) => panic!("{what}: expected a corrupt-state error, got {v:?}"),
     }
 }
 
-async fn foreign_values_at_lock_keys_are_protocol_errors(client: Client) {
+async fn foreign_values_at_lock_keys_are_corrupt(client: Client) {
     let server = RedisServer::start();
     let p = provider(&server, client).await;
     let a = OwnerToken::new();
 
     let k = key("list-at-lock");
     server.command(&["RPUSH", &redis_key(&k, "lock"), "x"]);
-    assert_protocol(
+    assert_corrupt(
         p.acquire(lock(&k, a, LONG, Duration::ZERO)).await,
         "acquire",
     );
-    assert_protocol(
+    assert_corrupt(
         p.acquire(lock(&k, a, LONG, Duration::from_secs(1))).await,
         "waiting acquire",
     );
-    assert_protocol(
+    assert_corrupt(
         p.acquire(fenced(&k, a, LONG, Duration::ZERO)).await,
         "fenced acquire",
     );
-    assert_protocol(p.release(&k, a).await, "release");
-    assert_protocol(p.renew(&k, a, LONG).await, "renew");
+    assert_corrupt(p.release(&k, a).await, "release");
+    assert_corrupt(p.renew(&k, a, LONG).await, "renew");
 
     let k = key("garbage-at-lock");
     server.command(&["SET", &redis_key(&k, "lock"), "not a token"]);
-    assert_protocol(
+    assert_corrupt(
         p.acquire(lock(&k, a, LONG, Duration::ZERO)).await,
         "acquire",
     );
-    assert_protocol(
+    assert_corrupt(
         p.acquire(fenced(&k, a, LONG, Duration::ZERO)).await,
         "fenced acquire",
     );
-    assert_eq!(
-        p.release(&k, a).await.unwrap(),
-        ReleaseOutcome::NotHeld,
-        "not ours: untouched"
-    );
+    assert_corrupt(p.release(&k, a).await, "release of garbage");
 
     let k = key("garbage-fence");
     server.command(&["SET", &redis_key(&k, "fence"), "eleven"]);
-    assert_protocol(
+    assert_corrupt(
         p.acquire(fenced(&k, a, LONG, Duration::ZERO)).await,
         "fenced acquire",
     );
@@ -321,13 +317,13 @@ async fn foreign_values_at_lock_keys_are_protocol_errors(client: Client) {
         "a failed fenced acquire changes nothing"
     );
     server.command(&["HSET", &redis_key(&k, "fence"), "f", "v"]);
-    assert_protocol(
+    assert_corrupt(
         p.acquire(fenced(&k, a, LONG, Duration::ZERO)).await,
         "fenced acquire",
     );
 }
 
-async fn foreign_values_at_record_keys_are_protocol_errors(client: Client) {
+async fn foreign_values_at_record_keys_are_corrupt(client: Client) {
     let server = RedisServer::start();
     let p = provider(&server, client).await;
     let a = OwnerToken::new();
@@ -335,17 +331,17 @@ async fn foreign_values_at_record_keys_are_protocol_errors(client: Client) {
 
     let k = key("list-at-record");
     server.command(&["RPUSH", &redis_key(&k, "idem"), "x"]);
-    assert_protocol(p.claim(claim(&k, a, LONG)).await, "claim");
-    assert_protocol(
+    assert_corrupt(p.claim(claim(&k, a, LONG)).await, "claim");
+    assert_corrupt(
         support::complete_stored(&p, &k, a, payload.clone(), LONG).await,
         "complete",
     );
-    assert_protocol(p.abandon(&k, a).await, "abandon");
-    assert_protocol(p.wait_settled(&k, LONG).await, "wait_settled");
+    assert_corrupt(p.abandon(&k, a).await, "abandon");
+    assert_corrupt(p.wait_settled(&k, LONG).await, "wait_settled");
 
     let k = key("string-at-record");
     server.command(&["SET", &redis_key(&k, "idem"), "x"]);
-    assert_protocol(p.claim(claim(&k, a, LONG)).await, "claim");
+    assert_corrupt(p.claim(claim(&k, a, LONG)).await, "claim");
 
     for (name, fields) in [
         ("unknown-state", vec!["st", "zzz", "fp", ""]),
@@ -359,12 +355,12 @@ async fn foreign_values_at_record_keys_are_protocol_errors(client: Client) {
         let mut args = vec!["HSET", record.as_str()];
         args.extend(fields);
         server.command(&args);
-        assert_protocol(p.claim(claim(&k, a, LONG)).await, name);
+        assert_corrupt(p.claim(claim(&k, a, LONG)).await, name);
     }
 
     let k = key("garbage-state-wait");
     server.command(&["HSET", &redis_key(&k, "idem"), "st", "?"]);
-    assert_protocol(p.wait_settled(&k, LONG).await, "wait_settled");
+    assert_corrupt(p.wait_settled(&k, LONG).await, "wait_settled");
 }
 
 async fn scripts_are_sent_again_after_the_cache_is_flushed(client: Client) {

@@ -4,7 +4,10 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use coord_core::{LockProvider, OwnerToken, ReleaseOutcome, RenewOutcome};
+use coord_core::{
+    BackendErrorKind, ClaimOutcome, CompleteOutcome, CompleteRequest, IdempotencyStore,
+    LockProvider, LockRequest, LossCause, OwnerToken, ReleaseOutcome, RenewOutcome,
+};
 use coord_redis::Client;
 use coord_redis::testing::{RedisServer, Resp};
 use support::*;
@@ -22,6 +25,8 @@ per_client!(
     a_cancelled_head_passes_the_wake_up_on,
     waiting_leaves_no_subscription_behind,
     only_a_lock_someone_waits_for_publishes_its_release,
+    a_resent_acquire_is_granted_again,
+    out_of_memory_is_typed_and_passes,
 );
 
 async fn single_attempt_is_refused_while_held(client: Client) {
@@ -140,10 +145,11 @@ async fn renew_extends_only_the_owners_lease(client: Client) {
         .await
         .unwrap()
         .unwrap();
-    assert!(matches!(
+    assert_eq!(
         p.renew(&k, b, LONG).await.unwrap(),
-        RenewOutcome::Lost(_)
-    ));
+        RenewOutcome::Lost(LossCause::TakenByOther),
+        "another owner holds it"
+    );
     assert_eq!(p.renew(&k, a, LONG).await.unwrap(), RenewOutcome::Renewed);
     let pttl = server
         .command(&["PTTL", &redis_key(&k, "lock")])
@@ -154,10 +160,82 @@ async fn renew_extends_only_the_owners_lease(client: Client) {
         "renewed lease, PTTL {pttl}"
     );
     p.release(&k, a).await.unwrap();
-    assert!(matches!(
+    assert_eq!(
         p.renew(&k, a, LONG).await.unwrap(),
-        RenewOutcome::Lost(_)
-    ));
+        RenewOutcome::Lost(LossCause::Expired),
+        "free"
+    );
+
+    // A lease that ran out: expired; once someone else took the lock: taken.
+    let k = key("renew-lapsed");
+    p.acquire(lock(&k, a, Duration::from_millis(50), Duration::ZERO))
+        .await
+        .unwrap()
+        .unwrap();
+    let name = redis_key(&k, "lock");
+    until("the lease to end", Duration::from_secs(5), || {
+        server.command(&["EXISTS", &name]) == Resp::Int(0)
+    })
+    .await;
+    assert_eq!(
+        p.renew(&k, a, LONG).await.unwrap(),
+        RenewOutcome::Lost(LossCause::Expired)
+    );
+    p.acquire(lock(&k, b, LONG, Duration::ZERO))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        p.renew(&k, a, LONG).await.unwrap(),
+        RenewOutcome::Lost(LossCause::TakenByOther)
+    );
+    // A waiter's mark on the holder's value does not make it anyone else's.
+    let c = OwnerToken::new();
+    let waiter = spawn_acquire(&p, lock(&k, c, LONG, Duration::from_secs(20)));
+    until(
+        "the waiter to mark the holder",
+        Duration::from_secs(5),
+        || server.command(&["GET", &name]) == Resp::Bulk(format!("{b}*").into_bytes()),
+    )
+    .await;
+    assert_eq!(p.renew(&k, b, LONG).await.unwrap(), RenewOutcome::Renewed);
+    assert_eq!(
+        p.renew(&k, a, LONG).await.unwrap(),
+        RenewOutcome::Lost(LossCause::TakenByOther)
+    );
+    p.release(&k, b).await.unwrap();
+    assert!(waiter.await.unwrap().grant.is_some());
+}
+
+async fn a_resent_acquire_is_granted_again(client: Client) {
+    let server = RedisServer::start();
+    let p = provider(&server, client).await;
+    let a = OwnerToken::new();
+    for fenced_lock in [false, true] {
+        let k = key("resend-acquire");
+        let req = || LockRequest {
+            fenced: fenced_lock,
+            ..lock(&k, a, Duration::from_secs(5), Duration::ZERO)
+        };
+        let first = p.acquire(req()).await.unwrap().expect("free");
+        // The first send landed and its reply was lost: the resend is granted too.
+        let again = p
+            .acquire(req())
+            .await
+            .unwrap()
+            .expect("our own token counts as taken");
+        assert_eq!(again.fencing_token.is_some(), fenced_lock);
+        if fenced_lock {
+            assert!(again.fencing_token > first.fencing_token);
+        }
+        let pttl = server
+            .command(&["PTTL", &redis_key(&k, "lock")])
+            .int()
+            .unwrap();
+        assert!(pttl > 3_000 && pttl <= 5_000, "still held: PTTL {pttl}");
+        assert_eq!(p.release(&k, a).await.unwrap(), ReleaseOutcome::Released);
+        assert_eq!(p.release(&k, a).await.unwrap(), ReleaseOutcome::NotHeld);
+    }
 }
 
 async fn fencing_tokens_strictly_increase(client: Client) {
@@ -526,4 +604,118 @@ async fn only_a_lock_someone_waits_for_publishes_its_release(client: Client) {
         );
         assert_eq!(calls(&server, "publish"), before + 1);
     }
+}
+
+/// A server at its `maxmemory` under `noeviction` refuses writes with `OOM`: acquiring,
+/// claiming and completing report `OutOfMemory` (retryable), releasing still works (a delete
+/// frees memory), and once memory is available again everything works.
+async fn out_of_memory_is_typed_and_passes(client: Client) {
+    let server = RedisServer::start_with(&["--maxmemory-policy", "noeviction"]);
+    let p = provider(&server, client).await;
+    let held = key("oom-held");
+    let a = OwnerToken::new();
+    // Warm the script cache and hold one lock before memory runs out.
+    p.acquire(fenced(&held, a, LONG, Duration::ZERO))
+        .await
+        .unwrap()
+        .unwrap();
+    p.claim(claim(&key("oom-warm"), a, LONG)).await.unwrap();
+
+    let info = server.command(&["INFO", "memory"]).text().unwrap();
+    let used: u64 = info
+        .lines()
+        .find_map(|l| l.strip_prefix("used_memory:"))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("INFO reports used_memory");
+    let limit = (used + 2 * 1024 * 1024).to_string();
+    server.command(&["CONFIG", "SET", "maxmemory", &limit]);
+    let filler = "x".repeat(64 * 1024);
+    let mut filled = 0;
+    loop {
+        match server.command(&["SET", &format!("filler:{filled}"), &filler]) {
+            Resp::Error(e) => {
+                assert!(e.starts_with("OOM"), "{e}");
+                break;
+            }
+            _ => filled += 1,
+        }
+        assert!(filled < 10_000, "the server never ran out of memory");
+    }
+    // The refused command's own buffers (and the helper's fresh connection) counted while it
+    // ran; once they are freed there may be room for a small write again. Put the limit just
+    // under what the data now takes, so every write is refused.
+    let info = server.command(&["INFO", "memory"]).text().unwrap();
+    let used: u64 = info
+        .lines()
+        .find_map(|l| l.strip_prefix("used_memory:"))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("INFO reports used_memory");
+    let limit = (used - 256 * 1024).to_string();
+    server.command(&["CONFIG", "SET", "maxmemory", &limit]);
+
+    let k = key("oom");
+    let b = OwnerToken::new();
+    let expect_oom = |result: Result<String, coord_core::BackendError>, what: &str| match result {
+        Err(err) => {
+            assert_eq!(err.kind(), BackendErrorKind::OutOfMemory, "{what}: {err:?}");
+            assert!(err.kind().is_transient(), "{what}: retryable");
+            assert_eq!(err.key(), Some(k.as_str()), "{what}: names the key");
+        }
+        Ok(v) => panic!("{what}: expected OutOfMemory, got {v}"),
+    };
+    let show = |v: &dyn std::fmt::Debug| format!("{v:?}");
+    expect_oom(
+        p.acquire(lock(&k, b, LONG, Duration::ZERO))
+            .await
+            .map(|g| show(&g)),
+        "acquire",
+    );
+    expect_oom(
+        p.acquire(lock(&k, b, LONG, Duration::from_millis(200)))
+            .await
+            .map(|g| show(&g)),
+        "waiting acquire",
+    );
+    expect_oom(
+        p.acquire(fenced(&k, b, LONG, Duration::ZERO))
+            .await
+            .map(|g| show(&g)),
+        "fenced acquire",
+    );
+    expect_oom(p.claim(claim(&k, b, LONG)).await.map(|c| show(&c)), "claim");
+    let complete = || {
+        p.complete(CompleteRequest {
+            key: &k,
+            owner: b,
+            payload: std::sync::Arc::from(&b"outcome"[..]),
+            retention: LONG,
+            fingerprint: None,
+        })
+    };
+    expect_oom(complete().await.map(|c| show(&c)), "complete");
+    // Nothing was half-written by the refused calls.
+    for kind in ["lock", "fence", "idem"] {
+        assert_eq!(
+            server.command(&["EXISTS", &redis_key(&k, kind)]),
+            Resp::Int(0),
+            "{kind}"
+        );
+    }
+    // Releasing only deletes: a held lock can still be given back.
+    assert_eq!(p.release(&held, a).await.unwrap(), ReleaseOutcome::Released);
+
+    // Memory is available again: everything works.
+    server.command(&["CONFIG", "SET", "maxmemory", "0"]);
+    let grant = p
+        .acquire(fenced(&k, b, LONG, Duration::ZERO))
+        .await
+        .unwrap()
+        .expect("granted once memory is freed");
+    assert!(grant.fencing_token.is_some());
+    assert_eq!(p.release(&k, b).await.unwrap(), ReleaseOutcome::Released);
+    assert_eq!(
+        p.claim(claim(&k, b, LONG)).await.unwrap(),
+        ClaimOutcome::Claimed
+    );
+    assert_eq!(complete().await.unwrap(), CompleteOutcome::Stored);
 }

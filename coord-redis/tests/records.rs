@@ -5,7 +5,10 @@ mod support;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use coord_core::{ClaimOutcome, ClaimRequest, Fingerprint, IdempotencyStore, OwnerToken};
+use coord_core::{
+    BackendError, ClaimOutcome, ClaimRequest, CompleteOutcome, CompleteRequest, Fingerprint,
+    IdempotencyStore, LossCause, OwnerToken, RenewOutcome,
+};
 use coord_redis::Client;
 use coord_redis::testing::{RedisServer, Resp};
 use support::*;
@@ -23,7 +26,29 @@ per_client!(
     renew_marker_is_owner_scoped,
     purge_removes_any_record_and_wakes_waiters,
     settling_a_record_nobody_waits_for_publishes_nothing,
+    a_resent_claim_of_the_live_marker_is_claimed_again,
+    a_completion_without_marker_creates_the_record,
+    a_late_completion_after_another_claim_is_superseded,
+    renew_marker_reports_why_the_marker_is_lost,
+    old_completed_records_without_owner_still_replay,
 );
+
+async fn complete(
+    s: &dyn IdempotencyStore,
+    key: &str,
+    owner: OwnerToken,
+    payload: &Arc<[u8]>,
+    fingerprint: Option<Fingerprint>,
+) -> Result<CompleteOutcome, BackendError> {
+    s.complete(CompleteRequest {
+        key,
+        owner,
+        payload: payload.clone(),
+        retention: LONG,
+        fingerprint,
+    })
+    .await
+}
 
 async fn claim_complete_and_replay(client: Client) {
     let server = RedisServer::start();
@@ -53,22 +78,31 @@ async fn claim_complete_and_replay(client: Client) {
         other => panic!("expected in flight, got {other:?}"),
     }
     let payload: Arc<[u8]> = Arc::from(&b"{\"receipt\":42}"[..]);
-    assert!(
-        !support::complete_stored(&s, &k, b, payload.clone(), LONG)
-            .await
-            .unwrap(),
-        "only the owner completes"
+    assert_eq!(
+        complete(&s, &k, b, &payload, None).await.unwrap(),
+        CompleteOutcome::Superseded {
+            other: Some(a),
+            completed: false
+        },
+        "only the owner completes; the other owner is named"
     );
-    assert!(
-        support::complete_stored(&s, &k, a, payload.clone(), LONG)
-            .await
-            .unwrap()
+    assert_eq!(
+        complete(&s, &k, a, &payload, fp).await.unwrap(),
+        CompleteOutcome::Stored
     );
-    assert!(
-        !support::complete_stored(&s, &k, a, payload.clone(), LONG)
-            .await
-            .unwrap(),
-        "completes once"
+    // A resend of the same completion (its first reply lost) answers the same.
+    let other: Arc<[u8]> = Arc::from(&b"resent"[..]);
+    assert_eq!(
+        complete(&s, &k, a, &other, fp).await.unwrap(),
+        CompleteOutcome::Stored,
+        "completing is idempotent for its owner"
+    );
+    assert_eq!(
+        complete(&s, &k, b, &other, fp).await.unwrap(),
+        CompleteOutcome::Superseded {
+            other: Some(a),
+            completed: true
+        }
     );
     match s.claim(req(b)).await.unwrap() {
         ClaimOutcome::Completed {
@@ -141,7 +175,7 @@ async fn lapsed_marker_is_claimed_again(client: Client) {
         !support::complete_stored(&s, &k, a, late, LONG)
             .await
             .unwrap(),
-        "a lapsed owner cannot complete"
+        "a lapsed owner cannot complete over the new marker"
     );
     assert!(
         !s.abandon(&k, a).await.unwrap(),
@@ -175,8 +209,12 @@ async fn completed_record_lives_for_its_retention(client: Client) {
     );
     assert_eq!(
         server.command(&["HGET", &record, "own"]),
-        Resp::Nil,
-        "no owner once completed"
+        Resp::Bulk(a.to_string().into_bytes()),
+        "the completed record names the owner that completed it"
+    );
+    assert_eq!(
+        server.command(&["HGET", &record, "pl"]),
+        Resp::Bulk(b"v".to_vec())
     );
 }
 
@@ -530,4 +568,260 @@ async fn settling_a_record_nobody_waits_for_publishes_nothing(client: Client) {
         }
     }
     assert_eq!(calls(&server, "publish"), published);
+}
+
+async fn a_resent_claim_of_the_live_marker_is_claimed_again(client: Client) {
+    let server = RedisServer::start();
+    let s = provider(&server, client).await;
+    let (a, b) = (OwnerToken::new(), OwnerToken::new());
+    for keep in [None, Some(Duration::from_secs(60))] {
+        let k = key("resend-claim");
+        let record = redis_key(&k, "idem");
+        let req = |owner| ClaimRequest {
+            key: &k,
+            owner,
+            in_flight_lease: LONG,
+            fingerprint: Some(Fingerprint([3; 16])),
+            keep_abandoned_for: keep,
+        };
+        assert_eq!(s.claim(req(a)).await.unwrap(), ClaimOutcome::Claimed);
+        let before = server.command(&["HGETALL", &record]);
+        // The first send landed, its reply was lost: the resend is told it holds the marker.
+        assert_eq!(
+            s.claim(req(a)).await.unwrap(),
+            ClaimOutcome::Claimed,
+            "{keep:?}"
+        );
+        assert_eq!(
+            server.command(&["HGETALL", &record]),
+            before,
+            "a resend changes nothing"
+        );
+        assert!(
+            matches!(
+                s.claim(req(b)).await.unwrap(),
+                ClaimOutcome::InFlight { .. }
+            ),
+            "still exclusive for everyone else"
+        );
+        let payload: Arc<[u8]> = Arc::from(&b"done"[..]);
+        assert_eq!(
+            complete(&s, &k, a, &payload, None).await.unwrap(),
+            CompleteOutcome::Stored
+        );
+        // Once completed, the owner's claim replays like anyone's.
+        match s.claim(req(a)).await.unwrap() {
+            ClaimOutcome::Completed { payload: p, .. } => assert_eq!(&*p, b"done"),
+            other => panic!("expected completed, got {other:?}"),
+        }
+    }
+}
+
+async fn a_completion_without_marker_creates_the_record(client: Client) {
+    let server = RedisServer::start();
+    let s = provider(&server, client).await;
+    let fp = Some(Fingerprint([0xab; 16]));
+    let (a, b) = (OwnerToken::new(), OwnerToken::new());
+    let k = key("no-marker");
+    let record = redis_key(&k, "idem");
+    s.claim(ClaimRequest {
+        fingerprint: fp,
+        ..claim(&k, a, Duration::from_millis(50))
+    })
+    .await
+    .unwrap();
+    until("the marker to lapse", Duration::from_secs(5), || {
+        server.command(&["EXISTS", &record]) == Resp::Int(0)
+    })
+    .await;
+    // Nobody claimed meanwhile: the late outcome is stored, with the claim's fingerprint.
+    let payload: Arc<[u8]> = Arc::from(&b"late but stored"[..]);
+    assert_eq!(
+        complete(&s, &k, a, &payload, fp).await.unwrap(),
+        CompleteOutcome::StoredWithoutMarker
+    );
+    let pttl = server.command(&["PTTL", &record]).int().unwrap();
+    assert!(pttl > 25_000 && pttl <= 30_000, "retention: PTTL {pttl}");
+    assert_eq!(
+        server.command(&["HGET", &record, "own"]),
+        Resp::Bulk(a.to_string().into_bytes())
+    );
+    // The resend of that completion finds its own record.
+    assert_eq!(
+        complete(&s, &k, a, &payload, fp).await.unwrap(),
+        CompleteOutcome::Stored
+    );
+    // A duplicate with the same parameters replays it, fingerprint included.
+    match s
+        .claim(ClaimRequest {
+            fingerprint: fp,
+            ..claim(&k, b, LONG)
+        })
+        .await
+        .unwrap()
+    {
+        ClaimOutcome::Completed {
+            payload: stored,
+            fingerprint,
+        } => {
+            assert_eq!(&*stored, &*payload);
+            assert_eq!(fingerprint, fp);
+        }
+        other => panic!("expected completed, got {other:?}"),
+    }
+    // Another owner completing now finds a completed record that is not its own.
+    assert_eq!(
+        complete(&s, &k, b, &payload, fp).await.unwrap(),
+        CompleteOutcome::Superseded {
+            other: Some(a),
+            completed: true
+        }
+    );
+
+    // Without a fingerprint, none is stored.
+    let k = key("no-marker-no-fp");
+    assert_eq!(
+        complete(&s, &k, a, &payload, None).await.unwrap(),
+        CompleteOutcome::StoredWithoutMarker
+    );
+    match s.claim(claim(&k, b, LONG)).await.unwrap() {
+        ClaimOutcome::Completed { fingerprint, .. } => assert_eq!(fingerprint, None),
+        other => panic!("expected completed, got {other:?}"),
+    }
+}
+
+async fn a_late_completion_after_another_claim_is_superseded(client: Client) {
+    let server = RedisServer::start();
+    let s = provider(&server, client).await;
+    let (a, b) = (OwnerToken::new(), OwnerToken::new());
+    let k = key("superseded");
+    let record = redis_key(&k, "idem");
+    s.claim(claim(&k, a, Duration::from_millis(50)))
+        .await
+        .unwrap();
+    until("the marker to lapse", Duration::from_secs(5), || {
+        server.command(&["EXISTS", &record]) == Resp::Int(0)
+    })
+    .await;
+    assert_eq!(
+        s.claim(claim(&k, b, LONG)).await.unwrap(),
+        ClaimOutcome::Claimed
+    );
+    let before = server.command(&["HGETALL", &record]);
+    let late: Arc<[u8]> = Arc::from(&b"late"[..]);
+    assert_eq!(
+        complete(&s, &k, a, &late, None).await.unwrap(),
+        CompleteOutcome::Superseded {
+            other: Some(b),
+            completed: false
+        }
+    );
+    assert_eq!(
+        server.command(&["HGETALL", &record]),
+        before,
+        "nothing written over the other marker"
+    );
+    assert!(matches!(
+        s.claim(claim(&k, OwnerToken::new(), LONG)).await.unwrap(),
+        ClaimOutcome::InFlight { .. }
+    ));
+
+    // The other owner's kept, lapsed marker is not ours to resolve either.
+    let k = key("superseded-kept");
+    let record = redis_key(&k, "idem");
+    s.claim(ClaimRequest {
+        keep_abandoned_for: Some(LONG),
+        ..claim(&k, b, Duration::from_millis(50))
+    })
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        complete(&s, &k, a, &late, None).await.unwrap(),
+        CompleteOutcome::Superseded {
+            other: Some(b),
+            completed: false
+        }
+    );
+    assert_eq!(
+        server.command(&["HGET", &record, "st"]),
+        Resp::Bulk(b"i".to_vec())
+    );
+}
+
+async fn renew_marker_reports_why_the_marker_is_lost(client: Client) {
+    let server = RedisServer::start();
+    let s = provider(&server, client).await;
+    let (a, b) = (OwnerToken::new(), OwnerToken::new());
+    let payload: Arc<[u8]> = Arc::from(&b"1"[..]);
+    let expired = RenewOutcome::Lost(LossCause::Expired);
+    let taken = RenewOutcome::Lost(LossCause::TakenByOther);
+
+    let k = key("renew-cause");
+    assert_eq!(s.renew_marker(&k, a, LONG).await.unwrap(), expired, "free");
+    s.claim(claim(&k, b, LONG)).await.unwrap();
+    assert_eq!(
+        s.renew_marker(&k, a, LONG).await.unwrap(),
+        taken,
+        "another owner's marker"
+    );
+    complete(&s, &k, b, &payload, None).await.unwrap();
+    assert_eq!(
+        s.renew_marker(&k, a, LONG).await.unwrap(),
+        taken,
+        "another owner's completed record"
+    );
+    assert_eq!(
+        s.renew_marker(&k, b, LONG).await.unwrap(),
+        expired,
+        "our own completed record: nothing in flight"
+    );
+
+    // A kept marker past its lease is lapsed for its owner, taken for anyone else.
+    let k = key("renew-cause-kept");
+    s.claim(ClaimRequest {
+        keep_abandoned_for: Some(LONG),
+        ..claim(&k, a, Duration::from_millis(50))
+    })
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(s.renew_marker(&k, a, LONG).await.unwrap(), expired);
+    assert_eq!(s.renew_marker(&k, b, LONG).await.unwrap(), taken);
+
+    // A marker whose lease ran out is gone: expired.
+    let k = key("renew-cause-lapsed");
+    s.claim(claim(&k, a, Duration::from_millis(50)))
+        .await
+        .unwrap();
+    let record = redis_key(&k, "idem");
+    until("the marker to lapse", Duration::from_secs(5), || {
+        server.command(&["EXISTS", &record]) == Resp::Int(0)
+    })
+    .await;
+    assert_eq!(s.renew_marker(&k, a, LONG).await.unwrap(), expired);
+}
+
+async fn old_completed_records_without_owner_still_replay(client: Client) {
+    let server = RedisServer::start();
+    let s = provider(&server, client).await;
+    // A record completed before completed records kept their owner.
+    let k = key("old-record");
+    let record = redis_key(&k, "idem");
+    server.command(&["HSET", &record, "st", "c", "fp", "", "pl", "old"]);
+    server.command(&["PEXPIRE", &record, "30000"]);
+    match s.claim(claim(&k, OwnerToken::new(), LONG)).await.unwrap() {
+        ClaimOutcome::Completed { payload, .. } => assert_eq!(&*payload, b"old"),
+        other => panic!("expected completed, got {other:?}"),
+    }
+    let payload: Arc<[u8]> = Arc::from(&b"new"[..]);
+    assert_eq!(
+        complete(&s, &k, OwnerToken::new(), &payload, None)
+            .await
+            .unwrap(),
+        CompleteOutcome::Superseded {
+            other: None,
+            completed: true
+        }
+    );
 }

@@ -112,7 +112,9 @@ impl LockProvider for FaultyProvider {
         key: &'a str,
         owner: OwnerToken,
     ) -> BoxFuture<'a, Result<ReleaseOutcome, BackendError>> {
-        Box::pin(faulty(&self.releases, move || self.inner.release(key, owner)))
+        Box::pin(faulty(&self.releases, move || {
+            self.inner.release(key, owner)
+        }))
     }
 
     fn renew<'a>(
@@ -145,7 +147,9 @@ impl IdempotencyStore for FaultyProvider {
         key: &'a str,
         owner: OwnerToken,
     ) -> BoxFuture<'a, Result<bool, BackendError>> {
-        Box::pin(faulty(&self.abandons, move || self.inner.abandon(key, owner)))
+        Box::pin(faulty(&self.abandons, move || {
+            self.inner.abandon(key, owner)
+        }))
     }
 
     fn wait_settled<'a>(

@@ -163,11 +163,7 @@ where
     // Encode, and decode back before storing: a record that could not be replayed is never
     // written. A value the codec cannot carry is reported like any other unstored outcome; the
     // marker is left to lapse, so `on_abandoned` decides what a duplicate gets.
-    let codec = call.coordinator.codec();
-    let payload = match codec
-        .encode(ok)
-        .and_then(|bytes| codec.decode::<R::Ok>(&bytes).map(|_| bytes))
-    {
+    let payload = match call.coordinator.codec().encode_checked(ok) {
         Ok(bytes) => Arc::<[u8]>::from(bytes),
         Err(message) => return not_stored(call, spec, output, NotStoredCause::Codec(message)),
     };

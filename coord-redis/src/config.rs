@@ -66,6 +66,8 @@ pub(crate) struct Options {
     pub(crate) password: Option<String>,
     /// Logical database for the data nodes behind Sentinel.
     pub(crate) database: Option<u8>,
+    /// Connect even to servers whose `maxmemory-policy` may evict coord's keys.
+    pub(crate) allow_eviction: bool,
 }
 
 impl Options {
@@ -242,10 +244,15 @@ impl Endpoint {
 
     /// `host:port`, the form used in messages.
     pub(crate) fn display(&self) -> String {
-        if self.host.contains(':') {
-            format!("[{}]:{}", self.host, self.port)
+        Endpoint::display_parts(&self.host, self.port)
+    }
+
+    /// `host:port` (`[v6]:port` for an IPv6 address).
+    pub(crate) fn display_parts(host: &str, port: u16) -> String {
+        if host.contains(':') {
+            format!("[{host}]:{port}")
         } else {
-            format!("{}:{}", self.host, self.port)
+            format!("{host}:{port}")
         }
     }
 }
@@ -304,6 +311,7 @@ mod tests {
             username: None,
             password: None,
             database: None,
+            allow_eviction: false,
         };
         let secrets = opts.secrets();
         assert_eq!(scrub("x p@ss y p%40ss", &secrets), "x *** y ***");

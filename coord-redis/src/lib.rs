@@ -82,6 +82,7 @@ mod encode;
 mod keys;
 mod provider;
 mod scripts;
+mod server_checks;
 mod transport;
 mod waiters;
 

@@ -107,6 +107,19 @@ impl Fault {
         matches!(self, Fault::Server(text) if text.starts_with("NOSCRIPT"))
     }
 
+    /// True for the Cluster error replies that prove the command was not executed (`MOVED`:
+    /// another node owns the slot; `TRYAGAIN`, `CLUSTERDOWN`: refused for now). Sending such
+    /// a command again cannot run it twice.
+    pub(crate) fn not_executed(&self) -> bool {
+        match self {
+            Fault::Server(text) => {
+                let code = text.split_whitespace().next().unwrap_or("");
+                matches!(code, "MOVED" | "TRYAGAIN" | "CLUSTERDOWN")
+            }
+            _ => false,
+        }
+    }
+
     /// The provider-level error. Error replies that say "not now" (loading, failover, cluster
     /// reconfiguration, a busy script) are availability problems; any other error reply means
     /// the data at the key is not what coord wrote (`WRONGTYPE`, a script error on a foreign

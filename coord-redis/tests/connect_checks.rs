@@ -227,3 +227,57 @@ async fn a_server_restart_is_detected_and_logged_once(client: Client) {
     assert_eq!(p.server_restarts(), 1);
     assert_eq!(logged(server.port(), "restarted").len(), 1);
 }
+
+/// Every Cluster master is checked, and script calls go straight to the node that owns the
+/// key (no `MOVED` detour).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_cluster_master_is_checked() {
+    sink();
+    let cluster = coord_redis::testing::RedisCluster::start(3);
+    let evicting = &cluster.nodes()[2];
+    assert_eq!(
+        evicting.command(&["CONFIG", "SET", "maxmemory-policy", "allkeys-lfu"]),
+        coord_redis::testing::Resp::Simple("OK".into())
+    );
+    for client in clients() {
+        let err = RedisProvider::cluster(cluster.urls())
+            .client(client)
+            .connect()
+            .await
+            .expect_err("one master may evict");
+        assert_eq!(err.kind(), BackendErrorKind::Config, "{client:?}: {err}");
+        let text = err.to_string();
+        assert!(
+            text.contains(&format!("127.0.0.1:{}", evicting.port()))
+                && text.contains("allkeys-lfu"),
+            "{client:?}: names the node and its policy: {text}"
+        );
+
+        let p = RedisProvider::cluster(cluster.urls())
+            .client(client)
+            .allow_eviction(true)
+            .connect()
+            .await
+            .unwrap_or_else(|e| panic!("{client:?}: {e}"));
+        for i in 0..12 {
+            let k = format!("routed{i}:op:{client:?}");
+            let a = OwnerToken::new();
+            p.acquire(fenced(&k, a, LONG, Duration::ZERO))
+                .await
+                .unwrap()
+                .expect("free");
+            p.release(&k, a).await.unwrap();
+        }
+    }
+    for node in cluster.nodes() {
+        let errors = node
+            .command(&["INFO", "errorstats"])
+            .text()
+            .unwrap_or_default();
+        assert!(
+            !errors.contains("MOVED"),
+            "node {} redirected a command: {errors}",
+            node.port()
+        );
+    }
+}

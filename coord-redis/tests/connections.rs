@@ -196,7 +196,11 @@ async fn a_stuck_connection_is_not_reused_after_a_timeout(client: Client) {
     // and succeeds well within one timeout. (The lock is ours: the first SET did land.)
     let started = Instant::now();
     let outcome = p.release(&k, a).await.expect("a fresh connection answers");
-    assert_eq!(outcome, ReleaseOutcome::Released, "the timed-out SET ran once");
+    assert_eq!(
+        outcome,
+        ReleaseOutcome::Released,
+        "the timed-out SET ran once"
+    );
     assert!(
         started.elapsed() < TIMEOUT,
         "the retry took {:?}",
@@ -238,7 +242,10 @@ async fn after_a_paused_server_the_next_call_uses_a_new_connection(client: Clien
         started.elapsed()
     );
     let after = sender_of(&monitor, "set");
-    assert_ne!(before, after, "the call after the timeout used a new connection");
+    assert_ne!(
+        before, after,
+        "the call after the timeout used a new connection"
+    );
     p.release(&k, b).await.unwrap();
 }
 

@@ -99,9 +99,13 @@ fn make_builder(config: Config, timeout: Duration) -> Builder {
             // One write per command. fred would otherwise write a command again after a
             // reconnect when its connection closed with the command in flight, though the
             // first write may have been executed: the caller could not tell, and the retry
-            // could outlive the command timeout. (Redirects are counted separately, by
-            // `max_redirections`, and still followed.)
+            // could outlive the command timeout.
             conn.max_command_attempts = 1;
+            // fred counts following a redirect as another write attempt, so it cannot follow
+            // one here. It still refreshes its slot map on `MOVED`, then fails the command
+            // with "too many redirections": the command was not executed, and `Fred::run`
+            // sends it again, within the command timeout.
+            conn.max_redirections = 0;
             conn.reconnect_errors = vec![
                 fred::types::config::ReconnectError::ClusterDown,
                 fred::types::config::ReconnectError::Loading,
@@ -293,9 +297,11 @@ async fn run_on(client: &FredClient, cmds: &[Command<'_>]) -> Result<Vec<Reply>,
 }
 
 fn custom(cmd: &Command<'_>) -> (CustomCommand, Vec<Value>) {
-    // The key's offset among the arguments decides the slot.
-    let hash = match cmd.key_index {
-        Some(i) => ClusterHash::Offset(i),
+    // The slot is computed here: fred 10 honours only `ClusterHash::Custom` on a custom
+    // command and otherwise hashes the first string argument, which for `EVALSHA` is the
+    // script's SHA (a wrong node, a `MOVED` and a second round trip on every script call).
+    let hash = match cmd.key_index.and_then(|i| cmd.args().get(i)) {
+        Some(key) => ClusterHash::Custom(fred::util::redis_keyslot(key)),
         None => ClusterHash::Random,
     };
     // One buffer for all arguments, handed out as shared slices: one allocation per command
@@ -319,7 +325,29 @@ impl Transport for Fred {
             let i = self.next.fetch_add(1, Ordering::Relaxed);
             let slot = &self.slots[i % self.slots.len()];
             let (generation, client) = slot.client();
-            let result = run_on(&client, cmds).await;
+            let deadline = tokio::time::Instant::now() + self.timeout;
+            let attempts = async {
+                let mut pause = Duration::from_millis(5);
+                loop {
+                    match run_on(&client, cmds).await {
+                        // Refused, not executed (a Cluster redirect or reconfiguration):
+                        // safe to send again once fred has refreshed its slot map.
+                        Err(f)
+                            if f.not_executed()
+                                && tokio::time::Instant::now() + pause < deadline =>
+                        {
+                            tokio::time::sleep(pause).await;
+                            pause = (pause * 2).min(Duration::from_millis(100));
+                        }
+                        other => return other,
+                    }
+                }
+            };
+            // fred's command timeout bounds each attempt; this bounds them together.
+            let result = match tokio::time::timeout_at(deadline, attempts).await {
+                Ok(result) => result,
+                Err(_) => Err(Fault::Timeout("no answer in time".to_owned())),
+            };
             // A broken connection is redialled by fred before anything else is written to
             // it; a stuck one is not noticed by fred at all.
             if let Err(Fault::Timeout(_)) = &result {
@@ -413,6 +441,10 @@ fn fault(err: Error) -> Fault {
             Fault::Server(text)
         }
         ErrorKind::Cluster if looks_like_reply(&text) => Fault::Server(text),
+        // A `MOVED`/`ASK` reply fred did not follow (`max_redirections = 0`).
+        ErrorKind::Routing if text.starts_with("Too many redirections") => {
+            Fault::Server(format!("MOVED or ASK, not followed: {text}"))
+        }
         _ => Fault::Unavailable(format!("{:?}: {text}", err.kind())),
     }
 }

@@ -570,7 +570,7 @@ impl ClusterSlot {
                     // Refused without being executed, and redis-rs is refreshing its slot
                     // map: sending it again cannot run it twice.
                     Err(f)
-                        if not_executed(&f) && tokio::time::Instant::now() + pause < deadline =>
+                        if f.not_executed() && tokio::time::Instant::now() + pause < deadline =>
                     {
                         tokio::time::sleep(pause).await;
                         pause = (pause * 2).min(Duration::from_millis(100));
@@ -589,17 +589,6 @@ impl ClusterSlot {
             forget(&self.current, generation);
         }
         result
-    }
-}
-
-/// Error replies that prove the command was not executed.
-fn not_executed(fault: &Fault) -> bool {
-    match fault {
-        Fault::Server(text) => {
-            let code = text.split_whitespace().next().unwrap_or("");
-            matches!(code, "MOVED" | "TRYAGAIN" | "CLUSTERDOWN")
-        }
-        _ => false,
     }
 }
 

@@ -225,13 +225,15 @@ impl RedisProviderBuilder {
         let checks = CheckOptions {
             allow_eviction: options.allow_eviction,
         };
-        let connecting = async {
+        // Boxed (it runs once per provider): unboxed, the nested connect futures of both
+        // client libraries overflow the compiler's query depth limit under clippy.
+        let connecting = Box::pin(async {
             let transport = connect_transport(&options, watch.clone())
                 .await
                 .map_err(|fault| fault.into_backend(&context))?;
             server_checks::check_at_connect(&*transport, checks, &address).await?;
             Ok::<_, BackendError>(transport)
-        };
+        });
         let transport = match tokio::time::timeout(timeout * 3, connecting).await {
             Ok(Ok(transport)) => transport,
             Ok(Err(err)) => {

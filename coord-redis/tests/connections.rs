@@ -35,6 +35,8 @@ struct Proxy {
 struct Control {
     /// Connection ids are handed out in accept order.
     next: AtomicU64,
+    /// Connections open now.
+    open: AtomicU64,
     /// Connections with a lower id no longer get replies (requests still reach the server).
     frozen_below: AtomicU64,
     /// Connections with a lower id forward their next request, then close without passing
@@ -52,7 +54,12 @@ impl Proxy {
             while let Ok((client, _)) = listener.accept().await {
                 let id = shared.next.fetch_add(1, Ordering::SeqCst);
                 let server = TcpStream::connect(("127.0.0.1", upstream)).await.unwrap();
-                tokio::spawn(pipe(client, server, id, shared.clone()));
+                shared.open.fetch_add(1, Ordering::SeqCst);
+                let ctl = shared.clone();
+                tokio::spawn(async move {
+                    pipe(client, server, id, ctl.clone()).await;
+                    ctl.open.fetch_sub(1, Ordering::SeqCst);
+                });
             }
         });
         Proxy { port, ctl }
@@ -65,6 +72,11 @@ impl Proxy {
     /// Connections accepted so far.
     fn accepted(&self) -> u64 {
         self.ctl.next.load(Ordering::SeqCst)
+    }
+
+    /// Connections open now (closed by either side: gone).
+    fn open(&self) -> u64 {
+        self.ctl.open.load(Ordering::SeqCst)
     }
 
     fn freeze_open_connections(&self) {
@@ -208,6 +220,13 @@ async fn a_stuck_connection_is_not_reused_after_a_timeout(client: Client) {
     );
     assert!(proxy.accepted() > dialled, "a new connection was made");
     round(&p).await;
+    // The stuck connection is closed, not kept open beside its replacement.
+    until(
+        "the stuck connection to close",
+        Duration::from_secs(10),
+        || proxy.open() == dialled,
+    )
+    .await;
 }
 
 async fn after_a_paused_server_the_next_call_uses_a_new_connection(client: Client) {

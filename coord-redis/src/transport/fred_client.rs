@@ -29,7 +29,7 @@ use fred::prelude::{
     Builder, ClientLike, Config, EventInterface, PubsubInterface, ReconnectPolicy, Server,
     ServerConfig, Value,
 };
-use fred::types::{ClusterHash, CustomCommand};
+use fred::types::{ClusterHash, ConnectHandle, CustomCommand};
 use tokio::sync::{broadcast, watch};
 
 use super::{Command, Fault, NodeReplies, Reply, Subscriber, SubscriberEvents, Transport};
@@ -59,15 +59,19 @@ pub(crate) async fn connect(
         let client = builder.build().map_err(fault)?;
         let watcher = watch_reconnections(&client, &watch, clustered);
         // With `fail_fast`, a failed first connection also stops fred's connection task.
-        if let Err(err) = client.init().await {
-            watcher.abort();
-            return Err(fault(err));
-        }
+        let driver = match client.init().await {
+            Ok(driver) => driver,
+            Err(err) => {
+                watcher.abort();
+                return Err(fault(err));
+            }
+        };
         slots.push(FredSlot {
             current: Mutex::new(Current {
                 client,
                 generation: 0,
                 watcher,
+                driver: Some(driver),
             }),
             generations: AtomicU64::new(0),
         });
@@ -222,18 +226,32 @@ struct Current {
     client: FredClient,
     generation: u64,
     watcher: tokio::task::JoinHandle<()>,
+    /// fred's connection task for `client`.
+    driver: Option<ConnectHandle>,
 }
 
 impl Drop for Current {
     fn drop(&mut self) {
         self.watcher.abort();
-        // fred's connection tasks reconnect forever: stop them with the client. (A command
-        // still waiting on this client fails, which is what its caller's timeout said.)
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let client = self.client.clone();
-            runtime.spawn(async move {
-                let _ = client.quit().await;
-            });
+        // fred's connection task reconnects forever, and ignores a `QUIT` that timed out
+        // (as it does on a stuck connection): ask politely, which gives commands still in
+        // flight one command timeout, then stop the task.
+        let driver = self.driver.take();
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                let client = self.client.clone();
+                runtime.spawn(async move {
+                    let _ = client.quit().await;
+                    if let Some(driver) = driver {
+                        driver.abort();
+                    }
+                });
+            }
+            Err(_) => {
+                if let Some(driver) = driver {
+                    driver.abort();
+                }
+            }
         }
     }
 }
@@ -263,7 +281,7 @@ impl Fred {
             let watcher = watch_reconnections(&client, &self.watch, self.clustered);
             // Connects in the background; commands sent meanwhile wait for the connection,
             // within their own timeout.
-            drop(client.connect());
+            let driver = client.connect();
             let generation = slot.generations.fetch_add(1, Ordering::Relaxed) + 1;
             std::mem::replace(
                 &mut *current,
@@ -271,6 +289,7 @@ impl Fred {
                     client,
                     generation,
                     watcher,
+                    driver: Some(driver),
                 },
             )
         };

@@ -17,11 +17,13 @@ use coord_core::{BackendError, BackendErrorKind};
 #[non_exhaustive]
 pub enum Client {
     /// The `redis` crate (redis-rs): a multiplexed connection per pooled slot, redialled
-    /// when it closes, its cluster client, and its Sentinel client for master discovery.
+    /// when it closes or a call on it fails or times out, its cluster client (with its own
+    /// retries off), and its Sentinel client for master discovery.
     #[cfg(feature = "redis-client")]
     RedisRs,
-    /// The `fred` crate: a client pool with fred's own reconnection, Sentinel and Cluster
-    /// support.
+    /// The `fred` crate: one fred client per pooled slot, with fred's own reconnection,
+    /// Sentinel and Cluster support, one write attempt per command, and a new client in
+    /// place of one whose command timed out.
     #[cfg(feature = "fred")]
     Fred,
 }

@@ -382,11 +382,10 @@ impl RedisProvider {
     /// (re)connected to answered with a different `run_id` than before. Each one is also
     /// logged at error level, with what it means for held locks and in-flight records.
     ///
-    /// A restart is noticed when a connection to the node is made again (after the old one
-    /// broke, timed out, or was closed by the restart), so it may show up only after the
-    /// first call that follows it. Not noticed: restarts of a node whose `INFO` the ACL
-    /// refuses, and restarts while no connection to the node was lost in between (which a
-    /// restart always causes). A Sentinel failover to another node is not a restart.
+    /// A restart closes every connection to the node; it is noticed when a connection is made
+    /// again, so it may show up only shortly after the first call that follows it (with fred,
+    /// which redials on its own, usually before). Not noticed: restarts of a node whose
+    /// `INFO` the ACL refuses. A Sentinel failover to another node is not a restart.
     pub fn server_restarts(&self) -> u64 {
         self.inner.watch.restarts()
     }

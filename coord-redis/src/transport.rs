@@ -169,8 +169,9 @@ pub(crate) trait Transport: Send + Sync + 'static {
 
     /// Sends the keyless `cmd` to every data node this transport sends commands to (the one
     /// server, Sentinel's current master, every Cluster master) and returns each node's
-    /// address (`host:port`) with its reply or error reply. Fails as a whole only when no
-    /// node could be asked. Bounded by the command timeout.
+    /// address (`host:port`) with its reply or error reply. Fails as a whole when a node
+    /// cannot be reached or does not answer; each node's answer is bounded by the command
+    /// timeout. (Used at connect, which bounds the whole.)
     fn each_node<'a>(&'a self, cmd: Command<'a>) -> BoxFuture<'a, Result<NodeReplies, Fault>>;
 
     /// Starts the shared subscriber connection. It connects in the background, reconnects on

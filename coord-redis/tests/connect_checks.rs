@@ -281,3 +281,60 @@ async fn every_cluster_master_is_checked() {
         );
     }
 }
+
+/// A restarted Cluster master is noticed too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_master_restart_is_detected() {
+    sink();
+    let mut cluster = coord_redis::testing::RedisCluster::start(3);
+    let providers: Vec<(Client, RedisProvider)> = {
+        let mut out = Vec::new();
+        for client in clients() {
+            let p = RedisProvider::cluster(cluster.urls())
+                .client(client)
+                .command_timeout(Duration::from_millis(500))
+                .connect()
+                .await
+                .unwrap_or_else(|e| panic!("{client:?}: {e}"));
+            out.push((client, p));
+        }
+        out
+    };
+    // A key whose slot the restarted node owns.
+    let k = "restart:op:part";
+    let owner = cluster.node_for(&redis_key(k, "lock")).port();
+    let index = cluster
+        .nodes()
+        .iter()
+        .position(|n| n.port() == owner)
+        .unwrap();
+    for (_, p) in &providers {
+        works(p).await;
+        assert_eq!(p.server_restarts(), 0);
+    }
+
+    cluster.node_mut(index).restart();
+    for (client, p) in &providers {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let a = OwnerToken::new();
+            match p.acquire(lock(k, a, LONG, Duration::ZERO)).await {
+                Ok(Some(_)) => {
+                    p.release(k, a).await.unwrap();
+                    break;
+                }
+                Ok(None) => panic!("{client:?}: nobody holds it"),
+                Err(err) => assert!(Instant::now() < deadline, "{client:?}: {err}"),
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        until(
+            "the cluster restart to be noticed",
+            Duration::from_secs(10),
+            || p.server_restarts() == 1,
+        )
+        .await;
+    }
+    // One error line per provider, naming the node.
+    assert_eq!(logged(owner, "restarted").len(), providers.len());
+}

@@ -17,11 +17,13 @@ use coord_core::{BackendError, BackendErrorKind};
 #[non_exhaustive]
 pub enum Client {
     /// The `redis` crate (redis-rs): a multiplexed connection per pooled slot, redialled
-    /// when it closes, its cluster client, and its Sentinel client for master discovery.
+    /// when it closes or a call on it fails or times out, its cluster client (with its own
+    /// retries off), and its Sentinel client for master discovery.
     #[cfg(feature = "redis-client")]
     RedisRs,
-    /// The `fred` crate: a client pool with fred's own reconnection, Sentinel and Cluster
-    /// support.
+    /// The `fred` crate: one fred client per pooled slot, with fred's own reconnection,
+    /// Sentinel and Cluster support, one write attempt per command, and a new client in
+    /// place of one whose command timed out.
     #[cfg(feature = "fred")]
     Fred,
 }
@@ -66,6 +68,8 @@ pub(crate) struct Options {
     pub(crate) password: Option<String>,
     /// Logical database for the data nodes behind Sentinel.
     pub(crate) database: Option<u8>,
+    /// Connect even to servers whose `maxmemory-policy` may evict coord's keys.
+    pub(crate) allow_eviction: bool,
 }
 
 impl Options {
@@ -242,10 +246,15 @@ impl Endpoint {
 
     /// `host:port`, the form used in messages.
     pub(crate) fn display(&self) -> String {
-        if self.host.contains(':') {
-            format!("[{}]:{}", self.host, self.port)
+        Endpoint::display_parts(&self.host, self.port)
+    }
+
+    /// `host:port` (`[v6]:port` for an IPv6 address).
+    pub(crate) fn display_parts(host: &str, port: u16) -> String {
+        if host.contains(':') {
+            format!("[{host}]:{port}")
         } else {
-            format!("{}:{}", self.host, self.port)
+            format!("{host}:{port}")
         }
     }
 }
@@ -304,6 +313,7 @@ mod tests {
             username: None,
             password: None,
             database: None,
+            allow_eviction: false,
         };
         let secrets = opts.secrets();
         assert_eq!(scrub("x p@ss y p%40ss", &secrets), "x *** y ***");

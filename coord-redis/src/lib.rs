@@ -66,6 +66,50 @@
 //! the server clock has moved on by at least that long, the next token still exceeds every
 //! earlier one. (A server clock set back by more than that window would break this.)
 //!
+//! ## Connections and faults
+//! **One send per command.** Every command coord sends goes out once per call: neither client
+//! library resends it on its own after it may have reached the server. fred is configured
+//! with one write attempt per command (by default it writes a command again after a
+//! reconnect when its connection closed with the command in flight); redis-rs's Cluster
+//! client runs with its retries off (by default it resends after I/O errors). A reply lost
+//! that way (a timeout, a connection closed mid-command) reaches the caller as an error of
+//! kind `Timeout` or `Unavailable`, and the outcome is then unknown: the command may or may
+//! not have run, once. The only resends are after Cluster replies that prove the command was
+//! not executed (`MOVED`, `TRYAGAIN`, `CLUSTERDOWN`), within the same command timeout. An
+//! `ASK` (a slot in mid-migration) is not followed: the call fails as `Unavailable`.
+//!
+//! **A fresh connection after an ambiguous fault.** After a call times out or its connection
+//! breaks, that connection is not used for the next call, which goes out on a newly made
+//! one, so a retry or a cleanup never queues behind a reply that may never come. (redis-rs:
+//! the connection slot is emptied and redialled on the next call; fred: the timed-out client
+//! is replaced and closed in the background, and fred itself redials a broken connection
+//! before writing anything else to it.)
+//!
+//! **Checks at connect.** On every data node the provider sends commands to (the one
+//! server, the master Sentinel names, every Cluster master), `connect` reads
+//! `maxmemory-policy`, `appendonly` and `save`:
+//! * a policy other than `noeviction` refuses the connection (kind `Config`, naming the node,
+//!   the policy and the fix), unless the builder says
+//!   [`allow_eviction(true)`](RedisProviderBuilder::allow_eviction): any other policy lets
+//!   Redis delete a held lock or an idempotency record under memory pressure;
+//! * persistence off (`appendonly no` and no `save` points) logs a warning: a restart forgets
+//!   every lock and record;
+//! * where `CONFIG` is disabled or not permitted (managed services, an ACL without
+//!   `+config`), one warning per provider says what could not be checked, and the provider
+//!   connects.
+//!
+//! Replicas behind Sentinel, and nodes that join a Cluster later, are not checked.
+//!
+//! **Server restarts.** Each time a connection to a data node is made (at connect and every
+//! redial), the provider reads the node's `run_id` from `INFO server`. A different run id
+//! than before on the same address means the server restarted: it is logged at error level,
+//! once per restart, with what it means for held locks and in-flight records, and counted by
+//! [`RedisProvider::server_restarts`]. A restart closes every connection, so it is noticed at
+//! the latest by the first call after it. With redis-rs on a Cluster, the run ids of all
+//! masters are read whenever the cluster connection is made again (after a call on it failed
+//! or timed out); with fred, on every (re)connection fred makes to a node. A Sentinel
+//! failover to another node is not a restart (the address differs).
+//!
 //! ## Features
 //! * `redis-client` (default): the `redis` crate as the client.
 //! * `fred`: the `fred` crate as the client, chosen with
@@ -82,6 +126,7 @@ mod encode;
 mod keys;
 mod provider;
 mod scripts;
+mod server_checks;
 mod transport;
 mod waiters;
 

@@ -14,6 +14,7 @@ use crate::config::{Client, Endpoint, Options, Topology, scrub};
 use crate::encode::{Decimal, TokenText};
 use crate::keys::Names;
 use crate::scripts::{self, Script};
+use crate::server_checks::{self, CheckOptions, ServerWatch};
 use crate::transport::{Command, Fault, Reply, Transport};
 use crate::waiters::{Hub, Wake, Woken};
 
@@ -127,6 +128,8 @@ struct Inner {
     address: String,
     secrets: Vec<String>,
     client: Client,
+    /// Run ids of the nodes, and the restarts seen.
+    watch: Arc<ServerWatch>,
 }
 
 impl std::fmt::Debug for RedisProvider {
@@ -171,6 +174,7 @@ impl RedisProviderBuilder {
                 username: None,
                 password: None,
                 database: None,
+                allow_eviction: false,
             },
         }
     }
@@ -214,9 +218,27 @@ impl RedisProviderBuilder {
         self
     }
 
-    /// Connects. Fails with a [`BackendError`] of kind `Config` for bad settings, or
+    /// Connect even when a server's `maxmemory-policy` lets Redis evict coord's keys.
+    /// Default: `false`, and connecting to such a server fails with kind `Config`.
+    ///
+    /// Under memory pressure, any policy other than `noeviction` may delete a held lock (a
+    /// second caller then enters the section) or an idempotency record (the operation may
+    /// run again). Allow it only where memory never runs out, or where that is acceptable; a
+    /// warning is logged at connect either way.
+    pub fn allow_eviction(mut self, allow: bool) -> Self {
+        self.options.allow_eviction = allow;
+        self
+    }
+
+    /// Connects, then checks the servers' settings. Gives up after three command timeouts.
+    ///
+    /// Fails with a [`BackendError`] of kind `Config` for bad settings, or
     /// `Unavailable`/`Timeout` when the server cannot be reached; the message names the
-    /// address, never a password. Gives up after three command timeouts.
+    /// address, never a password. Also fails with kind `Config` when a data node's
+    /// `maxmemory-policy` is not `noeviction`, unless [`allow_eviction`](Self::allow_eviction)
+    /// says otherwise. Logs a warning (and connects) when persistence is off (`appendonly
+    /// no` and no `save` points), or when the settings cannot be read (`CONFIG` disabled or
+    /// not permitted, as on managed services).
     pub async fn connect(self) -> Result<RedisProvider, BackendError> {
         let options = self.options;
         let address = options.describe();
@@ -224,11 +246,22 @@ impl RedisProviderBuilder {
         validate(&options)?;
         let timeout = options.command_timeout;
         let context = format!("connecting to Redis at {address}");
-        let connecting = connect_transport(&options);
+        let watch = Arc::new(ServerWatch::new(address.clone()));
+        let checks = CheckOptions {
+            allow_eviction: options.allow_eviction,
+        };
+        // Boxed (it runs once per provider): unboxed, the nested connect futures of both
+        // client libraries overflow the compiler's query depth limit under clippy.
+        let connecting = Box::pin(async {
+            let transport = connect_transport(&options, watch.clone())
+                .await
+                .map_err(|fault| fault.into_backend(&context))?;
+            server_checks::check_at_connect(&*transport, checks, &address).await?;
+            Ok::<_, BackendError>(transport)
+        });
         let transport = match tokio::time::timeout(timeout * 3, connecting).await {
             Ok(Ok(transport)) => transport,
-            Ok(Err(fault)) => {
-                let err = fault.into_backend(&context);
+            Ok(Err(err)) => {
                 return Err(BackendError::new(
                     err.kind(),
                     scrub(err.message(), &secrets),
@@ -249,6 +282,7 @@ impl RedisProviderBuilder {
                 address,
                 secrets,
                 client: options.client,
+                watch,
             }),
         })
     }
@@ -289,12 +323,15 @@ fn validate(options: &Options) -> Result<(), BackendError> {
     Ok(())
 }
 
-async fn connect_transport(options: &Options) -> Result<Arc<dyn Transport>, Fault> {
+async fn connect_transport(
+    options: &Options,
+    watch: Arc<ServerWatch>,
+) -> Result<Arc<dyn Transport>, Fault> {
     match options.client {
         #[cfg(feature = "redis-client")]
-        Client::RedisRs => crate::transport::redis_rs::connect(options).await,
+        Client::RedisRs => crate::transport::redis_rs::connect(options, watch).await,
         #[cfg(feature = "fred")]
-        Client::Fred => crate::transport::fred_client::connect(options).await,
+        Client::Fred => crate::transport::fred_client::connect(options, watch).await,
     }
 }
 
@@ -364,6 +401,18 @@ impl RedisProvider {
     /// The client library in use.
     pub fn client(&self) -> Client {
         self.inner.client
+    }
+
+    /// How many server restarts this provider has noticed: each time a data node it
+    /// (re)connected to answered with a different `run_id` than before. Each one is also
+    /// logged at error level, with what it means for held locks and in-flight records.
+    ///
+    /// A restart closes every connection to the node; it is noticed when a connection is made
+    /// again, so it may show up only shortly after the first call that follows it (with fred,
+    /// which redials on its own, usually before). Not noticed: restarts of a node whose
+    /// `INFO` the ACL refuses. A Sentinel failover to another node is not a restart.
+    pub fn server_restarts(&self) -> u64 {
+        self.inner.watch.restarts()
     }
 }
 

@@ -589,6 +589,12 @@ impl RedisCluster {
         &self.nodes
     }
 
+    /// The node at `index`, to pause, resume or restart it. A restarted node keeps its
+    /// cluster identity and slots (its `nodes.conf` survives), not its data.
+    pub fn node_mut(&mut self, index: usize) -> &mut RedisServer {
+        &mut self.nodes[index]
+    }
+
     /// Every node's URL, to use as seeds.
     pub fn urls(&self) -> Vec<String> {
         self.nodes.iter().map(RedisServer::url).collect()

@@ -107,6 +107,19 @@ impl Fault {
         matches!(self, Fault::Server(text) if text.starts_with("NOSCRIPT"))
     }
 
+    /// True for the Cluster error replies that prove the command was not executed (`MOVED`:
+    /// another node owns the slot; `TRYAGAIN`, `CLUSTERDOWN`: refused for now). Sending such
+    /// a command again cannot run it twice.
+    pub(crate) fn not_executed(&self) -> bool {
+        match self {
+            Fault::Server(text) => {
+                let code = text.split_whitespace().next().unwrap_or("");
+                matches!(code, "MOVED" | "TRYAGAIN" | "CLUSTERDOWN")
+            }
+            _ => false,
+        }
+    }
+
     /// The provider-level error. Error replies that say "not now" (loading, failover, cluster
     /// reconfiguration, a busy script) are availability problems; `OOM` (a server at its
     /// `maxmemory` under `noeviction`) is [`BackendErrorKind::OutOfMemory`], which goes away
@@ -140,6 +153,9 @@ impl Fault {
     }
 }
 
+/// One reply (or error reply) per node, with the node's `host:port`.
+pub(crate) type NodeReplies = Vec<(String, Result<Reply, Fault>)>;
+
 /// A client library behind the provider.
 pub(crate) trait Transport: Send + Sync + 'static {
     /// Sends `cmds` in one round trip (a pipeline when more than one) and returns one reply
@@ -147,7 +163,24 @@ pub(crate) trait Transport: Send + Sync + 'static {
     ///
     /// Resolves within the command timeout, including any time spent making a connection:
     /// the provider adds no timer of its own on the path every lock takes.
+    ///
+    /// Each command goes out once: no client library behind this trait resends a command on
+    /// its own after it may have reached the server (a timeout, a connection that closed with
+    /// the command in flight). Only replies that prove the command was not executed
+    /// (`MOVED`, `TRYAGAIN`, `CLUSTERDOWN` from a Cluster) are followed by a resend, within
+    /// the same timeout.
+    ///
+    /// After a call times out or its connection breaks, that connection is not used again:
+    /// the next call goes out on a freshly made one, so it never queues behind a reply that
+    /// may never come.
     fn run<'a>(&'a self, cmds: &'a [Command<'a>]) -> BoxFuture<'a, Result<Vec<Reply>, Fault>>;
+
+    /// Sends the keyless `cmd` to every data node this transport sends commands to (the one
+    /// server, Sentinel's current master, every Cluster master) and returns each node's
+    /// address (`host:port`) with its reply or error reply. Fails as a whole when a node
+    /// cannot be reached or does not answer; each node's answer is bounded by the command
+    /// timeout. (Used at connect, which bounds the whole.)
+    fn each_node<'a>(&'a self, cmd: Command<'a>) -> BoxFuture<'a, Result<NodeReplies, Fault>>;
 
     /// Starts the shared subscriber connection. It connects in the background, reconnects on
     /// its own, and reports messages and reconnections to `events`.

@@ -1,34 +1,95 @@
 //! The transport over the `fred` crate.
 //!
-//! A fred client pool carries commands; fred handles reconnection, Sentinel master discovery
-//! (and re-discovery after a failover: the demoted master's clients are disconnected by
-//! Sentinel, and `READONLY` replies also trigger a reconnect) and Cluster routing. Commands
-//! are sent as custom commands with an explicit key position, so Cluster routing never
-//! depends on fred knowing the command.
+//! A pool of fred clients (one per slot, round-robin) carries commands; fred handles
+//! reconnection, Sentinel master discovery (and re-discovery after a failover: the demoted
+//! master's clients are disconnected by Sentinel, and `READONLY` replies also trigger a
+//! reconnect) and Cluster routing. Commands are sent as custom commands with an explicit key
+//! position, so Cluster routing never depends on fred knowing the command.
+//!
+//! Each command is written once (`max_command_attempts = 1`): a command whose connection
+//! closes while it is in flight fails instead of being sent again after the reconnect. A
+//! command that times out leaves its client's connection behind: the slot is given a new
+//! client (new connections), and the old one is closed in the background, so the next call
+//! never queues behind the stuck reply.
+//!
+//! Every (re)connection fred reports is checked with `INFO server` on that node: a changed
+//! run id means the server restarted, which the [`ServerWatch`] logs and counts.
 //!
 //! The subscriber is a fred subscriber client built from the same settings.
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use coord_core::BoxFuture;
 use fred::bytes::BytesMut;
-use fred::clients::{Pool, SubscriberClient};
+use fred::clients::{Client as FredClient, SubscriberClient};
 use fred::error::{Error, ErrorKind};
 use fred::prelude::{
     Builder, ClientLike, Config, EventInterface, PubsubInterface, ReconnectPolicy, Server,
     ServerConfig, Value,
 };
-use fred::types::{ClusterHash, CustomCommand};
+use fred::types::{ClusterHash, ConnectHandle, CustomCommand};
 use tokio::sync::{broadcast, watch};
 
-use super::{Command, Fault, Reply, Subscriber, SubscriberEvents, Transport};
+use super::{Command, Fault, NodeReplies, Reply, Subscriber, SubscriberEvents, Transport};
 use crate::config::{Endpoint, Options, Topology};
+use crate::server_checks::{ServerWatch, info_server};
 
-/// Connects as `options` say.
-pub(crate) async fn connect(options: &Options) -> Result<Arc<dyn Transport>, Fault> {
+/// Connects as `options` say, reporting every node's run id to `watch`.
+pub(crate) async fn connect(
+    options: &Options,
+    watch: Arc<ServerWatch>,
+) -> Result<Arc<dyn Transport>, Fault> {
     let timeout = options.command_timeout;
     let config = config(options)?;
+    let clustered = matches!(options.topology, Topology::Cluster(_));
+    let builder = make_builder(config.clone(), timeout);
+    // A client that replaces one whose command timed out keeps trying to connect in the
+    // background (no `fail_fast`): the server may well be away for a while.
+    let replacements = make_builder(
+        Config {
+            fail_fast: false,
+            ..config
+        },
+        timeout,
+    );
+    let mut slots = Vec::with_capacity(options.pool_size);
+    for _ in 0..options.pool_size {
+        let client = builder.build().map_err(fault)?;
+        let watcher = watch_reconnections(&client, &watch, clustered);
+        // With `fail_fast`, a failed first connection also stops fred's connection task.
+        let driver = match client.init().await {
+            Ok(driver) => driver,
+            Err(err) => {
+                watcher.abort();
+                return Err(fault(err));
+            }
+        };
+        slots.push(FredSlot {
+            current: Mutex::new(Current {
+                client,
+                generation: 0,
+                watcher,
+                driver: Some(driver),
+            }),
+            generations: AtomicU64::new(0),
+        });
+    }
+    let subscriber = builder.build_subscriber_client().map_err(fault)?;
+    Ok(Arc::new(Fred {
+        slots,
+        next: AtomicUsize::new(0),
+        replacements,
+        subscriber: Some(subscriber),
+        timeout,
+        watch,
+        clustered,
+    }))
+}
+
+/// The builder every client of the transport comes from.
+fn make_builder(config: Config, timeout: Duration) -> Builder {
     let mut builder = Builder::from_config(config);
     builder
         .with_performance_config(|perf| {
@@ -39,10 +100,16 @@ pub(crate) async fn connect(options: &Options) -> Result<Arc<dyn Transport>, Fau
         .with_connection_config(|conn| {
             conn.connection_timeout = timeout;
             conn.internal_command_timeout = timeout;
-            // fred may send a command again after a reconnect (and must, to follow Cluster
-            // topology changes). Every coord write is owner-checked, so a repeated one
-            // changes nothing; at worst it reports `NotHeld`/`false` for a write that landed.
-            conn.max_command_attempts = 3;
+            // One write per command. fred would otherwise write a command again after a
+            // reconnect when its connection closed with the command in flight, though the
+            // first write may have been executed: the caller could not tell, and the retry
+            // could outlive the command timeout.
+            conn.max_command_attempts = 1;
+            // fred counts following a redirect as another write attempt, so it cannot follow
+            // one here. It still refreshes its slot map on `MOVED`, then fails the command
+            // with "too many redirections": the command was not executed, and `Fred::run`
+            // sends it again, within the command timeout.
+            conn.max_redirections = 0;
             conn.reconnect_errors = vec![
                 fred::types::config::ReconnectError::ClusterDown,
                 fred::types::config::ReconnectError::Loading,
@@ -50,15 +117,44 @@ pub(crate) async fn connect(options: &Options) -> Result<Arc<dyn Transport>, Fau
             ];
         })
         .set_policy(ReconnectPolicy::new_exponential(0, 10, 250, 2));
-    let pool = builder.build_pool(options.pool_size).map_err(fault)?;
-    // With `fail_fast`, a failed first connection also stops fred's connection task.
-    pool.init().await.map_err(fault)?;
-    let subscriber = builder.build_subscriber_client().map_err(fault)?;
-    Ok(Arc::new(Fred {
-        pool,
-        subscriber: Some(subscriber),
-        timeout,
-    }))
+    builder
+}
+
+/// Checks the run id of every node `client` (re)connects to, for as long as the returned
+/// task runs.
+fn watch_reconnections(
+    client: &FredClient,
+    watch: &Arc<ServerWatch>,
+    clustered: bool,
+) -> tokio::task::JoinHandle<()> {
+    // Subscribed before the client connects, so its first connection is seen too.
+    let mut reconnects = client.reconnect_rx();
+    let (client, watch) = (client.clone(), watch.clone());
+    tokio::spawn(async move {
+        loop {
+            match reconnects.recv().await {
+                Ok(server) => {
+                    let node = Endpoint::display_parts(&server.host, server.port);
+                    let (cmd, args) = custom(&info_server());
+                    let info: Result<Value, Error> = if clustered {
+                        client.with_cluster_node(server).custom(cmd, args).await
+                    } else {
+                        client.custom(cmd, args).await
+                    };
+                    match info.map_err(fault).and_then(reply) {
+                        Ok(info) => {
+                            watch.observe_info(&node, &info);
+                        }
+                        Err(err) => {
+                            tracing::debug!(node, error = ?err, "coord-redis: INFO server failed");
+                        }
+                    }
+                }
+                Err(broadcast::error::RecvError::Lagged(_)) => {}
+                Err(broadcast::error::RecvError::Closed) => return,
+            }
+        }
+    })
 }
 
 fn config(options: &Options) -> Result<Config, Fault> {
@@ -110,27 +206,121 @@ fn config(options: &Options) -> Result<Config, Fault> {
 }
 
 struct Fred {
-    pool: Pool,
+    slots: Vec<FredSlot>,
+    next: AtomicUsize,
+    /// Makes the clients that replace timed-out ones.
+    replacements: Builder,
     subscriber: Option<SubscriberClient>,
     timeout: Duration,
+    watch: Arc<ServerWatch>,
+    clustered: bool,
 }
 
-impl Drop for Fred {
+/// One client of the pool, replaced after a command on it timed out.
+struct FredSlot {
+    current: Mutex<Current>,
+    generations: AtomicU64,
+}
+
+struct Current {
+    client: FredClient,
+    generation: u64,
+    watcher: tokio::task::JoinHandle<()>,
+    /// fred's connection task for `client`.
+    driver: Option<ConnectHandle>,
+}
+
+impl Drop for Current {
     fn drop(&mut self) {
-        // fred's connection tasks reconnect forever: stop them with the provider.
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let pool = self.pool.clone();
-            runtime.spawn(async move {
-                let _ = pool.quit().await;
-            });
+        self.watcher.abort();
+        // fred's connection task reconnects forever, and ignores a `QUIT` that timed out
+        // (as it does on a stuck connection): ask politely, which gives commands still in
+        // flight one command timeout, then stop the task.
+        let driver = self.driver.take();
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                let client = self.client.clone();
+                runtime.spawn(async move {
+                    let _ = client.quit().await;
+                    if let Some(driver) = driver {
+                        driver.abort();
+                    }
+                });
+            }
+            Err(_) => {
+                if let Some(driver) = driver {
+                    driver.abort();
+                }
+            }
         }
     }
 }
 
+impl FredSlot {
+    fn client(&self) -> (u64, FredClient) {
+        let current = self.current.lock().unwrap_or_else(|e| e.into_inner());
+        (current.generation, current.client.clone())
+    }
+}
+
+impl Fred {
+    /// Gives `slot` a new client unless it was already replaced since `generation`.
+    fn replace(&self, slot: &FredSlot, generation: u64) {
+        let client = match self.replacements.build() {
+            Ok(client) => client,
+            Err(err) => {
+                tracing::warn!(error = %err, "coord-redis: could not build a new fred client");
+                return;
+            }
+        };
+        let old = {
+            let mut current = slot.current.lock().unwrap_or_else(|e| e.into_inner());
+            if current.generation != generation {
+                return;
+            }
+            let watcher = watch_reconnections(&client, &self.watch, self.clustered);
+            // Connects in the background; commands sent meanwhile wait for the connection,
+            // within their own timeout.
+            let driver = client.connect();
+            let generation = slot.generations.fetch_add(1, Ordering::Relaxed) + 1;
+            std::mem::replace(
+                &mut *current,
+                Current {
+                    client,
+                    generation,
+                    watcher,
+                    driver: Some(driver),
+                },
+            )
+        };
+        tracing::debug!("coord-redis: a command timed out; its connection is replaced");
+        drop(old);
+    }
+}
+
+/// Sends `cmds` on `client`.
+async fn run_on(client: &FredClient, cmds: &[Command<'_>]) -> Result<Vec<Reply>, Fault> {
+    // fred's own command timeout bounds each command, reconnection waits included.
+    if let [one] = cmds {
+        let (cmd, args) = custom(one);
+        let value: Value = client.custom(cmd, args).await.map_err(fault)?;
+        return Ok(vec![reply(value)?]);
+    }
+    let pipeline = client.pipeline();
+    for c in cmds {
+        let (cmd, args) = custom(c);
+        let _: () = pipeline.custom(cmd, args).await.map_err(fault)?;
+    }
+    let values: Vec<Value> = pipeline.all().await.map_err(fault)?;
+    values.into_iter().map(reply).collect()
+}
+
 fn custom(cmd: &Command<'_>) -> (CustomCommand, Vec<Value>) {
-    // The key's offset among the arguments decides the slot.
-    let hash = match cmd.key_index {
-        Some(i) => ClusterHash::Offset(i),
+    // The slot is computed here: fred 10 honours only `ClusterHash::Custom` on a custom
+    // command and otherwise hashes the first string argument, which for `EVALSHA` is the
+    // script's SHA (a wrong node, a `MOVED` and a second round trip on every script call).
+    let hash = match cmd.key_index.and_then(|i| cmd.args().get(i)) {
+        Some(key) => ClusterHash::Custom(fred::util::redis_keyslot(key)),
         None => ClusterHash::Random,
     };
     // One buffer for all arguments, handed out as shared slices: one allocation per command
@@ -151,20 +341,66 @@ fn custom(cmd: &Command<'_>) -> (CustomCommand, Vec<Value>) {
 impl Transport for Fred {
     fn run<'a>(&'a self, cmds: &'a [Command<'a>]) -> BoxFuture<'a, Result<Vec<Reply>, Fault>> {
         Box::pin(async move {
-            let client = self.pool.next();
-            // fred's own command timeout bounds each command, reconnection waits included.
-            if let [one] = cmds {
-                let (cmd, args) = custom(one);
-                let value: Value = client.custom(cmd, args).await.map_err(fault)?;
-                return Ok(vec![reply(value)?]);
+            let i = self.next.fetch_add(1, Ordering::Relaxed);
+            let slot = &self.slots[i % self.slots.len()];
+            let (generation, client) = slot.client();
+            let deadline = tokio::time::Instant::now() + self.timeout;
+            let attempts = async {
+                let mut pause = Duration::from_millis(5);
+                loop {
+                    match run_on(&client, cmds).await {
+                        // Refused, not executed (a Cluster redirect or reconfiguration):
+                        // safe to send again once fred has refreshed its slot map.
+                        Err(f)
+                            if f.not_executed()
+                                && tokio::time::Instant::now() + pause < deadline =>
+                        {
+                            tokio::time::sleep(pause).await;
+                            pause = (pause * 2).min(Duration::from_millis(100));
+                        }
+                        other => return other,
+                    }
+                }
+            };
+            // fred's command timeout bounds each attempt; this bounds them together.
+            let result = match tokio::time::timeout_at(deadline, attempts).await {
+                Ok(result) => result,
+                Err(_) => Err(Fault::Timeout("no answer in time".to_owned())),
+            };
+            // A broken connection is redialled by fred before anything else is written to
+            // it; a stuck one is not noticed by fred at all.
+            if let Err(Fault::Timeout(_)) = &result {
+                self.replace(slot, generation);
             }
-            let pipeline = client.pipeline();
-            for c in cmds {
-                let (cmd, args) = custom(c);
-                let _: () = pipeline.custom(cmd, args).await.map_err(fault)?;
+            result
+        })
+    }
+
+    fn each_node<'a>(&'a self, cmd: Command<'a>) -> BoxFuture<'a, Result<NodeReplies, Fault>> {
+        Box::pin(async move {
+            let (_, client) = self.slots[0].client();
+            // Clustered, fred keeps a connection to every primary (and, without replica
+            // support compiled in, to nothing else).
+            let nodes: Vec<Server> = client.active_connections();
+            if nodes.is_empty() {
+                return Err(Fault::Unavailable("not connected to any node".to_owned()));
             }
-            let values: Vec<Value> = pipeline.all().await.map_err(fault)?;
-            values.into_iter().map(reply).collect()
+            let mut out = Vec::with_capacity(nodes.len());
+            for server in nodes {
+                let node = Endpoint::display_parts(&server.host, server.port);
+                let (name, args) = custom(&cmd);
+                let value: Result<Value, Error> = if self.clustered {
+                    client.with_cluster_node(server).custom(name, args).await
+                } else {
+                    client.custom(name, args).await
+                };
+                match value.map_err(fault).and_then(reply) {
+                    Ok(reply) => out.push((node, Ok(reply))),
+                    Err(Fault::Server(text)) => out.push((node, Err(Fault::Server(text)))),
+                    Err(other) => return Err(other),
+                }
+            }
+            Ok(out)
         })
     }
 
@@ -197,6 +433,13 @@ fn reply(value: Value) -> Result<Reply, Fault> {
         Value::Array(items) => {
             Reply::Array(items.into_iter().map(reply).collect::<Result<_, _>>()?)
         }
+        // `CONFIG GET` under RESP3: flattened as RESP2 sends it.
+        Value::Map(map) => Reply::Array(
+            map.inner()
+                .into_iter()
+                .flat_map(|(k, v)| [reply(Value::from(k)), reply(v)])
+                .collect::<Result<_, _>>()?,
+        ),
         other => return Err(Fault::Protocol(format!("unexpected reply {other:?}"))),
     })
 }
@@ -217,6 +460,10 @@ fn fault(err: Error) -> Fault {
             Fault::Server(text)
         }
         ErrorKind::Cluster if looks_like_reply(&text) => Fault::Server(text),
+        // A `MOVED`/`ASK` reply fred did not follow (`max_redirections = 0`).
+        ErrorKind::Routing if text.starts_with("Too many redirections") => {
+            Fault::Server(format!("MOVED or ASK, not followed: {text}"))
+        }
         _ => Fault::Unavailable(format!("{:?}: {text}", err.kind())),
     }
 }

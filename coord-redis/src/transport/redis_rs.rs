@@ -6,8 +6,15 @@
 //!   dropped, and the next call dials again (asking Sentinel again, where there is one). The
 //!   call that dials is bounded by the command timeout as a whole; a call on a live
 //!   connection is bounded by the client's response timeout, with no timer of our own.
-//! * Cluster: a pool of cluster connections (slot routing, redirects and reconnects are
-//!   redis-rs's), each call under one command timeout.
+//! * Cluster: a pool of cluster connections (slot routing and node connections are
+//!   redis-rs's), each call under one command timeout. redis-rs's own retries are off (it
+//!   would resend a command whose connection dropped after sending it); replies that prove a
+//!   command was not executed (`MOVED`, `TRYAGAIN`, `CLUSTERDOWN`) are resent here, within the
+//!   same timeout. A cluster connection whose call failed or timed out is dropped and the
+//!   next call dials a new one.
+//!
+//! Every new connection is checked with `INFO server` before use: a changed run id means
+//! the server restarted, which the [`ServerWatch`] logs and counts.
 //!
 //! The subscriber is a dedicated RESP3 connection (to the server, to the current master, or
 //! to the first reachable seed of a cluster, which sees every node's publications), redialled
@@ -19,7 +26,9 @@ use std::time::Duration;
 
 use coord_core::BoxFuture;
 use redis::aio::{ConnectionLike, MultiplexedConnection};
+use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
 use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
 use redis::{
     AsyncConnectionConfig, ErrorKind, ProtocolVersion, PushInfo, PushKind, RedisConnectionInfo,
@@ -27,11 +36,15 @@ use redis::{
 };
 use tokio::sync::watch;
 
-use super::{Command, Fault, Reply, Subscriber, SubscriberEvents, Transport};
+use super::{Command, Fault, NodeReplies, Reply, Subscriber, SubscriberEvents, Transport};
 use crate::config::{Options, Topology};
+use crate::server_checks::{ServerWatch, info_server};
 
-/// Connects as `options` say.
-pub(crate) async fn connect(options: &Options) -> Result<Arc<dyn Transport>, Fault> {
+/// Connects as `options` say, reporting every node's run id to `watch`.
+pub(crate) async fn connect(
+    options: &Options,
+    watch: Arc<ServerWatch>,
+) -> Result<Arc<dyn Transport>, Fault> {
     let timeout = options.command_timeout;
     let size = options.pool_size;
     let config = AsyncConnectionConfig::new()
@@ -41,7 +54,7 @@ pub(crate) async fn connect(options: &Options) -> Result<Arc<dyn Transport>, Fau
         Topology::Standalone(url) => {
             let client = redis::Client::open(with_scheme(url)).map_err(fault)?;
             let dialer = Arc::new(Dialer::Direct(client.clone()));
-            let slots = Slot::pool(&dialer, &config, timeout, size);
+            let slots = Slot::pool(&dialer, &config, timeout, size, &watch);
             // Connect once now, so a wrong address or password fails at connect time.
             for slot in &slots {
                 slot.connection().await?;
@@ -55,17 +68,22 @@ pub(crate) async fn connect(options: &Options) -> Result<Arc<dyn Transport>, Fau
         }
         Topology::Cluster(seeds) => {
             let seeds: Vec<String> = seeds.iter().map(|s| with_scheme(s)).collect();
-            let client = redis::cluster::ClusterClient::builder(seeds.clone())
+            let client = ClusterClient::builder(seeds.clone())
                 .connection_timeout(timeout)
                 .response_timeout(timeout)
-                .retries(3)
-                .min_retry_wait(10)
-                .max_retry_wait(250)
+                // No resends inside redis-rs: after an I/O error it would send the command
+                // again, though the first send may have been executed. Redirects come back
+                // to `ClusterSlot::exec`, which follows the ones that prove non-execution.
+                .retries(0)
                 .build()
                 .map_err(fault)?;
-            let mut pool = Vec::with_capacity(size);
-            for _ in 0..size {
-                pool.push(client.get_async_connection().await.map_err(fault)?);
+            let client = Arc::new(client);
+            let pool: Vec<ClusterSlot> = (0..size)
+                .map(|_| ClusterSlot::new(&client, timeout, &watch))
+                .collect();
+            // Connect once now, so a wrong setup fails at connect time.
+            for slot in &pool {
+                slot.connection().await?;
             }
             let direct = seeds
                 .iter()
@@ -102,7 +120,7 @@ pub(crate) async fn connect(options: &Options) -> Result<Arc<dyn Transport>, Fau
                 sentinel: tokio::sync::Mutex::new(sentinel),
             });
             let dialer = Arc::new(Dialer::Sentinel(shared.clone()));
-            let slots = Slot::pool(&dialer, &config, timeout, size);
+            let slots = Slot::pool(&dialer, &config, timeout, size, &watch);
             // Resolve and connect once now, so a wrong setup fails at connect time.
             slots[0].connection().await?;
             RedisRs {
@@ -135,7 +153,7 @@ struct RedisRs {
 enum Conns {
     /// One server, or Sentinel's master.
     Slots(Vec<Slot>),
-    Cluster(Vec<ClusterConnection>),
+    Cluster(Vec<ClusterSlot>),
 }
 
 enum PubSubSource {
@@ -151,10 +169,36 @@ impl Transport for RedisRs {
             let i = self.next.fetch_add(1, Ordering::Relaxed);
             match &self.conns {
                 Conns::Slots(pool) => pool[i % pool.len()].exec(cmds).await,
+                Conns::Cluster(pool) => pool[i % pool.len()].exec(cmds).await,
+            }
+        })
+    }
+
+    fn each_node<'a>(&'a self, cmd: Command<'a>) -> BoxFuture<'a, Result<NodeReplies, Fault>> {
+        Box::pin(async move {
+            match &self.conns {
+                Conns::Slots(pool) => {
+                    let slot = &pool[0];
+                    let result = slot.exec(&[cmd]).await;
+                    let node = slot.node();
+                    match result {
+                        Ok(mut replies) => {
+                            let reply = replies.pop().ok_or_else(|| {
+                                Fault::Protocol("no reply to a single command".to_owned())
+                            })?;
+                            Ok(vec![(node, Ok(reply))])
+                        }
+                        Err(Fault::Server(text)) => Ok(vec![(node, Err(Fault::Server(text)))]),
+                        Err(other) => Err(other),
+                    }
+                }
                 Conns::Cluster(pool) => {
-                    let mut conn = pool[i % pool.len()].clone();
-                    // Redirects and retries happen inside: bound the whole call.
-                    match tokio::time::timeout(self.timeout, exec(&mut conn, cmds)).await {
+                    let slot = &pool[0];
+                    let asked = async {
+                        let (_, mut conn) = slot.connection().await?;
+                        all_masters(&mut conn, &cmd).await
+                    };
+                    match tokio::time::timeout(self.timeout, asked).await {
                         Ok(result) => result,
                         Err(_) => Err(Fault::Timeout("no answer from the cluster".to_owned())),
                     }
@@ -205,6 +249,15 @@ fn reply(value: Value) -> Result<Reply, Fault> {
         Value::Int(i) => Reply::Int(i),
         Value::BulkString(data) => Reply::Data(data),
         Value::SimpleString(s) => Reply::Data(s.into_bytes()),
+        // RESP3 sends `INFO` as a verbatim string.
+        Value::VerbatimString { text, .. } => Reply::Data(text.into_bytes()),
+        // RESP3 sends `CONFIG GET` as a map: flattened as RESP2 sends it.
+        Value::Map(pairs) => Reply::Array(
+            pairs
+                .into_iter()
+                .flat_map(|(k, v)| [reply(k), reply(v)])
+                .collect::<Result<_, _>>()?,
+        ),
         Value::Okay => Reply::Data(b"OK".to_vec()),
         // Under RESP3 a script's `false` arrives as a boolean (RESP2 sent nil) and `true`
         // as a boolean (RESP2 sent 1).
@@ -314,6 +367,9 @@ struct Slot {
     current: Arc<Current>,
     generation: AtomicU64,
     dialing: tokio::sync::Mutex<()>,
+    /// `host:port` of the node the latest connection went to.
+    node: Mutex<String>,
+    watch: Arc<ServerWatch>,
 }
 
 impl Slot {
@@ -322,6 +378,7 @@ impl Slot {
         config: &AsyncConnectionConfig,
         timeout: Duration,
         size: usize,
+        watch: &Arc<ServerWatch>,
     ) -> Vec<Slot> {
         (0..size)
             .map(|_| Slot {
@@ -331,8 +388,14 @@ impl Slot {
                 current: Arc::default(),
                 generation: AtomicU64::new(0),
                 dialing: tokio::sync::Mutex::new(()),
+                node: Mutex::new(String::new()),
+                watch: watch.clone(),
             })
             .collect()
+    }
+
+    fn node(&self) -> String {
+        self.node.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     fn cached(&self) -> Option<(u64, MultiplexedConnection)> {
@@ -365,10 +428,25 @@ impl Slot {
         });
         // RESP3: redis-rs reports a closed connection to the push sender only under RESP3.
         let client = resp3(&self.dialer.client().await?)?;
-        let conn = client
+        let node = client.get_connection_info().addr().to_string();
+        let mut conn = client
             .get_multiplexed_async_connection_with_config(&config)
             .await
             .map_err(fault)?;
+        // A new connection: is it still the same server process as before?
+        match exec(&mut conn, &[info_server()]).await {
+            Ok(replies) => {
+                if let Some(info) = replies.first() {
+                    self.watch.observe_info(&node, info);
+                }
+            }
+            // `INFO` refused (an ACL): this node's restarts go unnoticed, commands still work.
+            Err(Fault::Server(text)) => {
+                tracing::debug!(node, error = %text, "coord-redis: INFO server refused");
+            }
+            Err(other) => return Err(other),
+        }
+        *self.node.lock().unwrap_or_else(|e| e.into_inner()) = node;
         *self.current.lock().unwrap_or_else(|e| e.into_inner()) = Some((generation, conn.clone()));
         Ok((generation, conn))
     }
@@ -409,11 +487,137 @@ impl Slot {
     }
 }
 
-fn forget(current: &Current, generation: u64) {
+fn forget<C>(current: &Mutex<Option<(u64, C)>>, generation: u64) {
     let mut current = current.lock().unwrap_or_else(|e| e.into_inner());
     if current.as_ref().is_some_and(|(g, _)| *g == generation) {
         *current = None;
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Cluster connections
+
+/// One cluster connection, dialled on demand and dropped after a call on it failed or timed
+/// out (redis-rs keeps reusing a node connection whose reply is stuck; a new cluster
+/// connection starts with new node connections).
+struct ClusterSlot {
+    client: Arc<ClusterClient>,
+    timeout: Duration,
+    current: Mutex<Option<(u64, ClusterConnection)>>,
+    generation: AtomicU64,
+    dialing: tokio::sync::Mutex<()>,
+    watch: Arc<ServerWatch>,
+}
+
+impl ClusterSlot {
+    fn new(client: &Arc<ClusterClient>, timeout: Duration, watch: &Arc<ServerWatch>) -> Self {
+        ClusterSlot {
+            client: client.clone(),
+            timeout,
+            current: Mutex::new(None),
+            generation: AtomicU64::new(0),
+            dialing: tokio::sync::Mutex::new(()),
+            watch: watch.clone(),
+        }
+    }
+
+    fn cached(&self) -> Option<(u64, ClusterConnection)> {
+        self.current
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    async fn connection(&self) -> Result<(u64, ClusterConnection), Fault> {
+        if let Some(found) = self.cached() {
+            return Ok(found);
+        }
+        let _dialing = self.dialing.lock().await;
+        if let Some(found) = self.cached() {
+            return Ok(found);
+        }
+        let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
+        let mut conn = self.client.get_async_connection().await.map_err(fault)?;
+        // New node connections: did any master restart since we last looked?
+        match all_masters(&mut conn, &info_server()).await {
+            Ok(nodes) => {
+                for (node, info) in nodes {
+                    match info {
+                        Ok(info) => {
+                            self.watch.observe_info(&node, &info);
+                        }
+                        Err(err) => {
+                            tracing::debug!(node, error = ?err, "coord-redis: INFO server failed");
+                        }
+                    }
+                }
+            }
+            Err(err) => tracing::debug!(error = ?err, "coord-redis: INFO server failed"),
+        }
+        *self.current.lock().unwrap_or_else(|e| e.into_inner()) = Some((generation, conn.clone()));
+        Ok((generation, conn))
+    }
+
+    async fn exec(&self, cmds: &[Command<'_>]) -> Result<Vec<Reply>, Fault> {
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        let mut used = None;
+        let attempt = async {
+            let (generation, mut conn) = self.connection().await?;
+            used = Some(generation);
+            let mut pause = Duration::from_millis(5);
+            loop {
+                match exec(&mut conn, cmds).await {
+                    // Refused without being executed, and redis-rs is refreshing its slot
+                    // map: sending it again cannot run it twice.
+                    Err(f)
+                        if f.not_executed() && tokio::time::Instant::now() + pause < deadline =>
+                    {
+                        tokio::time::sleep(pause).await;
+                        pause = (pause * 2).min(Duration::from_millis(100));
+                    }
+                    other => return other,
+                }
+            }
+        };
+        let result = match tokio::time::timeout_at(deadline, attempt).await {
+            Ok(result) => result,
+            Err(_) => Err(Fault::Timeout("no answer from the cluster".to_owned())),
+        };
+        if let (Err(f), Some(generation)) = (&result, used)
+            && stale(f)
+        {
+            forget(&self.current, generation);
+        }
+        result
+    }
+}
+
+/// Sends `cmd` to every master, answering per node.
+async fn all_masters(
+    conn: &mut ClusterConnection,
+    cmd: &Command<'_>,
+) -> Result<NodeReplies, Fault> {
+    let routing = RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None));
+    let value = conn
+        .route_command(to_cmd(cmd), routing)
+        .await
+        .map_err(fault)?;
+    let Value::Map(pairs) = value else {
+        return Err(Fault::Protocol(format!(
+            "unexpected reply {value:?} from all masters"
+        )));
+    };
+    Ok(pairs
+        .into_iter()
+        .map(|(node, value)| {
+            let node = match node {
+                Value::BulkString(b) => String::from_utf8_lossy(&b).into_owned(),
+                Value::SimpleString(s) => s,
+                other => format!("{other:?}"),
+            };
+            (node, reply(value))
+        })
+        .collect())
 }
 
 // ---------------------------------------------------------------------------------------------

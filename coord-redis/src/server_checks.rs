@@ -1,0 +1,329 @@
+//! What coord checks about the servers it talks to: settings that would silently break its
+//! promises (eviction, persistence), and server restarts (a changed `run_id`).
+//!
+//! * **At connect**, on every data node the transport sends commands to (the one server,
+//!   Sentinel's current master, every Cluster master): `CONFIG GET maxmemory-policy appendonly
+//!   save`. A policy other than `noeviction` refuses the connection unless the builder allows
+//!   it; persistence switched off entirely logs a warning; a server that refuses `CONFIG`
+//!   (managed Redis, an ACL without `+config`) logs one warning per provider and connects.
+//! * **Whenever a transport (re)connects** to a node, it reads `run_id` from `INFO server`
+//!   and reports it to a [`ServerWatch`]. A node whose run id changed was restarted (or
+//!   replaced): that is logged at error level once per change and counted.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use coord_core::{BackendError, BackendErrorKind};
+
+use crate::transport::{Command, Fault, Reply, Transport};
+
+/// The one `maxmemory-policy` under which Redis never deletes a key coord relies on.
+const SAFE_POLICY: &str = "noeviction";
+
+/// Remembers each node's run id and counts the restarts seen.
+#[derive(Debug)]
+pub(crate) struct ServerWatch {
+    /// Where the provider connects (for log lines), without credentials.
+    address: String,
+    run_ids: Mutex<HashMap<String, String>>,
+    restarts: AtomicU64,
+}
+
+impl ServerWatch {
+    pub(crate) fn new(address: String) -> ServerWatch {
+        ServerWatch {
+            address,
+            run_ids: Mutex::new(HashMap::new()),
+            restarts: AtomicU64::new(0),
+        }
+    }
+
+    /// How many restarts were seen so far.
+    pub(crate) fn restarts(&self) -> u64 {
+        self.restarts.load(Ordering::Relaxed)
+    }
+
+    /// Records `node`'s `INFO server` reply. Returns true when it reveals a restart.
+    ///
+    /// A reply without a run id (a server that hides it, an `INFO` the ACL refuses) is
+    /// ignored: restarts of such a node go unnoticed.
+    pub(crate) fn observe_info(&self, node: &str, info: &Reply) -> bool {
+        let Reply::Data(text) = info else {
+            return false;
+        };
+        let text = String::from_utf8_lossy(text);
+        match info_field(&text, "run_id") {
+            Some(run_id) => self.observe(node, run_id),
+            None => false,
+        }
+    }
+
+    /// Records that `node` now runs as `run_id`. Returns true when that is a change.
+    pub(crate) fn observe(&self, node: &str, run_id: &str) -> bool {
+        let previous = {
+            let mut ids = self.run_ids.lock().unwrap_or_else(|e| e.into_inner());
+            match ids.get(node) {
+                Some(known) if known == run_id => return false,
+                _ => ids.insert(node.to_owned(), run_id.to_owned()),
+            }
+        };
+        let Some(previous) = previous else {
+            tracing::debug!(node, run_id, "coord-redis: connected to a Redis node");
+            return false;
+        };
+        self.restarts.fetch_add(1, Ordering::Relaxed);
+        tracing::error!(
+            address = %self.address,
+            node,
+            old_run_id = %previous,
+            new_run_id = run_id,
+            "coord-redis: the Redis server at {node} restarted (its run id changed from \
+             {previous} to {run_id}). Unless it persisted every write, it forgot locks that \
+             were held (a second caller may now enter a section whose holder still runs) and \
+             idempotency records (in-flight markers and stored outcomes: a retried operation \
+             may run again); with fencing, a reset counter is still caught by the fencing \
+             token, which is at least the server time in microseconds"
+        );
+        true
+    }
+}
+
+/// The value of `field` in an `INFO` text (`field:value` lines).
+pub(crate) fn info_field<'t>(text: &'t str, field: &str) -> Option<&'t str> {
+    text.lines().find_map(|line| {
+        let (name, value) = line.split_once(':')?;
+        (name == field).then(|| value.trim())
+    })
+}
+
+/// `INFO server`, for run ids.
+pub(crate) fn info_server<'a>() -> Command<'a> {
+    Command::new("INFO").arg("server")
+}
+
+/// What the connect-time checks may accept.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct CheckOptions {
+    /// Connect even when the eviction policy may evict coord's keys.
+    pub(crate) allow_eviction: bool,
+}
+
+/// The settings of one node, as far as coord cares.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Settings {
+    maxmemory_policy: Option<String>,
+    appendonly: Option<String>,
+    save: Option<String>,
+}
+
+impl Settings {
+    /// From a `CONFIG GET` reply: a flat array of names and values (RESP2), or the same
+    /// flattened from a map (RESP3).
+    fn parse(reply: &Reply) -> Option<Settings> {
+        let Reply::Array(items) = reply else {
+            return None;
+        };
+        let mut out = Settings::default();
+        for pair in items.chunks(2) {
+            let [Reply::Data(name), Reply::Data(value)] = pair else {
+                return None;
+            };
+            let value = String::from_utf8_lossy(value).into_owned();
+            match name.as_slice() {
+                b"maxmemory-policy" => out.maxmemory_policy = Some(value),
+                b"appendonly" => out.appendonly = Some(value),
+                b"save" => out.save = Some(value),
+                _ => {}
+            }
+        }
+        Some(out)
+    }
+
+    /// Whether nothing is ever written to disk: no append-only file and no snapshot points.
+    fn persistence_off(&self) -> bool {
+        self.appendonly.as_deref() == Some("no")
+            && self.save.as_deref().is_some_and(|s| s.trim().is_empty())
+    }
+}
+
+/// Runs the connect-time checks on every node of `transport`. Fails with kind `Config` when a
+/// node's eviction policy may evict coord's keys and `options` does not allow that; logs
+/// warnings for what is merely risky. `address` names the deployment in messages.
+pub(crate) async fn check_at_connect(
+    transport: &dyn Transport,
+    options: CheckOptions,
+    address: &str,
+) -> Result<(), BackendError> {
+    let get = Command::new("CONFIG")
+        .arg("GET")
+        .arg("maxmemory-policy")
+        .arg("appendonly")
+        .arg("save");
+    let replies = transport
+        .each_node(get)
+        .await
+        .map_err(|f| f.into_backend(&format!("checking the settings of Redis at {address}")))?;
+    let warned_config = AtomicBool::new(false);
+    for (node, reply) in replies {
+        let reply = match reply {
+            Ok(reply) => reply,
+            Err(Fault::Server(text)) => {
+                // `CONFIG` renamed away (`ERR unknown command`) or refused by the ACL
+                // (`NOPERM`): managed services do both. Say once what could not be checked.
+                if !warned_config.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(
+                        address,
+                        node = %node,
+                        error = %text,
+                        "coord-redis: cannot read the server's settings (CONFIG GET is not \
+                         permitted), so coord could not check that `maxmemory-policy` is \
+                         `noeviction`: under memory pressure any other policy lets Redis delete \
+                         held locks and idempotency records. Check it in your provider's \
+                         console"
+                    );
+                }
+                continue;
+            }
+            Err(fault) => {
+                return Err(
+                    fault.into_backend(&format!("checking the settings of Redis node {node}"))
+                );
+            }
+        };
+        let Some(settings) = Settings::parse(&reply) else {
+            return Err(BackendError::new(
+                BackendErrorKind::Protocol,
+                format!("checking the settings of Redis node {node}: unreadable CONFIG GET reply"),
+            ));
+        };
+        check_settings(&settings, options, &node, address)?;
+    }
+    Ok(())
+}
+
+fn check_settings(
+    settings: &Settings,
+    options: CheckOptions,
+    node: &str,
+    address: &str,
+) -> Result<(), BackendError> {
+    match settings.maxmemory_policy.as_deref() {
+        // A server too old or too restricted to report it: nothing to judge.
+        None | Some(SAFE_POLICY) => {}
+        Some(policy) if options.allow_eviction => {
+            tracing::warn!(
+                address,
+                node,
+                policy,
+                "coord-redis: Redis may evict coord's keys (`maxmemory-policy {policy}`), \
+                 allowed by `allow_eviction(true)`: under memory pressure a held lock or an \
+                 idempotency record can vanish early"
+            );
+        }
+        Some(policy) => {
+            return Err(BackendError::new(
+                BackendErrorKind::Config,
+                format!(
+                    "connecting to Redis at {address}: node {node} has `maxmemory-policy \
+                     {policy}`, which lets Redis delete coord's keys under memory pressure (a \
+                     lock evicted while held lets a second caller in; an evicted idempotency \
+                     record lets an operation run again). Set `maxmemory-policy noeviction` \
+                     on the server (writes then fail when memory is full, which coord reports \
+                     as errors), or accept the risk with \
+                     `RedisProviderBuilder::allow_eviction(true)`"
+                ),
+            ));
+        }
+    }
+    if settings.persistence_off() {
+        tracing::warn!(
+            address,
+            node,
+            "coord-redis: Redis persistence is off on {node} (`appendonly no` and no `save` \
+             points): a restart of the server forgets every lock and idempotency record, so \
+             holders and in-flight operations lose their exclusion. Enable `appendonly yes` \
+             (with `appendfsync everysec` or `always`) where that matters"
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn data(s: &str) -> Reply {
+        Reply::Data(s.as_bytes().to_vec())
+    }
+
+    fn settings(policy: &str, aof: &str, save: &str) -> Settings {
+        Settings::parse(&Reply::Array(vec![
+            data("save"),
+            data(save),
+            data("appendonly"),
+            data(aof),
+            data("maxmemory-policy"),
+            data(policy),
+        ]))
+        .unwrap()
+    }
+
+    #[test]
+    fn parses_config_get() {
+        let s = settings("allkeys-lru", "no", "");
+        assert_eq!(s.maxmemory_policy.as_deref(), Some("allkeys-lru"));
+        assert!(s.persistence_off());
+        assert!(!settings("noeviction", "yes", "").persistence_off());
+        assert!(!settings("noeviction", "no", "3600 1").persistence_off());
+        assert_eq!(Settings::parse(&data("x")), None);
+        assert_eq!(
+            Settings::parse(&Reply::Array(vec![data("save")])),
+            None,
+            "an odd reply is unreadable"
+        );
+    }
+
+    #[test]
+    fn only_noeviction_passes_unless_allowed() {
+        let strict = CheckOptions::default();
+        let lenient = CheckOptions {
+            allow_eviction: true,
+        };
+        for policy in [
+            "allkeys-lru",
+            "volatile-lru",
+            "volatile-ttl",
+            "allkeys-random",
+        ] {
+            let s = settings(policy, "yes", "");
+            let err = check_settings(&s, strict, "n:1", "a:1").unwrap_err();
+            assert_eq!(err.kind(), BackendErrorKind::Config);
+            assert!(err.message().contains("noeviction"), "{err}");
+            assert!(err.message().contains("allow_eviction(true)"), "{err}");
+            assert!(err.message().contains(policy), "{err}");
+            check_settings(&s, lenient, "n:1", "a:1").unwrap();
+        }
+        check_settings(&settings("noeviction", "no", ""), strict, "n:1", "a:1").unwrap();
+    }
+
+    #[test]
+    fn run_id_changes_count_once_each() {
+        let watch = ServerWatch::new("a:1".to_owned());
+        let info = |id: &str| {
+            data(&format!(
+                "# Server\r\nredis_version:7.0.0\r\nrun_id:{id}\r\n"
+            ))
+        };
+        assert!(!watch.observe_info("n:1", &info("aaa")));
+        assert!(!watch.observe_info("n:1", &info("aaa")));
+        assert!(!watch.observe_info("n:2", &info("bbb")), "another node");
+        assert!(watch.observe_info("n:1", &info("ccc")));
+        assert!(!watch.observe_info("n:1", &info("ccc")));
+        assert!(
+            !watch.observe_info("n:1", &data("# Server\r\n")),
+            "no run id"
+        );
+        assert_eq!(watch.restarts(), 1);
+    }
+}

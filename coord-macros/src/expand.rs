@@ -552,7 +552,9 @@ mod tests {
             "async fn f(order: Order, region: String) -> Result<(), E> { Ok(()) }",
         );
         assert!(
-            out.contains(". part (& order . customer_id) . part (& region)"),
+            out.contains(
+                ". named_part (\"order.customer_id\" , & order . customer_id) . named_part (\"region\" , & region)"
+            ),
             "{out}"
         );
         assert!(out.contains(". param (& order) . finish ()"), "{out}");

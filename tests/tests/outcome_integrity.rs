@@ -332,7 +332,7 @@ async fn a_completion_that_finds_another_owner_reports_the_double_run() {
         async move { slow_pay(&c, "k", runs, Duration::from_millis(700)).await }
     });
     tokio::time::sleep(Duration::from_millis(400)).await;
-    let second = slow_pay(&c, "k", runs.clone(), Duration::from_millis(500)).await;
+    let second = slow_pay(&c, "k", runs.clone(), Duration::from_millis(50)).await;
     assert_eq!(second.unwrap(), Receipt { id: 2 });
     match first.await.unwrap() {
         Err(CoordError::OutcomeNotStored {

@@ -154,7 +154,7 @@ where
         return R::from_coord_error(CoordError::LockLost {
             key: call.key.to_string(),
             held_for: hold.held_for(),
-            cause: crate::provider::LossCause::Expired,
+            cause: hold.loss_cause(),
         });
     };
     let released = match memory {

@@ -1,0 +1,703 @@
+//! `#[idempotent]` (and the lock's release) under real Redis faults: a frozen server
+//! (SIGSTOP), a restart without persistence, and coord's connections killed
+//! (`CLIENT KILL TYPE normal`), while the body runs, while its outcome is being stored, and
+//! while a claim's reply is on its way. Every case runs with both clients and a 300 ms command
+//! timeout.
+//!
+//! | Case (test) | What failed | The caller gets | A duplicate afterwards gets | Body runs |
+//! |---|---|---|---|---|
+//! | 1a `frozen_past_the_lease_fail` | server frozen from the body's return until completion gave up (> timeout + `in_flight_lease`) | `OutcomeNotStored { cause: Backend(Timeout) }` | `OutcomeUnknown` (`on_abandoned = "fail"`); or, when the completion sent before the freeze executes on thaw, the replay of that outcome | 1 |
+//! | 1a `frozen_past_the_lease_rerun` | same, `on_abandoned = "rerun"` | `OutcomeNotStored { cause: Backend(Timeout) }` | runs again once the lease has passed (at-least-once); or the replay, as above | 2 (1 if replayed) |
+//! | 1a `frozen_past_the_lease_return_ok` | same, `on_store_error = "return_ok"` | `Ok(v)` with `CallReport::outcome_not_stored()` | `OutcomeUnknown`; or the replay of `v` | 1 |
+//! | 1b `frozen_briefly_during_completion` | server frozen 700 ms (shorter than the 3 s lease) from the body's return | `Ok(v)` (completion retried) | replay of `v` | 1 |
+//! | 1c `restarted_while_the_body_runs` | server restarted without persistence while the body runs (marker gone) | `Ok(v)` (stored without marker) | replay of `v` | 1 |
+//! | 1d `connections_killed_at_completion` | coord's connections killed just before the body returns | `Ok(v)` (retried on a new connection) | replay of `v` | 1 |
+//! | 1d `connections_killed_repeatedly_around_completion` | connections killed every 20 ms around 20 calls | `Ok(v)` or a typed error (`OutcomeNotStored`, `Backend`) | for every `Ok(v)`: replay of `v` | 1 per key whose caller got `Ok` |
+//! | 2 `late_claim_is_cleared` | server frozen while a claim is sent; thawed after the command timeout, so the claim executes late | `Backend(Timeout)` | within ~2 s of the thaw (lease 10 s) a retry runs the body; never `OutcomeUnknown` | 1 |
+//! | 3 `lock_release_lost_to_a_killed_connection` | coord's connections killed just before the lock's release | `Ok(v)` | another acquire gets the lock well before its 20 s lease | 1 |
+//! | 3 `lock_release_lost_to_a_frozen_server` | server frozen 700 ms from the body's return (release times out) | `Ok(v)` | another acquire gets the lock soon after the thaw, well before the lease | 1 |
+//! | 4 `duplicate_heavy_load_under_connection_kills` | 8 tasks of duplicate-heavy calls over 50 live keys, connections killed every 200 ms for 8 s | `Ok`, or typed errors (counted and printed) | for every key with an `Ok`: replay of that first `Ok`; all `Ok`s of a key equal | - |
+
+mod support;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use coord_core::{
+    BackendErrorKind, CallReport, CoordError, Coordinator, IdempotencyOutcome, LockProvider,
+    NotStoredCause, OwnerToken, distributed_lock, idempotent, observe,
+};
+use coord_redis::testing::{RedisServer, Resp, command_at};
+use coord_redis::{Client, RedisProvider};
+use support::*;
+
+per_client!(
+    frozen_past_the_lease_fail,
+    frozen_past_the_lease_rerun,
+    frozen_past_the_lease_return_ok,
+    frozen_briefly_during_completion,
+    restarted_while_the_body_runs,
+    connections_killed_at_completion,
+    connections_killed_repeatedly_around_completion,
+    late_claim_is_cleared,
+    lock_release_lost_to_a_killed_connection,
+    lock_release_lost_to_a_frozen_server,
+    duplicate_heavy_load_under_connection_kills,
+);
+
+/// Short, so faults turn into timeouts quickly.
+const TIMEOUT: Duration = Duration::from_millis(300);
+/// The namespace of every coordinator here (each test has a server of its own).
+const NS: &str = "of";
+/// No call here may take longer than this, whatever the fault.
+const HANG: Duration = Duration::from_secs(20);
+
+/// A provider with the short command timeout, and a coordinator over it.
+async fn setup(server: &RedisServer, client: Client) -> (RedisProvider, Coordinator) {
+    let provider = RedisProvider::builder(server.url())
+        .client(client)
+        .command_timeout(TIMEOUT)
+        .connect()
+        .await
+        .expect("connect to the test server");
+    let coordinator = Coordinator::builder()
+        .namespace(NS)
+        .provider(provider.clone())
+        .build()
+        .expect("coordinator");
+    (provider, coordinator)
+}
+
+/// What the test bodies do, shared with the test: counts runs, answers differently on every
+/// run (so a replay of another run's answer shows), and injects the fault.
+#[derive(Default)]
+struct Body {
+    runs: AtomicUsize,
+    /// Runs once, synchronously, just before the body returns: the fault to inject.
+    before_return: Mutex<Option<Box<dyn FnOnce() + Send>>>,
+    /// When set, the body announces it runs (`.0`) and waits for `.1` before returning.
+    gate: Option<(tokio::sync::Notify, tokio::sync::Notify)>,
+}
+
+impl Body {
+    fn gated() -> Body {
+        Body {
+            gate: Some(Default::default()),
+            ..Body::default()
+        }
+    }
+
+    fn inject(&self, fault: impl FnOnce() + Send + 'static) {
+        *self.before_return.lock().unwrap() = Some(Box::new(fault));
+    }
+
+    fn runs(&self) -> usize {
+        self.runs.load(Ordering::SeqCst)
+    }
+
+    async fn run(&self) -> u64 {
+        let n = self.runs.fetch_add(1, Ordering::SeqCst) as u64 + 1;
+        if let Some((entered, proceed)) = &self.gate {
+            entered.notify_one();
+            proceed.notified().await;
+        }
+        let fault = self.before_return.lock().unwrap().take();
+        if let Some(fault) = fault {
+            fault();
+        }
+        n * 100
+    }
+}
+
+#[idempotent(key_from = "id", coordinator = c, name = "of.fail", in_flight_lease = "2s", on_abandoned = "fail", on_backend_error = "fail_closed")]
+async fn fail_op(c: &Coordinator, id: u32, body: &Body) -> Result<u64, CoordError> {
+    Ok(body.run().await)
+}
+
+#[idempotent(key_from = "id", coordinator = c, name = "of.rerun", in_flight_lease = "2s", on_abandoned = "rerun", on_backend_error = "fail_closed")]
+async fn rerun_op(c: &Coordinator, id: u32, body: &Body) -> Result<u64, CoordError> {
+    Ok(body.run().await)
+}
+
+#[idempotent(key_from = "id", coordinator = c, name = "of.return_ok", in_flight_lease = "2s", on_abandoned = "fail", on_store_error = "return_ok", on_backend_error = "fail_closed")]
+async fn return_ok_op(c: &Coordinator, id: u32, body: &Body) -> Result<u64, CoordError> {
+    Ok(body.run().await)
+}
+
+/// A lease long enough that "freed by the lease" and "freed by coord" are told apart.
+#[idempotent(key_from = "id", coordinator = c, name = "of.long", in_flight_lease = "3s", on_abandoned = "fail", on_backend_error = "fail_closed")]
+async fn long_op(c: &Coordinator, id: u32, body: &Body) -> Result<u64, CoordError> {
+    Ok(body.run().await)
+}
+
+#[idempotent(key_from = "id", coordinator = c, name = "of.claim", in_flight_lease = "10s", on_abandoned = "fail", on_backend_error = "fail_closed")]
+async fn claim_op(c: &Coordinator, id: u32, body: &Body) -> Result<u64, CoordError> {
+    Ok(body.run().await)
+}
+
+#[distributed_lock(key_from = "id", coordinator = c, name = "of.lock", lease = "20s", on_backend_error = "fail_closed")]
+async fn locked(c: &Coordinator, id: u32, body: &Body) -> Result<u64, CoordError> {
+    Ok(body.run().await)
+}
+
+/// Runs one call, failing the test if it hangs.
+async fn bounded<T>(what: &str, call: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(HANG, call)
+        .await
+        .unwrap_or_else(|_| panic!("{what} hung"))
+}
+
+/// The server's record for the call `report` describes (its Redis hash), field by field.
+fn record(server: &RedisServer, report: &CallReport) -> BTreeMap<String, String> {
+    let key = report.key.as_deref().expect("the report names the key");
+    match server.command(&["HGETALL", &format!("{NS}:idem:{{{key}}}")]) {
+        Resp::Array(items) => items
+            .chunks(2)
+            .map(|kv| {
+                (
+                    kv[0].text().unwrap_or_default(),
+                    kv.get(1).and_then(Resp::text).unwrap_or_default(),
+                )
+            })
+            .collect(),
+        other => panic!("HGETALL answered {other:?}"),
+    }
+}
+
+/// Thaws `pid` (a paused `redis-server` of this test) after `after`, from a plain thread:
+/// the test's own tasks may be stuck on the frozen server meanwhile.
+fn resume_later(pid: u32, after: Duration) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        std::thread::sleep(after);
+        signal(pid, libc::SIGCONT);
+    })
+}
+
+fn signal(pid: u32, sig: libc::c_int) {
+    // `pid` is a redis-server this test started and still owns (its handle is alive until the
+    // test ends), so it names that process.
+    let rc = unsafe { libc::kill(pid as libc::pid_t, sig) };
+    assert_eq!(rc, 0, "signalling redis-server {pid} failed");
+}
+
+fn kill_normal_clients(port: u16) {
+    // The killing connection itself is skipped (SKIPME defaults to yes).
+    match command_at(port, &["CLIENT", "KILL", "TYPE", "normal"]) {
+        Ok(Resp::Int(_)) => {}
+        other => panic!("CLIENT KILL answered {other:?}"),
+    }
+}
+
+fn is_not_stored_timeout(result: &Result<u64, CoordError>) -> bool {
+    matches!(
+        result,
+        Err(CoordError::OutcomeNotStored { cause: NotStoredCause::Backend(err), .. })
+            if matches!(err.kind(), BackendErrorKind::Timeout | BackendErrorKind::Unavailable)
+    )
+}
+
+// ---------------------------------------------------------------------------------------------
+// 1a. The server freezes as the body returns and stays frozen past completion's last try.
+
+/// Freezes the server from inside the body, runs the call until completion gives up, and
+/// returns its result and report, the record right after the thaw, and the thaw instant.
+async fn frozen_past_the_lease<F, Fut>(
+    server: &RedisServer,
+    body: &Body,
+    call: F,
+) -> (
+    Result<u64, CoordError>,
+    CallReport,
+    BTreeMap<String, String>,
+)
+where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = Result<u64, CoordError>>,
+{
+    let pid = server.pid().unwrap();
+    body.inject(move || signal(pid, libc::SIGSTOP));
+    let started = Instant::now();
+    let (result, report) = bounded("the call", observe(call())).await;
+    let took = started.elapsed();
+    server.resume();
+    // Completion keeps trying for at most one lease (2 s) after its first failure, the last
+    // attempt then ends within a backoff (<= 1 s) and a command timeout.
+    assert!(
+        took >= Duration::from_millis(1500) && took < Duration::from_secs(8),
+        "completion gives up after about one lease: {took:?}"
+    );
+    assert_eq!(body.runs(), 1);
+    // Let the server work off what was queued while it was frozen.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let record = record(server, &report);
+    (result, report, record)
+}
+
+async fn frozen_past_the_lease_fail(client: Client) {
+    let server = RedisServer::start();
+    let (_p, c) = setup(&server, client).await;
+    let body = Body::default();
+    let (result, _report, stored) =
+        frozen_past_the_lease(&server, &body, || fail_op(&c, 1, &body)).await;
+    assert!(
+        is_not_stored_timeout(&result),
+        "the caller learns its outcome was not stored: {result:?}"
+    );
+    let (again, report) = bounded("the duplicate", observe(fail_op(&c, 1, &body))).await;
+    match stored.get("st").map(String::as_str) {
+        // The completion sent just before the freeze executed on thaw: the record is right.
+        Some("c") => {
+            assert_eq!(again.unwrap(), 100, "the replay is the one run's answer");
+            assert!(report.replayed());
+        }
+        _ => assert!(
+            matches!(again, Err(CoordError::OutcomeUnknown { .. })),
+            "the marker lapsed unsettled (record {stored:?}): got {again:?}"
+        ),
+    }
+    println!("1a fail: record after thaw {stored:?}, duplicate: {report:?}");
+    assert_eq!(body.runs(), 1, "on_abandoned = fail never runs it again");
+}
+
+async fn frozen_past_the_lease_rerun(client: Client) {
+    let server = RedisServer::start();
+    let (_p, c) = setup(&server, client).await;
+    let body = Body::default();
+    let (result, _report, stored) =
+        frozen_past_the_lease(&server, &body, || rerun_op(&c, 1, &body)).await;
+    assert!(
+        is_not_stored_timeout(&result),
+        "the caller learns its outcome was not stored: {result:?}"
+    );
+    // The marker's 2 s lease has passed on the server's clock while it was frozen.
+    let (again, report) = bounded("the duplicate", observe(rerun_op(&c, 1, &body))).await;
+    match stored.get("st").map(String::as_str) {
+        Some("c") => {
+            assert_eq!(again.unwrap(), 100, "the replay is the one run's answer");
+            assert!(report.replayed());
+            assert_eq!(body.runs(), 1);
+        }
+        _ => {
+            assert_eq!(
+                again.unwrap(),
+                200,
+                "record {stored:?}: the duplicate runs again"
+            );
+            assert_eq!(report.idempotency, Some(IdempotencyOutcome::Executed));
+            assert_eq!(body.runs(), 2, "at-least-once: the body ran twice");
+            let (third, report) = bounded("the third call", observe(rerun_op(&c, 1, &body))).await;
+            assert_eq!(third.unwrap(), 200, "the rerun's outcome is stored");
+            assert!(report.replayed());
+        }
+    }
+    println!("1a rerun: record after thaw {stored:?}");
+}
+
+async fn frozen_past_the_lease_return_ok(client: Client) {
+    let server = RedisServer::start();
+    let (_p, c) = setup(&server, client).await;
+    let body = Body::default();
+    let (result, report, stored) =
+        frozen_past_the_lease(&server, &body, || return_ok_op(&c, 1, &body)).await;
+    assert_eq!(result.unwrap(), 100, "return_ok hands the body's Ok over");
+    assert!(
+        report.outcome_not_stored(),
+        "...and says it is not stored: {report:?}"
+    );
+    let (again, report) = bounded("the duplicate", observe(return_ok_op(&c, 1, &body))).await;
+    match stored.get("st").map(String::as_str) {
+        Some("c") => {
+            assert_eq!(again.unwrap(), 100);
+            assert!(report.replayed());
+        }
+        _ => assert!(
+            matches!(again, Err(CoordError::OutcomeUnknown { .. })),
+            "record {stored:?}: got {again:?}"
+        ),
+    }
+    assert_eq!(body.runs(), 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 1b. A freeze shorter than the lease during completion: completion retries and succeeds.
+
+async fn frozen_briefly_during_completion(client: Client) {
+    let server = RedisServer::start();
+    let (_p, c) = setup(&server, client).await;
+    let body = Body::default();
+    let pid = server.pid().unwrap();
+    let thaw = Arc::new(Mutex::new(None));
+    let handle = thaw.clone();
+    body.inject(move || {
+        signal(pid, libc::SIGSTOP);
+        *handle.lock().unwrap() = Some(resume_later(pid, Duration::from_millis(700)));
+    });
+    let started = Instant::now();
+    let (result, report) = bounded("the call", observe(long_op(&c, 1, &body))).await;
+    let took = started.elapsed();
+    thaw.lock().unwrap().take().expect("injected").join().unwrap();
+    assert_eq!(
+        result.unwrap(),
+        100,
+        "completion retried past the freeze ({report:?})"
+    );
+    assert!(
+        took >= Duration::from_millis(650) && took < Duration::from_secs(4),
+        "the caller waited for the thaw, not for the lease: {took:?}"
+    );
+    let (again, report) = bounded("the duplicate", observe(long_op(&c, 1, &body))).await;
+    assert_eq!(again.unwrap(), 100);
+    assert!(report.replayed(), "{report:?}");
+    assert_eq!(body.runs(), 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 1c. A restart without persistence while the body runs: the marker is gone at completion.
+
+async fn restarted_while_the_body_runs(client: Client) {
+    let mut server = RedisServer::start();
+    let (_p, c) = setup(&server, client).await;
+    let body = Arc::new(Body::gated());
+    let call = tokio::spawn({
+        let (c, body) = (c.clone(), body.clone());
+        async move { observe(long_op(&c, 1, &body)).await }
+    });
+    let (entered, proceed) = body.gate.as_ref().unwrap();
+    bounded("the body to start", entered.notified()).await;
+    tokio::task::block_in_place(|| server.restart());
+    proceed.notify_one();
+    let (result, report) = bounded("the call", call).await.unwrap();
+    assert_eq!(
+        result.unwrap(),
+        100,
+        "stored without the marker ({report:?})"
+    );
+    let (again, report) = bounded("the duplicate", observe(long_op(&c, 1, &body))).await;
+    assert_eq!(again.unwrap(), 100);
+    assert!(report.replayed(), "{report:?}");
+    assert_eq!(body.runs(), 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 1d. coord's connections killed at completion.
+
+async fn connections_killed_at_completion(client: Client) {
+    let server = RedisServer::start();
+    let (_p, c) = setup(&server, client).await;
+    let body = Body::default();
+    let port = server.port();
+    for id in 1..=5 {
+        body.inject(move || kill_normal_clients(port));
+        let runs_before = body.runs();
+        let (result, report) = bounded("the call", observe(long_op(&c, id, &body))).await;
+        let first = result.unwrap_or_else(|e| panic!("call {id}: {e:?} ({report:?})"));
+        let (again, report) = bounded("the duplicate", observe(long_op(&c, id, &body))).await;
+        assert_eq!(again.unwrap(), first, "call {id}");
+        assert!(report.replayed(), "call {id}: {report:?}");
+        assert_eq!(body.runs(), runs_before + 1, "call {id} ran once");
+    }
+}
+
+/// Kills coord's connections every `every` on a plain thread until the returned flag is set.
+fn killer(port: u16, every: Duration) -> (Arc<AtomicBool>, std::thread::JoinHandle<usize>) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = stop.clone();
+    let thread = std::thread::spawn(move || {
+        let mut kills = 0;
+        while !flag.load(Ordering::SeqCst) {
+            kill_normal_clients(port);
+            kills += 1;
+            std::thread::sleep(every);
+        }
+        kills
+    });
+    (stop, thread)
+}
+
+async fn connections_killed_repeatedly_around_completion(client: Client) {
+    let server = RedisServer::start();
+    let (_p, c) = setup(&server, client).await;
+    let body = Body::default();
+    let (stop, thread) = killer(server.port(), Duration::from_millis(20));
+    let mut told_ok = Vec::new();
+    let mut errors = BTreeMap::<String, usize>::new();
+    for id in 1..=20 {
+        let (result, _) = bounded("the call", observe(long_op(&c, id, &body))).await;
+        match result {
+            Ok(v) => told_ok.push((id, v)),
+            Err(e) => {
+                assert!(
+                    matches!(
+                        e,
+                        CoordError::OutcomeNotStored { .. } | CoordError::Backend(_)
+                    ),
+                    "call {id}: only typed store or backend errors, got {e:?}"
+                );
+                *errors.entry(kind(&e)).or_default() += 1;
+            }
+        }
+    }
+    stop.store(true, Ordering::SeqCst);
+    let kills = thread.join().unwrap();
+    for (id, v) in &told_ok {
+        let (again, report) = bounded("the duplicate", observe(long_op(&c, *id, &body))).await;
+        assert_eq!(
+            again.as_ref().ok(),
+            Some(v),
+            "call {id} was told Ok({v}): a duplicate must replay it ({again:?}, {report:?})"
+        );
+        assert!(report.replayed(), "call {id}: {report:?}");
+    }
+    println!(
+        "1d storm ({client:?}): {kills} kills, {} of 20 calls Ok, errors {errors:?}, runs {}",
+        told_ok.len(),
+        body.runs()
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// 2. A claim that times out but executes late.
+
+async fn late_claim_is_cleared(client: Client) {
+    let server = RedisServer::start();
+    let (_p, c) = setup(&server, client).await;
+    let body = Body::default();
+    // Warm up: scripts loaded, connections open.
+    assert_eq!(claim_op(&c, 0, &body).await.unwrap(), 100);
+
+    server.pause();
+    let (result, _) = bounded("the claim", observe(claim_op(&c, 1, &body))).await;
+    assert!(
+        matches!(&result, Err(CoordError::Backend(err)) if err.kind() == BackendErrorKind::Timeout),
+        "the claim's reply did not come in time: {result:?}"
+    );
+    // Frozen a while longer, so the background clean-up fails a few times too.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    server.resume();
+    let thawed = Instant::now();
+    assert_eq!(body.runs(), 1, "only the warm-up ran");
+
+    // The claim executes now; the owner-checked clean-up must clear it, well before its 10 s
+    // lease would.
+    let mut seen = BTreeMap::<String, usize>::new();
+    let value = loop {
+        let (result, report) = bounded("a retry", observe(claim_op(&c, 1, &body))).await;
+        match result {
+            Ok(v) => {
+                assert_eq!(report.idempotency, Some(IdempotencyOutcome::Executed));
+                break v;
+            }
+            Err(e @ (CoordError::InFlight { .. } | CoordError::Backend(_))) => {
+                *seen.entry(kind(&e)).or_default() += 1;
+            }
+            Err(e) => panic!("a body that never ran is not reported as {e:?}"),
+        }
+        assert!(
+            thawed.elapsed() < Duration::from_secs(4),
+            "the late claim still blocks the key {:?} after the thaw (lease 10 s): {seen:?}",
+            thawed.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    println!(
+        "2 ({client:?}): key free {:?} after the thaw; before that {seen:?}",
+        thawed.elapsed()
+    );
+    assert_eq!(value, 200);
+    assert_eq!(body.runs(), 2, "the retry ran the body once");
+    let (again, report) = bounded("the duplicate", observe(claim_op(&c, 1, &body))).await;
+    assert_eq!(again.unwrap(), 200);
+    assert!(report.replayed());
+}
+
+// ---------------------------------------------------------------------------------------------
+// 3. The lock's release lost.
+
+/// Runs `locked` with `fault` injected, then checks another owner gets the lock within
+/// `within` of the call's return (the lease is 20 s).
+async fn release_lost(
+    p: &RedisProvider,
+    c: &Coordinator,
+    fault: impl FnOnce() + Send + 'static,
+    within: Duration,
+) {
+    let body = Body::default();
+    body.inject(fault);
+    let (result, report) = bounded("the locked call", observe(locked(c, 1, &body))).await;
+    assert_eq!(result.unwrap(), 100, "{report:?}");
+    let returned = Instant::now();
+    let key = format!("{NS}:{}", report.key.expect("the report names the key"));
+    let other = OwnerToken::new();
+    loop {
+        match p.acquire(lock(&key, other, LONG, Duration::ZERO)).await {
+            Ok(Some(_)) => break,
+            Ok(None) | Err(_) => {}
+        }
+        assert!(
+            returned.elapsed() < within,
+            "the lock is still held {:?} after the call returned (lease 20 s)",
+            returned.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    println!("3: lock free {:?} after the call", returned.elapsed());
+    assert_eq!(body.runs(), 1);
+}
+
+async fn lock_release_lost_to_a_killed_connection(client: Client) {
+    let server = RedisServer::start();
+    let (p, c) = setup(&server, client).await;
+    let port = server.port();
+    release_lost(
+        &p,
+        &c,
+        move || kill_normal_clients(port),
+        Duration::from_secs(3),
+    )
+    .await;
+}
+
+async fn lock_release_lost_to_a_frozen_server(client: Client) {
+    let server = RedisServer::start();
+    let (p, c) = setup(&server, client).await;
+    let pid = server.pid().unwrap();
+    let thaw = Arc::new(Mutex::new(None));
+    let handle = thaw.clone();
+    release_lost(
+        &p,
+        &c,
+        move || {
+            signal(pid, libc::SIGSTOP);
+            *handle.lock().unwrap() = Some(resume_later(pid, Duration::from_millis(700)));
+        },
+        Duration::from_secs(4),
+    )
+    .await;
+    thaw.lock().unwrap().take().expect("injected").join().unwrap();
+}
+
+// ---------------------------------------------------------------------------------------------
+// 4. Duplicate-heavy load under repeated connection kills.
+
+#[idempotent(key_from = "id", coordinator = c, name = "of.load", in_flight_lease = "3s", wait = "2s", on_backend_error = "fail_closed")]
+async fn load_op(c: &Coordinator, id: u32, next: &AtomicU64) -> Result<u64, CoordError> {
+    tokio::time::sleep(Duration::from_millis(2)).await;
+    // Every run answers differently: two runs of one key both told Ok would show.
+    Ok(next.fetch_add(1, Ordering::SeqCst) + 1)
+}
+
+/// A label for an error kind, for the counts.
+fn kind(e: &CoordError) -> String {
+    match e {
+        CoordError::Backend(err) => format!("Backend({:?})", err.kind()),
+        CoordError::OutcomeNotStored { cause, .. } => match cause {
+            NotStoredCause::Backend(err) => format!("OutcomeNotStored(Backend({:?}))", err.kind()),
+            NotStoredCause::DoubleRun { .. } => "OutcomeNotStored(DoubleRun)".to_owned(),
+            other => format!("OutcomeNotStored({other})"),
+        },
+        CoordError::InFlight { .. } => "InFlight".to_owned(),
+        CoordError::OutcomeUnknown { .. } => "OutcomeUnknown".to_owned(),
+        CoordError::LockLost { .. } => "LockLost".to_owned(),
+        other => format!("{other:?}"),
+    }
+}
+
+const TASKS: usize = 8;
+const CALLS_PER_TASK: usize = 400;
+const LIVE_KEYS: u32 = 50;
+const LOAD_FOR: Duration = Duration::from_secs(8);
+
+async fn duplicate_heavy_load_under_connection_kills(client: Client) {
+    let server = RedisServer::start();
+    let (_p, c) = setup(&server, client).await;
+    let next = Arc::new(AtomicU64::new(0));
+    let told_ok = Arc::new(Mutex::new(HashMap::<u32, Vec<u64>>::new()));
+    let errors = Arc::new(Mutex::new(BTreeMap::<String, usize>::new()));
+    let (stop, thread) = killer(server.port(), Duration::from_millis(200));
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|t| {
+            let (c, next, told_ok, errors) =
+                (c.clone(), next.clone(), told_ok.clone(), errors.clone());
+            tokio::spawn(async move {
+                let mut calls = 0;
+                let mut seed = 0x9e37_79b9_u32.wrapping_mul(t as u32 + 1);
+                while calls < CALLS_PER_TASK && started.elapsed() < LOAD_FOR {
+                    seed = seed.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+                    // 50 live keys, a fresh set every second: duplicates of running and of
+                    // completed calls alike.
+                    let epoch = (started.elapsed().as_millis() / 1000) as u32;
+                    let id = epoch * LIVE_KEYS + (seed >> 16) % LIVE_KEYS;
+                    let result = bounded("a load call", load_op(&c, id, &next)).await;
+                    match result {
+                        Ok(v) => told_ok.lock().unwrap().entry(id).or_default().push(v),
+                        Err(e) => *errors.lock().unwrap().entry(kind(&e)).or_default() += 1,
+                    }
+                    calls += 1;
+                    // Spread the calls over the whole period.
+                    tokio::time::sleep(Duration::from_millis(8)).await;
+                }
+                calls
+            })
+        })
+        .collect();
+    let mut calls = 0;
+    for task in tasks {
+        calls += task.await.unwrap();
+    }
+    let load_took = started.elapsed();
+    stop.store(true, Ordering::SeqCst);
+    let kills = thread.join().unwrap();
+    let runs_during_load = next.load(Ordering::SeqCst);
+
+    // Faults stopped: every key told Ok must replay that Ok, and only that.
+    let told_ok = std::mem::take(&mut *told_ok.lock().unwrap());
+    let mut oks = 0;
+    let mut mismatched = Vec::new();
+    let mut lost = Vec::new();
+    for (id, values) in &told_ok {
+        oks += values.len();
+        if values.iter().any(|v| *v != values[0]) {
+            mismatched.push((*id, values.clone()));
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let (replay, report) = loop {
+            let (result, report) = bounded("a final call", observe(load_op(&c, *id, &next))).await;
+            match result {
+                Err(CoordError::InFlight { .. } | CoordError::Backend(_))
+                    if Instant::now() < deadline =>
+                {
+                    tokio::time::sleep(Duration::from_millis(50)).await
+                }
+                other => break (other, report),
+            }
+        };
+        if replay.as_ref().ok() != Some(&values[0]) || !report.replayed() {
+            lost.push((*id, values[0], replay, report.idempotency));
+        }
+    }
+    let errors = std::mem::take(&mut *errors.lock().unwrap());
+    println!(
+        "4 load ({client:?}): {calls} calls in {load_took:?}, {kills} kills, {} keys told Ok, \
+         {oks} Ok answers, {runs_during_load} body runs, errors {errors:?}, lost {}, \
+         two answers {}",
+        told_ok.len(),
+        lost.len(),
+        mismatched.len()
+    );
+    assert!(
+        mismatched.is_empty(),
+        "keys told Ok with different answers: {mismatched:?}"
+    );
+    assert!(
+        lost.is_empty(),
+        "keys told Ok whose outcome does not replay: {lost:?}"
+    );
+    assert!(kills >= 20, "the faults ran throughout: {kills} kills");
+    assert!(
+        oks > calls / 2,
+        "the load mostly succeeds despite the kills: {oks} of {calls}"
+    );
+}

@@ -35,7 +35,9 @@ use support::*;
 
 per_client!(
     frozen_past_the_lease_fail,
+    frozen_past_the_lease_fail_warm,
     frozen_past_the_lease_rerun,
+    frozen_past_the_lease_rerun_warm,
     frozen_past_the_lease_return_ok,
     frozen_briefly_during_completion,
     restarted_while_the_body_runs,
@@ -235,89 +237,103 @@ where
     (result, report, record)
 }
 
-async fn frozen_past_the_lease_fail(client: Client) {
-    let server = RedisServer::start();
-    let (_p, c) = setup(&server, client).await;
-    let body = Body::default();
-    let (result, _report, stored) =
-        frozen_past_the_lease(&server, &body, || fail_op(&c, 1, &body)).await;
-    assert!(
-        is_not_stored_timeout(&result),
-        "the caller learns its outcome was not stored: {result:?}"
-    );
-    let (again, report) = bounded("the duplicate", observe(fail_op(&c, 1, &body))).await;
-    match stored.get("st").map(String::as_str) {
-        // The completion sent just before the freeze executed on thaw: the record is right.
-        Some("c") => {
-            assert_eq!(again.unwrap(), 100, "the replay is the one run's answer");
-            assert!(report.replayed());
-        }
-        _ => assert!(
-            matches!(again, Err(CoordError::OutcomeUnknown { .. })),
-            "the marker lapsed unsettled (record {stored:?}): got {again:?}"
-        ),
-    }
-    println!("1a fail: record after thaw {stored:?}, duplicate: {report:?}");
-    assert_eq!(body.runs(), 1, "on_abandoned = fail never runs it again");
+/// Which op a 1a case calls.
+#[derive(Clone, Copy, Debug)]
+enum Op {
+    Fail,
+    Rerun,
+    ReturnOk,
 }
 
-async fn frozen_past_the_lease_rerun(client: Client) {
+async fn call(op: Op, c: &Coordinator, id: u32, body: &Body) -> Result<u64, CoordError> {
+    match op {
+        Op::Fail => fail_op(c, id, body).await,
+        Op::Rerun => rerun_op(c, id, body).await,
+        Op::ReturnOk => return_ok_op(c, id, body).await,
+    }
+}
+
+/// Case 1a for `op`. `warm`: one call completed before, so the server has the completion
+/// script cached and the completion sent just before the freeze executes on thaw (its reply
+/// long since given up on); cold, that first completion is by SHA, meets `NOSCRIPT` on thaw
+/// and changes nothing.
+async fn frozen_past_the_lease_case(client: Client, op: Op, warm: bool) {
     let server = RedisServer::start();
     let (_p, c) = setup(&server, client).await;
+    if warm {
+        assert_eq!(call(op, &c, 0, &Body::default()).await.unwrap(), 100);
+    }
     let body = Body::default();
-    let (result, _report, stored) =
-        frozen_past_the_lease(&server, &body, || rerun_op(&c, 1, &body)).await;
-    assert!(
-        is_not_stored_timeout(&result),
-        "the caller learns its outcome was not stored: {result:?}"
-    );
-    // The marker's 2 s lease has passed on the server's clock while it was frozen.
-    let (again, report) = bounded("the duplicate", observe(rerun_op(&c, 1, &body))).await;
-    match stored.get("st").map(String::as_str) {
-        Some("c") => {
-            assert_eq!(again.unwrap(), 100, "the replay is the one run's answer");
-            assert!(report.replayed());
-            assert_eq!(body.runs(), 1);
-        }
-        _ => {
-            assert_eq!(
-                again.unwrap(),
-                200,
-                "record {stored:?}: the duplicate runs again"
+    let (result, report, stored) =
+        frozen_past_the_lease(&server, &body, || call(op, &c, 1, &body)).await;
+    match op {
+        Op::Fail | Op::Rerun => assert!(
+            is_not_stored_timeout(&result),
+            "the caller learns its outcome was not stored: {result:?}"
+        ),
+        Op::ReturnOk => {
+            assert_eq!(result.unwrap(), 100, "return_ok hands the body's Ok over");
+            assert!(
+                report.outcome_not_stored(),
+                "...and says it is not stored: {report:?}"
             );
-            assert_eq!(report.idempotency, Some(IdempotencyOutcome::Executed));
+        }
+    }
+    let state = stored.get("st").map(String::as_str);
+    let (again, dup) = bounded("the duplicate", observe(call(op, &c, 1, &body))).await;
+    println!(
+        "1a {op:?} warm={warm} ({client:?}): record after thaw {stored:?}, duplicate {again:?} {:?}",
+        dup.idempotency
+    );
+    if warm {
+        // The caller was told "not stored", yet the completion it sent first landed late:
+        // the record holds the one run's answer and a duplicate replays it.
+        assert_eq!(state, Some("c"), "the late completion landed: {stored:?}");
+        assert_eq!(again.unwrap(), 100, "the replay is the one run's answer");
+        assert!(dup.replayed());
+        assert_eq!(body.runs(), 1);
+        return;
+    }
+    match op {
+        Op::Fail | Op::ReturnOk => {
+            // The marker was left; its lease has ended on the server's clock.
+            assert_eq!(state, Some("i"), "the marker is left: {stored:?}");
+            assert!(
+                matches!(again, Err(CoordError::OutcomeUnknown { .. })),
+                "on_abandoned = fail: got {again:?}"
+            );
+            assert_eq!(body.runs(), 1, "on_abandoned = fail never runs it again");
+        }
+        Op::Rerun => {
+            assert!(stored.is_empty(), "the marker lapsed: {stored:?}");
+            assert_eq!(again.unwrap(), 200, "the duplicate runs again");
+            assert_eq!(dup.idempotency, Some(IdempotencyOutcome::Executed));
             assert_eq!(body.runs(), 2, "at-least-once: the body ran twice");
-            let (third, report) = bounded("the third call", observe(rerun_op(&c, 1, &body))).await;
+            let (third, report) = bounded("the third call", observe(call(op, &c, 1, &body))).await;
             assert_eq!(third.unwrap(), 200, "the rerun's outcome is stored");
             assert!(report.replayed());
         }
     }
-    println!("1a rerun: record after thaw {stored:?}");
+}
+
+async fn frozen_past_the_lease_fail(client: Client) {
+    frozen_past_the_lease_case(client, Op::Fail, false).await;
+}
+
+async fn frozen_past_the_lease_fail_warm(client: Client) {
+    frozen_past_the_lease_case(client, Op::Fail, true).await;
+}
+
+async fn frozen_past_the_lease_rerun(client: Client) {
+    frozen_past_the_lease_case(client, Op::Rerun, false).await;
+}
+
+async fn frozen_past_the_lease_rerun_warm(client: Client) {
+    frozen_past_the_lease_case(client, Op::Rerun, true).await;
 }
 
 async fn frozen_past_the_lease_return_ok(client: Client) {
-    let server = RedisServer::start();
-    let (_p, c) = setup(&server, client).await;
-    let body = Body::default();
-    let (result, report, stored) =
-        frozen_past_the_lease(&server, &body, || return_ok_op(&c, 1, &body)).await;
-    assert_eq!(result.unwrap(), 100, "return_ok hands the body's Ok over");
-    assert!(
-        report.outcome_not_stored(),
-        "...and says it is not stored: {report:?}"
-    );
-    let (again, report) = bounded("the duplicate", observe(return_ok_op(&c, 1, &body))).await;
-    match stored.get("st").map(String::as_str) {
-        Some("c") => {
-            assert_eq!(again.unwrap(), 100);
-            assert!(report.replayed());
-        }
-        _ => assert!(
-            matches!(again, Err(CoordError::OutcomeUnknown { .. })),
-            "record {stored:?}: got {again:?}"
-        ),
-    }
-    assert_eq!(body.runs(), 1);
+    frozen_past_the_lease_case(client, Op::ReturnOk, false).await;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -337,7 +353,12 @@ async fn frozen_briefly_during_completion(client: Client) {
     let started = Instant::now();
     let (result, report) = bounded("the call", observe(long_op(&c, 1, &body))).await;
     let took = started.elapsed();
-    thaw.lock().unwrap().take().expect("injected").join().unwrap();
+    thaw.lock()
+        .unwrap()
+        .take()
+        .expect("injected")
+        .join()
+        .unwrap();
     assert_eq!(
         result.unwrap(),
         100,
@@ -416,14 +437,22 @@ fn killer(port: u16, every: Duration) -> (Arc<AtomicBool>, std::thread::JoinHand
     (stop, thread)
 }
 
+/// How long case 1d's storm lasts.
+const STORM_FOR: Duration = Duration::from_secs(2);
+
 async fn connections_killed_repeatedly_around_completion(client: Client) {
     let server = RedisServer::start();
     let (_p, c) = setup(&server, client).await;
     let body = Body::default();
     let (stop, thread) = killer(server.port(), Duration::from_millis(20));
     let mut told_ok = Vec::new();
+    let mut not_stored = Vec::new();
     let mut errors = BTreeMap::<String, usize>::new();
-    for id in 1..=20 {
+    let started = Instant::now();
+    let mut calls = 0;
+    while started.elapsed() < STORM_FOR {
+        calls += 1;
+        let id = calls;
         let (result, _) = bounded("the call", observe(long_op(&c, id, &body))).await;
         match result {
             Ok(v) => told_ok.push((id, v)),
@@ -435,6 +464,9 @@ async fn connections_killed_repeatedly_around_completion(client: Client) {
                     ),
                     "call {id}: only typed store or backend errors, got {e:?}"
                 );
+                if matches!(e, CoordError::OutcomeNotStored { .. }) {
+                    not_stored.push(id);
+                }
                 *errors.entry(kind(&e)).or_default() += 1;
             }
         }
@@ -450,8 +482,20 @@ async fn connections_killed_repeatedly_around_completion(client: Client) {
         );
         assert!(report.replayed(), "call {id}: {report:?}");
     }
+    // A body whose outcome was not stored is never run again under on_abandoned = fail (a
+    // duplicate gets InFlight, OutcomeUnknown, or the replay of a completion that landed late).
+    let runs = body.runs();
+    for id in &not_stored {
+        let (again, report) = bounded("the duplicate", observe(long_op(&c, *id, &body))).await;
+        assert_ne!(
+            report.idempotency,
+            Some(IdempotencyOutcome::Executed),
+            "call {id} ran again: {again:?}"
+        );
+    }
+    assert_eq!(body.runs(), runs);
     println!(
-        "1d storm ({client:?}): {kills} kills, {} of 20 calls Ok, errors {errors:?}, runs {}",
+        "1d storm ({client:?}): {kills} kills, {} of {calls} calls Ok, errors {errors:?}, runs {}",
         told_ok.len(),
         body.runs()
     );
@@ -575,7 +619,12 @@ async fn lock_release_lost_to_a_frozen_server(client: Client) {
         Duration::from_secs(4),
     )
     .await;
-    thaw.lock().unwrap().take().expect("injected").join().unwrap();
+    thaw.lock()
+        .unwrap()
+        .take()
+        .expect("injected")
+        .join()
+        .unwrap();
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -44,6 +44,7 @@ per_client!(
     connections_killed_at_completion,
     connections_killed_repeatedly_around_completion,
     late_claim_is_cleared,
+    late_claim_after_the_lease_is_cleared,
     lock_release_lost_to_a_killed_connection,
     lock_release_lost_to_a_frozen_server,
     duplicate_heavy_load_under_connection_kills,
@@ -136,6 +137,11 @@ async fn long_op(c: &Coordinator, id: u32, body: &Body) -> Result<u64, CoordErro
 
 #[idempotent(key_from = "id", coordinator = c, name = "of.claim", in_flight_lease = "10s", on_abandoned = "fail", on_backend_error = "fail_closed")]
 async fn claim_op(c: &Coordinator, id: u32, body: &Body) -> Result<u64, CoordError> {
+    Ok(body.run().await)
+}
+
+#[idempotent(key_from = "id", coordinator = c, name = "of.short_claim", in_flight_lease = "1s", on_abandoned = "fail", on_backend_error = "fail_closed")]
+async fn short_claim_op(c: &Coordinator, id: u32, body: &Body) -> Result<u64, CoordError> {
     Ok(body.run().await)
 }
 
@@ -504,30 +510,42 @@ async fn connections_killed_repeatedly_around_completion(client: Client) {
 // ---------------------------------------------------------------------------------------------
 // 2. A claim that times out but executes late.
 
-async fn late_claim_is_cleared(client: Client) {
+/// Which op a case-2 run calls: a 10 s lease, or a 1 s one (shorter than the freeze).
+async fn claim_call(short: bool, c: &Coordinator, id: u32, body: &Body) -> Result<u64, CoordError> {
+    if short {
+        short_claim_op(c, id, body).await
+    } else {
+        claim_op(c, id, body).await
+    }
+}
+
+/// Freezes the server while a claim is sent and thaws it `frozen_for` later (the claim then
+/// executes), then retries until the body runs: it must within `free_within` of the thaw, and
+/// a retry must never be told `OutcomeUnknown` (the body never ran).
+async fn late_claim_case(client: Client, short: bool, frozen_for: Duration, free_within: Duration) {
     let server = RedisServer::start();
     let (_p, c) = setup(&server, client).await;
     let body = Body::default();
     // Warm up: scripts loaded, connections open.
-    assert_eq!(claim_op(&c, 0, &body).await.unwrap(), 100);
+    assert_eq!(claim_call(short, &c, 0, &body).await.unwrap(), 100);
 
     server.pause();
-    let (result, _) = bounded("the claim", observe(claim_op(&c, 1, &body))).await;
+    let frozen = Instant::now();
+    let (result, _) = bounded("the claim", observe(claim_call(short, &c, 1, &body))).await;
     assert!(
         matches!(&result, Err(CoordError::Backend(err)) if err.kind() == BackendErrorKind::Timeout),
         "the claim's reply did not come in time: {result:?}"
     );
     // Frozen a while longer, so the background clean-up fails a few times too.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    tokio::time::sleep(frozen_for.saturating_sub(frozen.elapsed())).await;
     server.resume();
     let thawed = Instant::now();
     assert_eq!(body.runs(), 1, "only the warm-up ran");
 
-    // The claim executes now; the owner-checked clean-up must clear it, well before its 10 s
-    // lease would.
+    // The claim executes now; the owner-checked clean-up must clear it.
     let mut seen = BTreeMap::<String, usize>::new();
     let value = loop {
-        let (result, report) = bounded("a retry", observe(claim_op(&c, 1, &body))).await;
+        let (result, report) = bounded("a retry", observe(claim_call(short, &c, 1, &body))).await;
         match result {
             Ok(v) => {
                 assert_eq!(report.idempotency, Some(IdempotencyOutcome::Executed));
@@ -536,24 +554,53 @@ async fn late_claim_is_cleared(client: Client) {
             Err(e @ (CoordError::InFlight { .. } | CoordError::Backend(_))) => {
                 *seen.entry(kind(&e)).or_default() += 1;
             }
-            Err(e) => panic!("a body that never ran is not reported as {e:?}"),
+            Err(e) => panic!(
+                "{:?} after the thaw, a retry of a call whose body never ran got {e:?} \
+                 (before that: {seen:?})",
+                thawed.elapsed()
+            ),
         }
         assert!(
-            thawed.elapsed() < Duration::from_secs(4),
-            "the late claim still blocks the key {:?} after the thaw (lease 10 s): {seen:?}",
+            thawed.elapsed() < free_within,
+            "the late claim still blocks the key {:?} after the thaw: {seen:?}",
             thawed.elapsed()
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     println!(
-        "2 ({client:?}): key free {:?} after the thaw; before that {seen:?}",
+        "2 ({client:?}, frozen {frozen_for:?}): key free {:?} after the thaw; before that {seen:?}",
         thawed.elapsed()
     );
     assert_eq!(value, 200);
     assert_eq!(body.runs(), 2, "the retry ran the body once");
-    let (again, report) = bounded("the duplicate", observe(claim_op(&c, 1, &body))).await;
+    let (again, report) = bounded("the duplicate", observe(claim_call(short, &c, 1, &body))).await;
     assert_eq!(again.unwrap(), 200);
     assert!(report.replayed());
+}
+
+/// Frozen 800 ms, lease 10 s: the key is free within 2 s of the thaw, not after the lease.
+async fn late_claim_is_cleared(client: Client) {
+    late_claim_case(
+        client,
+        false,
+        Duration::from_millis(800),
+        Duration::from_secs(2),
+    )
+    .await;
+}
+
+/// Frozen 2.5 s, longer than the claim's 1 s lease: the claim executes after the background
+/// clean-up has stopped trying (it tries for one lease after the failed claim), and its lease
+/// starts on execution. The key must still be free for a retry within a few seconds, and never
+/// answer `OutcomeUnknown`, since the body never ran.
+async fn late_claim_after_the_lease_is_cleared(client: Client) {
+    late_claim_case(
+        client,
+        true,
+        Duration::from_millis(2500),
+        Duration::from_secs(4),
+    )
+    .await;
 }
 
 // ---------------------------------------------------------------------------------------------

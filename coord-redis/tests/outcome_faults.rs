@@ -2,21 +2,26 @@
 //! (SIGSTOP), a restart without persistence, and coord's connections killed
 //! (`CLIENT KILL TYPE normal`), while the body runs, while its outcome is being stored, and
 //! while a claim's reply is on its way. Every case runs with both clients and a 300 ms command
-//! timeout.
+//! timeout; "lease" is the op's `in_flight_lease` (or the lock's `lease`).
 //!
 //! | Case (test) | What failed | The caller gets | A duplicate afterwards gets | Body runs |
 //! |---|---|---|---|---|
-//! | 1a `frozen_past_the_lease_fail` | server frozen from the body's return until completion gave up (> timeout + `in_flight_lease`) | `OutcomeNotStored { cause: Backend(Timeout) }` | `OutcomeUnknown` (`on_abandoned = "fail"`); or, when the completion sent before the freeze executes on thaw, the replay of that outcome | 1 |
-//! | 1a `frozen_past_the_lease_rerun` | same, `on_abandoned = "rerun"` | `OutcomeNotStored { cause: Backend(Timeout) }` | runs again once the lease has passed (at-least-once); or the replay, as above | 2 (1 if replayed) |
-//! | 1a `frozen_past_the_lease_return_ok` | same, `on_store_error = "return_ok"` | `Ok(v)` with `CallReport::outcome_not_stored()` | `OutcomeUnknown`; or the replay of `v` | 1 |
-//! | 1b `frozen_briefly_during_completion` | server frozen 700 ms (shorter than the 3 s lease) from the body's return | `Ok(v)` (completion retried) | replay of `v` | 1 |
-//! | 1c `restarted_while_the_body_runs` | server restarted without persistence while the body runs (marker gone) | `Ok(v)` (stored without marker) | replay of `v` | 1 |
-//! | 1d `connections_killed_at_completion` | coord's connections killed just before the body returns | `Ok(v)` (retried on a new connection) | replay of `v` | 1 |
-//! | 1d `connections_killed_repeatedly_around_completion` | connections killed every 20 ms around 20 calls | `Ok(v)` or a typed error (`OutcomeNotStored`, `Backend`) | for every `Ok(v)`: replay of `v` | 1 per key whose caller got `Ok` |
-//! | 2 `late_claim_is_cleared` | server frozen while a claim is sent; thawed after the command timeout, so the claim executes late | `Backend(Timeout)` | within ~2 s of the thaw (lease 10 s) a retry runs the body; never `OutcomeUnknown` | 1 |
-//! | 3 `lock_release_lost_to_a_killed_connection` | coord's connections killed just before the lock's release | `Ok(v)` | another acquire gets the lock well before its 20 s lease | 1 |
-//! | 3 `lock_release_lost_to_a_frozen_server` | server frozen 700 ms from the body's return (release times out) | `Ok(v)` | another acquire gets the lock soon after the thaw, well before the lease | 1 |
-//! | 4 `duplicate_heavy_load_under_connection_kills` | 8 tasks of duplicate-heavy calls over 50 live keys, connections killed every 200 ms for 8 s | `Ok`, or typed errors (counted and printed) | for every key with an `Ok`: replay of that first `Ok`; all `Ok`s of a key equal | - |
+//! | 1a `frozen_past_the_lease_fail` | server frozen from the body's return until completion gave up (> timeout + lease 2 s); completion script not yet cached, so the completion queued in the frozen socket meets `NOSCRIPT` on thaw | `OutcomeNotStored { cause: Backend(Timeout) }` | `OutcomeUnknown` (`on_abandoned = "fail"`) | 1 |
+//! | 1a `frozen_past_the_lease_fail_warm` | same, completion script cached: the completion queued before the freeze executes on thaw, after the caller gave up on it | `OutcomeNotStored { cause: Backend(Timeout) }` | replay of the one run's answer | 1 |
+//! | 1a `frozen_past_the_lease_rerun` | as the first, `on_abandoned = "rerun"` | `OutcomeNotStored { cause: Backend(Timeout) }` | runs again (the lease has passed); a third call replays the rerun | 2 (at-least-once) |
+//! | 1a `frozen_past_the_lease_rerun_warm` | as the second, `on_abandoned = "rerun"` | `OutcomeNotStored { cause: Backend(Timeout) }` | replay of the one run's answer | 1 |
+//! | 1a `frozen_past_the_lease_return_ok` | as the first, `on_store_error = "return_ok"` | `Ok(v)`, `CallReport::outcome_not_stored()` | `OutcomeUnknown` | 1 |
+//! | 1b `frozen_briefly_during_completion` | server frozen 700 ms (lease 3 s) from the body's return | `Ok(v)` after the thaw (completion retried) | replay of `v` | 1 |
+//! | 1c `restarted_while_the_body_runs` | server restarted without persistence while the body runs: the marker is gone | `Ok(v)` (stored without marker) | replay of `v` | 1 |
+//! | 1c `restarted_and_claimed_by_another` | same, and another caller claims, runs and completes before the first body returns | first caller: `OutcomeNotStored { cause: DoubleRun }`; the other: `Ok(w)` | replay of `w` | 2 (one each) |
+//! | 1d `connections_killed_at_completion` | coord's connections killed just before the body returns (5 calls) | `Ok(v)` (stored on a new connection) | replay of `v` | 1 each |
+//! | 1d `connections_killed_repeatedly_around_completion` | connections killed every 20 ms for 2 s of back-to-back calls | `Ok(v)`, or `Backend` / `OutcomeNotStored` (counts printed) | every `Ok(v)`: replay of `v`; every `OutcomeNotStored`: never a new run | 1 per key at most |
+//! | 2 `late_claim_is_cleared` | server frozen while a claim is sent, thawed 800 ms later: the claim executes after its caller gave up | `Backend(Timeout)` | a retry runs the body within ~60 ms of the thaw (lease 10 s); never `OutcomeUnknown` | 1 |
+//! | 2 `late_claim_after_the_lease_is_cleared` | same, frozen 2.5 s with a 1 s lease: the claim executes after the background clean-up stopped trying | `Backend(Timeout)` | **fails today**: `InFlight` for a lease after the thaw, then `OutcomeUnknown` (kept for the retention) for a body that never ran | 0 (then 1) |
+//! | 3 `lock_release_lost_to_a_killed_connection` | coord's connections killed just before the lock's release | `Ok(v)` | another owner acquires at once, not after the 20 s lease | 1 |
+//! | 3 `lock_release_lost_to_a_frozen_server` | server frozen 700 ms from the body's return: the release times out | `Ok(v)` | another owner acquires ~450 ms after the call returned (background release), not after the lease | 1 |
+//! | 4 `duplicate_heavy_load_under_connection_kills` | 8 tasks × up to 400 calls over 50 live keys (a fresh 50 every second), connections killed every 200 ms | `Ok`, or typed errors (counts printed) | for every key with an `Ok`: a replay of that first `Ok`; all `Ok`s of a key equal | measured: 1 per key |
+//! | 4 `duplicate_heavy_load_under_kills_and_freezes` | same, every eighth fault a 500 ms freeze | as above | as above | measured: 1 per key |
 
 mod support;
 

@@ -20,6 +20,7 @@
 //! | 2 `late_claim_after_the_lease_is_cleared` | same, frozen 2.5 s with a 1 s lease: the claim executes after the background clean-up stopped trying | `Backend(Timeout)` | **fails today**: `InFlight` for a lease after the thaw, then `OutcomeUnknown` (kept for the retention) for a body that never ran | 0 (then 1) |
 //! | 3 `lock_release_lost_to_a_killed_connection` | coord's connections killed just before the lock's release | `Ok(v)` | another owner acquires at once, not after the 20 s lease | 1 |
 //! | 3 `lock_release_lost_to_a_frozen_server` | server frozen 700 ms from the body's return: the release times out | `Ok(v)` | another owner acquires ~450 ms after the call returned (background release), not after the lease | 1 |
+//! | 3 `lock_acquire_lost_to_a_frozen_server` | server frozen 800 ms while an acquire is sent: it executes on thaw, after its caller gave up | `Backend(Timeout)` | another owner acquires soon after the thaw (background release), not after the lease | 0 |
 //! | 4 `duplicate_heavy_load_under_connection_kills` | 8 tasks × up to 400 calls over 50 live keys (a fresh 50 every second), connections killed every 200 ms | `Ok`, or typed errors (counts printed) | for every key with an `Ok`: a replay of that first `Ok`; all `Ok`s of a key equal | measured: 1 per key |
 //! | 4 `duplicate_heavy_load_under_kills_and_freezes` | same, every eighth fault a 500 ms freeze | as above | as above | measured: 1 per key |
 
@@ -52,6 +53,7 @@ per_client!(
     late_claim_after_the_lease_is_cleared,
     lock_release_lost_to_a_killed_connection,
     lock_release_lost_to_a_frozen_server,
+    lock_acquire_lost_to_a_frozen_server,
     duplicate_heavy_load_under_connection_kills,
     duplicate_heavy_load_under_kills_and_freezes,
     restarted_and_claimed_by_another,
@@ -748,6 +750,45 @@ async fn lock_release_lost_to_a_frozen_server(client: Client) {
         .expect("injected")
         .join()
         .unwrap();
+}
+
+/// The acquire's reply is lost (server frozen 800 ms while it is sent); the acquire executes
+/// on thaw, and the background release frees the lock long before its 20 s lease.
+async fn lock_acquire_lost_to_a_frozen_server(client: Client) {
+    let server = RedisServer::start();
+    let (p, c) = setup(&server, client).await;
+    let body = Body::default();
+    // Warm up: scripts loaded, connections open.
+    assert_eq!(locked(&c, 0, &body).await.unwrap(), 100);
+
+    server.pause();
+    let frozen = Instant::now();
+    let (result, report) = bounded("the locked call", observe(locked(&c, 1, &body))).await;
+    assert!(
+        matches!(&result, Err(CoordError::Backend(err)) if err.kind() == BackendErrorKind::Timeout),
+        "the acquire's reply did not come in time: {result:?}"
+    );
+    tokio::time::sleep(Duration::from_millis(800).saturating_sub(frozen.elapsed())).await;
+    server.resume();
+    let thawed = Instant::now();
+    let key = format!("{NS}:{}", report.key.expect("the report names the key"));
+    let other = OwnerToken::new();
+    loop {
+        if let Ok(Some(_)) = p.acquire(lock(&key, other, LONG, Duration::ZERO)).await {
+            break;
+        }
+        assert!(
+            thawed.elapsed() < Duration::from_secs(3),
+            "the lock is still held {:?} after the thaw (lease 20 s)",
+            thawed.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    println!(
+        "3 acquire ({client:?}): lock free {:?} after the thaw",
+        thawed.elapsed()
+    );
+    assert_eq!(body.runs(), 1, "only the warm-up ran");
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -53,11 +53,13 @@ pub enum CoordError {
         cause: LossCause,
     },
     /// The body of an `#[idempotent]` call **ran**, and its `Ok` outcome could not be stored
-    /// (after retrying for as long as the in-flight marker was ours). The side effects happened;
-    /// a duplicate will not replay them. What a duplicate gets instead is decided by
+    /// (after retrying for as long as the in-flight marker was ours). The side effects happened,
+    /// and a duplicate may not be able to replay them. What a duplicate gets is decided by
     /// `on_abandoned`: `"fail"` answers `OutcomeUnknown` until an operator purges the record,
-    /// `"rerun"` runs the body again once the marker's lease ends. Not retryable: retrying
-    /// blindly may repeat the side effects.
+    /// `"rerun"` runs the body again once the marker's lease ends. One exception, always in the
+    /// duplicate's favour: a completion whose reply was lost may still land afterwards (it sat
+    /// in a frozen server), and then the duplicate replays this very outcome. Not retryable:
+    /// retrying blindly may repeat the side effects.
     OutcomeNotStored {
         /// The call's key.
         key: String,

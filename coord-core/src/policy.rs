@@ -42,7 +42,7 @@ pub enum OnAbandoned {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum OnStoreError {
     /// Return `CoordError::OutcomeNotStored`: the caller learns that the work ran and that a
-    /// retry will not replay it. The default.
+    /// retry may not replay it. The default.
     #[default]
     Error,
     /// Return the body's `Ok` anyway, log at error level and flag the call's

@@ -136,7 +136,7 @@ impl CallReport {
         self.idempotency == Some(IdempotencyOutcome::Replayed)
     }
 
-    /// True when the body ran but its outcome is not stored: a retry will not replay it.
+    /// True when the body ran but its outcome could not be stored: a retry may not replay it.
     pub fn outcome_not_stored(&self) -> bool {
         self.idempotency == Some(IdempotencyOutcome::NotStored)
     }

@@ -130,6 +130,10 @@ struct Inner {
     client: Client,
     /// Run ids of the nodes, and the restarts seen.
     watch: Arc<ServerWatch>,
+    /// The server's clock minus this host's wall clock, in ms, measured with `TIME` at
+    /// connect. Only used to give claims a not-after time in the server's clock; an error of
+    /// a few ms (half a round trip, drift) is covered by the grace added to it.
+    clock_offset_ms: i64,
 }
 
 impl std::fmt::Debug for RedisProvider {
@@ -257,10 +261,14 @@ impl RedisProviderBuilder {
                 .await
                 .map_err(|fault| fault.into_backend(&context))?;
             server_checks::check_at_connect(&*transport, checks, &address).await?;
-            Ok::<_, BackendError>(transport)
+            let clock_offset_ms = server_clock_offset(&*transport)
+                .await
+                .map_err(|fault| fault.into_backend(&context))?;
+            Ok::<_, BackendError>((transport, clock_offset_ms))
         });
-        let transport = match tokio::time::timeout(timeout * 3, connecting).await {
-            Ok(Ok(transport)) => transport,
+        let (transport, clock_offset_ms) = match tokio::time::timeout(timeout * 3, connecting).await
+        {
+            Ok(Ok(connected)) => connected,
             Ok(Err(err)) => {
                 return Err(BackendError::new(
                     err.kind(),
@@ -283,8 +291,39 @@ impl RedisProviderBuilder {
                 secrets,
                 client: options.client,
                 watch,
+                clock_offset_ms,
             }),
         })
+    }
+}
+
+/// This host's wall clock in ms since the Unix epoch (0 if it is before it).
+fn wall_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// The server's clock minus ours, from one `TIME` round trip (read at its midpoint).
+async fn server_clock_offset(transport: &dyn Transport) -> Result<i64, Fault> {
+    let sent = wall_ms();
+    let replies = transport.run(&[Command::new("TIME")]).await?;
+    let received = wall_ms();
+    let number = |reply: &Reply| match reply {
+        Reply::Data(text) => std::str::from_utf8(text).ok()?.parse::<i64>().ok(),
+        Reply::Int(n) => Some(*n),
+        _ => None,
+    };
+    match replies.as_slice() {
+        [Reply::Array(parts)] if parts.len() == 2 => match (number(&parts[0]), number(&parts[1])) {
+            (Some(secs), Some(micros)) => Ok(secs * 1000 + micros / 1000 - (sent + received) / 2),
+            _ => Err(Fault::Protocol(
+                "TIME answered something else than a time".into(),
+            )),
+        },
+        _ => Err(Fault::Protocol(
+            "TIME answered something else than a time".into(),
+        )),
     }
 }
 
@@ -892,6 +931,14 @@ impl Inner {
         let keep = req
             .keep_abandoned_for
             .map(|d| Decimal::new(millis(d).min(MAX_MILLIS - lease).max(1)));
+        // Past this instant (server clock) the claim must not take effect: by then this call
+        // has given up waiting for the reply (a call is bounded by the command timeout, the
+        // NOSCRIPT fallback by another), and a marker created now would belong to nobody.
+        let grace = self.timeout.max(Duration::from_millis(250));
+        let not_after = wall_ms()
+            .saturating_add(self.clock_offset_ms)
+            .saturating_add(millis(self.timeout.saturating_mul(2).saturating_add(grace)) as i64);
+        let not_after = Decimal::new(not_after.max(0) as u64);
         let reply = self
             .eval(
                 &scripts::CLAIM,
@@ -901,6 +948,7 @@ impl Inner {
                     Decimal::new(lease).as_ref(),
                     fp,
                     keep.as_ref().map_or(&[][..], |k| k.as_ref()),
+                    not_after.as_ref(),
                 ],
                 key,
             )
@@ -911,6 +959,11 @@ impl Inner {
         };
         match items.as_slice() {
             [Reply::Int(1)] => Ok(ClaimOutcome::Claimed),
+            [Reply::Int(3)] => Err(BackendError::new(
+                BackendErrorKind::Timeout,
+                "claim: the command reached Redis after this call had given up on it; it was not applied",
+            )
+            .with_key(key)),
             [Reply::Int(2), Reply::Data(fp)] => Ok(ClaimOutcome::Abandoned {
                 fingerprint: fingerprint(fp)
                     .ok_or_else(|| corrupt("the record's fingerprint is not one coord wrote"))?,

@@ -283,7 +283,12 @@ end
 }
 
 /// Claim or read. KEYS: record. ARGV: owner, in-flight lease ms, fingerprint (may be empty),
-/// keep-when-abandoned ms (empty: do not keep).
+/// keep-when-abandoned ms (empty: do not keep), not-after (server ms; empty: no limit).
+///
+/// A claim that executes after its not-after time changes nothing and returns `{3}`: its
+/// caller has given up on it (the command sat in a frozen server or a slow network past the
+/// command timeout), so a marker it created would block the key, and under
+/// `on_abandoned = "fail"` report an unknown outcome, for a body that never ran.
 ///
 /// Returns `{1}` when claimed (also when the record is the caller's own live marker: a resend
 /// whose first send landed), `{2, fp}` for a kept abandoned marker, or
@@ -296,6 +301,9 @@ pub(crate) static CLAIM: LazyLock<Script> = LazyLock::new(|| {
             record_check!(),
             r#"
 local now = now_ms()
+if ARGV[5] ~= '' and now > tonumber(ARGV[5]) then
+  return {3}
+end
 local r, why = read_record()
 if r == false then
   return redis.error_reply(why)

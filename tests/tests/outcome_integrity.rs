@@ -541,3 +541,41 @@ async fn a_release_that_failed_is_retried_in_the_background() {
     .await;
     assert!(p.releases.calls() >= 3);
 }
+
+#[idempotent(key_from = "key", coordinator = c, name = "oi.versions")]
+async fn versioned(c: &Coordinator, key: &str, runs: Arc<AtomicUsize>) -> Result<u64, CoordError> {
+    Ok(runs.fetch_add(1, Ordering::SeqCst) as u64 + 10)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_that_does_not_decode_is_a_codec_error_naming_the_key_until_purged() {
+    // An older deployment stored JSON; this one reads the tagged format from the same store.
+    let store = Arc::new(MemoryProvider::new());
+    let old = Coordinator::builder()
+        .namespace("oi-codec-upgrade")
+        .provider(store.clone())
+        .codec(coord_core::Codec::Json)
+        .build()
+        .unwrap();
+    let new = Coordinator::builder()
+        .namespace("oi-codec-upgrade")
+        .provider(store.clone())
+        .build()
+        .unwrap();
+    let runs = Arc::new(AtomicUsize::new(0));
+    assert_eq!(versioned(&old, "k", runs.clone()).await.unwrap(), 10);
+    match versioned(&new, "k", runs.clone()).await {
+        Err(err @ CoordError::Codec { .. }) => {
+            assert_eq!(err.key(), Some("oi-codec-upgrade:oi.versions:k"));
+        }
+        other => panic!("expected a codec error, got {other:?}"),
+    }
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        1,
+        "never run again over a record"
+    );
+    assert!(new.purge_record("oi.versions:k").await.unwrap());
+    assert_eq!(versioned(&new, "k", runs.clone()).await.unwrap(), 11);
+    assert_eq!(versioned(&new, "k", runs.clone()).await.unwrap(), 11);
+}

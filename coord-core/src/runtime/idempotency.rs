@@ -16,7 +16,7 @@ use crate::provider::{
 };
 use crate::report::IdempotencyOutcome;
 use crate::runtime::call::{Call, IdempotencySpec};
-use crate::runtime::detach::DetachOnDrop;
+use crate::runtime::detach::{DetachOnDrop, spawn_detached};
 use crate::runtime::outcome::GuardedResult;
 use crate::runtime::renewal::{Hold, HoldKind, Registration, Renewer};
 use crate::runtime::time::later;
@@ -228,7 +228,7 @@ fn not_stored<R: GuardedResult>(
 ) -> R {
     call.record_idempotency(IdempotencyOutcome::NotStored);
     call.coordinator.metrics().count_not_stored();
-    tracing::error!(key = %call.key, cause = %cause, "coord: the body ran but its outcome was not stored; a duplicate will not replay it");
+    tracing::error!(key = %call.key, cause = %cause, "coord: the body ran but its outcome was not stored; a duplicate may not replay it");
     match spec.on_store_error {
         OnStoreError::Error => R::from_coord_error(CoordError::OutcomeNotStored {
             key: call.key.to_string(),
@@ -360,10 +360,8 @@ where
             Ok(found) => found,
             Err(err) => {
                 if err.kind().is_transient() {
-                    // The claim may have landed with its reply lost: clear it, owner-checked,
-                    // so the key is free at once rather than blocked (or, under
-                    // `on_abandoned = "fail"`, reported unknown) for a body that never ran.
-                    store.clone().abandon_detached(
+                    clear_unanswered_claim(
+                        store,
                         call.key.to_string(),
                         owner,
                         spec.in_flight_lease,
@@ -431,6 +429,43 @@ where
             }
         }
     }
+}
+
+/// A claim whose reply never came may have landed, or may still land (it can sit in a frozen
+/// server or a slow network): clear it, owner-checked, so the key is free at once rather than
+/// blocked (or, under `on_abandoned = "fail"`, reported unknown) for a body that never ran.
+///
+/// An abandon that finds nothing proves nothing (the claim may land after it), so this keeps
+/// trying, with backoff, until one removes our marker or the marker's lease has passed since
+/// the failure. Providers bound how late a claim can still take effect (the Redis provider
+/// refuses a claim that executes after twice its command timeout plus a grace): with a lease
+/// longer than that bound, any late claim is cleared.
+fn clear_unanswered_claim(
+    store: &Arc<dyn IdempotencyStore>,
+    key: String,
+    owner: OwnerToken,
+    lease: Duration,
+) {
+    let store = Arc::clone(store);
+    let deadline = later(tokio::time::Instant::now(), lease);
+    spawn_detached(async move {
+        let mut backoff = Duration::from_millis(25);
+        loop {
+            match store.abandon(&key, owner).await {
+                Ok(true) => return,
+                Ok(false) => {}
+                Err(err) => {
+                    tracing::debug!(key = %key, error = %err, "coord: clearing an unanswered claim failed; retrying");
+                }
+            }
+            let now = tokio::time::Instant::now();
+            if now >= deadline {
+                return;
+            }
+            tokio::time::sleep_until(deadline.min(now + backoff)).await;
+            backoff = (backoff * 2).min(Duration::from_secs(1));
+        }
+    });
 }
 
 fn backend_fault<R: GuardedResult>(

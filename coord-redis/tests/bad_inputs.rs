@@ -105,6 +105,7 @@ enum Attr {
 enum Input {
     Request(Field, Duration),
     CommandTimeout(Duration),
+    PoolSize(usize),
     /// String parts of a call key built by the key builder.
     Parts(Vec<String>),
     /// Two tuples that must not share Redis names.
@@ -226,6 +227,14 @@ fn timeout_cases() -> Vec<Case> {
             "connected; granted",
         ));
     }
+    cases.push(case("pool size = 0", Input::PoolSize(0), "refused: Config"));
+    // No machine holds usize::MAX connections: the builder has to refuse it, not let the
+    // pool's allocation panic.
+    cases.push(case(
+        "pool size = usize::MAX",
+        Input::PoolSize(usize::MAX),
+        "refused: Config",
+    ));
     cases
 }
 
@@ -382,6 +391,7 @@ fn describe(input: &Input) -> String {
     match input {
         Input::Request(field, d) => format!("{field:?} {d:?}"),
         Input::CommandTimeout(d) => format!("command_timeout {d:?}"),
+        Input::PoolSize(n) => format!("pool_size {n}"),
         Input::Parts(p) => format!("parts {:?}", p.iter().map(|s| short(s)).collect::<Vec<_>>()),
         Input::PartsPair(a, b) => format!(
             "parts {:?} vs {:?}",
@@ -410,6 +420,7 @@ fn run(env: Env, input: Input) -> Saw {
     match input {
         Input::Request(field, d) => Box::pin(request(env, field, d)),
         Input::CommandTimeout(d) => Box::pin(command_timeout(env, d)),
+        Input::PoolSize(n) => Box::pin(pool_size(env, n)),
         Input::Parts(p) => Box::pin(confined(env, p)),
         Input::PartsPair(a, b) => Box::pin(apart(env, a, b)),
         Input::RawKey(k) => Box::pin(raw_key(env, k)),
@@ -659,6 +670,19 @@ async fn command_timeout(env: Env, timeout: Duration) -> String {
             "typed answers".into()
         }
         Err(e) => format!("acquire failed: {e:?}"),
+    }
+}
+
+async fn pool_size(env: Env, size: usize) -> String {
+    let connected = RedisProvider::builder(env.server.url())
+        .client(env.client)
+        .pool_size(size)
+        .connect()
+        .await;
+    match connected {
+        Err(e) if e.kind() == BackendErrorKind::Config => "refused: Config".into(),
+        Err(e) => format!("refused: {e:?}"),
+        Ok(_) => "connected".into(),
     }
 }
 
@@ -968,7 +992,7 @@ async fn redis_bad_input_corpus(client: Client) {
     let env = Env { server, p, client };
     let groups = [
         ("request durations", request_cases()),
-        ("command timeout", timeout_cases()),
+        ("builder", timeout_cases()),
         ("call keys", key_cases()),
         ("raw keys", raw_key_cases()),
         ("payloads", payload_cases()),

@@ -704,12 +704,11 @@ fn crc16(data: &[u8]) -> u16 {
 
 /// What Redis hashes of `name`: the first `{..}` when not empty, else all of it.
 fn hashed_part(name: &[u8]) -> &[u8] {
-    if let Some(open) = name.iter().position(|&b| b == b'{') {
-        if let Some(len) = name[open + 1..].iter().position(|&b| b == b'}') {
-            if len > 0 {
-                return &name[open + 1..open + 1 + len];
-            }
-        }
+    if let Some(open) = name.iter().position(|&b| b == b'{')
+        && let Some(len) = name[open + 1..].iter().position(|&b| b == b'}')
+        && len > 0
+    {
+        return &name[open + 1..open + 1 + len];
     }
     name
 }
@@ -750,7 +749,7 @@ async fn confined(env: Env, parts: Vec<String>) -> String {
         return format!("lock {locked:?}, claim {claimed:?}");
     }
     let names = names_in(&server, &ns);
-    let tag = k[ns.len() + 1..].as_bytes();
+    let tag = &k.as_bytes()[ns.len() + 1..];
     let prefix = format!("{ns}:");
     let mut problems = Vec::new();
     let slots: Vec<u16> = names

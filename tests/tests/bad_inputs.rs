@@ -97,6 +97,7 @@ enum Attr {
     LongestLockWaitCancelled,
     ShortestLeaseOutlived,
     ShortestLeaseRenewed,
+    ShortLeaseRenewed,
     LongestRecordDurations,
     LongestDuplicateWait,
     MibKey,
@@ -269,6 +270,11 @@ fn attribute_cases() -> Vec<Case> {
             "lock with the shortest lease, renewed",
             Input::Attr(ShortestLeaseRenewed),
             "ran; Ok or LockLost; no renewal left",
+        ),
+        case(
+            "lock with a 500 ms lease, renewed through five leases",
+            Input::Attr(ShortLeaseRenewed),
+            "ran; Ok; no renewal left",
         ),
         case(
             "idempotent with the longest retention and in-flight lease",
@@ -632,6 +638,12 @@ async fn shortest_renewed(c: &Coordinator, k: &str, hold: Duration) -> Result<()
     Ok(())
 }
 
+#[distributed_lock(key_from = "k", lease = "500ms", renew = true, coordinator = c)]
+async fn short_renewed(c: &Coordinator, k: &str, hold: Duration) -> Result<(), CoordError> {
+    tokio::time::sleep(hold).await;
+    Ok(())
+}
+
 #[idempotent(
     key_from = "k",
     retention = "9223372036854775807ms",
@@ -790,6 +802,17 @@ async fn attribute(attr: Attr) -> String {
                 Ok(()) | Err(CoordError::LockLost { .. }) if drained => {
                     "ran; Ok or LockLost; no renewal left".into()
                 }
+                other => format!("{other:?}, renewals left {}", c.active_renewals()),
+            }
+        }
+        Attr::ShortLeaseRenewed => {
+            // Renewed every third of it, a 500 ms lease leaves over 300 ms of slack per renewal:
+            // enough on a shared machine, so losing it here would be a renewal bug, not
+            // scheduling noise.
+            let out = short_renewed(&c, "k", Duration::from_millis(2500)).await;
+            let drained = until(PROMPT, || c.active_renewals() == 0).await;
+            match out {
+                Ok(()) if drained => "ran; Ok; no renewal left".into(),
                 other => format!("{other:?}, renewals left {}", c.active_renewals()),
             }
         }

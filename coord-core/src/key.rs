@@ -146,11 +146,32 @@ impl KeyBuilder {
         self.missing
     }
 
-    /// Appends `segment` after a `:` separator, unescaped. For operation names, which the
-    /// macros check at compile time.
+    /// Appends `segment` after a `:` separator. For operation names: the macros check them at
+    /// compile time (ASCII letters, digits, `.`, `_`, `-`, `/`, or a module path with `::`),
+    /// and such names are appended as they are.
+    ///
+    /// `:` is kept (module paths hold `::`), so a segment is only as injective as the names the
+    /// macros accept: a segment holding a single `:` can read like a segment plus a part. What
+    /// the macros never accept is escaped like a part's text (`{`, `}`, `%` and control bytes
+    /// as `%XX`), so no segment, whatever it holds, can move a key to another Redis Cluster
+    /// hash slot or put a control byte into it. An empty segment is written `%_`, as an empty
+    /// part is, so a key never ends in a bare separator.
     pub fn raw_segment(mut self, segment: &str) -> KeyBuilder {
         self.writer.buf.push(':');
-        self.writer.buf.push_str(segment);
+        if segment.is_empty() {
+            self.writer.push_plain("%_");
+            return self;
+        }
+        let bytes = segment.as_bytes();
+        let mut start = 0;
+        for (i, &b) in bytes.iter().enumerate() {
+            if b != b':' && needs_escape(b) {
+                self.writer.buf.push_str(&segment[start..i]);
+                let _ = write!(self.writer.buf, "%{b:02X}");
+                start = i + 1;
+            }
+        }
+        self.writer.buf.push_str(&segment[start..]);
         self
     }
 

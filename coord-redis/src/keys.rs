@@ -28,7 +28,9 @@ impl<'a> Names<'a> {
     /// Splits `key` at its first `:` into namespace and the rest (which becomes the hash tag).
     pub(crate) fn of(key: &'a str) -> Result<Names<'a>, BackendError> {
         let (namespace, tag) = key.split_once(':').unwrap_or(("", key));
-        if tag.is_empty() || tag.contains(['{', '}']) {
+        // A brace anywhere (the namespace included) would move a name's hash tag, and the
+        // lock, fence and record of one call could then land in different cluster slots.
+        if tag.is_empty() || key.contains(['{', '}']) {
             return Err(BackendError::new(
                 BackendErrorKind::Config,
                 "a call key must be `namespace:op[:parts]` without `{` or `}`",

@@ -184,14 +184,18 @@ impl RedisProviderBuilder {
     }
 
     /// The bound on every Redis call (and on each step of connecting). Default: one second.
+    /// Zero is refused by `connect`; anything above one hour is taken as one hour (a call that
+    /// may hang longer than that is not bounded in any useful sense, and deadline arithmetic
+    /// stays far from overflow).
     pub fn command_timeout(mut self, timeout: Duration) -> Self {
-        self.options.command_timeout = timeout;
+        self.options.command_timeout = timeout.min(MAX_COMMAND_TIMEOUT);
         self
     }
 
     /// How many multiplexed connections carry commands (round-robin). Default: one, which
     /// already pipelines concurrent calls; more help only under heavy load. The subscriber
-    /// connection comes on top, opened the first time something waits.
+    /// connection comes on top, opened the first time something waits. `connect` refuses zero
+    /// and more than 1024.
     pub fn pool_size(mut self, connections: usize) -> Self {
         self.options.pool_size = connections;
         self
@@ -266,22 +270,25 @@ impl RedisProviderBuilder {
                 .map_err(|fault| fault.into_backend(&context))?;
             Ok::<_, BackendError>((transport, clock_offset_ms))
         });
-        let (transport, clock_offset_ms) = match tokio::time::timeout(timeout * 3, connecting).await
-        {
-            Ok(Ok(connected)) => connected,
-            Ok(Err(err)) => {
-                return Err(BackendError::new(
-                    err.kind(),
-                    scrub(err.message(), &secrets),
-                ));
-            }
-            Err(_) => {
-                return Err(BackendError::new(
-                    BackendErrorKind::Timeout,
-                    format!("{context}: no connection within {:?}", timeout * 3),
-                ));
-            }
-        };
+        let (transport, clock_offset_ms) =
+            match tokio::time::timeout(timeout.saturating_mul(3), connecting).await {
+                Ok(Ok(connected)) => connected,
+                Ok(Err(err)) => {
+                    return Err(BackendError::new(
+                        err.kind(),
+                        scrub(err.message(), &secrets),
+                    ));
+                }
+                Err(_) => {
+                    return Err(BackendError::new(
+                        BackendErrorKind::Timeout,
+                        format!(
+                            "{context}: no connection within {:?}",
+                            timeout.saturating_mul(3)
+                        ),
+                    ));
+                }
+            };
         Ok(RedisProvider {
             inner: Arc::new(Inner {
                 transport,
@@ -327,6 +334,13 @@ async fn server_clock_offset(transport: &dyn Transport) -> Result<i64, Fault> {
     }
 }
 
+/// The most connections a provider opens to one node: far above what multiplexed connections
+/// need, far below what would exhaust the server's or this process's file descriptors.
+const MAX_POOL_SIZE: usize = 1024;
+
+/// The longest command timeout a provider uses.
+const MAX_COMMAND_TIMEOUT: Duration = Duration::from_secs(3600);
+
 fn validate(options: &Options) -> Result<(), BackendError> {
     let config = |msg: String| Err(BackendError::new(BackendErrorKind::Config, msg));
     if options.command_timeout.is_zero() {
@@ -334,6 +348,13 @@ fn validate(options: &Options) -> Result<(), BackendError> {
     }
     if options.pool_size == 0 {
         return config("the pool size must be at least one".to_owned());
+    }
+    if options.pool_size > MAX_POOL_SIZE {
+        return config(format!(
+            "the pool size must be at most {MAX_POOL_SIZE} connections (got {}): each is a \
+             multiplexed connection, so a few serve thousands of concurrent calls",
+            options.pool_size
+        ));
     }
     match &options.topology {
         Topology::Standalone(url) => {

@@ -926,7 +926,7 @@ fn pin_client_and_server(server: &RedisServer) -> bool {
             let mut set: libc::cpu_set_t = std::mem::zeroed();
             libc::CPU_ZERO(&mut set);
             libc::CPU_SET(cpu, &mut set);
-            libc::sched_setaffinity(pid, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0
+            libc::sched_setaffinity(pid, size_of::<libc::cpu_set_t>(), &set) == 0
         }
     };
     // redis-server's background threads were created before this; pin every one of them.

@@ -51,7 +51,7 @@ fn assert_unreachable(err: &BackendError, what: &str) {
 /// Runs `op`, checking it fails as unreachable within [`BOUND`].
 async fn fails_in_time<T: std::fmt::Debug>(
     what: &str,
-    op: impl std::future::Future<Output = Result<T, BackendError>>,
+    op: impl Future<Output = Result<T, BackendError>>,
 ) {
     let started = Instant::now();
     let result = tokio::time::timeout(BOUND * 3, op)
@@ -167,7 +167,7 @@ async fn frozen_server_gives_timeouts_within_the_command_timeout(client: Client)
     fails_in_time("claim", p.claim(claim(&k, b, LONG))).await;
     fails_in_time(
         "complete",
-        support::complete_stored(&p, &k, b, Arc::from(&b"x"[..]), LONG),
+        complete_stored(&p, &k, b, Arc::from(&b"x"[..]), LONG),
     )
     .await;
     fails_in_time("abandon", p.abandon(&k, b)).await;
@@ -333,7 +333,7 @@ async fn foreign_values_at_record_keys_are_corrupt(client: Client) {
     server.command(&["RPUSH", &redis_key(&k, "idem"), "x"]);
     assert_corrupt(p.claim(claim(&k, a, LONG)).await, "claim");
     assert_corrupt(
-        support::complete_stored(&p, &k, a, payload.clone(), LONG).await,
+        complete_stored(&p, &k, a, payload.clone(), LONG).await,
         "complete",
     );
     assert_corrupt(p.abandon(&k, a).await, "abandon");

@@ -162,7 +162,7 @@ async fn locked(c: &Coordinator, id: u32, body: &Body) -> Result<u64, CoordError
 }
 
 /// Runs one call, failing the test if it hangs.
-async fn bounded<T>(what: &str, call: impl std::future::Future<Output = T>) -> T {
+async fn bounded<T>(what: &str, call: impl Future<Output = T>) -> T {
     tokio::time::timeout(HANG, call)
         .await
         .unwrap_or_else(|_| panic!("{what} hung"))
@@ -233,7 +233,7 @@ async fn frozen_past_the_lease<F, Fut>(
 )
 where
     F: FnOnce() -> Fut,
-    Fut: std::future::Future<Output = Result<u64, CoordError>>,
+    Fut: Future<Output = Result<u64, CoordError>>,
 {
     let pid = server.pid().unwrap();
     body.inject(move || signal(pid, libc::SIGSTOP));

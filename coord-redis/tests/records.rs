@@ -172,9 +172,7 @@ async fn lapsed_marker_is_claimed_again(client: Client) {
     );
     let late: Arc<[u8]> = Arc::from(&b"late"[..]);
     assert!(
-        !support::complete_stored(&s, &k, a, late, LONG)
-            .await
-            .unwrap(),
+        !complete_stored(&s, &k, a, late, LONG).await.unwrap(),
         "a lapsed owner cannot complete over the new marker"
     );
     assert!(
@@ -198,7 +196,7 @@ async fn completed_record_lives_for_its_retention(client: Client) {
     );
     let day = Duration::from_secs(86_400);
     assert!(
-        support::complete_stored(&s, &k, a, Arc::from(&b"v"[..]), day)
+        complete_stored(&s, &k, a, Arc::from(&b"v"[..]), day)
             .await
             .unwrap()
     );
@@ -236,7 +234,7 @@ async fn binary_payloads_round_trip(client: Client) {
     s.claim(req.clone()).await.unwrap();
     let payload: Vec<u8> = (0..=255u8).chain([0, 0, b'\r', b'\n']).collect();
     assert!(
-        support::complete_stored(&s, &k, a, Arc::from(payload.as_slice()), LONG)
+        complete_stored(&s, &k, a, Arc::from(payload.as_slice()), LONG)
             .await
             .unwrap()
     );
@@ -261,7 +259,7 @@ async fn binary_payloads_round_trip(client: Client) {
     let k2 = key("empty");
     s.claim(claim(&k2, a, LONG)).await.unwrap();
     assert!(
-        support::complete_stored(&s, &k2, a, Arc::from(&b""[..]), LONG)
+        complete_stored(&s, &k2, a, Arc::from(&b""[..]), LONG)
             .await
             .unwrap()
     );
@@ -279,7 +277,7 @@ async fn wait_settled_returns_at_once_without_a_marker(client: Client) {
     s.wait_settled(&k, Duration::from_secs(20)).await.unwrap();
     let a = OwnerToken::new();
     s.claim(claim(&k, a, LONG)).await.unwrap();
-    support::complete_stored(&s, &k, a, Arc::from(&b"1"[..]), LONG)
+    complete_stored(&s, &k, a, Arc::from(&b"1"[..]), LONG)
         .await
         .unwrap();
     s.wait_settled(&k, Duration::from_secs(20)).await.unwrap();
@@ -320,7 +318,7 @@ async fn wait_settled_wakes_on_completion_and_abandonment(client: Client) {
         let settled_at = Instant::now();
         if complete {
             assert!(
-                support::complete_stored(&s, &k, a, Arc::from(&b"1"[..]), LONG)
+                complete_stored(&s, &k, a, Arc::from(&b"1"[..]), LONG)
                     .await
                     .unwrap()
             );
@@ -429,15 +427,15 @@ async fn abandoned_marker_is_kept_on_request(client: Client) {
     );
     assert!(matches!(
         s.renew_marker(&k, a, LONG).await.unwrap(),
-        coord_core::RenewOutcome::Lost(_)
+        RenewOutcome::Lost(_)
     ));
     assert!(
-        !support::complete_stored(&s, &k, b, Arc::from(&b"x"[..]), LONG)
+        !complete_stored(&s, &k, b, Arc::from(&b"x"[..]), LONG)
             .await
             .unwrap()
     );
     assert!(
-        support::complete_stored(&s, &k, a, Arc::from(&b"late"[..]), LONG)
+        complete_stored(&s, &k, a, Arc::from(&b"late"[..]), LONG)
             .await
             .unwrap(),
         "late owner resolves"
@@ -475,7 +473,7 @@ async fn renew_marker_is_owner_scoped(client: Client) {
     assert_eq!(s.renew_marker(&k, a, LONG).await.unwrap(), Renewed);
     let pttl = server.command(&["PTTL", &record]).int().unwrap();
     assert!(pttl > 25_000 && pttl <= 30_000, "renewed: PTTL {pttl}");
-    support::complete_stored(&s, &k, a, Arc::from(&b"1"[..]), LONG)
+    complete_stored(&s, &k, a, Arc::from(&b"1"[..]), LONG)
         .await
         .unwrap();
     assert!(
@@ -559,7 +557,7 @@ async fn settling_a_record_nobody_waits_for_publishes_nothing(client: Client) {
         );
         if i % 2 == 0 {
             assert!(
-                support::complete_stored(&s, &k, a, Arc::from(&b"1"[..]), LONG)
+                complete_stored(&s, &k, a, Arc::from(&b"1"[..]), LONG)
                     .await
                     .unwrap()
             );

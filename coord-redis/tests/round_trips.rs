@@ -86,7 +86,7 @@ fn expect(pairs: &[(&str, u64)]) -> BTreeMap<String, u64> {
 /// connections sent exactly `commands`.
 async fn measure<T, F>(what: &str, monitor: &Monitor, commands: &[(&str, u64)], op: F) -> T
 where
-    F: std::future::Future<Output = T>,
+    F: Future<Output = T>,
 {
     monitor.drain();
     let started = Instant::now();
@@ -124,7 +124,7 @@ async fn operations_cost_one_round_trip(client: Client) {
     p.renew(&w, o, LONG).await.unwrap();
     p.release(&w, o).await.unwrap();
     p.claim(claim(&w, o, LONG)).await.unwrap();
-    support::complete_stored(&p, &w, o, Arc::from(&b"1"[..]), LONG)
+    complete_stored(&p, &w, o, Arc::from(&b"1"[..]), LONG)
         .await
         .unwrap();
     p.claim(claim(&w, o, LONG)).await.unwrap();
@@ -201,7 +201,7 @@ async fn operations_cost_one_round_trip(client: Client) {
     .await;
     assert_eq!(claimed, ClaimOutcome::Claimed);
     measure("complete", &monitor, &[("evalsha", 1)], async {
-        support::complete_stored(&p, &r, a, Arc::from(&b"done"[..]), LONG)
+        complete_stored(&p, &r, a, Arc::from(&b"done"[..]), LONG)
             .await
             .unwrap()
     })

@@ -55,7 +55,7 @@ async fn cluster_of_three_masters() {
                 ClaimOutcome::Claimed
             );
             assert!(
-                support::complete_stored(&p, &k, a, Arc::from(&b"ok"[..]), LONG)
+                complete_stored(&p, &k, a, Arc::from(&b"ok"[..]), LONG)
                     .await
                     .unwrap()
             );

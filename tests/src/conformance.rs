@@ -783,7 +783,7 @@ fn is_huge(d: Duration) -> bool {
 /// the thread it happens on, so the timer must run elsewhere).
 async fn bounded<T: Send + 'static>(
     what: &str,
-    fut: impl std::future::Future<Output = T> + Send + 'static,
+    fut: impl Future<Output = T> + Send + 'static,
 ) -> T {
     match tokio::time::timeout(Duration::from_secs(10), tokio::spawn(fut)).await {
         Ok(joined) => joined.unwrap_or_else(|e| panic!("{what}: the call panicked: {e}")),
@@ -796,7 +796,7 @@ async fn bounded<T: Send + 'static>(
 async fn within_3s<F, Fut>(what: &str, mut check: F)
 where
     F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
+    Fut: Future<Output = bool>,
 {
     let deadline = Instant::now() + Duration::from_secs(3);
     while !check().await {
@@ -1305,7 +1305,7 @@ fn key_of(c: &Coordinator, op: &str, part: u32) -> String {
         .finish()
 }
 
-async fn futures_join_all<F: std::future::Future + Send + 'static>(
+async fn futures_join_all<F: Future + Send + 'static>(
     futs: impl Iterator<Item = F>,
 ) -> Vec<F::Output>
 where

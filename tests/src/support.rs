@@ -256,7 +256,7 @@ where
 pub async fn eventually<F, Fut>(what: &str, within: Duration, mut check: F)
 where
     F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
+    Fut: Future<Output = bool>,
 {
     let deadline = tokio::time::Instant::now() + within;
     loop {

@@ -76,7 +76,7 @@ fn timeout() -> BackendError {
 /// the command is "sent": the in-process provider does its work when called, not when polled.
 async fn faulty<T, Fut>(faults: &Faults, op: impl FnOnce() -> Fut) -> Result<T, BackendError>
 where
-    Fut: std::future::Future<Output = Result<T, BackendError>>,
+    Fut: Future<Output = Result<T, BackendError>>,
 {
     match faults.next() {
         None => op().await,

@@ -20,8 +20,10 @@ struct ReleaseOnDrop<'a> {
     provider: &'a Arc<dyn LockProvider>,
     key: &'a str,
     owner: OwnerToken,
-    /// When the lease ends at the latest if the acquire landed: clean-up is pointless after.
-    lease_end: Instant,
+    /// How long a clean-up can matter: a lock taken by this call frees itself at the latest a
+    /// lease after its last attempt, and attempts end within `wait`. (An upper bound, so no
+    /// clock is read on the path that never drops armed.)
+    lease_bound: std::time::Duration,
     armed: bool,
 }
 
@@ -31,7 +33,7 @@ impl Drop for ReleaseOnDrop<'_> {
             self.provider.clone().release_detached(
                 self.key.to_owned(),
                 self.owner,
-                self.lease_end.saturating_duration_since(Instant::now()),
+                self.lease_bound,
             );
         }
     }
@@ -60,17 +62,11 @@ where
     let memory = call.coordinator.memory();
     // The in-process provider reports when the lease began; others are timed from here.
     let started = (memory.is_none() || !spec.wait.is_zero()).then(Instant::now);
-    // The lease of an acquire that may have landed ends, at the latest, a lease after the
-    // last attempt was sent; the wait bounds when that was.
     let mut guard = ReleaseOnDrop {
         provider,
         key,
         owner,
-        lease_end: crate::runtime::time::later(
-            tokio::time::Instant::now(),
-            spec.lease.saturating_add(spec.wait),
-        )
-        .into_std(),
+        lease_bound: spec.lease.saturating_add(spec.wait),
         armed: true,
     };
     let request = LockRequest {

@@ -130,10 +130,35 @@ struct Inner {
     client: Client,
     /// Run ids of the nodes, and the restarts seen.
     watch: Arc<ServerWatch>,
-    /// The server's clock minus this host's wall clock, in ms, measured with `TIME` at
-    /// connect. Only used to give claims a not-after time in the server's clock; an error of
-    /// a few ms (half a round trip, drift) is covered by the grace added to it.
-    clock_offset_ms: i64,
+    /// An estimate of the server's clock, to give claims a not-after time in it.
+    clock: ServerClock,
+}
+
+/// The server's clock as seen from here: its `TIME` at one local monotonic instant, moved on by
+/// this host's monotonic clock (which never steps). An error of a few ms (half a round trip,
+/// drift) is covered by the grace added to every not-after time; a larger one (the server's
+/// clock was stepped) is corrected by measuring again when a claim comes back refused as late
+/// although this call was still waiting for it.
+struct ServerClock {
+    at: std::sync::Mutex<(std::time::Instant, i64)>,
+}
+
+impl ServerClock {
+    fn new(at: std::time::Instant, server_ms: i64) -> ServerClock {
+        ServerClock {
+            at: std::sync::Mutex::new((at, server_ms)),
+        }
+    }
+
+    /// The server's clock now, in ms since the Unix epoch, as estimated here.
+    fn now_ms(&self) -> i64 {
+        let (at, server_ms) = *self.at.lock().unwrap_or_else(|e| e.into_inner());
+        server_ms.saturating_add(at.elapsed().as_millis().min(i64::MAX as u128) as i64)
+    }
+
+    fn set(&self, at: std::time::Instant, server_ms: i64) {
+        *self.at.lock().unwrap_or_else(|e| e.into_inner()) = (at, server_ms);
+    }
 }
 
 impl std::fmt::Debug for RedisProvider {
@@ -265,12 +290,12 @@ impl RedisProviderBuilder {
                 .await
                 .map_err(|fault| fault.into_backend(&context))?;
             server_checks::check_at_connect(&*transport, checks, &address).await?;
-            let clock_offset_ms = server_clock_offset(&*transport)
+            let (at, server_ms) = server_time(&*transport)
                 .await
                 .map_err(|fault| fault.into_backend(&context))?;
-            Ok::<_, BackendError>((transport, clock_offset_ms))
+            Ok::<_, BackendError>((transport, ServerClock::new(at, server_ms)))
         });
-        let (transport, clock_offset_ms) =
+        let (transport, clock) =
             match tokio::time::timeout(timeout.saturating_mul(3), connecting).await {
                 Ok(Ok(connected)) => connected,
                 Ok(Err(err)) => {
@@ -298,24 +323,18 @@ impl RedisProviderBuilder {
                 secrets,
                 client: options.client,
                 watch,
-                clock_offset_ms,
+                clock,
             }),
         })
     }
 }
 
-/// This host's wall clock in ms since the Unix epoch (0 if it is before it).
-fn wall_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
-
-/// The server's clock minus ours, from one `TIME` round trip (read at its midpoint).
-async fn server_clock_offset(transport: &dyn Transport) -> Result<i64, Fault> {
-    let sent = wall_ms();
+/// The server's `TIME` in ms, and the local monotonic instant it corresponds to (the midpoint
+/// of the round trip).
+async fn server_time(transport: &dyn Transport) -> Result<(std::time::Instant, i64), Fault> {
+    let sent = std::time::Instant::now();
     let replies = transport.run(&[Command::new("TIME")]).await?;
-    let received = wall_ms();
+    let at = sent + sent.elapsed() / 2;
     let number = |reply: &Reply| match reply {
         Reply::Data(text) => std::str::from_utf8(text).ok()?.parse::<i64>().ok(),
         Reply::Int(n) => Some(*n),
@@ -323,7 +342,7 @@ async fn server_clock_offset(transport: &dyn Transport) -> Result<i64, Fault> {
     };
     match replies.as_slice() {
         [Reply::Array(parts)] if parts.len() == 2 => match (number(&parts[0]), number(&parts[1])) {
-            (Some(secs), Some(micros)) => Ok(secs * 1000 + micros / 1000 - (sent + received) / 2),
+            (Some(secs), Some(micros)) => Ok((at, secs * 1000 + micros / 1000)),
             _ => Err(Fault::Protocol(
                 "TIME answered something else than a time".into(),
             )),
@@ -956,24 +975,43 @@ impl Inner {
         // has given up waiting for the reply (a call is bounded by the command timeout, the
         // NOSCRIPT fallback by another), and a marker created now would belong to nobody.
         let grace = self.timeout.max(Duration::from_millis(250));
-        let not_after = wall_ms()
-            .saturating_add(self.clock_offset_ms)
-            .saturating_add(millis(self.timeout.saturating_mul(2).saturating_add(grace)) as i64);
-        let not_after = Decimal::new(not_after.max(0) as u64);
-        let reply = self
-            .eval(
-                &scripts::CLAIM,
-                &[&names.record()],
-                &[
-                    token.as_ref(),
-                    Decimal::new(lease).as_ref(),
-                    fp,
-                    keep.as_ref().map_or(&[][..], |k| k.as_ref()),
-                    not_after.as_ref(),
-                ],
-                key,
-            )
-            .await?;
+        let window = millis(self.timeout.saturating_mul(2).saturating_add(grace)) as i64;
+        let mut remeasured = false;
+        let reply = loop {
+            let not_after = self.clock.now_ms().saturating_add(window).max(0) as u64;
+            let not_after = Decimal::new(not_after);
+            let reply = self
+                .eval(
+                    &scripts::CLAIM,
+                    &[&names.record()],
+                    &[
+                        token.as_ref(),
+                        Decimal::new(lease).as_ref(),
+                        fp,
+                        keep.as_ref().map_or(&[][..], |k| k.as_ref()),
+                        not_after.as_ref(),
+                    ],
+                    key,
+                )
+                .await?;
+            let late = matches!(&reply, Reply::Array(items) if matches!(items.as_slice(), [Reply::Int(3)]));
+            if late && !remeasured {
+                // Refused as late while this call was still waiting for it: the estimate of
+                // the server's clock is off (its clock was stepped). Measure again, send once
+                // more.
+                remeasured = true;
+                let (at, server_ms) = server_time(&*self.transport)
+                    .await
+                    .map_err(|fault| fault.into_backend("claim: reading the server's clock"))?;
+                tracing::warn!(
+                    key,
+                    "coord-redis: a claim came back refused as late although it was answered in time: the server's clock moved; measured it again"
+                );
+                self.clock.set(at, server_ms);
+                continue;
+            }
+            break reply;
+        };
         let corrupt = |detail: &str| self.corrupt("claim", key, detail);
         let Reply::Array(items) = reply else {
             return Err(corrupt("unexpected script reply"));

@@ -377,41 +377,55 @@ async fn hot_section(c: &Coordinator, slot: u32, witness: &Witness) -> Result<bo
     Ok(accepted)
 }
 
-/// Runs `tasks` tasks of `iterations` sections each over `slots` hot keys; returns the number
-/// of sections and of rejected fenced writes.
+/// What a run of [`hammer`] did.
+#[derive(Debug, Default, Clone, Copy)]
+struct Tally {
+    /// Sections run.
+    done: usize,
+    /// Sections whose fenced write was rejected (a newer holder had written: an overlap).
+    rejected: usize,
+    /// Calls that failed (not acquired within their wait, backend errors).
+    failed: usize,
+}
+
+/// Runs `tasks` tasks of `iterations` sections each over `slots` hot keys.
 async fn hammer(
     c: &Coordinator,
     witness: &Witness,
     tasks: usize,
     iterations: usize,
     slots: u32,
-) -> (usize, usize) {
+) -> Tally {
     let handles: Vec<_> = (0..tasks)
         .map(|t| {
             let (c, witness) = (c.clone(), witness.clone());
             tokio::spawn(async move {
-                let (mut done, mut rejected) = (0, 0);
+                let mut tally = Tally::default();
                 for i in 0..iterations {
                     let slot = ((t + i) % slots as usize) as u32;
-                    let accepted = hot_section(&c, slot, &witness)
-                        .await
-                        .expect("a section within its wait");
-                    done += 1;
-                    if !accepted {
-                        rejected += 1;
+                    match hot_section(&c, slot, &witness).await {
+                        Ok(accepted) => {
+                            tally.done += 1;
+                            tally.rejected += usize::from(!accepted);
+                        }
+                        Err(_) => tally.failed += 1,
                     }
                 }
-                (done, rejected)
+                tally
             })
         })
         .collect();
-    let mut totals = (0, 0);
+    let mut total = Tally::default();
     for h in handles {
-        let (d, r) = h.await.expect("hammer task");
-        totals.0 += d;
-        totals.1 += r;
+        let t = h.await.unwrap_or(Tally {
+            failed: iterations,
+            ..Tally::default()
+        });
+        total.done += t.done;
+        total.rejected += t.rejected;
+        total.failed += t.failed;
     }
-    totals
+    total
 }
 
 async fn child(role: &str) {
@@ -435,8 +449,8 @@ async fn child(role: &str) {
         "hammer" => {
             let witness = Witness::open(&witness_url.expect("witness"), &ns).await;
             let s = sizes();
-            let (done, rejected) = hammer(&c, &witness, s.tasks, s.iterations, s.hot_keys).await;
-            println!("DONE {done} {rejected}");
+            let t = hammer(&c, &witness, s.tasks, s.iterations, s.hot_keys).await;
+            println!("DONE {} {} {}", t.done, t.rejected, t.failed);
         }
         other => panic!("unknown role {other}"),
     }
@@ -946,7 +960,7 @@ fn fault_mid_hold(client: Client, fault: Fault) -> Seen {
                 ));
             }
         }
-        let back = recovers(&c_provider(&server, client).await, ns).await;
+        let back = recovers(&fresh_provider(&server, client).await, ns).await;
         seen.check(
             back.is_some(),
             format!("recovered: {}", back.map(ms).unwrap_or("never".into())),
@@ -955,7 +969,8 @@ fn fault_mid_hold(client: Client, fault: Fault) -> Seen {
     seen
 }
 
-async fn c_provider(server: &RedisServer, client: Client) -> RedisProvider {
+/// A provider of its own (own connections) on `server`, with a 500 ms command timeout.
+async fn fresh_provider(server: &RedisServer, client: Client) -> RedisProvider {
     connect(&server.url(), client, Duration::from_millis(500)).await
 }
 
@@ -1015,7 +1030,7 @@ fn fault_mid_release(client: Client, fault: Fault) -> Seen {
         }
         fault.heal(&mut server).await;
         let healed = Instant::now();
-        let p = c_provider(&server, client).await;
+        let p = fresh_provider(&server, client).await;
         let key = call_key(ns, "fs.midrel", 1);
         let me = OwnerToken::new();
         let grant = p
@@ -1463,7 +1478,7 @@ fn hot_keys_processes(client: Client) -> Seen {
     let players: Vec<Player> = (0..s.processes)
         .map(|_| Player::start("hammer", &server.url(), client, &ns, Some(&witness)))
         .collect();
-    let mut rejected = 0;
+    let (mut rejected, mut failed) = (0, 0);
     for p in &players {
         match p.line("DONE", Duration::from_secs(600)) {
             Some(line) => {
@@ -1473,6 +1488,7 @@ fn hot_keys_processes(client: Client) -> Seen {
                     .filter_map(|v| v.parse().ok())
                     .collect();
                 rejected += parts.get(1).copied().unwrap_or(0);
+                failed += parts.get(2).copied().unwrap_or(0);
             }
             None => seen.check(false, "a process did not finish"),
         }
@@ -1495,6 +1511,7 @@ fn hot_keys_processes(client: Client) -> Seen {
         format!("{} tokens out of order", log.out_of_order),
     );
     seen.check(rejected == 0, format!("{rejected} fenced writes rejected"));
+    seen.check(failed == 0, format!("{failed} calls failed"));
     seen
 }
 
@@ -1505,7 +1522,7 @@ fn hot_keys_memory() -> Seen {
     let ns = "fs-hot-memory";
     let rt = runtime();
     let started = Instant::now();
-    let (done, rejected) = rt.block_on(async {
+    let tally = rt.block_on(async {
         let c = Coordinator::builder()
             .namespace(ns)
             .memory()
@@ -1516,7 +1533,7 @@ fn hot_keys_memory() -> Seen {
     });
     let log = check_log(&witness, ns, s.hot_keys);
     seen.check(
-        log.sections == done && done == s.processes * s.tasks * s.iterations,
+        log.sections == tally.done && tally.done == s.processes * s.tasks * s.iterations,
         format!(
             "{} sections in {:.1} s",
             log.sections,
@@ -1528,7 +1545,11 @@ fn hot_keys_memory() -> Seen {
         log.out_of_order == 0,
         format!("{} tokens out of order", log.out_of_order),
     );
-    seen.check(rejected == 0, format!("{rejected} fenced writes rejected"));
+    seen.check(
+        tally.rejected == 0,
+        format!("{} fenced writes rejected", tally.rejected),
+    );
+    seen.check(tally.failed == 0, format!("{} calls failed", tally.failed));
     seen
 }
 

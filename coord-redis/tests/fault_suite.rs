@@ -1641,7 +1641,17 @@ async fn waiters(
         handoffs.push(granted.saturating_duration_since(previous_release));
         previous_release = releasing;
     }
-    handoffs.sort();
+    // Hand-off #0 starts at the holder's release, sent just after the last first attempt
+    // while the client may still be busy with the waiters' follow-up commands: reported on
+    // its own. The others are one waiter's release to the next one's grant.
+    let first = handoffs.first().copied().unwrap_or_default();
+    let mut rest: Vec<Duration> = handoffs.iter().skip(1).copied().collect();
+    let slowest_at = rest
+        .iter()
+        .enumerate()
+        .max_by_key(|(_, h)| **h)
+        .map_or(0, |(i, _)| i + 1);
+    rest.sort();
     seen.check(
         spans.len() == n,
         format!(
@@ -1651,14 +1661,21 @@ async fn waiters(
         ),
     );
     seen.check(overlaps == 0, format!("{overlaps} overlaps"));
+    // A hand-off near a second is the backstop timer, not a wake-up: count them.
+    let slow = rest
+        .iter()
+        .filter(|h| **h > Duration::from_millis(100))
+        .count();
     seen.note(format!(
-        "total {:.2} s, {:.0} grants/s; hand-off p50 {} p90 {} p99 {} max {}",
+        "total {:.2} s, {:.0} grants/s; first hand-off {}; the other {} hand-offs p50 {} p90 {} p99 {} max {} (#{slowest_at}), {slow} over 100 ms",
         total.as_secs_f64(),
         n as f64 / total.as_secs_f64(),
-        ms(quantile(&handoffs, 0.5)),
-        ms(quantile(&handoffs, 0.9)),
-        ms(quantile(&handoffs, 0.99)),
-        ms(quantile(&handoffs, 1.0)),
+        ms(first),
+        rest.len(),
+        ms(quantile(&rest, 0.5)),
+        ms(quantile(&rest, 0.9)),
+        ms(quantile(&rest, 0.99)),
+        ms(quantile(&rest, 1.0)),
     ));
 }
 

@@ -428,6 +428,7 @@ async fn hammer(
     total
 }
 
+/// The part a child process plays, chosen by `COORD_FAULT_ROLE`.
 async fn child(role: &str) {
     let url = std::env::var("COORD_FS_URL").expect("COORD_FS_URL");
     let ns = std::env::var("COORD_FS_NS").expect("COORD_FS_NS");
@@ -529,6 +530,7 @@ impl Drop for Player {
 
 // ---------------------------------------------------------------- holder faults (processes)
 
+/// A child holds with renewal; SIGKILL it and time how long until the lock is free again.
 fn kill9_holder(client: Client) -> Seen {
     let mut seen = Seen::default();
     let server = RedisServer::start();
@@ -576,6 +578,7 @@ fn kill9_holder(client: Client) -> Seen {
     seen
 }
 
+/// A renewing child frozen past its lease: replaced meanwhile, cancelled when thawed.
 fn sigstop_renewed_holder(client: Client) -> Seen {
     let mut seen = Seen::default();
     let server = RedisServer::start();
@@ -632,6 +635,7 @@ fn sigstop_renewed_holder(client: Client) -> Seen {
     seen
 }
 
+/// An unrenewed fenced child frozen past its lease: its late write is refused by the fence.
 fn sigstop_unrenewed_holder(client: Client) -> Seen {
     let mut seen = Seen::default();
     let server = RedisServer::start();
@@ -738,6 +742,7 @@ impl Fault {
     }
 }
 
+/// Timeouts and unavailability: what a call may answer while the server is faulted.
 fn transient(err: &coord_core::BackendError) -> bool {
     matches!(
         err.kind(),
@@ -763,12 +768,14 @@ async fn recovers(p: &RedisProvider, ns: &str) -> Option<Duration> {
     None
 }
 
+/// The raw value at a call key's lock (the holder's token, perhaps with a waiter mark).
 fn lock_value(server: &RedisServer, key: &str) -> Option<String> {
     command_at(server.port(), &["GET", &redis_key(key, "lock")])
         .ok()
         .and_then(|r| r.text())
 }
 
+/// A waiter queued behind a holder while Redis is faulted, then the holder releases.
 fn fault_mid_acquire(client: Client, fault: Fault) -> Seen {
     let mut seen = Seen::default();
     let mut server = RedisServer::start();
@@ -866,6 +873,7 @@ async fn mid_hold_body(c: &Coordinator, id: u32, entered: Arc<Notify>) -> Result
     Ok(())
 }
 
+/// A renewing hold while Redis is faulted, with another owner probing for a gap.
 fn fault_mid_hold(client: Client, fault: Fault) -> Seen {
     let mut seen = Seen::default();
     let mut server = RedisServer::start();
@@ -986,6 +994,8 @@ async fn mid_release_body(
     Ok(())
 }
 
+/// The body returns while Redis is faulted, so the release fails or is delayed; the lock
+/// must be free soon after healing (the runtime retries the release), not at lease end.
 fn fault_mid_release(client: Client, fault: Fault) -> Seen {
     let mut seen = Seen::default();
     let mut server = RedisServer::start();
@@ -1088,6 +1098,8 @@ fn start_slow(port: u16, seconds: &'static str) -> std::thread::JoinHandle<()> {
     })
 }
 
+/// A server that answers after the client's timeout: what landed late must not linger or be
+/// lost.
 fn slow_server(client: Client) -> Seen {
     let mut seen = Seen::default();
     let server = RedisServer::start_with(&["--enable-debug-command", "yes"]);
@@ -1197,6 +1209,7 @@ async fn retry_charge(c: &Coordinator, order: u32, runs: &Arc<AtomicUsize>) -> O
     None
 }
 
+/// A server over `maxmemory` with `noeviction`.
 fn full_server(client: Client) -> Seen {
     let mut seen = Seen::default();
     let server =
@@ -1327,6 +1340,7 @@ fn full_server(client: Client) -> Seen {
     seen
 }
 
+/// A fingerprinted claim with a 60 s in-flight lease.
 fn claim(key: &str, owner: OwnerToken) -> ClaimRequest<'_> {
     ClaimRequest {
         key,
@@ -1352,6 +1366,8 @@ async fn failover_hold(
     Ok(())
 }
 
+/// A Sentinel failover that loses a held lock: measures how long two owners both believed
+/// they held it, and checks the fence refuses the older one.
 fn sentinel_failover(client: Client) -> Seen {
     let mut seen = Seen::default();
     let mut setup = SentinelSetup::start();
@@ -1468,6 +1484,7 @@ fn sentinel_failover(client: Client) -> Seen {
 
 // ---------------------------------------------------------------- load
 
+/// Child processes hammer a few hot keys; the witness log is checked afterwards.
 fn hot_keys_processes(client: Client) -> Seen {
     let mut seen = Seen::default();
     let s = sizes();
@@ -1515,6 +1532,7 @@ fn hot_keys_processes(client: Client) -> Seen {
     seen
 }
 
+/// The hot-key load on the in-process provider (tasks of this process).
 fn hot_keys_memory() -> Seen {
     let mut seen = Seen::default();
     let s = sizes();
@@ -1702,6 +1720,7 @@ fn describe_failures(failures: &[(String, Instant)], start: Instant) -> String {
     )
 }
 
+/// [`waiters`] against a fresh Redis server.
 fn waiters_redis(client: Client) -> Seen {
     let mut seen = Seen::default();
     let server = RedisServer::start();
@@ -1726,6 +1745,7 @@ fn waiters_redis(client: Client) -> Seen {
     seen
 }
 
+/// [`waiters`] on the in-process provider.
 fn waiters_memory() -> Seen {
     let mut seen = Seen::default();
     let rt = runtime();
@@ -1748,6 +1768,7 @@ fn waiters_memory() -> Seen {
     seen
 }
 
+/// Redis `used_memory` growth per fenced lock and per completed record.
 fn memory_per_record(client: Client) -> Seen {
     let mut seen = Seen::default();
     let n = sizes().records;
@@ -1849,6 +1870,7 @@ where
 
 // ---------------------------------------------------------------- the suite
 
+/// Every case of the suite, in the order they run.
 fn cases() -> Vec<Case> {
     let s = sizes();
     let mut cases = Vec::new();

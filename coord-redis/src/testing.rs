@@ -801,4 +801,42 @@ impl SentinelSetup {
         self.master = new_master;
         new_port
     }
+
+    /// Crashes the current master (SIGKILL): nothing it has not already sent to the replica
+    /// reaches it any more. The Sentinels then fail over on their own (after
+    /// `down-after-milliseconds`, one second here); wait for it with
+    /// [`SentinelSetup::await_promotion`]. The crashed server is not restarted.
+    pub fn crash_master(&mut self) {
+        self.servers[self.master].kill();
+    }
+
+    /// After [`SentinelSetup::crash_master`], waits (up to 60 s) until every Sentinel names
+    /// the replica as master and it acts as one, then makes it [`SentinelSetup::master`] (and
+    /// the crashed server [`SentinelSetup::replica`]). Returns the new master's port.
+    ///
+    /// Panics if the Sentinels do not promote the replica in time, for instance because its
+    /// replication link was down for too long for them to consider it.
+    pub fn await_promotion(&mut self) -> u16 {
+        let new_master = 1 - self.master;
+        let new_port = self.servers[new_master].port();
+        poll_until(
+            "the Sentinels to promote the replica",
+            Duration::from_secs(60),
+            || {
+                self.sentinels.iter().all(|s| {
+                    match command_at(
+                        s.port,
+                        &["SENTINEL", "GET-MASTER-ADDR-BY-NAME", Self::MASTER_NAME],
+                    ) {
+                        Ok(Resp::Array(addr)) => {
+                            addr.get(1).and_then(Resp::text) == Some(new_port.to_string())
+                        }
+                        _ => false,
+                    }
+                }) && info_field(new_port, "replication", "role").as_deref() == Some("master")
+            },
+        );
+        self.master = new_master;
+        new_port
+    }
 }

@@ -6,7 +6,8 @@ use syn::ext::IdentExt;
 use syn::spanned::Spanned;
 use syn::{AttrStyle, Attribute, Ident, ItemFn, LitStr, ReturnType, Stmt};
 
-use crate::args::{Abandoned, Args, KeyPath, Kind, Lost, MissingKey, Policy, StoreError};
+use crate::args::{Args, KeyPath};
+use crate::options::{Abandoned, Kind, Lost, MissingKey, Policy, StoreError};
 use crate::fallback;
 use crate::model::LeasePolicy;
 use crate::model::Stack;

@@ -6,7 +6,7 @@ use proc_macro2::{Span, TokenStream};
 use quote::{ToTokens, quote};
 use syn::ItemFn;
 
-use crate::args::Kind;
+use crate::options::Kind;
 
 /// The errors, then the function with its original body (our attributes already removed).
 pub(crate) fn with_errors(errors: syn::Error, func: &ItemFn) -> TokenStream {

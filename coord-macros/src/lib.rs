@@ -42,10 +42,11 @@ mod duration;
 mod expand;
 mod fallback;
 mod model;
+mod options;
 
 use proc_macro::TokenStream;
 
-use crate::args::Kind;
+use crate::options::Kind;
 
 /// Runs the function at most once per key: a successful outcome is stored and replayed to
 /// later calls with the same key, for `retention`. Errors are not stored, so a failed call can

@@ -36,6 +36,17 @@ impl Errors {
     pub(crate) fn into_error(self) -> Option<syn::Error> {
         self.0
     }
+
+    /// All the errors, with `last` after them.
+    pub(crate) fn then(self, last: syn::Error) -> syn::Error {
+        match self.0 {
+            Some(mut all) => {
+                all.combine(last);
+                all
+            }
+            None => last,
+        }
+    }
 }
 
 /// An option's value, with where it was written.

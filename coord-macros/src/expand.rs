@@ -4,9 +4,10 @@ use proc_macro2::{Delimiter, Group, Literal, Span, TokenStream, TokenTree};
 use quote::{ToTokens, format_ident, quote, quote_spanned};
 use syn::ext::IdentExt;
 use syn::spanned::Spanned;
-use syn::{AttrStyle, Attribute, Ident, ItemFn, LitStr, ReturnType, Stmt};
+use syn::parse::{ParseStream, Parser};
+use syn::{AttrStyle, Attribute, Ident, ItemFn, LitStr, ReturnType, Signature, Stmt, Visibility};
 
-use crate::args::{Args, KeyPath};
+use crate::args::{Args, Errors, KeyPath};
 use crate::options::{Abandoned, Kind, Lost, MissingKey, Policy, StoreError};
 use crate::fallback;
 use crate::model::LeasePolicy;
@@ -18,27 +19,19 @@ const MARKER: &str = "__COORD_STACK";
 
 /// Expands the attribute `kind` with arguments `args` on `item`, taking in the sibling coord
 /// attributes below it so the whole stack becomes one function.
+///
+/// Whatever is wrong, the function comes back out as written next to the errors, so the rest
+/// of the crate (and an editor's completion in the body) still sees it.
 pub(crate) fn expand_stack(kind: Kind, args: TokenStream, item: TokenStream) -> TokenStream {
-    let Ok(mut func) = syn::parse2::<ItemFn>(item.clone()) else {
-        return fallback::not_a_function(kind, item);
+    let mut func = match syn::parse2::<ItemFn>(item.clone()) {
+        Ok(func) => func,
+        Err(err) => return expand_unparsed(kind, args, item, err),
     };
     if already_expanded(&func) {
         return fallback::expanded_twice(kind, &func);
     }
 
-    let (primary, mut errors) = Args::parse_primary(kind, args);
-    let mut layers = vec![primary];
-    let mut taken_in = Vec::new();
-    func.attrs.retain(|attr| match sibling_kind(attr) {
-        Some(sibling) => {
-            let (args, found) = Args::parse_sibling(sibling, attr);
-            layers.push(args);
-            errors.append(found);
-            taken_in.push(attr.path().clone());
-            false
-        }
-        None => true,
-    });
+    let (layers, mut errors, taken_in) = take_in(kind, args, &mut func.attrs);
     // The attributes taken in are never resolved by the compiler, which would then call their
     // imports unused: name each path once in the body instead.
     if !taken_in.is_empty() {
@@ -49,29 +42,143 @@ pub(crate) fn expand_stack(kind: Kind, args: TokenStream, item: TokenStream) -> 
         func.block.stmts.splice(0..0, uses);
     }
 
-    if func.sig.asyncness.is_none() {
+    let stack = build(kind, &layers, &func.sig, &mut errors);
+    match (stack, errors.into_error()) {
+        (Some(stack), None) => generate(&stack, &func),
+        (_, Some(err)) => fallback::with_errors(err, func.to_token_stream()),
+        // `Stack::build` fails with at least one error; this only keeps the fallback total.
+        (None, None) => fallback::with_errors(
+            syn::Error::new(Span::call_site(), "invalid coord attributes"),
+            func.to_token_stream(),
+        ),
+    }
+}
+
+/// Parses the arguments of the attribute being expanded and takes in (removes from `attrs`)
+/// the sibling coord attributes, parsing theirs too. Returns every layer, the errors found in
+/// their arguments, and the paths the siblings were written with.
+fn take_in(
+    kind: Kind,
+    args: TokenStream,
+    attrs: &mut Vec<Attribute>,
+) -> (Vec<Args>, Errors, Vec<syn::Path>) {
+    let (primary, mut errors) = Args::parse_primary(kind, args);
+    let mut layers = vec![primary];
+    let mut taken_in = Vec::new();
+    attrs.retain(|attr| match sibling_kind(attr) {
+        Some(sibling) => {
+            let (args, found) = Args::parse_sibling(sibling, attr);
+            layers.push(args);
+            errors.append(found);
+            taken_in.push(attr.path().clone());
+            false
+        }
+        None => true,
+    });
+    (layers, errors, taken_in)
+}
+
+/// The checks that need the signature: `async`, and the whole stack's options against the
+/// parameters. Returns the stack when the options are consistent.
+fn build(kind: Kind, layers: &[Args], sig: &Signature, errors: &mut Errors) -> Option<Stack> {
+    if sig.asyncness.is_none() {
         errors.push(syn::Error::new(
-            func.sig.fn_token.span,
+            sig.fn_token.span,
             format!(
                 "#[{}] goes on an `async fn`: coordinating a call waits on the backend",
                 kind.name()
             ),
         ));
     }
-
-    match Stack::build(&layers, &func.sig) {
-        Ok(stack) => match errors.into_error() {
-            None => generate(&stack, &func),
-            Some(err) => fallback::with_errors(err, &func),
-        },
+    match Stack::build(layers, sig) {
+        Ok(stack) => Some(stack),
         Err(found) => {
             errors.append(found);
-            let err = errors
-                .into_error()
-                .unwrap_or_else(|| syn::Error::new(Span::call_site(), "invalid coord attributes"));
-            fallback::with_errors(err, &func)
+            None
         }
     }
+}
+
+/// A function whose signature parses but whose body is kept as tokens: what an editor sends
+/// while someone is typing the body.
+struct RawFn {
+    attrs: Vec<Attribute>,
+    vis: Visibility,
+    sig: Signature,
+    body: Group,
+}
+
+fn parse_raw_fn(input: ParseStream<'_>) -> syn::Result<RawFn> {
+    let attrs = input.call(Attribute::parse_outer)?;
+    let vis: Visibility = input.parse()?;
+    let sig: Signature = input.parse()?;
+    let body = match input.parse::<TokenTree>()? {
+        TokenTree::Group(group) if group.delimiter() == Delimiter::Brace => group,
+        other => return Err(syn::Error::new(other.span(), "expected a body")),
+    };
+    if !input.is_empty() {
+        return Err(input.error("expected nothing after the body"));
+    }
+    Ok(RawFn {
+        attrs,
+        vis,
+        sig,
+        body,
+    })
+}
+
+/// The item did not parse as a function. When it is a function with a body that does not parse
+/// yet (a missing `;`, an unfinished expression), `parse_error` is the real mistake: report it
+/// where it is, with every error in the attributes, instead of claiming the attribute is
+/// misplaced, and emit the function as written so the compiler and the editor still see it.
+fn expand_unparsed(
+    kind: Kind,
+    args: TokenStream,
+    item: TokenStream,
+    parse_error: syn::Error,
+) -> TokenStream {
+    if let Ok(mut raw) = parse_raw_fn.parse2(item.clone()) {
+        let (layers, mut errors, _) = take_in(kind, args, &mut raw.attrs);
+        // The stack is only checked: a body that does not parse cannot be wrapped.
+        let _ = build(kind, &layers, &raw.sig, &mut errors);
+        let RawFn {
+            attrs,
+            vis,
+            sig,
+            body,
+        } = raw;
+        let tokens = quote!(#(#attrs)* #vis #sig #body);
+        return fallback::with_errors(errors.then(parse_error), tokens);
+    }
+    // Not a function with a parseable signature. The attributes' arguments are still checked,
+    // and the other coord attributes are dropped so that they do not repeat the same error.
+    let split = |input: ParseStream<'_>| -> syn::Result<(Vec<Attribute>, TokenStream)> {
+        Ok((input.call(Attribute::parse_outer)?, input.parse()?))
+    };
+    let Ok((mut attrs, rest)) = split.parse2(item.clone()) else {
+        return fallback::not_a_function(kind, Errors::default(), item);
+    };
+    let (_, errors, _) = take_in(kind, args, &mut attrs);
+    let tokens = quote!(#(#attrs)* #rest);
+    if looks_like_fn_with_body(&rest) {
+        // A signature still being typed: syn's error says what is wrong with it.
+        fallback::with_errors(errors.then(parse_error), tokens)
+    } else {
+        fallback::not_a_function(kind, errors, tokens)
+    }
+}
+/// Whether `tokens` (an item without its outer attributes) read as a function with a body: an
+/// `fn` at the top level, and a `{ ... }` at the end.
+fn looks_like_fn_with_body(tokens: &TokenStream) -> bool {
+    let mut has_fn = false;
+    let mut last_is_body = false;
+    for token in tokens.clone() {
+        last_is_body = matches!(&token, TokenTree::Group(g) if g.delimiter() == Delimiter::Brace);
+        if matches!(&token, TokenTree::Ident(ident) if ident == "fn") {
+            has_fn = true;
+        }
+    }
+    has_fn && last_is_body
 }
 
 /// The kind of a coord attribute among the function's outer attributes, recognised by the last

@@ -261,9 +261,7 @@ impl Args {
             Ok(raw) => {
                 for option in raw {
                     match option {
-                        RawOption::Valued { name, value } => {
-                            args.apply(&name, &value, &mut errors)
-                        }
+                        RawOption::Valued { name, value } => args.apply(&name, &value, &mut errors),
                         RawOption::Bare { name } => errors.push(bare_option_error(kind, &name)),
                     }
                 }
@@ -632,10 +630,7 @@ fn parse_name(value: &Expr, option: &str) -> syn::Result<Setting<String>> {
 fn parse_coordinator(value: &Expr, option: &str) -> syn::Result<Setting<Expr>> {
     let expr = match as_str_lit(value) {
         Some(lit) => lit.parse::<Expr>().map_err(|err| {
-            syn::Error::new(
-                lit.span(),
-                format!("`{option}` holds no expression: {err}"),
-            )
+            syn::Error::new(lit.span(), format!("`{option}` holds no expression: {err}"))
         })?,
         None => value.clone(),
     };
@@ -763,8 +758,8 @@ fn parse_choice(
         Some(known) => Ok(Setting::new(*known, value, word)),
         None => {
             let mut message = format!("`{option}` is {expected}, not \"{word}\"");
-            let close = closest(&word, words.iter().copied())
-                .or_else(|| by_distinctive_part(&word, words));
+            let close =
+                closest(&word, words.iter().copied()).or_else(|| by_distinctive_part(&word, words));
             if let Some(close) = close {
                 message.push_str(&format!("; did you mean \"{close}\"?"));
             }

@@ -3,15 +3,15 @@
 use proc_macro2::{Delimiter, Group, Literal, Span, TokenStream, TokenTree};
 use quote::{ToTokens, format_ident, quote, quote_spanned};
 use syn::ext::IdentExt;
-use syn::spanned::Spanned;
 use syn::parse::{ParseStream, Parser};
+use syn::spanned::Spanned;
 use syn::{AttrStyle, Attribute, Ident, ItemFn, LitStr, ReturnType, Signature, Stmt, Visibility};
 
 use crate::args::{Args, Errors, KeyPath};
-use crate::options::{Abandoned, Kind, Lost, MissingKey, Policy, StoreError};
 use crate::fallback;
 use crate::model::LeasePolicy;
 use crate::model::Stack;
+use crate::options::{Abandoned, Kind, Lost, MissingKey, Policy, StoreError};
 
 /// The item our expansion starts every function body with. Finding it on input means this
 /// function was expanded already.
@@ -138,7 +138,7 @@ fn expand_unparsed(
     parse_error: syn::Error,
 ) -> TokenStream {
     if let Ok(mut raw) = parse_raw_fn.parse2(item.clone()) {
-        let (layers, mut errors, _) = take_in(kind, args, &mut raw.attrs);
+        let (layers, mut errors, taken_in) = take_in(kind, args, &mut raw.attrs);
         // The stack is only checked: a body that does not parse cannot be wrapped.
         let _ = build(kind, &layers, &raw.sig, &mut errors);
         let RawFn {
@@ -147,38 +147,75 @@ fn expand_unparsed(
             sig,
             body,
         } = raw;
+        let body = name_taken_in(&body, &taken_in);
         let tokens = quote!(#(#attrs)* #vis #sig #body);
         return fallback::with_errors(errors.then(parse_error), tokens);
     }
-    // Not a function with a parseable signature. The attributes' arguments are still checked,
-    // and the other coord attributes are dropped so that they do not repeat the same error.
-    let split = |input: ParseStream<'_>| -> syn::Result<(Vec<Attribute>, TokenStream)> {
-        Ok((input.call(Attribute::parse_outer)?, input.parse()?))
+    let split = |input: ParseStream<'_>| -> syn::Result<(Vec<Attribute>, Vec<TokenTree>)> {
+        let attrs = input.call(Attribute::parse_outer)?;
+        let rest: TokenStream = input.parse()?;
+        Ok((attrs, rest.into_iter().collect()))
     };
-    let Ok((mut attrs, rest)) = split.parse2(item.clone()) else {
-        return fallback::not_a_function(kind, Errors::default(), item);
-    };
-    let (_, errors, _) = take_in(kind, args, &mut attrs);
-    let tokens = quote!(#(#attrs)* #rest);
-    if looks_like_fn_with_body(&rest) {
-        // A signature still being typed: syn's error says what is wrong with it.
-        fallback::with_errors(errors.then(parse_error), tokens)
-    } else {
-        fallback::not_a_function(kind, errors, tokens)
-    }
-}
-/// Whether `tokens` (an item without its outer attributes) read as a function with a body: an
-/// `fn` at the top level, and a `{ ... }` at the end.
-fn looks_like_fn_with_body(tokens: &TokenStream) -> bool {
-    let mut has_fn = false;
-    let mut last_is_body = false;
-    for token in tokens.clone() {
-        last_is_body = matches!(&token, TokenTree::Group(g) if g.delimiter() == Delimiter::Brace);
-        if matches!(&token, TokenTree::Ident(ident) if ident == "fn") {
-            has_fn = true;
+    match split.parse2(item.clone()) {
+        // A signature still being typed: syn's error says what is wrong with it. The other
+        // coord attributes are taken in, so that they do not repeat the same error.
+        Ok((mut attrs, mut rest)) if looks_like_fn_with_body(&rest) => {
+            let (_, errors, taken_in) = take_in(kind, args, &mut attrs);
+            if let Some(TokenTree::Group(body)) = rest.pop() {
+                rest.push(TokenTree::Group(name_taken_in(&body, &taken_in)));
+            }
+            let tokens = quote!(#(#attrs)* #(#rest)*);
+            fallback::with_errors(errors.then(parse_error), tokens)
+        }
+        // Not a function. The other coord attributes stay on the item and report for
+        // themselves; this one reports its arguments' mistakes and where it belongs.
+        _ => {
+            let (_, errors) = Args::parse_primary(kind, args);
+            fallback::not_a_function(kind, errors, item)
         }
     }
-    has_fn && last_is_body
+}
+
+/// `body` with a `use` of each taken-in attribute's path after its inner attributes: the
+/// attributes taken in are never resolved by the compiler, which would then call their imports
+/// unused.
+fn name_taken_in(body: &Group, taken_in: &[syn::Path]) -> Group {
+    let mut tokens: Vec<TokenTree> = body.stream().into_iter().collect();
+    // Inner attributes (`#![...]`) must stay first in the block.
+    let mut inner_end = 0;
+    while let [
+        TokenTree::Punct(hash),
+        TokenTree::Punct(bang),
+        TokenTree::Group(attr),
+        ..,
+    ] = &tokens[inner_end..]
+    {
+        if hash.as_char() != '#' || bang.as_char() != '!' || attr.delimiter() != Delimiter::Bracket
+        {
+            break;
+        }
+        inner_end += 3;
+    }
+    let uses = taken_in
+        .iter()
+        .flat_map(|path| quote!(#[allow(unused_imports)] use #path as _;));
+    tokens.splice(inner_end..inner_end, uses);
+    let mut named = Group::new(body.delimiter(), tokens.into_iter().collect());
+    named.set_span(body.span());
+    named
+}
+
+/// Whether `tokens` (an item without its outer attributes) read as a function with a body: an
+/// `fn` at the top level, and a `{ ... }` at the end.
+fn looks_like_fn_with_body(tokens: &[TokenTree]) -> bool {
+    let has_fn = tokens
+        .iter()
+        .any(|token| matches!(token, TokenTree::Ident(ident) if ident == "fn"));
+    let ends_in_body = matches!(
+        tokens.last(),
+        Some(TokenTree::Group(group)) if group.delimiter() == Delimiter::Brace
+    );
+    has_fn && ends_in_body
 }
 
 /// The kind of a coord attribute among the function's outer attributes, recognised by the last
@@ -650,6 +687,53 @@ mod tests {
         assert!(out.contains("struct S ;"), "{out}");
         let out = expand(Kind::SingleFlight, "", "async fn f(&self);");
         assert!(out.contains("compile_error"), "{out}");
+    }
+
+    #[test]
+    fn a_half_typed_body_gets_the_parse_error_and_comes_back_as_written() {
+        let out = expand(
+            Kind::DistributedLock,
+            "lease = \"soon\"",
+            "#[coord_core::single_flight] async fn f(id: u64) -> Result<u64, E> { \
+             #![allow(unused)] let doubled = id * 2 Ok(doubled) }",
+        );
+        assert!(!out.contains("goes on an `async fn` with a body"), "{out}");
+        assert!(out.contains("expected `;`"), "{out}");
+        assert!(out.contains("invalid duration"), "{out}");
+        // The body as written, the taken-in attribute named after its inner attributes.
+        assert!(
+            out.contains(
+                "{ #! [allow (unused)] # [allow (unused_imports)] use coord_core :: single_flight as _ ; \
+                 let doubled = id * 2 Ok (doubled) }"
+            ),
+            "{out}"
+        );
+        assert!(!out.contains("# [coord_core :: single_flight]"), "{out}");
+        assert!(!out.contains(MARKER), "{out}");
+    }
+
+    #[test]
+    fn a_half_typed_signature_gets_the_parse_error() {
+        let out = expand(
+            Kind::SingleFlight,
+            "",
+            "async fn f(id: u64,, x: u8) -> Result<u64, E> { Ok(id) }",
+        );
+        assert!(!out.contains("goes on an `async fn` with a body"), "{out}");
+        assert!(out.contains("compile_error"), "{out}");
+        assert!(out.contains("{ Ok (id) }"), "{out}");
+    }
+
+    #[test]
+    fn a_non_function_reports_its_arguments_and_keeps_the_other_attributes() {
+        let out = expand(
+            Kind::Idempotent,
+            "retention = \"forever\"",
+            "#[single_flight] struct S;",
+        );
+        assert!(out.contains("invalid duration"), "{out}");
+        assert!(out.contains("goes on an `async fn` with a body"), "{out}");
+        assert!(out.contains("# [single_flight] struct S ;"), "{out}");
     }
 
     #[test]

@@ -311,3 +311,204 @@ pub(crate) static OPTIONS: &[&OptionSpec] = &[
 pub(crate) fn lookup(name: &str) -> Option<&'static OptionSpec> {
     OPTIONS.iter().copied().find(|spec| spec.name == name)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::args::{self, Value};
+
+    #[test]
+    fn names_are_unique_and_every_option_is_taken_by_some_attribute() {
+        for (index, spec) in OPTIONS.iter().enumerate() {
+            assert!(
+                OPTIONS[index + 1..].iter().all(|o| o.name != spec.name),
+                "`{}` is in the table twice",
+                spec.name
+            );
+            assert!(
+                !spec.attributes.is_empty(),
+                "`{}` has no attribute",
+                spec.name
+            );
+            assert!(!spec.doc.is_empty(), "`{}` has no doc", spec.name);
+        }
+    }
+
+    #[test]
+    fn shared_options_come_first_so_every_list_starts_with_them() {
+        let first_own = OPTIONS.iter().position(|spec| !spec.is_shared());
+        let last_shared = OPTIONS.iter().rposition(|spec| spec.is_shared());
+        assert!(last_shared < first_own, "{OPTIONS:#?}");
+    }
+
+    /// The value a parsed option holds must be the one its kind of value promises, or the
+    /// typed getters the model reads would see nothing.
+    fn holds_its_kind(spec: &OptionSpec, value: &Value) -> bool {
+        matches!(
+            (spec.value, value),
+            (ValueKind::Duration { .. }, Value::Millis(_))
+                | (ValueKind::Bool, Value::Bool(_))
+                | (ValueKind::KeyPaths, Value::Paths(_))
+                | (ValueKind::Choice(_), Value::Word(_))
+                | (ValueKind::Expr, Value::Expr(_))
+                | (ValueKind::CratePath, Value::Path(_))
+                | (ValueKind::OperationName, Value::Name(_))
+                | (ValueKind::Renew, Value::Renew(_))
+        )
+    }
+
+    #[test]
+    fn every_example_and_default_parses_as_its_own_kind_of_value() {
+        for spec in OPTIONS {
+            for written in std::iter::once(spec.example).chain(spec.default) {
+                let setting = args::parse_default(spec, written)
+                    .unwrap_or_else(|err| panic!("`{} = {written}`: {err}", spec.name));
+                assert!(
+                    holds_its_kind(spec, &setting.value),
+                    "`{} = {written}` parsed to another kind of value",
+                    spec.name
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn choice_words_map_to_their_variants_and_nothing_else() {
+        fn check<C: Choice + std::fmt::Debug + PartialEq>() {
+            for (index, word) in C::WORDS.iter().enumerate() {
+                let variant = C::from_word(word).expect("a word of its own set");
+                for other in &C::WORDS[index + 1..] {
+                    assert_ne!(Some(variant), C::from_word(other), "{word} and {other}");
+                }
+            }
+            assert_eq!(C::from_word("not a word"), None);
+        }
+        check::<Policy>();
+        check::<Lost>();
+        check::<Abandoned>();
+        check::<StoreError>();
+        check::<MissingKey>();
+    }
+
+    #[test]
+    fn each_lease_option_is_a_positive_duration_its_attribute_takes() {
+        for kind in Kind::ALL {
+            if let Some(lease) = kind.lease_option() {
+                assert!(lease.takes(kind), "{kind:?}");
+                assert_eq!(lease.value, ValueKind::Duration { positive: true });
+                assert!(
+                    lease.default.is_some(),
+                    "{kind:?}: renewal needs a lease length"
+                );
+            }
+        }
+    }
+
+    /// One bullet of an option list in the rustdoc: its name, its head (between the first
+    /// backticks) and its whole text.
+    struct Bullet {
+        name: String,
+        head: String,
+        text: String,
+    }
+
+    /// The bullets of the section of doc comment lines (with `prefix`, such as `///`) that
+    /// starts at the heading `heading` in the lines starting at `from`.
+    fn bullets(lines: &[&str], from: usize, prefix: &str, heading: &str) -> Vec<Bullet> {
+        let docs: Vec<&str> = lines[from..]
+            .iter()
+            .map(|line| line.trim_start())
+            .take_while(|line| line.starts_with(prefix))
+            .map(|line| line[prefix.len()..].trim_start())
+            .collect();
+        let start = docs
+            .iter()
+            .position(|line| *line == heading)
+            .unwrap_or_else(|| panic!("no `{heading}` section"));
+        let mut found: Vec<Bullet> = Vec::new();
+        for line in docs[start + 1..]
+            .iter()
+            .take_while(|line| !line.starts_with('#'))
+        {
+            if let Some(rest) = line.strip_prefix("* `") {
+                let head = rest.split('`').next().unwrap_or_default().to_owned();
+                let name = head
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                found.push(Bullet {
+                    name,
+                    head,
+                    text: rest.to_owned(),
+                });
+            } else if let Some(last) = found.last_mut().filter(|_| !line.is_empty()) {
+                last.text.push(' ');
+                last.text.push_str(line);
+            }
+        }
+        found
+    }
+
+    /// Checks one rustdoc option list against the table: the same options in the same order,
+    /// a word-valued option's words in its head, and the table's default (or none) stated.
+    fn check_list(found: &[Bullet], expected: &[&OptionSpec], what: &str) {
+        let found_names: Vec<&str> = found.iter().map(|b| b.name.as_str()).collect();
+        let expected_names: Vec<&str> = expected.iter().map(|spec| spec.name).collect();
+        assert_eq!(
+            found_names, expected_names,
+            "the options documented on {what}"
+        );
+        for (bullet, spec) in found.iter().zip(expected) {
+            if let ValueKind::Choice(words) = spec.value {
+                let quoted: Vec<String> = words.iter().map(|w| format!("\"{w}\"")).collect();
+                let head = format!("{} = {}", spec.name, quoted.join(" | "));
+                assert_eq!(bullet.head, head, "the words of `{}` on {what}", spec.name);
+            }
+            match spec.default {
+                Some(default) => assert!(
+                    bullet.text.contains(&format!("Default `{default}`"))
+                        || bullet.text.contains(&format!("Defaults to `{default}`")),
+                    "`{}` on {what} does not state its default `{default}`: {}",
+                    spec.name,
+                    bullet.text
+                ),
+                None => assert!(
+                    !bullet.text.contains("Default `") && !bullet.text.contains("Defaults to `"),
+                    "`{}` on {what} states a default the table does not have: {}",
+                    spec.name,
+                    bullet.text
+                ),
+            }
+        }
+    }
+
+    #[test]
+    fn the_rustdoc_option_lists_match_the_table() {
+        let source = include_str!("lib.rs");
+        let lines: Vec<&str> = source.lines().collect();
+
+        let shared: Vec<&OptionSpec> = OPTIONS.iter().copied().filter(|s| s.is_shared()).collect();
+        let crate_docs = bullets(&lines, 0, "//!", "# Options every attribute takes");
+        check_list(&crate_docs, &shared, "the crate");
+
+        for kind in Kind::ALL {
+            let own: Vec<&OptionSpec> = kind.options().filter(|s| !s.is_shared()).collect();
+            let signature = format!("pub fn {}(", kind.name());
+            let at = lines
+                .iter()
+                .position(|line| line.starts_with(&signature))
+                .unwrap_or_else(|| panic!("no `{signature}` in lib.rs"));
+            // The doc comment is the run of `///` lines above the attributes of the fn.
+            let end = lines[..at]
+                .iter()
+                .rposition(|line| line.starts_with("///"))
+                .unwrap_or(0);
+            let start = lines[..=end]
+                .iter()
+                .rposition(|line| !line.starts_with("///"))
+                .map_or(0, |i| i + 1);
+            let found = bullets(&lines, start, "///", "# Options");
+            check_list(&found, &own, &format!("#[{}]", kind.name()));
+        }
+    }
+}

@@ -790,3 +790,48 @@ fn by_distinctive_part(written: &str, words: &[&'static str]) -> Option<&'static
         _ => None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn choose(written: &str, words: &'static [&'static str]) -> Result<&'static str, String> {
+        let value: Expr = syn::parse_str(written).expect("test value parses");
+        parse_choice(&value, "option", words)
+            .map(|setting| setting.value)
+            .map_err(|err| err.to_string())
+    }
+
+    const POLICY: &[&str] = &["fail_closed", "fail_open"];
+    const STORE: &[&str] = &["error", "return_ok"];
+
+    #[test]
+    fn a_choice_is_read_quoted_or_bare() {
+        assert_eq!(choose("\"fail_open\"", POLICY), Ok("fail_open"));
+        assert_eq!(choose("fail_closed", POLICY), Ok("fail_closed"));
+        assert_eq!(choose("r#return_ok", STORE), Ok("return_ok"));
+    }
+
+    #[test]
+    fn a_near_miss_is_suggested_by_spelling_or_by_its_distinctive_part() {
+        let err = choose("\"fail-open\"", POLICY).unwrap_err();
+        assert!(err.ends_with("did you mean \"fail_open\"?"), "{err}");
+        let err = choose("\"OPEN\"", POLICY).unwrap_err();
+        assert!(err.ends_with("did you mean \"fail_open\"?"), "{err}");
+        let err = choose("\"return\"", STORE).unwrap_err();
+        assert!(err.ends_with("did you mean \"return_ok\"?"), "{err}");
+    }
+
+    #[test]
+    fn no_suggestion_when_nothing_is_close_or_the_parts_are_ambiguous() {
+        // "ok" is too short to count as a distinctive part.
+        for (written, words) in [("\"ok\"", STORE), ("\"skip\"", STORE)] {
+            let err = choose(written, words).unwrap_err();
+            assert!(!err.contains("did you mean"), "{written}: {err}");
+        }
+        assert_eq!(by_distinctive_part("open_or_closed", POLICY), None);
+        assert_eq!(by_distinctive_part("closed", POLICY), Some("fail_closed"));
+        let err = choose("3", STORE).unwrap_err();
+        assert_eq!(err, "`option` takes \"error\" or \"return_ok\"");
+    }
+}

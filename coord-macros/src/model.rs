@@ -165,6 +165,9 @@ impl Stack {
             }
         }
         let first_of = |kind: Kind| layers.iter().find(|l| l.kind == kind);
+        // An option with a default in the table always holds a value here: `Args` fills the
+        // defaults in through the same parsers, and the table's tests prove each one parses as
+        // its kind. The `unwrap_or` fallbacks below only keep this function total.
 
         // Every shared option is checked for agreement, whether or not code generation reads it.
         let mut shared_values = Vec::new();

@@ -737,6 +737,79 @@ mod tests {
     }
 
     #[test]
+    fn options_left_out_take_the_table_defaults() {
+        let out = expand(
+            Kind::Idempotent,
+            "key_from = \"id\"",
+            "#[distributed_lock] async fn f(id: u64) -> Result<(), E> { Ok(()) }",
+        );
+        // One field of the `IdempotencySpec` or the `LockSpec`, as rendered.
+        let field = |spec: &str, name: &str| {
+            let section = &out[position(&out, &format!("{spec} {{"))..];
+            let at = position(section, &format!(" {name} :"));
+            section[at..]
+                .split(',')
+                .next()
+                .unwrap_or_default()
+                .trim()
+                .to_owned()
+        };
+        let idem = |name: &str| field("IdempotencySpec", name);
+        let lock = |name: &str| field("LockSpec", name);
+        assert!(
+            idem("retention").ends_with("from_millis (86400000u64)"),
+            "{out}"
+        );
+        assert!(
+            idem("in_flight_lease").ends_with("from_millis (30000u64)"),
+            "{out}"
+        );
+        assert!(idem("wait").ends_with("from_millis (0u64)"), "{out}");
+        assert!(idem("renew").ends_with("None"), "{out}");
+        assert!(idem("on_lost").ends_with("None"), "{out}");
+        assert!(idem("on_backend_error").ends_with("None"), "{out}");
+        assert!(
+            idem("on_abandoned").ends_with("OnAbandoned :: Rerun"),
+            "{out}"
+        );
+        assert!(
+            idem("on_store_error").ends_with("OnStoreError :: Error"),
+            "{out}"
+        );
+        assert!(
+            idem("on_missing_key").ends_with("OnMissingKey :: Fail"),
+            "{out}"
+        );
+        assert!(lock("lease").ends_with("from_millis (30000u64)"), "{out}");
+        assert!(lock("wait").ends_with("from_millis (0u64)"), "{out}");
+        assert_eq!(lock("fenced"), "fenced : false", "{out}");
+        assert!(lock("renew").ends_with("None"), "{out}");
+        assert!(lock("on_lost").ends_with("None"), "{out}");
+    }
+
+    #[test]
+    fn written_options_override_the_defaults() {
+        let out = expand(
+            Kind::Idempotent,
+            "key_from = \"id\", retention = \"1h\", on_abandoned = fail, \
+             on_store_error = \"return_ok\", on_missing_key = \"run_unprotected\", renew = true",
+            "async fn f(id: Option<u64>) -> Result<(), E> { Ok(()) }",
+        );
+        assert!(
+            out.contains(
+                "retention : :: coord_core :: __private :: Duration :: from_millis (3600000u64)"
+            ),
+            "{out}"
+        );
+        assert!(out.contains("OnAbandoned :: Fail"), "{out}");
+        assert!(out.contains("OnStoreError :: ReturnOk"), "{out}");
+        assert!(out.contains("OnMissingKey :: RunUnprotected"), "{out}");
+        // `renew = true`: every third of the in-flight lease, and `on_lost` becomes `cancel`.
+        assert!(out.contains("from_millis (10000u64)"), "{out}");
+        assert!(out.contains("OnLost :: Cancel"), "{out}");
+    }
+
+    #[test]
     fn key_parts_follow_key_from_and_fingerprint_is_optional() {
         let out = expand(
             Kind::Idempotent,

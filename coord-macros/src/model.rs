@@ -260,7 +260,10 @@ fn default_crate() -> Path {
 /// `renew = true` renews every third of the lease; an explicit interval must be shorter than
 /// the lease; `on_lost` defaults to `cancel` when renewing.
 fn lease_policy(layer: &Args, lease_ms: u64, errors: &mut Errors) -> LeasePolicy {
-    let lease_name = layer.kind.lease_option().map_or(LEASE.name, |spec| spec.name);
+    let lease_name = layer
+        .kind
+        .lease_option()
+        .map_or(LEASE.name, |spec| spec.name);
     let renew_ms = match layer.renew(&RENEW) {
         None | Some((Renew::Off, _)) => None,
         Some((Renew::Auto, _)) => Some((lease_ms / 3).max(1)),

@@ -1,6 +1,8 @@
 //! Attribute arguments: `name = value` pairs parsed into a typed model, one per attribute.
 //!
-//! Parsing goes as far as it can: every option is checked, and every mistake found is
+//! Which options exist, what each attribute takes and what kind of value each one holds all
+//! come from the table in [`crate::options`]; this module only knows how to read each kind of
+//! value. Parsing goes as far as it can: every option is checked, and every mistake found is
 //! reported, not just the first one.
 
 use proc_macro2::{Span, TokenStream};
@@ -11,70 +13,7 @@ use syn::spanned::Spanned;
 use syn::{Expr, ExprLit, Ident, Index, Lit, LitStr, Member, Path, Token};
 
 use crate::duration;
-
-/// The three attributes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Kind {
-    Idempotent,
-    SingleFlight,
-    DistributedLock,
-}
-
-/// Options every attribute takes; they describe the call, so layers share them.
-const SHARED_OPTIONS: [&str; 4] = ["key_from", "name", "coordinator", "crate"];
-
-impl Kind {
-    /// Every kind, in canonical nesting order (outermost first).
-    pub(crate) const ALL: [Kind; 3] = [Kind::Idempotent, Kind::SingleFlight, Kind::DistributedLock];
-
-    /// The attribute's name as written.
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            Kind::Idempotent => "idempotent",
-            Kind::SingleFlight => "single_flight",
-            Kind::DistributedLock => "distributed_lock",
-        }
-    }
-
-    /// The kind an attribute name stands for.
-    pub(crate) fn from_name(name: &str) -> Option<Kind> {
-        Kind::ALL.into_iter().find(|k| k.name() == name)
-    }
-
-    /// The options only this attribute takes.
-    fn own_options(self) -> &'static [&'static str] {
-        match self {
-            Kind::Idempotent => &[
-                "retention",
-                "in_flight_lease",
-                "wait",
-                "fingerprint",
-                "on_backend_error",
-                "renew",
-                "on_lost",
-                "on_abandoned",
-                "on_store_error",
-                "on_missing_key",
-            ],
-            Kind::SingleFlight => &[],
-            Kind::DistributedLock => &[
-                "lease",
-                "wait",
-                "fenced",
-                "on_backend_error",
-                "renew",
-                "on_lost",
-            ],
-        }
-    }
-
-    /// Every option this attribute takes.
-    fn options(self) -> impl Iterator<Item = &'static str> {
-        SHARED_OPTIONS
-            .into_iter()
-            .chain(self.own_options().iter().copied())
-    }
-}
+use crate::options::{self, Choice, Kind, OptionSpec, ValueKind};
 
 /// Collects errors so that all of them are reported together.
 #[derive(Default)]
@@ -97,6 +36,17 @@ impl Errors {
     pub(crate) fn into_error(self) -> Option<syn::Error> {
         self.0
     }
+
+    /// All the errors, with `last` after them.
+    pub(crate) fn then(self, last: syn::Error) -> syn::Error {
+        match self.0 {
+            Some(mut all) => {
+                all.combine(last);
+                all
+            }
+            None => last,
+        }
+    }
 }
 
 /// An option's value, with where it was written.
@@ -115,6 +65,14 @@ impl<T> Setting<T> {
             value,
             tokens: written.to_token_stream(),
             canonical,
+        }
+    }
+
+    fn map<U>(self, f: impl FnOnce(T) -> U) -> Setting<U> {
+        Setting {
+            value: f(self.value),
+            tokens: self.tokens,
+            canonical: self.canonical,
         }
     }
 
@@ -152,13 +110,6 @@ impl KeyPath {
     }
 }
 
-/// What the call does when the coordination backend fails.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Policy {
-    FailClosed,
-    FailOpen,
-}
-
 /// `renew = true | false | "10s"`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Renew {
@@ -168,56 +119,36 @@ pub(crate) enum Renew {
     Every(u64),
 }
 
-/// `on_lost = "cancel" | "signal"`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Lost {
-    Cancel,
-    Signal,
+/// A parsed option value; which variant an option holds follows from its [`ValueKind`].
+#[derive(Clone)]
+pub(crate) enum Value {
+    Millis(u64),
+    Bool(bool),
+    Paths(Vec<KeyPath>),
+    /// A word of a [`ValueKind::Choice`], as spelled in the table.
+    Word(&'static str),
+    Expr(Expr),
+    Path(Path),
+    Name(String),
+    Renew(Renew),
 }
 
-/// `on_abandoned = "rerun" | "fail"`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Abandoned {
-    Rerun,
-    Fail,
+/// One option's value in an [`Args`].
+struct Entry {
+    spec: &'static OptionSpec,
+    setting: Setting<Value>,
+    /// False for a default filled in from the table.
+    written: bool,
 }
 
-/// `on_store_error = "error" | "return_ok"`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum StoreError {
-    Error,
-    ReturnOk,
-}
-
-/// `on_missing_key = "fail" | "run_unprotected"`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum MissingKey {
-    Fail,
-    RunUnprotected,
-}
-
-/// One attribute's arguments. Every field is `None` when the option was not given.
+/// One attribute's arguments: the options written on it, and the table's defaults for the
+/// options it takes that were not written.
 pub(crate) struct Args {
     pub(crate) kind: Kind,
     /// The attribute itself, for errors about it as a whole; `None` for the attribute being
     /// expanded, whose location is the macro's call site.
     site: Option<TokenStream>,
-    pub(crate) key_from: Option<Setting<Vec<KeyPath>>>,
-    pub(crate) name: Option<Setting<String>>,
-    pub(crate) coordinator: Option<Setting<Expr>>,
-    pub(crate) krate: Option<Setting<Path>>,
-    pub(crate) retention: Option<Setting<u64>>,
-    pub(crate) in_flight_lease: Option<Setting<u64>>,
-    pub(crate) lease: Option<Setting<u64>>,
-    pub(crate) wait: Option<Setting<u64>>,
-    pub(crate) fenced: Option<Setting<bool>>,
-    pub(crate) fingerprint: Option<Setting<Vec<KeyPath>>>,
-    pub(crate) on_backend_error: Option<Setting<Policy>>,
-    pub(crate) renew: Option<Setting<Renew>>,
-    pub(crate) on_lost: Option<Setting<Lost>>,
-    pub(crate) on_abandoned: Option<Setting<Abandoned>>,
-    pub(crate) on_store_error: Option<Setting<StoreError>>,
-    pub(crate) on_missing_key: Option<Setting<MissingKey>>,
+    entries: Vec<Entry>,
 }
 
 impl Args {
@@ -225,22 +156,7 @@ impl Args {
         Args {
             kind,
             site,
-            key_from: None,
-            name: None,
-            coordinator: None,
-            krate: None,
-            retention: None,
-            in_flight_lease: None,
-            lease: None,
-            wait: None,
-            fenced: None,
-            fingerprint: None,
-            on_backend_error: None,
-            renew: None,
-            on_lost: None,
-            on_abandoned: None,
-            on_store_error: None,
-            on_missing_key: None,
+            entries: Vec::new(),
         }
     }
 
@@ -249,6 +165,65 @@ impl Args {
         match &self.site {
             Some(tokens) => syn::Error::new_spanned(tokens, message),
             None => syn::Error::new(Span::call_site(), message),
+        }
+    }
+
+    /// The option as written on this attribute; `None` when it was not written.
+    pub(crate) fn written(&self, spec: &OptionSpec) -> Option<&Setting<Value>> {
+        self.entries
+            .iter()
+            .find(|e| e.written && e.spec.name == spec.name)
+            .map(|e| &e.setting)
+    }
+
+    /// The option as written, or else the table's default for it.
+    pub(crate) fn get(&self, spec: &OptionSpec) -> Option<&Setting<Value>> {
+        self.written(spec).or_else(|| {
+            self.entries
+                .iter()
+                .find(|e| !e.written && e.spec.name == spec.name)
+                .map(|e| &e.setting)
+        })
+    }
+
+    /// A duration option, in milliseconds.
+    pub(crate) fn millis(&self, spec: &OptionSpec) -> Option<u64> {
+        match self.get(spec)?.value {
+            Value::Millis(ms) => Some(ms),
+            _ => None,
+        }
+    }
+
+    /// A `true`/`false` option.
+    pub(crate) fn flag(&self, spec: &OptionSpec) -> Option<bool> {
+        match self.get(spec)?.value {
+            Value::Bool(flag) => Some(flag),
+            _ => None,
+        }
+    }
+
+    /// A word-valued option, as the enum its words stand for.
+    pub(crate) fn choice<C: Choice>(&self, spec: &OptionSpec) -> Option<C> {
+        match self.get(spec)?.value {
+            Value::Word(word) => C::from_word(word),
+            _ => None,
+        }
+    }
+
+    /// A key-path option.
+    pub(crate) fn paths(&self, spec: &OptionSpec) -> Option<&[KeyPath]> {
+        match &self.get(spec)?.value {
+            Value::Paths(paths) => Some(paths),
+            _ => None,
+        }
+    }
+
+    /// `renew`, with the setting, for errors that point at it.
+    pub(crate) fn renew(&self, spec: &OptionSpec) -> Option<(Renew, &Setting<Value>)> {
+        let setting = self.get(spec)?;
+        match setting.value {
+            Value::Renew(renew) => Some((renew, setting)),
+            _ => None,
         }
     }
 
@@ -264,7 +239,7 @@ impl Args {
             syn::Meta::Path(_) => Args::parse(kind, site, TokenStream::new()),
             syn::Meta::List(list) => Args::parse(kind, site, list.tokens.clone()),
             syn::Meta::NameValue(nv) => {
-                let args = Args::empty(kind, site);
+                let mut args = Args::empty(kind, site);
                 let mut errors = Errors::default();
                 errors.push(syn::Error::new_spanned(
                     nv,
@@ -273,6 +248,7 @@ impl Args {
                         kind.name()
                     ),
                 ));
+                args.fill_defaults(&mut errors);
                 (args, errors)
             }
         }
@@ -281,49 +257,29 @@ impl Args {
     fn parse(kind: Kind, site: Option<TokenStream>, tokens: TokenStream) -> (Args, Errors) {
         let mut args = Args::empty(kind, site);
         let mut errors = Errors::default();
-        let raw = match parse_raw_options.parse2(tokens) {
-            Ok(raw) => raw,
-            Err(err) => {
-                errors.push(err);
-                return (args, errors);
+        match parse_raw_options.parse2(tokens) {
+            Ok(raw) => {
+                for option in raw {
+                    match option {
+                        RawOption::Valued { name, value } => args.apply(&name, &value, &mut errors),
+                        RawOption::Bare { name } => errors.push(bare_option_error(kind, &name)),
+                    }
+                }
             }
-        };
-        for option in raw {
-            match option {
-                RawOption::Valued { name, value } => args.apply(&name, &value, &mut errors),
-                RawOption::Bare { name } => errors.push(bare_option_error(kind, &name)),
-            }
+            Err(err) => errors.push(err),
         }
+        args.fill_defaults(&mut errors);
         (args, errors)
     }
 
-    /// Checks one `name = value` and stores it.
+    /// Checks one `name = value` against the table and stores it.
     fn apply(&mut self, name: &Ident, value: &Expr, errors: &mut Errors) {
         let option = name.unraw().to_string();
-        if !self.kind.options().any(|known| known == option) {
+        let Some(spec) = options::lookup(&option).filter(|spec| spec.takes(self.kind)) else {
             errors.push(unknown_option_error(self.kind, name, &option));
             return;
-        }
-        let duplicate = match option.as_str() {
-            "key_from" => self.key_from.is_some(),
-            "name" => self.name.is_some(),
-            "coordinator" => self.coordinator.is_some(),
-            "crate" => self.krate.is_some(),
-            "retention" => self.retention.is_some(),
-            "in_flight_lease" => self.in_flight_lease.is_some(),
-            "lease" => self.lease.is_some(),
-            "wait" => self.wait.is_some(),
-            "fenced" => self.fenced.is_some(),
-            "fingerprint" => self.fingerprint.is_some(),
-            "on_backend_error" => self.on_backend_error.is_some(),
-            "renew" => self.renew.is_some(),
-            "on_lost" => self.on_lost.is_some(),
-            "on_abandoned" => self.on_abandoned.is_some(),
-            "on_store_error" => self.on_store_error.is_some(),
-            "on_missing_key" => self.on_missing_key.is_some(),
-            _ => false,
         };
-        if duplicate {
+        if self.written(spec).is_some() {
             errors.push(syn::Error::new_spanned(
                 name,
                 format!(
@@ -333,57 +289,66 @@ impl Args {
             ));
             return;
         }
-        let result = match option.as_str() {
-            "key_from" => parse_paths(value, "key_from").map(|v| self.key_from = Some(v)),
-            "name" => parse_name(value).map(|v| self.name = Some(v)),
-            "coordinator" => parse_coordinator(value).map(|v| self.coordinator = Some(v)),
-            "crate" => parse_crate(value).map(|v| self.krate = Some(v)),
-            "retention" => parse_duration(value, &option, true).map(|v| self.retention = Some(v)),
-            "in_flight_lease" => {
-                parse_duration(value, &option, true).map(|v| self.in_flight_lease = Some(v))
-            }
-            "lease" => parse_duration(value, &option, true).map(|v| self.lease = Some(v)),
-            "wait" => parse_duration(value, &option, false).map(|v| self.wait = Some(v)),
-            "fenced" => parse_bool(value, &option).map(|v| self.fenced = Some(v)),
-            "fingerprint" => parse_paths(value, "fingerprint").map(|v| self.fingerprint = Some(v)),
-            "on_backend_error" => parse_policy(value).map(|v| self.on_backend_error = Some(v)),
-            "renew" => parse_renew(value).map(|v| self.renew = Some(v)),
-            "on_lost" => parse_choice(
-                value,
-                "on_lost",
-                &[("cancel", Lost::Cancel), ("signal", Lost::Signal)],
-            )
-            .map(|v| self.on_lost = Some(v)),
-            "on_abandoned" => parse_choice(
-                value,
-                "on_abandoned",
-                &[("rerun", Abandoned::Rerun), ("fail", Abandoned::Fail)],
-            )
-            .map(|v| self.on_abandoned = Some(v)),
-            "on_store_error" => parse_choice(
-                value,
-                "on_store_error",
-                &[
-                    ("error", StoreError::Error),
-                    ("return_ok", StoreError::ReturnOk),
-                ],
-            )
-            .map(|v| self.on_store_error = Some(v)),
-            "on_missing_key" => parse_choice(
-                value,
-                "on_missing_key",
-                &[
-                    ("fail", MissingKey::Fail),
-                    ("run_unprotected", MissingKey::RunUnprotected),
-                ],
-            )
-            .map(|v| self.on_missing_key = Some(v)),
-            _ => Ok(()),
-        };
-        if let Err(err) = result {
-            errors.push(err);
+        match parse_value(spec, value) {
+            Ok(setting) => self.entries.push(Entry {
+                spec,
+                setting,
+                written: true,
+            }),
+            Err(err) => errors.push(err),
         }
     }
+
+    /// Adds the table's default for every option of this attribute that was not written. The
+    /// defaults go through the same parsers as written values, so they cannot drift from what
+    /// a user may write; one that does not parse is reported rather than silently replaced.
+    fn fill_defaults(&mut self, errors: &mut Errors) {
+        for spec in self.kind.options() {
+            let Some(default) = spec.default else {
+                continue;
+            };
+            if self.written(spec).is_some() {
+                continue;
+            }
+            match parse_default(spec, default) {
+                Ok(setting) => self.entries.push(Entry {
+                    spec,
+                    setting,
+                    written: false,
+                }),
+                Err(err) => errors.push(syn::Error::new(
+                    Span::call_site(),
+                    format!(
+                        "coord-macros bug: the default of `{}` does not parse: {err}",
+                        spec.name
+                    ),
+                )),
+            }
+        }
+    }
+}
+
+/// Reads `value` with the parser for the option's kind of value.
+fn parse_value(spec: &OptionSpec, value: &Expr) -> syn::Result<Setting<Value>> {
+    let option = spec.name;
+    Ok(match spec.value {
+        ValueKind::Duration { positive } => {
+            parse_duration(value, option, positive)?.map(Value::Millis)
+        }
+        ValueKind::Bool => parse_bool(value, option)?.map(Value::Bool),
+        ValueKind::KeyPaths => parse_paths(value, option)?.map(Value::Paths),
+        ValueKind::Choice(words) => parse_choice(value, option, words)?.map(Value::Word),
+        ValueKind::Expr => parse_coordinator(value, option)?.map(Value::Expr),
+        ValueKind::CratePath => parse_crate(value, option)?.map(Value::Path),
+        ValueKind::OperationName => parse_name(value, option)?.map(Value::Name),
+        ValueKind::Renew => parse_renew(value, option)?.map(Value::Renew),
+    })
+}
+
+/// Reads a default from the table as if the user had written it.
+pub(crate) fn parse_default(spec: &OptionSpec, default: &str) -> syn::Result<Setting<Value>> {
+    let value: Expr = syn::parse_str(default)?;
+    parse_value(spec, &value)
 }
 
 /// One option as written, before its value is interpreted.
@@ -450,48 +415,39 @@ pub(crate) fn list(names: impl IntoIterator<Item = impl std::fmt::Display>) -> S
 
 fn unknown_option_error(kind: Kind, name: &Ident, option: &str) -> syn::Error {
     let mut message = format!("unknown option `{option}` for #[{}]", kind.name());
-    let elsewhere: Vec<String> = Kind::ALL
-        .into_iter()
-        .filter(|k| *k != kind && k.own_options().contains(&option))
-        .map(|k| format!("#[{}]", k.name()))
-        .collect();
+    let names = || kind.options().map(|spec| spec.name);
+    let elsewhere: Vec<String> = options::lookup(option)
+        .map(|spec| {
+            spec.attributes
+                .iter()
+                .filter(|k| **k != kind)
+                .map(|k| format!("#[{}]", k.name()))
+                .collect()
+        })
+        .unwrap_or_default();
     if !elsewhere.is_empty() {
         message.push_str(&format!(
             "; `{option}` is an option of {}",
             elsewhere.join(" and ")
         ));
-    } else if let Some(close) = closest(option, kind.options()) {
+    } else if let Some(close) = closest(option, names()) {
         message.push_str(&format!("; did you mean `{close}`?"));
     }
-    message.push_str(&format!(
-        "\n#[{}] takes: {}",
-        kind.name(),
-        list(kind.options())
-    ));
+    message.push_str(&format!("\n#[{}] takes: {}", kind.name(), list(names())));
     syn::Error::new_spanned(name, message)
 }
 
 fn bare_option_error(kind: Kind, name: &Ident) -> syn::Error {
     let option = name.unraw().to_string();
-    if !kind.options().any(|known| known == option) {
+    let Some(spec) = options::lookup(&option).filter(|spec| spec.takes(kind)) else {
         return unknown_option_error(kind, name, &option);
-    }
-    let example = match option.as_str() {
-        "key_from" | "fingerprint" => "\"tenant_id\"",
-        "name" => "\"payments.charge\"",
-        "coordinator" => "self.coordinator",
-        "crate" => "\"coord_core\"",
-        "fenced" | "renew" => "true",
-        "on_backend_error" => "\"fail_closed\"",
-        "on_lost" => "\"cancel\"",
-        "on_abandoned" => "\"rerun\"",
-        "on_store_error" => "\"error\"",
-        "on_missing_key" => "\"fail\"",
-        _ => "\"30s\"",
     };
     syn::Error::new_spanned(
         name,
-        format!("`{option}` needs a value: write `{option} = {example}`"),
+        format!(
+            "`{option}` needs a value: write `{option} = {}` ({})",
+            spec.example, spec.doc
+        ),
     )
 }
 
@@ -643,11 +599,11 @@ fn parse_path_text(lit: &LitStr, option: &str) -> syn::Result<KeyPath> {
 }
 
 /// An operation name: non-empty, ASCII letters, digits and `. _ - /`.
-fn parse_name(value: &Expr) -> syn::Result<Setting<String>> {
+fn parse_name(value: &Expr, option: &str) -> syn::Result<Setting<String>> {
     let Some(lit) = as_str_lit(value) else {
         return Err(syn::Error::new_spanned(
             value,
-            "`name` takes a string, as in `name = \"payments.charge\"`",
+            format!("`{option}` takes a string, as in `{option} = \"payments.charge\"`"),
         ));
     };
     let name = lit.value();
@@ -671,13 +627,10 @@ fn parse_name(value: &Expr) -> syn::Result<Setting<String>> {
 }
 
 /// `coordinator = <expr>`, or the expression in a string.
-fn parse_coordinator(value: &Expr) -> syn::Result<Setting<Expr>> {
+fn parse_coordinator(value: &Expr, option: &str) -> syn::Result<Setting<Expr>> {
     let expr = match as_str_lit(value) {
         Some(lit) => lit.parse::<Expr>().map_err(|err| {
-            syn::Error::new(
-                lit.span(),
-                format!("`coordinator` holds no expression: {err}"),
-            )
+            syn::Error::new(lit.span(), format!("`{option}` holds no expression: {err}"))
         })?,
         None => value.clone(),
     };
@@ -686,7 +639,7 @@ fn parse_coordinator(value: &Expr) -> syn::Result<Setting<Expr>> {
 }
 
 /// `crate = "path"` (or a bare path): where the runtime crate is.
-fn parse_crate(value: &Expr) -> syn::Result<Setting<Path>> {
+fn parse_crate(value: &Expr, option: &str) -> syn::Result<Setting<Path>> {
     let path = match value {
         Expr::Path(path) if path.qself.is_none() && path.attrs.is_empty() => path.path.clone(),
         other => match as_str_lit(other) {
@@ -694,7 +647,7 @@ fn parse_crate(value: &Expr) -> syn::Result<Setting<Path>> {
                 syn::Error::new(
                     lit.span(),
                     format!(
-                        "\"{}\" is not a path; `crate` names the coord crate as your crate depends on it, such as \"coord\"",
+                        "\"{}\" is not a path; `{option}` names the coord crate as your crate depends on it, such as \"coord\"",
                         lit.value()
                     ),
                 )
@@ -702,7 +655,7 @@ fn parse_crate(value: &Expr) -> syn::Result<Setting<Path>> {
             None => {
                 return Err(syn::Error::new_spanned(
                     other,
-                    "`crate` takes a path in a string, such as `crate = \"coord\"`",
+                    format!("`{option}` takes a path in a string, such as `{option} = \"coord\"`"),
                 ));
             }
         },
@@ -741,51 +694,8 @@ fn parse_bool(value: &Expr, option: &str) -> syn::Result<Setting<bool>> {
     }
 }
 
-/// `on_backend_error = "fail_closed" | "fail_open"` (a bare word is accepted too).
-fn parse_policy(value: &Expr) -> syn::Result<Setting<Policy>> {
-    const WORDS: [&str; 2] = ["fail_closed", "fail_open"];
-    let (word, span) = match value {
-        Expr::Path(path) if path.path.get_ident().is_some() => {
-            let ident = path.path.get_ident().map(Ident::unraw);
-            (
-                ident.map(|i| i.to_string()).unwrap_or_default(),
-                value.span(),
-            )
-        }
-        other => match as_str_lit(other) {
-            Some(lit) => (lit.value(), lit.span()),
-            None => {
-                return Err(syn::Error::new_spanned(
-                    other,
-                    "`on_backend_error` takes \"fail_closed\" or \"fail_open\"",
-                ));
-            }
-        },
-    };
-    let policy = match word.as_str() {
-        "fail_closed" => Policy::FailClosed,
-        "fail_open" => Policy::FailOpen,
-        _ => {
-            let mut message =
-                format!("`on_backend_error` is \"fail_closed\" or \"fail_open\", not \"{word}\"");
-            let close = closest(&word, WORDS).or_else(|| {
-                let lower = word.to_ascii_lowercase();
-                WORDS.into_iter().find(|w| {
-                    w.strip_prefix("fail_")
-                        .is_some_and(|tail| lower.contains(tail))
-                })
-            });
-            if let Some(close) = close {
-                message.push_str(&format!("; did you mean \"{close}\"?"));
-            }
-            return Err(syn::Error::new(span, message));
-        }
-    };
-    Ok(Setting::new(policy, value, word))
-}
-
 /// `renew = true | false` or `renew = "10s"` (the interval).
-fn parse_renew(value: &Expr) -> syn::Result<Setting<Renew>> {
+fn parse_renew(value: &Expr, option: &str) -> syn::Result<Setting<Renew>> {
     match value {
         Expr::Lit(ExprLit {
             lit: Lit::Bool(b), ..
@@ -795,7 +705,7 @@ fn parse_renew(value: &Expr) -> syn::Result<Setting<Renew>> {
         }
         other => match as_str_lit(other) {
             Some(_) => {
-                let every = parse_duration(value, "renew", true)?;
+                let every = parse_duration(value, option, true)?;
                 Ok(Setting::new(
                     Renew::Every(every.value),
                     value,
@@ -804,19 +714,23 @@ fn parse_renew(value: &Expr) -> syn::Result<Setting<Renew>> {
             }
             None => Err(syn::Error::new_spanned(
                 other,
-                "`renew` takes `true`, `false`, or an interval such as `renew = \"10s\"`",
+                format!(
+                    "`{option}` takes `true`, `false`, or an interval such as `{option} = \"10s\"`"
+                ),
             )),
         },
     }
 }
 
-/// One word out of a fixed set, quoted or bare, with a suggestion when it is close to one.
-fn parse_choice<T: Copy>(
+/// One word out of a fixed set, quoted or bare: the parser of every word-valued option.
+///
+/// A near miss gets a suggestion: a word close in spelling, or else the one word whose
+/// distinctive part the written word contains (`"open"` for `"fail_open"`).
+fn parse_choice(
     value: &Expr,
     option: &str,
-    choices: &[(&'static str, T)],
-) -> syn::Result<Setting<T>> {
-    let words: Vec<&str> = choices.iter().map(|(w, _)| *w).collect();
+    words: &'static [&'static str],
+) -> syn::Result<Setting<&'static str>> {
     let expected = words
         .iter()
         .map(|w| format!("\"{w}\""))
@@ -840,14 +754,84 @@ fn parse_choice<T: Copy>(
             }
         },
     };
-    match choices.iter().find(|(w, _)| *w == word) {
-        Some((_, choice)) => Ok(Setting::new(*choice, value, word)),
+    match words.iter().find(|w| **w == word) {
+        Some(known) => Ok(Setting::new(*known, value, word)),
         None => {
             let mut message = format!("`{option}` is {expected}, not \"{word}\"");
-            if let Some(close) = closest(&word, words.iter().copied()) {
+            let close =
+                closest(&word, words.iter().copied()).or_else(|| by_distinctive_part(&word, words));
+            if let Some(close) = close {
                 message.push_str(&format!("; did you mean \"{close}\"?"));
             }
             Err(syn::Error::new(span, message))
         }
+    }
+}
+
+/// The one word of `words` that has an `_`-separated part (of four letters or more, so short
+/// parts do not match by accident) found in no other word and contained in `written`.
+fn by_distinctive_part(written: &str, words: &[&'static str]) -> Option<&'static str> {
+    let written = written.to_ascii_lowercase();
+    let distinctive = |word: &str| {
+        word.split('_')
+            .filter(|part| part.len() >= 4)
+            .filter(|part| {
+                words
+                    .iter()
+                    .filter(|other| other.split('_').any(|p| p == *part))
+                    .count()
+                    == 1
+            })
+            .any(|part| written.contains(part))
+    };
+    let mut matching = words.iter().copied().filter(|word| distinctive(word));
+    match (matching.next(), matching.next()) {
+        (Some(word), None) => Some(word),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn choose(written: &str, words: &'static [&'static str]) -> Result<&'static str, String> {
+        let value: Expr = syn::parse_str(written).expect("test value parses");
+        parse_choice(&value, "option", words)
+            .map(|setting| setting.value)
+            .map_err(|err| err.to_string())
+    }
+
+    const POLICY: &[&str] = &["fail_closed", "fail_open"];
+    const STORE: &[&str] = &["error", "return_ok"];
+
+    #[test]
+    fn a_choice_is_read_quoted_or_bare() {
+        assert_eq!(choose("\"fail_open\"", POLICY), Ok("fail_open"));
+        assert_eq!(choose("fail_closed", POLICY), Ok("fail_closed"));
+        assert_eq!(choose("r#return_ok", STORE), Ok("return_ok"));
+    }
+
+    #[test]
+    fn a_near_miss_is_suggested_by_spelling_or_by_its_distinctive_part() {
+        let err = choose("\"fail-open\"", POLICY).unwrap_err();
+        assert!(err.ends_with("did you mean \"fail_open\"?"), "{err}");
+        let err = choose("\"OPEN\"", POLICY).unwrap_err();
+        assert!(err.ends_with("did you mean \"fail_open\"?"), "{err}");
+        let err = choose("\"return\"", STORE).unwrap_err();
+        assert!(err.ends_with("did you mean \"return_ok\"?"), "{err}");
+    }
+
+    #[test]
+    fn no_suggestion_when_nothing_is_close_or_the_parts_are_ambiguous() {
+        // "ok" is too short to count as a distinctive part.
+        for (written, words) in [("\"ok\"", STORE), ("\"skip\"", STORE)] {
+            let err = choose(written, words).unwrap_err();
+            assert!(!err.contains("did you mean"), "{written}: {err}");
+        }
+        assert_eq!(by_distinctive_part("open_or_closed", POLICY), None);
+        assert_eq!(by_distinctive_part("closed", POLICY), Some("fail_closed"));
+        let err = choose("3", STORE).unwrap_err();
+        assert_eq!(err, "`option` takes \"error\" or \"return_ok\"");
     }
 }

@@ -3,13 +3,15 @@
 use proc_macro2::{Delimiter, Group, Literal, Span, TokenStream, TokenTree};
 use quote::{ToTokens, format_ident, quote, quote_spanned};
 use syn::ext::IdentExt;
+use syn::parse::{ParseStream, Parser};
 use syn::spanned::Spanned;
-use syn::{AttrStyle, Attribute, Ident, ItemFn, LitStr, ReturnType, Stmt};
+use syn::{AttrStyle, Attribute, Ident, ItemFn, LitStr, ReturnType, Signature, Stmt, Visibility};
 
-use crate::args::{Abandoned, Args, KeyPath, Kind, Lost, MissingKey, Policy, StoreError};
+use crate::args::{Args, Errors, KeyPath};
 use crate::fallback;
 use crate::model::LeasePolicy;
 use crate::model::Stack;
+use crate::options::{Abandoned, Kind, Lost, MissingKey, Policy, StoreError};
 
 /// The item our expansion starts every function body with. Finding it on input means this
 /// function was expanded already.
@@ -17,27 +19,19 @@ const MARKER: &str = "__COORD_STACK";
 
 /// Expands the attribute `kind` with arguments `args` on `item`, taking in the sibling coord
 /// attributes below it so the whole stack becomes one function.
+///
+/// Whatever is wrong, the function comes back out as written next to the errors, so the rest
+/// of the crate (and an editor's completion in the body) still sees it.
 pub(crate) fn expand_stack(kind: Kind, args: TokenStream, item: TokenStream) -> TokenStream {
-    let Ok(mut func) = syn::parse2::<ItemFn>(item.clone()) else {
-        return fallback::not_a_function(kind, item);
+    let mut func = match syn::parse2::<ItemFn>(item.clone()) {
+        Ok(func) => func,
+        Err(err) => return expand_unparsed(kind, args, item, err),
     };
     if already_expanded(&func) {
         return fallback::expanded_twice(kind, &func);
     }
 
-    let (primary, mut errors) = Args::parse_primary(kind, args);
-    let mut layers = vec![primary];
-    let mut taken_in = Vec::new();
-    func.attrs.retain(|attr| match sibling_kind(attr) {
-        Some(sibling) => {
-            let (args, found) = Args::parse_sibling(sibling, attr);
-            layers.push(args);
-            errors.append(found);
-            taken_in.push(attr.path().clone());
-            false
-        }
-        None => true,
-    });
+    let (layers, mut errors, taken_in) = take_in(kind, args, &mut func.attrs);
     // The attributes taken in are never resolved by the compiler, which would then call their
     // imports unused: name each path once in the body instead.
     if !taken_in.is_empty() {
@@ -48,29 +42,180 @@ pub(crate) fn expand_stack(kind: Kind, args: TokenStream, item: TokenStream) -> 
         func.block.stmts.splice(0..0, uses);
     }
 
-    if func.sig.asyncness.is_none() {
+    let stack = build(kind, &layers, &func.sig, &mut errors);
+    match (stack, errors.into_error()) {
+        (Some(stack), None) => generate(&stack, &func),
+        (_, Some(err)) => fallback::with_errors(err, func.to_token_stream()),
+        // `Stack::build` fails with at least one error; this only keeps the fallback total.
+        (None, None) => fallback::with_errors(
+            syn::Error::new(Span::call_site(), "invalid coord attributes"),
+            func.to_token_stream(),
+        ),
+    }
+}
+
+/// Parses the arguments of the attribute being expanded and takes in (removes from `attrs`)
+/// the sibling coord attributes, parsing theirs too. Returns every layer, the errors found in
+/// their arguments, and the paths the siblings were written with.
+fn take_in(
+    kind: Kind,
+    args: TokenStream,
+    attrs: &mut Vec<Attribute>,
+) -> (Vec<Args>, Errors, Vec<syn::Path>) {
+    let (primary, mut errors) = Args::parse_primary(kind, args);
+    let mut layers = vec![primary];
+    let mut taken_in = Vec::new();
+    attrs.retain(|attr| match sibling_kind(attr) {
+        Some(sibling) => {
+            let (args, found) = Args::parse_sibling(sibling, attr);
+            layers.push(args);
+            errors.append(found);
+            taken_in.push(attr.path().clone());
+            false
+        }
+        None => true,
+    });
+    (layers, errors, taken_in)
+}
+
+/// The checks that need the signature: `async`, and the whole stack's options against the
+/// parameters. Returns the stack when the options are consistent.
+fn build(kind: Kind, layers: &[Args], sig: &Signature, errors: &mut Errors) -> Option<Stack> {
+    if sig.asyncness.is_none() {
         errors.push(syn::Error::new(
-            func.sig.fn_token.span,
+            sig.fn_token.span,
             format!(
                 "#[{}] goes on an `async fn`: coordinating a call waits on the backend",
                 kind.name()
             ),
         ));
     }
-
-    match Stack::build(&layers, &func.sig) {
-        Ok(stack) => match errors.into_error() {
-            None => generate(&stack, &func),
-            Some(err) => fallback::with_errors(err, &func),
-        },
+    match Stack::build(layers, sig) {
+        Ok(stack) => Some(stack),
         Err(found) => {
             errors.append(found);
-            let err = errors
-                .into_error()
-                .unwrap_or_else(|| syn::Error::new(Span::call_site(), "invalid coord attributes"));
-            fallback::with_errors(err, &func)
+            None
         }
     }
+}
+
+/// A function whose signature parses but whose body is kept as tokens: what an editor sends
+/// while someone is typing the body.
+struct RawFn {
+    attrs: Vec<Attribute>,
+    vis: Visibility,
+    sig: Signature,
+    body: Group,
+}
+
+fn parse_raw_fn(input: ParseStream<'_>) -> syn::Result<RawFn> {
+    let attrs = input.call(Attribute::parse_outer)?;
+    let vis: Visibility = input.parse()?;
+    let sig: Signature = input.parse()?;
+    let body = match input.parse::<TokenTree>()? {
+        TokenTree::Group(group) if group.delimiter() == Delimiter::Brace => group,
+        other => return Err(syn::Error::new(other.span(), "expected a body")),
+    };
+    if !input.is_empty() {
+        return Err(input.error("expected nothing after the body"));
+    }
+    Ok(RawFn {
+        attrs,
+        vis,
+        sig,
+        body,
+    })
+}
+
+/// The item did not parse as a function. When it is a function with a body that does not parse
+/// yet (a missing `;`, an unfinished expression), `parse_error` is the real mistake: report it
+/// where it is, with every error in the attributes, instead of claiming the attribute is
+/// misplaced, and emit the function as written so the compiler and the editor still see it.
+fn expand_unparsed(
+    kind: Kind,
+    args: TokenStream,
+    item: TokenStream,
+    parse_error: syn::Error,
+) -> TokenStream {
+    if let Ok(mut raw) = parse_raw_fn.parse2(item.clone()) {
+        let (layers, mut errors, taken_in) = take_in(kind, args, &mut raw.attrs);
+        // The stack is only checked: a body that does not parse cannot be wrapped.
+        let _ = build(kind, &layers, &raw.sig, &mut errors);
+        let RawFn {
+            attrs,
+            vis,
+            sig,
+            body,
+        } = raw;
+        let body = name_taken_in(&body, &taken_in);
+        let tokens = quote!(#(#attrs)* #vis #sig #body);
+        return fallback::with_errors(errors.then(parse_error), tokens);
+    }
+    let split = |input: ParseStream<'_>| -> syn::Result<(Vec<Attribute>, Vec<TokenTree>)> {
+        let attrs = input.call(Attribute::parse_outer)?;
+        let rest: TokenStream = input.parse()?;
+        Ok((attrs, rest.into_iter().collect()))
+    };
+    match split.parse2(item.clone()) {
+        // A signature still being typed: syn's error says what is wrong with it. The other
+        // coord attributes are taken in, so that they do not repeat the same error.
+        Ok((mut attrs, mut rest)) if looks_like_fn_with_body(&rest) => {
+            let (_, errors, taken_in) = take_in(kind, args, &mut attrs);
+            if let Some(TokenTree::Group(body)) = rest.pop() {
+                rest.push(TokenTree::Group(name_taken_in(&body, &taken_in)));
+            }
+            let tokens = quote!(#(#attrs)* #(#rest)*);
+            fallback::with_errors(errors.then(parse_error), tokens)
+        }
+        // Not a function. The other coord attributes stay on the item and report for
+        // themselves; this one reports its arguments' mistakes and where it belongs.
+        _ => {
+            let (_, errors) = Args::parse_primary(kind, args);
+            fallback::not_a_function(kind, errors, item)
+        }
+    }
+}
+
+/// `body` with a `use` of each taken-in attribute's path after its inner attributes: the
+/// attributes taken in are never resolved by the compiler, which would then call their imports
+/// unused.
+fn name_taken_in(body: &Group, taken_in: &[syn::Path]) -> Group {
+    let mut tokens: Vec<TokenTree> = body.stream().into_iter().collect();
+    // Inner attributes (`#![...]`) must stay first in the block.
+    let mut inner_end = 0;
+    while let [
+        TokenTree::Punct(hash),
+        TokenTree::Punct(bang),
+        TokenTree::Group(attr),
+        ..,
+    ] = &tokens[inner_end..]
+    {
+        if hash.as_char() != '#' || bang.as_char() != '!' || attr.delimiter() != Delimiter::Bracket
+        {
+            break;
+        }
+        inner_end += 3;
+    }
+    let uses = taken_in
+        .iter()
+        .flat_map(|path| quote!(#[allow(unused_imports)] use #path as _;));
+    tokens.splice(inner_end..inner_end, uses);
+    let mut named = Group::new(body.delimiter(), tokens.into_iter().collect());
+    named.set_span(body.span());
+    named
+}
+
+/// Whether `tokens` (an item without its outer attributes) read as a function with a body: an
+/// `fn` at the top level, and a `{ ... }` at the end.
+fn looks_like_fn_with_body(tokens: &[TokenTree]) -> bool {
+    let has_fn = tokens
+        .iter()
+        .any(|token| matches!(token, TokenTree::Ident(ident) if ident == "fn"));
+    let ends_in_body = matches!(
+        tokens.last(),
+        Some(TokenTree::Group(group)) if group.delimiter() == Delimiter::Brace
+    );
+    has_fn && ends_in_body
 }
 
 /// The kind of a coord attribute among the function's outer attributes, recognised by the last
@@ -542,6 +687,126 @@ mod tests {
         assert!(out.contains("struct S ;"), "{out}");
         let out = expand(Kind::SingleFlight, "", "async fn f(&self);");
         assert!(out.contains("compile_error"), "{out}");
+    }
+
+    #[test]
+    fn a_half_typed_body_gets_the_parse_error_and_comes_back_as_written() {
+        let out = expand(
+            Kind::DistributedLock,
+            "lease = \"soon\"",
+            "#[coord_core::single_flight] async fn f(id: u64) -> Result<u64, E> { \
+             #![allow(unused)] let doubled = id * 2 Ok(doubled) }",
+        );
+        assert!(!out.contains("goes on an `async fn` with a body"), "{out}");
+        assert!(out.contains("expected `;`"), "{out}");
+        assert!(out.contains("invalid duration"), "{out}");
+        // The body as written, the taken-in attribute named after its inner attributes.
+        assert!(
+            out.contains(
+                "{ #! [allow (unused)] # [allow (unused_imports)] use coord_core :: single_flight as _ ; \
+                 let doubled = id * 2 Ok (doubled) }"
+            ),
+            "{out}"
+        );
+        assert!(!out.contains("# [coord_core :: single_flight]"), "{out}");
+        assert!(!out.contains(MARKER), "{out}");
+    }
+
+    #[test]
+    fn a_half_typed_signature_gets_the_parse_error() {
+        let out = expand(
+            Kind::SingleFlight,
+            "",
+            "async fn f(id: u64,, x: u8) -> Result<u64, E> { Ok(id) }",
+        );
+        assert!(!out.contains("goes on an `async fn` with a body"), "{out}");
+        assert!(out.contains("compile_error"), "{out}");
+        assert!(out.contains("{ Ok (id) }"), "{out}");
+    }
+
+    #[test]
+    fn a_non_function_reports_its_arguments_and_keeps_the_other_attributes() {
+        let out = expand(
+            Kind::Idempotent,
+            "retention = \"forever\"",
+            "#[single_flight] struct S;",
+        );
+        assert!(out.contains("invalid duration"), "{out}");
+        assert!(out.contains("goes on an `async fn` with a body"), "{out}");
+        assert!(out.contains("# [single_flight] struct S ;"), "{out}");
+    }
+
+    #[test]
+    fn options_left_out_take_the_table_defaults() {
+        let out = expand(
+            Kind::Idempotent,
+            "key_from = \"id\"",
+            "#[distributed_lock] async fn f(id: u64) -> Result<(), E> { Ok(()) }",
+        );
+        // One field of the `IdempotencySpec` or the `LockSpec`, as rendered.
+        let field = |spec: &str, name: &str| {
+            let section = &out[position(&out, &format!("{spec} {{"))..];
+            let at = position(section, &format!(" {name} :"));
+            section[at..]
+                .split(',')
+                .next()
+                .unwrap_or_default()
+                .trim()
+                .to_owned()
+        };
+        let idem = |name: &str| field("IdempotencySpec", name);
+        let lock = |name: &str| field("LockSpec", name);
+        assert!(
+            idem("retention").ends_with("from_millis (86400000u64)"),
+            "{out}"
+        );
+        assert!(
+            idem("in_flight_lease").ends_with("from_millis (30000u64)"),
+            "{out}"
+        );
+        assert!(idem("wait").ends_with("from_millis (0u64)"), "{out}");
+        assert!(idem("renew").ends_with("None"), "{out}");
+        assert!(idem("on_lost").ends_with("None"), "{out}");
+        assert!(idem("on_backend_error").ends_with("None"), "{out}");
+        assert!(
+            idem("on_abandoned").ends_with("OnAbandoned :: Rerun"),
+            "{out}"
+        );
+        assert!(
+            idem("on_store_error").ends_with("OnStoreError :: Error"),
+            "{out}"
+        );
+        assert!(
+            idem("on_missing_key").ends_with("OnMissingKey :: Fail"),
+            "{out}"
+        );
+        assert!(lock("lease").ends_with("from_millis (30000u64)"), "{out}");
+        assert!(lock("wait").ends_with("from_millis (0u64)"), "{out}");
+        assert_eq!(lock("fenced"), "fenced : false", "{out}");
+        assert!(lock("renew").ends_with("None"), "{out}");
+        assert!(lock("on_lost").ends_with("None"), "{out}");
+    }
+
+    #[test]
+    fn written_options_override_the_defaults() {
+        let out = expand(
+            Kind::Idempotent,
+            "key_from = \"id\", retention = \"1h\", on_abandoned = fail, \
+             on_store_error = \"return_ok\", on_missing_key = \"run_unprotected\", renew = true",
+            "async fn f(id: Option<u64>) -> Result<(), E> { Ok(()) }",
+        );
+        assert!(
+            out.contains(
+                "retention : :: coord_core :: __private :: Duration :: from_millis (3600000u64)"
+            ),
+            "{out}"
+        );
+        assert!(out.contains("OnAbandoned :: Fail"), "{out}");
+        assert!(out.contains("OnStoreError :: ReturnOk"), "{out}");
+        assert!(out.contains("OnMissingKey :: RunUnprotected"), "{out}");
+        // `renew = true`: every third of the in-flight lease, and `on_lost` becomes `cancel`.
+        assert!(out.contains("from_millis (10000u64)"), "{out}");
+        assert!(out.contains("OnLost :: Cancel"), "{out}");
     }
 
     #[test]

@@ -6,10 +6,12 @@ use proc_macro2::{Span, TokenStream};
 use quote::{ToTokens, quote};
 use syn::ItemFn;
 
-use crate::args::Kind;
+use crate::args::Errors;
+use crate::options::Kind;
 
-/// The errors, then the function with its original body (our attributes already removed).
-pub(crate) fn with_errors(errors: syn::Error, func: &ItemFn) -> TokenStream {
+/// The errors, then the function as the user wrote it (our attributes already removed), so
+/// that callers and an editor's completion in the body keep resolving it.
+pub(crate) fn with_errors(errors: syn::Error, func: TokenStream) -> TokenStream {
     let errors = errors.to_compile_error();
     quote! {
         #errors
@@ -17,13 +19,16 @@ pub(crate) fn with_errors(errors: syn::Error, func: &ItemFn) -> TokenStream {
     }
 }
 
-/// The attribute was put on something that is not a function with a body.
-pub(crate) fn not_a_function(kind: Kind, item: TokenStream) -> TokenStream {
+/// The attribute was put on something that is not a function with a body. `found` holds the
+/// errors in the attributes' arguments, reported too.
+pub(crate) fn not_a_function(kind: Kind, found: Errors, item: TokenStream) -> TokenStream {
     let message = format!(
         "#[{}] goes on an `async fn` with a body (a free function, or a method in an `impl` block)",
         kind.name()
     );
-    let error = syn::Error::new(Span::call_site(), message).to_compile_error();
+    let error = found
+        .then(syn::Error::new(Span::call_site(), message))
+        .to_compile_error();
     quote! {
         #error
         #item

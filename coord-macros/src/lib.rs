@@ -42,10 +42,11 @@ mod duration;
 mod expand;
 mod fallback;
 mod model;
+mod options;
 
 use proc_macro::TokenStream;
 
-use crate::args::Kind;
+use crate::options::Kind;
 
 /// Runs the function at most once per key: a successful outcome is stored and replayed to
 /// later calls with the same key, for `retention`. Errors are not stored, so a failed call can
@@ -82,14 +83,23 @@ use crate::args::Kind;
 ///   Default: the coordinator's policy.
 /// * `renew = true | "10s"`: renew the in-flight marker while the body runs (every third of
 ///   `in_flight_lease`, or at the interval given), so a long call is not taken for a crashed
-///   one. Default: no renewal.
+///   one. Must be shorter than `in_flight_lease`. Default `false` (no renewal).
 /// * `on_lost = "cancel" | "signal"`: what happens when the marker's lease is lost while the
 ///   body runs. `cancel` (the default when renewing) drops the body and returns
 ///   `CoordError::LockLost`; `signal` lets the body run on.
 /// * `on_abandoned = "rerun" | "fail"`: what a duplicate does when an earlier call's marker
-///   lapsed without completing. `rerun` (default) runs the body again (at-least-once); `fail`
-///   returns `CoordError::OutcomeUnknown` and keeps the record for an operator
-///   (at-most-once, for payments).
+///   lapsed without completing. `rerun` runs the body again (at-least-once); `fail` returns
+///   `CoordError::OutcomeUnknown` and keeps the record for an operator (at-most-once, for
+///   payments). Default `"rerun"`.
+/// * `on_store_error = "error" | "return_ok"`: what a call returns when its body succeeded but
+///   the `Ok` outcome could not be stored. `error` returns `CoordError::OutcomeNotStored` (not
+///   retryable: the work ran); `return_ok` returns the `Ok`, flags the call's `CallReport` and
+///   counts it. Default `"error"`.
+/// * `on_missing_key = "fail" | "run_unprotected"`: what a call does when a part of its key is
+///   `None` (such as an absent idempotency key). `fail` returns `CoordError::MissingKey` before
+///   the body runs, so keyless calls never share one record; `run_unprotected` runs the body
+///   without this layer and counts it in `Coordinator::metrics().unprotected_runs()`. Default
+///   `"fail"`.
 #[proc_macro_attribute]
 pub fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
     expand::expand_stack(Kind::Idempotent, args.into(), item.into()).into()
@@ -150,7 +160,8 @@ pub fn single_flight(args: TokenStream, item: TokenStream) -> TokenStream {
 /// * `on_backend_error = "fail_closed" | "fail_open"`: what to do when the lock backend fails.
 ///   Default: the coordinator's policy.
 /// * `renew = true | "10s"`: extend the lease while the body runs (every third of it, or at
-///   the interval given), by one shared renewal task per coordinator. Default: no renewal.
+///   the interval given), by one shared renewal task per coordinator. Must be shorter than
+///   `lease`. Default `false` (no renewal).
 /// * `on_lost = "cancel" | "signal"`: what happens when the lease is lost while the body runs
 ///   (renewal found another owner, or a whole lease passed without a confirmed renewal).
 ///   `cancel` (the default when renewing) drops the body at its next await and returns

@@ -4,9 +4,11 @@
 use syn::ext::IdentExt;
 use syn::{Expr, FnArg, Ident, Pat, Path, Signature};
 
-use crate::args::{
-    self, Abandoned, Args, Errors, KeyPath, Kind, Lost, MissingKey, Policy, Renew, Setting,
-    StoreError,
+use crate::args::{self, Args, Errors, KeyPath, Renew, Setting, Value};
+use crate::options::{
+    self, Abandoned, COORDINATOR, CRATE, FENCED, FINGERPRINT, IN_FLIGHT_LEASE, KEY_FROM, Kind,
+    LEASE, Lost, MissingKey, NAME, ON_ABANDONED, ON_BACKEND_ERROR, ON_LOST, ON_MISSING_KEY,
+    ON_STORE_ERROR, OptionSpec, Policy, RENEW, RETENTION, StoreError, WAIT,
 };
 
 /// The `#[idempotent]` layer.
@@ -52,25 +54,20 @@ pub(crate) struct Stack {
     pub(crate) krate: Path,
 }
 
-const DEFAULT_RETENTION_MS: u64 = 24 * 60 * 60 * 1000;
-const DEFAULT_IN_FLIGHT_LEASE_MS: u64 = 30 * 1000;
-const DEFAULT_LEASE_MS: u64 = 30 * 1000;
-
-/// Picks the one value of a shared option across layers. A later layer that gives a different
-/// value gets an error naming the layer that gave the first one.
-fn shared<'a, T>(
-    layers: &'a [Args],
-    option: &str,
-    get: impl Fn(&'a Args) -> Option<&'a Setting<T>>,
-    errors: &mut Errors,
-) -> Option<&'a Setting<T>> {
-    let mut first: Option<(&Setting<T>, Kind)> = None;
+/// Picks the one value of a shared option across layers: the first one written, else the
+/// table's default. A later layer that writes a different value gets an error naming the layer
+/// that wrote the first one.
+fn shared<'a>(layers: &'a [Args], spec: &OptionSpec, errors: &mut Errors) -> Option<&'a Value> {
+    let option = spec.name;
+    let mut first: Option<(&Setting<Value>, Kind)> = None;
     for layer in layers {
-        let Some(setting) = get(layer) else { continue };
+        let Some(setting) = layer.written(spec) else {
+            continue;
+        };
         match first {
             None => first = Some((setting, layer.kind)),
             Some((chosen, by)) if chosen.canonical != setting.canonical => {
-                let what = if option == "key_from" {
+                let what = if spec.name == KEY_FROM.name {
                     "the layers share one key".to_owned()
                 } else {
                     format!("the layers share one `{option}`")
@@ -83,7 +80,13 @@ fn shared<'a, T>(
             Some(_) => {}
         }
     }
-    first.map(|(setting, _)| setting)
+    match first {
+        Some((setting, _)) => Some(&setting.value),
+        None => layers
+            .first()
+            .and_then(|layer| layer.get(spec))
+            .map(|s| &s.value),
+    }
 }
 
 /// The parameters a key or fingerprint can name: `self` and plain identifier patterns.
@@ -162,78 +165,71 @@ impl Stack {
             }
         }
         let first_of = |kind: Kind| layers.iter().find(|l| l.kind == kind);
+        // An option with a default in the table always holds a value here: `Args` fills the
+        // defaults in through the same parsers, and the table's tests prove each one parses as
+        // its kind. The `unwrap_or` fallbacks below only keep this function total.
 
-        let key_from = shared(layers, "key_from", |l| l.key_from.as_ref(), &mut errors);
-        let name = shared(layers, "name", |l| l.name.as_ref(), &mut errors);
-        let coordinator = shared(
-            layers,
-            "coordinator",
-            |l| l.coordinator.as_ref(),
-            &mut errors,
-        );
-        let krate = shared(layers, "crate", |l| l.krate.as_ref(), &mut errors);
-
-        if let Some(key_from) = key_from {
-            check_paths(&key_from.value, "key_from", sig, &mut errors);
+        // Every shared option is checked for agreement, whether or not code generation reads it.
+        let mut shared_values = Vec::new();
+        for spec in options::OPTIONS.iter().filter(|spec| spec.is_shared()) {
+            shared_values.push((spec.name, shared(layers, spec, &mut errors)));
         }
+        let shared_value = |spec: &OptionSpec| {
+            shared_values
+                .iter()
+                .find(|(name, _)| *name == spec.name)
+                .and_then(|(_, value)| *value)
+        };
+        let key: Vec<KeyPath> = match shared_value(&KEY_FROM) {
+            Some(Value::Paths(paths)) => paths.clone(),
+            _ => Vec::new(),
+        };
+        let name = match shared_value(&NAME) {
+            Some(Value::Name(name)) => Some(name.clone()),
+            _ => None,
+        };
+        let coordinator = match shared_value(&COORDINATOR) {
+            Some(Value::Expr(expr)) => Some(expr.clone()),
+            _ => None,
+        };
+        let krate = match shared_value(&CRATE) {
+            Some(Value::Path(path)) => path.clone(),
+            _ => default_crate(),
+        };
+
+        check_paths(&key, KEY_FROM.name, sig, &mut errors);
 
         let idempotency = first_of(Kind::Idempotent).map(|layer| {
-            if key_from.is_none() {
+            if shared_value(&KEY_FROM).is_none() {
                 errors.push(layer.error(
                     "#[idempotent] needs `key_from`: the parameter(s) that identify a request, \
                      as in `#[idempotent(key_from = \"idempotency_key\")]`",
                 ));
             }
-            let fingerprint = layer
-                .fingerprint
-                .as_ref()
-                .map(|s| s.value.clone())
-                .unwrap_or_default();
-            check_paths(&fingerprint, "fingerprint", sig, &mut errors);
+            let fingerprint = layer.paths(&FINGERPRINT).unwrap_or_default().to_vec();
+            check_paths(&fingerprint, FINGERPRINT.name, sig, &mut errors);
+            let in_flight_lease_ms = layer.millis(&IN_FLIGHT_LEASE).unwrap_or_default();
             IdempotencyLayer {
-                retention_ms: layer
-                    .retention
-                    .as_ref()
-                    .map_or(DEFAULT_RETENTION_MS, |s| s.value),
-                in_flight_lease_ms: layer
-                    .in_flight_lease
-                    .as_ref()
-                    .map_or(DEFAULT_IN_FLIGHT_LEASE_MS, |s| s.value),
-                wait_ms: layer.wait.as_ref().map_or(0, |s| s.value),
+                retention_ms: layer.millis(&RETENTION).unwrap_or_default(),
+                in_flight_lease_ms,
+                wait_ms: layer.millis(&WAIT).unwrap_or_default(),
                 fingerprint,
-                on_backend_error: layer.on_backend_error.as_ref().map(|s| s.value),
-                lease_policy: lease_policy(
-                    layer,
-                    layer
-                        .in_flight_lease
-                        .as_ref()
-                        .map_or(DEFAULT_IN_FLIGHT_LEASE_MS, |s| s.value),
-                    "in_flight_lease",
-                    &mut errors,
-                ),
-                on_abandoned: layer
-                    .on_abandoned
-                    .as_ref()
-                    .map_or(Abandoned::Rerun, |s| s.value),
-                on_store_error: layer
-                    .on_store_error
-                    .as_ref()
-                    .map_or(StoreError::Error, |s| s.value),
-                on_missing_key: layer
-                    .on_missing_key
-                    .as_ref()
-                    .map_or(MissingKey::Fail, |s| s.value),
+                on_backend_error: layer.choice(&ON_BACKEND_ERROR),
+                lease_policy: lease_policy(layer, in_flight_lease_ms, &mut errors),
+                on_abandoned: layer.choice(&ON_ABANDONED).unwrap_or(Abandoned::Rerun),
+                on_store_error: layer.choice(&ON_STORE_ERROR).unwrap_or(StoreError::Error),
+                on_missing_key: layer.choice(&ON_MISSING_KEY).unwrap_or(MissingKey::Fail),
             }
         });
 
         let lock = first_of(Kind::DistributedLock).map(|layer| {
-            let lease_ms = layer.lease.as_ref().map_or(DEFAULT_LEASE_MS, |s| s.value);
+            let lease_ms = layer.millis(&LEASE).unwrap_or_default();
             LockLayer {
                 lease_ms,
-                wait_ms: layer.wait.as_ref().map_or(0, |s| s.value),
-                fenced: layer.fenced.as_ref().is_some_and(|s| s.value),
-                on_backend_error: layer.on_backend_error.as_ref().map(|s| s.value),
-                lease_policy: lease_policy(layer, lease_ms, "lease", &mut errors),
+                wait_ms: layer.millis(&WAIT).unwrap_or_default(),
+                fenced: layer.flag(&FENCED).unwrap_or_default(),
+                on_backend_error: layer.choice(&ON_BACKEND_ERROR),
+                lease_policy: lease_policy(layer, lease_ms, &mut errors),
             }
         });
 
@@ -247,10 +243,10 @@ impl Stack {
             idempotency,
             single_flight: first_of(Kind::SingleFlight).is_some(),
             lock,
-            key: key_from.map(|s| s.value.clone()).unwrap_or_default(),
-            name: name.map(|s| s.value.clone()),
-            coordinator: coordinator.map(|s| s.value.clone()),
-            krate: krate.map_or_else(default_crate, |s| s.value.clone()),
+            key,
+            name,
+            coordinator,
+            krate,
         })
     }
 }
@@ -260,29 +256,30 @@ fn default_crate() -> Path {
     syn::parse_quote!(::coord_core)
 }
 
-/// Resolves `renew` and `on_lost` against the lease they apply to: `renew = true` renews every
-/// third of the lease; an explicit interval must be shorter than the lease; `on_lost` defaults
-/// to `cancel` when renewing.
-fn lease_policy(layer: &Args, lease_ms: u64, lease_name: &str, errors: &mut Errors) -> LeasePolicy {
-    let renew_ms = match layer.renew.as_ref() {
-        None => None,
-        Some(setting) => match setting.value {
-            Renew::Off => None,
-            Renew::Auto => Some((lease_ms / 3).max(1)),
-            Renew::Every(every) => {
-                if every >= lease_ms {
-                    errors.push(setting.error(format!(
-                        "`renew` must be shorter than the {lease_name} ({lease_ms} ms), or the lease \
-                         lapses between renewals; `renew = true` renews every third of it"
-                    )));
-                }
-                Some(every)
+/// Resolves `renew` and `on_lost` against the lease they apply to (the cross-option checks):
+/// `renew = true` renews every third of the lease; an explicit interval must be shorter than
+/// the lease; `on_lost` defaults to `cancel` when renewing.
+fn lease_policy(layer: &Args, lease_ms: u64, errors: &mut Errors) -> LeasePolicy {
+    let lease_name = layer
+        .kind
+        .lease_option()
+        .map_or(LEASE.name, |spec| spec.name);
+    let renew_ms = match layer.renew(&RENEW) {
+        None | Some((Renew::Off, _)) => None,
+        Some((Renew::Auto, _)) => Some((lease_ms / 3).max(1)),
+        Some((Renew::Every(every), setting)) => {
+            if every >= lease_ms {
+                errors.push(setting.error(format!(
+                    "`{}` must be shorter than the {lease_name} ({lease_ms} ms), or the lease \
+                     lapses between renewals; `{} = true` renews every third of it",
+                    RENEW.name, RENEW.name
+                )));
             }
-        },
+            Some(every)
+        }
     };
-    let on_lost = match layer.on_lost.as_ref() {
-        Some(setting) => Some(setting.value),
-        None => renew_ms.map(|_| Lost::Cancel),
-    };
+    let on_lost = layer
+        .choice::<Lost>(&ON_LOST)
+        .or_else(|| renew_ms.map(|_| Lost::Cancel));
     LeasePolicy { renew_ms, on_lost }
 }

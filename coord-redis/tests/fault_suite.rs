@@ -1844,7 +1844,7 @@ fn memory_per_record(client: Client) -> Seen {
 async fn run_chunked<F, Fut>(n: usize, op: F) -> bool
 where
     F: Fn(usize) -> Fut + Clone + Send + 'static,
-    Fut: std::future::Future<Output = bool> + Send + 'static,
+    Fut: Future<Output = bool> + Send + 'static,
 {
     const LANES: usize = 64;
     let handles: Vec<_> = (0..LANES)

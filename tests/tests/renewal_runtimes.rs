@@ -148,10 +148,10 @@ async fn a_hold_the_backend_could_not_confirm_says_unreachable() {
 async fn fenced_watcher(
     c: &Coordinator,
     id: u64,
-) -> Result<(Option<u64>, bool, Option<u64>), CoordError> {
+) -> Result<(Option<u64>, bool, Option<u64>, Option<LossCause>), CoordError> {
     let before = fencing_token().map(|t| t.get());
-    lock_lost().await;
-    Ok((before, is_held(), fencing_token().map(|t| t.get())))
+    let cause = lock_lost().await;
+    Ok((before, is_held(), fencing_token().map(|t| t.get()), cause))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -163,7 +163,7 @@ async fn once_a_hold_is_lost_it_hands_out_no_token() {
     });
     tokio::time::sleep(Duration::from_millis(150)).await;
     provider.lose_renewals.store(true, Ordering::SeqCst);
-    let (before, held_after, after) = tokio::time::timeout(Duration::from_secs(5), job)
+    let (before, held_after, after, cause) = tokio::time::timeout(Duration::from_secs(5), job)
         .await
         .expect("the loss is signalled")
         .unwrap()
@@ -171,4 +171,10 @@ async fn once_a_hold_is_lost_it_hands_out_no_token() {
     assert!(before.is_some(), "a fenced hold has a token while held");
     assert!(!held_after, "is_held() is false once lost");
     assert_eq!(after, None, "fencing_token() is None once lost");
+    assert_eq!(
+        cause,
+        Some(LossCause::TakenByOther),
+        "the signal carries the cause"
+    );
+    assert_eq!(lock_lost().await, None, "outside a lock body: nothing held");
 }

@@ -4,7 +4,7 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use crate::provider::FencingToken;
+use crate::provider::{FencingToken, LossCause};
 use crate::runtime::renewal::Hold;
 
 tokio::task_local! {
@@ -58,8 +58,9 @@ pub fn is_held() -> bool {
     innermost().is_some_and(|lock| lock.is_held())
 }
 
-/// Resolves when the innermost lock of the current task is lost: renewal found another owner
-/// or none, or a whole lease passed without a confirmed renewal. Resolves at once outside a
+/// Resolves when the innermost lock of the current task is lost, with why: renewal found
+/// another owner (`TakenByOther`) or none (`Expired`), or a whole lease passed without a
+/// confirmed renewal (`BackendUnreachable`). Resolves at once with `None` outside a
 /// `#[distributed_lock]` body (nothing is held).
 ///
 /// With `on_lost = "signal"`, select on it to stop the work yourself:
@@ -73,12 +74,15 @@ pub fn is_held() -> bool {
 ///     tokio::select! {
 ///         done = do_the_work() => done,
 ///         // Stop cleanly, at a point of the body's choosing.
-///         _ = lock_lost() => Ok(()),
+///         cause = lock_lost() => {
+///             tracing::warn!(?cause, "lost the migration lock; stopping");
+///             Ok(())
+///         }
 ///     }
 /// }
 /// ```
-pub async fn lock_lost() {
-    if let Some(lock) = innermost() {
-        lock.lost().await;
-    }
+pub async fn lock_lost() -> Option<LossCause> {
+    let lock = innermost()?;
+    lock.lost().await;
+    Some(lock.loss_cause())
 }

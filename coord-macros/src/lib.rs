@@ -90,7 +90,9 @@ use crate::options::Kind;
 /// * `on_abandoned = "rerun" | "fail"`: what a duplicate does when an earlier call's marker
 ///   lapsed without completing. `rerun` runs the body again (at-least-once); `fail` returns
 ///   `CoordError::OutcomeUnknown` and keeps the record for an operator (at-most-once, for
-///   payments). Default `"rerun"`.
+///   payments). Under `fail`, a call whose future is dropped or whose body panics mid-way
+///   also leaves its marker to lapse into that state (the body may have had effects); under
+///   `rerun` it is cleared at once. Default `"rerun"`.
 /// * `on_store_error = "error" | "return_ok"`: what a call returns when its body succeeded but
 ///   the `Ok` outcome could not be stored. `error` returns `CoordError::OutcomeNotStored` (not
 ///   retryable: the work ran); `return_ok` returns the `Ok`, flags the call's `CallReport` and

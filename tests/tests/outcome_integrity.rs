@@ -579,3 +579,64 @@ async fn a_record_that_does_not_decode_is_a_codec_error_naming_the_key_until_pur
     assert_eq!(versioned(&new, "k", runs.clone()).await.unwrap(), 11);
     assert_eq!(versioned(&new, "k", runs.clone()).await.unwrap(), 11);
 }
+
+#[idempotent(key_from = "key", coordinator = c, name = "oi.cancel_fail", in_flight_lease = "300ms", on_abandoned = "fail")]
+async fn cancellable_fail(
+    c: &Coordinator,
+    key: &str,
+    runs: Arc<AtomicUsize>,
+) -> Result<u64, CoordError> {
+    runs.fetch_add(1, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    Ok(1)
+}
+
+#[idempotent(key_from = "key", coordinator = c, name = "oi.cancel_rerun", in_flight_lease = "300ms")]
+async fn cancellable_rerun(
+    c: &Coordinator,
+    key: &str,
+    runs: Arc<AtomicUsize>,
+    hold: Duration,
+) -> Result<u64, CoordError> {
+    runs.fetch_add(1, Ordering::SeqCst);
+    tokio::time::sleep(hold).await;
+    Ok(1)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_body_is_unknown_under_fail_and_cleared_under_rerun() {
+    let (_p, c) = setup("oi-cancel");
+    let runs = Arc::new(AtomicUsize::new(0));
+    // at-most-once: the body started and may have had effects, so it is never run again.
+    let started = tokio::spawn({
+        let (c, runs) = (c.clone(), runs.clone());
+        async move { cancellable_fail(&c, "k", runs).await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    started.abort();
+    let _ = started.await;
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let dup = cancellable_fail(&c, "k", runs.clone()).await;
+    assert!(
+        matches!(dup, Err(CoordError::OutcomeUnknown { .. })),
+        "got {dup:?}"
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+
+    // at-least-once: the marker is cleared at once, and a retry runs without waiting.
+    let runs = Arc::new(AtomicUsize::new(0));
+    let started = tokio::spawn({
+        let (c, runs) = (c.clone(), runs.clone());
+        async move { cancellable_rerun(&c, "k", runs, Duration::from_secs(5)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    started.abort();
+    let _ = started.await;
+    let retry = cancellable_rerun(&c, "k", runs.clone(), Duration::ZERO).await;
+    assert_eq!(
+        retry.unwrap(),
+        1,
+        "not blocked by the cancelled call's marker"
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+}

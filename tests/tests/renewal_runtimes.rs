@@ -145,13 +145,23 @@ async fn a_hold_the_backend_could_not_confirm_says_unreachable() {
 }
 
 #[distributed_lock(key_from = "id", coordinator = c, name = "rt.signal", lease = "300ms", renew = true, on_lost = "signal", fenced = true)]
-async fn fenced_watcher(
-    c: &Coordinator,
-    id: u64,
-) -> Result<(Option<u64>, bool, Option<u64>, Option<LossCause>), CoordError> {
+async fn fenced_watcher(c: &Coordinator, id: u64) -> Result<Seen, CoordError> {
     let before = fencing_token().map(|t| t.get());
     let cause = lock_lost().await;
-    Ok((before, is_held(), fencing_token().map(|t| t.get()), cause))
+    Ok(Seen {
+        before,
+        held_after: is_held(),
+        after: fencing_token().map(|t| t.get()),
+        cause,
+    })
+}
+
+/// What the body saw before and after its hold was lost.
+struct Seen {
+    before: Option<u64>,
+    held_after: bool,
+    after: Option<u64>,
+    cause: Option<LossCause>,
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -163,7 +173,12 @@ async fn once_a_hold_is_lost_it_hands_out_no_token() {
     });
     tokio::time::sleep(Duration::from_millis(150)).await;
     provider.lose_renewals.store(true, Ordering::SeqCst);
-    let (before, held_after, after, cause) = tokio::time::timeout(Duration::from_secs(5), job)
+    let Seen {
+        before,
+        held_after,
+        after,
+        cause,
+    } = tokio::time::timeout(Duration::from_secs(5), job)
         .await
         .expect("the loss is signalled")
         .unwrap()

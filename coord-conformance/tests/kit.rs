@@ -117,6 +117,11 @@ async fn run_all_passes_the_in_process_provider() {
     let started = Instant::now();
     let report = run_all(fresh_memory).await;
     eprintln!("{report} in {:.1?}", started.elapsed());
+    let mut slowest: Vec<_> = report.outcomes().iter().collect();
+    slowest.sort_by_key(|o| std::cmp::Reverse(o.elapsed));
+    for o in slowest.iter().take(5) {
+        eprintln!("  {:>7.1?} {}", o.elapsed, o.name);
+    }
     report.assert_all_passed();
     let ran: Vec<&str> = report.outcomes().iter().map(|o| o.name).collect();
     let listed: Vec<&str> = cases().iter().map(|c| c.name()).collect();
@@ -261,4 +266,23 @@ fn block_on_outside_tokio<F: Future>(fut: F) -> F::Output {
         }
         std::thread::park();
     }
+}
+
+/// The runner behind `conformance_suite!` passes a case the provider satisfies...
+#[test]
+fn the_macro_runner_passes_a_satisfied_case() {
+    coord_conformance::__private::run_test(
+        fresh_memory,
+        coord_conformance::cases::lock_single_attempt_refused_when_held,
+    );
+}
+
+/// ...and fails the test with the case's own message when the provider breaks the promise.
+#[test]
+#[should_panic(expected = "released lock is free")]
+fn the_macro_runner_fails_with_the_case_message() {
+    coord_conformance::__private::run_test(
+        fresh_broken,
+        coord_conformance::cases::lock_single_attempt_refused_when_held,
+    );
 }

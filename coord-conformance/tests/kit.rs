@@ -273,7 +273,7 @@ fn block_on_outside_tokio<F: Future>(fut: F) -> F::Output {
 fn the_macro_runner_passes_a_satisfied_case() {
     coord_conformance::__private::run_test(
         fresh_memory,
-        coord_conformance::cases::lock_single_attempt_refused_when_held,
+        cases::lock_single_attempt_refused_when_held,
     );
 }
 
@@ -283,6 +283,6 @@ fn the_macro_runner_passes_a_satisfied_case() {
 fn the_macro_runner_fails_with_the_case_message() {
     coord_conformance::__private::run_test(
         fresh_broken,
-        coord_conformance::cases::lock_single_attempt_refused_when_held,
+        cases::lock_single_attempt_refused_when_held,
     );
 }

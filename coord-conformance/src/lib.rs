@@ -63,10 +63,10 @@
 //! | Idempotency records | `idempotency_claim_complete_replay`, `idempotency_abandon_and_lapse`, `idempotency_abandoned_marker_is_kept_on_request`, `idempotency_wait_settled_wakes_on_completion`, `idempotency_claim_resent_by_its_owner_is_claimed` | claim / in-flight / completed / abandoned states, owner-scoped completion and abandonment, fingerprints kept, waiters woken by completion, resent claims |
 //! | Completion outcomes | `idempotency_completion_by_the_owner_is_stored_and_resendable`, `idempotency_completion_after_the_marker_lapsed_is_stored_without_it`, `idempotency_late_completion_after_another_claim_is_superseded`, `idempotency_completion_after_purge_is_stored_without_marker` | `Stored`, `StoredWithoutMarker` and `Superseded` exactly when the contract says, and resends change nothing |
 //! | Hostile durations | `lock_extreme_leases_are_accepted`, `lock_extreme_waits_wait_until_granted`, `lock_cancelled_forever_waiter_leaves_the_key_working`, `idempotency_extreme_durations_are_accepted`, `idempotency_forever_wait_settled_waits_until_settled` | zero, 1 µs, `u64::MAX` ms and `Duration::MAX` leases, waits and retentions neither panic, hang nor wrap around; cancelled waits leave the key working |
-//! | Attributes | `attribute_lock_excludes_and_fences`, `attribute_idempotent_duplicates_run_once`, `attribute_idempotent_errors_are_not_remembered`, `attribute_lock_refusal_and_cancellation` | the same promises through `#[distributed_lock]` and `#[idempotent]`: 64 contending tasks never overlap, duplicates run once, errors are not remembered, cancelled holders release |
+//! | Attributes | `attribute_lock_excludes_and_fences`, `attribute_idempotent_duplicates_run_once`, `attribute_idempotent_errors_are_not_remembered`, `attribute_lock_refusal_and_cancellation` | the same promises through `#[distributed_lock]` and `#[idempotent]`: 64 contending tasks never overlap, duplicates run once, errors are not remembered, refused callers never run their body, cancelled holders release |
 //!
-//! [`cases()`] lists them all; each is also a plain `pub async fn` in [`cases`], callable on
-//! its own while bisecting a failure.
+//! [`cases()`] lists them all; each is also a plain `pub async fn` in [`cases`](mod@cases),
+//! callable on its own while bisecting a failure.
 //!
 //! What it does not check: behaviour under backend faults (lost replies, restarts, failover),
 //! which needs a way to inject them that only the provider has; throughput; and anything about
@@ -107,8 +107,8 @@ pub struct Case {
 }
 
 impl Case {
-    /// The case's name, which is also the name of its function in [`cases`] and of the test
-    /// [`conformance_suite!`] declares for it.
+    /// The case's name, which is also the name of its function in [`cases`](mod@cases) and of
+    /// the test [`conformance_suite!`] declares for it.
     pub fn name(&self) -> &'static str {
         self.name
     }
@@ -464,7 +464,12 @@ pub mod __private {
             .enable_all()
             .build()
             .unwrap_or_else(|e| panic!("cannot start a tokio runtime for the case: {e}"));
-        let coordinator = make();
+        // Inside the runtime's context, for a `make` that spawns or connects before its
+        // future is first polled.
+        let coordinator = {
+            let _context = runtime.enter();
+            make()
+        };
         // The case runs on a worker and the timer here, so that a provider blocking the
         // case's thread still fails the test instead of hanging it.
         let task = runtime.spawn(async move { case(coordinator.await).await });

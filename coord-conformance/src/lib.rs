@@ -90,6 +90,7 @@ pub mod cases;
 use std::any::Any;
 use std::fmt;
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::time::{Duration, Instant};
 
 use coord_core::{BoxFuture, Coordinator};
@@ -298,7 +299,19 @@ where
     let mut outcomes = Vec::with_capacity(cases.len());
     for case in cases {
         let started = Instant::now();
-        let coordinator = make();
+        // `make` may panic before it returns its future (a closure that connects eagerly):
+        // that fails this case, like a panic inside the future would.
+        let coordinator = match std::panic::catch_unwind(AssertUnwindSafe(&mut make)) {
+            Ok(coordinator) => coordinator,
+            Err(payload) => {
+                outcomes.push(CaseOutcome {
+                    name: case.name,
+                    elapsed: started.elapsed(),
+                    failure: Some(panic_message(payload)),
+                });
+                continue;
+            }
+        };
         let run = case.run;
         let mut task = tokio::spawn(async move { run(coordinator.await).await });
         // The timer runs in this task, not the case's: a provider that blocks the case's

@@ -195,6 +195,17 @@ async fn a_panicking_make_fails_cases_instead_of_the_harness() {
             "{report}"
         );
     }
+    // The same from a `make` that panics before it even returns its future.
+    let eager = || -> std::future::Ready<Coordinator> { panic!("cannot reach the backend") };
+    let report = run_cases(cases().iter().take(2), eager).await;
+    assert_eq!(report.outcomes().len(), 2);
+    for outcome in report.outcomes() {
+        assert_eq!(
+            outcome.failure.as_deref(),
+            Some("cannot reach the backend"),
+            "{report}"
+        );
+    }
 }
 
 /// Outside a tokio runtime nothing runs and nothing panics: every case is reported not run.

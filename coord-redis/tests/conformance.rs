@@ -27,7 +27,7 @@ mod redis_rs {
     async fn fresh_coordinator() -> coord_core::Coordinator {
         super::fresh(coord_redis::Client::RedisRs).await
     }
-    coord_tests::conformance_suite!(fresh_coordinator);
+    coord_conformance::conformance_suite!(fresh_coordinator);
 }
 
 #[cfg(feature = "fred")]
@@ -35,5 +35,5 @@ mod fred {
     async fn fresh_coordinator() -> coord_core::Coordinator {
         super::fresh(coord_redis::Client::Fred).await
     }
-    coord_tests::conformance_suite!(fresh_coordinator);
+    coord_conformance::conformance_suite!(fresh_coordinator);
 }

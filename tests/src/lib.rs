@@ -1,5 +1,5 @@
-//! Cross-crate tests of coord: the provider conformance suite ([`conformance`]) and the test
-//! doubles the integration tests share ([`support`]).
+//! Cross-crate tests of coord: the test doubles the integration tests share ([`support`]).
+//! The provider conformance suite lives in the `coord-conformance` crate; the tests here run
+//! it against the in-process provider.
 
-pub mod conformance;
 pub mod support;

@@ -1,4 +1,4 @@
-//! The provider conformance suite against the in-process provider.
+//! The provider conformance suite (`coord-conformance`) against the in-process provider.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -14,4 +14,4 @@ async fn fresh_coordinator() -> Coordinator {
         .expect("memory coordinator builds")
 }
 
-coord_tests::conformance_suite!(fresh_coordinator);
+coord_conformance::conformance_suite!(fresh_coordinator);

@@ -1,9 +1,10 @@
-//! The provider conformance suite: the behaviour every provider must share, written once.
+//! The cases, one `pub async fn` per promise of the provider contract.
 //!
 //! Each case takes a fresh [`Coordinator`] (its own namespace, so cases never see each other's
-//! keys) and checks one promise of the provider contract, first through the provider traits,
-//! then through the attributes themselves. [`conformance_suite!`](crate::conformance_suite)
-//! turns the list into one `#[tokio::test]` per case for a given provider.
+//! keys) and checks one promise, first through the provider traits, then through the
+//! attributes themselves. A case passes by returning and fails by panicking with a message
+//! that says which promise broke. Call them one by one when bisecting a failure; otherwise run
+//! them through [`conformance_suite!`](crate::conformance_suite) or [`run_all`](crate::run_all).
 //!
 //! Deadlines here are behavioural and generous: "woken by the release, not by a backstop" is
 //! checked as "well under the one-second backstop cap", never as a tight latency.
@@ -13,9 +14,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use coord_core::{
-    ClaimOutcome, ClaimRequest, CompleteOutcome, CompleteRequest, CoordError, Coordinator,
-    FencingToken, Fingerprint, LockRequest, LossCause, OwnerToken, ReleaseOutcome, RenewOutcome,
-    distributed_lock, fencing_token, idempotent,
+    BackendError, ClaimOutcome, ClaimRequest, CompleteOutcome, CompleteRequest, CoordError,
+    Coordinator, FencingToken, Fingerprint, IdempotencyStore, LockRequest, LossCause, OwnerToken,
+    ReleaseOutcome, RenewOutcome, distributed_lock, fencing_token, idempotent,
 };
 
 const LONG: Duration = Duration::from_secs(30);
@@ -32,6 +33,27 @@ fn lock_req(key: &str, owner: OwnerToken, lease: Duration, wait: Duration) -> Lo
         wait,
         fenced: false,
     }
+}
+
+/// Completes `key` for `owner` without a fingerprint and says whether the outcome was stored
+/// (`Stored` or `StoredWithoutMarker`), for cases that only care whether the completion landed.
+async fn complete_stored(
+    store: &dyn IdempotencyStore,
+    key: &str,
+    owner: OwnerToken,
+    payload: Arc<[u8]>,
+    retention: Duration,
+) -> Result<bool, BackendError> {
+    store
+        .complete(CompleteRequest {
+            key,
+            owner,
+            payload,
+            retention,
+            fingerprint: None,
+        })
+        .await
+        .map(CompleteOutcome::is_stored)
 }
 
 /// A held lock refuses a single attempt by someone else, and is free again after release.
@@ -280,12 +302,12 @@ pub async fn idempotency_claim_complete_replay(c: Coordinator) {
     }
     let payload: Arc<[u8]> = Arc::from(&b"{\"ok\":1}"[..]);
     assert!(
-        !crate::support::complete_stored(&**s, &k, b, payload.clone(), LONG)
+        !complete_stored(&**s, &k, b, payload.clone(), LONG)
             .await
             .unwrap()
     );
     assert!(
-        crate::support::complete_stored(&**s, &k, a, payload.clone(), LONG)
+        complete_stored(&**s, &k, a, payload.clone(), LONG)
             .await
             .unwrap()
     );
@@ -329,9 +351,7 @@ pub async fn idempotency_abandon_and_lapse(c: Coordinator) {
     assert_eq!(s.claim(req(d, LONG)).await.unwrap(), ClaimOutcome::Claimed);
     let late: Arc<[u8]> = Arc::from(&b"1"[..]);
     assert!(
-        !crate::support::complete_stored(&**s, &k, b, late, LONG)
-            .await
-            .unwrap(),
+        !complete_stored(&**s, &k, b, late, LONG).await.unwrap(),
         "a lapsed owner cannot complete"
     );
     assert!(s.abandon(&k, d).await.unwrap());
@@ -363,12 +383,12 @@ pub async fn idempotency_abandoned_marker_is_kept_on_request(c: Coordinator) {
         "the lapsed marker is reported, not claimed over"
     );
     assert!(
-        !crate::support::complete_stored(&**s, &k, b, Arc::from(&b"x"[..]), LONG)
+        !complete_stored(&**s, &k, b, Arc::from(&b"x"[..]), LONG)
             .await
             .unwrap()
     );
     assert!(
-        crate::support::complete_stored(&**s, &k, a, Arc::from(&b"late"[..]), LONG)
+        complete_stored(&**s, &k, a, Arc::from(&b"late"[..]), LONG)
             .await
             .unwrap(),
         "the late owner resolves the unknown by completing"
@@ -413,7 +433,7 @@ pub async fn idempotency_wait_settled_wakes_on_completion(c: Coordinator) {
     });
     tokio::time::sleep(Duration::from_millis(300)).await;
     let completed_at = Instant::now();
-    crate::support::complete_stored(&*s, &k, a, Arc::from(&b"1"[..]), LONG)
+    complete_stored(&*s, &k, a, Arc::from(&b"1"[..]), LONG)
         .await
         .unwrap();
     let woke = waiter.await.unwrap();
@@ -1280,7 +1300,7 @@ pub async fn attribute_lock_refusal_and_cancellation(c: Coordinator) {
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
         let probe = OwnerToken::new();
-        let k = key_of(&c, "coord_tests::conformance::hold_until", 1);
+        let k = key_of(&c, concat!(module_path!(), "::hold_until"), 1);
         let got = c
             .lock_provider()
             .acquire(lock_req(&k, probe, LONG, Duration::ZERO))
@@ -1317,49 +1337,4 @@ where
         out.push(h.await.expect("task panicked"));
     }
     out
-}
-
-/// Declares one `#[tokio::test]` per conformance case, each with a fresh coordinator from
-/// `$make` (an `async fn() -> Coordinator` in scope).
-#[macro_export]
-macro_rules! conformance_suite {
-    ($make:path) => {
-        $crate::conformance_suite!(@cases $make;
-            lock_single_attempt_refused_when_held,
-            lock_release_is_owner_scoped_and_idempotent,
-            lock_expired_holder_is_replaced,
-            lock_waiter_is_woken_by_release,
-            lock_release_wakes_one_waiter,
-            lock_fencing_tokens_increase_only_when_fenced,
-            lock_renew_is_owner_scoped,
-            idempotency_claim_complete_replay,
-            idempotency_abandon_and_lapse,
-            idempotency_abandoned_marker_is_kept_on_request,
-            idempotency_wait_settled_wakes_on_completion,
-            idempotency_completion_by_the_owner_is_stored_and_resendable,
-            idempotency_completion_after_the_marker_lapsed_is_stored_without_it,
-            idempotency_late_completion_after_another_claim_is_superseded,
-            idempotency_completion_after_purge_is_stored_without_marker,
-            idempotency_claim_resent_by_its_owner_is_claimed,
-            lock_renew_reports_why_the_lock_was_lost,
-            idempotency_renew_marker_reports_why_the_marker_was_lost,
-            lock_extreme_leases_are_accepted,
-            lock_extreme_waits_wait_until_granted,
-            lock_cancelled_forever_waiter_leaves_the_key_working,
-            idempotency_extreme_durations_are_accepted,
-            idempotency_forever_wait_settled_waits_until_settled,
-            attribute_lock_excludes_and_fences,
-            attribute_idempotent_duplicates_run_once,
-            attribute_idempotent_errors_are_not_remembered,
-            attribute_lock_refusal_and_cancellation
-        );
-    };
-    (@cases $make:path; $($case:ident),* $(,)?) => {
-        $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn $case() {
-                $crate::conformance::$case($make().await).await;
-            }
-        )*
-    };
 }

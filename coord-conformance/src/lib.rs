@@ -1,0 +1,503 @@
+//! # coord-conformance
+//!
+//! The provider conformance suite of coord, as a crate: the behaviour every
+//! [`LockProvider`](coord_core::LockProvider) + [`IdempotencyStore`](coord_core::IdempotencyStore)
+//! must share, written once. coord's in-process provider and its Redis provider (over both
+//! clients) run exactly this suite; a third-party provider runs it with one macro call from its
+//! own tests.
+//!
+//! ## Running it against your provider
+//!
+//! Add `coord-conformance` as a dev-dependency (your provider already depends on `coord-core`)
+//! and write `tests/conformance.rs`:
+//!
+//! ```no_run
+//! use std::sync::atomic::{AtomicUsize, Ordering};
+//!
+//! use coord_core::Coordinator;
+//!
+//! /// A coordinator over the provider under test, in a namespace no other case uses.
+//! async fn fresh_coordinator() -> Coordinator {
+//!     static NEXT: AtomicUsize = AtomicUsize::new(0);
+//!     let namespace = format!("conformance{}", NEXT.fetch_add(1, Ordering::Relaxed));
+//!     Coordinator::builder()
+//!         .namespace(namespace)
+//!         // Your provider here; the in-process one stands in for it in this example.
+//!         .provider(coord_core::MemoryProvider::new())
+//!         .build()
+//!         .expect("a valid coordinator")
+//! }
+//!
+//! coord_conformance::conformance_suite!(fresh_coordinator);
+//! # fn main() {}
+//! ```
+//!
+//! `cargo test --test conformance` then runs one test per case, named after it
+//! (`lock_waiter_is_woken_by_release`, ...), in parallel, each on its own 4-worker tokio
+//! runtime. The expansion needs nothing else from your crate: no tokio dev-dependency unless
+//! your own `fresh_coordinator` uses tokio (to connect, say). Call the macro once per module;
+//! to run the suite against several configurations, call it in one module per configuration.
+//!
+//! A harness that is not libtest (a custom `harness = false` test, a CI probe, a binary) calls
+//! [`run_all`] instead and reads the [`Report`]; [`run_cases`] runs a chosen subset.
+//!
+//! ## What "fresh coordinator" must mean
+//!
+//! Every call of the function you pass returns a [`Coordinator`] whose
+//! [namespace](coord_core::CoordinatorBuilder::namespace) no other call returned, over the
+//! provider under test. Cases use fixed key names under that namespace and run concurrently,
+//! so two cases sharing a namespace see each other's locks and records and fail for reasons
+//! that are not your provider's. A per-process counter is enough when the backend is private to
+//! the test binary; when several test processes share one backend at once, add something
+//! unique to the process (its id, random bytes). The coordinators may share one provider
+//! value, connection or server: nothing in the suite assumes isolation below the namespace.
+//!
+//! ## What it checks
+//!
+//! | Group | Cases | Promise |
+//! |---|---|---|
+//! | Lock exclusion | `lock_single_attempt_refused_when_held`, `lock_release_is_owner_scoped_and_idempotent`, `lock_expired_holder_is_replaced` | one holder at a time; only the owner frees; a lapsed lease frees the key and its old owner cannot free the new holder |
+//! | Lock waiting | `lock_waiter_is_woken_by_release`, `lock_release_wakes_one_waiter` | a release wakes a waiter without polling, and one release wakes one waiter |
+//! | Fencing | `lock_fencing_tokens_increase_only_when_fenced` | fenced grants carry strictly increasing tokens, unfenced ones none |
+//! | Renewal and loss | `lock_renew_is_owner_scoped`, `lock_renew_reports_why_the_lock_was_lost`, `idempotency_renew_marker_reports_why_the_marker_was_lost` | renewals extend only the owner's lease, and a lost hold says whether it lapsed or was taken |
+//! | Idempotency records | `idempotency_claim_complete_replay`, `idempotency_abandon_and_lapse`, `idempotency_abandoned_marker_is_kept_on_request`, `idempotency_wait_settled_wakes_on_completion`, `idempotency_claim_resent_by_its_owner_is_claimed` | claim / in-flight / completed / abandoned states, owner-scoped completion and abandonment, fingerprints kept, waiters woken by completion, resent claims |
+//! | Completion outcomes | `idempotency_completion_by_the_owner_is_stored_and_resendable`, `idempotency_completion_after_the_marker_lapsed_is_stored_without_it`, `idempotency_late_completion_after_another_claim_is_superseded`, `idempotency_completion_after_purge_is_stored_without_marker` | `Stored`, `StoredWithoutMarker` and `Superseded` exactly when the contract says, and resends change nothing |
+//! | Hostile durations | `lock_extreme_leases_are_accepted`, `lock_extreme_waits_wait_until_granted`, `lock_cancelled_forever_waiter_leaves_the_key_working`, `idempotency_extreme_durations_are_accepted`, `idempotency_forever_wait_settled_waits_until_settled` | zero, 1 µs, `u64::MAX` ms and `Duration::MAX` leases, waits and retentions neither panic, hang nor wrap around; cancelled waits leave the key working |
+//! | Attributes | `attribute_lock_excludes_and_fences`, `attribute_idempotent_duplicates_run_once`, `attribute_idempotent_errors_are_not_remembered`, `attribute_lock_refusal_and_cancellation` | the same promises through `#[distributed_lock]` and `#[idempotent]`: 64 contending tasks never overlap, duplicates run once, errors are not remembered, refused callers never run their body, cancelled holders release |
+//!
+//! [`cases()`] lists them all; each is also a plain `pub async fn` in [`cases`](mod@cases),
+//! callable on its own while bisecting a failure.
+//!
+//! What it does not check: behaviour under backend faults (lost replies, restarts, failover),
+//! which needs a way to inject them that only the provider has; throughput; and anything about
+//! the data layout in the backend.
+//!
+//! ## Time
+//!
+//! The cases wait on real clocks: leases are let lapse, waiters are left waiting. Against the
+//! in-process provider the whole suite takes about 12 s run one case after another
+//! ([`run_all`]; the slowest case, `lock_release_wakes_one_waiter`, about 2 s) and a few
+//! seconds under `cargo test`, which runs cases in parallel; a provider over a network adds its
+//! round trips. A single case is given [`CASE_TIMEOUT`] before it counts as failed (hung).
+//!
+//! Deadlines in the cases are behavioural and generous: "woken by the release, not by a
+//! backstop" is checked as "within 700 ms of the release", "a lapsed 200 ms lease frees the
+//! key" as "within 2 s". They tell a provider that wakes waiters from one that polls every
+//! second; they are not latency targets, and a loaded machine does not make them flaky.
+
+pub mod cases;
+
+use std::any::Any;
+use std::fmt;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::time::{Duration, Instant};
+
+use coord_core::{BoxFuture, Coordinator};
+
+/// How long one case may run before it counts as failed: it hung (a deadlocked key, a lost
+/// wake-up that nothing backs up). The slowest case takes a few seconds against a healthy
+/// provider.
+pub const CASE_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// One case of the suite: a name and a check of one promise of the provider contract.
+#[derive(Clone, Copy)]
+pub struct Case {
+    name: &'static str,
+    run: fn(Coordinator) -> BoxFuture<'static, ()>,
+}
+
+impl Case {
+    /// The case's name, which is also the name of its function in [`cases`](mod@cases) and of
+    /// the test [`conformance_suite!`] declares for it.
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// Runs the case against `coordinator`. The future completes if the provider behaves, and
+    /// panics with a message naming the broken promise if it does not; [`run_cases`] turns
+    /// that panic into a failed [`CaseOutcome`].
+    ///
+    /// Needs a tokio runtime with the time driver (the cases spawn tasks and sleep); a
+    /// multi-thread one, so that the case's own deadlines still fire when a provider blocks the
+    /// thread it runs on.
+    pub fn run(&self, coordinator: Coordinator) -> BoxFuture<'static, ()> {
+        (self.run)(coordinator)
+    }
+}
+
+impl fmt::Debug for Case {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Case").field("name", &self.name).finish()
+    }
+}
+
+static CASES: &[Case] = &crate::__with_case_names!(__case_table!());
+
+/// Every case of the suite, in a fixed order (lock cases, then idempotency cases, then the
+/// attribute cases). The list grows when the contract does: a release of this crate may add
+/// cases, and a provider that passed before may fail a new one.
+pub fn cases() -> &'static [Case] {
+    CASES
+}
+
+/// What happened to one case in a [`run_cases`] or [`run_all`] run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CaseOutcome {
+    /// The case's name (see [`Case::name`]).
+    pub name: &'static str,
+    /// How long the case ran, including the call that made its coordinator.
+    pub elapsed: Duration,
+    /// `None` if the case passed; otherwise why it failed: its panic message (which names the
+    /// broken promise), or that it did not finish within [`CASE_TIMEOUT`].
+    pub failure: Option<String>,
+}
+
+impl CaseOutcome {
+    /// Whether the case passed.
+    pub fn passed(&self) -> bool {
+        self.failure.is_none()
+    }
+}
+
+/// The outcomes of a [`run_cases`] or [`run_all`] run, one per case, in the order they ran.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Report {
+    outcomes: Vec<CaseOutcome>,
+}
+
+impl Report {
+    /// Every case's outcome, in the order the cases ran.
+    pub fn outcomes(&self) -> &[CaseOutcome] {
+        &self.outcomes
+    }
+
+    /// The outcome of the case named `name`, if it ran.
+    pub fn outcome(&self, name: &str) -> Option<&CaseOutcome> {
+        self.outcomes.iter().find(|o| o.name == name)
+    }
+
+    /// The cases that passed.
+    pub fn passed(&self) -> impl Iterator<Item = &CaseOutcome> {
+        self.outcomes.iter().filter(|o| o.passed())
+    }
+
+    /// The cases that failed.
+    pub fn failed(&self) -> impl Iterator<Item = &CaseOutcome> {
+        self.outcomes.iter().filter(|o| !o.passed())
+    }
+
+    /// Whether at least one case ran and none failed. A run of no cases (a filter that matched
+    /// nothing) is not a success: it checked nothing.
+    pub fn all_passed(&self) -> bool {
+        !self.outcomes.is_empty() && self.failed().next().is_none()
+    }
+
+    /// Panics, with the report (every failed case and its message) as the panic message,
+    /// unless [`all_passed`](Report::all_passed). For harnesses where a panic is how a check
+    /// fails.
+    ///
+    /// # Panics
+    ///
+    /// If a case failed or no case ran.
+    pub fn assert_all_passed(&self) {
+        assert!(self.all_passed(), "{self}");
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let failed = self.failed().count();
+        write!(
+            f,
+            "provider conformance: {} of {} cases passed",
+            self.outcomes.len() - failed,
+            self.outcomes.len()
+        )?;
+        for outcome in self.failed() {
+            let why = outcome.failure.as_deref().unwrap_or_default();
+            write!(
+                f,
+                "\n  FAILED {} (after {:.1?}): {why}",
+                outcome.name, outcome.elapsed
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// Runs every case of the suite, one after another, each against a coordinator from one call
+/// of `make`, and reports which passed. Equivalent to [`run_cases`] over [`cases()`].
+///
+/// Never panics because of the provider: a case that panics, fails or hangs (past
+/// [`CASE_TIMEOUT`]) is recorded as failed and the run goes on. See [`run_cases`] for what the
+/// caller must provide.
+pub async fn run_all<F, Fut>(make: F) -> Report
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Coordinator> + Send + 'static,
+{
+    run_cases(cases(), make).await
+}
+
+/// Runs `cases`, one after another, each against a fresh coordinator from one call of `make`
+/// (see the crate docs for what fresh must mean), and reports which passed.
+///
+/// Each case runs on its own tokio task, so its panics (a broken promise, or a panic in `make`,
+/// say a failed connection) are caught and recorded with their message, as is a case that has
+/// not finished after [`CASE_TIMEOUT`] (its task is aborted). Cases run sequentially, so their
+/// timing checks do not compete with each other for the machine.
+///
+/// Must be awaited inside a tokio runtime with the time driver enabled, preferably a
+/// multi-thread one: on a current-thread runtime, a provider that blocks the thread hangs the
+/// run instead of failing a case. Without a runtime, or without its time driver, nothing runs
+/// and every case is reported failed with the reason.
+///
+/// ```
+/// # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+/// # async fn main() {
+/// use coord_core::Coordinator;
+///
+/// let fresh = || {
+///     static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+///     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+///     async move {
+///         Coordinator::builder()
+///             .namespace(format!("doc{n}"))
+///             .memory()
+///             .build()
+///             .expect("a valid coordinator")
+///     }
+/// };
+/// let fencing = coord_conformance::cases()
+///     .iter()
+///     .filter(|case| case.name().contains("fencing"));
+/// let report = coord_conformance::run_cases(fencing, fresh).await;
+/// assert!(report.all_passed(), "{report}");
+/// # }
+/// ```
+pub async fn run_cases<'a, I, F, Fut>(cases: I, mut make: F) -> Report
+where
+    I: IntoIterator<Item = &'a Case>,
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Coordinator> + Send + 'static,
+{
+    let cases: Vec<&Case> = cases.into_iter().collect();
+    if let Err(why) = runtime_usable().await {
+        return Report {
+            outcomes: cases
+                .iter()
+                .map(|case| CaseOutcome {
+                    name: case.name,
+                    elapsed: Duration::ZERO,
+                    failure: Some(format!("not run: {why}")),
+                })
+                .collect(),
+        };
+    }
+    let mut outcomes = Vec::with_capacity(cases.len());
+    for case in cases {
+        let started = Instant::now();
+        // `make` may panic before it returns its future (a closure that connects eagerly):
+        // that fails this case, like a panic inside the future would.
+        let coordinator = match std::panic::catch_unwind(AssertUnwindSafe(&mut make)) {
+            Ok(coordinator) => coordinator,
+            Err(payload) => {
+                outcomes.push(CaseOutcome {
+                    name: case.name,
+                    elapsed: started.elapsed(),
+                    failure: Some(panic_message(payload)),
+                });
+                continue;
+            }
+        };
+        let run = case.run;
+        let mut task = tokio::spawn(async move { run(coordinator.await).await });
+        // The timer runs in this task, not the case's: a provider that blocks the case's
+        // thread must still be reported (on a multi-thread runtime).
+        let failure = match tokio::time::timeout(CASE_TIMEOUT, &mut task).await {
+            Ok(Ok(())) => None,
+            Ok(Err(e)) if e.is_panic() => Some(panic_message(e.into_panic())),
+            Ok(Err(e)) => Some(format!("the case's task was cancelled: {e}")),
+            Err(_) => {
+                task.abort();
+                Some(format!(
+                    "did not finish within {CASE_TIMEOUT:?} (a hung call?)"
+                ))
+            }
+        };
+        outcomes.push(CaseOutcome {
+            name: case.name,
+            elapsed: started.elapsed(),
+            failure,
+        });
+    }
+    Report { outcomes }
+}
+
+/// Checks, without panicking here, that the caller's context can run cases: a tokio runtime
+/// (for `tokio::spawn`) whose time driver is on (for the cases' sleeps and our timeout).
+async fn runtime_usable() -> Result<(), String> {
+    let handle = tokio::runtime::Handle::try_current()
+        .map_err(|e| format!("run_cases must be awaited inside a tokio runtime ({e})"))?;
+    // Without a time driver, creating a sleep panics; do it on a task so the panic is caught.
+    match handle
+        .spawn(async { tokio::time::sleep(Duration::ZERO).await })
+        .await
+    {
+        Ok(()) => Ok(()),
+        Err(e) if e.is_panic() => Err(format!(
+            "the tokio runtime has no time driver (enable it with `enable_time` or \
+             `enable_all`): {}",
+            panic_message(e.into_panic())
+        )),
+        Err(e) => Err(format!("the tokio runtime is shutting down: {e}")),
+    }
+}
+
+/// The message of a caught panic: `panic!` and failed assertions carry a `&str` or a `String`.
+fn panic_message(payload: Box<dyn Any + Send>) -> String {
+    match payload.downcast::<String>() {
+        Ok(message) => *message,
+        Err(payload) => match payload.downcast::<&'static str>() {
+            Ok(message) => (*message).to_owned(),
+            Err(_) => "panicked with a payload that is not a message".to_owned(),
+        },
+    }
+}
+
+/// Declares one `#[test]` per conformance case, each running the case on its own 4-worker
+/// tokio runtime against a coordinator from `$make`, a path to an `async fn() -> Coordinator`
+/// in scope (or any function returning a `Send + 'static` future of one). See the crate docs for an example and
+/// for what the coordinator must be.
+///
+/// The tests are named after the cases, so a failure names the broken promise, and libtest
+/// runs them in parallel. A case that has not finished after [`CASE_TIMEOUT`] fails instead of
+/// hanging the test run. The expansion refers to this crate only, so the calling crate needs
+/// no tokio dependency of its own; call the macro once per module (the test names would
+/// clash).
+#[macro_export]
+macro_rules! conformance_suite {
+    ($make:path $(,)?) => {
+        $crate::__with_case_names!(conformance_suite!(@tests $make;));
+    };
+    (@tests $make:path; $($case:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $case() {
+                $crate::__private::run_test($make, $crate::cases::$case);
+            }
+        )*
+    };
+}
+
+/// Calls `$crate::$callback!` with the given arguments followed by the name of every case
+/// (brace-delimited, so that it expands to items in item position and to an expression in
+/// expression position):
+/// the one list both [`conformance_suite!`] and [`cases()`] are made from.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __with_case_names {
+    ($callback:ident ! ($($args:tt)*)) => {
+        $crate::$callback! {
+            $($args)*
+            lock_single_attempt_refused_when_held,
+            lock_release_is_owner_scoped_and_idempotent,
+            lock_expired_holder_is_replaced,
+            lock_waiter_is_woken_by_release,
+            lock_release_wakes_one_waiter,
+            lock_fencing_tokens_increase_only_when_fenced,
+            lock_renew_is_owner_scoped,
+            lock_renew_reports_why_the_lock_was_lost,
+            lock_extreme_leases_are_accepted,
+            lock_extreme_waits_wait_until_granted,
+            lock_cancelled_forever_waiter_leaves_the_key_working,
+            idempotency_claim_complete_replay,
+            idempotency_abandon_and_lapse,
+            idempotency_abandoned_marker_is_kept_on_request,
+            idempotency_wait_settled_wakes_on_completion,
+            idempotency_completion_by_the_owner_is_stored_and_resendable,
+            idempotency_completion_after_the_marker_lapsed_is_stored_without_it,
+            idempotency_late_completion_after_another_claim_is_superseded,
+            idempotency_completion_after_purge_is_stored_without_marker,
+            idempotency_claim_resent_by_its_owner_is_claimed,
+            idempotency_renew_marker_reports_why_the_marker_was_lost,
+            idempotency_extreme_durations_are_accepted,
+            idempotency_forever_wait_settled_waits_until_settled,
+            attribute_lock_excludes_and_fences,
+            attribute_idempotent_duplicates_run_once,
+            attribute_idempotent_errors_are_not_remembered,
+            attribute_lock_refusal_and_cancellation
+        }
+    };
+}
+
+/// The [`Case`] table, from the case names.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __case_table {
+    ($($case:ident),* $(,)?) => {
+        [$(
+            $crate::Case::__new(::core::stringify!($case), |c| {
+                ::std::boxed::Box::pin($crate::cases::$case(c))
+            }),
+        )*]
+    };
+}
+
+impl Case {
+    #[doc(hidden)]
+    pub const fn __new(name: &'static str, run: fn(Coordinator) -> BoxFuture<'static, ()>) -> Case {
+        Case { name, run }
+    }
+}
+
+/// What the expansion of [`conformance_suite!`] calls; not part of the API.
+#[doc(hidden)]
+pub mod __private {
+    use std::future::Future;
+
+    use coord_core::Coordinator;
+
+    use crate::CASE_TIMEOUT;
+
+    /// Runs one case on a fresh 4-worker tokio runtime (as
+    /// `#[tokio::test(flavor = "multi_thread", worker_threads = 4)]` would), bounded by
+    /// [`CASE_TIMEOUT`], and panics (fails the test) if the case does.
+    pub fn run_test<M, MF, C, CF>(make: M, case: C)
+    where
+        M: FnOnce() -> MF,
+        MF: Future<Output = Coordinator> + Send + 'static,
+        C: FnOnce(Coordinator) -> CF + Send + 'static,
+        CF: Future<Output = ()> + Send + 'static,
+    {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(4)
+            .enable_all()
+            .build()
+            .unwrap_or_else(|e| panic!("cannot start a tokio runtime for the case: {e}"));
+        // Inside the runtime's context, for a `make` that spawns or connects before its
+        // future is first polled.
+        let coordinator = {
+            let _context = runtime.enter();
+            make()
+        };
+        // The case runs on a worker and the timer here, so that a provider blocking the
+        // case's thread still fails the test instead of hanging it.
+        let task = runtime.spawn(async move { case(coordinator.await).await });
+        // The timer must be made inside the runtime: it registers with its time driver.
+        let finished = runtime.block_on(async { tokio::time::timeout(CASE_TIMEOUT, task).await });
+        match finished {
+            Ok(Ok(())) => {}
+            // Fail with the case's own message (the panic hook already printed where).
+            Ok(Err(e)) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Ok(Err(e)) => panic!("the case's task was cancelled: {e}"),
+            Err(_) => {
+                // A hung case may have blocked worker threads for good: do not wait for them.
+                runtime.shutdown_background();
+                panic!("the case did not finish within {CASE_TIMEOUT:?} (a hung call?)");
+            }
+        }
+    }
+}

@@ -1,0 +1,299 @@
+//! The kit itself: it passes a correct provider, catches a broken one by name, and lists every
+//! case it ships.
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use coord_conformance::{Report, cases, run_all, run_cases};
+use coord_core::{
+    BackendError, BoxFuture, ClaimOutcome, ClaimRequest, CompleteOutcome, CompleteRequest,
+    Coordinator, IdempotencyStore, LockGrant, LockProvider, LockRequest, MemoryProvider,
+    OwnerToken, ReleaseOutcome, RenewOutcome,
+};
+
+static NEXT: AtomicUsize = AtomicUsize::new(0);
+
+fn namespace() -> String {
+    format!("kit{}", NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
+async fn fresh_memory() -> Coordinator {
+    Coordinator::builder()
+        .namespace(namespace())
+        .memory()
+        .build()
+        .expect("memory coordinator builds")
+}
+
+/// The in-process provider, except that `release` answers `Released` and frees nothing: the
+/// lock stays taken until its lease lapses. A plausible bug (a release script that matches the
+/// wrong key, say) that no single happy-path call would reveal.
+#[derive(Debug, Default)]
+struct ReleaseNeverFrees(MemoryProvider);
+
+impl LockProvider for ReleaseNeverFrees {
+    fn acquire<'a>(
+        &'a self,
+        req: LockRequest<'a>,
+    ) -> BoxFuture<'a, Result<Option<LockGrant>, BackendError>> {
+        self.0.acquire(req)
+    }
+
+    fn release<'a>(
+        &'a self,
+        _key: &'a str,
+        _owner: OwnerToken,
+    ) -> BoxFuture<'a, Result<ReleaseOutcome, BackendError>> {
+        Box::pin(async { Ok(ReleaseOutcome::Released) })
+    }
+
+    fn renew<'a>(
+        &'a self,
+        key: &'a str,
+        owner: OwnerToken,
+        lease: Duration,
+    ) -> BoxFuture<'a, Result<RenewOutcome, BackendError>> {
+        self.0.renew(key, owner, lease)
+    }
+}
+
+impl IdempotencyStore for ReleaseNeverFrees {
+    fn claim<'a>(
+        &'a self,
+        req: ClaimRequest<'a>,
+    ) -> BoxFuture<'a, Result<ClaimOutcome, BackendError>> {
+        self.0.claim(req)
+    }
+
+    fn complete<'a>(
+        &'a self,
+        req: CompleteRequest<'a>,
+    ) -> BoxFuture<'a, Result<CompleteOutcome, BackendError>> {
+        self.0.complete(req)
+    }
+
+    fn abandon<'a>(
+        &'a self,
+        key: &'a str,
+        owner: OwnerToken,
+    ) -> BoxFuture<'a, Result<bool, BackendError>> {
+        self.0.abandon(key, owner)
+    }
+
+    fn wait_settled<'a>(
+        &'a self,
+        key: &'a str,
+        timeout: Duration,
+    ) -> BoxFuture<'a, Result<(), BackendError>> {
+        self.0.wait_settled(key, timeout)
+    }
+
+    fn renew_marker<'a>(
+        &'a self,
+        key: &'a str,
+        owner: OwnerToken,
+        lease: Duration,
+    ) -> BoxFuture<'a, Result<RenewOutcome, BackendError>> {
+        self.0.renew_marker(key, owner, lease)
+    }
+
+    fn purge<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<bool, BackendError>> {
+        self.0.purge(key)
+    }
+}
+
+async fn fresh_broken() -> Coordinator {
+    Coordinator::builder()
+        .namespace(namespace())
+        .provider(ReleaseNeverFrees::default())
+        .build()
+        .expect("coordinator over the broken provider builds")
+}
+
+/// The whole suite, run the way a non-libtest harness runs it, passes the in-process provider.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn run_all_passes_the_in_process_provider() {
+    let started = Instant::now();
+    let report = run_all(fresh_memory).await;
+    eprintln!("{report} in {:.1?}", started.elapsed());
+    let mut slowest: Vec<_> = report.outcomes().iter().collect();
+    slowest.sort_by_key(|o| std::cmp::Reverse(o.elapsed));
+    for o in slowest.iter().take(5) {
+        eprintln!("  {:>7.1?} {}", o.elapsed, o.name);
+    }
+    report.assert_all_passed();
+    let ran: Vec<&str> = report.outcomes().iter().map(|o| o.name).collect();
+    let listed: Vec<&str> = cases().iter().map(|c| c.name()).collect();
+    assert_eq!(ran, listed, "run_all runs every case once, in order");
+}
+
+/// A provider whose release frees nothing fails the cases that check release, each with a
+/// message naming the broken promise, while a case that never releases a lock still passes:
+/// the failures are the provider's, not the harness's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_provider_whose_release_never_frees_fails_by_name() {
+    // Cases that notice quickly: each retries the released key with a zero wait, where the
+    // other release cases would wait out 20 s waits or 30 s leases first.
+    let chosen = [
+        "lock_single_attempt_refused_when_held",
+        "lock_release_is_owner_scoped_and_idempotent",
+        "idempotency_claim_complete_replay",
+    ];
+    let selected = cases().iter().filter(|c| chosen.contains(&c.name()));
+    let report = run_cases(selected, fresh_broken).await;
+    eprintln!("{report}");
+    assert_eq!(report.outcomes().len(), chosen.len(), "{report}");
+    assert!(!report.all_passed());
+
+    let refused = report
+        .outcome("lock_single_attempt_refused_when_held")
+        .expect("ran");
+    let why = refused
+        .failure
+        .as_deref()
+        .expect("the broken release is caught");
+    assert!(why.contains("released lock is free"), "message: {why}");
+
+    let idempotent = report
+        .outcome("lock_release_is_owner_scoped_and_idempotent")
+        .expect("ran");
+    let why = idempotent
+        .failure
+        .as_deref()
+        .expect("the broken release is caught");
+    assert!(why.contains("NotHeld"), "message: {why}");
+
+    assert!(
+        report
+            .outcome("idempotency_claim_complete_replay")
+            .expect("ran")
+            .passed(),
+        "records do not go through release: {report}"
+    );
+    let shown = report.to_string();
+    assert!(
+        shown.contains("1 of 3 cases passed")
+            && shown.contains("FAILED lock_single_attempt_refused_when_held"),
+        "the report names the failures: {shown}"
+    );
+}
+
+/// A `make` that panics (a provider that cannot connect, say) fails every case it was called
+/// for, with its message, instead of unwinding out of the harness.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_make_fails_cases_instead_of_the_harness() {
+    async fn unreachable_backend() -> Coordinator {
+        panic!("cannot reach the backend")
+    }
+    let report = run_cases(cases().iter().take(2), unreachable_backend).await;
+    assert_eq!(report.outcomes().len(), 2);
+    for outcome in report.outcomes() {
+        assert_eq!(
+            outcome.failure.as_deref(),
+            Some("cannot reach the backend"),
+            "{report}"
+        );
+    }
+    // The same from a `make` that panics before it even returns its future.
+    let eager = || -> std::future::Ready<Coordinator> { panic!("cannot reach the backend") };
+    let report = run_cases(cases().iter().take(2), eager).await;
+    assert_eq!(report.outcomes().len(), 2);
+    for outcome in report.outcomes() {
+        assert_eq!(
+            outcome.failure.as_deref(),
+            Some("cannot reach the backend"),
+            "{report}"
+        );
+    }
+}
+
+/// Outside a tokio runtime nothing runs and nothing panics: every case is reported not run.
+#[test]
+fn run_outside_a_runtime_reports_instead_of_panicking() {
+    let report = block_on_outside_tokio(run_cases(cases().iter().take(3), fresh_memory));
+    assert_eq!(report.outcomes().len(), 3);
+    assert!(!report.all_passed());
+    for outcome in report.outcomes() {
+        let why = outcome.failure.as_deref().unwrap_or_default();
+        assert!(why.contains("inside a tokio runtime"), "{why}");
+    }
+}
+
+/// A runtime without its time driver is reported, not panicked on.
+#[test]
+fn run_without_a_time_driver_reports_instead_of_panicking() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .build()
+        .expect("runtime");
+    let report = runtime.block_on(run_cases(cases().iter().take(1), fresh_memory));
+    let why = report.outcomes()[0].failure.as_deref().unwrap_or_default();
+    assert!(why.contains("no time driver"), "{why}");
+}
+
+/// An empty run checked nothing and is not a success.
+#[tokio::test]
+async fn an_empty_run_is_not_a_success() {
+    let report: Report = run_cases(std::iter::empty(), fresh_memory).await;
+    assert!(report.outcomes().is_empty());
+    assert!(!report.all_passed());
+}
+
+/// Every `pub async fn` in the cases module is in the list the macro and `run_all` use, once:
+/// a case added to the module but not to the list would silently never run.
+#[test]
+fn every_case_function_is_listed_once() {
+    let source = include_str!("../src/cases.rs");
+    let defined: BTreeSet<&str> = source
+        .lines()
+        .filter_map(|line| line.strip_prefix("pub async fn "))
+        .filter_map(|rest| rest.split('(').next())
+        .collect();
+    let listed: Vec<&str> = cases().iter().map(|c| c.name()).collect();
+    let unique: BTreeSet<&str> = listed.iter().copied().collect();
+    assert_eq!(unique.len(), listed.len(), "a case is listed twice");
+    assert_eq!(unique, defined);
+    assert!(defined.len() >= 27, "the suite lost cases: {defined:?}");
+}
+
+/// A minimal executor for the one test that must poll outside any tokio runtime.
+fn block_on_outside_tokio<F: Future>(fut: F) -> F::Output {
+    use std::sync::Arc;
+    use std::task::{Context, Poll, Wake, Waker};
+
+    struct Unpark(std::thread::Thread);
+    impl Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    let mut fut = std::pin::pin!(fut);
+    loop {
+        if let Poll::Ready(out) = fut.as_mut().poll(&mut cx) {
+            return out;
+        }
+        std::thread::park();
+    }
+}
+
+/// The runner behind `conformance_suite!` passes a case the provider satisfies...
+#[test]
+fn the_macro_runner_passes_a_satisfied_case() {
+    coord_conformance::__private::run_test(
+        fresh_memory,
+        cases::lock_single_attempt_refused_when_held,
+    );
+}
+
+/// ...and fails the test with the case's own message when the provider breaks the promise.
+#[test]
+#[should_panic(expected = "released lock is free")]
+fn the_macro_runner_fails_with_the_case_message() {
+    coord_conformance::__private::run_test(
+        fresh_broken,
+        cases::lock_single_attempt_refused_when_held,
+    );
+}

@@ -12,8 +12,9 @@
 //! Every method is bounded in time: a provider that talks to a server applies its command
 //! timeout and reports a [`BackendError`] instead of hanging.
 //!
-//! The conformance suite in the workspace's `tests` crate pins the behaviour every provider
-//! must share; run it against a new provider before trusting it.
+//! The `coord-conformance` crate pins the behaviour every provider must share; run it against a
+//! new provider (`coord_conformance::conformance_suite!(fresh_coordinator);` in its tests)
+//! before trusting it.
 
 use std::future::Future;
 use std::pin::Pin;

@@ -293,24 +293,3 @@ pub async fn lock_is_free(c: &Coordinator, key: &str) -> bool {
     }
     got.is_some()
 }
-
-/// Completes `key` for `owner` with the request form of the contract, answering whether the
-/// outcome is now stored (for tests that only care about that).
-pub async fn complete_stored(
-    store: &dyn IdempotencyStore,
-    key: &str,
-    owner: OwnerToken,
-    payload: Arc<[u8]>,
-    retention: Duration,
-) -> Result<bool, BackendError> {
-    store
-        .complete(CompleteRequest {
-            key,
-            owner,
-            payload,
-            retention,
-            fingerprint: None,
-        })
-        .await
-        .map(CompleteOutcome::is_stored)
-}

@@ -81,7 +81,7 @@ fn main() {
     let (url, _server) = match std::env::var("COORD_REDIS_URL") {
         Ok(url) => (url, None),
         Err(_) => {
-            let server = coord_redis::testing::RedisServer::start();
+            let server = coord_redis_testing::RedisServer::start();
             println!("started a private redis-server at {}", server.url());
             (server.url(), Some(server))
         }

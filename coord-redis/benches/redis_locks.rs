@@ -36,8 +36,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use coord_core::{LockProvider, LockRequest, OwnerToken, ReleaseOutcome};
-use coord_redis::testing::RedisServer;
 use coord_redis::{Client, RedisProvider};
+use coord_redis_testing::RedisServer;
 use redis::AsyncConnectionConfig;
 use redis::aio::MultiplexedConnection;
 use tokio::sync::watch;

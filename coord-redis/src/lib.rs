@@ -114,7 +114,9 @@
 //! * `redis-client` (default): the `redis` crate as the client.
 //! * `fred`: the `fred` crate as the client, chosen with
 //!   [`RedisProviderBuilder::client`]`(`[`Client::Fred`]`)`.
-//! * `testing`: [`testing`], which starts throwaway `redis-server` processes for tests.
+//!
+//! Throwaway `redis-server` processes, clusters and Sentinel setups for tests (pause, restart,
+//! kill, tamper) are in the `coord-redis-testing` crate: add it as a dev-dependency.
 
 #![warn(missing_docs)]
 
@@ -132,8 +134,6 @@ mod waiters;
 
 #[cfg(feature = "redis-client")]
 pub mod fence;
-#[cfg(feature = "testing")]
-pub mod testing;
 
 pub use config::Client;
 pub use provider::{RedisProvider, RedisProviderBuilder, URL_ENV};

@@ -34,8 +34,8 @@ use coord_core::{
     Coordinator, Fingerprint, IdempotencyStore, KeyBuilder, LockProvider, OwnerToken,
     ReleaseOutcome, RenewOutcome, distributed_lock, idempotent,
 };
-use coord_redis::testing::{RedisServer, Resp};
 use coord_redis::{Client, RedisProvider};
+use coord_redis_testing::{RedisServer, Resp};
 use support::*;
 
 per_client!(redis_bad_input_corpus);

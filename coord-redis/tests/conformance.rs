@@ -4,8 +4,8 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use coord_core::Coordinator;
-use coord_redis::testing::RedisServer;
 use coord_redis::{Client, RedisProvider};
+use coord_redis_testing::RedisServer;
 
 async fn fresh(client: Client) -> Coordinator {
     static NEXT: AtomicUsize = AtomicUsize::new(0);

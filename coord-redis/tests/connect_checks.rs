@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use coord_core::{BackendErrorKind, LockProvider, OwnerToken};
-use coord_redis::testing::RedisServer;
 use coord_redis::{Client, RedisProvider};
+use coord_redis_testing::RedisServer;
 use support::*;
 
 per_client!(
@@ -155,7 +155,7 @@ async fn unreadable_settings_warn_once_and_connect(client: Client) {
     assert!(
         matches!(
             server.command(&["CONFIG", "GET", "save"]),
-            coord_redis::testing::Resp::Error(_)
+            coord_redis_testing::Resp::Error(_)
         ),
         "CONFIG is disabled"
     );
@@ -233,11 +233,11 @@ async fn a_server_restart_is_detected_and_logged_once(client: Client) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_cluster_master_is_checked() {
     sink();
-    let cluster = coord_redis::testing::RedisCluster::start(3);
+    let cluster = coord_redis_testing::RedisCluster::start(3);
     let evicting = &cluster.nodes()[2];
     assert_eq!(
         evicting.command(&["CONFIG", "SET", "maxmemory-policy", "allkeys-lfu"]),
-        coord_redis::testing::Resp::Simple("OK".into())
+        coord_redis_testing::Resp::Simple("OK".into())
     );
     for client in clients() {
         let err = RedisProvider::cluster(cluster.urls())
@@ -286,7 +286,7 @@ async fn every_cluster_master_is_checked() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_master_restart_is_detected() {
     sink();
-    let mut cluster = coord_redis::testing::RedisCluster::start(3);
+    let mut cluster = coord_redis_testing::RedisCluster::start(3);
     let providers: Vec<(Client, RedisProvider)> = {
         let mut out = Vec::new();
         for client in clients() {

@@ -9,8 +9,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use coord_core::{BackendError, BackendErrorKind, LockProvider, OwnerToken, ReleaseOutcome};
-use coord_redis::testing::{Monitor, RedisServer, Resp};
 use coord_redis::{Client, RedisProvider};
+use coord_redis_testing::{Monitor, RedisServer, Resp};
 use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};

@@ -12,8 +12,8 @@ use coord_core::{
     BackendError, BackendErrorKind, ClaimOutcome, CompleteRequest, IdempotencyStore, LockProvider,
     OwnerToken,
 };
-use coord_redis::testing::{RedisServer, Resp};
 use coord_redis::{Client, RedisProvider};
+use coord_redis_testing::{RedisServer, Resp};
 use support::*;
 
 per_client!(corrupt_states_are_refused);

@@ -14,7 +14,7 @@ use coord_core::{
     OwnerToken, ReleaseOutcome, RenewOutcome,
 };
 use coord_redis::Client;
-use coord_redis::testing::{RedisServer, Resp};
+use coord_redis_testing::{RedisServer, Resp};
 use support::*;
 
 per_client!(

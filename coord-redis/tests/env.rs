@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use coord_core::{BackendErrorKind, LockProvider, LockRequest, OwnerToken};
-use coord_redis::testing::RedisServer;
 use coord_redis::{RedisProvider, URL_ENV};
+use coord_redis_testing::RedisServer;
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()

@@ -31,8 +31,8 @@ use coord_core::{
     ReleaseOutcome, distributed_lock, fencing_token, idempotent,
 };
 use coord_redis::fence::{FencedWrite, write_fenced};
-use coord_redis::testing::{RedisServer, Resp, SentinelSetup, command_at};
 use coord_redis::{Client, RedisProvider};
+use coord_redis_testing::{RedisServer, Resp, SentinelSetup, command_at};
 use tokio::sync::Notify;
 
 const ROLE: &str = "COORD_FAULT_ROLE";

@@ -9,8 +9,8 @@ use coord_core::{
     BackendError, BackendErrorKind, ClaimOutcome, IdempotencyStore, LockProvider, OwnerToken,
     ReleaseOutcome,
 };
-use coord_redis::testing::RedisServer;
 use coord_redis::{Client, RedisProvider};
+use coord_redis_testing::RedisServer;
 use support::*;
 
 per_client!(
@@ -313,7 +313,7 @@ async fn foreign_values_at_lock_keys_are_corrupt(client: Client) {
     );
     assert_eq!(
         server.command(&["EXISTS", &redis_key(&k, "lock")]),
-        coord_redis::testing::Resp::Int(0),
+        coord_redis_testing::Resp::Int(0),
         "a failed fenced acquire changes nothing"
     );
     server.command(&["HSET", &redis_key(&k, "fence"), "f", "v"]);
@@ -375,9 +375,9 @@ async fn scripts_are_sent_again_after_the_cache_is_flushed(client: Client) {
     p.release(&k, a).await.unwrap();
     assert_eq!(
         server.command(&["SCRIPT", "FLUSH"]),
-        coord_redis::testing::Resp::Simple("OK".into())
+        coord_redis_testing::Resp::Simple("OK".into())
     );
-    let monitor = coord_redis::testing::Monitor::start(&server);
+    let monitor = coord_redis_testing::Monitor::start(&server);
     let grant = p
         .acquire(fenced(&k, a, LONG, Duration::ZERO))
         .await

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use coord_core::{LockProvider, OwnerToken};
 use coord_redis::Client;
-use coord_redis::testing::RedisServer;
+use coord_redis_testing::RedisServer;
 use support::*;
 
 per_client!(handoff_latency);

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use coord_core::{CoordError, Coordinator, distributed_lock, idempotent, observe};
 use coord_redis::RedisProvider;
-use coord_redis::testing::RedisServer;
+use coord_redis_testing::RedisServer;
 
 async fn coordinator(server: &RedisServer, ns: &str) -> Coordinator {
     let provider = RedisProvider::builder(server.url())

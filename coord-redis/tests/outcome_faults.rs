@@ -35,8 +35,8 @@ use coord_core::{
     BackendErrorKind, CallReport, CoordError, Coordinator, IdempotencyOutcome, LockProvider,
     NotStoredCause, OwnerToken, distributed_lock, idempotent, observe,
 };
-use coord_redis::testing::{RedisServer, Resp, command_at};
 use coord_redis::{Client, RedisProvider};
+use coord_redis_testing::{RedisServer, Resp, command_at};
 use support::*;
 
 per_client!(

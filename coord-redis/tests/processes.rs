@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use coord_core::{CoordError, Coordinator, distributed_lock, fencing_token, idempotent};
 use coord_redis::RedisProvider;
 use coord_redis::fence::{FencedWrite, write_fenced};
-use coord_redis::testing::{RedisServer, command_at};
+use coord_redis_testing::{RedisServer, command_at};
 
 const ROLE: &str = "COORD_TEST_ROLE";
 
@@ -294,7 +294,7 @@ fn four_processes_never_overlap_and_fence_in_order(server: &RedisServer) {
     )
     .unwrap();
     let tokens: Vec<u64> = match tokens {
-        coord_redis::testing::Resp::Array(items) => items
+        coord_redis_testing::Resp::Array(items) => items
             .iter()
             .map(|t| t.text().unwrap().parse().unwrap())
             .collect(),

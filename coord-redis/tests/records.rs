@@ -10,7 +10,7 @@ use coord_core::{
     IdempotencyStore, LossCause, OwnerToken, RenewOutcome,
 };
 use coord_redis::Client;
-use coord_redis::testing::{RedisServer, Resp};
+use coord_redis_testing::{RedisServer, Resp};
 use support::*;
 
 per_client!(

@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 use coord_core::{
     ClaimOutcome, CoordError, Coordinator, IdempotencyStore, LockProvider, OwnerToken, idempotent,
 };
-use coord_redis::testing::{Monitor, RedisServer};
 use coord_redis::{Client, RedisProvider};
+use coord_redis_testing::{Monitor, RedisServer};
 use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};

@@ -9,7 +9,7 @@ use coord_core::{
     BackendErrorKind, ClaimOutcome, IdempotencyStore, LockProvider, OwnerToken, ReleaseOutcome,
 };
 use coord_redis::RedisProvider;
-use coord_redis::testing::{RedisCluster, Resp, SentinelSetup};
+use coord_redis_testing::{RedisCluster, Resp, SentinelSetup};
 use support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,8 +5,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use coord_core::{ClaimRequest, LockGrant, LockProvider, LockRequest, OwnerToken};
-use coord_redis::testing::{RedisServer, Resp};
 use coord_redis::{Client, RedisProvider};
+use coord_redis_testing::{RedisServer, Resp};
 
 pub const LONG: Duration = Duration::from_secs(30);
 

@@ -233,7 +233,7 @@ pub trait LockProvider: Send + Sync + 'static {
     fn release_detached(self: Arc<Self>, key: String, owner: OwnerToken, lease_left: Duration) {
         crate::runtime::detach::spawn_retried("releasing the lock", key, lease_left, move |key| {
             let this = self.clone();
-            async move { this.release(&key, owner).await.map(drop) }
+            async move { this.release(&key, owner).await.map(|_| true) }
         });
     }
 }
@@ -425,7 +425,7 @@ pub trait IdempotencyStore: Send + Sync + 'static {
             lease_left,
             move |key| {
                 let this = self.clone();
-                async move { this.abandon(&key, owner).await.map(drop) }
+                async move { this.abandon(&key, owner).await.map(|_| true) }
             },
         );
     }
@@ -439,13 +439,8 @@ impl Deadline {
     /// The deadline `wait` from now. Saturates: a `wait` too large to add to the clock (e.g.
     /// `Duration::MAX`) is a deadline decades away, which means "until cancelled".
     pub fn after(wait: Duration) -> Deadline {
-        let now = Instant::now();
-        let never = Duration::from_secs(30 * 365 * 24 * 60 * 60);
-        Deadline(
-            now.checked_add(wait.min(never))
-                .or_else(|| now.checked_add(Duration::from_secs(24 * 60 * 60)))
-                .unwrap_or(now),
-        )
+        let now = tokio::time::Instant::now();
+        Deadline(crate::runtime::time::later(now, wait).into_std())
     }
 
     /// Time left, zero once passed.

@@ -26,11 +26,13 @@ where
     }
 }
 
-/// Runs `attempt(key)` in the background until it returns `Ok`, retrying with backoff (25 ms
-/// doubling to 1 s) for at most `for_at_most`; logs when it gives up. For owner-checked
-/// clean-ups whose first try may have failed or whose need comes from a lost reply: each
-/// attempt is a new command, which a provider sends on a healthy (if need be, fresh)
-/// connection, and repeating it is harmless.
+/// Runs `attempt(key)` in the background until it answers `Ok(true)` ("done"), retrying with
+/// backoff (25 ms doubling to 1 s) for at most `for_at_most`. `Ok(false)` means "nothing done
+/// yet, but nothing wrong either" (an abandon that found no marker while a late claim may still
+/// land) and is retried silently; errors are retried and, if the last attempt failed, logged
+/// when it gives up. For owner-checked clean-ups whose first try failed or whose need comes
+/// from a lost reply: each attempt is a new command, which a provider sends on a healthy (if
+/// need be, fresh) connection, and repeating it is harmless.
 pub(crate) fn spawn_retried<A, Fut>(
     what: &'static str,
     key: String,
@@ -38,23 +40,28 @@ pub(crate) fn spawn_retried<A, Fut>(
     mut attempt: A,
 ) where
     A: FnMut(String) -> Fut + Send + 'static,
-    Fut: Future<Output = Result<(), crate::error::BackendError>> + Send + 'static,
+    Fut: Future<Output = Result<bool, crate::error::BackendError>> + Send + 'static,
 {
     use std::time::Duration;
     let deadline = crate::runtime::time::later(tokio::time::Instant::now(), for_at_most);
     spawn_detached(async move {
         let mut backoff = Duration::from_millis(25);
         loop {
-            let err = match attempt(key.clone()).await {
-                Ok(()) => return,
-                Err(err) => err,
+            let failed = match attempt(key.clone()).await {
+                Ok(true) => return,
+                Ok(false) => None,
+                Err(err) => Some(err),
             };
             let now = tokio::time::Instant::now();
             if now >= deadline {
-                tracing::warn!(key = %key, error = %err, "coord: {what} failed until its lease ended; the lease has cleaned up by now");
+                if let Some(err) = failed {
+                    tracing::warn!(key = %key, error = %err, "coord: {what} failed until its lease ended; the lease has cleaned up by now");
+                }
                 return;
             }
-            tracing::debug!(key = %key, error = %err, "coord: {what} failed; retrying");
+            if let Some(err) = failed {
+                tracing::debug!(key = %key, error = %err, "coord: {what} failed; retrying");
+            }
             tokio::time::sleep_until(deadline.min(now + backoff)).await;
             backoff = (backoff * 2).min(Duration::from_secs(1));
         }

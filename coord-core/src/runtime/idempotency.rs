@@ -16,7 +16,7 @@ use crate::provider::{
 };
 use crate::report::IdempotencyOutcome;
 use crate::runtime::call::{Call, IdempotencySpec};
-use crate::runtime::detach::{DetachOnDrop, spawn_detached};
+use crate::runtime::detach::{DetachOnDrop, spawn_retried};
 use crate::runtime::outcome::GuardedResult;
 use crate::runtime::renewal::{Hold, HoldKind, Registration, Renewer};
 use crate::runtime::time::later;
@@ -447,24 +447,10 @@ fn clear_unanswered_claim(
     lease: Duration,
 ) {
     let store = Arc::clone(store);
-    let deadline = later(tokio::time::Instant::now(), lease);
-    spawn_detached(async move {
-        let mut backoff = Duration::from_millis(25);
-        loop {
-            match store.abandon(&key, owner).await {
-                Ok(true) => return,
-                Ok(false) => {}
-                Err(err) => {
-                    tracing::debug!(key = %key, error = %err, "coord: clearing an unanswered claim failed; retrying");
-                }
-            }
-            let now = tokio::time::Instant::now();
-            if now >= deadline {
-                return;
-            }
-            tokio::time::sleep_until(deadline.min(now + backoff)).await;
-            backoff = (backoff * 2).min(Duration::from_secs(1));
-        }
+    spawn_retried("clearing an unanswered claim", key, lease, move |key| {
+        let store = store.clone();
+        // Done only once an abandon removed our marker: `false` proves nothing yet.
+        async move { store.abandon(&key, owner).await }
     });
 }
 

@@ -37,7 +37,7 @@ const FENCE_RETENTION_FLOOR: Duration = Duration::from_secs(3600);
 const MAX_MILLIS: u64 = 1 << 46;
 
 /// Coordination through Redis: lease locks with optional fencing tokens and pub/sub
-/// hand-off, and idempotency records. Implements [`LockProvider`] and [`IdempotencyStore`];
+/// hand-off, and idempotency records. Implements [`LockProvider`](coord_core::LockProvider) and [`IdempotencyStore`](coord_core::IdempotencyStore);
 /// give it to `Coordinator::builder().provider(..)`.
 ///
 /// # What it promises

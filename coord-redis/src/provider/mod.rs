@@ -66,7 +66,7 @@ const MAX_MILLIS: u64 = 1 << 46;
 ///   Redis type, a lock value that is not a token, a fencing counter that is not plain decimal
 ///   digits, a record with a missing or unknown field) yields kind `Corrupt` naming the call
 ///   key, and is never turned into a grant, a fencing token or a replay. Purge such a record
-///   with [`IdempotencyStore::purge`], or delete the key.
+///   with [`IdempotencyStore::purge`](coord_core::IdempotencyStore::purge), or delete the key.
 /// * **Resends are safe.** A command sent again after its reply was lost answers what the
 ///   first send answered: a claim finding its own live marker is `Claimed`, a completion
 ///   finding its own completed record is `Stored`, an acquire finding its own token is granted.
@@ -76,7 +76,7 @@ const MAX_MILLIS: u64 = 1 << 46;
 ///   completed record in the same script (`StoredWithoutMarker`, with the request's
 ///   fingerprint); when another owner's marker or record is there, it writes nothing and
 ///   names that owner (`Superseded`). Completion, abandonment and
-///   [`IdempotencyStore::purge`] wake `wait_settled` callers at once. A marker claimed with
+///   [`IdempotencyStore::purge`](coord_core::IdempotencyStore::purge) wake `wait_settled` callers at once. A marker claimed with
 ///   `keep_abandoned_for` stays after its lease as an abandoned record until that period ends
 ///   or it is purged.
 /// * **Loss causes.** Renewing a lock or a marker that another owner now holds answers

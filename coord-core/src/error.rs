@@ -91,6 +91,13 @@ pub enum CoordError {
         /// What the codec reported.
         message: String,
     },
+    /// The coordinator is shutting down ([`Coordinator::shutdown`](crate::Coordinator::shutdown)):
+    /// no new lock or idempotency claim is taken, and the body did not run. Retryable on
+    /// another instance.
+    ShutDown {
+        /// The call's key.
+        key: CallKey,
+    },
     /// The coordination backend failed (unreachable, timed out, or answered with something coord
     /// cannot read) and the operation is configured `fail_closed`: the body did not run.
     Backend(BackendError),
@@ -108,6 +115,7 @@ impl CoordError {
             | CoordError::KeyReused { key }
             | CoordError::LockLost { key, .. }
             | CoordError::OutcomeUnknown { key }
+            | CoordError::ShutDown { key }
             | CoordError::OutcomeNotStored { key, .. }
             | CoordError::Codec { key, .. } => Some(key),
             CoordError::MissingKey { .. } => None,
@@ -125,7 +133,8 @@ impl CoordError {
         match self {
             CoordError::LockNotAcquired { .. }
             | CoordError::InFlight { .. }
-            | CoordError::LockLost { .. } => true,
+            | CoordError::LockLost { .. }
+            | CoordError::ShutDown { .. } => true,
             CoordError::Backend(err) => err.kind().is_transient(),
             _ => false,
         }
@@ -186,6 +195,10 @@ impl fmt::Display for CoordError {
                     "stored outcome of `{key}` could not be (de)serialized: {message}"
                 )
             }
+            CoordError::ShutDown { key } => write!(
+                f,
+                "`{key}` was refused: the coordinator is shutting down; nothing ran"
+            ),
             CoordError::Backend(err) => write!(f, "{err}"),
         }
     }

@@ -64,6 +64,7 @@ mod policy;
 mod provider;
 mod report;
 mod runtime;
+mod shutdown;
 
 pub use call_key::{CallKey, CallKeyBuilder, InvalidCallKey};
 pub use codec::Codec;
@@ -82,6 +83,7 @@ pub use report::{CallReport, FlightOutcome, IdempotencyOutcome, LockOutcome, obs
 pub use runtime::flight::open_flights;
 pub use runtime::held::{fencing_token, is_held, lock_lost};
 pub use runtime::lock::LockGuard;
+pub use shutdown::ShutdownReport;
 
 pub use coord_macros::{distributed_lock, idempotent, single_flight};
 

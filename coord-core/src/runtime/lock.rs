@@ -16,6 +16,7 @@ use crate::runtime::held;
 use crate::runtime::lease_guard::{LeaseGuard, LeaseStore};
 use crate::runtime::outcome::GuardedResult;
 use crate::runtime::renewal::{Hold, HoldKind, Registration};
+use crate::shutdown::Registered;
 
 /// What one acquisition came to.
 pub(crate) enum Acquired {
@@ -40,6 +41,10 @@ pub(crate) async fn acquire_lock(
     if held::holds(key) {
         let err = CoordError::Reentrant { key: key.clone() };
         return Acquired::Refused(err, LockOutcome::Reentrant);
+    }
+    if coordinator.lifecycle().is_shut_down() {
+        let err = CoordError::ShutDown { key: key.clone() };
+        return Acquired::Refused(err, LockOutcome::ShutDown);
     }
     let provider = coordinator.lock_provider();
     let owner = OwnerToken::new();
@@ -104,6 +109,7 @@ pub(crate) async fn acquire_lock(
     };
     let guard = LockGuard {
         coordinator: coordinator.clone(),
+        _registered: coordinator.lifecycle().register_lock(hold.clone()),
         hold,
         renewal,
         runtime: None,
@@ -128,6 +134,8 @@ pub(crate) async fn acquire_lock(
 #[must_use = "dropping the guard releases the lock"]
 pub struct LockGuard {
     coordinator: Coordinator,
+    /// In the coordinator's list of held locks (for shutdown) while the guard lives.
+    _registered: Registered,
     hold: Arc<Hold>,
     renewal: Option<Registration>,
     /// The runtime to release on when the guard is dropped outside one (handle API only: the
@@ -201,6 +209,10 @@ impl LockGuard {
         // Stop renewing before releasing, so no renewal can outlive the unlock.
         drop(self.renewal.take());
         self.armed = false;
+        if !self.hold.hand_back() {
+            // Shutdown released it already (the hold reads as lost, cause `ShutDown`).
+            return Ok(ReleaseOutcome::Released);
+        }
         let hold = &self.hold;
         let provider = self.coordinator.lock_provider();
         let released = provider.release(&hold.key, hold.owner()).await;
@@ -231,7 +243,7 @@ impl LockGuard {
 impl Drop for LockGuard {
     fn drop(&mut self) {
         drop(self.renewal.take());
-        if !self.armed {
+        if !self.armed || !self.hold.hand_back() {
             return;
         }
         let provider = self.coordinator.lock_provider().clone();

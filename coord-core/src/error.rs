@@ -281,6 +281,19 @@ pub enum BackendErrorKind {
 }
 
 impl BackendErrorKind {
+    /// A short, stable name: `unavailable`, `timeout`, `protocol`, `config`, `corrupt`,
+    /// `out_of_memory` (the `kind` label of `coord_backend_errors_total`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BackendErrorKind::Unavailable => "unavailable",
+            BackendErrorKind::Timeout => "timeout",
+            BackendErrorKind::Protocol => "protocol",
+            BackendErrorKind::Config => "config",
+            BackendErrorKind::Corrupt => "corrupt",
+            BackendErrorKind::OutOfMemory => "out_of_memory",
+        }
+    }
+
     /// True for faults that can go away by themselves (`Unavailable`, `Timeout`,
     /// `OutOfMemory`); false for those that need a change (`Protocol`, `Config`, `Corrupt`).
     pub fn is_transient(self) -> bool {

@@ -507,7 +507,7 @@ fn generate(stack: &Stack, func: &ItemFn) -> TokenStream {
         .rev()
         .filter(|kind| stack.has(*kind))
         .collect();
-    let mut layered = quote!(async move { #typed_edge #body });
+    let mut layered = quote!(#call_here.body(async move { #typed_edge #body }));
     for (index, kind) in present.iter().enumerate() {
         let call = layer_call(*kind, layered);
         layered = if index + 1 < present.len() {
@@ -524,6 +524,7 @@ fn generate(stack: &Stack, func: &ItemFn) -> TokenStream {
             name: #name,
             idempotency: #idempotency_spec,
             lock: #lock_spec,
+            telemetry: #krate::__private::OpTelemetry::new(),
         };
         #coordinator_stmt
         let #call = #krate::__private::Call::new(&#op, #coordinator, |#key| #key #(#parts)*);

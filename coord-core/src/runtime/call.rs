@@ -15,6 +15,7 @@ use crate::provider::FencingToken;
 use crate::report::{
     CallReport, FlightOutcome, IdempotencyOutcome, LockOutcome, ReportSink, take_requested_sink,
 };
+use crate::telemetry::{CallTelemetry, OpTelemetry};
 
 /// The static description of one annotated function, emitted by the macros.
 #[derive(Debug)]
@@ -25,6 +26,8 @@ pub struct OpSpec<'a> {
     pub idempotency: Option<IdempotencySpec>,
     /// Present with `#[distributed_lock]`.
     pub lock: Option<LockSpec>,
+    /// This operation's metric keys, built on first use.
+    pub telemetry: OpTelemetry,
 }
 
 /// `#[idempotent]` options, resolved at compile time.
@@ -147,6 +150,22 @@ impl<'c> Call<'c> {
         fut.instrument(self.span.clone())
     }
 
+    /// Where this call's metrics go.
+    pub(crate) fn telemetry(&self) -> CallTelemetry<'_> {
+        CallTelemetry {
+            keys: &self.spec.telemetry,
+            op: self.spec.name,
+        }
+    }
+
+    /// Runs the annotated body itself, timing it for `coord_body_duration_seconds`.
+    pub async fn body<F: Future>(&self, body: F) -> F::Output {
+        let started = std::time::Instant::now();
+        let output = body.await;
+        self.telemetry().body(started.elapsed());
+        output
+    }
+
     fn report(&self, f: impl FnOnce(&mut CallReport)) {
         if let Some(sink) = &self.sink {
             f(&mut sink.lock().unwrap_or_else(|e| e.into_inner()));
@@ -155,16 +174,19 @@ impl<'c> Call<'c> {
 
     pub(crate) fn record_idempotency(&self, outcome: IdempotencyOutcome) {
         self.span.record("idempotency", outcome.as_str());
+        self.telemetry().idempotency(outcome);
         self.report(|r| r.idempotency = Some(outcome));
     }
 
     pub(crate) fn record_flight(&self, outcome: FlightOutcome) {
         self.span.record("single_flight", outcome.as_str());
+        self.telemetry().flight(outcome);
         self.report(|r| r.flight = Some(outcome));
     }
 
     pub(crate) fn record_lock(&self, outcome: LockOutcome, token: Option<FencingToken>) {
         self.span.record("lock", outcome.as_str());
+        self.telemetry().lock(outcome);
         if let Some(token) = token {
             self.span.record("fencing_token", token.get());
         }
@@ -195,6 +217,7 @@ pub(crate) fn backend_fault(
     err: BackendError,
     layer: &'static str,
 ) -> Result<(), CoordError> {
+    crate::telemetry::backend_error(layer, key.operation().unwrap_or(""), &err);
     match attribute.unwrap_or_else(|| coordinator.on_backend_error()) {
         OnBackendError::FailClosed => Err(CoordError::Backend(err.with_key(key))),
         OnBackendError::FailOpen => {

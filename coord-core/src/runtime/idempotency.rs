@@ -154,6 +154,7 @@ where
         Ok(bytes) => Arc::<[u8]>::from(bytes),
         Err(message) => return not_stored(call, spec, output, NotStoredCause::Codec(message)),
     };
+    call.telemetry().record_size(payload.len());
     // Counted for shutdown, which gives completions time to finish, also when the caller
     // stopped waiting and the write goes on in the background.
     let completing = call.coordinator.lifecycle().completing();

@@ -272,12 +272,17 @@ where
         .lock
         .as_ref()
         .expect("the macro emits a lock spec with #[distributed_lock]");
+    let asked = Instant::now();
     let mut guard = match acquire_lock(call.coordinator, &call.key, spec).await {
         Acquired::Granted(guard, outcome) => {
+            call.telemetry().lock_wait(asked.elapsed());
             call.record_lock(outcome, guard.hold.fencing_token);
             guard
         }
         Acquired::Refused(err, outcome) => {
+            if outcome == LockOutcome::NotAcquired {
+                call.telemetry().lock_wait(asked.elapsed());
+            }
             call.record_lock(outcome, None);
             return R::from_coord_error(err);
         }
@@ -302,6 +307,7 @@ where
     };
     // Whatever the release found, the body's outcome stands: a lapsed lease is counted and
     // logged, a failed release is retried in the background.
+    call.telemetry().lock_hold(hold.held_for());
     let _ = guard.settle().await;
     output
 }

@@ -141,6 +141,7 @@ impl<'c> Idempotent<'c> {
             idempotency: Some(self.spec),
             lock: None,
             telemetry: OpTelemetry::new(),
+            record_key: false,
         };
         let call = Call::with_key(&spec, self.coordinator, self.key);
         let fingerprint = self.fingerprint.map(Ok);
@@ -292,6 +293,7 @@ impl Lock<'_> {
             idempotency: None,
             lock: Some(self.spec),
             telemetry: OpTelemetry::new(),
+            record_key: false,
         };
         let call = Call::with_key(&spec, self.coordinator, self.key);
         call.run(crate::runtime::lock::distributed_lock(
@@ -338,6 +340,7 @@ impl SingleFlight<'_> {
             idempotency: None,
             lock: None,
             telemetry: OpTelemetry::new(),
+            record_key: false,
         };
         let call = Call::with_key(&spec, self.coordinator, self.key);
         call.run(crate::runtime::flight::single_flight(

@@ -366,6 +366,7 @@ fn generate(stack: &Stack, func: &ItemFn) -> TokenStream {
             quote!(::core::concat!(::core::module_path!(), "::", #fn_name))
         }
     };
+    let record_key = stack.record_key;
     let idempotency_spec = match &stack.idempotency {
         None => quote!(::core::option::Option::None),
         Some(layer) => {
@@ -525,6 +526,7 @@ fn generate(stack: &Stack, func: &ItemFn) -> TokenStream {
             idempotency: #idempotency_spec,
             lock: #lock_spec,
             telemetry: #krate::__private::OpTelemetry::new(),
+            record_key: #record_key,
         };
         #coordinator_stmt
         let #call = #krate::__private::Call::new(&#op, #coordinator, |#key| #key #(#parts)*);

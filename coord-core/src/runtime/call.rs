@@ -28,6 +28,8 @@ pub struct OpSpec<'a> {
     pub lock: Option<LockSpec>,
     /// This operation's metric keys, built on first use.
     pub telemetry: OpTelemetry,
+    /// `record_key = true`: the call's span carries its key.
+    pub record_key: bool,
 }
 
 /// `#[idempotent]` options, resolved at compile time.
@@ -125,7 +127,14 @@ impl<'c> Call<'c> {
             single_flight = Empty,
             lock = Empty,
             fencing_token = Empty,
+            "coord.key" = Empty,
+            "coord.lock.wait_ms" = Empty,
+            "coord.loss_cause" = Empty,
+            "error.type" = Empty,
         );
+        if spec.record_key {
+            span.record("coord.key", tracing::field::display(&key));
+        }
         let sink = take_requested_sink();
         if let Some(sink) = &sink {
             sink.lock().unwrap_or_else(|e| e.into_inner()).key = Some(key.clone());
@@ -182,6 +191,23 @@ impl<'c> Call<'c> {
         self.span.record("single_flight", outcome.as_str());
         self.telemetry().flight(outcome);
         self.report(|r| r.flight = Some(outcome));
+    }
+
+    /// Records how long the lock took (or was waited for before giving up).
+    pub(crate) fn record_lock_wait(&self, waited: Duration) {
+        self.span
+            .record("coord.lock.wait_ms", waited.as_secs_f64() * 1000.0);
+        self.telemetry().lock_wait(waited);
+    }
+
+    /// Records why a hold was lost.
+    pub(crate) fn record_loss(&self, cause: crate::provider::LossCause) {
+        self.span.record("coord.loss_cause", cause.as_str());
+    }
+
+    /// Records the class of error a call answers with (OpenTelemetry's `error.type`).
+    pub(crate) fn record_error(&self, err: &CoordError) {
+        self.span.record("error.type", err.kind_str());
     }
 
     pub(crate) fn record_lock(&self, outcome: LockOutcome, token: Option<FencingToken>) {

@@ -120,6 +120,7 @@ where
                 // The marker is gone or about to be: the abandon on drop is an owner-checked
                 // no-op at worst, and the caller learns its work was stopped.
                 call.record_idempotency(IdempotencyOutcome::Lost);
+                call.record_loss(hold.loss_cause());
                 return R::from_coord_error(CoordError::LockLost {
                     key: call.key.clone(),
                     held_for: hold.held_for(),
@@ -336,6 +337,7 @@ where
     let deadline = Deadline::after(spec.wait);
     let refuse = |outcome, err: CoordError| {
         call.record_idempotency(outcome);
+        call.record_error(&err);
         Claim::Answer(R::from_coord_error(err))
     };
     if call.coordinator.lifecycle().is_shut_down() {

@@ -275,15 +275,16 @@ where
     let asked = Instant::now();
     let mut guard = match acquire_lock(call.coordinator, &call.key, spec).await {
         Acquired::Granted(guard, outcome) => {
-            call.telemetry().lock_wait(asked.elapsed());
+            call.record_lock_wait(asked.elapsed());
             call.record_lock(outcome, guard.hold.fencing_token);
             guard
         }
         Acquired::Refused(err, outcome) => {
             if outcome == LockOutcome::NotAcquired {
-                call.telemetry().lock_wait(asked.elapsed());
+                call.record_lock_wait(asked.elapsed());
             }
             call.record_lock(outcome, None);
+            call.record_error(&err);
             return R::from_coord_error(err);
         }
         Acquired::Unguarded => {
@@ -299,6 +300,7 @@ where
         // on) finishes in the background: the guard, still armed, hands it off on drop.
         drop(guard);
         call.record_lock(LockOutcome::Lost, hold.fencing_token);
+        call.record_loss(hold.loss_cause());
         return R::from_coord_error(CoordError::LockLost {
             key: call.key.clone(),
             held_for: hold.held_for(),

@@ -51,8 +51,8 @@ const METADATA: Metadata<'static> = Metadata::new("coord", Level::INFO, Some(mod
 static LOCKS_HELD_KEY: Key = Key::from_static_name(LOCKS_HELD);
 static RENEWALS_ACTIVE_KEY: Key = Key::from_static_name(RENEWALS_ACTIVE);
 
-/// Gives every coord series its unit and description. Call it once after installing a
-/// recorder (descriptions sent before that go nowhere).
+/// Gives every coord series its unit and description, and creates the process gauges at
+/// zero. Call it once after installing a recorder (descriptions sent before that go nowhere).
 pub fn describe_metrics() {
     metrics::with_recorder(|r| {
         let counters: [(&'static str, &'static str); 2] = [
@@ -89,6 +89,10 @@ pub fn describe_metrics() {
             Some(Unit::Count),
             "Leases being renewed by this process.".into(),
         );
+        // The gauges exist from the start (at zero), so dashboards show 0, not "no data".
+        r.register_gauge(&LOCKS_HELD_KEY, &METADATA).increment(0.0);
+        r.register_gauge(&RENEWALS_ACTIVE_KEY, &METADATA)
+            .increment(0.0);
     });
 }
 

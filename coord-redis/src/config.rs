@@ -430,7 +430,7 @@ impl Address {
         };
         let place = match url.scheme() {
             scheme @ ("redis" | "valkey" | "rediss" | "valkeys") => {
-                let tls = scheme.ends_with('s');
+                let tls = matches!(scheme, "rediss" | "valkeys");
                 let host = match url.host() {
                     Some(url::Host::Domain(d)) if !d.is_empty() => decode(d, "host")?,
                     Some(url::Host::Ipv4(ip)) => ip.to_string(),
@@ -775,6 +775,8 @@ mod tests {
         assert_eq!(a.database, Some(0));
         assert!(a.tls());
         assert!(Address::parse("valkeys://h", 6379).unwrap().tls());
+        assert!(!Address::parse("redis://h", 6379).unwrap().tls());
+        assert!(!Address::parse("h:1", 6379).unwrap().tls());
         assert!(!Address::parse("valkey://h", 6379).unwrap().tls());
     }
 

@@ -267,7 +267,34 @@ async fn unix_socket(client: Client) {
 async fn acl_user_and_password(client: Client) {
     // The default user needs a password coord is not given: only the ACL user gets in.
     let server = RedisServer::start_configured(ServerOptions::new().password("admin-only"));
-    server.add_acl_user("coord-app", "app-s3cret", &[]);
+    // Only the commands DEPLOYMENT.md lists for coord (keys and channels unrestricted here:
+    // each test key has a namespace of its own).
+    server.add_acl_user(
+        "coord-app",
+        "app-s3cret",
+        &[
+            "~*",
+            "&*",
+            "+@connection",
+            "+evalsha",
+            "+eval",
+            "+set",
+            "+get",
+            "+del",
+            "+exists",
+            "+hset",
+            "+hmget",
+            "+hdel",
+            "+pexpire",
+            "+pttl",
+            "+publish",
+            "+subscribe",
+            "+unsubscribe",
+            "+time",
+            "+info",
+            "+config|get",
+        ],
+    );
     let port = server.port();
 
     let err = connect_error(

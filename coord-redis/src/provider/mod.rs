@@ -113,8 +113,9 @@ const MAX_MILLIS: u64 = 1 << 46;
 ///
 /// # What it does not promise
 /// Exclusion across a Sentinel failover or a Cluster resharding that loses writes; ordering
-/// between waiters in different processes (they race for the lock, the first retry wins);
-/// TLS (not compiled in).
+/// between waiters in different processes (they race for the lock, the first retry wins).
+/// With a shared fred client ([`RedisProvider::from_fred_client`]), a fresh connection
+/// after a timed-out call (the client is the application's).
 ///
 /// Cheap to clone: clones share connections, scripts and the subscriber connection. The
 /// connections live on the tokio runtime that connected the provider.
@@ -494,8 +495,11 @@ async fn connect_transport(
 }
 
 impl RedisProvider {
-    /// Connects to one Redis server at `url` (`redis://[user[:password]@]host[:port][/db]`)
-    /// with the default options. See [`RedisProvider::builder`] for the options.
+    /// Connects to one Redis server at `url` with the default options: TCP
+    /// (`redis://[user[:password]@]host[:port][/db]`), TLS (`rediss://...`, trusting the
+    /// system's CA store) or a Unix socket (`unix:///path/to/redis.sock[?db=N]`). See the
+    /// crate documentation's "Connecting" section for every form, and
+    /// [`RedisProvider::builder`] for the options.
     pub async fn connect(url: &str) -> Result<RedisProvider, BackendError> {
         RedisProvider::builder(url).connect().await
     }
@@ -514,13 +518,19 @@ impl RedisProvider {
         }
     }
 
-    /// A builder for one server at `url`.
+    /// A builder for one server at `url` (any form [`RedisProvider::connect`] takes).
     pub fn builder(url: impl Into<String>) -> RedisProviderBuilder {
         RedisProviderBuilder::new(Topology::Standalone(url.into()))
     }
 
     /// A builder for the master named `master_name`, found through the Sentinel nodes at
-    /// `sentinels` (URLs or `host:port`, default port 26379). The provider follows a failover
+    /// `sentinels` (URLs or `host:port`, default port 26379; `rediss://` for Sentinels that
+    /// speak TLS; a password in the URL is the Sentinels' own). Every Sentinel URL must use the
+    /// same scheme and credentials. The data nodes' credentials, database and TLS come from
+    /// [`data_node_credentials`](RedisProviderBuilder::data_node_credentials),
+    /// [`database`](RedisProviderBuilder::database) and
+    /// [`data_node_tls`](RedisProviderBuilder::data_node_tls) (TLS by default as the
+    /// Sentinels). The provider follows a failover
     /// to the new master: connections to a demoted master are dropped and the master is looked
     /// up again.
     pub fn sentinel<I, S>(master_name: impl Into<String>, sentinels: I) -> RedisProviderBuilder
@@ -534,8 +544,11 @@ impl RedisProvider {
         })
     }
 
-    /// A builder for Redis Cluster, discovered from `seeds` (any reachable node is enough).
-    /// All keys of one call key share a hash slot, so no command crosses slots.
+    /// A builder for Redis Cluster, discovered from `seeds` (any reachable node is enough;
+    /// `rediss://` for a cluster that speaks TLS, whose nodes must then announce their TLS
+    /// ports, as `tls-cluster yes` does). Every seed URL must use the same scheme and
+    /// credentials, which apply to every node. All keys of one call key share a hash slot,
+    /// so no command crosses slots.
     pub fn cluster<I, S>(seeds: I) -> RedisProviderBuilder
     where
         I: IntoIterator<Item = S>,

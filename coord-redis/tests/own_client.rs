@@ -6,11 +6,9 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use coord_core::{
-    BackendErrorKind, ClaimOutcome, IdempotencyStore, LockProvider, OwnerToken, ReleaseOutcome,
-};
+use coord_core::{ClaimOutcome, IdempotencyStore, LockProvider, OwnerToken, ReleaseOutcome};
 use coord_redis::RedisProvider;
-use coord_redis_testing::{RedisServer, Resp};
+use coord_redis_testing::RedisServer;
 use support::*;
 
 const TIMEOUT: Duration = Duration::from_secs(2);
@@ -46,20 +44,10 @@ async fn exercise(p: &RedisProvider, name: &str) -> coord_core::CallKey {
     k
 }
 
-/// Client connections of `server` (not counting the one asking).
-fn connections(server: &RedisServer) -> usize {
-    server
-        .command(&["CLIENT", "LIST"])
-        .text()
-        .unwrap_or_default()
-        .lines()
-        .filter(|l| !l.contains("cmd=client|list"))
-        .count()
-}
-
 #[cfg(feature = "redis-client")]
 mod redis_rs {
     use super::*;
+    use coord_redis_testing::Resp;
 
     /// Settings a URL cannot carry (TLS certificates) come with the client.
     #[cfg(feature = "tls")]
@@ -106,7 +94,7 @@ mod redis_rs {
             .connect()
             .await
             .unwrap_err();
-        assert_eq!(err.kind(), BackendErrorKind::Config, "{err}");
+        assert_eq!(err.kind(), coord_core::BackendErrorKind::Config, "{err}");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -143,13 +131,24 @@ mod redis_rs {
             .connect()
             .await
             .unwrap_err();
-        assert_eq!(err.kind(), BackendErrorKind::Config, "{err}");
+        assert_eq!(err.kind(), coord_core::BackendErrorKind::Config, "{err}");
     }
 }
 
 #[cfg(feature = "fred")]
 mod fred_shared {
     use super::*;
+    use coord_core::BackendErrorKind;
+    /// Client connections of `server` (not counting the one asking).
+    fn connections(server: &RedisServer) -> usize {
+        server
+            .command(&["CLIENT", "LIST"])
+            .text()
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| !l.contains("cmd=client|list"))
+            .count()
+    }
     use fred::prelude::{Builder, ClientLike, Config};
     use fred::types::RespVersion;
 

@@ -64,12 +64,14 @@ mod policy;
 mod provider;
 mod report;
 mod runtime;
+mod shutdown;
+pub mod telemetry;
 
 pub use call_key::{CallKey, CallKeyBuilder, InvalidCallKey};
 pub use codec::Codec;
 pub use coordinator::{BuildError, Coordinator, CoordinatorBuilder, Metrics, Provider};
 pub use error::{BackendError, BackendErrorKind, CoordError, NotStoredCause};
-pub use handle::Idempotent;
+pub use handle::{Idempotent, Lock, SingleFlight};
 pub use key::{KeyBuilder, KeyPart, KeyWriter, render_key};
 pub use memory_provider::MemoryProvider;
 pub use policy::{OnAbandoned, OnBackendError, OnLost, OnMissingKey, OnStoreError};
@@ -81,6 +83,9 @@ pub use provider::{
 pub use report::{CallReport, FlightOutcome, IdempotencyOutcome, LockOutcome, observe};
 pub use runtime::flight::open_flights;
 pub use runtime::held::{fencing_token, is_held, lock_lost};
+pub use runtime::lock::LockGuard;
+pub use shutdown::ShutdownReport;
+pub use telemetry::describe_metrics;
 
 pub use coord_macros::{distributed_lock, idempotent, single_flight};
 
@@ -97,6 +102,7 @@ pub mod __private {
     pub use crate::runtime::outcome::{
         GuardedResult, assert_guarded_result, assert_shareable_output,
     };
+    pub use crate::telemetry::OpTelemetry;
     pub use core::time::Duration;
 
     use crate::Coordinator;

@@ -15,6 +15,7 @@ use crate::provider::FencingToken;
 use crate::report::{
     CallReport, FlightOutcome, IdempotencyOutcome, LockOutcome, ReportSink, take_requested_sink,
 };
+use crate::telemetry::{CallTelemetry, OpTelemetry};
 
 /// The static description of one annotated function, emitted by the macros.
 #[derive(Debug)]
@@ -25,6 +26,10 @@ pub struct OpSpec<'a> {
     pub idempotency: Option<IdempotencySpec>,
     /// Present with `#[distributed_lock]`.
     pub lock: Option<LockSpec>,
+    /// This operation's metric keys, built on first use.
+    pub telemetry: OpTelemetry,
+    /// `record_key = true`: the call's span carries its key.
+    pub record_key: bool,
 }
 
 /// `#[idempotent]` options, resolved at compile time.
@@ -122,7 +127,14 @@ impl<'c> Call<'c> {
             single_flight = Empty,
             lock = Empty,
             fencing_token = Empty,
+            "coord.key" = Empty,
+            "coord.lock.wait_ms" = Empty,
+            "coord.loss_cause" = Empty,
+            "error.type" = Empty,
         );
+        if spec.record_key {
+            span.record("coord.key", tracing::field::display(&key));
+        }
         let sink = take_requested_sink();
         if let Some(sink) = &sink {
             sink.lock().unwrap_or_else(|e| e.into_inner()).key = Some(key.clone());
@@ -147,6 +159,22 @@ impl<'c> Call<'c> {
         fut.instrument(self.span.clone())
     }
 
+    /// Where this call's metrics go.
+    pub(crate) fn telemetry(&self) -> CallTelemetry<'_> {
+        CallTelemetry {
+            keys: &self.spec.telemetry,
+            op: self.spec.name,
+        }
+    }
+
+    /// Runs the annotated body itself, timing it for `coord_body_duration_seconds`.
+    pub async fn body<F: Future>(&self, body: F) -> F::Output {
+        let started = std::time::Instant::now();
+        let output = body.await;
+        self.telemetry().body(started.elapsed());
+        output
+    }
+
     fn report(&self, f: impl FnOnce(&mut CallReport)) {
         if let Some(sink) = &self.sink {
             f(&mut sink.lock().unwrap_or_else(|e| e.into_inner()));
@@ -155,16 +183,36 @@ impl<'c> Call<'c> {
 
     pub(crate) fn record_idempotency(&self, outcome: IdempotencyOutcome) {
         self.span.record("idempotency", outcome.as_str());
+        self.telemetry().idempotency(outcome);
         self.report(|r| r.idempotency = Some(outcome));
     }
 
     pub(crate) fn record_flight(&self, outcome: FlightOutcome) {
         self.span.record("single_flight", outcome.as_str());
+        self.telemetry().flight(outcome);
         self.report(|r| r.flight = Some(outcome));
+    }
+
+    /// Records how long the lock took (or was waited for before giving up).
+    pub(crate) fn record_lock_wait(&self, waited: Duration) {
+        self.span
+            .record("coord.lock.wait_ms", waited.as_secs_f64() * 1000.0);
+        self.telemetry().lock_wait(waited);
+    }
+
+    /// Records why a hold was lost.
+    pub(crate) fn record_loss(&self, cause: crate::provider::LossCause) {
+        self.span.record("coord.loss_cause", cause.as_str());
+    }
+
+    /// Records the class of error a call answers with (OpenTelemetry's `error.type`).
+    pub(crate) fn record_error(&self, err: &CoordError) {
+        self.span.record("error.type", err.kind_str());
     }
 
     pub(crate) fn record_lock(&self, outcome: LockOutcome, token: Option<FencingToken>) {
         self.span.record("lock", outcome.as_str());
+        self.telemetry().lock(outcome);
         if let Some(token) = token {
             self.span.record("fencing_token", token.get());
         }
@@ -174,26 +222,34 @@ impl<'c> Call<'c> {
         });
     }
 
-    pub(crate) fn policy(&self, attribute: Option<OnBackendError>) -> OnBackendError {
-        attribute.unwrap_or_else(|| self.coordinator.on_backend_error())
-    }
-
-    /// The one backend-fault decision of every layer: `Ok(())` to run the body unguarded
-    /// (`fail_open`: counted and logged), or the error to answer (`fail_closed`). The layer
-    /// records its own outcome.
+    /// The one backend-fault decision of every layer (see [`backend_fault`]).
     pub(crate) fn backend_fault(
         &self,
         attribute: Option<OnBackendError>,
         err: BackendError,
         layer: &'static str,
     ) -> Result<(), CoordError> {
-        match self.policy(attribute) {
-            OnBackendError::FailClosed => Err(CoordError::Backend(err.with_key(&self.key))),
-            OnBackendError::FailOpen => {
-                self.coordinator.metrics().count_fail_open();
-                tracing::warn!(key = %self.key, error = %err, layer, "coord: the backend failed; running unguarded (fail_open)");
-                Ok(())
-            }
+        backend_fault(self.coordinator, &self.key, attribute, err, layer)
+    }
+}
+
+/// The one backend-fault decision of every layer: `Ok(())` to run the body unguarded
+/// (`fail_open`: counted and logged), or the error to answer (`fail_closed`). The layer
+/// records its own outcome.
+pub(crate) fn backend_fault(
+    coordinator: &Coordinator,
+    key: &CallKey,
+    attribute: Option<OnBackendError>,
+    err: BackendError,
+    layer: &'static str,
+) -> Result<(), CoordError> {
+    crate::telemetry::backend_error(layer, key.operation().unwrap_or(""), &err);
+    match attribute.unwrap_or_else(|| coordinator.on_backend_error()) {
+        OnBackendError::FailClosed => Err(CoordError::Backend(err.with_key(key))),
+        OnBackendError::FailOpen => {
+            coordinator.metrics().count_fail_open();
+            tracing::warn!(key = %key, error = %err, layer, "coord: the backend failed; running unguarded (fail_open)");
+            Ok(())
         }
     }
 }

@@ -721,7 +721,8 @@ pub struct Monitor {
 }
 
 impl Monitor {
-    /// Starts monitoring `server`.
+    /// Starts monitoring `server` (over its plain port, unauthenticated: not for a server
+    /// started with a password).
     pub fn start(server: &RedisServer) -> Monitor {
         let port = server.port();
         let mut stream = TcpStream::connect((HOST, port)).expect("connect for MONITOR");

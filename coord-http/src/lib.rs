@@ -18,7 +18,7 @@
 //! let idempotency = IdempotencyLayer::builder(coordinator)
 //!     // The principal: one tenant's key can never replay another tenant's response.
 //!     .scope(|request| {
-//!         request.headers().get("x-tenant")
+//!         request.headers.get("x-tenant")
 //!             .and_then(|v| v.to_str().ok())
 //!             .unwrap_or("anonymous")
 //!             .to_owned()
@@ -96,6 +96,8 @@ mod key;
 mod layer;
 mod metrics;
 pub mod problem;
+#[allow(unused_imports)]
+mod shim;
 mod stored;
 
 pub use body::{RequestBody, ResponseBody};

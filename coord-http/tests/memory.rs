@@ -54,20 +54,25 @@ async fn concurrent_duplicates_across_two_servers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn backend_down_fails_closed() {
     let (provider, coordinator) = switchable_coordinator();
-    let layer = layer(coordinator).retry_after(Duration::from_secs(7)).build();
+    let layer = layer(coordinator)
+        .retry_after(Duration::from_secs(7))
+        .build();
     let (server, app) = start(layer.clone()).await;
     let client = client();
     provider.set_down(true);
-    let reply = Send::post(&server, "/charge", "down").send(&client).await;
+    let reply = Req::post(&server, "/charge", "down").send(&client).await;
     assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(reply.problem(), "backend-unavailable");
     assert_eq!(reply.retry_after(), Some(7));
     let detail = reply.json()["detail"].as_str().unwrap().to_owned();
-    assert!(!detail.contains("switched off"), "no backend message leaks: {detail}");
+    assert!(
+        !detail.contains("switched off"),
+        "no backend message leaks: {detail}"
+    );
     assert_eq!(app.runs(), 0);
     assert_eq!(layer.metrics().backend_errors(), 1);
     provider.set_down(false);
-    let reply = Send::post(&server, "/charge", "down").send(&client).await;
+    let reply = Req::post(&server, "/charge", "down").send(&client).await;
     assert_eq!(reply.status, StatusCode::CREATED);
     assert_eq!(app.runs(), 1);
 }
@@ -84,7 +89,7 @@ async fn backend_down_fails_open() {
     let client = client();
     provider.set_down(true);
     for run in 1..=2 {
-        let reply = Send::post(&server, "/charge", "open").send(&client).await;
+        let reply = Req::post(&server, "/charge", "open").send(&client).await;
         assert_eq!(reply.status, StatusCode::CREATED);
         assert!(!reply.replayed());
         assert_eq!(reply.run(), Some(run));
@@ -92,8 +97,8 @@ async fn backend_down_fails_open() {
     assert_eq!(layer.metrics().failed_open(), 2);
     assert_eq!(coordinator.metrics().fail_open_runs(), 2);
     provider.set_down(false);
-    let stored = Send::post(&server, "/charge", "open").send(&client).await;
-    let replay = Send::post(&server, "/charge", "open").send(&client).await;
+    let stored = Req::post(&server, "/charge", "open").send(&client).await;
+    let replay = Req::post(&server, "/charge", "open").send(&client).await;
     assert!(!stored.replayed());
     assert!(replay.replayed());
     assert_eq!(app.runs(), 3);
@@ -109,11 +114,9 @@ async fn backend_lost_while_the_handler_runs() {
         .build();
     let (server, app) = start(layer.clone()).await;
     let client = client();
-    let pending = tokio::spawn(
-        Send::post(&server, "/charge", "lost")
-            .header("x-delay-ms", b"300")
-            .send(&client.clone()),
-    );
+    let pending = Req::post(&server, "/charge", "lost")
+        .header("x-delay-ms", b"300")
+        .spawn(&client);
     eventually("the handler started", || app.runs() == 1).await;
     provider.set_down(true);
     let reply = pending.await.unwrap();
@@ -123,7 +126,7 @@ async fn backend_lost_while_the_handler_runs() {
     provider.set_down(false);
     // Under the default `Rerun`, once the lease is over the key runs again.
     tokio::time::sleep(Duration::from_millis(600)).await;
-    let again = Send::post(&server, "/charge", "lost").send(&client).await;
+    let again = Req::post(&server, "/charge", "lost").send(&client).await;
     assert_eq!(again.status, StatusCode::CREATED);
     assert_eq!(again.run(), Some(2));
 }

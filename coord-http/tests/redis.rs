@@ -134,16 +134,20 @@ async fn redis_down_fails_closed(client: Client) {
     let http = support::client();
     redis.kill();
     let started = Instant::now();
-    let reply = Send::post(&server, "/charge", "k").send(&http).await;
+    let reply = Req::post(&server, "/charge", "k").send(&http).await;
     assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(reply.problem(), "backend-unavailable");
     assert_eq!(reply.retry_after(), Some(1));
-    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
     assert_eq!(app.runs(), 0);
     redis.restart();
     let started = Instant::now();
     let reply = loop {
-        let reply = Send::post(&server, "/charge", "k").send(&http).await;
+        let reply = Req::post(&server, "/charge", "k").send(&http).await;
         if reply.status != StatusCode::SERVICE_UNAVAILABLE || started.elapsed() > LONG {
             break reply;
         }
@@ -157,12 +161,14 @@ async fn redis_down_fails_closed(client: Client) {
 async fn redis_down_fails_open(client: Client) {
     let mut redis = RedisServer::start();
     let coord = coordinator(&redis, client, "open").await;
-    let layer = layer(coord).on_backend_error(OnBackendError::FailOpen).build();
+    let layer = layer(coord)
+        .on_backend_error(OnBackendError::FailOpen)
+        .build();
     let (server, app) = start(layer.clone()).await;
     let http = support::client();
     redis.kill();
     for run in 1..=2 {
-        let reply = Send::post(&server, "/charge", "k").send(&http).await;
+        let reply = Req::post(&server, "/charge", "k").send(&http).await;
         assert_eq!(reply.status, StatusCode::CREATED);
         assert_eq!(reply.run(), Some(run));
     }
@@ -180,25 +186,27 @@ async fn redis_killed_mid_request(client: Client) {
     let (server, app) = start(layer.clone()).await;
     let http = support::client();
     let started = Instant::now();
-    let pending = tokio::spawn(
-        Send::post(&server, "/charge", "k")
-            .header("x-delay-ms", b"400")
-            .send(&http.clone()),
-    );
+    let pending = Req::post(&server, "/charge", "k")
+        .header("x-delay-ms", b"400")
+        .spawn(&http);
     eventually("the handler started", || app.runs() == 1).await;
     redis.kill();
     let reply = pending.await.unwrap();
     assert_eq!(reply.status, StatusCode::CREATED);
     assert_eq!(reply.run(), Some(1));
-    assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
     assert_eq!(layer.metrics().not_stored(), 1);
-    let during = Send::post(&server, "/charge", "k").send(&http).await;
+    let during = Req::post(&server, "/charge", "k").send(&http).await;
     assert_eq!(during.status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(during.problem(), "backend-unavailable");
     redis.restart();
     let started = Instant::now();
     let after = loop {
-        let reply = Send::post(&server, "/charge", "k").send(&http).await;
+        let reply = Req::post(&server, "/charge", "k").send(&http).await;
         if reply.status != StatusCode::SERVICE_UNAVAILABLE || started.elapsed() > LONG {
             break reply;
         }

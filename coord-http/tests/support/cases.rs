@@ -15,17 +15,20 @@ pub async fn replays_exactly(coord: Coordinator) {
     let layer = layer(coord).build();
     let (server, app) = start(layer.clone()).await;
     let client = client();
-    let first = Send::post(&server, "/charge", "k-1").send(&client).await;
+    let first = Req::post(&server, "/charge", "k-1").send(&client).await;
     assert_eq!(first.status, StatusCode::CREATED);
     assert!(!first.replayed());
     assert_eq!(first.json()["run"], 1);
     for _ in 0..3 {
-        let again = Send::post(&server, "/charge", "k-1").send(&client).await;
+        let again = Req::post(&server, "/charge", "k-1").send(&client).await;
         assert_eq!(again.status, StatusCode::CREATED);
         assert!(again.replayed());
         assert_eq!(again.body, first.body);
         assert_eq!(again.headers["content-type"], "application/json");
-        assert_eq!(again.headers["content-length"], first.body.len().to_string());
+        assert_eq!(
+            again.headers["content-length"],
+            first.body.len().to_string()
+        );
         // `x-run` is not among the stored headers.
         assert_eq!(again.run(), None);
     }
@@ -33,7 +36,7 @@ pub async fn replays_exactly(coord: Coordinator) {
     assert_eq!(layer.metrics().executed(), 1);
     assert_eq!(layer.metrics().replayed(), 3);
     // Another key runs.
-    let other = Send::post(&server, "/charge", "k-2").send(&client).await;
+    let other = Req::post(&server, "/charge", "k-2").send(&client).await;
     assert!(!other.replayed());
     assert_eq!(app.runs(), 2);
 }
@@ -42,14 +45,18 @@ pub async fn replays_exactly(coord: Coordinator) {
 pub async fn quoted_and_bare_forms_share_a_key(coord: Coordinator) {
     let (server, app) = start(layer(coord).build()).await;
     let client = client();
-    let first = Send::post(&server, "/charge", "\"order-7\"").send(&client).await;
+    let first = Req::post(&server, "/charge", "\"order-7\"")
+        .send(&client)
+        .await;
     assert_eq!(first.status, StatusCode::CREATED);
-    let bare = Send::post(&server, "/charge", "order-7").send(&client).await;
+    let bare = Req::post(&server, "/charge", "order-7").send(&client).await;
     assert!(bare.replayed());
     assert_eq!(bare.body, first.body);
-    let escaped = Send::post(&server, "/charge", r#""a\"b""#).send(&client).await;
+    let escaped = Req::post(&server, "/charge", r#""a\"b""#)
+        .send(&client)
+        .await;
     assert!(!escaped.replayed());
-    let escaped_bare = Send::post(&server, "/charge", r#"a"b"#).send(&client).await;
+    let escaped_bare = Req::post(&server, "/charge", r#"a"b"#).send(&client).await;
     assert!(escaped_bare.replayed());
     assert_eq!(app.runs(), 2);
 }
@@ -60,7 +67,10 @@ pub async fn missing_key(coord: Coordinator) {
     let required = layer(coord.clone()).build();
     let (server, app) = start(required.clone()).await;
     let client = client();
-    let reply = Send::post(&server, "/charge", "").no_key().send(&client).await;
+    let reply = Req::post(&server, "/charge", "")
+        .no_key()
+        .send(&client)
+        .await;
     assert_eq!(reply.status, StatusCode::BAD_REQUEST);
     assert_eq!(reply.problem(), "missing-key");
     assert_eq!(app.runs(), 0);
@@ -69,7 +79,10 @@ pub async fn missing_key(coord: Coordinator) {
     let optional = layer(coord).require_key(false).build();
     let (server, app) = start(optional.clone()).await;
     for run in 1..=2 {
-        let reply = Send::post(&server, "/charge", "").no_key().send(&client).await;
+        let reply = Req::post(&server, "/charge", "")
+            .no_key()
+            .send(&client)
+            .await;
         assert_eq!(reply.status, StatusCode::CREATED);
         assert!(!reply.replayed());
         assert_eq!(reply.json()["run"], run);
@@ -97,12 +110,15 @@ pub async fn invalid_keys(coord: Coordinator) {
         (b"\"a\\b\"", "malformed-string"),
     ];
     for (key, reason) in cases {
-        let reply = Send::post(&server, "/charge", "").raw_key(key).send(&client).await;
+        let reply = Req::post(&server, "/charge", "")
+            .raw_key(key)
+            .send(&client)
+            .await;
         assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{key:?}");
         assert_eq!(reply.problem(), "invalid-key", "{key:?}");
         assert_eq!(reply.json()["reason"], reason, "{key:?}");
     }
-    let repeated = Send::post(&server, "/charge", "a")
+    let repeated = Req::post(&server, "/charge", "a")
         .header("idempotency-key", b"b")
         .send(&client)
         .await;
@@ -110,7 +126,7 @@ pub async fn invalid_keys(coord: Coordinator) {
     assert_eq!(repeated.json()["reason"], "repeated");
     assert_eq!(app.runs(), 0);
     // 255 characters are fine.
-    let ok = Send::post(&server, "/charge", &longest).send(&client).await;
+    let ok = Req::post(&server, "/charge", &longest).send(&client).await;
     assert_eq!(ok.status, StatusCode::CREATED);
     assert_eq!(app.runs(), 1);
 }
@@ -124,19 +140,23 @@ pub async fn reused_key_for_another_request(coord: Coordinator) {
         .build();
     let (server, app) = start(layer.clone()).await;
     let client = client();
-    let first = Send::post(&server, "/charge", "reused")
+    let first = Req::post(&server, "/charge", "reused")
         .header("x-api-version", b"1")
         .send(&client)
         .await;
     assert_eq!(first.status, StatusCode::CREATED);
     let variants = vec![
-        Send::post(&server, "/charge", "reused").header("x-api-version", b"1").body("{\"amount\":101}"),
-        Send::post(&server, "/charge/other", "reused").header("x-api-version", b"1"),
-        Send::post(&server, "/charge?x=1", "reused").header("x-api-version", b"1"),
-        Send::post(&server, "/charge", "reused").header("x-api-version", b"1").method("PATCH"),
-        Send::post(&server, "/charge", "reused").header("x-api-version", b"2"),
-        Send::post(&server, "/charge", "reused"),
-        Send::post(&server, "/refund", "reused").header("x-api-version", b"1"),
+        Req::post(&server, "/charge", "reused")
+            .header("x-api-version", b"1")
+            .body("{\"amount\":101}"),
+        Req::post(&server, "/charge/other", "reused").header("x-api-version", b"1"),
+        Req::post(&server, "/charge?x=1", "reused").header("x-api-version", b"1"),
+        Req::post(&server, "/charge", "reused")
+            .header("x-api-version", b"1")
+            .method("PATCH"),
+        Req::post(&server, "/charge", "reused").header("x-api-version", b"2"),
+        Req::post(&server, "/charge", "reused"),
+        Req::post(&server, "/refund", "reused").header("x-api-version", b"1"),
     ];
     for variant in variants {
         let reply = variant.send(&client).await;
@@ -146,7 +166,7 @@ pub async fn reused_key_for_another_request(coord: Coordinator) {
     }
     assert_eq!(layer.metrics().key_reused(), 7);
     // Headers that are not fingerprinted do not count; the stored response is untouched.
-    let same = Send::post(&server, "/charge", "reused")
+    let same = Req::post(&server, "/charge", "reused")
         .header("x-api-version", b"1")
         .header("x-trace", b"other")
         .send(&client)
@@ -159,20 +179,24 @@ pub async fn reused_key_for_another_request(coord: Coordinator) {
 /// A duplicate of a request still running is 409 with Retry-After; once the first finishes,
 /// the duplicate gets the replay.
 pub async fn in_flight_duplicate_is_409(coord: Coordinator) {
-    let layer = layer(coord).retry_after(Duration::from_millis(2500)).build();
+    let layer = layer(coord)
+        .retry_after(Duration::from_millis(2500))
+        .build();
     let (server, app) = start(layer.clone()).await;
     let client = client();
-    let slow = tokio::spawn(
-        Send::post(&server, "/charge?delay_ms=700", "slow").send(&client.clone()),
-    );
+    let slow = Req::post(&server, "/charge?delay_ms=700", "slow").spawn(&client);
     eventually("the first request started", || app.runs() == 1).await;
-    let duplicate = Send::post(&server, "/charge?delay_ms=700", "slow").send(&client).await;
+    let duplicate = Req::post(&server, "/charge?delay_ms=700", "slow")
+        .send(&client)
+        .await;
     assert_eq!(duplicate.status, StatusCode::CONFLICT);
     assert_eq!(duplicate.problem(), "in-flight");
     assert_eq!(duplicate.retry_after(), Some(3));
     let first = slow.await.unwrap();
     assert_eq!(first.status, StatusCode::CREATED);
-    let after = Send::post(&server, "/charge?delay_ms=700", "slow").send(&client).await;
+    let after = Req::post(&server, "/charge?delay_ms=700", "slow")
+        .send(&client)
+        .await;
     assert!(after.replayed());
     assert_eq!(after.body, first.body);
     assert_eq!(app.runs(), 1);
@@ -183,11 +207,11 @@ pub async fn in_flight_duplicate_is_409(coord: Coordinator) {
 pub async fn duplicate_waits_and_replays(coord: Coordinator) {
     let (server, app) = start(layer(coord).wait(Duration::from_secs(10)).build()).await;
     let client = client();
-    let slow = tokio::spawn(
-        Send::post(&server, "/charge?delay_ms=500", "waited").send(&client.clone()),
-    );
+    let slow = Req::post(&server, "/charge?delay_ms=500", "waited").spawn(&client);
     eventually("the first request started", || app.runs() == 1).await;
-    let duplicate = Send::post(&server, "/charge?delay_ms=500", "waited").send(&client).await;
+    let duplicate = Req::post(&server, "/charge?delay_ms=500", "waited")
+        .send(&client)
+        .await;
     let first = slow.await.unwrap();
     assert_eq!(first.status, StatusCode::CREATED);
     assert_eq!(duplicate.status, StatusCode::CREATED);
@@ -200,16 +224,17 @@ pub async fn duplicate_waits_and_replays(coord: Coordinator) {
 pub async fn waiter_runs_when_the_first_fails(coord: Coordinator) {
     let (server, app) = start(layer(coord).wait(Duration::from_secs(10)).build()).await;
     let client = client();
-    let failing = tokio::spawn(
-        Send::post(&server, "/charge?delay_ms=500&status=503", "fails-first")
-            .send(&client.clone()),
-    );
+    let failing =
+        Req::post(&server, "/charge?delay_ms=500&status=503", "fails-first").spawn(&client);
     eventually("the first request started", || app.runs() == 1).await;
     // Same key, same request: the query is part of the fingerprint.
-    let duplicate = Send::post(&server, "/charge?delay_ms=500&status=503", "fails-first")
+    let duplicate = Req::post(&server, "/charge?delay_ms=500&status=503", "fails-first")
         .send(&client)
         .await;
-    assert_eq!(failing.await.unwrap().status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(
+        failing.await.unwrap().status,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
     assert_eq!(duplicate.status, StatusCode::SERVICE_UNAVAILABLE);
     assert!(!duplicate.replayed());
     assert_eq!(duplicate.run(), Some(2));
@@ -224,8 +249,8 @@ pub async fn failures_are_not_remembered(coord: Coordinator) {
     for (n, status) in [400u16, 422, 500, 503].into_iter().enumerate() {
         let key = format!("failure-{status}");
         let path = format!("/charge?status={status}");
-        let first = Send::post(&server, &path, &key).send(&client).await;
-        let second = Send::post(&server, &path, &key).send(&client).await;
+        let first = Req::post(&server, &path, &key).send(&client).await;
+        let second = Req::post(&server, &path, &key).send(&client).await;
         assert_eq!(first.status.as_u16(), status);
         assert_eq!(second.status.as_u16(), status);
         assert!(!second.replayed());
@@ -234,10 +259,12 @@ pub async fn failures_are_not_remembered(coord: Coordinator) {
     assert_eq!(app.runs(), 8);
     assert_eq!(layer.metrics().not_remembered(), 8);
     // A success after a failure with the same key is remembered.
-    let fixed = Send::post(&server, "/charge?status=400", "failure-400").send(&client).await;
+    let fixed = Req::post(&server, "/charge?status=400", "failure-400")
+        .send(&client)
+        .await;
     assert_eq!(fixed.status, StatusCode::BAD_REQUEST);
-    let ok = Send::post(&server, "/charge", "fresh").send(&client).await;
-    let again = Send::post(&server, "/charge", "fresh").send(&client).await;
+    let ok = Req::post(&server, "/charge", "fresh").send(&client).await;
+    let again = Req::post(&server, "/charge", "fresh").send(&client).await;
     assert!(!ok.replayed());
     assert!(again.replayed());
 }
@@ -249,17 +276,29 @@ pub async fn client_errors_remembered_when_configured(coord: Coordinator) {
         .build();
     let (server, app) = start(layer).await;
     let client = client();
-    let first = Send::post(&server, "/charge?status=402", "declined").send(&client).await;
-    let again = Send::post(&server, "/charge?status=402", "declined").send(&client).await;
+    let first = Req::post(&server, "/charge?status=402", "declined")
+        .send(&client)
+        .await;
+    let again = Req::post(&server, "/charge?status=402", "declined")
+        .send(&client)
+        .await;
     assert_eq!(again.status, StatusCode::PAYMENT_REQUIRED);
     assert!(again.replayed());
     assert_eq!(again.body, first.body);
-    let limited = Send::post(&server, "/charge?status=429", "limited").send(&client).await;
-    let retried = Send::post(&server, "/charge?status=429", "limited").send(&client).await;
+    let limited = Req::post(&server, "/charge?status=429", "limited")
+        .send(&client)
+        .await;
+    let retried = Req::post(&server, "/charge?status=429", "limited")
+        .send(&client)
+        .await;
     assert_eq!(limited.status, StatusCode::TOO_MANY_REQUESTS);
     assert!(!retried.replayed());
-    let failed = Send::post(&server, "/charge?status=500", "server").send(&client).await;
-    let retried = Send::post(&server, "/charge?status=500", "server").send(&client).await;
+    let failed = Req::post(&server, "/charge?status=500", "server")
+        .send(&client)
+        .await;
+    let retried = Req::post(&server, "/charge?status=500", "server")
+        .send(&client)
+        .await;
     assert_eq!(failed.status, StatusCode::INTERNAL_SERVER_ERROR);
     assert!(!retried.replayed());
     assert_eq!(app.runs(), 5);
@@ -276,9 +315,13 @@ pub async fn binary_body_and_custom_headers(coord: Coordinator) {
         .build();
     let (server, app) = start(layer).await;
     let client = client();
-    let first = Send::post(&server, "/charge?binary", "bin").send(&client).await;
+    let first = Req::post(&server, "/charge?binary", "bin")
+        .send(&client)
+        .await;
     assert_eq!(&first.body[..], &binary_body()[..]);
-    let again = Send::post(&server, "/charge?binary", "bin").send(&client).await;
+    let again = Req::post(&server, "/charge?binary", "bin")
+        .send(&client)
+        .await;
     assert!(again.replayed());
     assert_eq!(again.status, StatusCode::CREATED);
     assert_eq!(&again.body[..], &binary_body()[..]);
@@ -305,10 +348,10 @@ pub async fn oversized_response_is_unreplayable(coord: Coordinator) {
         ("/charge?len=10000", "announced"),
         ("/charge?stream_len=10000", "streamed"),
     ] {
-        let first = Send::post(&server, path, key).send(&client).await;
+        let first = Req::post(&server, path, key).send(&client).await;
         assert_eq!(first.status, StatusCode::CREATED, "{path}");
         assert_eq!(first.body.len(), 10_000, "{path}");
-        let duplicate = Send::post(&server, path, key).send(&client).await;
+        let duplicate = Req::post(&server, path, key).send(&client).await;
         assert_eq!(duplicate.status, StatusCode::CONFLICT, "{path}");
         assert_eq!(duplicate.problem(), "response-not-replayable", "{path}");
         assert_eq!(duplicate.json()["original_status"], 201, "{path}");
@@ -318,8 +361,12 @@ pub async fn oversized_response_is_unreplayable(coord: Coordinator) {
     assert_eq!(app.runs(), 2);
     assert_eq!(layer.metrics().oversized(), 2);
     // Within the limit, the same route is replayed.
-    let small = Send::post(&server, "/charge?stream_len=4096", "fits").send(&client).await;
-    let again = Send::post(&server, "/charge?stream_len=4096", "fits").send(&client).await;
+    let small = Req::post(&server, "/charge?stream_len=4096", "fits")
+        .send(&client)
+        .await;
+    let again = Req::post(&server, "/charge?stream_len=4096", "fits")
+        .send(&client)
+        .await;
     assert!(again.replayed());
     assert_eq!(again.body, small.body);
 }
@@ -333,7 +380,9 @@ pub async fn oversized_response_forgotten(coord: Coordinator) {
     let (server, app) = start(layer.clone()).await;
     let client = client();
     for run in 1..=2 {
-        let reply = Send::post(&server, "/charge?stream_len=9000", "big").send(&client).await;
+        let reply = Req::post(&server, "/charge?stream_len=9000", "big")
+            .send(&client)
+            .await;
         assert_eq!(reply.status, StatusCode::CREATED);
         assert_eq!(reply.body.len(), 9000);
         assert!(!reply.replayed());
@@ -347,13 +396,13 @@ pub async fn request_body_over_the_limit(coord: Coordinator) {
     let layer = layer(coord).max_request_body(1000).build();
     let (server, app) = start(layer).await;
     let client = client();
-    let reply = Send::post(&server, "/charge", "big-request")
+    let reply = Req::post(&server, "/charge", "big-request")
         .body(vec![b'z'; 1001])
         .send(&client)
         .await;
     assert_eq!(reply.status, StatusCode::PAYLOAD_TOO_LARGE);
     assert_eq!(reply.problem(), "request-too-large");
-    let fits = Send::post(&server, "/charge", "big-request")
+    let fits = Req::post(&server, "/charge", "big-request")
         .body(vec![b'z'; 1000])
         .send(&client)
         .await;
@@ -363,7 +412,10 @@ pub async fn request_body_over_the_limit(coord: Coordinator) {
 
 /// Retries `send` while it is answered 409, for at most five seconds (far less than the
 /// 30-second lease the callers use, so a key left blocked fails the test).
-async fn retry_while_in_flight(mut send: impl FnMut() -> Send<'static>, client: &reqwest::Client) -> Reply {
+async fn retry_while_in_flight(
+    mut send: impl FnMut() -> Req<'static>,
+    client: &reqwest::Client,
+) -> Reply {
     let started = Instant::now();
     loop {
         let reply = send().send(client).await;
@@ -382,20 +434,22 @@ async fn retry_while_in_flight(mut send: impl FnMut() -> Send<'static>, client: 
 /// A handler that panics leaves no stuck key: the retry (the same request: `x-panic` is not
 /// fingerprinted) runs at once rather than after the 30-second lease.
 pub async fn panic_frees_the_key(coord: Coordinator) {
-    let layer = layer(coord).in_flight_lease(Duration::from_secs(30)).build();
+    let layer = layer(coord)
+        .in_flight_lease(Duration::from_secs(30))
+        .build();
     let (server, app) = start(layer).await;
     let client = client();
-    let crashed = Send::post(&server, "/charge", "panics")
+    let crashed = Req::post(&server, "/charge", "panics")
         .header("x-panic", b"1")
         .try_send(&client)
         .await;
-    assert!(crashed.is_err(), "a panicking handler gives no response: {crashed:?}");
+    assert!(
+        crashed.is_err(),
+        "a panicking handler gives no response: {crashed:?}"
+    );
     let url = server.url.clone();
-    let retry = retry_while_in_flight(
-        || Send::post_url(format!("{url}/charge"), "panics"),
-        &client,
-    )
-    .await;
+    let retry =
+        retry_while_in_flight(|| Req::post_url(format!("{url}/charge"), "panics"), &client).await;
     assert_eq!(retry.status, StatusCode::CREATED);
     assert!(!retry.replayed());
     assert_eq!(app.runs(), 2);
@@ -409,13 +463,19 @@ pub async fn panic_under_fail_is_outcome_unknown(coord: Coordinator) {
         .build();
     let (server, app) = start(layer.clone()).await;
     let client = client();
-    let crashed = Send::post(&server, "/charge?panic", "at-most-once").try_send(&client).await;
+    let crashed = Req::post(&server, "/charge?panic", "at-most-once")
+        .try_send(&client)
+        .await;
     assert!(crashed.is_err());
-    let during = Send::post(&server, "/charge?panic", "at-most-once").send(&client).await;
+    let during = Req::post(&server, "/charge?panic", "at-most-once")
+        .send(&client)
+        .await;
     assert_eq!(during.status, StatusCode::CONFLICT);
     assert_eq!(during.problem(), "in-flight");
     tokio::time::sleep(Duration::from_millis(900)).await;
-    let after = Send::post(&server, "/charge?panic", "at-most-once").send(&client).await;
+    let after = Req::post(&server, "/charge?panic", "at-most-once")
+        .send(&client)
+        .await;
     assert_eq!(after.status, StatusCode::CONFLICT);
     assert_eq!(after.problem(), "outcome-unknown");
     assert!(after.retry_after().is_none());
@@ -427,10 +487,12 @@ pub async fn panic_under_fail_is_outcome_unknown(coord: Coordinator) {
 /// the key is freed, and a retry runs long before the handler (10 s) or the lease (30 s) would
 /// have ended.
 pub async fn client_disconnect_frees_the_key(coord: Coordinator) {
-    let layer = layer(coord).in_flight_lease(Duration::from_secs(30)).build();
+    let layer = layer(coord)
+        .in_flight_lease(Duration::from_secs(30))
+        .build();
     let (server, app) = start(layer).await;
     let client = client();
-    let gone = Send::post(&server, "/charge", "hung-up")
+    let gone = Req::post(&server, "/charge", "hung-up")
         .header("x-delay-ms", b"10000")
         .timeout(Duration::from_millis(300))
         .try_send(&client)
@@ -438,31 +500,50 @@ pub async fn client_disconnect_frees_the_key(coord: Coordinator) {
     assert!(gone.is_err(), "the client gave up: {gone:?}");
     let url = server.url.clone();
     let retry = retry_while_in_flight(
-        || Send::post_url(format!("{url}/charge"), "hung-up"),
+        || Req::post_url(format!("{url}/charge"), "hung-up"),
         &client,
     )
     .await;
     assert_eq!(retry.status, StatusCode::CREATED);
     assert!(!retry.replayed());
     assert_eq!(retry.run(), Some(2));
-    assert_eq!(app.finished(), 1, "the first handler was dropped, never finished");
+    assert_eq!(
+        app.finished(),
+        1,
+        "the first handler was dropped, never finished"
+    );
 }
 
 /// Two principals with the same key get two runs and two different responses.
 pub async fn tenants_do_not_share_keys(coord: Coordinator) {
     let (server, app) = start(layer(coord).build()).await;
     let client = client();
-    let a = Send::post(&server, "/charge", "shared").tenant("acme").send(&client).await;
-    let b = Send::post(&server, "/charge", "shared").tenant("globex").send(&client).await;
+    let a = Req::post(&server, "/charge", "shared")
+        .tenant("acme")
+        .send(&client)
+        .await;
+    let b = Req::post(&server, "/charge", "shared")
+        .tenant("globex")
+        .send(&client)
+        .await;
     assert!(!a.replayed());
     assert!(!b.replayed());
     assert_ne!(a.body, b.body);
-    let a2 = Send::post(&server, "/charge", "shared").tenant("acme").send(&client).await;
-    let b2 = Send::post(&server, "/charge", "shared").tenant("globex").send(&client).await;
+    let a2 = Req::post(&server, "/charge", "shared")
+        .tenant("acme")
+        .send(&client)
+        .await;
+    let b2 = Req::post(&server, "/charge", "shared")
+        .tenant("globex")
+        .send(&client)
+        .await;
     assert_eq!(a2.body, a.body);
     assert_eq!(b2.body, b.body);
     // A scope cannot reach into a key by containing the separator.
-    let forged = Send::post(&server, "/charge", "x").tenant("acme:shared").send(&client).await;
+    let forged = Req::post(&server, "/charge", "x")
+        .tenant("acme:shared")
+        .send(&client)
+        .await;
     assert!(!forged.replayed());
     assert_eq!(app.runs(), 3);
 }
@@ -473,19 +554,27 @@ pub async fn unguarded_methods_pass_through(coord: Coordinator) {
     let client = client();
     for method in ["GET", "PUT", "DELETE"] {
         for _ in 0..2 {
-            let reply = Send::post(&server, "/charge", "same-key")
+            let reply = Req::post(&server, "/charge", "same-key")
                 .method(method)
                 .send(&client)
                 .await;
             assert_eq!(reply.status, StatusCode::CREATED, "{method}");
             assert!(!reply.replayed(), "{method}");
         }
-        let keyless = Send::post(&server, "/charge", "").no_key().method(method).send(&client).await;
+        let keyless = Req::post(&server, "/charge", "")
+            .no_key()
+            .method(method)
+            .send(&client)
+            .await;
         assert_eq!(keyless.status, StatusCode::CREATED, "{method}");
     }
     assert_eq!(app.runs(), 9);
     // PATCH is guarded by default.
-    let patch = Send::post(&server, "/charge", "").no_key().method("PATCH").send(&client).await;
+    let patch = Req::post(&server, "/charge", "")
+        .no_key()
+        .method("PATCH")
+        .send(&client)
+        .await;
     assert_eq!(patch.status, StatusCode::BAD_REQUEST);
 }
 
@@ -498,7 +587,7 @@ pub async fn concurrent_duplicates_across_two_servers(first: Coordinator, second
     let mut tasks = Vec::new();
     for i in 0..50 {
         let url = if i % 2 == 0 { &one.url } else { &two.url };
-        let send = Send::post_url(format!("{url}/charge?delay_ms=300"), "stampede");
+        let send = Req::post_url(format!("{url}/charge?delay_ms=300"), "stampede");
         let client = client.clone();
         tasks.push(tokio::spawn(async move { send.send(&client).await }));
     }
@@ -506,7 +595,11 @@ pub async fn concurrent_duplicates_across_two_servers(first: Coordinator, second
     for task in tasks {
         replies.push(task.await.unwrap());
     }
-    assert_eq!(app_one.runs() + app_two.runs(), 1, "exactly one handler run");
+    assert_eq!(
+        app_one.runs() + app_two.runs(),
+        1,
+        "exactly one handler run"
+    );
     let ran: Vec<&Reply> = replies
         .iter()
         .filter(|r| r.status == StatusCode::CREATED && !r.replayed())
@@ -521,7 +614,9 @@ pub async fn concurrent_duplicates_across_two_servers(first: Coordinator, second
         }
     }
     for server in [&one, &two] {
-        let after = Send::post(server, "/charge?delay_ms=300", "stampede").send(&client).await;
+        let after = Req::post(server, "/charge?delay_ms=300", "stampede")
+            .send(&client)
+            .await;
         assert!(after.replayed());
         assert_eq!(after.body, body);
     }

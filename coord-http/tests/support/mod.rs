@@ -28,7 +28,10 @@ pub const LONG: Duration = Duration::from_secs(20);
 
 /// The bytes of the binary response: every byte value, then some.
 pub fn binary_body() -> Vec<u8> {
-    (0..=255u8).chain((0..=255u8).rev()).chain([0, 0, 0xff, b'\r', b'\n']).collect()
+    (0..=255u8)
+        .chain((0..=255u8).rev())
+        .chain([0, 0, 0xff, b'\r', b'\n'])
+        .collect()
 }
 
 /// What the test application counts.
@@ -97,10 +100,19 @@ async fn handle(State(app): State<App>, request: Request) -> Response {
     let mut response = if param("binary").is_some() {
         let mut response = Response::new(Body::from(binary_body()));
         let headers = response.headers_mut();
-        headers.insert("content-type", HeaderValue::from_static("application/octet-stream"));
+        headers.insert(
+            "content-type",
+            HeaderValue::from_static("application/octet-stream"),
+        );
         headers.append("x-custom", HeaderValue::from_static("first"));
-        headers.append("x-custom", HeaderValue::from_bytes(b"second \xff value").unwrap());
-        headers.insert("x-not-stored", HeaderValue::from_static("only-the-first-time"));
+        headers.append(
+            "x-custom",
+            HeaderValue::from_bytes(b"second \xff value").unwrap(),
+        );
+        headers.insert(
+            "x-not-stored",
+            HeaderValue::from_static("only-the-first-time"),
+        );
         response
     } else if let Some(len) = param("len") {
         Response::new(Body::from(vec![b'x'; len.parse().unwrap()]))
@@ -149,7 +161,7 @@ pub fn router(app: App, layer: IdempotencyLayer) -> Router {
 pub fn layer(coordinator: Coordinator) -> IdempotencyLayerBuilder {
     IdempotencyLayer::builder(coordinator).scope(|request| {
         request
-            .headers()
+            .headers
             .get("x-tenant")
             .and_then(|v| v.to_str().ok())
             .unwrap_or("anonymous")
@@ -220,7 +232,9 @@ impl Reply {
     /// The problem type's fragment (`in-flight`), asserting the problem document's shape.
     pub fn problem(&self) -> String {
         assert_eq!(
-            self.headers.get("content-type").map(|v| v.to_str().unwrap()),
+            self.headers
+                .get("content-type")
+                .map(|v| v.to_str().unwrap()),
             Some("application/problem+json"),
             "not a problem document: {self:?}"
         );
@@ -248,8 +262,8 @@ pub fn client() -> reqwest::Client {
         .expect("client")
 }
 
-/// A request to send.
-pub struct Send<'a> {
+/// A request to send (its builder).
+pub struct Req<'a> {
     pub method: &'a str,
     pub url: String,
     pub key: Option<&'a [u8]>,
@@ -259,13 +273,13 @@ pub struct Send<'a> {
     pub timeout: Option<Duration>,
 }
 
-impl<'a> Send<'a> {
-    pub fn post(server: &Server, path_and_query: &str, key: &'a str) -> Send<'a> {
-        Send::post_url(format!("{}{path_and_query}", server.url), key)
+impl<'a> Req<'a> {
+    pub fn post(server: &Server, path_and_query: &str, key: &'a str) -> Req<'a> {
+        Req::post_url(format!("{}{path_and_query}", server.url), key)
     }
 
-    pub fn post_url(url: String, key: &'a str) -> Send<'a> {
-        Send {
+    pub fn post_url(url: String, key: &'a str) -> Req<'a> {
+        Req {
             method: "POST",
             url,
             key: Some(key.as_bytes()),
@@ -333,6 +347,15 @@ impl<'a> Send<'a> {
             headers,
             body,
         })
+    }
+
+    /// Sends on a task of its own.
+    pub fn spawn(self, client: &reqwest::Client) -> tokio::task::JoinHandle<Reply>
+    where
+        'a: 'static,
+    {
+        let client = client.clone();
+        tokio::spawn(async move { self.send(&client).await })
     }
 
     pub async fn send(self, client: &reqwest::Client) -> Reply {
@@ -475,7 +498,10 @@ pub fn switchable_coordinator() -> (Arc<Switchable>, Coordinator) {
 pub async fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
     let deadline = tokio::time::Instant::now() + LONG;
     while !condition() {
-        assert!(tokio::time::Instant::now() < deadline, "never happened: {what}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never happened: {what}"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }

@@ -14,18 +14,18 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use coord_core::{
-    BackendError, ClaimOutcome, ClaimRequest, CompleteOutcome, CompleteRequest, CoordError,
-    Coordinator, FencingToken, Fingerprint, IdempotencyStore, LockRequest, LossCause, OwnerToken,
-    ReleaseOutcome, RenewOutcome, distributed_lock, fencing_token, idempotent,
+    BackendError, CallKey, ClaimOutcome, ClaimRequest, CompleteOutcome, CompleteRequest,
+    CoordError, Coordinator, FencingToken, Fingerprint, IdempotencyStore, LockRequest, LossCause,
+    OwnerToken, ReleaseOutcome, RenewOutcome, distributed_lock, fencing_token, idempotent,
 };
 
 const LONG: Duration = Duration::from_secs(30);
 
-fn key(c: &Coordinator, rest: &str) -> String {
-    format!("{}:conformance:{rest}", c.namespace())
+fn key(c: &Coordinator, rest: &str) -> CallKey {
+    c.key("conformance").part(rest).finish()
 }
 
-fn lock_req(key: &str, owner: OwnerToken, lease: Duration, wait: Duration) -> LockRequest<'_> {
+fn lock_req(key: &CallKey, owner: OwnerToken, lease: Duration, wait: Duration) -> LockRequest<'_> {
     LockRequest {
         key,
         owner,
@@ -39,7 +39,7 @@ fn lock_req(key: &str, owner: OwnerToken, lease: Duration, wait: Duration) -> Lo
 /// (`Stored` or `StoredWithoutMarker`), for cases that only care whether the completion landed.
 async fn complete_stored(
     store: &dyn IdempotencyStore,
-    key: &str,
+    key: &CallKey,
     owner: OwnerToken,
     payload: Arc<[u8]>,
     retention: Duration,
@@ -452,7 +452,7 @@ const SHORT: Duration = Duration::from_millis(200);
 const PAST_SHORT: Duration = Duration::from_millis(700);
 
 fn claim_req(
-    key: &str,
+    key: &CallKey,
     owner: OwnerToken,
     in_flight_lease: Duration,
     fingerprint: Option<Fingerprint>,
@@ -468,7 +468,7 @@ fn claim_req(
 }
 
 fn complete_req<'a>(
-    key: &'a str,
+    key: &'a CallKey,
     owner: OwnerToken,
     payload: &Arc<[u8]>,
     fingerprint: Option<Fingerprint>,
@@ -485,7 +485,7 @@ fn complete_req<'a>(
 /// Reads the record at `key` as a stranger would, expecting a completed one.
 async fn completed_record(
     c: &Coordinator,
-    key: &str,
+    key: &CallKey,
     why: &str,
 ) -> (Arc<[u8]>, Option<Fingerprint>) {
     let stranger = OwnerToken::new();
@@ -1240,7 +1240,7 @@ async fn flaky(
     runs.fetch_add(1, Ordering::SeqCst);
     if fail {
         Err(CoordError::InFlight {
-            key: "a user error standing in".into(),
+            key: CallKey::builder("conformance", "a-user-error-standing-in").finish(),
         })
     } else {
         Ok(request)
@@ -1318,11 +1318,8 @@ pub async fn attribute_lock_refusal_and_cancellation(c: Coordinator) {
     }
 }
 
-fn key_of(c: &Coordinator, op: &str, part: u32) -> String {
-    coord_core::KeyBuilder::new(c.namespace())
-        .raw_segment(op)
-        .part(&part)
-        .finish()
+fn key_of(c: &Coordinator, op: &str, part: u32) -> CallKey {
+    c.key(op).part(&part).finish()
 }
 
 async fn futures_join_all<F: Future + Send + 'static>(

@@ -1,6 +1,7 @@
 //! The kit itself: it passes a correct provider, catches a broken one by name, and lists every
 //! case it ships.
 
+use coord_core::CallKey;
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -42,7 +43,7 @@ impl LockProvider for ReleaseNeverFrees {
 
     fn release<'a>(
         &'a self,
-        _key: &'a str,
+        _key: &'a CallKey,
         _owner: OwnerToken,
     ) -> BoxFuture<'a, Result<ReleaseOutcome, BackendError>> {
         Box::pin(async { Ok(ReleaseOutcome::Released) })
@@ -50,7 +51,7 @@ impl LockProvider for ReleaseNeverFrees {
 
     fn renew<'a>(
         &'a self,
-        key: &'a str,
+        key: &'a CallKey,
         owner: OwnerToken,
         lease: Duration,
     ) -> BoxFuture<'a, Result<RenewOutcome, BackendError>> {
@@ -75,7 +76,7 @@ impl IdempotencyStore for ReleaseNeverFrees {
 
     fn abandon<'a>(
         &'a self,
-        key: &'a str,
+        key: &'a CallKey,
         owner: OwnerToken,
     ) -> BoxFuture<'a, Result<bool, BackendError>> {
         self.0.abandon(key, owner)
@@ -83,7 +84,7 @@ impl IdempotencyStore for ReleaseNeverFrees {
 
     fn wait_settled<'a>(
         &'a self,
-        key: &'a str,
+        key: &'a CallKey,
         timeout: Duration,
     ) -> BoxFuture<'a, Result<(), BackendError>> {
         self.0.wait_settled(key, timeout)
@@ -91,14 +92,14 @@ impl IdempotencyStore for ReleaseNeverFrees {
 
     fn renew_marker<'a>(
         &'a self,
-        key: &'a str,
+        key: &'a CallKey,
         owner: OwnerToken,
         lease: Duration,
     ) -> BoxFuture<'a, Result<RenewOutcome, BackendError>> {
         self.0.renew_marker(key, owner, lease)
     }
 
-    fn purge<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<bool, BackendError>> {
+    fn purge<'a>(&'a self, key: &'a CallKey) -> BoxFuture<'a, Result<bool, BackendError>> {
         self.0.purge(key)
     }
 }

@@ -4,6 +4,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
+use crate::call_key::{CallKey, CallKeyBuilder};
 use crate::codec::Codec;
 use crate::memory_provider::MemoryProvider;
 use crate::policy::OnBackendError;
@@ -32,7 +33,7 @@ struct Inner {
     records: Arc<dyn IdempotencyStore>,
     codec: Codec,
     on_backend_error: OnBackendError,
-    memory: Option<Arc<MemoryProvider>>,
+    in_process: bool,
     metrics: Metrics,
     renewer: Renewer,
 }
@@ -134,8 +135,8 @@ impl std::error::Error for BuildError {}
 struct ChosenProvider {
     locks: Arc<dyn LockProvider>,
     records: Arc<dyn IdempotencyStore>,
-    /// Set for the in-process provider, which the runtime calls without boxing futures.
-    memory: Option<Arc<MemoryProvider>>,
+    /// Set for the in-process provider: exclusion holds within this process only.
+    in_process: bool,
 }
 
 /// Builds a [`Coordinator`].
@@ -171,7 +172,7 @@ impl CoordinatorBuilder {
         self.provider = Some(ChosenProvider {
             locks: provider.clone(),
             records: provider.clone(),
-            memory: Some(provider),
+            in_process: true,
         });
         self
     }
@@ -182,7 +183,7 @@ impl CoordinatorBuilder {
         self.provider = Some(ChosenProvider {
             locks: provider.clone(),
             records: provider,
-            memory: None,
+            in_process: false,
         });
         self
     }
@@ -207,7 +208,7 @@ impl CoordinatorBuilder {
         let ChosenProvider {
             locks,
             records,
-            memory,
+            in_process,
         } = self.provider.ok_or(BuildError::NoProvider)?;
         Ok(Coordinator {
             inner: Arc::new(Inner {
@@ -217,7 +218,7 @@ impl CoordinatorBuilder {
                 records,
                 codec: self.codec,
                 on_backend_error: self.on_backend_error,
-                memory,
+                in_process,
                 metrics: Metrics::default(),
             }),
         })
@@ -301,12 +302,7 @@ impl Coordinator {
 
     /// True for the in-process provider: exclusion holds within this process only.
     pub fn is_in_process_only(&self) -> bool {
-        self.inner.memory.is_some()
-    }
-
-    /// The in-process provider, when it is this coordinator's provider.
-    pub(crate) fn memory(&self) -> Option<&MemoryProvider> {
-        self.inner.memory.as_deref()
+        self.inner.in_process
     }
 
     /// The counters this coordinator keeps.
@@ -326,11 +322,20 @@ impl Coordinator {
 
     /// Removes the idempotency record of one call, whatever its state: an operator's tool for
     /// resolving an abandoned record (`CoordError::OutcomeUnknown`) after reconciling by hand.
-    /// `op_key` is the call's key without the namespace, as `CoordError::key` and
-    /// `CallReport::key` show it minus the leading `namespace:` (e.g. `payments.charge:order-7`).
-    pub async fn purge_record(&self, op_key: &str) -> Result<bool, crate::BackendError> {
-        let key = format!("{}:{op_key}", self.namespace());
-        self.inner.records.purge(&key).await
+    /// `key` is the call's key as [`CoordError::key`](crate::CoordError::key) and
+    /// [`CallReport::key`](crate::CallReport::key) carry it, or as [`Coordinator::key`] builds
+    /// it; an operator's pasted text (`payments.charge:order-7`) becomes one with
+    /// [`CallKey::from_op_key`].
+    pub async fn purge_record(&self, key: &CallKey) -> Result<bool, crate::BackendError> {
+        self.inner.records.purge(key).await
+    }
+
+    /// Starts the key of `operation` in this coordinator's namespace, for the handle API and
+    /// operator tools. Parts render exactly as the attributes render `key_from` parameters, so
+    /// `coord.key("payments.charge").part(&order_id).finish()` is the key of
+    /// `#[idempotent(name = "payments.charge", key_from = "order_id")]`.
+    pub fn key(&self, operation: &str) -> CallKeyBuilder {
+        CallKey::builder(self.namespace(), operation)
     }
 
     /// The lock provider.

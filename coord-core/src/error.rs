@@ -4,6 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::call_key::CallKey;
 use crate::provider::{LossCause, OwnerToken};
 
 /// Why an intercepted call did not run its body, or why its outcome cannot be trusted.
@@ -12,15 +13,15 @@ use crate::provider::{LossCause, OwnerToken};
 /// `E: From<CoordError>`; coord hands these errors to the caller through that conversion.
 /// The enum is `#[non_exhaustive]`: match the variants you handle and keep a fallback arm.
 ///
-/// Every variant that concerns one call carries the call's key (`op:parts`), so a log line
-/// names the work that was refused.
+/// Every variant that concerns one call carries the call's [`CallKey`] (shown as
+/// `operation:parts`), so a log line names the work that was refused.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub enum CoordError {
     /// The lock was held by someone else for the whole `wait`; the body did not run.
     LockNotAcquired {
         /// The call's key.
-        key: String,
+        key: CallKey,
         /// How long the call waited before giving up (zero for a single attempt).
         waited: Duration,
     },
@@ -28,25 +29,25 @@ pub enum CoordError {
     /// only wait for ourselves, so the call fails at once instead. The body did not run.
     Reentrant {
         /// The call's key.
-        key: String,
+        key: CallKey,
     },
     /// Another call with the same idempotency key is still running and did not finish within
     /// `wait`. Nothing ran; retrying later is safe.
     InFlight {
         /// The call's key.
-        key: String,
+        key: CallKey,
     },
     /// The idempotency key was used before with different fingerprinted parameters. The stored
     /// outcome belongs to that other request, so it is neither replayed nor overwritten.
     KeyReused {
         /// The call's key.
-        key: String,
+        key: CallKey,
     },
     /// The lease of a held lock (or of an in-flight marker) was lost while the body ran, and
     /// the body was stopped.
     LockLost {
         /// The call's key.
-        key: String,
+        key: CallKey,
         /// How long the lock had been held when the loss was noticed.
         held_for: Duration,
         /// Why the hold was lost.
@@ -62,7 +63,7 @@ pub enum CoordError {
     /// retrying blindly may repeat the side effects.
     OutcomeNotStored {
         /// The call's key.
-        key: String,
+        key: CallKey,
         /// Why the outcome is not stored.
         cause: NotStoredCause,
     },
@@ -81,12 +82,12 @@ pub enum CoordError {
     /// effects happened is unknown, so nothing runs until an operator resolves the record.
     OutcomeUnknown {
         /// The call's key.
-        key: String,
+        key: CallKey,
     },
     /// A stored outcome could not be encoded or decoded with the coordinator's codec.
     Codec {
         /// The call's key.
-        key: String,
+        key: CallKey,
         /// What the codec reported.
         message: String,
     },
@@ -96,8 +97,10 @@ pub enum CoordError {
 }
 
 impl CoordError {
-    /// The key of the call this error concerns, when it concerns one call.
-    pub fn key(&self) -> Option<&str> {
+    /// The key of the call this error concerns, when it concerns one call. It displays as
+    /// `operation:parts`, the form [`Coordinator::purge_record`](crate::Coordinator::purge_record)
+    /// and [`CallKey::from_op_key`] accept.
+    pub fn key(&self) -> Option<&CallKey> {
         match self {
             CoordError::LockNotAcquired { key, .. }
             | CoordError::Reentrant { key }
@@ -285,7 +288,7 @@ impl BackendErrorKind {
 pub struct BackendError {
     kind: BackendErrorKind,
     message: String,
-    key: Option<String>,
+    key: Option<CallKey>,
     source: Option<Arc<dyn std::error::Error + Send + Sync>>,
 }
 
@@ -307,8 +310,8 @@ impl BackendError {
     }
 
     /// Attaches the key of the call that hit the fault.
-    pub fn with_key(mut self, key: impl Into<String>) -> Self {
-        self.key = Some(key.into());
+    pub fn with_key(mut self, key: &CallKey) -> Self {
+        self.key = Some(key.clone());
         self
     }
 
@@ -318,8 +321,8 @@ impl BackendError {
     }
 
     /// The key of the call that hit the fault, when known.
-    pub fn key(&self) -> Option<&str> {
-        self.key.as_deref()
+    pub fn key(&self) -> Option<&CallKey> {
+        self.key.as_ref()
     }
 
     /// The human-readable description.

@@ -11,6 +11,8 @@ use std::fmt::Write as _;
 use std::rc::Rc;
 use std::sync::Arc;
 
+use crate::call_key::CallKey;
+
 /// A value that can be part of a call key.
 ///
 /// Implemented for integers, `bool`, `char`, `str`/`String`, references and smart pointers of
@@ -158,9 +160,15 @@ impl KeyBuilder {
     /// part is, so a key never ends in a bare separator.
     pub fn raw_segment(mut self, segment: &str) -> KeyBuilder {
         self.writer.buf.push(':');
+        self.write_segment(segment);
+        self
+    }
+
+    /// Writes `segment` with the escaping [`KeyBuilder::raw_segment`] describes.
+    fn write_segment(&mut self, segment: &str) {
         if segment.is_empty() {
             self.writer.push_plain("%_");
-            return self;
+            return;
         }
         let bytes = segment.as_bytes();
         let mut start = 0;
@@ -172,7 +180,25 @@ impl KeyBuilder {
             }
         }
         self.writer.buf.push_str(&segment[start..]);
-        self
+    }
+
+    /// A builder holding only `namespace`, escaped like a segment, for a [`CallKey`]
+    /// (the operation name and the parts follow).
+    pub(crate) fn namespace_only(namespace: &str) -> KeyBuilder {
+        let mut builder = KeyBuilder {
+            writer: KeyWriter {
+                buf: String::with_capacity(namespace.len() + 32),
+                absent: false,
+            },
+            missing: None,
+        };
+        builder.write_segment(namespace);
+        builder
+    }
+
+    /// How long the rendered text is so far.
+    pub(crate) fn rendered_len(&self) -> usize {
+        self.writer.len()
     }
 
     /// The finished key.
@@ -180,26 +206,29 @@ impl KeyBuilder {
         self.writer.buf
     }
 
-    /// Starts a key in this thread's scratch buffer, for [`KeyBuilder::finish_shared`].
+    /// Starts a key in `namespace` in this thread's scratch buffer, for
+    /// [`KeyBuilder::finish_call_key`].
     pub(crate) fn scratch(namespace: &str) -> KeyBuilder {
         let mut buf = SCRATCH.with(|cell| cell.take());
         buf.clear();
-        buf.push_str(namespace);
-        KeyBuilder {
+        let mut builder = KeyBuilder {
             writer: KeyWriter { buf, absent: false },
             missing: None,
-        }
+        };
+        builder.write_segment(namespace);
+        builder
     }
 
-    /// The finished key in one shared allocation; the buffer goes back to the thread's
-    /// scratch slot, so building a call key costs one allocation.
-    pub(crate) fn finish_shared(self) -> Arc<str> {
+    /// The finished key in one shared allocation (the shown form starting at `shown_from`);
+    /// the buffer goes back to the thread's scratch slot, so building a call key costs one
+    /// allocation.
+    pub(crate) fn finish_call_key(self, shown_from: usize, op_end: usize) -> CallKey {
         let key: Arc<str> = Arc::from(self.writer.buf.as_str());
         let buf = self.writer.buf;
         if buf.capacity() <= 1024 {
             SCRATCH.with(|cell| cell.set(buf));
         }
-        key
+        CallKey::from_rendered(key, shown_from, op_end)
     }
 }
 

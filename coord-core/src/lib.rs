@@ -51,11 +51,13 @@
 //! installed, the in-process provider is used and one warning is logged: exclusion then holds
 //! within this process only.
 
+mod call_key;
 mod codec;
 mod coordinator;
 mod error;
 pub mod fence;
 mod fingerprint;
+mod handle;
 mod key;
 mod memory_provider;
 mod policy;
@@ -63,9 +65,11 @@ mod provider;
 mod report;
 mod runtime;
 
+pub use call_key::{CallKey, CallKeyBuilder, InvalidCallKey};
 pub use codec::Codec;
 pub use coordinator::{BuildError, Coordinator, CoordinatorBuilder, Metrics, Provider};
 pub use error::{BackendError, BackendErrorKind, CoordError, NotStoredCause};
+pub use handle::Idempotent;
 pub use key::{KeyBuilder, KeyPart, KeyWriter, render_key};
 pub use memory_provider::MemoryProvider;
 pub use policy::{OnAbandoned, OnBackendError, OnLost, OnMissingKey, OnStoreError};

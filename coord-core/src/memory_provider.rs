@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use coord_memory::{Attempt, Claim, Completion, LockTable, RecordStore, Renewal};
 
+use crate::call_key::CallKey;
 use crate::error::BackendError;
 use crate::provider::{
     BoxFuture, ClaimOutcome, ClaimRequest, CompleteOutcome, CompleteRequest, FencingToken,
@@ -44,42 +45,6 @@ impl MemoryProvider {
         self.locks.len()
     }
 
-    /// The lock acquire without the boxed future of the trait: the runtime calls this
-    /// directly when the coordinator's provider is this one.
-    pub(crate) async fn acquire_inline(
-        &self,
-        req: LockRequest<'_>,
-        shared_key: Option<&Arc<str>>,
-    ) -> Option<(LockGrant, tokio::time::Instant)> {
-        let grant = |g: coord_memory::Grant| {
-            let grant = LockGrant {
-                fencing_token: g.fencing_token.map(FencingToken::new),
-                contended: g.contended,
-            };
-            (grant, g.granted_at)
-        };
-        let (owner, lease, wait, fenced) = (req.owner.as_u128(), req.lease, req.wait, req.fenced);
-        let attempt = match shared_key {
-            Some(key) => self.locks.attempt_shared(key, owner, lease, wait, fenced),
-            None => self.locks.attempt(req.key, owner, lease, wait, fenced),
-        };
-        match attempt {
-            Attempt::Granted(g) => Some(grant(g)),
-            Attempt::Held => None,
-            // Boxed: the waiting state machine is large, and only contended calls need it.
-            Attempt::Queued(waiter) => Box::pin(waiter.wait()).await.map(grant),
-        }
-    }
-
-    /// The lock release without the boxed future of the trait.
-    pub(crate) fn release_inline(&self, key: &str, owner: OwnerToken) -> ReleaseOutcome {
-        if self.locks.release(key, owner.as_u128()) {
-            ReleaseOutcome::Released
-        } else {
-            ReleaseOutcome::NotHeld
-        }
-    }
-
     /// How many idempotency records are stored.
     pub fn records(&self) -> u64 {
         self.records.len()
@@ -91,30 +56,48 @@ impl LockProvider for MemoryProvider {
         &'a self,
         req: LockRequest<'a>,
     ) -> BoxFuture<'a, Result<Option<LockGrant>, BackendError>> {
-        Box::pin(async move { Ok(self.acquire_inline(req, None).await.map(|(grant, _)| grant)) })
+        let grant = |g: coord_memory::Grant| LockGrant {
+            fencing_token: g.fencing_token.map(FencingToken::new),
+            contended: g.contended,
+            lease_began: Some(g.granted_at),
+        };
+        let (owner, lease, wait, fenced) = (req.owner.as_u128(), req.lease, req.wait, req.fenced);
+        match self
+            .locks
+            .attempt_shared(req.key.shared(), owner, lease, wait, fenced)
+        {
+            Attempt::Granted(g) => Box::pin(std::future::ready(Ok(Some(grant(g))))),
+            Attempt::Held => Box::pin(std::future::ready(Ok(None))),
+            Attempt::Queued(waiter) => Box::pin(async move { Ok(waiter.wait().await.map(grant)) }),
+        }
     }
 
     fn release<'a>(
         &'a self,
-        key: &'a str,
+        key: &'a CallKey,
         owner: OwnerToken,
     ) -> BoxFuture<'a, Result<ReleaseOutcome, BackendError>> {
-        Box::pin(std::future::ready(Ok(self.release_inline(key, owner))))
+        let outcome = if self.locks.release(key.qualified(), owner.as_u128()) {
+            ReleaseOutcome::Released
+        } else {
+            ReleaseOutcome::NotHeld
+        };
+        Box::pin(std::future::ready(Ok(outcome)))
     }
 
     fn renew<'a>(
         &'a self,
-        key: &'a str,
+        key: &'a CallKey,
         owner: OwnerToken,
         lease: Duration,
     ) -> BoxFuture<'a, Result<RenewOutcome, BackendError>> {
-        let outcome = renew_outcome(self.locks.renew(key, owner.as_u128(), lease));
+        let outcome = renew_outcome(self.locks.renew(key.qualified(), owner.as_u128(), lease));
         Box::pin(std::future::ready(Ok(outcome)))
     }
 
-    fn release_detached(self: Arc<Self>, key: String, owner: OwnerToken, _lease_left: Duration) {
+    fn release_detached(self: Arc<Self>, key: CallKey, owner: OwnerToken, _lease_left: Duration) {
         // Release is synchronous here: do it now rather than on another task.
-        self.locks.release(&key, owner.as_u128());
+        self.locks.release(key.qualified(), owner.as_u128());
     }
 }
 
@@ -132,7 +115,7 @@ impl IdempotencyStore for MemoryProvider {
         req: ClaimRequest<'a>,
     ) -> BoxFuture<'a, Result<ClaimOutcome, BackendError>> {
         let found = self.records.claim(
-            req.key,
+            req.key.qualified(),
             req.owner.as_u128(),
             req.in_flight_lease,
             req.fingerprint.map(|f| f.0),
@@ -166,7 +149,7 @@ impl IdempotencyStore for MemoryProvider {
         req: CompleteRequest<'a>,
     ) -> BoxFuture<'a, Result<CompleteOutcome, BackendError>> {
         let outcome = match self.records.complete(
-            req.key,
+            req.key.qualified(),
             req.owner.as_u128(),
             req.payload,
             req.retention,
@@ -184,39 +167,39 @@ impl IdempotencyStore for MemoryProvider {
 
     fn abandon<'a>(
         &'a self,
-        key: &'a str,
+        key: &'a CallKey,
         owner: OwnerToken,
     ) -> BoxFuture<'a, Result<bool, BackendError>> {
-        let done = self.records.abandon(key, owner.as_u128());
+        let done = self.records.abandon(key.qualified(), owner.as_u128());
         Box::pin(std::future::ready(Ok(done)))
     }
 
     fn wait_settled<'a>(
         &'a self,
-        key: &'a str,
+        key: &'a CallKey,
         timeout: Duration,
     ) -> BoxFuture<'a, Result<(), BackendError>> {
         Box::pin(async move {
-            self.records.wait_settled(key, timeout).await;
+            self.records.wait_settled(key.qualified(), timeout).await;
             Ok(())
         })
     }
 
     fn renew_marker<'a>(
         &'a self,
-        key: &'a str,
+        key: &'a CallKey,
         owner: OwnerToken,
         lease: Duration,
     ) -> BoxFuture<'a, Result<RenewOutcome, BackendError>> {
-        let outcome = renew_outcome(self.records.renew(key, owner.as_u128(), lease));
+        let outcome = renew_outcome(self.records.renew(key.qualified(), owner.as_u128(), lease));
         Box::pin(std::future::ready(Ok(outcome)))
     }
 
-    fn purge<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<bool, BackendError>> {
-        Box::pin(std::future::ready(Ok(self.records.purge(key))))
+    fn purge<'a>(&'a self, key: &'a CallKey) -> BoxFuture<'a, Result<bool, BackendError>> {
+        Box::pin(std::future::ready(Ok(self.records.purge(key.qualified()))))
     }
 
-    fn abandon_detached(self: Arc<Self>, key: String, owner: OwnerToken, _lease_left: Duration) {
-        self.records.abandon(&key, owner.as_u128());
+    fn abandon_detached(self: Arc<Self>, key: CallKey, owner: OwnerToken, _lease_left: Duration) {
+        self.records.abandon(key.qualified(), owner.as_u128());
     }
 }

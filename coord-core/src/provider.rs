@@ -22,6 +22,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::call_key::CallKey;
 use crate::error::BackendError;
 
 /// A boxed, `Send` future, the return type of provider methods (they are called through `dyn`).
@@ -111,7 +112,7 @@ impl std::fmt::Display for FencingToken {
 #[derive(Debug, Clone)]
 pub struct LockRequest<'a> {
     /// The call key to lock.
-    pub key: &'a str,
+    pub key: &'a CallKey,
     /// The token that will own the lock.
     pub owner: OwnerToken,
     /// How long the lock is held if never released or renewed.
@@ -129,6 +130,10 @@ pub struct LockGrant {
     pub fencing_token: Option<FencingToken>,
     /// True when the first attempt found the lock held and the grant came after waiting.
     pub contended: bool,
+    /// When the lease began on this process's clock, for a provider that knows it (the
+    /// in-process one does). `None` lets the runtime time the lease from when the successful
+    /// attempt was sent, which is never later than when it began.
+    pub lease_began: Option<tokio::time::Instant>,
 }
 
 /// What releasing a lock found.
@@ -212,14 +217,14 @@ pub trait LockProvider: Send + Sync + 'static {
     /// Frees `key` if `owner` holds it.
     fn release<'a>(
         &'a self,
-        key: &'a str,
+        key: &'a CallKey,
         owner: OwnerToken,
     ) -> BoxFuture<'a, Result<ReleaseOutcome, BackendError>>;
 
     /// Extends `owner`'s lease on `key` to `lease` from now.
     fn renew<'a>(
         &'a self,
-        key: &'a str,
+        key: &'a CallKey,
         owner: OwnerToken,
         lease: Duration,
     ) -> BoxFuture<'a, Result<RenewOutcome, BackendError>>;
@@ -230,7 +235,7 @@ pub trait LockProvider: Send + Sync + 'static {
     /// The default spawns `release` on the current tokio runtime and retries it with backoff
     /// until it gets an answer or `lease_left` has passed (after that the lease has freed the
     /// lock anyway); a provider whose release is synchronous can do it inline.
-    fn release_detached(self: Arc<Self>, key: String, owner: OwnerToken, lease_left: Duration) {
+    fn release_detached(self: Arc<Self>, key: CallKey, owner: OwnerToken, lease_left: Duration) {
         crate::runtime::detach::spawn_retried("releasing the lock", key, lease_left, move |key| {
             let this = self.clone();
             async move { this.release(&key, owner).await.map(|_| true) }
@@ -275,7 +280,7 @@ pub enum ClaimOutcome {
 #[derive(Debug, Clone)]
 pub struct ClaimRequest<'a> {
     /// The call key.
-    pub key: &'a str,
+    pub key: &'a CallKey,
     /// The token that owns the in-flight marker if the claim succeeds.
     pub owner: OwnerToken,
     /// How long the in-flight marker lives if never completed, abandoned or renewed.
@@ -293,7 +298,7 @@ pub struct ClaimRequest<'a> {
 #[derive(Debug, Clone)]
 pub struct CompleteRequest<'a> {
     /// The call key.
-    pub key: &'a str,
+    pub key: &'a CallKey,
     /// The token that claimed the key.
     pub owner: OwnerToken,
     /// The encoded outcome.
@@ -374,14 +379,14 @@ pub trait IdempotencyStore: Send + Sync + 'static {
     /// Removes the in-flight marker of `key` if `owner` still holds it.
     fn abandon<'a>(
         &'a self,
-        key: &'a str,
+        key: &'a CallKey,
         owner: OwnerToken,
     ) -> BoxFuture<'a, Result<bool, BackendError>>;
 
     /// Waits until the in-flight marker at `key` settles, at most `timeout`.
     fn wait_settled<'a>(
         &'a self,
-        key: &'a str,
+        key: &'a CallKey,
         timeout: Duration,
     ) -> BoxFuture<'a, Result<(), BackendError>>;
 
@@ -391,7 +396,7 @@ pub trait IdempotencyStore: Send + Sync + 'static {
     /// passes: implement it in any store used with renewal.
     fn renew_marker<'a>(
         &'a self,
-        key: &'a str,
+        key: &'a CallKey,
         owner: OwnerToken,
         lease: Duration,
     ) -> BoxFuture<'a, Result<RenewOutcome, BackendError>> {
@@ -405,7 +410,7 @@ pub trait IdempotencyStore: Send + Sync + 'static {
     /// Removes whatever record is stored at `key` (an operator's tool, e.g. to resolve an
     /// abandoned record after reconciling by hand). Returns whether a record was there. The
     /// default reports that the store cannot purge.
-    fn purge<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<bool, BackendError>> {
+    fn purge<'a>(&'a self, key: &'a CallKey) -> BoxFuture<'a, Result<bool, BackendError>> {
         let _ = key;
         Box::pin(std::future::ready(Err(BackendError::new(
             crate::error::BackendErrorKind::Config,
@@ -418,7 +423,7 @@ pub trait IdempotencyStore: Send + Sync + 'static {
     /// (its reply was lost: the key must not stay blocked for a body that never ran), and when
     /// an abandon itself failed. The default spawns `abandon` on the current tokio runtime and
     /// retries it with backoff until it gets an answer or `lease_left` has passed.
-    fn abandon_detached(self: Arc<Self>, key: String, owner: OwnerToken, lease_left: Duration) {
+    fn abandon_detached(self: Arc<Self>, key: CallKey, owner: OwnerToken, lease_left: Duration) {
         crate::runtime::detach::spawn_retried(
             "clearing the in-flight marker",
             key,
@@ -466,7 +471,7 @@ impl<P: LockProvider> LockProvider for Arc<P> {
 
     fn release<'a>(
         &'a self,
-        key: &'a str,
+        key: &'a CallKey,
         owner: OwnerToken,
     ) -> BoxFuture<'a, Result<ReleaseOutcome, BackendError>> {
         (**self).release(key, owner)
@@ -474,14 +479,14 @@ impl<P: LockProvider> LockProvider for Arc<P> {
 
     fn renew<'a>(
         &'a self,
-        key: &'a str,
+        key: &'a CallKey,
         owner: OwnerToken,
         lease: Duration,
     ) -> BoxFuture<'a, Result<RenewOutcome, BackendError>> {
         (**self).renew(key, owner, lease)
     }
 
-    fn release_detached(self: Arc<Self>, key: String, owner: OwnerToken, lease_left: Duration) {
+    fn release_detached(self: Arc<Self>, key: CallKey, owner: OwnerToken, lease_left: Duration) {
         P::release_detached((*self).clone(), key, owner, lease_left)
     }
 }
@@ -503,7 +508,7 @@ impl<P: IdempotencyStore> IdempotencyStore for Arc<P> {
 
     fn abandon<'a>(
         &'a self,
-        key: &'a str,
+        key: &'a CallKey,
         owner: OwnerToken,
     ) -> BoxFuture<'a, Result<bool, BackendError>> {
         (**self).abandon(key, owner)
@@ -511,7 +516,7 @@ impl<P: IdempotencyStore> IdempotencyStore for Arc<P> {
 
     fn wait_settled<'a>(
         &'a self,
-        key: &'a str,
+        key: &'a CallKey,
         timeout: Duration,
     ) -> BoxFuture<'a, Result<(), BackendError>> {
         (**self).wait_settled(key, timeout)
@@ -519,18 +524,18 @@ impl<P: IdempotencyStore> IdempotencyStore for Arc<P> {
 
     fn renew_marker<'a>(
         &'a self,
-        key: &'a str,
+        key: &'a CallKey,
         owner: OwnerToken,
         lease: Duration,
     ) -> BoxFuture<'a, Result<RenewOutcome, BackendError>> {
         (**self).renew_marker(key, owner, lease)
     }
 
-    fn purge<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<bool, BackendError>> {
+    fn purge<'a>(&'a self, key: &'a CallKey) -> BoxFuture<'a, Result<bool, BackendError>> {
         (**self).purge(key)
     }
 
-    fn abandon_detached(self: Arc<Self>, key: String, owner: OwnerToken, lease_left: Duration) {
+    fn abandon_detached(self: Arc<Self>, key: CallKey, owner: OwnerToken, lease_left: Duration) {
         P::abandon_detached((*self).clone(), key, owner, lease_left)
     }
 }

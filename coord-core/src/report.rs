@@ -3,6 +3,7 @@
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 
+use crate::call_key::CallKey;
 use crate::provider::FencingToken;
 
 /// What the idempotency layer did with a call.
@@ -118,8 +119,8 @@ impl LockOutcome {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct CallReport {
-    /// The call's key.
-    pub key: Option<String>,
+    /// The call's key (shown as `operation:parts`, like [`CoordError::key`](crate::CoordError::key)).
+    pub key: Option<CallKey>,
     /// The idempotency layer's outcome.
     pub idempotency: Option<IdempotencyOutcome>,
     /// The single-flight layer's outcome.

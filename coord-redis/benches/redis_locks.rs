@@ -35,7 +35,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use coord_core::{LockProvider, LockRequest, OwnerToken, ReleaseOutcome};
+use coord_core::{CallKey, LockProvider, LockRequest, OwnerToken, ReleaseOutcome};
 use coord_redis::{Client, RedisProvider};
 use coord_redis_testing::RedisServer;
 use redis::AsyncConnectionConfig;
@@ -353,7 +353,7 @@ impl Subject {
     async fn pairs_until(&self, cell: &str, i: usize, fenced: bool, deadline: Instant) -> u64 {
         match self {
             Subject::Provider(p) => {
-                let key = format!("bench:{cell}:{i}");
+                let key = CallKey::builder("bench", cell).part(&i).finish();
                 let mut done = 0;
                 while Instant::now() < deadline {
                     let owner = OwnerToken::new();
@@ -674,7 +674,10 @@ async fn run_handoff(
                 let mut mine = Vec::new();
                 let mut gate = turns.subscribe();
                 let mut last: Option<u64> = None;
-                let (key, lock) = (format!("bench:{name}"), format!("raw:lock:{{{name}}}"));
+                let (key, lock) = (
+                    CallKey::builder("bench", &name).finish(),
+                    format!("raw:lock:{{{name}}}"),
+                );
                 let mut conn = match &contender {
                     Contender::Polling { raw, .. } => Some(raw.conn.clone()),
                     Contender::Provider(_) => None,

@@ -1,6 +1,6 @@
 //! Where a call key lives in Redis.
 //!
-//! A call key `ns:op:parts` becomes
+//! A call key of namespace `ns`, shown as `op:parts`, becomes
 //!
 //! | what                     | Redis name                        |
 //! |--------------------------|-----------------------------------|
@@ -15,7 +15,7 @@
 //! so a script may touch the lock and its fencing counter together. Call keys never contain
 //! braces (the key builder escapes them), so a user value cannot move a key to another slot.
 
-use coord_core::{BackendError, BackendErrorKind};
+use coord_core::CallKey;
 
 /// The Redis names of one call key.
 #[derive(Debug, Clone)]
@@ -25,19 +25,15 @@ pub(crate) struct Names<'a> {
 }
 
 impl<'a> Names<'a> {
-    /// Splits `key` at its first `:` into namespace and the rest (which becomes the hash tag).
-    pub(crate) fn of(key: &'a str) -> Result<Names<'a>, BackendError> {
-        let (namespace, tag) = key.split_once(':').unwrap_or(("", key));
-        // A brace anywhere (the namespace included) would move a name's hash tag, and the
-        // lock, fence and record of one call could then land in different cluster slots.
-        if tag.is_empty() || key.contains(['{', '}']) {
-            return Err(BackendError::new(
-                BackendErrorKind::Config,
-                "a call key must be `namespace:op[:parts]` without `{` or `}`",
-            )
-            .with_key(key));
+    /// The names of `key`: its namespace, and its shown form (`operation:parts`) as the hash
+    /// tag. Nothing is split: a [`CallKey`] never holds `{` or `}` (the key builder escapes
+    /// them, and keys from an operator's text are refused when they hold one).
+    pub(crate) fn of(key: &'a CallKey) -> Names<'a> {
+        debug_assert!(!key.qualified().contains(['{', '}']));
+        Names {
+            namespace: key.namespace(),
+            tag: key.op_key(),
         }
-        Ok(Names { namespace, tag })
     }
 
     fn name(&self, kind: &str) -> String {
@@ -70,11 +66,18 @@ mod tests {
 
     #[test]
     fn layout() {
-        let n = Names::of("svc:charge:42:eu").unwrap();
+        let key = CallKey::builder("svc", "charge")
+            .part(&42)
+            .part("eu")
+            .finish();
+        let n = Names::of(&key);
         assert_eq!(n.lock(), "svc:lock:{charge:42:eu}");
         assert_eq!(n.fence(), "svc:fence:{charge:42:eu}");
         assert_eq!(n.record(), "svc:idem:{charge:42:eu}");
-        assert!(Names::of("svc:").is_err());
-        assert!(Names::of("svc:a{b}").is_err());
+        // A brace in any input is escaped, so it never reaches a name.
+        let key = CallKey::builder("s{v}", "a{b}").part("c}").finish();
+        let n = Names::of(&key);
+        assert_eq!(n.lock().matches('{').count(), 1);
+        assert_eq!(n.lock().matches('}').count(), 1);
     }
 }

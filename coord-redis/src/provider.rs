@@ -4,9 +4,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use coord_core::{
-    BackendError, BackendErrorKind, BoxFuture, ClaimOutcome, ClaimRequest, CompleteOutcome,
-    CompleteRequest, FencingToken, Fingerprint, IdempotencyStore, LockGrant, LockProvider,
-    LockRequest, LossCause, OwnerToken, ReleaseOutcome, RenewOutcome,
+    BackendError, BackendErrorKind, BoxFuture, CallKey, ClaimOutcome, ClaimRequest,
+    CompleteOutcome, CompleteRequest, FencingToken, Fingerprint, IdempotencyStore, LockGrant,
+    LockProvider, LockRequest, LossCause, OwnerToken, ReleaseOutcome, RenewOutcome,
 };
 use tokio::time::Instant;
 
@@ -499,7 +499,7 @@ impl RedisProvider {
 // Commands and scripts
 
 impl Inner {
-    fn error(&self, fault: Fault, what: &str, key: &str) -> BackendError {
+    fn error(&self, fault: Fault, what: &str, key: &CallKey) -> BackendError {
         if let Fault::Timeout(_) = fault {
             return BackendError::new(
                 BackendErrorKind::Timeout,
@@ -515,7 +515,7 @@ impl Inner {
     }
 
     /// Sends `cmds` in one round trip (the transport bounds it by the command timeout).
-    async fn run(&self, cmds: &[Command<'_>], key: &str) -> Result<Vec<Reply>, BackendError> {
+    async fn run(&self, cmds: &[Command<'_>], key: &CallKey) -> Result<Vec<Reply>, BackendError> {
         let what = cmds[0].name;
         match self.transport.run(cmds).await {
             Ok(replies) if replies.len() == cmds.len() => Ok(replies),
@@ -530,7 +530,7 @@ impl Inner {
         script: &Script,
         keys: &[&str],
         args: &[&[u8]],
-        key: &str,
+        key: &CallKey,
     ) -> Result<Reply, BackendError> {
         const NUMKEYS: [&str; 3] = ["0", "1", "2"];
         let sha: &str = &script.sha;
@@ -564,7 +564,7 @@ impl Inner {
     }
 
     /// State under one of coord's keys that coord did not write.
-    fn corrupt(&self, what: &str, key: &str, detail: &str) -> BackendError {
+    fn corrupt(&self, what: &str, key: &CallKey, detail: &str) -> BackendError {
         BackendError::new(
             BackendErrorKind::Corrupt,
             format!("{what} at {}: {detail}", self.address),
@@ -572,7 +572,7 @@ impl Inner {
         .with_key(key)
     }
 
-    fn protocol(&self, what: &str, key: &str, detail: &str) -> BackendError {
+    fn protocol(&self, what: &str, key: &CallKey, detail: &str) -> BackendError {
         BackendError::new(
             BackendErrorKind::Protocol,
             format!("{what} at {}: {detail}", self.address),
@@ -644,7 +644,7 @@ impl Inner {
         lease_ms: u64,
         fenced: bool,
         mode: TryMode,
-        key: &str,
+        key: &CallKey,
     ) -> Result<Attempt, BackendError> {
         let lease = Decimal::new(lease_ms);
         let watch: &[u8] = if mode == TryMode::Watching {
@@ -719,7 +719,7 @@ impl Inner {
         &self,
         reply: Reply,
         fenced: bool,
-        key: &str,
+        key: &CallKey,
     ) -> Result<Attempt, BackendError> {
         match reply {
             Reply::Int(tok) if fenced && tok > 0 => Ok(Attempt::Won(Some(tok as u64))),
@@ -735,7 +735,7 @@ impl Inner {
         }
     }
 
-    fn foreign_lock(&self, key: &str) -> BackendError {
+    fn foreign_lock(&self, key: &CallKey) -> BackendError {
         self.corrupt(
             "acquire",
             key,
@@ -744,7 +744,7 @@ impl Inner {
     }
 
     async fn acquire(&self, req: LockRequest<'_>) -> Result<Option<LockGrant>, BackendError> {
-        let names = Names::of(req.key)?;
+        let names = Names::of(req.key);
         let lock = names.lock();
         let token = TokenText::new(req.owner);
         let lease_ms = millis(req.lease);
@@ -861,7 +861,7 @@ fn renew_outcome(
     inner: &Inner,
     reply: Reply,
     what: &str,
-    key: &str,
+    key: &CallKey,
 ) -> Result<RenewOutcome, BackendError> {
     match reply {
         Reply::Int(1) => Ok(RenewOutcome::Renewed),
@@ -875,6 +875,7 @@ fn grant(fencing_token: Option<u64>, contended: bool) -> LockGrant {
     LockGrant {
         fencing_token: fencing_token.map(FencingToken::new),
         contended,
+        lease_began: None,
     }
 }
 
@@ -900,12 +901,12 @@ impl LockProvider for RedisProvider {
 
     fn release<'a>(
         &'a self,
-        key: &'a str,
+        key: &'a CallKey,
         owner: OwnerToken,
     ) -> BoxFuture<'a, Result<ReleaseOutcome, BackendError>> {
         Box::pin(async move {
             let inner = &*self.inner;
-            let names = Names::of(key)?;
+            let names = Names::of(key);
             let token = TokenText::new(owner);
             let reply = inner
                 .eval(&scripts::RELEASE, &[&names.lock()], &[token.as_ref()], key)
@@ -920,13 +921,13 @@ impl LockProvider for RedisProvider {
 
     fn renew<'a>(
         &'a self,
-        key: &'a str,
+        key: &'a CallKey,
         owner: OwnerToken,
         lease: Duration,
     ) -> BoxFuture<'a, Result<RenewOutcome, BackendError>> {
         Box::pin(async move {
             let inner = &*self.inner;
-            let names = Names::of(key)?;
+            let names = Names::of(key);
             let token = TokenText::new(owner);
             let lease = Decimal::new(millis(lease));
             let reply = inner
@@ -960,7 +961,7 @@ fn fingerprint(value: &[u8]) -> Option<Option<Fingerprint>> {
 impl Inner {
     async fn claim(&self, req: ClaimRequest<'_>) -> Result<ClaimOutcome, BackendError> {
         let key = req.key;
-        let names = Names::of(key)?;
+        let names = Names::of(key);
         let token = TokenText::new(req.owner);
         let fp: &[u8] = match &req.fingerprint {
             Some(fp) => &fp.0,
@@ -1004,7 +1005,7 @@ impl Inner {
                     .await
                     .map_err(|fault| fault.into_backend("claim: reading the server's clock"))?;
                 tracing::warn!(
-                    key,
+                    key = %key,
                     "coord-redis: a claim came back refused as late although it was answered in time: the server's clock moved; measured it again"
                 );
                 self.clock.set(at, server_ms);
@@ -1054,11 +1055,11 @@ impl Inner {
     async fn settle(
         &self,
         script: &Script,
-        key: &str,
+        key: &CallKey,
         args: &[&[u8]],
         what: &str,
     ) -> Result<bool, BackendError> {
-        let names = Names::of(key)?;
+        let names = Names::of(key);
         let reply = self.eval(script, &[&names.record()], args, key).await?;
         match reply {
             Reply::Int(1) => Ok(true),
@@ -1067,13 +1068,13 @@ impl Inner {
         }
     }
 
-    async fn wait_settled(&self, key: &str, timeout: Duration) -> Result<(), BackendError> {
+    async fn wait_settled(&self, key: &CallKey, timeout: Duration) -> Result<(), BackendError> {
         if timeout.is_zero() {
             return Ok(());
         }
         // `None`: no end (a timeout too long to represent): wait until the marker settles.
         let deadline = Instant::now().checked_add(timeout);
-        let names = Names::of(key)?;
+        let names = Names::of(key);
         let record = names.record();
         let joining = self
             .hub
@@ -1147,7 +1148,7 @@ impl IdempotencyStore for RedisProvider {
         Box::pin(async move {
             let inner = &*self.inner;
             let key = req.key;
-            let names = Names::of(key)?;
+            let names = Names::of(key);
             let token = TokenText::new(req.owner);
             let retention = Decimal::new(millis(req.retention));
             let fp: &[u8] = match &req.fingerprint {
@@ -1188,7 +1189,7 @@ impl IdempotencyStore for RedisProvider {
 
     fn abandon<'a>(
         &'a self,
-        key: &'a str,
+        key: &'a CallKey,
         owner: OwnerToken,
     ) -> BoxFuture<'a, Result<bool, BackendError>> {
         Box::pin(async move {
@@ -1201,7 +1202,7 @@ impl IdempotencyStore for RedisProvider {
 
     fn wait_settled<'a>(
         &'a self,
-        key: &'a str,
+        key: &'a CallKey,
         timeout: Duration,
     ) -> BoxFuture<'a, Result<(), BackendError>> {
         Box::pin(self.inner.wait_settled(key, timeout))
@@ -1209,7 +1210,7 @@ impl IdempotencyStore for RedisProvider {
 
     fn renew_marker<'a>(
         &'a self,
-        key: &'a str,
+        key: &'a CallKey,
         owner: OwnerToken,
         lease: Duration,
     ) -> BoxFuture<'a, Result<RenewOutcome, BackendError>> {
@@ -1217,7 +1218,7 @@ impl IdempotencyStore for RedisProvider {
             let token = TokenText::new(owner);
             let lease = Decimal::new(millis(lease));
             let inner = &*self.inner;
-            let names = Names::of(key)?;
+            let names = Names::of(key);
             let reply = inner
                 .eval(
                     &scripts::RENEW_MARKER,
@@ -1230,7 +1231,7 @@ impl IdempotencyStore for RedisProvider {
         })
     }
 
-    fn purge<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<bool, BackendError>> {
+    fn purge<'a>(&'a self, key: &'a CallKey) -> BoxFuture<'a, Result<bool, BackendError>> {
         Box::pin(self.inner.settle(&scripts::PURGE, key, &[], "purge"))
     }
 }

@@ -23,6 +23,7 @@
 
 mod support;
 
+use coord_core::CallKey;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -31,8 +32,8 @@ use std::time::{Duration, Instant};
 
 use coord_core::{
     BackendErrorKind, ClaimOutcome, ClaimRequest, CompleteOutcome, CompleteRequest, CoordError,
-    Coordinator, Fingerprint, IdempotencyStore, KeyBuilder, LockProvider, OwnerToken,
-    ReleaseOutcome, RenewOutcome, distributed_lock, idempotent,
+    Coordinator, Fingerprint, IdempotencyStore, LockProvider, OwnerToken, ReleaseOutcome,
+    RenewOutcome, distributed_lock, idempotent,
 };
 use coord_redis::{Client, RedisProvider};
 use coord_redis_testing::{RedisServer, Resp};
@@ -314,7 +315,9 @@ fn key_cases() -> Vec<Case> {
 }
 
 fn raw_key_cases() -> Vec<Case> {
-    let refused = "lock and claim refused: Config naming the key; nothing written";
+    // Text an operator pastes (`namespace:operation[:parts]`) becomes a key only through
+    // `CallKey::from_op_key`; what coord never prints is refused before Redis sees anything.
+    let refused = "refused: not a coord key; nothing written";
     vec![
         case("empty key", Input::RawKey(String::new()), refused),
         case("namespace only", Input::RawKey("ns:".into()), refused),
@@ -327,16 +330,21 @@ fn raw_key_cases() -> Vec<Case> {
         case(
             "brace in the namespace",
             Input::RawKey("n{s:op".into()),
-            refused,
+            "accepted: the namespace is escaped; one hash tag per name",
         ),
         case(
             "purge_record with a brace",
             Input::PurgeOpKey("op:{x}".into()),
-            "refused: Config",
+            "refused: not a coord key",
+        ),
+        case(
+            "purge_record with control bytes",
+            Input::PurgeOpKey("op:\0\n*".into()),
+            "refused: not a coord key",
         ),
         case(
             "purge_record with nothing there",
-            Input::PurgeOpKey("op:\0\n*".into()),
+            Input::PurgeOpKey("op:%00%0A*".into()),
             "nothing purged",
         ),
     ]
@@ -446,7 +454,7 @@ fn capped(server: &RedisServer, name: &str) -> String {
 
 async fn request(env: Env, field: Field, d: Duration) -> String {
     let Env { server, p, .. } = env;
-    let k = format!("{}:op:1", fresh_ns());
+    let k = kk(&format!("{}:op:1", fresh_ns()));
     let (lock_name, record) = (redis_key(&k, "lock"), redis_key(&k, "idem"));
     let (a, b) = (OwnerToken::new(), OwnerToken::new());
     let lapse = || tokio::time::sleep(Duration::from_millis(20));
@@ -652,7 +660,7 @@ async fn command_timeout(env: Env, timeout: Duration) -> String {
         Err(e) => return format!("connect failed: {e:?}"),
         Ok(p) => p,
     };
-    let k = format!("{}:op:1", fresh_ns());
+    let k = kk(&format!("{}:op:1", fresh_ns()));
     let got = p
         .acquire(fenced(&k, OwnerToken::new(), LONG, Duration::ZERO))
         .await;
@@ -727,12 +735,10 @@ fn names_in(server: &RedisServer, ns: &str) -> Vec<Vec<u8>> {
     }
 }
 
-fn call_key(ns: &str, parts: &[String]) -> String {
+fn call_key(ns: &str, parts: &[String]) -> CallKey {
     parts
         .iter()
-        .fold(KeyBuilder::new(ns).raw_segment("op"), |b, p| {
-            b.part(p.as_str())
-        })
+        .fold(CallKey::builder(ns, "op"), |b, p| b.part(p.as_str()))
         .finish()
 }
 
@@ -749,7 +755,7 @@ async fn confined(env: Env, parts: Vec<String>) -> String {
         return format!("lock {locked:?}, claim {claimed:?}");
     }
     let names = names_in(&server, &ns);
-    let tag = &k.as_bytes()[ns.len() + 1..];
+    let tag = k.op_key().as_bytes();
     let prefix = format!("{ns}:");
     let mut problems = Vec::new();
     let slots: Vec<u16> = names
@@ -804,21 +810,36 @@ async fn apart(env: Env, a: Vec<String>, b: Vec<String>) -> String {
     }
 }
 
-async fn raw_key(env: Env, k: String) -> String {
+async fn raw_key(env: Env, text: String) -> String {
     let Env { server, p, .. } = env;
     let before = server.command(&["DBSIZE"]).int();
+    let (ns, op_key) = text.split_once(':').unwrap_or((&text, ""));
+    let k = match CallKey::from_op_key(ns, op_key) {
+        Err(_) => {
+            let after = server.command(&["DBSIZE"]).int();
+            return if before == after {
+                "refused: not a coord key; nothing written".into()
+            } else {
+                format!("refused, but keys {before:?} -> {after:?}")
+            };
+        }
+        Ok(k) => k,
+    };
     let owner = OwnerToken::new();
     let locked = p.acquire(fenced(&k, owner, LONG, Duration::ZERO)).await;
     let claimed = p.claim(claim(&k, owner, LONG)).await;
-    let after = server.command(&["DBSIZE"]).int();
-    let refused = |e: &coord_core::BackendError| {
-        e.kind() == BackendErrorKind::Config && e.key() == Some(k.as_str())
+    if !matches!(locked, Ok(Some(_))) || !matches!(claimed, Ok(ClaimOutcome::Claimed)) {
+        return format!("lock {locked:?}, claim {claimed:?}");
+    }
+    let names = names_in(&server, k.namespace());
+    let one_tag = |n: &Vec<u8>| {
+        n.iter().filter(|&&b| b == b'{').count() == 1
+            && n.iter().filter(|&&b| b == b'}').count() == 1
     };
-    match (locked, claimed) {
-        (Err(l), Err(c)) if refused(&l) && refused(&c) && before == after => {
-            "lock and claim refused: Config naming the key; nothing written".into()
-        }
-        other => format!("{other:?}, keys {before:?} -> {after:?}"),
+    if names.len() == 3 && names.iter().all(one_tag) {
+        "accepted: the namespace is escaped; one hash tag per name".into()
+    } else {
+        format!("names {names:?}")
     }
 }
 
@@ -828,8 +849,10 @@ async fn purge_op_key(env: Env, op_key: String) -> String {
         .provider(env.p.clone())
         .build()
         .expect("coordinator");
-    match c.purge_record(&op_key).await {
-        Err(e) if e.kind() == BackendErrorKind::Config => "refused: Config".into(),
+    let Ok(key) = CallKey::from_op_key(c.namespace(), &op_key) else {
+        return "refused: not a coord key".into();
+    };
+    match c.purge_record(&key).await {
         Ok(false) => "nothing purged".into(),
         other => format!("{other:?}"),
     }
@@ -837,12 +860,14 @@ async fn purge_op_key(env: Env, op_key: String) -> String {
 
 async fn payload(env: Env, which: Payload) -> String {
     let p = env.p;
-    let k = format!("{}:op:1", fresh_ns());
+    let k = kk(&format!("{}:op:1", fresh_ns()));
     let owner = OwnerToken::new();
     if let Payload::ExtremeFingerprints = which {
         let mut seen = Vec::new();
         for (i, fp) in [[0u8; 16], [0xff; 16]].into_iter().enumerate() {
-            let k = format!("{k}{i}");
+            let k = CallKey::builder(k.namespace(), "op")
+                .part(&format!("1{i}"))
+                .finish();
             let req = ClaimRequest {
                 fingerprint: Some(Fingerprint(fp)),
                 ..claim(&k, owner, LONG)
@@ -936,10 +961,7 @@ async fn attribute(env: Env, which: Attr) -> String {
     let ran = |n| runs.load(Ordering::SeqCst) == n;
     match which {
         Attr::LongestLock => {
-            let key = KeyBuilder::new(&ns)
-                .raw_segment("bi.lock")
-                .part("k")
-                .finish();
+            let key = CallKey::builder(&ns, "bi.lock").part("k").finish();
             let name = redis_key(&key, "lock");
             let inside = longest_lock(&c, "k", &server, &name).await;
             let after = server.command(&["EXISTS", &name]).int();
@@ -950,10 +972,7 @@ async fn attribute(env: Env, which: Attr) -> String {
         }
         Attr::LongestRecord => {
             let a = longest_record(&c, "k", runs.clone()).await;
-            let key = KeyBuilder::new(&ns)
-                .raw_segment("bi.record")
-                .part("k")
-                .finish();
+            let key = CallKey::builder(&ns, "bi.record").part("k").finish();
             let expiry = capped(&server, &redis_key(&key, "idem"));
             let b = longest_record(&c, "k", runs.clone()).await;
             match (a, b) {

@@ -7,7 +7,7 @@ use std::io::Write;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use coord_core::{BackendErrorKind, LockProvider, OwnerToken};
+use coord_core::{BackendErrorKind, CallKey, LockProvider, OwnerToken};
 use coord_redis::{Client, RedisProvider};
 use coord_redis_testing::RedisServer;
 use support::*;
@@ -260,7 +260,7 @@ async fn every_cluster_master_is_checked() {
             .await
             .unwrap_or_else(|e| panic!("{client:?}: {e}"));
         for i in 0..12 {
-            let k = format!("routed{i}:op:{client:?}");
+            let k = kk(&format!("routed{i}:op:{client:?}"));
             let a = OwnerToken::new();
             p.acquire(fenced(&k, a, LONG, Duration::ZERO))
                 .await
@@ -301,7 +301,7 @@ async fn a_cluster_master_restart_is_detected() {
         out
     };
     // A key whose slot the restarted node owns.
-    let k = "restart:op:part";
+    let k = &CallKey::builder("restart", "op").part("part").finish();
     let owner = cluster.node_for(&redis_key(k, "lock")).port();
     let index = cluster
         .nodes()

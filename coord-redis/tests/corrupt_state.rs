@@ -5,6 +5,7 @@
 
 mod support;
 
+use coord_core::CallKey;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -393,7 +394,7 @@ const ROWS: &[Row] = &[
 async fn run(
     p: &RedisProvider,
     op: Op,
-    k: &str,
+    k: &CallKey,
     owner: OwnerToken,
 ) -> Result<String, BackendError> {
     let wait = Duration::from_secs(1);
@@ -468,7 +469,7 @@ fn describe_renew(outcome: coord_core::RenewOutcome) -> String {
 
 /// The serialized values of the lock, fence and record keys of `k` (`DUMP`, which leaves out
 /// the expiry), to show that a refused call wrote nothing.
-fn snapshot(server: &RedisServer, k: &str) -> Vec<Resp> {
+fn snapshot(server: &RedisServer, k: &CallKey) -> Vec<Resp> {
     ["lock", "fence", "idem"]
         .iter()
         .map(|kind| server.command(&["DUMP", &redis_key(k, kind)]))
@@ -514,7 +515,7 @@ async fn corrupt_states_are_refused(client: Client) {
             match (expect, result) {
                 (Corrupt, Err(err)) => {
                     assert_eq!(err.kind(), BackendErrorKind::Corrupt, "{what}: {err:?}");
-                    assert_eq!(err.key(), Some(k.as_str()), "{what}: names the key");
+                    assert_eq!(err.key(), Some(&k), "{what}: names the key");
                     assert!(!err.kind().is_transient(), "{what}: not retryable");
                     assert_eq!(snapshot(&server, &k), before, "{what}: nothing written");
                 }

@@ -36,7 +36,7 @@ fn from_env_reads_the_url() {
         );
         let grant = p
             .acquire(LockRequest {
-                key: "env:op:k",
+                key: &coord_core::CallKey::builder("env", "op").part("k").finish(),
                 owner: OwnerToken::new(),
                 lease: Duration::from_secs(30),
                 wait: Duration::ZERO,

@@ -18,6 +18,7 @@
 //!
 //! Arguments that do not start with `-` filter cases by substring of `<name> [<client>]`.
 
+use coord_core::CallKey;
 use std::io::{BufRead, BufReader};
 use std::panic::AssertUnwindSafe;
 use std::process::{Child, Command, Stdio};
@@ -27,8 +28,8 @@ use std::time::{Duration, Instant};
 
 use coord_core::{
     BackendErrorKind, ClaimOutcome, ClaimRequest, CompleteRequest, CoordError, Coordinator,
-    Fingerprint, IdempotencyStore, KeyBuilder, LockProvider, LockRequest, OwnerToken,
-    ReleaseOutcome, distributed_lock, fencing_token, idempotent,
+    Fingerprint, IdempotencyStore, LockProvider, LockRequest, OwnerToken, ReleaseOutcome,
+    distributed_lock, fencing_token, idempotent,
 };
 use coord_redis::fence::{FencedWrite, write_fenced};
 use coord_redis::{Client, RedisProvider};
@@ -194,17 +195,17 @@ fn coordinator(ns: &str, provider: RedisProvider) -> Coordinator {
 }
 
 /// The call key of `op` with one part, as the macros build it.
-fn call_key(ns: &str, op: &str, part: u32) -> String {
-    KeyBuilder::new(ns).raw_segment(op).part(&part).finish()
+fn call_key(ns: &str, op: &str, part: u32) -> CallKey {
+    CallKey::builder(ns, op).part(&part).finish()
 }
 
-/// Where the Redis provider stores `kind` (`lock`, `fence`, `idem`) of a call key.
-fn redis_key(call_key: &str, kind: &str) -> String {
-    let (ns, rest) = call_key.split_once(':').expect("namespaced key");
-    format!("{ns}:{kind}:{{{rest}}}")
+/// Where the Redis provider stores `kind` (`lock`, `fence`, `idem`) of a call key (spelled out
+/// by hand, so a change of layout fails here).
+fn redis_key(call_key: &CallKey, kind: &str) -> String {
+    format!("{}:{kind}:{{{}}}", call_key.namespace(), call_key.op_key())
 }
 
-fn request(key: &str, owner: OwnerToken, lease: Duration, wait: Duration) -> LockRequest<'_> {
+fn request(key: &CallKey, owner: OwnerToken, lease: Duration, wait: Duration) -> LockRequest<'_> {
     LockRequest {
         key,
         owner,
@@ -769,7 +770,7 @@ async fn recovers(p: &RedisProvider, ns: &str) -> Option<Duration> {
 }
 
 /// The raw value at a call key's lock (the holder's token, perhaps with a waiter mark).
-fn lock_value(server: &RedisServer, key: &str) -> Option<String> {
+fn lock_value(server: &RedisServer, key: &CallKey) -> Option<String> {
     command_at(server.port(), &["GET", &redis_key(key, "lock")])
         .ok()
         .and_then(|r| r.text())
@@ -1341,7 +1342,7 @@ fn full_server(client: Client) -> Seen {
 }
 
 /// A fingerprinted claim with a 60 s in-flight lease.
-fn claim(key: &str, owner: OwnerToken) -> ClaimRequest<'_> {
+fn claim(key: &CallKey, owner: OwnerToken) -> ClaimRequest<'_> {
     ClaimRequest {
         key,
         owner,
@@ -1575,7 +1576,7 @@ fn hot_keys_memory() -> Seen {
 /// release being sent to the next grant.
 async fn waiters(
     p: Arc<dyn LockProvider>,
-    key: &str,
+    key: &CallKey,
     n: usize,
     seen: &mut Seen,
     queued: impl FnMut() -> bool,
@@ -1786,7 +1787,7 @@ fn memory_per_record(client: Client) -> Seen {
         let locks_ok = run_chunked(n, move |i| {
             let p = lanes.clone();
             async move {
-                let key = format!("fs-mem:orders.lock:{i}");
+                let key = call_key("fs-mem", "orders.lock", i as u32);
                 let grant = p
                     .acquire(LockRequest { fenced: true, ..request(&key, OwnerToken::new(), Duration::from_secs(3600), Duration::ZERO) })
                     .await;
@@ -1800,7 +1801,7 @@ fn memory_per_record(client: Client) -> Seen {
         let records_ok = run_chunked(n, move |i| {
             let (p, payload) = (lanes.clone(), stored.clone());
             async move {
-                let key = format!("fs-mem:orders.charge:{i}");
+                let key = call_key("fs-mem", "orders.charge", i as u32);
                 let owner = OwnerToken::new();
                 let claimed = matches!(p.claim(claim(&key, owner)).await, Ok(ClaimOutcome::Claimed));
                 let stored = p
@@ -1831,7 +1832,7 @@ fn memory_per_record(client: Client) -> Seen {
                 took.as_secs_f64()
             ),
         );
-        let sample = p.claim(claim("fs-mem:orders.charge:7", OwnerToken::new())).await;
+        let sample = p.claim(claim(&call_key("fs-mem", "orders.charge", 7), OwnerToken::new())).await;
         seen.check(
             matches!(&sample, Ok(ClaimOutcome::Completed { payload: got, .. }) if **got == *payload),
             "a stored record replays its payload",

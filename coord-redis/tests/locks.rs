@@ -5,7 +5,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use coord_core::{
-    BackendErrorKind, ClaimOutcome, CompleteOutcome, CompleteRequest, IdempotencyStore,
+    BackendErrorKind, CallKey, ClaimOutcome, CompleteOutcome, CompleteRequest, IdempotencyStore,
     LockProvider, LockRequest, LossCause, OwnerToken, ReleaseOutcome, RenewOutcome,
 };
 use coord_redis::Client;
@@ -504,7 +504,7 @@ async fn waiting_leaves_no_subscription_behind(client: Client) {
     // One subscriber connection serves every waiter of the provider.
     let waiters: Vec<_> = (0..8)
         .map(|i| {
-            let (p, k) = (p.clone(), format!("{k}{i}"));
+            let (p, k) = (p.clone(), nth(&k, i));
             tokio::spawn(async move {
                 let holder = OwnerToken::new();
                 p.acquire(lock(&k, holder, LONG, Duration::ZERO))
@@ -523,7 +523,7 @@ async fn waiting_leaves_no_subscription_behind(client: Client) {
         })
         .collect();
     until("the waiters to subscribe", Duration::from_secs(5), || {
-        (0..8).all(|i| subscribers(&server, &redis_key(&format!("{k}{i}"), "lock")) == 1)
+        (0..8).all(|i| subscribers(&server, &redis_key(&nth(&k, i), "lock")) == 1)
     })
     .await;
     let pubsub_clients = match server.command(&["CLIENT", "LIST", "TYPE", "PUBSUB"]) {
@@ -659,7 +659,7 @@ async fn out_of_memory_is_typed_and_passes(client: Client) {
         Err(err) => {
             assert_eq!(err.kind(), BackendErrorKind::OutOfMemory, "{what}: {err:?}");
             assert!(err.kind().is_transient(), "{what}: retryable");
-            assert_eq!(err.key(), Some(k.as_str()), "{what}: names the key");
+            assert_eq!(err.key(), Some(&k), "{what}: names the key");
         }
         Ok(v) => panic!("{what}: expected OutOfMemory, got {v}"),
     };
@@ -718,4 +718,10 @@ async fn out_of_memory_is_typed_and_passes(client: Client) {
         ClaimOutcome::Claimed
     );
     assert_eq!(complete().await.unwrap(), CompleteOutcome::Stored);
+}
+
+/// The `i`th of a family of keys next to `k` (same namespace and operation, one more part).
+fn nth(k: &CallKey, i: usize) -> CallKey {
+    let op = k.operation().expect("a built key");
+    CallKey::builder(k.namespace(), op).part(&i).finish()
 }

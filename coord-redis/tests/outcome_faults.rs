@@ -170,7 +170,7 @@ async fn bounded<T>(what: &str, call: impl Future<Output = T>) -> T {
 
 /// The server's record for the call `report` describes (its Redis hash), field by field.
 fn record(server: &RedisServer, report: &CallReport) -> BTreeMap<String, String> {
-    let key = report.key.as_deref().expect("the report names the key");
+    let key = report.key.as_ref().expect("the report names the key");
     match server.command(&["HGETALL", &format!("{NS}:idem:{{{key}}}")]) {
         Resp::Array(items) => items
             .chunks(2)
@@ -697,7 +697,10 @@ async fn release_lost(
     let (result, report) = bounded("the locked call", observe(locked(c, 1, &body))).await;
     assert_eq!(result.unwrap(), 100, "{report:?}");
     let returned = Instant::now();
-    let key = format!("{NS}:{}", report.key.expect("the report names the key"));
+    let key = kk(&format!(
+        "{NS}:{}",
+        report.key.expect("the report names the key")
+    ));
     let other = OwnerToken::new();
     loop {
         // Refused (still held) or failed (the server still frozen): try again shortly.
@@ -771,7 +774,10 @@ async fn lock_acquire_lost_to_a_frozen_server(client: Client) {
     tokio::time::sleep(Duration::from_millis(800).saturating_sub(frozen.elapsed())).await;
     server.resume();
     let thawed = Instant::now();
-    let key = format!("{NS}:{}", report.key.expect("the report names the key"));
+    let key = kk(&format!(
+        "{NS}:{}",
+        report.key.expect("the report names the key")
+    ));
     let other = OwnerToken::new();
     loop {
         if let Ok(Some(_)) = p.acquire(lock(&key, other, LONG, Duration::ZERO)).await {

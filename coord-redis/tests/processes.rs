@@ -6,6 +6,7 @@
 //! child processes with `COORD_TEST_ROLE` set to the part they play. It ends with the line
 //! `processes: N passed, M failed` and a non-zero exit status when anything failed.
 
+use coord_core::CallKey;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
@@ -250,7 +251,7 @@ fn parent_coordinator(rt: &tokio::runtime::Runtime, server: &RedisServer, ns: &s
 fn acquire_from_parent(
     rt: &tokio::runtime::Runtime,
     c: &Coordinator,
-    key: &str,
+    key: &CallKey,
     fenced: bool,
 ) -> (coord_core::OwnerToken, Option<coord_core::LockGrant>) {
     let me = coord_core::OwnerToken::new();
@@ -266,11 +267,8 @@ fn acquire_from_parent(
     (me, grant)
 }
 
-fn lock_key(c: &Coordinator, op: &str, slot: u32) -> String {
-    coord_core::KeyBuilder::new(c.namespace())
-        .raw_segment(op)
-        .part(&slot)
-        .finish()
+fn lock_key(c: &Coordinator, op: &str, slot: u32) -> CallKey {
+    c.key(op).part(&slot).finish()
 }
 
 /// 4 processes x 8 tasks contend one key: never two holders at once, and fencing tokens

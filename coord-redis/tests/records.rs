@@ -2,6 +2,7 @@
 
 mod support;
 
+use coord_core::CallKey;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -35,7 +36,7 @@ per_client!(
 
 async fn complete(
     s: &dyn IdempotencyStore,
-    key: &str,
+    key: &CallKey,
     owner: OwnerToken,
     payload: &Arc<[u8]>,
     fingerprint: Option<Fingerprint>,

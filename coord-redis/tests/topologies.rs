@@ -25,7 +25,7 @@ async fn cluster_of_three_masters() {
         // Keys spread over the nodes; every script touches one slot only (no CROSSSLOT).
         let mut owners = std::collections::BTreeSet::new();
         for i in 0..24 {
-            let k = format!("ns{i}:op:{client:?}:{i}");
+            let k = kk(&format!("ns{i}:op:{client:?}:{i}"));
             let a = OwnerToken::new();
             let grant = p
                 .acquire(fenced(&k, a, LONG, Duration::ZERO))
@@ -68,7 +68,7 @@ async fn cluster_of_three_masters() {
 
         // A release published on one node wakes a waiter subscribed through another.
         for i in 0..3 {
-            let k = format!("wake{i}:op:{client:?}");
+            let k = kk(&format!("wake{i}:op:{client:?}"));
             let a = OwnerToken::new();
             p.acquire(lock(&k, a, LONG, Duration::ZERO))
                 .await
@@ -100,7 +100,7 @@ async fn cluster_of_three_masters() {
         }
 
         // wait_settled across the cluster.
-        let k = format!("settle:op:{client:?}");
+        let k = kk(&format!("settle:op:{client:?}"));
         let a = OwnerToken::new();
         p.claim(claim(&k, a, LONG)).await.unwrap();
         let waiter = tokio::spawn({
@@ -142,7 +142,7 @@ async fn sentinel_failover_is_followed() {
             .connect()
             .await
             .unwrap_or_else(|e| panic!("{client:?}: {e}"));
-        let k = format!("before:op:{client:?}");
+        let k = kk(&format!("before:op:{client:?}"));
         let a = OwnerToken::new();
         let grant = p
             .acquire(fenced(&k, a, LONG, Duration::ZERO))
@@ -169,7 +169,7 @@ async fn sentinel_failover_is_followed() {
     for (client, p, k, a, token_before) in providers {
         // Calls may fail while the provider finds the new master; then they work.
         let deadline = Instant::now() + Duration::from_secs(20);
-        let k2 = format!("after:op:{client:?}");
+        let k2 = kk(&format!("after:op:{client:?}"));
         let b = OwnerToken::new();
         let grant = loop {
             match p.acquire(fenced(&k2, b, LONG, Duration::ZERO)).await {

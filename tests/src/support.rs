@@ -1,6 +1,7 @@
 //! Test doubles shared by the integration tests: a provider that counts calls and can be told
 //! to fail, and a tracing layer that records what coord's spans carried.
 
+use coord_core::CallKey;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -82,7 +83,7 @@ impl LockProvider for InstrumentedProvider {
 
     fn release<'a>(
         &'a self,
-        key: &'a str,
+        key: &'a CallKey,
         owner: OwnerToken,
     ) -> BoxFuture<'a, Result<ReleaseOutcome, BackendError>> {
         self.releases.fetch_add(1, Ordering::SeqCst);
@@ -94,7 +95,7 @@ impl LockProvider for InstrumentedProvider {
 
     fn renew<'a>(
         &'a self,
-        key: &'a str,
+        key: &'a CallKey,
         owner: OwnerToken,
         lease: Duration,
     ) -> BoxFuture<'a, Result<RenewOutcome, BackendError>> {
@@ -126,7 +127,7 @@ impl IdempotencyStore for InstrumentedProvider {
 
     fn abandon<'a>(
         &'a self,
-        key: &'a str,
+        key: &'a CallKey,
         owner: OwnerToken,
     ) -> BoxFuture<'a, Result<bool, BackendError>> {
         self.inner.abandon(key, owner)
@@ -134,19 +135,19 @@ impl IdempotencyStore for InstrumentedProvider {
 
     fn wait_settled<'a>(
         &'a self,
-        key: &'a str,
+        key: &'a CallKey,
         timeout: Duration,
     ) -> BoxFuture<'a, Result<(), BackendError>> {
         self.inner.wait_settled(key, timeout)
     }
 
-    fn purge<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<bool, BackendError>> {
+    fn purge<'a>(&'a self, key: &'a CallKey) -> BoxFuture<'a, Result<bool, BackendError>> {
         self.inner.purge(key)
     }
 
     fn renew_marker<'a>(
         &'a self,
-        key: &'a str,
+        key: &'a CallKey,
         owner: OwnerToken,
         lease: Duration,
     ) -> BoxFuture<'a, Result<RenewOutcome, BackendError>> {
@@ -272,7 +273,7 @@ where
 }
 
 /// True when nobody holds the lock `key`: a probe acquires it (one attempt) and releases it.
-pub async fn lock_is_free(c: &Coordinator, key: &str) -> bool {
+pub async fn lock_is_free(c: &Coordinator, key: &CallKey) -> bool {
     let probe = OwnerToken::new();
     let got = c
         .lock_provider()

@@ -17,6 +17,7 @@
 //! * lifecycle: a coordinator used after the runtime it first ran on is dropped (with a lock
 //!   held at the drop), and many tasks cancelled at pseudo-random points.
 
+use coord_core::CallKey;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -62,9 +63,11 @@ fn is_long(d: Duration) -> bool {
     d >= Duration::from_secs(1)
 }
 
-fn fresh_key(ns: &str) -> String {
+fn fresh_key(ns: &str) -> CallKey {
     static NEXT: AtomicU64 = AtomicU64::new(0);
-    format!("{ns}:op:{}", NEXT.fetch_add(1, Ordering::Relaxed))
+    CallKey::builder(ns, "op")
+        .part(&NEXT.fetch_add(1, Ordering::Relaxed))
+        .finish()
 }
 
 fn memory(ns: &str) -> Coordinator {
@@ -582,10 +585,7 @@ async fn namespace(ns: String) -> String {
         Err(other) => return format!("refused: {other:?}"),
         Ok(c) => c,
     };
-    let key = coord_core::KeyBuilder::new(&ns)
-        .raw_segment("ns.probe")
-        .part(&7u32)
-        .finish();
+    let key = CallKey::builder(&ns, "ns.probe").part(&7u32).finish();
     let me = OwnerToken::new();
     let held = c
         .lock_provider()
@@ -938,10 +938,18 @@ async fn attribute(attr: Attr) -> String {
         }
         Attr::HostilePurge => {
             let big = mib('}');
-            let keys = ["", ":", "{op}:1", "op:\0\n", big.as_str()];
+            // What coord never prints is refused as a key; what it could print purges
+            // nothing that is not there.
+            let refused = ["", ":", "{op}:1", "op:\0\n", big.as_str()];
             let mut answers = Vec::new();
-            for k in keys {
-                answers.push(c.purge_record(k).await);
+            for k in refused {
+                if CallKey::from_op_key(c.namespace(), k).is_ok() {
+                    answers.push(Err(format!("{k:?} was accepted")));
+                }
+            }
+            for k in ["op:%7Bx%7D", "op:%00%0A", "%_"] {
+                let key = CallKey::from_op_key(c.namespace(), k).expect("a printable key");
+                answers.push(c.purge_record(&key).await.map_err(|e| e.to_string()));
             }
             if answers.iter().all(|a| matches!(a, Ok(false))) {
                 "nothing to purge for each".into()

@@ -18,11 +18,8 @@ struct Receipt {
     cents: u64,
 }
 
-fn record_key(c: &Coordinator, op: &str, part: &str) -> String {
-    coord_core::KeyBuilder::new(c.namespace())
-        .raw_segment(op)
-        .part(part)
-        .finish()
+fn record_key(c: &Coordinator, op: &str, part: &str) -> coord_core::CallKey {
+    c.key(op).part(part).finish()
 }
 
 #[idempotent(key_from = "key", coordinator = c, name = "tests.charge", in_flight_lease = "300ms")]
@@ -298,7 +295,9 @@ async fn an_abandoned_call_is_not_rerun_under_on_abandoned_fail() {
     );
 
     assert!(
-        c.purge_record("tests.payout:p1").await.unwrap(),
+        c.purge_record(&record_key(&c, "tests.payout", "p1"))
+            .await
+            .unwrap(),
         "an operator resolves it"
     );
     assert_eq!(payout(&c, "p1", runs.clone()).await.unwrap(), 1);

@@ -32,7 +32,9 @@ async fn attributes_use_the_installed_coordinator() {
     let held = provider.inner.lock_keys();
     assert_eq!(held, 1, "the call's lock lives in the installed provider");
     // The key is namespaced and named as configured.
-    let key = "payflow:jobs.rebuild:acme";
+    let key = &coord_core::CallKey::builder("payflow", "jobs.rebuild")
+        .part("acme")
+        .finish();
     let stranger = OwnerToken::new();
     use coord_core::LockProvider;
     let refused = provider

@@ -9,15 +9,12 @@ use coord_core::{
 };
 use coord_tests::support::{InstrumentedProvider, lock_is_free};
 
-async fn held_by_someone(c: &Coordinator, key: &str) -> bool {
+async fn held_by_someone(c: &Coordinator, key: &coord_core::CallKey) -> bool {
     !lock_is_free(c, key).await
 }
 
-fn key(c: &Coordinator, op: &str, id: u64) -> String {
-    coord_core::KeyBuilder::new(c.namespace())
-        .raw_segment(op)
-        .part(&id)
-        .finish()
+fn key(c: &Coordinator, op: &str, id: u64) -> coord_core::CallKey {
+    c.key(op).part(&id).finish()
 }
 
 #[distributed_lock(key_from = "id", coordinator = c, name = "lease.long", lease = "300ms", renew = true)]

@@ -11,14 +11,11 @@ use coord_core::{
 };
 use coord_tests::support::{InstrumentedProvider, SpanRecorder, eventually, lock_is_free};
 
-fn lock_key(c: &Coordinator, op: &str, part: u64) -> String {
-    coord_core::KeyBuilder::new(c.namespace())
-        .raw_segment(op)
-        .part(&part)
-        .finish()
+fn lock_key(c: &Coordinator, op: &str, part: u64) -> coord_core::CallKey {
+    c.key(op).part(&part).finish()
 }
 
-async fn is_free(c: &Coordinator, key: &str) -> bool {
+async fn is_free(c: &Coordinator, key: &coord_core::CallKey) -> bool {
     lock_is_free(c, key).await
 }
 

@@ -40,11 +40,8 @@ async fn written_forwards(
     Ok(id)
 }
 
-fn key(c: &Coordinator, op: &str, id: u64) -> String {
-    coord_core::KeyBuilder::new(c.namespace())
-        .raw_segment(op)
-        .part(&id)
-        .finish()
+fn key(c: &Coordinator, op: &str, id: u64) -> coord_core::CallKey {
+    c.key(op).part(&id).finish()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

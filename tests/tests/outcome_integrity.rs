@@ -6,6 +6,7 @@
 //! the body ran. The same promises are checked against a real `redis-server` in
 //! `coord-redis/tests/outcome_faults.rs`.
 
+use coord_core::CallKey;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -109,7 +110,7 @@ impl LockProvider for FaultyProvider {
 
     fn release<'a>(
         &'a self,
-        key: &'a str,
+        key: &'a CallKey,
         owner: OwnerToken,
     ) -> BoxFuture<'a, Result<ReleaseOutcome, BackendError>> {
         Box::pin(faulty(&self.releases, move || {
@@ -119,7 +120,7 @@ impl LockProvider for FaultyProvider {
 
     fn renew<'a>(
         &'a self,
-        key: &'a str,
+        key: &'a CallKey,
         owner: OwnerToken,
         lease: Duration,
     ) -> BoxFuture<'a, Result<RenewOutcome, BackendError>> {
@@ -144,7 +145,7 @@ impl IdempotencyStore for FaultyProvider {
 
     fn abandon<'a>(
         &'a self,
-        key: &'a str,
+        key: &'a CallKey,
         owner: OwnerToken,
     ) -> BoxFuture<'a, Result<bool, BackendError>> {
         Box::pin(faulty(&self.abandons, move || {
@@ -154,7 +155,7 @@ impl IdempotencyStore for FaultyProvider {
 
     fn wait_settled<'a>(
         &'a self,
-        key: &'a str,
+        key: &'a CallKey,
         timeout: Duration,
     ) -> BoxFuture<'a, Result<(), BackendError>> {
         self.inner.wait_settled(key, timeout)
@@ -162,14 +163,14 @@ impl IdempotencyStore for FaultyProvider {
 
     fn renew_marker<'a>(
         &'a self,
-        key: &'a str,
+        key: &'a CallKey,
         owner: OwnerToken,
         lease: Duration,
     ) -> BoxFuture<'a, Result<RenewOutcome, BackendError>> {
         self.inner.renew_marker(key, owner, lease)
     }
 
-    fn purge<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<bool, BackendError>> {
+    fn purge<'a>(&'a self, key: &'a CallKey) -> BoxFuture<'a, Result<bool, BackendError>> {
         self.inner.purge(key)
     }
 }
@@ -265,7 +266,7 @@ async fn an_outcome_that_cannot_be_stored_is_an_error_and_the_duplicate_is_told_
     assert_eq!(c.metrics().outcomes_not_stored(), 1);
     assert!(
         !CoordError::OutcomeNotStored {
-            key: String::new(),
+            key: CallKey::builder("oi", "any").finish(),
             cause: NotStoredCause::DoubleRun { other: None }
         }
         .is_retryable()
@@ -481,7 +482,7 @@ async fn a_failed_abandon_is_retried_until_the_key_is_free() {
     #[idempotent(key_from = "key", coordinator = c, name = "oi.fails", in_flight_lease = "5s")]
     async fn fails(c: &Coordinator, key: &str) -> Result<u64, CoordError> {
         Err(CoordError::InFlight {
-            key: "the body's own error".into(),
+            key: CallKey::builder("oi", "the-bodys-own-error").finish(),
         })
     }
     p.abandons.inject(Fault::NotSent, 2);
@@ -566,7 +567,9 @@ async fn a_record_that_does_not_decode_is_a_codec_error_naming_the_key_until_pur
     assert_eq!(versioned(&old, "k", runs.clone()).await.unwrap(), 10);
     match versioned(&new, "k", runs.clone()).await {
         Err(err @ CoordError::Codec { .. }) => {
-            assert_eq!(err.key(), Some("oi-codec-upgrade:oi.versions:k"));
+            let key = err.key().expect("a codec error names its key");
+            assert_eq!(key.to_string(), "oi.versions:k");
+            assert_eq!(key.namespace(), "oi-codec-upgrade");
         }
         other => panic!("expected a codec error, got {other:?}"),
     }
@@ -575,7 +578,8 @@ async fn a_record_that_does_not_decode_is_a_codec_error_naming_the_key_until_pur
         1,
         "never run again over a record"
     );
-    assert!(new.purge_record("oi.versions:k").await.unwrap());
+    let pasted = CallKey::from_op_key(new.namespace(), "oi.versions:k").unwrap();
+    assert!(new.purge_record(&pasted).await.unwrap());
     assert_eq!(versioned(&new, "k", runs.clone()).await.unwrap(), 11);
     assert_eq!(versioned(&new, "k", runs.clone()).await.unwrap(), 11);
 }

@@ -2,6 +2,7 @@
 //! every provider: through the attributes (the runtime's fast path into the provider), and
 //! the answers only this provider gives exactly (the winner named in `Superseded`).
 
+use coord_core::CallKey;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -92,7 +93,7 @@ async fn an_attribute_with_an_endless_wait_waits_and_cancels_cleanly() {
     assert_eq!(
         c.lock_provider()
             .acquire(LockRequest {
-                key: "inputs-forever:probe",
+                key: &CallKey::builder("inputs-forever", "probe").finish(),
                 owner: OwnerToken::new(),
                 lease: Duration::MAX,
                 wait: Duration::MAX,
@@ -120,7 +121,7 @@ async fn cancelled_endless_waiters_never_wedge_the_table() {
             let mut i = 0u64;
             while !stop.load(Ordering::SeqCst) {
                 let me = OwnerToken::new();
-                let key = format!("hot:{}", i % 3);
+                let key = CallKey::builder("hot", "op").part(&(i % 3)).finish();
                 let attempt = p.acquire(LockRequest {
                     key: &key,
                     owner: me,
@@ -160,15 +161,16 @@ async fn cancelled_endless_waiters_never_wedge_the_table() {
 async fn superseded_names_the_other_owner() {
     let provider = MemoryProvider::new();
     let (late, winner) = (OwnerToken::new(), OwnerToken::new());
+    let k = CallKey::builder("ns", "op").part(&1).finish();
     let claim = |owner, lease| ClaimRequest {
-        key: "ns:op:1",
+        key: &k,
         owner,
         in_flight_lease: lease,
         fingerprint: None,
         keep_abandoned_for: None,
     };
     let complete = |owner| CompleteRequest {
-        key: "ns:op:1",
+        key: &k,
         owner,
         payload: Arc::from(&b"v"[..]),
         retention: Duration::MAX,

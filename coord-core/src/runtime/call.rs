@@ -6,7 +6,9 @@ use std::time::Duration;
 use tracing::Instrument;
 use tracing::field::Empty;
 
+use crate::call_key::CallKey;
 use crate::coordinator::Coordinator;
+use crate::error::{BackendError, CoordError};
 use crate::key::KeyBuilder;
 use crate::policy::{OnAbandoned, OnBackendError, OnLost, OnMissingKey, OnStoreError};
 use crate::provider::FencingToken;
@@ -16,9 +18,9 @@ use crate::report::{
 
 /// The static description of one annotated function, emitted by the macros.
 #[derive(Debug)]
-pub struct OpSpec {
+pub struct OpSpec<'a> {
     /// The operation name: `name = ".."`, or the module path and fn name.
-    pub name: &'static str,
+    pub name: &'a str,
     /// Present with `#[idempotent]`.
     pub idempotency: Option<IdempotencySpec>,
     /// Present with `#[distributed_lock]`.
@@ -67,9 +69,9 @@ pub struct LockSpec {
 
 /// One call in progress. The layers share it, so the key is derived once.
 pub struct Call<'c> {
-    pub(crate) spec: &'static OpSpec,
+    pub(crate) spec: &'c OpSpec<'c>,
     pub(crate) coordinator: &'c Coordinator,
-    pub(crate) key: std::sync::Arc<str>,
+    pub(crate) key: CallKey,
     /// `Some` when a key part rendered an absent value (`None`): the `key_from` path of the
     /// first such part, when the macros named it.
     pub(crate) absent_part: Option<Option<&'static str>>,
@@ -80,14 +82,39 @@ pub struct Call<'c> {
 impl<'c> Call<'c> {
     /// Starts a call of `spec` on `coordinator`; `key` appends the key parts.
     pub fn new(
-        spec: &'static OpSpec,
+        spec: &'c OpSpec<'c>,
         coordinator: &'c Coordinator,
         key: impl FnOnce(KeyBuilder) -> KeyBuilder,
     ) -> Call<'c> {
-        let builder = KeyBuilder::scratch(coordinator.namespace()).raw_segment(spec.name);
+        let builder = KeyBuilder::scratch(coordinator.namespace());
+        let shown_from = builder.rendered_len() + 1;
+        let builder = builder.raw_segment(spec.name);
+        let op_end = builder.rendered_len();
         let builder = key(builder);
         let absent_part = builder.has_absent_part().then(|| builder.missing_part());
-        let key = builder.finish_shared();
+        Call::start(
+            spec,
+            coordinator,
+            builder.finish_call_key(shown_from, op_end),
+            absent_part,
+        )
+    }
+
+    /// Starts a call of `spec` with a key built beforehand (the handle API).
+    pub(crate) fn with_key(
+        spec: &'c OpSpec<'c>,
+        coordinator: &'c Coordinator,
+        key: CallKey,
+    ) -> Call<'c> {
+        Call::start(spec, coordinator, key, None)
+    }
+
+    fn start(
+        spec: &'c OpSpec<'c>,
+        coordinator: &'c Coordinator,
+        key: CallKey,
+        absent_part: Option<Option<&'static str>>,
+    ) -> Call<'c> {
         let span = tracing::info_span!(
             "coord",
             op = spec.name,
@@ -98,8 +125,7 @@ impl<'c> Call<'c> {
         );
         let sink = take_requested_sink();
         if let Some(sink) = &sink {
-            sink.lock().unwrap_or_else(|e| e.into_inner()).key =
-                Some(key[coordinator.namespace().len() + 1..].to_owned());
+            sink.lock().unwrap_or_else(|e| e.into_inner()).key = Some(key.clone());
         }
         Call {
             spec,
@@ -111,8 +137,8 @@ impl<'c> Call<'c> {
         }
     }
 
-    /// The key as providers see it: `namespace:op:parts`.
-    pub fn key(&self) -> &str {
+    /// This call's key.
+    pub fn key(&self) -> &CallKey {
         &self.key
     }
 
@@ -150,5 +176,24 @@ impl<'c> Call<'c> {
 
     pub(crate) fn policy(&self, attribute: Option<OnBackendError>) -> OnBackendError {
         attribute.unwrap_or_else(|| self.coordinator.on_backend_error())
+    }
+
+    /// The one backend-fault decision of every layer: `Ok(())` to run the body unguarded
+    /// (`fail_open`: counted and logged), or the error to answer (`fail_closed`). The layer
+    /// records its own outcome.
+    pub(crate) fn backend_fault(
+        &self,
+        attribute: Option<OnBackendError>,
+        err: BackendError,
+        layer: &'static str,
+    ) -> Result<(), CoordError> {
+        match self.policy(attribute) {
+            OnBackendError::FailClosed => Err(CoordError::Backend(err.with_key(&self.key))),
+            OnBackendError::FailOpen => {
+                self.coordinator.metrics().count_fail_open();
+                tracing::warn!(key = %self.key, error = %err, layer, "coord: the backend failed; running unguarded (fail_open)");
+                Ok(())
+            }
+        }
     }
 }

@@ -35,11 +35,11 @@ where
 /// need be, fresh) connection, and repeating it is harmless.
 pub(crate) fn spawn_retried<A, Fut>(
     what: &'static str,
-    key: String,
+    key: crate::call_key::CallKey,
     for_at_most: std::time::Duration,
     mut attempt: A,
 ) where
-    A: FnMut(String) -> Fut + Send + 'static,
+    A: FnMut(crate::call_key::CallKey) -> Fut + Send + 'static,
     Fut: Future<Output = Result<bool, crate::error::BackendError>> + Send + 'static,
 {
     use std::time::Duration;

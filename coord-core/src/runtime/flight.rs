@@ -16,10 +16,11 @@ use dashmap::DashMap;
 use dashmap::mapref::entry::Entry;
 use tokio::sync::Notify;
 
+use crate::call_key::CallKey;
 use crate::report::FlightOutcome;
 use crate::runtime::call::Call;
 
-type FlightKey = (TypeId, Arc<str>);
+type FlightKey = (TypeId, CallKey);
 
 /// Flights in progress, by output type and call key. An entry lives exactly as long as its
 /// flight: it is removed when the flight completes, its leader panics, or its last participant

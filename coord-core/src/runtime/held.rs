@@ -4,6 +4,7 @@
 use std::future::Future;
 use std::sync::Arc;
 
+use crate::call_key::CallKey;
 use crate::provider::{FencingToken, LossCause};
 use crate::runtime::renewal::Hold;
 
@@ -17,11 +18,11 @@ pub(crate) fn innermost() -> Option<Arc<Hold>> {
 }
 
 /// True when the current task holds the lock `key`.
-pub(crate) fn holds(key: &str) -> bool {
+pub(crate) fn holds(key: &CallKey) -> bool {
     HELD.try_with(|held| {
         let mut at = held.as_deref();
         while let Some(lock) = at {
-            if &*lock.key == key {
+            if lock.key == *key {
                 return true;
             }
             at = lock.outer.as_deref();

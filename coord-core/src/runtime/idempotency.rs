@@ -8,6 +8,7 @@ use serde::de::DeserializeOwned;
 
 use std::time::Duration;
 
+use crate::call_key::CallKey;
 use crate::error::{BackendError, CoordError, NotStoredCause};
 use crate::policy::{OnAbandoned, OnBackendError, OnLost, OnMissingKey, OnStoreError};
 use crate::provider::{
@@ -17,33 +18,10 @@ use crate::provider::{
 use crate::report::IdempotencyOutcome;
 use crate::runtime::call::{Call, IdempotencySpec};
 use crate::runtime::detach::{DetachOnDrop, spawn_retried};
+use crate::runtime::lease_guard::{LeaseGuard, LeaseStore};
 use crate::runtime::outcome::GuardedResult;
 use crate::runtime::renewal::{Hold, HoldKind, Registration, Renewer};
 use crate::runtime::time::later;
-
-/// Clears the in-flight marker if the call stops before settling it normally (cancelled or
-/// panicked), so duplicates are not blocked until the marker's lease ends.
-///
-/// Not armed under `on_abandoned = "fail"`: a body stopped half-way may have had effects, so
-/// its marker is left to lapse into an abandoned record (`OutcomeUnknown`), never cleared for
-/// a duplicate to run again.
-struct AbandonOnDrop<'a> {
-    store: &'a Arc<dyn IdempotencyStore>,
-    hold: &'a Hold,
-    armed: bool,
-}
-
-impl Drop for AbandonOnDrop<'_> {
-    fn drop(&mut self) {
-        if self.armed {
-            self.store.clone().abandon_detached(
-                self.hold.key.to_string(),
-                self.hold.owner(),
-                self.hold.lease_left(),
-            );
-        }
-    }
-}
 
 /// The one place fingerprints are compared. A record stored without a fingerprint (the
 /// operation had none when it was written), or a call without one, is not compared.
@@ -54,7 +32,7 @@ fn check_fingerprint(
 ) -> Result<(), CoordError> {
     match (ours, stored) {
         (Some(ours), Some(stored)) if ours != stored => Err(CoordError::KeyReused {
-            key: call.key.to_string(),
+            key: call.key.clone(),
         }),
         _ => Ok(()),
     }
@@ -90,7 +68,7 @@ where
         Ok(fp) => fp,
         Err(message) => {
             return R::from_coord_error(CoordError::Codec {
-                key: call.key.to_string(),
+                key: call.key.clone(),
                 message: format!("fingerprint parameters did not serialize: {message}"),
             });
         }
@@ -116,11 +94,18 @@ where
         None,
         None,
     );
-    let mut marker = AbandonOnDrop {
-        store,
-        hold: &hold,
-        armed: spec.on_abandoned == OnAbandoned::Rerun,
-    };
+    // Clears the marker if the call stops before settling it (cancelled or panicked), so
+    // duplicates are not blocked until its lease ends. Not armed under `on_abandoned = "fail"`:
+    // a body stopped half-way may have had effects, so its marker is left to lapse into an
+    // abandoned record (`OutcomeUnknown`), never cleared for a duplicate to run again.
+    let mut marker = LeaseGuard::new(
+        LeaseStore::Marker(store),
+        &call.key,
+        owner,
+        spec.in_flight_lease,
+    )
+    .held_as(&hold);
+    marker.set_armed(spec.on_abandoned == OnAbandoned::Rerun);
     let output = if spec.renew.is_some() || spec.on_lost.is_some() {
         let renewal = spec
             .renew
@@ -134,7 +119,7 @@ where
                 // no-op at worst, and the caller learns its work was stopped.
                 call.record_idempotency(IdempotencyOutcome::Lost);
                 return R::from_coord_error(CoordError::LockLost {
-                    key: call.key.to_string(),
+                    key: call.key.clone(),
                     held_for: hold.held_for(),
                     cause: hold.loss_cause(),
                 });
@@ -144,7 +129,7 @@ where
         body.await
     };
     // From here on the work is done: settling the record must survive the caller dropping us.
-    marker.armed = false;
+    marker.disarm();
     let Some(ok) = output.ok_ref() else {
         // A failure leaves no trace: free the key for a retry. If the abandon cannot be
         // confirmed it is retried in the background until the marker's lease ends.
@@ -153,7 +138,7 @@ where
         DetachOnDrop::new(async move {
             if let Err(err) = store.abandon(&hold.key, hold.owner()).await {
                 tracing::warn!(key = %hold.key, error = %err, "coord: clearing the in-flight marker failed; retrying in the background");
-                let (key, owner, left) = (hold.key.to_string(), hold.owner(), hold.lease_left());
+                let (key, owner, left) = (hold.key.clone(), hold.owner(), hold.lease_left());
                 store.abandon_detached(key, owner, left);
             }
         })
@@ -231,7 +216,7 @@ fn not_stored<R: GuardedResult>(
     tracing::error!(key = %call.key, cause = %cause, "coord: the body ran but its outcome was not stored; a duplicate may not replay it");
     match spec.on_store_error {
         OnStoreError::Error => R::from_coord_error(CoordError::OutcomeNotStored {
-            key: call.key.to_string(),
+            key: call.key.clone(),
             cause,
         }),
         OnStoreError::ReturnOk => output,
@@ -336,7 +321,7 @@ where
     R::Ok: DeserializeOwned,
 {
     let spec = call.spec.idempotency.as_ref().expect("checked by caller");
-    let key = &*call.key;
+    let key = &call.key;
     let deadline = Deadline::after(spec.wait);
     let refuse = |outcome, err: CoordError| {
         call.record_idempotency(outcome);
@@ -360,12 +345,7 @@ where
             Ok(found) => found,
             Err(err) => {
                 if err.kind().is_transient() {
-                    clear_unanswered_claim(
-                        store,
-                        call.key.to_string(),
-                        owner,
-                        spec.in_flight_lease,
-                    );
+                    clear_unanswered_claim(store, call.key.clone(), owner, spec.in_flight_lease);
                 }
                 return backend_fault(call, spec.on_backend_error, err);
             }
@@ -387,7 +367,7 @@ where
                     Err(message) => refuse(
                         IdempotencyOutcome::BackendError,
                         CoordError::Codec {
-                            key: call.key.to_string(),
+                            key: call.key.clone(),
                             message,
                         },
                     ),
@@ -403,7 +383,7 @@ where
                 return refuse(
                     IdempotencyOutcome::OutcomeUnknown,
                     CoordError::OutcomeUnknown {
-                        key: call.key.to_string(),
+                        key: call.key.clone(),
                     },
                 );
             }
@@ -419,7 +399,7 @@ where
                     return refuse(
                         IdempotencyOutcome::InFlight,
                         CoordError::InFlight {
-                            key: call.key.to_string(),
+                            key: call.key.clone(),
                         },
                     );
                 }
@@ -442,7 +422,7 @@ where
 /// longer than that bound, any late claim is cleared.
 fn clear_unanswered_claim(
     store: &Arc<dyn IdempotencyStore>,
-    key: String,
+    key: CallKey,
     owner: OwnerToken,
     lease: Duration,
 ) {
@@ -459,18 +439,14 @@ fn backend_fault<R: GuardedResult>(
     policy: Option<OnBackendError>,
     err: BackendError,
 ) -> Claim<R> {
-    match call.policy(policy) {
-        OnBackendError::FailClosed => {
-            call.record_idempotency(IdempotencyOutcome::BackendError);
-            Claim::Answer(R::from_coord_error(CoordError::Backend(
-                err.with_key(call.key.to_string()),
-            )))
-        }
-        OnBackendError::FailOpen => {
+    match call.backend_fault(policy, err, "idempotency") {
+        Ok(()) => {
             call.record_idempotency(IdempotencyOutcome::FailedOpen);
-            call.coordinator.metrics().count_fail_open();
-            tracing::warn!(key = %call.key, error = %err, "coord: idempotency backend failed; running unguarded (fail_open)");
             Claim::Unguarded
+        }
+        Err(err) => {
+            call.record_idempotency(IdempotencyOutcome::BackendError);
+            Claim::Answer(R::from_coord_error(err))
         }
     }
 }

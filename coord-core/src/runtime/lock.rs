@@ -5,39 +5,14 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::error::CoordError;
-use crate::policy::{OnBackendError, OnLost};
-use crate::provider::{LockProvider, LockRequest, OwnerToken, ReleaseOutcome};
+use crate::policy::OnLost;
+use crate::provider::{LockRequest, OwnerToken, ReleaseOutcome};
 use crate::report::LockOutcome;
 use crate::runtime::call::Call;
 use crate::runtime::held;
+use crate::runtime::lease_guard::{LeaseGuard, LeaseStore};
 use crate::runtime::outcome::GuardedResult;
 use crate::runtime::renewal::{Hold, HoldKind, Registration};
-
-/// Frees a lock if the call stops before releasing it normally: when an acquire is cancelled
-/// (its `SET` may already have landed), when the caller drops the future mid-body, or when
-/// the body panics.
-struct ReleaseOnDrop<'a> {
-    provider: &'a Arc<dyn LockProvider>,
-    key: &'a str,
-    owner: OwnerToken,
-    /// How long a clean-up can matter: a lock taken by this call frees itself at the latest a
-    /// lease after its last attempt, and attempts end within `wait`. (An upper bound, so no
-    /// clock is read on the path that never drops armed.)
-    lease_bound: std::time::Duration,
-    armed: bool,
-}
-
-impl Drop for ReleaseOnDrop<'_> {
-    fn drop(&mut self) {
-        if self.armed {
-            self.provider.clone().release_detached(
-                self.key.to_owned(),
-                self.owner,
-                self.lease_bound,
-            );
-        }
-    }
-}
 
 /// Runs `body` while holding the call's lock.
 pub async fn distributed_lock<R, F>(call: &Call<'_>, body: F) -> R
@@ -50,65 +25,48 @@ where
         .lock
         .as_ref()
         .expect("the macro emits a lock spec with #[distributed_lock]");
-    let key = &*call.key;
+    let key = &call.key;
     if held::holds(key) {
         call.record_lock(LockOutcome::Reentrant, None);
-        return R::from_coord_error(CoordError::Reentrant {
-            key: call.key.to_string(),
-        });
+        return R::from_coord_error(CoordError::Reentrant { key: key.clone() });
     }
     let provider = call.coordinator.lock_provider();
     let owner = OwnerToken::new();
-    let memory = call.coordinator.memory();
-    // The in-process provider reports when the lease began; others are timed from here.
-    let started = (memory.is_none() || !spec.wait.is_zero()).then(Instant::now);
-    let mut guard = ReleaseOnDrop {
-        provider,
-        key,
-        owner,
-        lease_bound: spec.lease.saturating_add(spec.wait),
-        armed: true,
-    };
-    let request = LockRequest {
-        key,
-        owner,
-        lease: spec.lease,
-        wait: spec.wait,
-        fenced: spec.fenced,
-    };
-    let acquired = match memory {
-        Some(memory) => Ok(memory
-            .acquire_inline(request, Some(&call.key))
-            .await
-            .map(|(grant, at)| (grant, Some(at)))),
-        None => provider
-            .acquire(request)
-            .await
-            .map(|grant| grant.map(|grant| (grant, None))),
-    };
-    let (grant, granted_at) = match acquired {
-        Ok(Some(granted)) => granted,
+    let started = Instant::now();
+    // A lock taken by this call frees itself at the latest a lease after its last attempt,
+    // and attempts end within `wait`.
+    let lease_bound = spec.lease.saturating_add(spec.wait);
+    let mut guard = LeaseGuard::new(LeaseStore::Lock(provider), key, owner, lease_bound);
+    let acquired = provider
+        .acquire(LockRequest {
+            key,
+            owner,
+            lease: spec.lease,
+            wait: spec.wait,
+            fenced: spec.fenced,
+        })
+        .await;
+    let grant = match acquired {
+        Ok(Some(grant)) => grant,
         Ok(None) => {
-            guard.armed = false;
+            guard.disarm();
             call.record_lock(LockOutcome::NotAcquired, None);
             return R::from_coord_error(CoordError::LockNotAcquired {
-                key: call.key.to_string(),
-                waited: started.map_or(std::time::Duration::ZERO, |s| s.elapsed()),
+                key: key.clone(),
+                waited: started.elapsed(),
             });
         }
         // The acquire may have landed before the fault: the guard stays armed and releases.
         Err(err) => {
             drop(guard);
-            return match call.policy(spec.on_backend_error) {
-                OnBackendError::FailClosed => {
-                    call.record_lock(LockOutcome::BackendError, None);
-                    R::from_coord_error(CoordError::Backend(err.with_key(call.key.to_string())))
-                }
-                OnBackendError::FailOpen => {
+            return match call.backend_fault(spec.on_backend_error, err, "lock") {
+                Ok(()) => {
                     call.record_lock(LockOutcome::FailedOpen, None);
-                    call.coordinator.metrics().count_fail_open();
-                    tracing::warn!(key = %call.key, error = %err, "coord: lock backend failed; running unguarded (fail_open)");
                     body.await
+                }
+                Err(err) => {
+                    call.record_lock(LockOutcome::BackendError, None);
+                    R::from_coord_error(err)
                 }
             };
         }
@@ -121,14 +79,14 @@ where
     call.record_lock(outcome, grant.fencing_token);
     // The lease began no earlier than the successful attempt was sent: for a first-attempt
     // grant that is `started`; after waiting, the last attempt was just now.
-    let lease_from = match (granted_at, started) {
-        (Some(at), _) => at,
-        (None, Some(started)) if !grant.contended => tokio::time::Instant::from_std(started),
-        (None, _) => tokio::time::Instant::now(),
+    let lease_from = match grant.lease_began {
+        Some(at) => at,
+        None if !grant.contended => tokio::time::Instant::from_std(started),
+        None => tokio::time::Instant::now(),
     };
     let hold = Hold::new(
         HoldKind::Lock,
-        call.key.clone(),
+        key.clone(),
         owner,
         spec.lease,
         lease_from,
@@ -148,16 +106,13 @@ where
         drop(guard);
         call.record_lock(LockOutcome::Lost, grant.fencing_token);
         return R::from_coord_error(CoordError::LockLost {
-            key: call.key.to_string(),
+            key: call.key.clone(),
             held_for: hold.held_for(),
             cause: hold.loss_cause(),
         });
     };
-    let released = match memory {
-        Some(memory) => Ok(memory.release_inline(key, owner)),
-        None => provider.release(key, owner).await,
-    };
-    guard.armed = false;
+    let released = provider.release(key, owner).await;
+    guard.disarm();
     match released {
         Ok(ReleaseOutcome::Released) => {}
         Ok(ReleaseOutcome::NotHeld) => {
@@ -175,7 +130,7 @@ where
             tracing::warn!(key = %call.key, error = %err, "coord: releasing the lock failed; retrying in the background until the lease ends");
             provider
                 .clone()
-                .release_detached(call.key.to_string(), owner, spec.lease);
+                .release_detached(key.clone(), owner, spec.lease);
         }
     }
     output

@@ -6,6 +6,7 @@ pub(crate) mod detach;
 pub(crate) mod flight;
 pub(crate) mod held;
 pub(crate) mod idempotency;
+pub(crate) mod lease_guard;
 pub(crate) mod lock;
 pub(crate) mod outcome;
 pub(crate) mod renewal;

@@ -21,6 +21,7 @@ use futures_util::stream::FuturesUnordered;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use crate::call_key::CallKey;
 use crate::error::BackendError;
 use crate::provider::{
     FencingToken, IdempotencyStore, LockProvider, LossCause, OwnerToken, RenewOutcome,
@@ -39,7 +40,7 @@ pub(crate) enum HoldKind {
 #[derive(Debug)]
 pub(crate) struct Hold {
     kind: HoldKind,
-    pub(crate) key: Arc<str>,
+    pub(crate) key: CallKey,
     pub(crate) fencing_token: Option<FencingToken>,
     pub(crate) outer: Option<Arc<Hold>>,
     owner: OwnerToken,
@@ -57,7 +58,7 @@ pub(crate) struct Hold {
 impl Hold {
     pub(crate) fn new(
         kind: HoldKind,
-        key: Arc<str>,
+        key: CallKey,
         owner: OwnerToken,
         lease: Duration,
         acquired_at: Instant,

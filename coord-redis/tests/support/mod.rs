@@ -1,6 +1,7 @@
 //! Shared helpers of the coord-redis integration tests.
 #![allow(dead_code)] // each test binary uses its own subset
 
+use coord_core::CallKey;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
@@ -55,18 +56,28 @@ pub async fn provider(server: &RedisServer, client: Client) -> RedisProvider {
 }
 
 /// A call key under a namespace of its own.
-pub fn key(name: &str) -> String {
+pub fn key(name: &str) -> CallKey {
     static NEXT: AtomicU32 = AtomicU32::new(0);
-    format!("t{}:{name}:part", NEXT.fetch_add(1, Ordering::Relaxed))
+    let ns = format!("t{}", NEXT.fetch_add(1, Ordering::Relaxed));
+    CallKey::builder(&ns, name).part("part").finish()
 }
 
-/// The Redis name of `kind` for call key `key` (`lock`, `fence`, `idem`, ...).
-pub fn redis_key(key: &str, kind: &str) -> String {
-    let (ns, rest) = key.split_once(':').unwrap();
-    format!("{ns}:{kind}:{{{rest}}}")
+/// A key from test text `namespace:operation[:parts]` (the namespace is what precedes the
+/// first `:`), taken as a shown key of that namespace.
+pub fn kk(text: &str) -> CallKey {
+    let (ns, op_key) = text
+        .split_once(':')
+        .expect("test keys are `namespace:operation...`");
+    CallKey::from_op_key(ns, op_key).expect("a valid test key")
 }
 
-pub fn lock(key: &str, owner: OwnerToken, lease: Duration, wait: Duration) -> LockRequest<'_> {
+/// The Redis name of `kind` for call key `key` (`lock`, `fence`, `idem`, ...), spelled out
+/// here by hand so a change of the provider's layout shows up as a failing test.
+pub fn redis_key(key: &CallKey, kind: &str) -> String {
+    format!("{}:{kind}:{{{}}}", key.namespace(), key.op_key())
+}
+
+pub fn lock(key: &CallKey, owner: OwnerToken, lease: Duration, wait: Duration) -> LockRequest<'_> {
     LockRequest {
         key,
         owner,
@@ -76,14 +87,19 @@ pub fn lock(key: &str, owner: OwnerToken, lease: Duration, wait: Duration) -> Lo
     }
 }
 
-pub fn fenced(key: &str, owner: OwnerToken, lease: Duration, wait: Duration) -> LockRequest<'_> {
+pub fn fenced(
+    key: &CallKey,
+    owner: OwnerToken,
+    lease: Duration,
+    wait: Duration,
+) -> LockRequest<'_> {
     LockRequest {
         fenced: true,
         ..lock(key, owner, lease, wait)
     }
 }
 
-pub fn claim(key: &str, owner: OwnerToken, lease: Duration) -> ClaimRequest<'_> {
+pub fn claim(key: &CallKey, owner: OwnerToken, lease: Duration) -> ClaimRequest<'_> {
     ClaimRequest {
         key,
         owner,
@@ -127,19 +143,22 @@ pub fn spawn_acquire(
     p: &RedisProvider,
     request: LockRequest<'_>,
 ) -> tokio::task::JoinHandle<Acquired> {
-    let (p, key) = (p.clone(), request.key.to_owned());
-    let request = LockRequest { key: "", ..request };
+    let (p, key) = (p.clone(), request.key.clone());
+    let (owner, lease, wait, fenced) = (request.owner, request.lease, request.wait, request.fenced);
     tokio::spawn(async move {
         let grant = p
             .acquire(LockRequest {
                 key: &key,
-                ..request
+                owner,
+                lease,
+                wait,
+                fenced,
             })
             .await
             .unwrap();
         Acquired {
             grant,
-            owner: request.owner,
+            owner,
             at: Instant::now(),
         }
     })
@@ -149,7 +168,7 @@ pub fn spawn_acquire(
 #[allow(dead_code)]
 pub async fn complete_stored(
     store: &dyn coord_core::IdempotencyStore,
-    key: &str,
+    key: &CallKey,
     owner: OwnerToken,
     payload: std::sync::Arc<[u8]>,
     retention: Duration,

@@ -1,0 +1,291 @@
+//! The key of one call as a value: built once, passed to every layer and provider as is.
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::key::{KeyBuilder, KeyPart};
+
+/// The key of one call: a namespace, an operation name and the rendered key parts.
+///
+/// Built once per call (by the attributes, by [`Coordinator::key`](crate::Coordinator::key),
+/// or by [`CallKey::builder`]) and handed to every layer and provider as this value; nothing
+/// ever splits a key string back into its pieces.
+///
+/// # One form, shown and accepted
+/// A key is shown as `operation:parts` (for example `payments.charge:order-7`): that is what
+/// [`Display`](fmt::Display) prints and what [`CoordError::key`](crate::CoordError::key),
+/// [`CallReport::key`](crate::CallReport::key) and coord's log lines carry. The namespace is
+/// the coordinator's and is not part of the shown form; [`CallKey::from_op_key`] turns a
+/// shown key (pasted by an operator) back into a key of a given namespace, so
+/// [`Coordinator::purge_record`](crate::Coordinator::purge_record) and operator tools accept
+/// exactly what errors print.
+///
+/// # Promised
+/// * The parts are rendered injectively (see [`KeyPart`]): two different tuples of part values
+///   of one operation never give the same key.
+/// * No key holds `{`, `}` or a control byte, so every backend name derived from one key lands
+///   in one Redis Cluster slot and no value can reach the backend raw.
+///
+/// Cloning is cheap (one shared allocation). Equality and hashing compare the whole key,
+/// namespace included.
+#[derive(Clone)]
+pub struct CallKey {
+    /// `namespace:operation[:parts]`, as one allocation.
+    full: Arc<str>,
+    /// Where the shown form (`operation[:parts]`) starts in `full`. Offsets are `u32` to keep
+    /// the key (and every error carrying one) small; see [`offset`].
+    shown_from: u32,
+    /// Where the operation name ends in `full`, when the key was built (not read from text).
+    /// `NO_OP_END` when unknown.
+    op_end: u32,
+}
+
+const NO_OP_END: u32 = u32::MAX;
+
+/// An offset into a key as stored. A namespace or operation name of 4 GiB or more (which no
+/// coordinator accepts, but the public builders must not panic on) degrades gracefully: the
+/// namespace reads as empty and the operation as unknown, while the key's text, and so its
+/// identity and backend names, stay exact.
+fn offset(at: usize) -> Option<u32> {
+    u32::try_from(at).ok().filter(|&at| at != NO_OP_END)
+}
+
+impl PartialEq for CallKey {
+    fn eq(&self, other: &CallKey) -> bool {
+        self.full == other.full
+    }
+}
+
+impl Eq for CallKey {}
+
+impl std::hash::Hash for CallKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.full.hash(state);
+    }
+}
+
+impl PartialOrd for CallKey {
+    fn partial_cmp(&self, other: &CallKey) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for CallKey {
+    fn cmp(&self, other: &CallKey) -> std::cmp::Ordering {
+        self.full.cmp(&other.full)
+    }
+}
+
+impl CallKey {
+    /// Starts the key of `operation` in `namespace`, for call sites without a coordinator at
+    /// hand (provider tests, tools). The namespace and the operation name are written with the
+    /// same escaping as the attributes use, so a key built here for a coordinator's namespace
+    /// and an attribute's operation name equals the key the attribute builds.
+    pub fn builder(namespace: &str, operation: &str) -> CallKeyBuilder {
+        CallKeyBuilder::new(KeyBuilder::namespace_only(namespace), operation)
+    }
+
+    /// A key from its shown form `operation[:parts]` (what [`fmt::Display`] prints and errors
+    /// carry), in `namespace`: the way an operator's input becomes a key.
+    ///
+    /// The text is taken as it is, not split or re-rendered: it must be what coord printed.
+    /// Refused: an empty key, and any text holding `{`, `}`, whitespace or a control byte
+    /// (coord never prints such a key; accepting one could address names outside coord's
+    /// layout).
+    pub fn from_op_key(namespace: &str, op_key: &str) -> Result<CallKey, InvalidCallKey> {
+        if op_key.is_empty() {
+            return Err(InvalidCallKey("the key is empty"));
+        }
+        if op_key.starts_with(':') || op_key.ends_with(':') {
+            return Err(InvalidCallKey(
+                "a key neither starts nor ends with `:` (it is `operation[:parts]`)",
+            ));
+        }
+        if op_key
+            .bytes()
+            .any(|b| matches!(b, b'{' | b'}') || b.is_ascii_whitespace() || b < 0x20 || b == 0x7f)
+        {
+            return Err(InvalidCallKey(
+                "a key printed by coord holds no `{`, `}`, whitespace or control character",
+            ));
+        }
+        let mut full = KeyBuilder::namespace_only(namespace).finish();
+        full.push(':');
+        let shown_from = offset(full.len()).unwrap_or(0);
+        full.push_str(op_key);
+        Ok(CallKey {
+            full: Arc::from(full),
+            shown_from,
+            op_end: NO_OP_END,
+        })
+    }
+
+    pub(crate) fn from_rendered(full: Arc<str>, shown_from: usize, op_end: usize) -> CallKey {
+        debug_assert!(shown_from <= op_end && op_end <= full.len());
+        debug_assert!(full.is_char_boundary(shown_from) && full.is_char_boundary(op_end));
+        match (offset(shown_from), offset(op_end)) {
+            (Some(shown_from), Some(op_end)) => CallKey {
+                full,
+                shown_from,
+                op_end,
+            },
+            (Some(shown_from), None) => CallKey {
+                full,
+                shown_from,
+                op_end: NO_OP_END,
+            },
+            (None, _) => CallKey {
+                full,
+                shown_from: 0,
+                op_end: NO_OP_END,
+            },
+        }
+    }
+
+    /// The operation name as written into the key, when the key was built (by the attributes,
+    /// [`CallKey::builder`] or [`Coordinator::key`](crate::Coordinator::key)); `None` for a key
+    /// read from text by [`CallKey::from_op_key`], whose operation name cannot be told from
+    /// its parts.
+    pub fn operation(&self) -> Option<&str> {
+        (self.op_end != NO_OP_END)
+            .then(|| &self.full[self.shown_from as usize..self.op_end as usize])
+    }
+
+    /// The whole key as a shared string, for in-process tables that keep it.
+    pub(crate) fn shared(&self) -> &Arc<str> {
+        &self.full
+    }
+
+    /// The namespace (the coordinator's), as written into backend names.
+    pub fn namespace(&self) -> &str {
+        // `shown_from` is one past the `:` that ends the namespace.
+        &self.full[..(self.shown_from as usize).saturating_sub(1)]
+    }
+
+    /// The shown form, `operation[:parts]`: what [`fmt::Display`] prints.
+    pub fn op_key(&self) -> &str {
+        &self.full[self.shown_from as usize..]
+    }
+
+    /// The whole key, `namespace:operation[:parts]`: a unique name for the call across
+    /// namespaces (what an in-process provider keys its tables by).
+    pub fn qualified(&self) -> &str {
+        &self.full
+    }
+}
+
+impl fmt::Display for CallKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.op_key())
+    }
+}
+
+impl fmt::Debug for CallKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "CallKey({:?})", self.qualified())
+    }
+}
+
+impl PartialEq<str> for CallKey {
+    /// Compares the shown form (`operation[:parts]`).
+    fn eq(&self, other: &str) -> bool {
+        self.op_key() == other
+    }
+}
+
+impl PartialEq<&str> for CallKey {
+    /// Compares the shown form (`operation[:parts]`).
+    fn eq(&self, other: &&str) -> bool {
+        self.op_key() == *other
+    }
+}
+
+/// Builds a [`CallKey`] part by part. From [`CallKey::builder`] or
+/// [`Coordinator::key`](crate::Coordinator::key).
+#[derive(Debug)]
+pub struct CallKeyBuilder {
+    inner: KeyBuilder,
+    shown_from: usize,
+    op_end: usize,
+}
+
+impl CallKeyBuilder {
+    pub(crate) fn new(namespace: KeyBuilder, operation: &str) -> CallKeyBuilder {
+        let shown_from = namespace.rendered_len() + 1;
+        let inner = namespace.raw_segment(operation);
+        CallKeyBuilder {
+            op_end: inner.rendered_len(),
+            inner,
+            shown_from,
+        }
+    }
+
+    /// Appends one key part (rendered like the attributes render a `key_from` parameter).
+    pub fn part<P: KeyPart + ?Sized>(mut self, part: &P) -> CallKeyBuilder {
+        self.inner = self.inner.part(part);
+        self
+    }
+
+    /// True when some part rendered an absent value (`None`).
+    pub fn has_absent_part(&self) -> bool {
+        self.inner.has_absent_part()
+    }
+
+    /// The finished key.
+    pub fn finish(self) -> CallKey {
+        CallKey::from_rendered(Arc::from(self.inner.finish()), self.shown_from, self.op_end)
+    }
+}
+
+/// Text that is not a key coord printed: see [`CallKey::from_op_key`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InvalidCallKey(&'static str);
+
+impl fmt::Display for InvalidCallKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "not a coord key: {}", self.0)
+    }
+}
+
+impl std::error::Error for InvalidCallKey {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builder_and_shown_form_round_trip() {
+        let key = CallKey::builder("svc", "payments.charge")
+            .part("order:7")
+            .part(&42u32)
+            .finish();
+        assert_eq!(key.namespace(), "svc");
+        assert_eq!(key.op_key(), "payments.charge:order%3A7:42");
+        assert_eq!(key.qualified(), "svc:payments.charge:order%3A7:42");
+        assert_eq!(key.to_string(), key.op_key());
+        assert_eq!(key.operation(), Some("payments.charge"));
+        let back = CallKey::from_op_key("svc", &key.to_string()).unwrap();
+        assert_eq!(back, key);
+        assert_eq!(back.operation(), None);
+        assert_ne!(CallKey::from_op_key("other", key.op_key()).unwrap(), key);
+    }
+
+    #[test]
+    fn shown_forms_coord_never_prints_are_refused() {
+        for bad in ["", ":a", "a:", "a{b}", "a b", "a\nb", "a\u{7f}"] {
+            assert!(CallKey::from_op_key("svc", bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_key_is_as_small_as_a_string() {
+        assert_eq!(size_of::<CallKey>(), size_of::<String>());
+    }
+
+    #[test]
+    fn namespaces_are_escaped_like_segments() {
+        let key = CallKey::builder("a{b}", "op").finish();
+        assert!(!key.qualified().contains(['{', '}']));
+        assert_eq!(key.op_key(), "op");
+    }
+}

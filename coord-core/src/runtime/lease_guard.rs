@@ -1,0 +1,84 @@
+//! The one drop guard of the runtime: a lease (a lock, or an idempotency in-flight marker)
+//! that this call may hold is freed, owner-checked, if the call stops before settling it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::call_key::CallKey;
+use crate::provider::{IdempotencyStore, LockProvider, OwnerToken};
+use crate::runtime::renewal::Hold;
+
+/// Where the lease lives, and so how it is freed.
+pub(crate) enum LeaseStore<'a> {
+    /// A lock: freed by `release_detached`.
+    Lock(&'a Arc<dyn LockProvider>),
+    /// An in-flight marker: freed by `abandon_detached`.
+    Marker(&'a Arc<dyn IdempotencyStore>),
+}
+
+/// Frees a lease if the call stops before settling it: when an acquire or claim is cancelled
+/// (its write may already have landed), when the caller drops the future mid-body, or when
+/// the body panics. Disarmed once the call settles the lease itself.
+///
+/// The clean-up is handed to the provider's detached path (retried in the background, on a
+/// fresh command each time, until it answers or the lease is over): dropping never blocks.
+pub(crate) struct LeaseGuard<'a> {
+    store: LeaseStore<'a>,
+    key: &'a CallKey,
+    owner: OwnerToken,
+    /// How long a clean-up can matter when no hold is known yet: an upper bound (a lease after
+    /// the last attempt), so no clock is read on the path that never drops armed.
+    bound: Duration,
+    /// Once the lease is held: its local end, which bounds the clean-up more tightly.
+    hold: Option<&'a Hold>,
+    armed: bool,
+}
+
+impl<'a> LeaseGuard<'a> {
+    /// An armed guard for `owner`'s lease on `key`; the clean-up is tried for at most `bound`.
+    pub(crate) fn new(
+        store: LeaseStore<'a>,
+        key: &'a CallKey,
+        owner: OwnerToken,
+        bound: Duration,
+    ) -> LeaseGuard<'a> {
+        LeaseGuard {
+            store,
+            key,
+            owner,
+            bound,
+            hold: None,
+            armed: true,
+        }
+    }
+
+    /// Bounds the clean-up by `hold`'s remaining lease from now on.
+    pub(crate) fn held_as(mut self, hold: &'a Hold) -> LeaseGuard<'a> {
+        self.hold = Some(hold);
+        self
+    }
+
+    /// Arms or disarms the guard.
+    pub(crate) fn set_armed(&mut self, armed: bool) {
+        self.armed = armed;
+    }
+
+    /// The call settles the lease itself from here on.
+    pub(crate) fn disarm(&mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for LeaseGuard<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let left = self.hold.map_or(self.bound, Hold::lease_left);
+        let key = self.key.clone();
+        match self.store {
+            LeaseStore::Lock(provider) => provider.clone().release_detached(key, self.owner, left),
+            LeaseStore::Marker(store) => store.clone().abandon_detached(key, self.owner, left),
+        }
+    }
+}

@@ -22,8 +22,6 @@ use crate::fingerprint::request_fingerprint;
 use crate::key::{KeyError, key_from_headers};
 use crate::metrics::{Event, Metrics};
 use crate::problem::{Problem, ProblemKind, default_detail};
-#[allow(unused_imports)]
-use crate::shim::HandleShim;
 use crate::stored::{Blob, StoredBody, StoredResponse};
 
 /// The header a replay carries, with the value `true`.

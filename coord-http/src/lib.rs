@@ -96,8 +96,6 @@ mod key;
 mod layer;
 mod metrics;
 pub mod problem;
-#[allow(unused_imports)]
-mod shim;
 mod stored;
 
 pub use body::{RequestBody, ResponseBody};

@@ -418,7 +418,7 @@ mod tests {
 
     #[test]
     fn coord_errors_map_as_documented() {
-        let key = || "op:k".to_owned();
+        let key = || coord_core::CallKey::builder("ns", "op").part("k").finish();
         let cases: Vec<(CoordError, u16, &str)> = vec![
             (CoordError::InFlight { key: key() }, 409, "in-flight"),
             (

@@ -15,9 +15,9 @@ use axum::response::Response;
 use axum::routing::post;
 use bytes::Bytes;
 use coord_core::{
-    BackendError, BackendErrorKind, BoxFuture, ClaimOutcome, ClaimRequest, CompleteOutcome,
-    CompleteRequest, Coordinator, IdempotencyStore, LockGrant, LockProvider, LockRequest,
-    MemoryProvider, OwnerToken, ReleaseOutcome, RenewOutcome,
+    BackendError, BackendErrorKind, BoxFuture, CallKey, ClaimOutcome, ClaimRequest,
+    CompleteOutcome, CompleteRequest, Coordinator, IdempotencyStore, LockGrant, LockProvider,
+    LockRequest, MemoryProvider, OwnerToken, ReleaseOutcome, RenewOutcome,
 };
 use coord_http::{IdempotencyLayer, IdempotencyLayerBuilder};
 use http::{HeaderMap, HeaderValue, StatusCode};
@@ -412,7 +412,7 @@ impl LockProvider for Switchable {
 
     fn release<'a>(
         &'a self,
-        key: &'a str,
+        key: &'a CallKey,
         owner: OwnerToken,
     ) -> BoxFuture<'a, Result<ReleaseOutcome, BackendError>> {
         gated(self, move || self.inner.release(key, owner))
@@ -420,7 +420,7 @@ impl LockProvider for Switchable {
 
     fn renew<'a>(
         &'a self,
-        key: &'a str,
+        key: &'a CallKey,
         owner: OwnerToken,
         lease: Duration,
     ) -> BoxFuture<'a, Result<RenewOutcome, BackendError>> {
@@ -445,7 +445,7 @@ impl IdempotencyStore for Switchable {
 
     fn abandon<'a>(
         &'a self,
-        key: &'a str,
+        key: &'a CallKey,
         owner: OwnerToken,
     ) -> BoxFuture<'a, Result<bool, BackendError>> {
         gated(self, move || self.inner.abandon(key, owner))
@@ -453,7 +453,7 @@ impl IdempotencyStore for Switchable {
 
     fn wait_settled<'a>(
         &'a self,
-        key: &'a str,
+        key: &'a CallKey,
         timeout: Duration,
     ) -> BoxFuture<'a, Result<(), BackendError>> {
         gated(self, move || self.inner.wait_settled(key, timeout))
@@ -461,14 +461,14 @@ impl IdempotencyStore for Switchable {
 
     fn renew_marker<'a>(
         &'a self,
-        key: &'a str,
+        key: &'a CallKey,
         owner: OwnerToken,
         lease: Duration,
     ) -> BoxFuture<'a, Result<RenewOutcome, BackendError>> {
         gated(self, move || self.inner.renew_marker(key, owner, lease))
     }
 
-    fn purge<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<bool, BackendError>> {
+    fn purge<'a>(&'a self, key: &'a CallKey) -> BoxFuture<'a, Result<bool, BackendError>> {
         gated(self, move || self.inner.purge(key))
     }
 }

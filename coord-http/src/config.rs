@@ -25,7 +25,9 @@ pub const DEFAULT_OPERATION: &str = "http.idempotency";
 /// Which of the inner service's responses are stored and replayed.
 ///
 /// A response that is not remembered leaves no trace: the key is freed as soon as the response
-/// is known, and a retry with the same key runs the handler again. The layer's own refusals
+/// is known, and a retry with the same key runs the handler again. Whatever the rule, a
+/// response that is not a success and carries `Retry-After` (a busy lock, `503`, `429`) is
+/// never remembered, since it tells the client to try again; and the layer's own refusals
 /// (problem documents) are never remembered.
 #[derive(Clone)]
 pub struct Remember(Rule);

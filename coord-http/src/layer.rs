@@ -8,8 +8,8 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use coord_core::{CoordError, Coordinator, IdempotencyOutcome, OnStoreError};
-use http::header::{CONTENT_LENGTH, HeaderValue};
-use http::{HeaderName, Request, Response};
+use http::header::{CONTENT_LENGTH, HeaderValue, RETRY_AFTER};
+use http::{HeaderMap, HeaderName, Request, Response, StatusCode};
 use http_body::Body;
 use tower_layer::Layer;
 use tower_service::Service;
@@ -230,7 +230,7 @@ where
     let handler = async {
         let response = inner.call(request).await.map_err(Flow::Service)?;
         let (head, body) = response.into_parts();
-        if !config.remember.remembers(head.status) {
+        if !remembered(&config, head.status, &head.headers) {
             return Err(Flow::Pass(Response::from_parts(
                 head,
                 ResponseBody::streaming(body),
@@ -335,6 +335,13 @@ where
             Ok(problem_response(problem))
         }
     }
+}
+
+/// Whether a response is stored: the configured rule, except that a failure which tells the
+/// client to come back later (`Retry-After` on a non-`2xx`) is never final.
+fn remembered(config: &Config, status: StatusCode, headers: &HeaderMap) -> bool {
+    config.remember.remembers(status)
+        && (status.is_success() || !headers.contains_key(RETRY_AFTER))
 }
 
 /// The reply to a duplicate: the stored status, headers and body, marked as a replay.

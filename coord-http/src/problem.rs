@@ -90,6 +90,7 @@ use bytes::Bytes;
 use coord_core::CoordError;
 use http::header::{CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderValue, Response, StatusCode};
+use serde::Serialize;
 use serde_json::{Map, Value};
 
 /// The prefix of every problem `type` URI: the page documenting them, with one section per
@@ -291,9 +292,28 @@ impl Problem {
     }
 
     /// The response: the status, `Content-Type: application/problem+json`, `Retry-After`
-    /// for retryable kinds, and the document.
+    /// for retryable kinds, and the document (members in the order `type`, `title`,
+    /// `status`, `detail`, then the extensions).
     pub fn to_response(&self) -> Response<Bytes> {
-        let body = serde_json::to_vec(&self.to_json()).expect("a JSON value serializes");
+        #[derive(Serialize)]
+        struct Doc<'a> {
+            #[serde(rename = "type")]
+            type_uri: String,
+            title: &'static str,
+            status: u16,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            detail: Option<&'a str>,
+            #[serde(flatten)]
+            extensions: &'a Map<String, Value>,
+        }
+        let doc = Doc {
+            type_uri: self.kind.type_uri(),
+            title: self.kind.title(),
+            status: self.status().as_u16(),
+            detail: self.detail.as_deref(),
+            extensions: &self.extensions,
+        };
+        let body = serde_json::to_vec(&doc).expect("a problem document serializes");
         let mut response = Response::new(Bytes::from(body));
         *response.status_mut() = self.status();
         let headers = response.headers_mut();
@@ -397,6 +417,9 @@ mod tests {
         assert_eq!(doc["detail"], "wait");
         assert_eq!(doc["key"], "abc");
         let response = problem.to_response();
+        let sent: Value = serde_json::from_slice(response.body()).unwrap();
+        assert_eq!(sent, doc);
+        assert!(response.body().starts_with(b"{\"type\":"));
         assert_eq!(response.status(), StatusCode::CONFLICT);
         assert_eq!(response.headers()[CONTENT_TYPE], CONTENT_TYPE_PROBLEM);
         assert_eq!(response.headers()[RETRY_AFTER], "1");

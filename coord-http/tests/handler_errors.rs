@@ -78,6 +78,37 @@ async fn serve_app(coord: Coordinator) -> Server {
     serve(router).await
 }
 
+/// The lock inside a handler, behind the idempotency layer (the composition the docs show):
+/// even with client errors remembered, a busy lock's 409 carries `Retry-After` and is not
+/// remembered, so the retry runs once the lock is free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_lock_behind_the_layer_is_not_remembered() {
+    let coord = memory_coordinator();
+    let idempotency = coord_http::IdempotencyLayer::builder(coord.clone())
+        .remember(coord_http::Remember::successes_and_client_errors())
+        .build();
+    let router = Router::new()
+        .route("/rebuild", post(rebuild_handler))
+        .layer(idempotency.clone())
+        .with_state(coord);
+    let server = serve(router).await;
+    let client = client();
+    let holder = Req::post(&server, "/rebuild", "first")
+        .header("x-delay-ms", b"600")
+        .spawn(&client);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let busy = Req::post(&server, "/rebuild", "second").send(&client).await;
+    assert_eq!(busy.status, StatusCode::CONFLICT);
+    assert_eq!(busy.problem(), "lock-not-acquired");
+    assert_eq!(holder.await.unwrap().status, StatusCode::OK);
+    let retried = Req::post(&server, "/rebuild", "second").send(&client).await;
+    assert_eq!(retried.status, StatusCode::OK);
+    assert!(!retried.replayed());
+    let replayed = Req::post(&server, "/rebuild", "second").send(&client).await;
+    assert!(replayed.replayed());
+    assert_eq!(idempotency.metrics().not_remembered(), 1);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_held_lock_is_409_with_retry_after() {
     let server = serve_app(memory_coordinator()).await;

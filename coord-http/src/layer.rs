@@ -340,8 +340,7 @@ where
 /// Whether a response is stored: the configured rule, except that a failure which tells the
 /// client to come back later (`Retry-After` on a non-`2xx`) is never final.
 fn remembered(config: &Config, status: StatusCode, headers: &HeaderMap) -> bool {
-    config.remember.remembers(status)
-        && (status.is_success() || !headers.contains_key(RETRY_AFTER))
+    config.remember.remembers(status) && (status.is_success() || !headers.contains_key(RETRY_AFTER))
 }
 
 /// The reply to a duplicate: the stored status, headers and body, marked as a replay.

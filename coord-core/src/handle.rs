@@ -14,7 +14,8 @@ use crate::error::CoordError;
 use crate::policy::{OnAbandoned, OnBackendError, OnLost, OnMissingKey, OnStoreError};
 use crate::provider::Fingerprint;
 use crate::report::CallReport;
-use crate::runtime::call::{Call, IdempotencySpec, OpSpec};
+use crate::runtime::call::{Call, IdempotencySpec, LockSpec, OpSpec};
+use crate::runtime::lock::{Acquired, LockGuard, acquire_lock};
 
 /// An idempotent call configured at run time: from [`Coordinator::idempotent`].
 ///
@@ -158,5 +159,185 @@ impl<'c> Idempotent<'c> {
         E: From<CoordError>,
     {
         crate::report::observe(self.run(body)).await
+    }
+}
+
+/// A lock configured at run time: from [`Coordinator::lock`].
+///
+/// The same lock as `#[distributed_lock]` (one acquisition path, one guard): a lease on the
+/// key, owner-checked release and renewal, optional fencing. The defaults are the attribute's:
+/// lease 30 s, no wait, unfenced, no renewal, the coordinator's backend-fault policy.
+///
+/// ```
+/// # async fn demo() -> Result<(), coord_core::CoordError> {
+/// use std::time::Duration;
+/// let coord = coord_core::Coordinator::builder().memory().build().unwrap();
+/// let key = coord.key("jobs.rebuild").part(&42u64).finish();
+/// let guard = coord
+///     .lock(key)
+///     .lease(Duration::from_secs(60))
+///     .fenced()
+///     .acquire()
+///     .await?;
+/// let token = guard.fencing_token(); // pass it to the resource you write
+/// # let _ = token;
+/// assert!(guard.release().await?);
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+#[must_use = "a lock does nothing until `acquire`, `try_acquire` or `run` is awaited"]
+pub struct Lock<'c> {
+    coordinator: &'c Coordinator,
+    key: CallKey,
+    spec: LockSpec,
+}
+
+impl Coordinator {
+    /// A lock of `key`, configured at run time (see [`Lock`]).
+    pub fn lock(&self, key: CallKey) -> Lock<'_> {
+        Lock {
+            coordinator: self,
+            key,
+            spec: LockSpec {
+                lease: Duration::from_secs(30),
+                wait: Duration::ZERO,
+                fenced: false,
+                on_backend_error: None,
+                renew: None,
+                on_lost: None,
+            },
+        }
+    }
+}
+
+impl Lock<'_> {
+    /// How long the lock is held if its holder dies (never released, never renewed).
+    /// Default 30 s.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.spec.lease = lease;
+        self
+    }
+
+    /// How long to wait for a held lock. Default zero (one attempt).
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.spec.wait = wait;
+        self
+    }
+
+    /// Mints a fencing token with the acquisition ([`LockGuard::fencing_token`]).
+    pub fn fenced(mut self) -> Self {
+        self.spec.fenced = true;
+        self
+    }
+
+    /// Renews the lease this often while the lock is held; a renewal that finds the lock gone,
+    /// or a whole lease without a confirmed renewal, marks the hold lost
+    /// ([`LockGuard::lost`]; with [`Lock::run`], the body is cancelled).
+    pub fn renew(mut self, every: Duration) -> Self {
+        self.spec.renew = Some(every);
+        self.spec.on_lost.get_or_insert(OnLost::Cancel);
+        self
+    }
+
+    /// What to do when the backend fails. Default: the coordinator's policy. Under
+    /// `FailOpen`, [`Lock::acquire`] and [`Lock::try_acquire`] still report the fault (they
+    /// cannot hand out a guard for a lock nobody holds); [`Lock::run`] runs the body unguarded.
+    pub fn on_backend_error(mut self, policy: OnBackendError) -> Self {
+        self.spec.on_backend_error = Some(policy);
+        self
+    }
+
+    /// Takes the lock, waiting up to `wait`: [`CoordError::LockNotAcquired`] if it stayed held,
+    /// [`CoordError::Reentrant`] if this task already holds it inside a `#[distributed_lock]`
+    /// body or [`Lock::run`], [`CoordError::Backend`] on a backend fault.
+    pub async fn acquire(self) -> Result<LockGuard, CoordError> {
+        let mut spec = self.spec;
+        // A guard stands for a held lock: a fault is always reported here.
+        spec.on_backend_error = Some(OnBackendError::FailClosed);
+        match acquire_lock(self.coordinator, &self.key, &spec).await {
+            Acquired::Granted(guard, _) => {
+                Ok(guard.released_on(tokio::runtime::Handle::try_current().ok()))
+            }
+            Acquired::Refused(err, _) => Err(err),
+            // Only `fail_open` runs unguarded, and it was overridden above.
+            Acquired::Unguarded => unreachable!("fail_closed never runs unguarded"),
+        }
+    }
+
+    /// Like [`Lock::acquire`], but a lock that stayed held is `Ok(None)` rather than an error.
+    pub async fn try_acquire(self) -> Result<Option<LockGuard>, CoordError> {
+        match self.acquire().await {
+            Ok(guard) => Ok(Some(guard)),
+            Err(CoordError::LockNotAcquired { .. }) => Ok(None),
+            Err(err) => Err(err),
+        }
+    }
+
+    /// Runs `body` while holding the lock, exactly as `#[distributed_lock]` does: the lock is
+    /// released when the body ends (or is cancelled, or panics); with renewal, a lost hold
+    /// cancels the body and answers [`CoordError::LockLost`]; under `FailOpen`, a backend
+    /// fault runs the body unguarded. Inside the body, [`fencing_token`](crate::fencing_token),
+    /// [`is_held`](crate::is_held) and [`lock_lost`](crate::lock_lost) see this lock.
+    pub async fn run<T, E, F, Fut>(self, body: F) -> Result<T, E>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        E: From<CoordError>,
+    {
+        let op = self.key.operation().unwrap_or("").to_owned();
+        let spec = OpSpec {
+            name: &op,
+            idempotency: None,
+            lock: Some(self.spec),
+        };
+        let call = Call::with_key(&spec, self.coordinator, self.key);
+        call.run(crate::runtime::lock::distributed_lock(&call, async move {
+            body().await
+        }))
+        .await
+    }
+}
+
+/// Single-flight configured at run time: from [`Coordinator::single_flight`].
+///
+/// Concurrent calls with the same key **in this process** share one run of the body, exactly
+/// as `#[single_flight]` does; nothing is remembered after it. If the body panics, every
+/// caller sharing it panics too.
+#[derive(Debug)]
+#[must_use = "single-flight does nothing until `run` is awaited"]
+pub struct SingleFlight<'c> {
+    coordinator: &'c Coordinator,
+    key: CallKey,
+}
+
+impl Coordinator {
+    /// Single-flight for `key`, configured at run time (see [`SingleFlight`]).
+    pub fn single_flight(&self, key: CallKey) -> SingleFlight<'_> {
+        SingleFlight {
+            coordinator: self,
+            key,
+        }
+    }
+}
+
+impl SingleFlight<'_> {
+    /// Runs `body`, or joins the run of a concurrent call with the same key and output type.
+    pub async fn run<R, F, Fut>(self, body: F) -> R
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = R>,
+        R: Clone + Send + 'static,
+    {
+        let op = self.key.operation().unwrap_or("").to_owned();
+        let spec = OpSpec {
+            name: &op,
+            idempotency: None,
+            lock: None,
+        };
+        let call = Call::with_key(&spec, self.coordinator, self.key);
+        call.run(crate::runtime::flight::single_flight(&call, async move {
+            body().await
+        }))
+        .await
     }
 }

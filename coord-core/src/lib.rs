@@ -69,7 +69,7 @@ pub use call_key::{CallKey, CallKeyBuilder, InvalidCallKey};
 pub use codec::Codec;
 pub use coordinator::{BuildError, Coordinator, CoordinatorBuilder, Metrics, Provider};
 pub use error::{BackendError, BackendErrorKind, CoordError, NotStoredCause};
-pub use handle::Idempotent;
+pub use handle::{Idempotent, Lock, SingleFlight};
 pub use key::{KeyBuilder, KeyPart, KeyWriter, render_key};
 pub use memory_provider::MemoryProvider;
 pub use policy::{OnAbandoned, OnBackendError, OnLost, OnMissingKey, OnStoreError};
@@ -81,6 +81,7 @@ pub use provider::{
 pub use report::{CallReport, FlightOutcome, IdempotencyOutcome, LockOutcome, observe};
 pub use runtime::flight::open_flights;
 pub use runtime::held::{fencing_token, is_held, lock_lost};
+pub use runtime::lock::LockGuard;
 
 pub use coord_macros::{distributed_lock, idempotent, single_flight};
 

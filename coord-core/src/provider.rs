@@ -5,10 +5,11 @@
 //! the fingerprint check, replay decoding, tracing); a provider owns only the state that must be
 //! shared between callers, and the way its waiters are woken.
 //!
-//! Keys reaching a provider are full call keys, `namespace:op:part:part`, already escaped so
-//! that they contain no `{`, `}` or control bytes. The namespace (the coordinator's) never
-//! contains `:`, so a provider that lays keys out as `<namespace>:<kind>:{<op:parts>}` splits
-//! at the first `:`.
+//! Keys reach a provider as [`CallKey`] values, already escaped so that they contain no `{`,
+//! `}` or control bytes: a provider takes [`CallKey::namespace`] and [`CallKey::op_key`] (or the
+//! whole [`CallKey::qualified`] text) as they are, and never needs to split text. Two keys are
+//! the same call exactly when they are equal.
+//!
 //! Every method is bounded in time: a provider that talks to a server applies its command
 //! timeout and reports a [`BackendError`] instead of hanging.
 //!

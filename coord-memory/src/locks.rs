@@ -279,35 +279,41 @@ impl Waiter<'_> {
             lease,
             fenced,
         } = self;
-        let (table, key, id, owner) = (guard.table, guard.key, guard.id, guard.owner);
+        let table = guard.table;
+        let terms = WaitTerms {
+            lease,
+            fenced,
+            deadline,
+        };
         table
-            .wait_queued(
-                &mut guard,
-                id,
-                key,
-                owner,
-                lease,
-                fenced,
-                deadline,
-                &mut holder_expires,
-            )
+            .wait_queued(&mut guard, terms, &mut holder_expires)
             .await
     }
 }
 
+/// What a queued waiter asked for: the lease it wants, whether fenced, and until when it waits.
+#[derive(Clone, Copy)]
+struct WaitTerms {
+    lease: Duration,
+    fenced: bool,
+    deadline: Instant,
+}
+
 impl LockTable {
-    #[allow(clippy::too_many_arguments)]
+    /// Waits in the queue `guard` stands in until the lock is handed over, the holder's lease
+    /// (last seen ending at `holder_expires`) runs out, or the waiter's deadline passes.
     async fn wait_queued(
         &self,
         guard: &mut WaiterGuard<'_>,
-        id: u64,
-        key: &str,
-        owner: u128,
-        lease: Duration,
-        fenced: bool,
-        deadline: Instant,
+        terms: WaitTerms,
         holder_expires: &mut Instant,
     ) -> Option<Grant> {
+        let WaitTerms {
+            lease,
+            fenced,
+            deadline,
+        } = terms;
+        let (id, key, owner) = (guard.id, guard.key, guard.owner);
         loop {
             let Some(rx) = guard.handoff.as_mut() else {
                 // Not reachable (the receiver is only taken on the way out), but if it were,

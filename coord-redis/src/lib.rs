@@ -26,7 +26,7 @@
 //! the newest it has seen. That, not the lock alone, makes the section safe.
 //!
 //! ## What goes to Redis
-//! A call key `ns:op:parts` is stored under `ns:lock:{op:parts}` (the lock: the owner's
+//! A call key of namespace `ns`, shown as `op:parts`, is stored under `ns:lock:{op:parts}` (the lock: the owner's
 //! 128-bit token as 32 hex characters, with a `PX` lease), `ns:fence:{op:parts}` (the fencing
 //! counter, only for fenced locks) and `ns:idem:{op:parts}` (the idempotency record, a hash).
 //! Releases and settled records are announced on the pub/sub channel of the same name as the

@@ -174,26 +174,33 @@ impl<'c> Call<'c> {
         });
     }
 
-    pub(crate) fn policy(&self, attribute: Option<OnBackendError>) -> OnBackendError {
-        attribute.unwrap_or_else(|| self.coordinator.on_backend_error())
-    }
-
-    /// The one backend-fault decision of every layer: `Ok(())` to run the body unguarded
-    /// (`fail_open`: counted and logged), or the error to answer (`fail_closed`). The layer
-    /// records its own outcome.
+    /// The one backend-fault decision of every layer (see [`backend_fault`]).
     pub(crate) fn backend_fault(
         &self,
         attribute: Option<OnBackendError>,
         err: BackendError,
         layer: &'static str,
     ) -> Result<(), CoordError> {
-        match self.policy(attribute) {
-            OnBackendError::FailClosed => Err(CoordError::Backend(err.with_key(&self.key))),
-            OnBackendError::FailOpen => {
-                self.coordinator.metrics().count_fail_open();
-                tracing::warn!(key = %self.key, error = %err, layer, "coord: the backend failed; running unguarded (fail_open)");
-                Ok(())
-            }
+        backend_fault(self.coordinator, &self.key, attribute, err, layer)
+    }
+}
+
+/// The one backend-fault decision of every layer: `Ok(())` to run the body unguarded
+/// (`fail_open`: counted and logged), or the error to answer (`fail_closed`). The layer
+/// records its own outcome.
+pub(crate) fn backend_fault(
+    coordinator: &Coordinator,
+    key: &CallKey,
+    attribute: Option<OnBackendError>,
+    err: BackendError,
+    layer: &'static str,
+) -> Result<(), CoordError> {
+    match attribute.unwrap_or_else(|| coordinator.on_backend_error()) {
+        OnBackendError::FailClosed => Err(CoordError::Backend(err.with_key(key))),
+        OnBackendError::FailOpen => {
+            coordinator.metrics().count_fail_open();
+            tracing::warn!(key = %key, error = %err, layer, "coord: the backend failed; running unguarded (fail_open)");
+            Ok(())
         }
     }
 }

@@ -1,42 +1,53 @@
-//! The `#[distributed_lock]` layer.
+//! The `#[distributed_lock]` layer, and the lock of the handle API: one acquisition path
+//! ([`acquire_lock`]) and one guard ([`LockGuard`]) serve both.
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
+use crate::call_key::CallKey;
+use crate::coordinator::Coordinator;
 use crate::error::CoordError;
 use crate::policy::OnLost;
-use crate::provider::{LockRequest, OwnerToken, ReleaseOutcome};
+use crate::provider::{FencingToken, LockRequest, LossCause, OwnerToken, ReleaseOutcome};
 use crate::report::LockOutcome;
-use crate::runtime::call::Call;
+use crate::runtime::call::{Call, LockSpec, backend_fault};
 use crate::runtime::held;
 use crate::runtime::lease_guard::{LeaseGuard, LeaseStore};
 use crate::runtime::outcome::GuardedResult;
 use crate::runtime::renewal::{Hold, HoldKind, Registration};
 
-/// Runs `body` while holding the call's lock.
-pub async fn distributed_lock<R, F>(call: &Call<'_>, body: F) -> R
-where
-    R: GuardedResult,
-    F: Future<Output = R>,
-{
-    let spec = call
-        .spec
-        .lock
-        .as_ref()
-        .expect("the macro emits a lock spec with #[distributed_lock]");
-    let key = &call.key;
+/// What one acquisition came to.
+pub(crate) enum Acquired {
+    /// The lock is held; the outcome is `Acquired` or `Contended`.
+    Granted(LockGuard, LockOutcome),
+    /// The call is refused: not acquired within `wait`, reentrant, or a backend fault under
+    /// `fail_closed`.
+    Refused(CoordError, LockOutcome),
+    /// The backend failed and the policy is `fail_open`: run without the lock (counted and
+    /// logged already).
+    Unguarded,
+}
+
+/// Takes the lock of `key` on the terms of `spec`. The one acquisition path of the attribute
+/// and the handle API. If this future is dropped while the acquire is in flight, the acquire
+/// (which may have landed) is released in the background.
+pub(crate) async fn acquire_lock(
+    coordinator: &Coordinator,
+    key: &CallKey,
+    spec: &LockSpec,
+) -> Acquired {
     if held::holds(key) {
-        call.record_lock(LockOutcome::Reentrant, None);
-        return R::from_coord_error(CoordError::Reentrant { key: key.clone() });
+        let err = CoordError::Reentrant { key: key.clone() };
+        return Acquired::Refused(err, LockOutcome::Reentrant);
     }
-    let provider = call.coordinator.lock_provider();
+    let provider = coordinator.lock_provider();
     let owner = OwnerToken::new();
     let started = Instant::now();
     // A lock taken by this call frees itself at the latest a lease after its last attempt,
     // and attempts end within `wait`.
     let lease_bound = spec.lease.saturating_add(spec.wait);
-    let mut guard = LeaseGuard::new(LeaseStore::Lock(provider), key, owner, lease_bound);
+    let mut pending = LeaseGuard::new(LeaseStore::Lock(provider), key, owner, lease_bound);
     let acquired = provider
         .acquire(LockRequest {
             key,
@@ -49,34 +60,24 @@ where
     let grant = match acquired {
         Ok(Some(grant)) => grant,
         Ok(None) => {
-            guard.disarm();
-            call.record_lock(LockOutcome::NotAcquired, None);
-            return R::from_coord_error(CoordError::LockNotAcquired {
+            pending.disarm();
+            let err = CoordError::LockNotAcquired {
                 key: key.clone(),
                 waited: started.elapsed(),
-            });
+            };
+            return Acquired::Refused(err, LockOutcome::NotAcquired);
         }
-        // The acquire may have landed before the fault: the guard stays armed and releases.
+        // The acquire may have landed before the fault: the pending guard stays armed and
+        // releases it.
         Err(err) => {
-            drop(guard);
-            return match call.backend_fault(spec.on_backend_error, err, "lock") {
-                Ok(()) => {
-                    call.record_lock(LockOutcome::FailedOpen, None);
-                    body.await
-                }
-                Err(err) => {
-                    call.record_lock(LockOutcome::BackendError, None);
-                    R::from_coord_error(err)
-                }
+            drop(pending);
+            return match backend_fault(coordinator, key, spec.on_backend_error, err, "lock") {
+                Ok(()) => Acquired::Unguarded,
+                Err(err) => Acquired::Refused(err, LockOutcome::BackendError),
             };
         }
     };
-    let outcome = if grant.contended {
-        LockOutcome::Contended
-    } else {
-        LockOutcome::Acquired
-    };
-    call.record_lock(outcome, grant.fencing_token);
+    pending.disarm();
     // The lease began no earlier than the successful attempt was sent: for a first-attempt
     // grant that is `started`; after waiting, the last attempt was just now.
     let lease_from = match grant.lease_began {
@@ -95,44 +96,201 @@ where
     );
     let renewal = spec
         .renew
-        .map(|every| call.coordinator.renewer().register(hold.clone(), every));
-    let output = run_guarded(hold.clone(), spec.on_lost, renewal.as_ref(), body).await;
-    // Stop renewing before releasing, so no renewal can outlive the unlock.
-    drop(renewal);
+        .map(|every| coordinator.renewer().register(hold.clone(), every));
+    let outcome = if grant.contended {
+        LockOutcome::Contended
+    } else {
+        LockOutcome::Acquired
+    };
+    let guard = LockGuard {
+        coordinator: coordinator.clone(),
+        hold,
+        renewal,
+        runtime: None,
+        armed: true,
+    };
+    Acquired::Granted(guard, outcome)
+}
+
+/// A held lock: from [`Lock::acquire`](crate::Lock::acquire), or inside a `#[distributed_lock]`
+/// call.
+///
+/// Dropping the guard releases the lock in the background (owner-checked, retried until the
+/// lease is over) without blocking, also when it is dropped outside a tokio runtime: the
+/// release then runs on the runtime that acquired the lock, if that is still running, and the
+/// lease frees the lock otherwise. [`LockGuard::release`] releases it and says whether the
+/// lock was still ours. The guard is `Send` and can move to another task; renewal (if asked
+/// for) continues until the guard is released or dropped.
+///
+/// A lock is a lease: the guard bounds how long a crashed holder blocks others, it does not
+/// make a section exclusive by itself. Pass [`LockGuard::fencing_token`] to the resource you
+/// write (with `.fenced()`), and watch [`LockGuard::lost`] when the work is long.
+#[must_use = "dropping the guard releases the lock"]
+pub struct LockGuard {
+    coordinator: Coordinator,
+    hold: Arc<Hold>,
+    renewal: Option<Registration>,
+    /// The runtime to release on when the guard is dropped outside one (handle API only: the
+    /// attribute's guard never leaves its call).
+    runtime: Option<tokio::runtime::Handle>,
+    armed: bool,
+}
+
+impl std::fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LockGuard")
+            .field("key", &self.hold.key)
+            .field("fencing_token", &self.hold.fencing_token)
+            .field("renewing", &self.renewal.is_some())
+            .field("held", &self.hold.is_held())
+            .finish_non_exhaustive()
+    }
+}
+
+impl LockGuard {
+    /// Releases on `runtime` when dropped outside one.
+    pub(crate) fn released_on(mut self, runtime: Option<tokio::runtime::Handle>) -> LockGuard {
+        self.runtime = runtime;
+        self
+    }
+
+    /// The locked key.
+    pub fn key(&self) -> &CallKey {
+        &self.hold.key
+    }
+
+    /// The fencing token of this hold, when acquired with `.fenced()`, while the hold is not
+    /// known lost and its lease has not run out on the local clock; `None` otherwise (coord
+    /// never hands out a token that can no longer be the newest).
+    pub fn fencing_token(&self) -> Option<FencingToken> {
+        self.hold.fencing_token.filter(|_| self.hold.is_held())
+    }
+
+    /// True while the hold is not known lost and its lease (as last confirmed) has not run out
+    /// on the local monotonic clock. A best effort: the lease can end right after the check.
+    pub fn is_held(&self) -> bool {
+        self.hold.is_held()
+    }
+
+    /// Resolves, with its cause, once the hold is lost: renewal found the lock taken or
+    /// expired, or a whole lease passed without a confirmed renewal. Without renewal, it
+    /// resolves when the lease runs out on the local clock.
+    pub async fn lost(&self) -> LossCause {
+        self.hold.lost().await;
+        self.hold.loss_cause()
+    }
+
+    /// How long the lock has been held.
+    pub fn held_for(&self) -> Duration {
+        self.hold.held_for()
+    }
+
+    /// Releases the lock. `Ok(true)`: it was ours and is free now; `Ok(false)`: its lease had
+    /// lapsed (someone else may have held it meanwhile: the section was not exclusive
+    /// throughout; counted and logged). A backend error means the release may or may not have
+    /// landed: it is retried in the background until the lease is over.
+    pub async fn release(mut self) -> Result<bool, CoordError> {
+        match self.settle().await {
+            Ok(outcome) => Ok(outcome == ReleaseOutcome::Released),
+            Err(err) => Err(CoordError::Backend(err.with_key(&self.hold.key))),
+        }
+    }
+
+    /// Stops renewing, then releases; a release that failed is handed to the background.
+    async fn settle(&mut self) -> Result<ReleaseOutcome, crate::BackendError> {
+        // Stop renewing before releasing, so no renewal can outlive the unlock.
+        drop(self.renewal.take());
+        self.armed = false;
+        let hold = &self.hold;
+        let provider = self.coordinator.lock_provider();
+        let released = provider.release(&hold.key, hold.owner()).await;
+        match &released {
+            Ok(ReleaseOutcome::Released) => {}
+            Ok(ReleaseOutcome::NotHeld) => {
+                self.coordinator.metrics().count_lapsed_release();
+                tracing::warn!(
+                    key = %hold.key,
+                    held_for = ?hold.held_for(),
+                    lease = ?hold.lease(),
+                    "coord: the lock's lease lapsed before release; the section was not exclusive throughout"
+                );
+            }
+            Err(err) => {
+                // The release may or may not have landed: retry it, owner-checked, in the
+                // background until it gets an answer or the lease has freed the lock anyway.
+                tracing::warn!(key = %hold.key, error = %err, "coord: releasing the lock failed; retrying in the background until the lease ends");
+                provider
+                    .clone()
+                    .release_detached(hold.key.clone(), hold.owner(), hold.lease());
+            }
+        }
+        released
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        drop(self.renewal.take());
+        if !self.armed {
+            return;
+        }
+        let provider = self.coordinator.lock_provider().clone();
+        let (key, owner, left) = (
+            self.hold.key.clone(),
+            self.hold.owner(),
+            self.hold.lease_left(),
+        );
+        // Outside a runtime, hand the release to the runtime that acquired the lock.
+        let _entered = match (&self.runtime, tokio::runtime::Handle::try_current()) {
+            (Some(runtime), Err(_)) => Some(runtime.enter()),
+            _ => None,
+        };
+        provider.release_detached(key, owner, left);
+    }
+}
+
+/// Runs `body` while holding the call's lock.
+pub async fn distributed_lock<R, F>(call: &Call<'_>, body: F) -> R
+where
+    R: GuardedResult,
+    F: Future<Output = R>,
+{
+    let spec = call
+        .spec
+        .lock
+        .as_ref()
+        .expect("the macro emits a lock spec with #[distributed_lock]");
+    let mut guard = match acquire_lock(call.coordinator, &call.key, spec).await {
+        Acquired::Granted(guard, outcome) => {
+            call.record_lock(outcome, guard.hold.fencing_token);
+            guard
+        }
+        Acquired::Refused(err, outcome) => {
+            call.record_lock(outcome, None);
+            return R::from_coord_error(err);
+        }
+        Acquired::Unguarded => {
+            call.record_lock(LockOutcome::FailedOpen, None);
+            return body.await;
+        }
+    };
+    let hold = guard.hold.clone();
+    let output = run_guarded(hold.clone(), spec.on_lost, guard.renewal.as_ref(), body).await;
     let Some(output) = output else {
         // The hold is lost: the lock is probably someone else's by now and the backend may be
         // unreachable. Answer at once; the owner-checked release (a no-op if the lock moved
-        // on) finishes in the background. The guard, still armed, hands it off on drop.
+        // on) finishes in the background: the guard, still armed, hands it off on drop.
         drop(guard);
-        call.record_lock(LockOutcome::Lost, grant.fencing_token);
+        call.record_lock(LockOutcome::Lost, hold.fencing_token);
         return R::from_coord_error(CoordError::LockLost {
             key: call.key.clone(),
             held_for: hold.held_for(),
             cause: hold.loss_cause(),
         });
     };
-    let released = provider.release(key, owner).await;
-    guard.disarm();
-    match released {
-        Ok(ReleaseOutcome::Released) => {}
-        Ok(ReleaseOutcome::NotHeld) => {
-            call.coordinator.metrics().count_lapsed_release();
-            tracing::warn!(
-                key = %call.key,
-                held_for = ?hold.held_for(),
-                lease = ?spec.lease,
-                "coord: the lock's lease lapsed before release; the section was not exclusive throughout"
-            );
-        }
-        Err(err) => {
-            // The release may or may not have landed: retry it, owner-checked, in the
-            // background until it gets an answer or the lease has freed the lock anyway.
-            tracing::warn!(key = %call.key, error = %err, "coord: releasing the lock failed; retrying in the background until the lease ends");
-            provider
-                .clone()
-                .release_detached(key.clone(), owner, spec.lease);
-        }
-    }
+    // Whatever the release found, the body's outcome stands: a lapsed lease is counted and
+    // logged, a failed release is retried in the background.
+    let _ = guard.settle().await;
     output
 }
 

@@ -1,0 +1,127 @@
+//! Sending commands and scripts, and turning replies and faults into backend errors.
+
+use std::time::Duration;
+
+use coord_core::{BackendError, BackendErrorKind, CallKey, OwnerToken};
+
+use super::*;
+use crate::config::scrub;
+use crate::encode::TokenText;
+use crate::scripts::Script;
+use crate::transport::{Command, Fault, Reply};
+
+impl Inner {
+    pub(super) fn error(&self, fault: Fault, what: &str, key: &CallKey) -> BackendError {
+        if let Fault::Timeout(_) = fault {
+            return BackendError::new(
+                BackendErrorKind::Timeout,
+                format!(
+                    "{what} at {}: no answer within {:?}",
+                    self.address, self.timeout
+                ),
+            )
+            .with_key(key);
+        }
+        let err = fault.into_backend(&format!("{what} at {}", self.address));
+        BackendError::new(err.kind(), scrub(err.message(), &self.secrets)).with_key(key)
+    }
+
+    /// Sends `cmds` in one round trip (the transport bounds it by the command timeout).
+    pub(super) async fn run(
+        &self,
+        cmds: &[Command<'_>],
+        key: &CallKey,
+    ) -> Result<Vec<Reply>, BackendError> {
+        let what = cmds[0].name;
+        match self.transport.run(cmds).await {
+            Ok(replies) if replies.len() == cmds.len() => Ok(replies),
+            Ok(_) => Err(self.protocol(what, key, "wrong number of replies")),
+            Err(fault) => Err(self.error(fault, what, key)),
+        }
+    }
+
+    /// Runs `script` by SHA, sending its source once if the server does not have it.
+    pub(super) async fn eval(
+        &self,
+        script: &Script,
+        keys: &[&str],
+        args: &[&[u8]],
+        key: &CallKey,
+    ) -> Result<Reply, BackendError> {
+        const NUMKEYS: [&str; 3] = ["0", "1", "2"];
+        let sha: &str = &script.sha;
+        // `body` is left to inference so both calls share one lifetime (the script's).
+        let build = |name: &'static str, body| {
+            let mut cmd = Command::new(name).arg(body).arg(NUMKEYS[keys.len()]);
+            for (i, k) in keys.iter().enumerate() {
+                cmd = if i == 0 { cmd.key(k) } else { cmd.arg(*k) };
+            }
+            for a in args {
+                cmd = cmd.arg(*a);
+            }
+            cmd
+        };
+        // (A statement of its own, so the command is gone before the fallback builds another.)
+        let first = self.transport.run(&[build("EVALSHA", sha)]).await;
+        let outcome = match first {
+            // Rare (a fresh or flushed server): boxed, so the common path's future stays small.
+            Err(fault) if fault.is_noscript() => {
+                let source = [build("EVAL", script.source)];
+                Box::pin(self.transport.run(&source)).await
+            }
+            other => other,
+        };
+        let what = || format!("script `{}`", script.name);
+        match outcome {
+            Ok(mut replies) if replies.len() == 1 => Ok(replies.pop().expect("one reply")),
+            Ok(_) => Err(self.protocol(&what(), key, "wrong number of replies")),
+            Err(fault) => Err(self.error(fault, &what(), key)),
+        }
+    }
+
+    /// State under one of coord's keys that coord did not write.
+    pub(super) fn corrupt(&self, what: &str, key: &CallKey, detail: &str) -> BackendError {
+        BackendError::new(
+            BackendErrorKind::Corrupt,
+            format!("{what} at {}: {detail}", self.address),
+        )
+        .with_key(key)
+    }
+
+    pub(super) fn protocol(&self, what: &str, key: &CallKey, detail: &str) -> BackendError {
+        BackendError::new(
+            BackendErrorKind::Protocol,
+            format!("{what} at {}: {detail}", self.address),
+        )
+        .with_key(key)
+    }
+}
+
+/// Milliseconds for `PX`/`PEXPIRE`: rounded up (a sub-millisecond or zero lease is one
+/// millisecond, since Redis refuses zero), capped at [`MAX_MILLIS`].
+pub(super) fn millis(d: Duration) -> u64 {
+    let ms = d.as_micros().div_ceil(1000);
+    ms.clamp(1, MAX_MILLIS as u128) as u64
+}
+
+/// A lock value coord wrote: an owner token, with `*` appended once someone waits for it.
+pub(super) fn is_token(value: &[u8]) -> bool {
+    let token = value.strip_suffix(b"*").unwrap_or(value);
+    token.len() == 32 && token.iter().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// The owner token written as `holder` (32 lowercase hex digits), if it is one.
+pub(super) fn parse_token(holder: &[u8]) -> Option<OwnerToken> {
+    if holder.len() != 32 || !is_token(holder) {
+        return None;
+    }
+    let text = std::str::from_utf8(holder).ok()?;
+    u128::from_str_radix(text, 16)
+        .ok()
+        .map(OwnerToken::from_u128)
+}
+
+/// Whether the lock value `holder` is `token`'s (marked as waited for or not).
+pub(super) fn is_own(holder: &[u8], token: &TokenText) -> bool {
+    holder.strip_suffix(b"*").unwrap_or(holder) == token.as_ref()
+}

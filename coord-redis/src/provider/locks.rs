@@ -1,0 +1,337 @@
+//! The lock half of the contract: acquire (waiting on release messages), release, renew.
+
+use std::time::Duration;
+
+use coord_core::{
+    BackendError, BoxFuture, CallKey, FencingToken, LockGrant, LockProvider, LockRequest,
+    LossCause, OwnerToken, ReleaseOutcome, RenewOutcome,
+};
+use tokio::time::Instant;
+
+use super::commands::*;
+use super::*;
+use crate::encode::{Decimal, TokenText};
+use crate::keys::Names;
+use crate::scripts::{self};
+use crate::transport::{Command, Reply};
+use crate::waiters::Wake;
+
+/// Which attempt at a lock this is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TryMode {
+    /// The caller will not wait: the bare command.
+    Once,
+    /// The caller will wait if the lock is held: the remaining lease comes back in the same
+    /// round trip.
+    FirstOfWait,
+    /// The caller is subscribed to releases: a holder found is marked as waited for, so its
+    /// release publishes.
+    Watching,
+}
+
+enum Attempt {
+    /// The lock is ours (with a fencing token when fenced).
+    Won(Option<u64>),
+    /// Someone else holds it; the remaining lease in ms as `PTTL` reports it (-1: no expiry,
+    /// -2: gone by now, `None`: not asked).
+    Held(Option<i64>),
+}
+
+/// One acquisition, with everything its attempts send worked out once.
+struct LockTry<'a> {
+    names: Names<'a>,
+    /// The lock's Redis name.
+    lock: String,
+    token: TokenText,
+    lease_ms: u64,
+    fenced: bool,
+    key: &'a CallKey,
+}
+
+impl<'a> LockTry<'a> {
+    fn of(req: &LockRequest<'a>) -> LockTry<'a> {
+        let names = Names::of(req.key);
+        LockTry {
+            lock: names.lock(),
+            names,
+            token: TokenText::new(req.owner),
+            lease_ms: millis(req.lease),
+            fenced: req.fenced,
+            key: req.key,
+        }
+    }
+}
+
+impl Inner {
+    async fn try_lock(
+        &self,
+        attempt: &LockTry<'_>,
+        mode: TryMode,
+    ) -> Result<Attempt, BackendError> {
+        let LockTry {
+            names,
+            lock,
+            token,
+            lease_ms,
+            fenced,
+            key,
+        } = attempt;
+        let (lease_ms, fenced, lock) = (*lease_ms, *fenced, lock.as_str());
+        let lease = Decimal::new(lease_ms);
+        let watch: &[u8] = if mode == TryMode::Watching {
+            b"1"
+        } else {
+            b"0"
+        };
+        if fenced {
+            let fence = names.fence();
+            let fence_ms = millis(FENCE_RETENTION_FLOOR).max(lease_ms.saturating_mul(10));
+            let reply = self
+                .eval(
+                    &scripts::FENCED_ACQUIRE,
+                    &[lock, &fence],
+                    &[
+                        token.as_ref(),
+                        lease.as_ref(),
+                        watch,
+                        Decimal::new(fence_ms.min(MAX_MILLIS)).as_ref(),
+                    ],
+                    key,
+                )
+                .await?;
+            return self.scripted_attempt(reply, true, key);
+        }
+        if mode == TryMode::Watching {
+            let reply = self
+                .eval(
+                    &scripts::WAITING_ACQUIRE,
+                    &[lock],
+                    &[token.as_ref(), lease.as_ref(), watch],
+                    key,
+                )
+                .await?;
+            return self.scripted_attempt(reply, false, key);
+        }
+        // SET .. NX .. GET answers with the current holder when the key is taken (and fails
+        // with WRONGTYPE on a foreign value) in the same single command.
+        let set = Command::new("SET")
+            .key(lock)
+            .arg(token)
+            .arg("NX")
+            .arg("PX")
+            .arg(&lease)
+            .arg("GET");
+        let replies = if mode == TryMode::FirstOfWait {
+            self.run(&[set, Command::new("PTTL").key(lock)], key)
+                .await?
+        } else {
+            self.run(&[set], key).await?
+        };
+        match &replies[0] {
+            Reply::Nil => Ok(Attempt::Won(None)),
+            // Our own token: an earlier send of this very SET landed (a client retry).
+            Reply::Data(holder) if is_own(holder, token) => Ok(Attempt::Won(None)),
+            Reply::Data(holder) if is_token(holder) => {
+                let pttl = match replies.get(1) {
+                    Some(Reply::Int(ms)) => Some(*ms),
+                    Some(_) => return Err(self.protocol("PTTL", key, "unexpected reply")),
+                    None => None,
+                };
+                Ok(Attempt::Held(pttl))
+            }
+            Reply::Data(_) => Err(self.foreign_lock(key)),
+            _ => Err(self.protocol("SET", key, "unexpected reply")),
+        }
+    }
+
+    /// Reads the reply of an acquire script: the fencing token (fenced) or 0 when taken,
+    /// `{holder, pttl}` when held.
+    fn scripted_attempt(
+        &self,
+        reply: Reply,
+        fenced: bool,
+        key: &CallKey,
+    ) -> Result<Attempt, BackendError> {
+        match reply {
+            Reply::Int(tok) if fenced && tok > 0 => Ok(Attempt::Won(Some(tok as u64))),
+            Reply::Int(0) if !fenced => Ok(Attempt::Won(None)),
+            Reply::Array(items) => match items.as_slice() {
+                [Reply::Data(holder), Reply::Int(pttl)] if is_token(holder) => {
+                    Ok(Attempt::Held(Some(*pttl)))
+                }
+                [Reply::Data(_), _] => Err(self.foreign_lock(key)),
+                _ => Err(self.protocol("acquire", key, "unexpected script reply")),
+            },
+            _ => Err(self.protocol("acquire", key, "unexpected script reply")),
+        }
+    }
+
+    fn foreign_lock(&self, key: &CallKey) -> BackendError {
+        self.corrupt(
+            "acquire",
+            key,
+            "the lock key holds a value coord did not write",
+        )
+    }
+
+    async fn acquire(&self, req: LockRequest<'_>) -> Result<Option<LockGrant>, BackendError> {
+        let attempt = LockTry::of(&req);
+        if !req.wait.is_zero() {
+            // The waiting machinery lives in its own allocation, so the single attempt (the
+            // common case) stays a small future.
+            return Box::pin(self.acquire_waiting(&attempt, &req)).await;
+        }
+        match self.try_lock(&attempt, TryMode::Once).await? {
+            Attempt::Won(fence) => Ok(Some(grant(fence, false))),
+            Attempt::Held(_) => Ok(None),
+        }
+    }
+
+    /// An acquisition that may wait until `req.wait` has passed.
+    async fn acquire_waiting(
+        &self,
+        attempt: &LockTry<'_>,
+        req: &LockRequest<'_>,
+    ) -> Result<Option<LockGrant>, BackendError> {
+        let lock = attempt.lock.as_str();
+        // `None`: no end (a wait too long to represent, such as `Duration::MAX`), the wait
+        // lasts until the lock is ours or the future is dropped.
+        let deadline = Instant::now().checked_add(req.wait);
+        match self.try_lock(attempt, TryMode::FirstOfWait).await? {
+            Attempt::Won(fence) => return Ok(Some(grant(fence, false))),
+            Attempt::Held(_) => {}
+        }
+
+        // Listen before retrying, so a release between our attempt and the subscription
+        // is seen by the retry, and one after it by the message. A wait that ends while the
+        // subscription is still being made ends as a refusal.
+        let joining = self
+            .hub
+            .join(&self.transport, lock.to_owned(), Wake::Head, self.timeout);
+        let ticket = match deadline {
+            Some(deadline) => match tokio::time::timeout_at(deadline, joining).await {
+                Ok(ticket) => ticket?,
+                Err(_) => return Ok(None),
+            },
+            None => joining.await?,
+        };
+        loop {
+            let pttl = match self.try_lock(attempt, TryMode::Watching).await? {
+                Attempt::Won(fence) => return Ok(Some(grant(fence, true))),
+                Attempt::Held(pttl) => pttl,
+            };
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
+                return Ok(None);
+            }
+            // Only the head keeps a backstop timer; the others wait their turn (they are
+            // woken when they become head).
+            let backstop = ticket.is_head().then(|| now + backstop_after(pttl));
+            let until = match (backstop, deadline) {
+                (Some(b), Some(d)) => Some(b.min(d)),
+                (b, d) => b.or(d),
+            };
+            let sleep = async {
+                match until {
+                    Some(until) => tokio::time::sleep_until(until).await,
+                    None => std::future::pending().await,
+                }
+            };
+            // Woken, the backstop fired, or the deadline came: look again either way. The
+            // attempt at the deadline is the last one (the check above ends the loop), and a
+            // timer that fires early (tokio caps very distant ones) only costs an attempt.
+            tokio::select! {
+                _ = ticket.woken() => {}
+                _ = sleep => {}
+            }
+        }
+    }
+}
+
+/// Reads the reply of a renewal script: 1 renewed, 0 free or no longer ours, 2 another
+/// owner's.
+pub(super) fn renew_outcome(
+    inner: &Inner,
+    reply: Reply,
+    what: &str,
+    key: &CallKey,
+) -> Result<RenewOutcome, BackendError> {
+    match reply {
+        Reply::Int(1) => Ok(RenewOutcome::Renewed),
+        Reply::Int(0) => Ok(RenewOutcome::Lost(LossCause::Expired)),
+        Reply::Int(2) => Ok(RenewOutcome::Lost(LossCause::TakenByOther)),
+        _ => Err(inner.protocol(what, key, "unexpected script reply")),
+    }
+}
+
+fn grant(fencing_token: Option<u64>, contended: bool) -> LockGrant {
+    LockGrant {
+        fencing_token: fencing_token.map(FencingToken::new),
+        contended,
+        lease_began: None,
+    }
+}
+
+/// When to look again without a message: at the end of the holder's lease (plus jitter so
+/// waiters of several processes do not retry in lock-step), at most [`BACKSTOP_CAP`].
+pub(super) fn backstop_after(pttl: Option<i64>) -> Duration {
+    let base = match pttl {
+        Some(-2) => return Duration::ZERO,
+        Some(ms) if ms >= 0 => Duration::from_millis(ms as u64).min(BACKSTOP_CAP),
+        _ => BACKSTOP_CAP,
+    };
+    let spread = (base.as_micros() as u64 / 16).max(2000);
+    base + Duration::from_micros(1000 + rand::random_range(0..=spread))
+}
+
+impl LockProvider for RedisProvider {
+    fn acquire<'a>(
+        &'a self,
+        req: LockRequest<'a>,
+    ) -> BoxFuture<'a, Result<Option<LockGrant>, BackendError>> {
+        Box::pin(self.inner.acquire(req))
+    }
+
+    fn release<'a>(
+        &'a self,
+        key: &'a CallKey,
+        owner: OwnerToken,
+    ) -> BoxFuture<'a, Result<ReleaseOutcome, BackendError>> {
+        Box::pin(async move {
+            let inner = &*self.inner;
+            let names = Names::of(key);
+            let token = TokenText::new(owner);
+            let reply = inner
+                .eval(&scripts::RELEASE, &[&names.lock()], &[token.as_ref()], key)
+                .await?;
+            match reply {
+                Reply::Int(1) => Ok(ReleaseOutcome::Released),
+                Reply::Int(0) => Ok(ReleaseOutcome::NotHeld),
+                _ => Err(inner.protocol("release", key, "unexpected script reply")),
+            }
+        })
+    }
+
+    fn renew<'a>(
+        &'a self,
+        key: &'a CallKey,
+        owner: OwnerToken,
+        lease: Duration,
+    ) -> BoxFuture<'a, Result<RenewOutcome, BackendError>> {
+        Box::pin(async move {
+            let inner = &*self.inner;
+            let names = Names::of(key);
+            let token = TokenText::new(owner);
+            let lease = Decimal::new(millis(lease));
+            let reply = inner
+                .eval(
+                    &scripts::RENEW,
+                    &[&names.lock()],
+                    &[token.as_ref(), lease.as_ref()],
+                    key,
+                )
+                .await?;
+            renew_outcome(inner, reply, "renew", key)
+        })
+    }
+}

@@ -5,7 +5,7 @@
 //! `cargo bench -p coord-http --bench http_layer` starts a private `redis-server` on a free
 //! loopback port (the binary must be installed) and prints Markdown tables.
 //!
-//! Each row is measured in three interleaved rounds: the latency of one client sending one
+//! Each row is measured in five interleaved rounds: the latency of one client sending one
 //! request at a time (median), and the throughput of 16 clients sending concurrently. Client,
 //! servers and Redis share the machine, so the ratios, not the absolute numbers, are the
 //! result.
@@ -23,7 +23,7 @@ use coord_http::IdempotencyLayer;
 use coord_redis::RedisProvider;
 use coord_redis_testing::RedisServer;
 
-const ROUNDS: usize = 3;
+const ROUNDS: usize = 5;
 const SLICE: Duration = Duration::from_millis(700);
 const CONCURRENCY: usize = 16;
 
@@ -123,6 +123,16 @@ fn median(mut values: Vec<f64>) -> f64 {
     values[values.len() / 2]
 }
 
+/// `median [lowest–highest]` of the rounds, with `digits` decimals.
+fn spread(values: &[f64], digits: usize) -> String {
+    let lo = values.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    format!(
+        "{:.digits$} [{lo:.digits$}–{hi:.digits$}]",
+        median(values.to_vec())
+    )
+}
+
 fn redis_ping_p50(server: &RedisServer) -> Duration {
     let mut samples: Vec<Duration> = (0..300)
         .map(|_| {
@@ -204,16 +214,18 @@ async fn main() {
         );
         println!();
         println!(
-            "| route | latency p50, 1 client | vs no layer | req/s, {CONCURRENCY} clients | vs no layer |"
+            "| route | latency p50 in ms, 1 client: median [range] of {ROUNDS} rounds | vs no layer | req/s, {CONCURRENCY} clients: median [range] | vs no layer |"
         );
         println!("|---|---|---|---|---|");
         for (i, target) in targets.iter().enumerate() {
             let l = median(lat[i].clone());
             let r = median(rps[i].clone());
             println!(
-                "| {} | {l:.3} ms | {:+.3} ms | {r:.0} | {:.2}x |",
+                "| {} | {} | {:+.3} ms | {} | {:.2}x |",
                 target.name,
+                spread(&lat[i], 3),
                 l - base_lat,
+                spread(&rps[i], 0),
                 r / base_rps
             );
         }

@@ -10,6 +10,7 @@ use crate::memory_provider::MemoryProvider;
 use crate::policy::OnBackendError;
 use crate::provider::{IdempotencyStore, LockProvider};
 use crate::runtime::renewal::Renewer;
+use crate::shutdown::Lifecycle;
 
 /// A provider that serves both layers that need shared state. Implemented automatically for
 /// any type that implements both traits.
@@ -36,6 +37,7 @@ struct Inner {
     in_process: bool,
     metrics: Metrics,
     renewer: Renewer,
+    lifecycle: Arc<Lifecycle>,
 }
 
 /// Counters a coordinator keeps for operators.
@@ -220,6 +222,7 @@ impl CoordinatorBuilder {
                 on_backend_error: self.on_backend_error,
                 in_process,
                 metrics: Metrics::default(),
+                lifecycle: Arc::default(),
             }),
         })
     }
@@ -318,6 +321,10 @@ impl Coordinator {
 
     pub(crate) fn renewer(&self) -> &Renewer {
         &self.inner.renewer
+    }
+
+    pub(crate) fn lifecycle(&self) -> &Arc<Lifecycle> {
+        &self.inner.lifecycle
     }
 
     /// Removes the idempotency record of one call, whatever its state: an operator's tool for

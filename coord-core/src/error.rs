@@ -91,6 +91,13 @@ pub enum CoordError {
         /// What the codec reported.
         message: String,
     },
+    /// The coordinator is shutting down ([`Coordinator::shutdown`](crate::Coordinator::shutdown)):
+    /// no new lock or idempotency claim is taken, and the body did not run. Retryable on
+    /// another instance.
+    ShutDown {
+        /// The call's key.
+        key: CallKey,
+    },
     /// The coordination backend failed (unreachable, timed out, or answered with something coord
     /// cannot read) and the operation is configured `fail_closed`: the body did not run.
     Backend(BackendError),
@@ -108,10 +115,36 @@ impl CoordError {
             | CoordError::KeyReused { key }
             | CoordError::LockLost { key, .. }
             | CoordError::OutcomeUnknown { key }
+            | CoordError::ShutDown { key }
             | CoordError::OutcomeNotStored { key, .. }
             | CoordError::Codec { key, .. } => Some(key),
             CoordError::MissingKey { .. } => None,
             CoordError::Backend(err) => err.key(),
+        }
+    }
+
+    /// A short, stable name of the variant (`lock_not_acquired`, `in_flight`, ...; a backend
+    /// error is `backend.<kind>`), for spans (`error.type`) and logs.
+    pub fn kind_str(&self) -> &'static str {
+        match self {
+            CoordError::LockNotAcquired { .. } => "lock_not_acquired",
+            CoordError::Reentrant { .. } => "reentrant",
+            CoordError::InFlight { .. } => "in_flight",
+            CoordError::KeyReused { .. } => "key_reused",
+            CoordError::LockLost { .. } => "lock_lost",
+            CoordError::OutcomeNotStored { .. } => "outcome_not_stored",
+            CoordError::MissingKey { .. } => "missing_key",
+            CoordError::OutcomeUnknown { .. } => "outcome_unknown",
+            CoordError::Codec { .. } => "codec",
+            CoordError::ShutDown { .. } => "shut_down",
+            CoordError::Backend(err) => match err.kind() {
+                BackendErrorKind::Unavailable => "backend.unavailable",
+                BackendErrorKind::Timeout => "backend.timeout",
+                BackendErrorKind::Protocol => "backend.protocol",
+                BackendErrorKind::Config => "backend.config",
+                BackendErrorKind::Corrupt => "backend.corrupt",
+                BackendErrorKind::OutOfMemory => "backend.out_of_memory",
+            },
         }
     }
 
@@ -125,7 +158,8 @@ impl CoordError {
         match self {
             CoordError::LockNotAcquired { .. }
             | CoordError::InFlight { .. }
-            | CoordError::LockLost { .. } => true,
+            | CoordError::LockLost { .. }
+            | CoordError::ShutDown { .. } => true,
             CoordError::Backend(err) => err.kind().is_transient(),
             _ => false,
         }
@@ -186,6 +220,10 @@ impl fmt::Display for CoordError {
                     "stored outcome of `{key}` could not be (de)serialized: {message}"
                 )
             }
+            CoordError::ShutDown { key } => write!(
+                f,
+                "`{key}` was refused: the coordinator is shutting down; nothing ran"
+            ),
             CoordError::Backend(err) => write!(f, "{err}"),
         }
     }
@@ -268,6 +306,19 @@ pub enum BackendErrorKind {
 }
 
 impl BackendErrorKind {
+    /// A short, stable name: `unavailable`, `timeout`, `protocol`, `config`, `corrupt`,
+    /// `out_of_memory` (the `kind` label of `coord_backend_errors_total`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BackendErrorKind::Unavailable => "unavailable",
+            BackendErrorKind::Timeout => "timeout",
+            BackendErrorKind::Protocol => "protocol",
+            BackendErrorKind::Config => "config",
+            BackendErrorKind::Corrupt => "corrupt",
+            BackendErrorKind::OutOfMemory => "out_of_memory",
+        }
+    }
+
     /// True for faults that can go away by themselves (`Unavailable`, `Timeout`,
     /// `OutOfMemory`); false for those that need a change (`Protocol`, `Config`, `Corrupt`).
     pub fn is_transient(self) -> bool {

@@ -170,15 +170,19 @@ pub enum LossCause {
     /// The backend could not confirm a renewal for a whole lease (unreachable, or slower than
     /// the lease): the lease may have ended there, so the hold is treated as lost.
     BackendUnreachable,
+    /// [`Coordinator::shutdown`](crate::Coordinator::shutdown) released the lock while the
+    /// body still ran: the process is going away.
+    ShutDown,
 }
 
 impl LossCause {
-    /// A short, stable name: `taken_by_other`, `expired`, `backend_unreachable`.
+    /// A short, stable name: `taken_by_other`, `expired`, `backend_unreachable`, `shut_down`.
     pub fn as_str(self) -> &'static str {
         match self {
             LossCause::TakenByOther => "taken_by_other",
             LossCause::Expired => "expired",
             LossCause::BackendUnreachable => "backend_unreachable",
+            LossCause::ShutDown => "shut_down",
         }
     }
 }
@@ -189,6 +193,7 @@ impl std::fmt::Display for LossCause {
             LossCause::TakenByOther => "taken by another owner",
             LossCause::Expired => "the lease expired before it was renewed",
             LossCause::BackendUnreachable => "the backend was unreachable for a whole lease",
+            LossCause::ShutDown => "the coordinator shut down and released it",
         })
     }
 }

@@ -36,6 +36,8 @@ pub enum IdempotencyOutcome {
     /// A key part was absent (`None`) and the call ran without the idempotency layer
     /// (`on_missing_key = "run_unprotected"`).
     Unprotected,
+    /// The coordinator is shutting down: `CoordError::ShutDown`, nothing ran.
+    ShutDown,
 }
 
 /// What the single-flight layer did with a call.
@@ -68,6 +70,8 @@ pub enum LockOutcome {
     BackendError,
     /// The lease was lost while the body ran and the body was cancelled: `CoordError::LockLost`.
     Lost,
+    /// The coordinator is shutting down: `CoordError::ShutDown`, nothing ran.
+    ShutDown,
 }
 
 impl IdempotencyOutcome {
@@ -83,6 +87,7 @@ impl IdempotencyOutcome {
             IdempotencyOutcome::OutcomeUnknown => "outcome_unknown",
             IdempotencyOutcome::NotStored => "not_stored",
             IdempotencyOutcome::MissingKey => "missing_key",
+            IdempotencyOutcome::ShutDown => "shut_down",
             IdempotencyOutcome::Unprotected => "unprotected",
         }
     }
@@ -108,6 +113,7 @@ impl LockOutcome {
             LockOutcome::FailedOpen => "failed_open",
             LockOutcome::BackendError => "backend_error",
             LockOutcome::Lost => "lost",
+            LockOutcome::ShutDown => "shut_down",
         }
     }
 }

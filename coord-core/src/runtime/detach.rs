@@ -7,7 +7,10 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
+
+use tokio::sync::Notify;
 
 /// Spawns `fut` on the current tokio runtime. Without a runtime (the process is shutting down,
 /// or the future was dropped from a plain thread) the work is dropped with a warning: the
@@ -18,11 +21,57 @@ where
 {
     match tokio::runtime::Handle::try_current() {
         Ok(handle) => {
-            handle.spawn(fut);
+            let pending = Pending::start();
+            handle.spawn(async move {
+                fut.await;
+                drop(pending);
+            });
         }
         Err(_) => tracing::warn!(
             "coord: no tokio runtime to finish clean-up on; the backend's lease expiry will"
         ),
+    }
+}
+
+/// Background work of this process still running (for shutdown's report).
+static PENDING: AtomicUsize = AtomicUsize::new(0);
+static SETTLED: Notify = Notify::const_new();
+
+/// Counts one piece of background work until dropped (also when its task is dropped
+/// unfinished, as a runtime shutting down does).
+struct Pending;
+
+impl Pending {
+    fn start() -> Pending {
+        PENDING.fetch_add(1, Ordering::AcqRel);
+        Pending
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        if PENDING.fetch_sub(1, Ordering::AcqRel) == 1 {
+            SETTLED.notify_waiters();
+        }
+    }
+}
+
+/// How many pieces of background work (clean-ups, detached completions) are still running in
+/// this process.
+pub(crate) fn pending() -> usize {
+    PENDING.load(Ordering::Acquire)
+}
+
+/// Resolves once no background work is running.
+pub(crate) async fn all_settled() {
+    loop {
+        let settled = SETTLED.notified();
+        tokio::pin!(settled);
+        settled.as_mut().enable();
+        if pending() == 0 {
+            return;
+        }
+        settled.await;
     }
 }
 

@@ -94,6 +94,8 @@ where
         None,
         None,
     );
+    // Listed for shutdown's report while the body runs and its outcome is stored.
+    let _registered = call.coordinator.lifecycle().register_marker(hold.clone());
     // Clears the marker if the call stops before settling it (cancelled or panicked), so
     // duplicates are not blocked until its lease ends. Not armed under `on_abandoned = "fail"`:
     // a body stopped half-way may have had effects, so its marker is left to lapse into an
@@ -118,6 +120,7 @@ where
                 // The marker is gone or about to be: the abandon on drop is an owner-checked
                 // no-op at worst, and the caller learns its work was stopped.
                 call.record_idempotency(IdempotencyOutcome::Lost);
+                call.record_loss(hold.loss_cause());
                 return R::from_coord_error(CoordError::LockLost {
                     key: call.key.clone(),
                     held_for: hold.held_for(),
@@ -152,14 +155,23 @@ where
         Ok(bytes) => Arc::<[u8]>::from(bytes),
         Err(message) => return not_stored(call, spec, output, NotStoredCause::Codec(message)),
     };
-    let stored = DetachOnDrop::new(store_outcome(
+    call.telemetry().record_size(payload.len());
+    // Counted for shutdown, which gives completions time to finish, also when the caller
+    // stopped waiting and the write goes on in the background.
+    let completing = call.coordinator.lifecycle().completing();
+    let write = store_outcome(
         Arc::clone(store),
         call.coordinator.renewer().clone(),
         hold.clone(),
         payload,
         spec.retention,
         fingerprint,
-    ))
+    );
+    let stored = DetachOnDrop::new(async move {
+        let stored = write.await;
+        drop(completing);
+        stored
+    })
     .await;
     match stored {
         Ok(CompleteOutcome::StoredWithoutMarker) => {
@@ -325,8 +337,13 @@ where
     let deadline = Deadline::after(spec.wait);
     let refuse = |outcome, err: CoordError| {
         call.record_idempotency(outcome);
+        call.record_error(&err);
         Claim::Answer(R::from_coord_error(err))
     };
+    if call.coordinator.lifecycle().is_shut_down() {
+        let err = CoordError::ShutDown { key: key.clone() };
+        return refuse(IdempotencyOutcome::ShutDown, err);
+    }
     loop {
         let sent_at = tokio::time::Instant::now();
         let found = store

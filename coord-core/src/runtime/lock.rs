@@ -16,6 +16,7 @@ use crate::runtime::held;
 use crate::runtime::lease_guard::{LeaseGuard, LeaseStore};
 use crate::runtime::outcome::GuardedResult;
 use crate::runtime::renewal::{Hold, HoldKind, Registration};
+use crate::shutdown::Registered;
 
 /// What one acquisition came to.
 pub(crate) enum Acquired {
@@ -40,6 +41,10 @@ pub(crate) async fn acquire_lock(
     if held::holds(key) {
         let err = CoordError::Reentrant { key: key.clone() };
         return Acquired::Refused(err, LockOutcome::Reentrant);
+    }
+    if coordinator.lifecycle().is_shut_down() {
+        let err = CoordError::ShutDown { key: key.clone() };
+        return Acquired::Refused(err, LockOutcome::ShutDown);
     }
     let provider = coordinator.lock_provider();
     let owner = OwnerToken::new();
@@ -104,6 +109,7 @@ pub(crate) async fn acquire_lock(
     };
     let guard = LockGuard {
         coordinator: coordinator.clone(),
+        _registered: coordinator.lifecycle().register_lock(hold.clone()),
         hold,
         renewal,
         runtime: None,
@@ -128,6 +134,8 @@ pub(crate) async fn acquire_lock(
 #[must_use = "dropping the guard releases the lock"]
 pub struct LockGuard {
     coordinator: Coordinator,
+    /// In the coordinator's list of held locks (for shutdown) while the guard lives.
+    _registered: Registered,
     hold: Arc<Hold>,
     renewal: Option<Registration>,
     /// The runtime to release on when the guard is dropped outside one (handle API only: the
@@ -201,6 +209,10 @@ impl LockGuard {
         // Stop renewing before releasing, so no renewal can outlive the unlock.
         drop(self.renewal.take());
         self.armed = false;
+        if !self.hold.hand_back() {
+            // Shutdown released it already (the hold reads as lost, cause `ShutDown`).
+            return Ok(ReleaseOutcome::Released);
+        }
         let hold = &self.hold;
         let provider = self.coordinator.lock_provider();
         let released = provider.release(&hold.key, hold.owner()).await;
@@ -231,7 +243,7 @@ impl LockGuard {
 impl Drop for LockGuard {
     fn drop(&mut self) {
         drop(self.renewal.take());
-        if !self.armed {
+        if !self.armed || !self.hold.hand_back() {
             return;
         }
         let provider = self.coordinator.lock_provider().clone();
@@ -260,13 +272,19 @@ where
         .lock
         .as_ref()
         .expect("the macro emits a lock spec with #[distributed_lock]");
+    let asked = Instant::now();
     let mut guard = match acquire_lock(call.coordinator, &call.key, spec).await {
         Acquired::Granted(guard, outcome) => {
+            call.record_lock_wait(asked.elapsed());
             call.record_lock(outcome, guard.hold.fencing_token);
             guard
         }
         Acquired::Refused(err, outcome) => {
+            if outcome == LockOutcome::NotAcquired {
+                call.record_lock_wait(asked.elapsed());
+            }
             call.record_lock(outcome, None);
+            call.record_error(&err);
             return R::from_coord_error(err);
         }
         Acquired::Unguarded => {
@@ -282,6 +300,7 @@ where
         // on) finishes in the background: the guard, still armed, hands it off on drop.
         drop(guard);
         call.record_lock(LockOutcome::Lost, hold.fencing_token);
+        call.record_loss(hold.loss_cause());
         return R::from_coord_error(CoordError::LockLost {
             key: call.key.clone(),
             held_for: hold.held_for(),
@@ -290,6 +309,7 @@ where
     };
     // Whatever the release found, the body's outcome stands: a lapsed lease is counted and
     // logged, a failed release is retried in the background.
+    call.telemetry().lock_hold(hold.held_for());
     let _ = guard.settle().await;
     output
 }

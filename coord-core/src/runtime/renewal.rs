@@ -50,6 +50,9 @@ pub(crate) struct Hold {
     /// confirmed acquisition or renewal plus the lease.
     valid_until: Mutex<Instant>,
     lost: AtomicBool,
+    /// Set by whoever gives the lease back (the call settling it, or shutdown): the other one
+    /// then leaves it alone.
+    handed_back: AtomicBool,
     /// Why the hold was lost, once it is.
     cause: Mutex<Option<LossCause>>,
     lost_notify: Notify,
@@ -75,9 +78,15 @@ impl Hold {
             acquired_at,
             valid_until: Mutex::new(later(acquired_at, lease)),
             lost: AtomicBool::new(false),
+            handed_back: AtomicBool::new(false),
             cause: Mutex::new(None),
             lost_notify: Notify::new(),
         })
+    }
+
+    /// True for a lock (not an in-flight marker).
+    pub(crate) fn is_lock(&self) -> bool {
+        self.kind == HoldKind::Lock
     }
 
     /// The token that owns the lease.
@@ -124,6 +133,21 @@ impl Hold {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .unwrap_or(LossCause::BackendUnreachable)
+    }
+
+    /// Claims the giving back of this lease for the caller; false if it was claimed before.
+    pub(crate) fn hand_back(&self) -> bool {
+        !self.handed_back.swap(true, Ordering::AcqRel)
+    }
+
+    /// Claims the giving back for shutdown and marks the hold lost with
+    /// [`LossCause::ShutDown`]; false if its call is giving it back already.
+    pub(crate) fn take_for_shutdown(&self) -> bool {
+        if !self.hand_back() {
+            return false;
+        }
+        self.mark_lost(LossCause::ShutDown);
+        true
     }
 
     pub(crate) fn mark_lost(&self, cause: LossCause) {
@@ -179,6 +203,8 @@ struct Registry {
     schedule: BTreeSet<(Instant, u64)>,
     next_id: u64,
     task_running: bool,
+    /// Set by shutdown: nothing is renewed from then on.
+    stopped: bool,
 }
 
 struct Shared {
@@ -209,6 +235,7 @@ impl Drop for Registration {
             .lock()
             .unwrap_or_else(|e| e.into_inner());
         if reg.entries.remove(&self.id).is_some() {
+            crate::telemetry::renewals_active(-1.0);
             reg.schedule.retain(|(_, id)| *id != self.id);
         }
         if reg.entries.is_empty() {
@@ -240,6 +267,21 @@ impl Renewer {
             .len()
     }
 
+    /// Stops every renewal for good (shutdown): holds keep their leases as last confirmed.
+    pub(crate) fn stop_all(&self) {
+        let mut reg = self
+            .shared
+            .registry
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        reg.stopped = true;
+        crate::telemetry::renewals_active(-(reg.entries.len() as f64));
+        reg.entries.clear();
+        reg.schedule.clear();
+        drop(reg);
+        self.shared.wake.notify_one();
+    }
+
     /// Starts renewing `hold` every `interval` until the registration is dropped.
     pub(crate) fn register(&self, hold: Arc<Hold>, interval: Duration) -> Registration {
         let due = later(Instant::now(), interval);
@@ -251,7 +293,16 @@ impl Renewer {
                 .unwrap_or_else(|e| e.into_inner());
             let id = reg.next_id;
             reg.next_id += 1;
+            if reg.stopped {
+                // Shutting down: the registration exists, nothing is renewed.
+                return Registration {
+                    shared: self.shared.clone(),
+                    id,
+                    interval,
+                };
+            }
             reg.entries.insert(id, Entry { hold, interval });
+            crate::telemetry::renewals_active(1.0);
             let earliest = reg.schedule.first().is_none_or(|(at, _)| due < *at);
             reg.schedule.insert((due, id));
             let start = !reg.task_running;
@@ -395,6 +446,7 @@ async fn run(shared: Arc<Shared>) {
                         hold.mark_lost(cause);
                         let mut reg = shared.registry.lock().unwrap_or_else(|e| e.into_inner());
                         if reg.entries.remove(&id).is_some() {
+                            crate::telemetry::renewals_active(-1.0);
                             reg.schedule.retain(|(_, i)| *i != id);
                         }
                     }

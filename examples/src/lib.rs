@@ -1,5 +1,8 @@
 //! Runnable examples of coord: see `quickstart.rs`. This library holds what more than one
-//! example (or an example and its test) shares.
+//! example (or an example and its test) shares, among it the payments service of
+//! `payments_http`.
+
+pub mod payments;
 
 use std::time::Duration;
 

@@ -1,0 +1,354 @@
+//! The layer's options and their builder.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use coord_core::{Coordinator, OnAbandoned, OnBackendError};
+use http::header::{
+    CONNECTION, CONTENT_ENCODING, CONTENT_LANGUAGE, CONTENT_LENGTH, CONTENT_LOCATION, CONTENT_TYPE,
+    LOCATION, TRANSFER_ENCODING,
+};
+use http::request::Parts;
+use http::{HeaderName, Method, StatusCode};
+
+use crate::layer::IdempotencyLayer;
+use crate::metrics::Metrics;
+use crate::problem::DEFAULT_RETRY_AFTER;
+
+/// The header the key is read from unless configured otherwise.
+pub const DEFAULT_HEADER: &str = "idempotency-key";
+
+/// The operation name the layer's keys are stored under unless configured otherwise.
+pub const DEFAULT_OPERATION: &str = "http.idempotency";
+
+/// Which of the inner service's responses are stored and replayed.
+///
+/// A response that is not remembered leaves no trace: the key is freed as soon as the response
+/// is known, and a retry with the same key runs the handler again. Whatever the rule, a
+/// response that is not a success and carries `Retry-After` (a busy lock, `503`, `429`) is
+/// never remembered, since it tells the client to try again; and the layer's own refusals
+/// (problem documents) are never remembered.
+#[derive(Clone)]
+pub struct Remember(Rule);
+
+#[derive(Clone)]
+enum Rule {
+    Success,
+    SuccessAndClientErrors,
+    When(Arc<dyn Fn(StatusCode) -> bool + Send + Sync>),
+}
+
+impl Remember {
+    /// Successes only (`2xx`): a failure may be retried. The default.
+    pub fn successes() -> Remember {
+        Remember(Rule::Success)
+    }
+
+    /// Successes and the client errors the handler returned (`2xx` and `4xx`), except the
+    /// `4xx` that mean "try again" (`408 Request Timeout`, `425 Too Early`, `429 Too Many
+    /// Requests`). For handlers whose validation failures are final, as Stripe treats them.
+    pub fn successes_and_client_errors() -> Remember {
+        Remember(Rule::SuccessAndClientErrors)
+    }
+
+    /// The statuses for which `rule` returns `true`.
+    pub fn when(rule: impl Fn(StatusCode) -> bool + Send + Sync + 'static) -> Remember {
+        Remember(Rule::When(Arc::new(rule)))
+    }
+
+    /// Whether a response with `status` is remembered.
+    pub fn remembers(&self, status: StatusCode) -> bool {
+        match &self.0 {
+            Rule::Success => status.is_success(),
+            Rule::SuccessAndClientErrors => {
+                status.is_success()
+                    || (status.is_client_error() && !matches!(status.as_u16(), 408 | 425 | 429))
+            }
+            Rule::When(rule) => rule(status),
+        }
+    }
+}
+
+impl Default for Remember {
+    fn default() -> Self {
+        Remember::successes()
+    }
+}
+
+impl fmt::Debug for Remember {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.0 {
+            Rule::Success => f.write_str("Remember::successes()"),
+            Rule::SuccessAndClientErrors => f.write_str("Remember::successes_and_client_errors()"),
+            Rule::When(_) => f.write_str("Remember::when(..)"),
+        }
+    }
+}
+
+/// What happens when a response that would be remembered has a body longer than
+/// [`max_stored_body`](IdempotencyLayerBuilder::max_stored_body).
+///
+/// Either way the client of the request that ran gets the whole response, and nothing is
+/// stored half: a record holds a body's every byte or none of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum OversizedResponse {
+    /// Store the status and a note that the body was too large. A duplicate gets
+    /// `409 Conflict`, problem type `response-not-replayable`, with the original status as
+    /// `original_status`; the handler does not run again. The default: the key keeps its
+    /// at-most-once promise.
+    #[default]
+    Unreplayable,
+    /// Store nothing and free the key, as for a response that is not remembered: a duplicate
+    /// runs the handler again. For handlers that are safe to repeat.
+    Forget,
+}
+
+/// A function from the request to the principal the key belongs to.
+pub(crate) type ScopeFn = Arc<dyn Fn(&Parts) -> String + Send + Sync>;
+
+#[derive(Clone)]
+pub(crate) struct Config {
+    pub(crate) coordinator: Coordinator,
+    pub(crate) operation: String,
+    pub(crate) header: HeaderName,
+    pub(crate) methods: Vec<Method>,
+    pub(crate) require_key: bool,
+    pub(crate) retention: Duration,
+    pub(crate) in_flight_lease: Duration,
+    pub(crate) wait: Duration,
+    pub(crate) on_abandoned: OnAbandoned,
+    pub(crate) on_backend_error: OnBackendError,
+    pub(crate) remember: Remember,
+    pub(crate) stored_headers: Vec<HeaderName>,
+    pub(crate) max_stored_body: usize,
+    pub(crate) oversized: OversizedResponse,
+    pub(crate) max_request_body: usize,
+    pub(crate) fingerprint_headers: Vec<HeaderName>,
+    pub(crate) scope: ScopeFn,
+    pub(crate) retry_after: Duration,
+    pub(crate) metrics: Arc<Metrics>,
+}
+
+impl fmt::Debug for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Config")
+            .field("namespace", &self.coordinator.namespace())
+            .field("operation", &self.operation)
+            .field("header", &self.header)
+            .field("methods", &self.methods)
+            .field("require_key", &self.require_key)
+            .field("retention", &self.retention)
+            .field("in_flight_lease", &self.in_flight_lease)
+            .field("wait", &self.wait)
+            .field("on_abandoned", &self.on_abandoned)
+            .field("on_backend_error", &self.on_backend_error)
+            .field("remember", &self.remember)
+            .field("stored_headers", &self.stored_headers)
+            .field("max_stored_body", &self.max_stored_body)
+            .field("oversized", &self.oversized)
+            .field("max_request_body", &self.max_request_body)
+            .field("fingerprint_headers", &self.fingerprint_headers)
+            .field("retry_after", &self.retry_after)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Builds an [`IdempotencyLayer`]. Start with [`IdempotencyLayer::builder`].
+///
+/// Every option has a default; see each method.
+#[derive(Debug, Clone)]
+#[must_use = "call .build() to get the layer"]
+pub struct IdempotencyLayerBuilder {
+    config: Config,
+}
+
+impl IdempotencyLayerBuilder {
+    pub(crate) fn new(coordinator: Coordinator) -> Self {
+        let on_backend_error = coordinator.on_backend_error();
+        IdempotencyLayerBuilder {
+            config: Config {
+                coordinator,
+                operation: DEFAULT_OPERATION.to_owned(),
+                header: HeaderName::from_static(DEFAULT_HEADER),
+                methods: vec![Method::POST, Method::PATCH],
+                require_key: true,
+                retention: Duration::from_secs(24 * 60 * 60),
+                in_flight_lease: Duration::from_secs(30),
+                wait: Duration::ZERO,
+                on_abandoned: OnAbandoned::Rerun,
+                on_backend_error,
+                remember: Remember::successes(),
+                stored_headers: vec![
+                    CONTENT_TYPE,
+                    CONTENT_ENCODING,
+                    CONTENT_LANGUAGE,
+                    CONTENT_LOCATION,
+                    LOCATION,
+                ],
+                max_stored_body: 1024 * 1024,
+                oversized: OversizedResponse::Unreplayable,
+                max_request_body: 2 * 1024 * 1024,
+                fingerprint_headers: Vec::new(),
+                scope: Arc::new(|_| String::new()),
+                retry_after: DEFAULT_RETRY_AFTER,
+                metrics: Arc::default(),
+            },
+        }
+    }
+
+    /// The request header the key is read from. Default `Idempotency-Key`.
+    pub fn header_name(mut self, name: HeaderName) -> Self {
+        self.config.header = name;
+        self
+    }
+
+    /// The methods the layer guards. Default `POST` and `PATCH`. Requests with any other
+    /// method pass through untouched (their key, if any, is ignored).
+    pub fn methods(mut self, methods: impl IntoIterator<Item = Method>) -> Self {
+        self.config.methods = methods.into_iter().collect();
+        self
+    }
+
+    /// Whether a guarded request without a key is refused (`400`, problem type
+    /// `missing-key`). Default `true`. With `false`, such a request runs without
+    /// idempotency and is counted in [`Metrics::unprotected`].
+    pub fn require_key(mut self, required: bool) -> Self {
+        self.config.require_key = required;
+        self
+    }
+
+    /// How long a remembered response is kept and replayed. Default 24 hours. After it, the
+    /// key is free and a request with it runs again.
+    pub fn retention(mut self, retention: Duration) -> Self {
+        self.config.retention = retention;
+        self
+    }
+
+    /// How long a request that stopped without finishing (its process crashed) can block its
+    /// key. Default 30 seconds. A handler that runs longer than this may see a duplicate run
+    /// beside it: set it above your slowest handler.
+    pub fn in_flight_lease(mut self, lease: Duration) -> Self {
+        self.config.in_flight_lease = lease;
+        self
+    }
+
+    /// How long a duplicate waits for the first request with its key to finish before it is
+    /// answered `409` (problem type `in-flight`). Default zero: `409` at once. When the first
+    /// request finishes within the wait, the duplicate gets its replay (or, if that response is
+    /// not remembered, runs itself).
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.config.wait = wait;
+        self
+    }
+
+    /// What a duplicate gets when the first request with its key stopped without finishing
+    /// (the process crashed, or the request was cancelled under `Fail`). Default
+    /// [`OnAbandoned::Rerun`]: the handler runs again once the in-flight lease has passed (or
+    /// at once, when the stop was seen). [`OnAbandoned::Fail`]: `409`, problem type
+    /// `outcome-unknown`, until an operator clears the record
+    /// ([`Coordinator::purge_record`](coord_core::Coordinator::purge_record)).
+    pub fn on_abandoned(mut self, policy: OnAbandoned) -> Self {
+        self.config.on_abandoned = policy;
+        self
+    }
+
+    /// What a guarded request gets when the coordination backend fails. Default: the
+    /// coordinator's default, itself [`OnBackendError::FailClosed`] unless set:
+    /// `503 Service Unavailable` with `Retry-After`, problem type `backend-unavailable`, and the
+    /// handler does not run. [`OnBackendError::FailOpen`] runs the handler without
+    /// idempotency, counted in [`Metrics::failed_open`] (and the coordinator's metrics).
+    pub fn on_backend_error(mut self, policy: OnBackendError) -> Self {
+        self.config.on_backend_error = policy;
+        self
+    }
+
+    /// Which responses are stored and replayed. Default [`Remember::successes`] (`2xx`).
+    pub fn remember(mut self, remember: Remember) -> Self {
+        self.config.remember = remember;
+        self
+    }
+
+    /// The response headers stored with a remembered response and sent with its replays
+    /// (every value, in the order the handler set them). Replaces the default list:
+    /// `Content-Type`, `Content-Encoding`, `Content-Language`, `Content-Location`,
+    /// `Location`. `Content-Length`, `Transfer-Encoding` and `Connection` are never stored (a
+    /// replay's length is its stored body's).
+    pub fn stored_headers(mut self, headers: impl IntoIterator<Item = HeaderName>) -> Self {
+        self.config.stored_headers = headers
+            .into_iter()
+            .filter(|h| ![CONTENT_LENGTH, TRANSFER_ENCODING, CONNECTION].contains(h))
+            .collect();
+        self.config.stored_headers.dedup();
+        self
+    }
+
+    /// The longest response body stored, in bytes. Default 1 MiB. What happens to a longer
+    /// one is [`on_oversized_response`](Self::on_oversized_response)'s choice; it is never
+    /// stored in part.
+    pub fn max_stored_body(mut self, bytes: usize) -> Self {
+        self.config.max_stored_body = bytes;
+        self
+    }
+
+    /// What happens to a remembered response whose body is longer than
+    /// [`max_stored_body`](Self::max_stored_body). Default [`OversizedResponse::Unreplayable`].
+    pub fn on_oversized_response(mut self, policy: OversizedResponse) -> Self {
+        self.config.oversized = policy;
+        self
+    }
+
+    /// The principal a key belongs to, read from the request: a tenant, a user, an API key.
+    /// Two requests share a record only when their scopes and keys are both equal, so one
+    /// caller's key can never replay another caller's response. Default: one scope for every
+    /// request (right only when every client is the same principal).
+    ///
+    /// The function sees the request head, including the extensions an authentication layer
+    /// placed before this one. It must not fail: return a fixed value (for example
+    /// `"anonymous"`) for requests without a principal, or reject those in an earlier layer.
+    pub fn scope(mut self, scope: impl Fn(&Parts) -> String + Send + Sync + 'static) -> Self {
+        self.config.scope = Arc::new(scope);
+        self
+    }
+
+    /// The operation name the keys are stored under (records are keyed by namespace,
+    /// operation, scope and key). Default `http.idempotency`.
+    ///
+    /// Layers sharing an operation name share their keys: a key reused on another route is
+    /// then refused (`422`, as the fingerprint includes method and path), which is what
+    /// clients usually expect. Give a layer its own name when its keys must be independent.
+    pub fn operation(mut self, name: impl Into<String>) -> Self {
+        self.config.operation = name.into();
+        self
+    }
+
+    /// Request headers that belong to the fingerprint besides the method, the path and query,
+    /// and the body. Default none. A header that changes what the request means
+    /// (`Content-Type`, an API version) belongs here; one that changes per attempt (a trace
+    /// id, a timestamp) does not.
+    pub fn fingerprint_headers(mut self, headers: impl IntoIterator<Item = HeaderName>) -> Self {
+        self.config.fingerprint_headers = headers.into_iter().collect();
+        self
+    }
+
+    /// The longest request body read, in bytes. Default 2 MiB. A guarded request's body is
+    /// read whole before the handler runs, to fingerprint it; a longer one is answered `413`
+    /// (problem type `request-too-large`) without running the handler.
+    pub fn max_request_body(mut self, bytes: usize) -> Self {
+        self.config.max_request_body = bytes;
+        self
+    }
+
+    /// The `Retry-After` sent with `409 in-flight` and `503 backend-unavailable` (rounded up
+    /// to whole seconds, at least one). Default one second.
+    pub fn retry_after(mut self, after: Duration) -> Self {
+        self.config.retry_after = after;
+        self
+    }
+
+    /// The layer.
+    pub fn build(self) -> IdempotencyLayer {
+        IdempotencyLayer::from_config(self.config)
+    }
+}

@@ -1,0 +1,40 @@
+//! A payments service behind coord-http's `Idempotency-Key` layer.
+//!
+//! Run with `cargo run -p coord-examples --example payments_http`. It listens on
+//! `COORD_HTTP_ADDR` (default `127.0.0.1:3000`) and prints the address. With `COORD_REDIS_URL`
+//! set it coordinates through that Redis, so several instances on several ports charge once
+//! per key between them; without it, in-process.
+//!
+//! ```sh
+//! curl -i -X POST localhost:3000/payments -H 'Idempotency-Key: order-1' -H 'X-Tenant: acme' \
+//!      -d '{"amount": 1250, "currency": "EUR"}'
+//! curl -s localhost:3000/payments/charges
+//! ```
+
+use coord_core::Coordinator;
+use coord_examples::payments::{NAMESPACE, app};
+use coord_redis::RedisProvider;
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let addr = std::env::var("COORD_HTTP_ADDR").unwrap_or_else(|_| "127.0.0.1:3000".to_owned());
+    let builder = Coordinator::builder().namespace(NAMESPACE);
+    let (coordinator, backend) = match std::env::var(coord_redis::URL_ENV) {
+        Ok(url) if !url.trim().is_empty() => {
+            let redis = RedisProvider::connect(url.trim()).await?;
+            (builder.provider(redis).build()?, "Redis")
+        }
+        _ => (
+            builder.memory().build()?,
+            "in-process (set COORD_REDIS_URL to share keys)",
+        ),
+    };
+    let (router, _) = app(coordinator);
+    let listener = tokio::net::TcpListener::bind(&addr).await?;
+    println!(
+        "payments_http listening on http://{} (coordination: {backend})",
+        listener.local_addr()?
+    );
+    axum::serve(listener, router).await?;
+    Ok(())
+}

@@ -33,6 +33,9 @@ async fn fresh_memory() -> Coordinator {
 #[derive(Debug, Default)]
 struct ReleaseNeverFrees(MemoryProvider);
 
+/// No operator support: these tests never inspect or list.
+impl coord_core::Operations for ReleaseNeverFrees {}
+
 impl LockProvider for ReleaseNeverFrees {
     fn acquire<'a>(
         &'a self,

@@ -137,3 +137,4 @@ pub mod fence;
 
 pub use config::Client;
 pub use provider::{RedisProvider, RedisProviderBuilder, URL_ENV};
+pub use server_checks::{MIN_REDIS_VERSION, NodeReport, SAFE_POLICY, ServerReport};

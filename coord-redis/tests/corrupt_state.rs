@@ -311,7 +311,18 @@ const ROWS: &[Row] = &[
     Row {
         name: "write time is text",
         kind: Kind::Record,
-        setup: &[&["HSET", "K", "st", "c", "fp", "", "pl", "p", "at", "yesterday"]],
+        setup: &[&[
+            "HSET",
+            "K",
+            "st",
+            "c",
+            "fp",
+            "",
+            "pl",
+            "p",
+            "at",
+            "yesterday",
+        ]],
         ops: RECORD_OPS,
     },
     Row {

@@ -59,6 +59,18 @@ pub struct Connection {
     #[arg(long, value_enum, default_value_t = ClientArg::RedisRs, global = true)]
     pub client: ClientArg,
 
+    /// For `rediss://`: trust the CA certificates in this PEM file instead of the system's.
+    #[arg(long, value_name = "FILE", global = true)]
+    pub tls_ca: Option<std::path::PathBuf>,
+
+    /// For `rediss://` servers that authenticate clients: this client certificate (PEM)...
+    #[arg(long, value_name = "FILE", global = true, requires = "tls_key")]
+    pub tls_cert: Option<std::path::PathBuf>,
+
+    /// ...and its private key (PEM).
+    #[arg(long, value_name = "FILE", global = true, requires = "tls_cert")]
+    pub tls_key: Option<std::path::PathBuf>,
+
     /// The bound on every Redis call (`500ms`, `2s`, `1m`).
     #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_duration, global = true)]
     pub timeout: Duration,

@@ -170,6 +170,13 @@ pub async fn connect(connection: &Connection) -> Result<RedisProvider, Failure> 
         };
         RedisProvider::builder(*one)
     };
+    let mut builder = builder;
+    if let Some(ca) = &connection.tls_ca {
+        builder = builder.tls_ca_file(ca);
+    }
+    if let (Some(cert), Some(key)) = (&connection.tls_cert, &connection.tls_key) {
+        builder = builder.tls_client_cert_files(cert, key);
+    }
     let provider = builder
         .client(connection.client.into())
         .command_timeout(connection.timeout)

@@ -123,6 +123,31 @@ impl CoordError {
         }
     }
 
+    /// A short, stable name of the variant (`lock_not_acquired`, `in_flight`, ...; a backend
+    /// error is `backend.<kind>`), for spans (`error.type`) and logs.
+    pub fn kind_str(&self) -> &'static str {
+        match self {
+            CoordError::LockNotAcquired { .. } => "lock_not_acquired",
+            CoordError::Reentrant { .. } => "reentrant",
+            CoordError::InFlight { .. } => "in_flight",
+            CoordError::KeyReused { .. } => "key_reused",
+            CoordError::LockLost { .. } => "lock_lost",
+            CoordError::OutcomeNotStored { .. } => "outcome_not_stored",
+            CoordError::MissingKey { .. } => "missing_key",
+            CoordError::OutcomeUnknown { .. } => "outcome_unknown",
+            CoordError::Codec { .. } => "codec",
+            CoordError::ShutDown { .. } => "shut_down",
+            CoordError::Backend(err) => match err.kind() {
+                BackendErrorKind::Unavailable => "backend.unavailable",
+                BackendErrorKind::Timeout => "backend.timeout",
+                BackendErrorKind::Protocol => "backend.protocol",
+                BackendErrorKind::Config => "backend.config",
+                BackendErrorKind::Corrupt => "backend.corrupt",
+                BackendErrorKind::OutOfMemory => "backend.out_of_memory",
+            },
+        }
+    }
+
     /// True when retrying the same call later may succeed without any change: the lock may be
     /// free, the in-flight duplicate may have finished, the backend may be back.
     ///
@@ -281,6 +306,19 @@ pub enum BackendErrorKind {
 }
 
 impl BackendErrorKind {
+    /// A short, stable name: `unavailable`, `timeout`, `protocol`, `config`, `corrupt`,
+    /// `out_of_memory` (the `kind` label of `coord_backend_errors_total`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BackendErrorKind::Unavailable => "unavailable",
+            BackendErrorKind::Timeout => "timeout",
+            BackendErrorKind::Protocol => "protocol",
+            BackendErrorKind::Config => "config",
+            BackendErrorKind::Corrupt => "corrupt",
+            BackendErrorKind::OutOfMemory => "out_of_memory",
+        }
+    }
+
     /// True for faults that can go away by themselves (`Unavailable`, `Timeout`,
     /// `OutOfMemory`); false for those that need a change (`Protocol`, `Config`, `Corrupt`).
     pub fn is_transient(self) -> bool {

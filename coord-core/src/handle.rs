@@ -16,6 +16,7 @@ use crate::provider::Fingerprint;
 use crate::report::CallReport;
 use crate::runtime::call::{Call, IdempotencySpec, LockSpec, OpSpec};
 use crate::runtime::lock::{Acquired, LockGuard, acquire_lock};
+use crate::telemetry::OpTelemetry;
 
 /// An idempotent call configured at run time: from [`Coordinator::idempotent`].
 ///
@@ -139,13 +140,15 @@ impl<'c> Idempotent<'c> {
             name: &op,
             idempotency: Some(self.spec),
             lock: None,
+            telemetry: OpTelemetry::new(),
+            record_key: false,
         };
         let call = Call::with_key(&spec, self.coordinator, self.key);
         let fingerprint = self.fingerprint.map(Ok);
         call.run(crate::runtime::idempotency::idempotent(
             &call,
             fingerprint,
-            async move { body().await },
+            call.body(async move { body().await }),
         ))
         .await
     }
@@ -289,11 +292,14 @@ impl Lock<'_> {
             name: &op,
             idempotency: None,
             lock: Some(self.spec),
+            telemetry: OpTelemetry::new(),
+            record_key: false,
         };
         let call = Call::with_key(&spec, self.coordinator, self.key);
-        call.run(crate::runtime::lock::distributed_lock(&call, async move {
-            body().await
-        }))
+        call.run(crate::runtime::lock::distributed_lock(
+            &call,
+            call.body(async move { body().await }),
+        ))
         .await
     }
 }
@@ -333,11 +339,14 @@ impl SingleFlight<'_> {
             name: &op,
             idempotency: None,
             lock: None,
+            telemetry: OpTelemetry::new(),
+            record_key: false,
         };
         let call = Call::with_key(&spec, self.coordinator, self.key);
-        call.run(crate::runtime::flight::single_flight(&call, async move {
-            body().await
-        }))
+        call.run(crate::runtime::flight::single_flight(
+            &call,
+            call.body(async move { body().await }),
+        ))
         .await
     }
 }

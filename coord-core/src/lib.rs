@@ -66,6 +66,7 @@ mod provider;
 mod report;
 mod runtime;
 mod shutdown;
+pub mod telemetry;
 
 pub use call_key::{CallKey, CallKeyBuilder, InvalidCallKey};
 pub use codec::Codec;
@@ -89,6 +90,7 @@ pub use runtime::flight::open_flights;
 pub use runtime::held::{fencing_token, is_held, lock_lost};
 pub use runtime::lock::LockGuard;
 pub use shutdown::ShutdownReport;
+pub use telemetry::describe_metrics;
 
 pub use coord_macros::{distributed_lock, idempotent, single_flight};
 
@@ -105,6 +107,7 @@ pub mod __private {
     pub use crate::runtime::outcome::{
         GuardedResult, assert_guarded_result, assert_shareable_output,
     };
+    pub use crate::telemetry::OpTelemetry;
     pub use core::time::Duration;
 
     use crate::Coordinator;

@@ -39,6 +39,9 @@ struct SlotsInner {
 
 impl Slots {
     fn insert(&self, hold: Arc<Hold>) -> usize {
+        if hold.is_lock() {
+            crate::telemetry::locks_held(1.0);
+        }
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         match inner.free.pop() {
             Some(slot) => {
@@ -55,8 +58,11 @@ impl Slots {
     fn remove(&self, slot: usize) {
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(entry) = inner.entries.get_mut(slot) {
-            if entry.take().is_some() {
+            if let Some(hold) = entry.take() {
                 inner.free.push(slot);
+                if hold.is_lock() {
+                    crate::telemetry::locks_held(-1.0);
+                }
             }
         }
     }

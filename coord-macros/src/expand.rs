@@ -366,6 +366,7 @@ fn generate(stack: &Stack, func: &ItemFn) -> TokenStream {
             quote!(::core::concat!(::core::module_path!(), "::", #fn_name))
         }
     };
+    let record_key = stack.record_key;
     let idempotency_spec = match &stack.idempotency {
         None => quote!(::core::option::Option::None),
         Some(layer) => {
@@ -507,7 +508,7 @@ fn generate(stack: &Stack, func: &ItemFn) -> TokenStream {
         .rev()
         .filter(|kind| stack.has(*kind))
         .collect();
-    let mut layered = quote!(async move { #typed_edge #body });
+    let mut layered = quote!(#call_here.body(async move { #typed_edge #body }));
     for (index, kind) in present.iter().enumerate() {
         let call = layer_call(*kind, layered);
         layered = if index + 1 < present.len() {
@@ -524,6 +525,8 @@ fn generate(stack: &Stack, func: &ItemFn) -> TokenStream {
             name: #name,
             idempotency: #idempotency_spec,
             lock: #lock_spec,
+            telemetry: #krate::__private::OpTelemetry::new(),
+            record_key: #record_key,
         };
         #coordinator_stmt
         let #call = #krate::__private::Call::new(&#op, #coordinator, |#key| #key #(#parts)*);

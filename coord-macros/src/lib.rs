@@ -14,7 +14,7 @@
 //! touches the lock, and concurrent duplicates share one lock acquisition.
 //!
 //! The layers share the call: its key is derived once, from the `key_from` given on any of
-//! them. `key_from`, `name`, `coordinator` and `crate` may be written on one attribute or
+//! them. `key_from`, `name`, `coordinator`, `crate` and `record_key` may be written on one attribute or
 //! repeated with the same value on several; different values are an error. Each attribute
 //! may appear once per function.
 //!
@@ -31,6 +31,8 @@
 //!   one. The expression may also be given in a string.
 //! * `crate = "path"`: where `coord_core` is, for a renamed dependency. Defaults to
 //!   `::coord_core`.
+//! * `record_key = true | false`: record the call's key on its `coord` span (keys can carry
+//!   personal data, so it is off unless asked for). Default `false`.
 //!
 //! # Durations
 //!
@@ -69,7 +71,7 @@ use crate::options::Kind;
 /// # Options
 ///
 /// Besides `key_from` (required, on this attribute or on another coord attribute of the same
-/// function), `name`, `coordinator` and `crate` (see the crate documentation):
+/// function), `name`, `coordinator`, `crate` and `record_key` (see the crate documentation):
 ///
 /// * `retention = "24h"`: how long a successful outcome is kept and replayed. Default `"24h"`.
 /// * `in_flight_lease = "30s"`: how long a running call's claim on the key lasts if its
@@ -126,7 +128,7 @@ pub fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
 /// # Options
 ///
 /// `key_from` (optional: without it, all concurrent calls share one run), `name`,
-/// `coordinator` and `crate`; see the crate documentation.
+/// `coordinator`, `crate` and `record_key`; see the crate documentation.
 #[proc_macro_attribute]
 pub fn single_flight(args: TokenStream, item: TokenStream) -> TokenStream {
     expand::expand_stack(Kind::SingleFlight, args.into(), item.into()).into()
@@ -151,7 +153,7 @@ pub fn single_flight(args: TokenStream, item: TokenStream) -> TokenStream {
 /// # Options
 ///
 /// Besides `key_from` (optional: without it, one lock for the whole operation), `name`,
-/// `coordinator` and `crate` (see the crate documentation):
+/// `coordinator`, `crate` and `record_key` (see the crate documentation):
 ///
 /// * `lease = "30s"`: how long the lock lasts if its holder stops without releasing it.
 ///   Default `"30s"`.

@@ -8,7 +8,7 @@ use crate::args::{self, Args, Errors, KeyPath, Renew, Setting, Value};
 use crate::options::{
     self, Abandoned, COORDINATOR, CRATE, FENCED, FINGERPRINT, IN_FLIGHT_LEASE, KEY_FROM, Kind,
     LEASE, Lost, MissingKey, NAME, ON_ABANDONED, ON_BACKEND_ERROR, ON_LOST, ON_MISSING_KEY,
-    ON_STORE_ERROR, OptionSpec, Policy, RENEW, RETENTION, StoreError, WAIT,
+    ON_STORE_ERROR, OptionSpec, Policy, RECORD_KEY, RENEW, RETENTION, StoreError, WAIT,
 };
 
 /// The `#[idempotent]` layer.
@@ -52,6 +52,8 @@ pub(crate) struct Stack {
     pub(crate) name: Option<String>,
     pub(crate) coordinator: Option<Expr>,
     pub(crate) krate: Path,
+    /// `record_key = true`: the span carries the key.
+    pub(crate) record_key: bool,
 }
 
 /// Picks the one value of a shared option across layers: the first one written, else the
@@ -192,6 +194,7 @@ impl Stack {
             Some(Value::Expr(expr)) => Some(expr.clone()),
             _ => None,
         };
+        let record_key = matches!(shared_value(&RECORD_KEY), Some(Value::Bool(true)));
         let krate = match shared_value(&CRATE) {
             Some(Value::Path(path)) => path.clone(),
             _ => default_crate(),
@@ -247,6 +250,7 @@ impl Stack {
             name,
             coordinator,
             krate,
+            record_key,
         })
     }
 }

@@ -189,6 +189,14 @@ pub(crate) const CRATE: OptionSpec = OptionSpec {
     default: Some("::coord_core"),
     doc: "where `coord_core` is, for a renamed dependency",
 };
+pub(crate) const RECORD_KEY: OptionSpec = OptionSpec {
+    name: "record_key",
+    attributes: EVERY,
+    value: ValueKind::Bool,
+    example: "true",
+    default: Some("false"),
+    doc: "record the call's key on its `coord` span (keys can carry personal data)",
+};
 pub(crate) const RETENTION: OptionSpec = OptionSpec {
     name: "retention",
     attributes: IDEMPOTENT,
@@ -293,6 +301,7 @@ pub(crate) static OPTIONS: &[&OptionSpec] = &[
     &NAME,
     &COORDINATOR,
     &CRATE,
+    &RECORD_KEY,
     &RETENTION,
     &IN_FLIGHT_LEASE,
     &LEASE,

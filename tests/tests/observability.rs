@@ -73,3 +73,51 @@ async fn spans_carry_the_op_and_each_outcome() {
     assert_eq!(field(4, "lock"), "acquired");
     assert_eq!(field(5, "lock"), "not_acquired");
 }
+
+#[distributed_lock(key_from = "user", coordinator = c, name = "obs.private", record_key = true)]
+async fn with_key_recorded(c: &Coordinator, user: &str) -> Result<(), CoordError> {
+    Ok(())
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn spans_carry_wait_error_type_and_the_key_only_when_asked() {
+    let recorder = SpanRecorder::default();
+    let _guard =
+        tracing::subscriber::set_default(tracing_subscriber::registry().with(recorder.clone()));
+    let (_, c) = InstrumentedProvider::coordinator("obs-fields");
+
+    charge(&c, 7).await.unwrap();
+    with_key_recorded(&c, "alice").await.unwrap();
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let holder = hold(&c, 3, gate.clone());
+    let contender = async {
+        tokio::task::yield_now().await;
+        let refused = hold(&c, 3, gate.clone()).await;
+        gate.notify_one();
+        refused
+    };
+    let (_, refused) = tokio::join!(holder, contender);
+    assert!(refused.is_err());
+
+    let spans = recorder.spans();
+    let field = |i: usize, f: &str| spans[i].fields.get(f).cloned().unwrap_or_default();
+    assert_eq!(spans.len(), 4, "{spans:?}");
+    assert_eq!(
+        field(0, "coord.key"),
+        "",
+        "keys stay off spans unless asked for"
+    );
+    assert!(
+        field(0, "coord.lock.wait_ms").parse::<f64>().is_ok(),
+        "the lock's wait is recorded: {:?}",
+        spans[0].fields
+    );
+    assert_eq!(field(1, "coord.key"), "obs.private:alice");
+    assert_eq!(field(3, "lock"), "not_acquired");
+    assert_eq!(field(3, "error.type"), "lock_not_acquired");
+    assert_eq!(
+        field(2, "error.type"),
+        "",
+        "no error on a call that succeeded"
+    );
+}

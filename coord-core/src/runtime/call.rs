@@ -15,6 +15,7 @@ use crate::provider::FencingToken;
 use crate::report::{
     CallReport, FlightOutcome, IdempotencyOutcome, LockOutcome, ReportSink, take_requested_sink,
 };
+use crate::telemetry::{CallTelemetry, OpTelemetry};
 
 /// The static description of one annotated function, emitted by the macros.
 #[derive(Debug)]
@@ -25,6 +26,10 @@ pub struct OpSpec<'a> {
     pub idempotency: Option<IdempotencySpec>,
     /// Present with `#[distributed_lock]`.
     pub lock: Option<LockSpec>,
+    /// This operation's metric keys, built on first use.
+    pub telemetry: OpTelemetry,
+    /// `record_key = true`: the call's span carries its key.
+    pub record_key: bool,
 }
 
 /// `#[idempotent]` options, resolved at compile time.
@@ -122,7 +127,14 @@ impl<'c> Call<'c> {
             single_flight = Empty,
             lock = Empty,
             fencing_token = Empty,
+            "coord.key" = Empty,
+            "coord.lock.wait_ms" = Empty,
+            "coord.loss_cause" = Empty,
+            "error.type" = Empty,
         );
+        if spec.record_key {
+            span.record("coord.key", tracing::field::display(&key));
+        }
         let sink = take_requested_sink();
         if let Some(sink) = &sink {
             sink.lock().unwrap_or_else(|e| e.into_inner()).key = Some(key.clone());
@@ -147,6 +159,22 @@ impl<'c> Call<'c> {
         fut.instrument(self.span.clone())
     }
 
+    /// Where this call's metrics go.
+    pub(crate) fn telemetry(&self) -> CallTelemetry<'_> {
+        CallTelemetry {
+            keys: &self.spec.telemetry,
+            op: self.spec.name,
+        }
+    }
+
+    /// Runs the annotated body itself, timing it for `coord_body_duration_seconds`.
+    pub async fn body<F: Future>(&self, body: F) -> F::Output {
+        let started = std::time::Instant::now();
+        let output = body.await;
+        self.telemetry().body(started.elapsed());
+        output
+    }
+
     fn report(&self, f: impl FnOnce(&mut CallReport)) {
         if let Some(sink) = &self.sink {
             f(&mut sink.lock().unwrap_or_else(|e| e.into_inner()));
@@ -155,16 +183,36 @@ impl<'c> Call<'c> {
 
     pub(crate) fn record_idempotency(&self, outcome: IdempotencyOutcome) {
         self.span.record("idempotency", outcome.as_str());
+        self.telemetry().idempotency(outcome);
         self.report(|r| r.idempotency = Some(outcome));
     }
 
     pub(crate) fn record_flight(&self, outcome: FlightOutcome) {
         self.span.record("single_flight", outcome.as_str());
+        self.telemetry().flight(outcome);
         self.report(|r| r.flight = Some(outcome));
+    }
+
+    /// Records how long the lock took (or was waited for before giving up).
+    pub(crate) fn record_lock_wait(&self, waited: Duration) {
+        self.span
+            .record("coord.lock.wait_ms", waited.as_secs_f64() * 1000.0);
+        self.telemetry().lock_wait(waited);
+    }
+
+    /// Records why a hold was lost.
+    pub(crate) fn record_loss(&self, cause: crate::provider::LossCause) {
+        self.span.record("coord.loss_cause", cause.as_str());
+    }
+
+    /// Records the class of error a call answers with (OpenTelemetry's `error.type`).
+    pub(crate) fn record_error(&self, err: &CoordError) {
+        self.span.record("error.type", err.kind_str());
     }
 
     pub(crate) fn record_lock(&self, outcome: LockOutcome, token: Option<FencingToken>) {
         self.span.record("lock", outcome.as_str());
+        self.telemetry().lock(outcome);
         if let Some(token) = token {
             self.span.record("fencing_token", token.get());
         }
@@ -195,6 +243,7 @@ pub(crate) fn backend_fault(
     err: BackendError,
     layer: &'static str,
 ) -> Result<(), CoordError> {
+    crate::telemetry::backend_error(layer, key.operation().unwrap_or(""), &err);
     match attribute.unwrap_or_else(|| coordinator.on_backend_error()) {
         OnBackendError::FailClosed => Err(CoordError::Backend(err.with_key(key))),
         OnBackendError::FailOpen => {

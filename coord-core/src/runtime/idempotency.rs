@@ -120,6 +120,7 @@ where
                 // The marker is gone or about to be: the abandon on drop is an owner-checked
                 // no-op at worst, and the caller learns its work was stopped.
                 call.record_idempotency(IdempotencyOutcome::Lost);
+                call.record_loss(hold.loss_cause());
                 return R::from_coord_error(CoordError::LockLost {
                     key: call.key.clone(),
                     held_for: hold.held_for(),
@@ -154,6 +155,7 @@ where
         Ok(bytes) => Arc::<[u8]>::from(bytes),
         Err(message) => return not_stored(call, spec, output, NotStoredCause::Codec(message)),
     };
+    call.telemetry().record_size(payload.len());
     // Counted for shutdown, which gives completions time to finish, also when the caller
     // stopped waiting and the write goes on in the background.
     let completing = call.coordinator.lifecycle().completing();
@@ -335,6 +337,7 @@ where
     let deadline = Deadline::after(spec.wait);
     let refuse = |outcome, err: CoordError| {
         call.record_idempotency(outcome);
+        call.record_error(&err);
         Claim::Answer(R::from_coord_error(err))
     };
     if call.coordinator.lifecycle().is_shut_down() {

@@ -272,13 +272,19 @@ where
         .lock
         .as_ref()
         .expect("the macro emits a lock spec with #[distributed_lock]");
+    let asked = Instant::now();
     let mut guard = match acquire_lock(call.coordinator, &call.key, spec).await {
         Acquired::Granted(guard, outcome) => {
+            call.record_lock_wait(asked.elapsed());
             call.record_lock(outcome, guard.hold.fencing_token);
             guard
         }
         Acquired::Refused(err, outcome) => {
+            if outcome == LockOutcome::NotAcquired {
+                call.record_lock_wait(asked.elapsed());
+            }
             call.record_lock(outcome, None);
+            call.record_error(&err);
             return R::from_coord_error(err);
         }
         Acquired::Unguarded => {
@@ -294,6 +300,7 @@ where
         // on) finishes in the background: the guard, still armed, hands it off on drop.
         drop(guard);
         call.record_lock(LockOutcome::Lost, hold.fencing_token);
+        call.record_loss(hold.loss_cause());
         return R::from_coord_error(CoordError::LockLost {
             key: call.key.clone(),
             held_for: hold.held_for(),
@@ -302,6 +309,7 @@ where
     };
     // Whatever the release found, the body's outcome stands: a lapsed lease is counted and
     // logged, a failed release is retried in the background.
+    call.telemetry().lock_hold(hold.held_for());
     let _ = guard.settle().await;
     output
 }

@@ -84,6 +84,11 @@ impl Hold {
         })
     }
 
+    /// True for a lock (not an in-flight marker).
+    pub(crate) fn is_lock(&self) -> bool {
+        self.kind == HoldKind::Lock
+    }
+
     /// The token that owns the lease.
     pub(crate) fn owner(&self) -> OwnerToken {
         self.owner
@@ -230,6 +235,7 @@ impl Drop for Registration {
             .lock()
             .unwrap_or_else(|e| e.into_inner());
         if reg.entries.remove(&self.id).is_some() {
+            crate::telemetry::renewals_active(-1.0);
             reg.schedule.retain(|(_, id)| *id != self.id);
         }
         if reg.entries.is_empty() {
@@ -269,6 +275,7 @@ impl Renewer {
             .lock()
             .unwrap_or_else(|e| e.into_inner());
         reg.stopped = true;
+        crate::telemetry::renewals_active(-(reg.entries.len() as f64));
         reg.entries.clear();
         reg.schedule.clear();
         drop(reg);
@@ -295,6 +302,7 @@ impl Renewer {
                 };
             }
             reg.entries.insert(id, Entry { hold, interval });
+            crate::telemetry::renewals_active(1.0);
             let earliest = reg.schedule.first().is_none_or(|(at, _)| due < *at);
             reg.schedule.insert((due, id));
             let start = !reg.task_running;
@@ -438,6 +446,7 @@ async fn run(shared: Arc<Shared>) {
                         hold.mark_lost(cause);
                         let mut reg = shared.registry.lock().unwrap_or_else(|e| e.into_inner());
                         if reg.entries.remove(&id).is_some() {
+                            crate::telemetry::renewals_active(-1.0);
                             reg.schedule.retain(|(_, i)| *i != id);
                         }
                     }

@@ -1,0 +1,283 @@
+//! Metrics through the [`metrics`] facade: whatever recorder the application installs
+//! (Prometheus, StatsD, OpenTelemetry) receives them unchanged.
+//!
+//! Series are labelled by layer, operation name and outcome, never by key (keys are unbounded
+//! and can carry personal data). Operation names come from the attributes (`name = ".."` or
+//! the module path) or from [`Coordinator::key`](crate::Coordinator::key) in the handle API:
+//! keep the latter a fixed set too.
+//!
+//! | name | kind | labels | what |
+//! |---|---|---|---|
+//! | `coord_calls_total` | counter | `layer`, `op`, `outcome` | calls per layer and outcome: idempotency `executed`, `replayed`, `in_flight`, `key_reused`, `failed_open`, `backend_error`, `lost`, `outcome_unknown`, `not_stored`, `missing_key`, `unprotected`, `shut_down`; single_flight `led`, `joined`, `took_over`; lock `acquired`, `contended`, `not_acquired`, `reentrant`, `failed_open`, `backend_error`, `lost`, `shut_down` |
+//! | `coord_backend_errors_total` | counter | `layer`, `op`, `kind` | backend faults by [`BackendErrorKind`](crate::BackendErrorKind) (`unavailable`, `timeout`, ...) |
+//! | `coord_lock_wait_seconds` | histogram | `op` | from asking for a lock to getting it or giving up |
+//! | `coord_lock_hold_seconds` | histogram | `op` | from getting a lock to releasing it |
+//! | `coord_body_duration_seconds` | histogram | `op` | how long the annotated body ran (not counting replays or joins) |
+//! | `coord_record_size_bytes` | histogram | `op` | size of each stored idempotency outcome |
+//! | `coord_locks_held` | gauge | | locks held by calls in this process |
+//! | `coord_renewals_active` | gauge | | leases (locks and in-flight markers) being renewed by this process |
+//!
+//! Histograms need buckets in the Prometheus exporter (it renders summaries otherwise, which
+//! cannot be aggregated across instances); [`describe_metrics`] gives every series its unit and
+//! description once a recorder is installed.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use metrics::{Key, Label, Level, Metadata, SharedString, Unit};
+
+use crate::error::BackendError;
+use crate::report::{FlightOutcome, IdempotencyOutcome, LockOutcome};
+
+/// `coord_calls_total`.
+pub const CALLS: &str = "coord_calls_total";
+/// `coord_backend_errors_total`.
+pub const BACKEND_ERRORS: &str = "coord_backend_errors_total";
+/// `coord_lock_wait_seconds`.
+pub const LOCK_WAIT: &str = "coord_lock_wait_seconds";
+/// `coord_lock_hold_seconds`.
+pub const LOCK_HOLD: &str = "coord_lock_hold_seconds";
+/// `coord_body_duration_seconds`.
+pub const BODY_DURATION: &str = "coord_body_duration_seconds";
+/// `coord_record_size_bytes`.
+pub const RECORD_SIZE: &str = "coord_record_size_bytes";
+/// `coord_locks_held`.
+pub const LOCKS_HELD: &str = "coord_locks_held";
+/// `coord_renewals_active`.
+pub const RENEWALS_ACTIVE: &str = "coord_renewals_active";
+
+const METADATA: Metadata<'static> = Metadata::new("coord", Level::INFO, Some(module_path!()));
+
+static LOCKS_HELD_KEY: Key = Key::from_static_name(LOCKS_HELD);
+static RENEWALS_ACTIVE_KEY: Key = Key::from_static_name(RENEWALS_ACTIVE);
+
+/// Gives every coord series its unit and description, and creates the process gauges at
+/// zero. Call it once after installing a recorder (descriptions sent before that go nowhere).
+pub fn describe_metrics() {
+    metrics::with_recorder(|r| {
+        let counters: [(&'static str, &'static str); 2] = [
+            (CALLS, "Calls per coord layer and outcome."),
+            (BACKEND_ERRORS, "Coordination backend faults by kind."),
+        ];
+        for (name, text) in counters {
+            r.describe_counter(name.into(), Some(Unit::Count), text.into());
+        }
+        let histograms: [(&'static str, Unit, &'static str); 4] = [
+            (
+                LOCK_WAIT,
+                Unit::Seconds,
+                "Time from asking for a lock to getting it or giving up.",
+            ),
+            (LOCK_HOLD, Unit::Seconds, "Time a lock was held."),
+            (BODY_DURATION, Unit::Seconds, "Time an annotated body ran."),
+            (
+                RECORD_SIZE,
+                Unit::Bytes,
+                "Size of each stored idempotency outcome.",
+            ),
+        ];
+        for (name, unit, text) in histograms {
+            r.describe_histogram(name.into(), Some(unit), text.into());
+        }
+        r.describe_gauge(
+            LOCKS_HELD.into(),
+            Some(Unit::Count),
+            "Locks held by calls in this process.".into(),
+        );
+        r.describe_gauge(
+            RENEWALS_ACTIVE.into(),
+            Some(Unit::Count),
+            "Leases being renewed by this process.".into(),
+        );
+        // The gauges exist from the start (at zero), so dashboards show 0, not "no data".
+        r.register_gauge(&LOCKS_HELD_KEY, &METADATA).increment(0.0);
+        r.register_gauge(&RENEWALS_ACTIVE_KEY, &METADATA)
+            .increment(0.0);
+    });
+}
+
+const IDEMPOTENCY_OUTCOMES: usize = 12;
+const FLIGHT_OUTCOMES: usize = 3;
+const LOCK_OUTCOMES: usize = 8;
+
+/// The metric keys of one operation, built once on first use and kept with the operation (the
+/// attributes keep it in their static spec), so recording a call allocates nothing.
+#[doc(hidden)]
+pub struct OpTelemetry {
+    idempotency: [OnceLock<Key>; IDEMPOTENCY_OUTCOMES],
+    flight: [OnceLock<Key>; FLIGHT_OUTCOMES],
+    lock: [OnceLock<Key>; LOCK_OUTCOMES],
+    lock_wait: OnceLock<Key>,
+    lock_hold: OnceLock<Key>,
+    body: OnceLock<Key>,
+    record_size: OnceLock<Key>,
+}
+
+impl std::fmt::Debug for OpTelemetry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("OpTelemetry")
+    }
+}
+
+impl Default for OpTelemetry {
+    fn default() -> Self {
+        OpTelemetry::new()
+    }
+}
+
+impl OpTelemetry {
+    /// Empty: keys are built on first use.
+    pub const fn new() -> OpTelemetry {
+        OpTelemetry {
+            idempotency: [const { OnceLock::new() }; IDEMPOTENCY_OUTCOMES],
+            flight: [const { OnceLock::new() }; FLIGHT_OUTCOMES],
+            lock: [const { OnceLock::new() }; LOCK_OUTCOMES],
+            lock_wait: OnceLock::new(),
+            lock_hold: OnceLock::new(),
+            body: OnceLock::new(),
+            record_size: OnceLock::new(),
+        }
+    }
+}
+
+/// Where one call records: its operation's keys and name.
+pub(crate) struct CallTelemetry<'c> {
+    pub(crate) keys: &'c OpTelemetry,
+    pub(crate) op: &'c str,
+}
+
+fn op_key(name: &'static str, op: &str) -> Key {
+    Key::from_parts(
+        name,
+        vec![Label::new("op", SharedString::from(op.to_owned()))],
+    )
+}
+
+fn call_key(layer: &'static str, op: &str, outcome: &'static str) -> Key {
+    Key::from_parts(
+        CALLS,
+        vec![
+            Label::from_static_parts("layer", layer),
+            Label::new("op", SharedString::from(op.to_owned())),
+            Label::from_static_parts("outcome", outcome),
+        ],
+    )
+}
+
+fn count(key: &Key) {
+    metrics::with_recorder(|r| r.register_counter(key, &METADATA).increment(1));
+}
+
+fn observe(key: &Key, value: f64) {
+    metrics::with_recorder(|r| r.register_histogram(key, &METADATA).record(value));
+}
+
+impl CallTelemetry<'_> {
+    pub(crate) fn idempotency(&self, outcome: IdempotencyOutcome) {
+        let slot = &self.keys.idempotency[idempotency_index(outcome)];
+        count(slot.get_or_init(|| call_key("idempotency", self.op, outcome.as_str())));
+    }
+
+    pub(crate) fn flight(&self, outcome: FlightOutcome) {
+        let slot = &self.keys.flight[outcome as usize];
+        count(slot.get_or_init(|| call_key("single_flight", self.op, outcome.as_str())));
+    }
+
+    pub(crate) fn lock(&self, outcome: LockOutcome) {
+        let slot = &self.keys.lock[lock_index(outcome)];
+        count(slot.get_or_init(|| call_key("lock", self.op, outcome.as_str())));
+    }
+
+    pub(crate) fn lock_wait(&self, waited: Duration) {
+        let key = self
+            .keys
+            .lock_wait
+            .get_or_init(|| op_key(LOCK_WAIT, self.op));
+        observe(key, waited.as_secs_f64());
+    }
+
+    pub(crate) fn lock_hold(&self, held: Duration) {
+        let key = self
+            .keys
+            .lock_hold
+            .get_or_init(|| op_key(LOCK_HOLD, self.op));
+        observe(key, held.as_secs_f64());
+    }
+
+    pub(crate) fn body(&self, ran: Duration) {
+        let key = self
+            .keys
+            .body
+            .get_or_init(|| op_key(BODY_DURATION, self.op));
+        observe(key, ran.as_secs_f64());
+    }
+
+    pub(crate) fn record_size(&self, bytes: usize) {
+        let key = self
+            .keys
+            .record_size
+            .get_or_init(|| op_key(RECORD_SIZE, self.op));
+        observe(key, bytes as f64);
+    }
+}
+
+/// Counts a backend fault (the error path: the key is built here).
+pub(crate) fn backend_error(layer: &'static str, op: &str, err: &BackendError) {
+    let key = Key::from_parts(
+        BACKEND_ERRORS,
+        vec![
+            Label::from_static_parts("layer", layer),
+            Label::new("op", SharedString::from(op.to_owned())),
+            Label::from_static_parts("kind", err.kind().as_str()),
+        ],
+    );
+    count(&key);
+}
+
+/// One more (or one fewer) lock held in this process.
+pub(crate) fn locks_held(delta: f64) {
+    metrics::with_recorder(|r| {
+        r.register_gauge(&LOCKS_HELD_KEY, &METADATA)
+            .increment(delta)
+    });
+}
+
+/// One more (or one fewer) lease renewed by this process.
+pub(crate) fn renewals_active(delta: f64) {
+    metrics::with_recorder(|r| {
+        r.register_gauge(&RENEWALS_ACTIVE_KEY, &METADATA)
+            .increment(delta)
+    });
+}
+
+fn idempotency_index(outcome: IdempotencyOutcome) -> usize {
+    use IdempotencyOutcome as O;
+    match outcome {
+        O::Executed => 0,
+        O::Replayed => 1,
+        O::InFlight => 2,
+        O::KeyReused => 3,
+        O::FailedOpen => 4,
+        O::BackendError => 5,
+        O::Lost => 6,
+        O::OutcomeUnknown => 7,
+        O::NotStored => 8,
+        O::MissingKey => 9,
+        O::Unprotected => 10,
+        O::ShutDown => 11,
+    }
+}
+
+fn lock_index(outcome: LockOutcome) -> usize {
+    use LockOutcome as O;
+    match outcome {
+        O::Acquired => 0,
+        O::Contended => 1,
+        O::NotAcquired => 2,
+        O::Reentrant => 3,
+        O::FailedOpen => 4,
+        O::BackendError => 5,
+        O::Lost => 6,
+        O::ShutDown => 7,
+    }
+}

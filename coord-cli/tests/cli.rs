@@ -626,3 +626,44 @@ async fn a_terminal_is_asked_before_a_destructive_command() {
     assert!(!exists(&server, "tty:lock:{op:1}"), "confirmed: released");
     drop(guard);
 }
+
+/// `rediss://` with the TLS flags: without `--tls-ca` the test CA is not trusted and the
+/// connection fails; with it (and the client certificate the server requires) the tool works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_flags_reach_the_connection() {
+    let certs = coord_redis_testing::TestCerts::generate();
+    let server = RedisServer::start_tls(&certs, true);
+    let url = server.tls_url();
+    let ca = certs.ca_file();
+    let (cert, key) = (certs.client_cert_file(), certs.client_key_file());
+    let (ca, cert, key) = (
+        ca.to_str().unwrap(),
+        cert.to_str().unwrap(),
+        key.to_str().unwrap(),
+    );
+    let untrusted = coord(&url, "ns", &["--timeout", "500ms", "check"]);
+    assert_eq!(
+        untrusted.code, 1,
+        "the test CA is not trusted by default: {untrusted:?}"
+    );
+    let no_client_cert = coord(&url, "ns", &["--timeout", "500ms", "--tls-ca", ca, "check"]);
+    assert_eq!(
+        no_client_cert.code, 1,
+        "the server requires a client certificate: {no_client_cert:?}"
+    );
+    let full = ["--tls-ca", ca, "--tls-cert", cert, "--tls-key", key];
+    let mut args = full.to_vec();
+    args.extend(["--json", "check"]);
+    let run = coord(&url, "ns", &args);
+    assert_ne!(run.json()["verdict"], "fail", "{run:?}");
+    let mut args = full.to_vec();
+    args.extend(["locks", "show", "op:1"]);
+    let run = coord(&url, "ns", &args);
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(run.stdout.contains("state:          free"), "{run:?}");
+    let half = coord(&url, "ns", &["--tls-cert", cert, "check"]);
+    assert_eq!(
+        half.code, 2,
+        "a certificate without its key is bad usage: {half:?}"
+    );
+}

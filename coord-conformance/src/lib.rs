@@ -64,6 +64,7 @@
 //! | Completion outcomes | `idempotency_completion_by_the_owner_is_stored_and_resendable`, `idempotency_completion_after_the_marker_lapsed_is_stored_without_it`, `idempotency_late_completion_after_another_claim_is_superseded`, `idempotency_completion_after_purge_is_stored_without_marker` | `Stored`, `StoredWithoutMarker` and `Superseded` exactly when the contract says, and resends change nothing |
 //! | Hostile durations | `lock_extreme_leases_are_accepted`, `lock_extreme_waits_wait_until_granted`, `lock_cancelled_forever_waiter_leaves_the_key_working`, `idempotency_extreme_durations_are_accepted`, `idempotency_forever_wait_settled_waits_until_settled` | zero, 1 µs, `u64::MAX` ms and `Duration::MAX` leases, waits and retentions neither panic, hang nor wrap around; cancelled waits leave the key working |
 //! | Attributes | `attribute_lock_excludes_and_fences`, `attribute_idempotent_duplicates_run_once`, `attribute_idempotent_errors_are_not_remembered`, `attribute_lock_refusal_and_cancellation` | the same promises through `#[distributed_lock]` and `#[idempotent]`: 64 contending tasks never overlap, duplicates run once, errors are not remembered, refused callers never run their body, cancelled holders release |
+//! | Operations API | `operations_inspect_lock_shows_holder_lease_waiters_and_token`, `operations_force_release_frees_any_holder_and_wakes_a_waiter`, `operations_inspect_record_in_each_state`, `operations_list_pages_through_the_keys_of_one_operation`, `operations_operator_acts_on_pasted_keys` | [`Operations`](coord_core::Operations): inspection shows what coord would see (holder, lease, waiters, fencing token; record state, age, time left, size); listings page through exactly one operation's live keys within the page bound, and every listed key pastes back; a forced release frees any holder, wakes a waiter and leaves the fencing counter alone |
 //!
 //! [`cases()`] lists them all; each is also a plain `pub async fn` in [`cases`](mod@cases),
 //! callable on its own while bisecting a failure.
@@ -135,7 +136,7 @@ impl fmt::Debug for Case {
 static CASES: &[Case] = &crate::__with_case_names!(__case_table!());
 
 /// Every case of the suite, in a fixed order (lock cases, then idempotency cases, then the
-/// attribute cases). The list grows when the contract does: a release of this crate may add
+/// attribute cases, then the operations API cases). The list grows when the contract does: a release of this crate may add
 /// cases, and a provider that passed before may fail a new one.
 pub fn cases() -> &'static [Case] {
     CASES
@@ -428,7 +429,12 @@ macro_rules! __with_case_names {
             attribute_lock_excludes_and_fences,
             attribute_idempotent_duplicates_run_once,
             attribute_idempotent_errors_are_not_remembered,
-            attribute_lock_refusal_and_cancellation
+            attribute_lock_refusal_and_cancellation,
+            operations_inspect_lock_shows_holder_lease_waiters_and_token,
+            operations_force_release_frees_any_holder_and_wakes_a_waiter,
+            operations_inspect_record_in_each_state,
+            operations_list_pages_through_the_keys_of_one_operation,
+            operations_operator_acts_on_pasted_keys
         }
     };
 }

@@ -33,6 +33,9 @@ async fn fresh_memory() -> Coordinator {
 #[derive(Debug, Default)]
 struct ReleaseNeverFrees(MemoryProvider);
 
+/// No operator support: these tests never inspect or list.
+impl coord_core::Operations for ReleaseNeverFrees {}
+
 impl LockProvider for ReleaseNeverFrees {
     fn acquire<'a>(
         &'a self,
@@ -178,6 +181,28 @@ async fn a_provider_whose_release_never_frees_fails_by_name() {
             && shown.contains("FAILED lock_single_attempt_refused_when_held"),
         "the report names the failures: {shown}"
     );
+}
+
+/// A provider that opts out of the operations API (an empty `impl Operations`) fails every
+/// operations case, each with the provider's own "not implemented" error in its message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_provider_without_operations_fails_the_operations_cases() {
+    let selected = cases()
+        .iter()
+        .filter(|c| c.name().starts_with("operations_"));
+    let report = run_cases(selected, fresh_broken).await;
+    assert_eq!(report.outcomes().len(), 5, "{report}");
+    for outcome in report.outcomes() {
+        let why = outcome
+            .failure
+            .as_deref()
+            .unwrap_or_else(|| panic!("{} passed without an operations API", outcome.name));
+        assert!(
+            why.contains("does not implement coord's operations API"),
+            "{}: {why}",
+            outcome.name
+        );
+    }
 }
 
 /// A `make` that panics (a provider that cannot connect, say) fails every case it was called

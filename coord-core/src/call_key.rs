@@ -88,27 +88,13 @@ impl CallKey {
     /// A key from its shown form `operation[:parts]` (what [`fmt::Display`] prints and errors
     /// carry), in `namespace`: the way an operator's input becomes a key.
     ///
-    /// The text is taken as it is, not split or re-rendered: it must be what coord printed.
-    /// Refused: an empty key, and any text holding `{`, `}`, whitespace or a control byte
-    /// (coord never prints such a key; accepting one could address names outside coord's
-    /// layout).
+    /// The text is taken as it is, not split, trimmed or re-rendered: it must be what coord
+    /// printed. Refused: an empty key, a key starting or ending with `:`, and any text holding
+    /// `{`, `}` or a control byte (tab, newline and the like included). Coord never prints such
+    /// a key (key parts escape those bytes as `%XX`), and accepting one could address names
+    /// outside coord's layout. A space is accepted: a key part holding one is printed with it.
     pub fn from_op_key(namespace: &str, op_key: &str) -> Result<CallKey, InvalidCallKey> {
-        if op_key.is_empty() {
-            return Err(InvalidCallKey("the key is empty"));
-        }
-        if op_key.starts_with(':') || op_key.ends_with(':') {
-            return Err(InvalidCallKey(
-                "a key neither starts nor ends with `:` (it is `operation[:parts]`)",
-            ));
-        }
-        if op_key
-            .bytes()
-            .any(|b| matches!(b, b'{' | b'}') || b.is_ascii_whitespace() || b < 0x20 || b == 0x7f)
-        {
-            return Err(InvalidCallKey(
-                "a key printed by coord holds no `{`, `}`, whitespace or control character",
-            ));
-        }
+        check_op_key(op_key)?;
         let mut full = KeyBuilder::namespace_only(namespace).finish();
         full.push(':');
         let shown_from = offset(full.len()).unwrap_or(0);
@@ -118,6 +104,41 @@ impl CallKey {
             shown_from,
             op_end: NO_OP_END,
         })
+    }
+
+    /// The key shown as `op_key` in this key's namespace, checked like
+    /// [`CallKey::from_op_key`]: how a provider that lists keys (it reads their shown forms
+    /// back from the backend) turns what it found into keys, without escaping the namespace a
+    /// second time.
+    ///
+    /// When this key was built for an operation (see [`CallKey::operation`]) and `op_key` is a
+    /// key of that operation (the operation name alone, or followed by `:` and a part), the
+    /// result knows its operation too.
+    pub fn with_op_key(&self, op_key: &str) -> Result<CallKey, InvalidCallKey> {
+        check_op_key(op_key)?;
+        let shown_from = self.shown_from as usize;
+        let mut full = String::with_capacity(shown_from + op_key.len());
+        full.push_str(&self.full[..shown_from]);
+        full.push_str(op_key);
+        let op_end = self
+            .operation()
+            .filter(|op| is_key_of_operation(op_key, op))
+            .map_or(NO_OP_END, |op| {
+                offset(shown_from + op.len()).unwrap_or(NO_OP_END)
+            });
+        Ok(CallKey {
+            full: Arc::from(full),
+            shown_from: self.shown_from,
+            op_end,
+        })
+    }
+
+    /// True when this key belongs to the operation `operation` (written as coord writes an
+    /// operation name into a key): its shown form is the name alone, or the name, `:` and a
+    /// part. A part never starts with `:`, so the keys of `jobs` are told from those of
+    /// `jobs::nightly`.
+    pub fn is_of_operation(&self, operation: &str) -> bool {
+        is_key_of_operation(self.op_key(), operation)
     }
 
     pub(crate) fn from_rendered(full: Arc<str>, shown_from: usize, op_end: usize) -> CallKey {
@@ -172,6 +193,36 @@ impl CallKey {
     pub fn qualified(&self) -> &str {
         &self.full
     }
+}
+
+/// Whether `op_key` (a shown form) is a key of the operation written as `operation`.
+fn is_key_of_operation(op_key: &str, operation: &str) -> bool {
+    match op_key.strip_prefix(operation) {
+        Some("") => true,
+        Some(rest) => rest.starts_with(':') && !rest[1..].starts_with(':') && rest.len() > 1,
+        None => false,
+    }
+}
+
+/// What [`CallKey::from_op_key`] refuses.
+fn check_op_key(op_key: &str) -> Result<(), InvalidCallKey> {
+    if op_key.is_empty() {
+        return Err(InvalidCallKey("the key is empty"));
+    }
+    if op_key.starts_with(':') || op_key.ends_with(':') {
+        return Err(InvalidCallKey(
+            "a key neither starts nor ends with `:` (it is `operation[:parts]`)",
+        ));
+    }
+    if op_key
+        .bytes()
+        .any(|b| matches!(b, b'{' | b'}') || b < 0x20 || b == 0x7f)
+    {
+        return Err(InvalidCallKey(
+            "a key printed by coord holds no `{`, `}` or control character",
+        ));
+    }
+    Ok(())
 }
 
 impl fmt::Display for CallKey {
@@ -272,9 +323,48 @@ mod tests {
 
     #[test]
     fn shown_forms_coord_never_prints_are_refused() {
-        for bad in ["", ":a", "a:", "a{b}", "a b", "a\nb", "a\u{7f}"] {
+        for bad in ["", ":a", "a:", "a{b}", "a\nb", "a\tb", "a\u{7f}", "op:x\n"] {
             assert!(CallKey::from_op_key("svc", bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn every_key_coord_prints_is_accepted_back() {
+        let parts = [
+            "a b",
+            " leading",
+            "trailing ",
+            "tab\there",
+            "colon:brace{}",
+            "",
+            "100%",
+            "naïve",
+        ];
+        for part in parts {
+            let key = CallKey::builder("svc", "op").part(part).finish();
+            let back = CallKey::from_op_key("svc", &key.to_string())
+                .unwrap_or_else(|e| panic!("{key} ({part:?}) refused: {e}"));
+            assert_eq!(back, key, "{part:?}");
+        }
+    }
+
+    #[test]
+    fn keys_read_back_in_a_namespace_keep_it_exactly() {
+        // `%` is escaped in a namespace: reading a shown form back through the namespace text
+        // would escape it twice, so listing providers use `with_op_key`.
+        let op = CallKey::builder("a%b", "jobs").finish();
+        let built = CallKey::builder("a%b", "jobs").part(&7).finish();
+        let read = op.with_op_key(built.op_key()).unwrap();
+        assert_eq!(read, built);
+        assert_eq!(read.operation(), Some("jobs"));
+        let other = op.with_op_key("jobs::nightly:7").unwrap();
+        assert_eq!(other.operation(), None, "a key of another operation");
+        assert!(op.with_op_key("jobs:{7}").is_err());
+        assert!(built.is_of_operation("jobs"));
+        assert!(op.is_of_operation("jobs"));
+        assert!(!other.is_of_operation("jobs"));
+        assert!(!built.is_of_operation("job"));
+        assert!(other.is_of_operation("jobs::nightly"));
     }
 
     #[test]

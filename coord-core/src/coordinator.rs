@@ -7,15 +7,17 @@ use std::sync::{Arc, OnceLock};
 use crate::call_key::{CallKey, CallKeyBuilder};
 use crate::codec::Codec;
 use crate::memory_provider::MemoryProvider;
+use crate::operations::{Operations, Operator};
 use crate::policy::OnBackendError;
 use crate::provider::{IdempotencyStore, LockProvider};
 use crate::runtime::renewal::Renewer;
 use crate::shutdown::Lifecycle;
 
-/// A provider that serves both layers that need shared state. Implemented automatically for
-/// any type that implements both traits.
-pub trait Provider: LockProvider + IdempotencyStore {}
-impl<P: LockProvider + IdempotencyStore> Provider for P {}
+/// A provider that serves both layers that need shared state, and the operations API.
+/// Implemented automatically for any type that implements the three traits (a provider without
+/// operator support opts out with an empty `impl Operations for MyProvider {}`).
+pub trait Provider: LockProvider + IdempotencyStore + Operations {}
+impl<P: LockProvider + IdempotencyStore + Operations> Provider for P {}
 
 /// Where intercepted calls coordinate: a provider, a namespace and the defaults every
 /// attribute can override.
@@ -32,6 +34,7 @@ struct Inner {
     namespace: String,
     locks: Arc<dyn LockProvider>,
     records: Arc<dyn IdempotencyStore>,
+    operations: Arc<dyn Operations>,
     codec: Codec,
     on_backend_error: OnBackendError,
     in_process: bool,
@@ -137,6 +140,7 @@ impl std::error::Error for BuildError {}
 struct ChosenProvider {
     locks: Arc<dyn LockProvider>,
     records: Arc<dyn IdempotencyStore>,
+    operations: Arc<dyn Operations>,
     /// Set for the in-process provider: exclusion holds within this process only.
     in_process: bool,
 }
@@ -174,6 +178,7 @@ impl CoordinatorBuilder {
         self.provider = Some(ChosenProvider {
             locks: provider.clone(),
             records: provider.clone(),
+            operations: provider,
             in_process: true,
         });
         self
@@ -184,7 +189,8 @@ impl CoordinatorBuilder {
         let provider = Arc::new(provider);
         self.provider = Some(ChosenProvider {
             locks: provider.clone(),
-            records: provider,
+            records: provider.clone(),
+            operations: provider,
             in_process: false,
         });
         self
@@ -210,6 +216,7 @@ impl CoordinatorBuilder {
         let ChosenProvider {
             locks,
             records,
+            operations,
             in_process,
         } = self.provider.ok_or(BuildError::NoProvider)?;
         Ok(Coordinator {
@@ -218,6 +225,7 @@ impl CoordinatorBuilder {
                 renewer: Renewer::new(locks.clone(), records.clone()),
                 locks,
                 records,
+                operations,
                 codec: self.codec,
                 on_backend_error: self.on_backend_error,
                 in_process,
@@ -353,6 +361,19 @@ impl Coordinator {
     /// The idempotency store.
     pub fn idempotency_store(&self) -> &Arc<dyn IdempotencyStore> {
         &self.inner.records
+    }
+
+    /// The provider's operations API, as the provider implements it (no namespace applied, no
+    /// logging). Operators use [`Coordinator::operator`].
+    pub fn operations(&self) -> &Arc<dyn Operations> {
+        &self.inner.operations
+    }
+
+    /// An operator's handle on this coordinator's state: inspect and list locks and records of
+    /// this namespace, force a lock free, purge a record (each destructive call logged with who
+    /// asked). See [`Operator`].
+    pub fn operator(&self) -> Operator<'_> {
+        Operator::new(self)
     }
 }
 

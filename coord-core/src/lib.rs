@@ -60,6 +60,7 @@ mod fingerprint;
 mod handle;
 mod key;
 mod memory_provider;
+mod operations;
 mod policy;
 mod provider;
 mod report;
@@ -74,6 +75,10 @@ pub use error::{BackendError, BackendErrorKind, CoordError, NotStoredCause};
 pub use handle::{Idempotent, Lock, SingleFlight};
 pub use key::{KeyBuilder, KeyPart, KeyWriter, render_key};
 pub use memory_provider::MemoryProvider;
+pub use operations::{
+    Cursor, ForcedRelease, ListRequest, LockHolder, LockInfo, MAX_PAGE, Operations, Operator, Page,
+    RecordInfo, RecordStatus, Waiters,
+};
 pub use policy::{OnAbandoned, OnBackendError, OnLost, OnMissingKey, OnStoreError};
 pub use provider::{
     BoxFuture, ClaimOutcome, ClaimRequest, CompleteOutcome, CompleteRequest, Deadline,

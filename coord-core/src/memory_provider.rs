@@ -9,7 +9,11 @@ use std::time::Duration;
 use coord_memory::{Attempt, Claim, Completion, LockTable, RecordStore, Renewal};
 
 use crate::call_key::CallKey;
-use crate::error::BackendError;
+use crate::error::{BackendError, BackendErrorKind};
+use crate::operations::{
+    Cursor, ForcedRelease, ListRequest, LockHolder, LockInfo, Operations, Page, RecordInfo,
+    RecordStatus, Waiters,
+};
 use crate::provider::{
     BoxFuture, ClaimOutcome, ClaimRequest, CompleteOutcome, CompleteRequest, FencingToken,
     Fingerprint, IdempotencyStore, LockGrant, LockProvider, LockRequest, LossCause, OwnerToken,
@@ -230,6 +234,132 @@ impl IdempotencyStore for MemoryProvider {
     }
 }
 
+/// The operations API: reads of the lock table and the record store, by this process's clock.
+///
+/// A lock reports its exact number of waiters ([`Waiters::Counted`]) and the newest fencing
+/// token minted since it was last free. Listings are sorted by key; a cursor holds the last key
+/// listed (hex-encoded), and the next page starts after it.
+impl Operations for MemoryProvider {
+    fn inspect_lock<'a>(
+        &'a self,
+        key: &'a CallKey,
+    ) -> BoxFuture<'a, Result<LockInfo, BackendError>> {
+        let info = match self.locks.inspect(key.qualified()) {
+            Some(view) => LockInfo::new(
+                key.clone(),
+                Some(LockHolder::new(
+                    OwnerToken::from_u128(view.owner),
+                    view.lease_left,
+                    Waiters::Counted(view.waiters),
+                )),
+                view.fencing_token.map(FencingToken::new),
+            ),
+            None => LockInfo::new(key.clone(), None, None),
+        };
+        Box::pin(std::future::ready(Ok(info)))
+    }
+
+    fn inspect_record<'a>(
+        &'a self,
+        key: &'a CallKey,
+    ) -> BoxFuture<'a, Result<Option<RecordInfo>, BackendError>> {
+        let info = self.records.inspect(key.qualified()).map(|view| {
+            RecordInfo::new(
+                key.clone(),
+                match view.status {
+                    coord_memory::RecordStatus::InFlight => RecordStatus::InFlight,
+                    coord_memory::RecordStatus::Abandoned => RecordStatus::Abandoned,
+                    coord_memory::RecordStatus::Completed => RecordStatus::Completed,
+                },
+                Some(OwnerToken::from_u128(view.owner)),
+                Some(view.age),
+                view.lease_left,
+                view.expires_in,
+                view.payload_len,
+                view.has_fingerprint,
+            )
+        });
+        Box::pin(std::future::ready(Ok(info)))
+    }
+
+    fn list_locks<'a>(
+        &'a self,
+        req: ListRequest<'a>,
+    ) -> BoxFuture<'a, Result<Page<CallKey>, BackendError>> {
+        Box::pin(std::future::ready(page_of(self.locks.held_keys(), req)))
+    }
+
+    fn list_records<'a>(
+        &'a self,
+        req: ListRequest<'a>,
+    ) -> BoxFuture<'a, Result<Page<CallKey>, BackendError>> {
+        Box::pin(std::future::ready(page_of(self.records.keys(), req)))
+    }
+
+    fn force_release<'a>(
+        &'a self,
+        key: &'a CallKey,
+    ) -> BoxFuture<'a, Result<ForcedRelease, BackendError>> {
+        let outcome = match self.locks.force_release(key.qualified()) {
+            Some(owner) => ForcedRelease::Released {
+                owner: OwnerToken::from_u128(owner),
+            },
+            None => ForcedRelease::NotHeld,
+        };
+        Box::pin(std::future::ready(Ok(outcome)))
+    }
+}
+
+/// The page `req` asks for, out of `keys` (whole keys as the tables hold them).
+fn page_of(keys: Vec<Arc<str>>, req: ListRequest<'_>) -> Result<Page<CallKey>, BackendError> {
+    let op = req.operation;
+    let after = match req.cursor {
+        None => None,
+        Some(cursor) => Some(read_cursor(cursor).ok_or_else(|| {
+            BackendError::new(
+                BackendErrorKind::Config,
+                format!("listing: `{cursor}` is not a cursor of the in-process provider"),
+            )
+            .with_key(op)
+        })?),
+    };
+    // Everything before the shown form: the namespace and its `:`.
+    let prefix = &op.qualified()[..op.qualified().len() - op.op_key().len()];
+    let mut found: Vec<CallKey> = keys
+        .iter()
+        .filter_map(|full| full.strip_prefix(prefix))
+        .filter(|shown| after.as_deref().is_none_or(|after| *shown > after))
+        .filter_map(|shown| op.with_op_key(shown).ok())
+        .filter(|key| key.is_of_operation(op.op_key()))
+        .collect();
+    found.sort_unstable_by(|a, b| a.op_key().cmp(b.op_key()));
+    let size = req.page_size();
+    let next = (found.len() > size).then(|| write_cursor(found[size - 1].op_key()));
+    found.truncate(size);
+    Ok(Page { items: found, next })
+}
+
+fn write_cursor(after: &str) -> Cursor {
+    let mut text = String::with_capacity(2 + after.len() * 2);
+    text.push_str("m.");
+    for b in after.bytes() {
+        text.push_str(&format!("{b:02x}"));
+    }
+    Cursor::new(text)
+}
+
+fn read_cursor(cursor: &Cursor) -> Option<String> {
+    let hex = cursor.as_str().strip_prefix("m.")?;
+    if hex.len() % 2 != 0 {
+        return None;
+    }
+    let bytes = (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
+        .collect::<Option<Vec<u8>>>()?;
+    String::from_utf8(bytes).ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -242,6 +372,76 @@ mod tests {
             0,
             "a zero-sized future boxes for free"
         );
+    }
+
+    #[test]
+    fn cursors_round_trip_and_foreign_ones_are_refused() {
+        for after in ["op:1", "op:a b", "op:naïve"] {
+            assert_eq!(
+                read_cursor(&write_cursor(after)).as_deref(),
+                Some(after),
+                "{after:?}"
+            );
+        }
+        for foreign in ["", "m.", "m.0", "m.zz", "x.6f70", "m.ff"] {
+            let expected = (foreign == "m.").then(String::new);
+            assert_eq!(read_cursor(&Cursor::new(foreign)), expected, "{foreign:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn listing_pages_through_one_operation_only() {
+        let provider = MemoryProvider::new();
+        let owner = OwnerToken::new();
+        let keys: Vec<CallKey> = (0..5)
+            .map(|i| CallKey::builder("mp", "jobs").part(&i).finish())
+            .chain([
+                CallKey::builder("mp", "jobs").finish(),
+                CallKey::builder("mp", "jobs::nightly").part(&1).finish(),
+                CallKey::builder("mp", "jobsx").part(&1).finish(),
+                CallKey::builder("other", "jobs").part(&1).finish(),
+            ])
+            .collect();
+        for key in &keys {
+            let req = LockRequest {
+                key,
+                owner,
+                lease: Duration::from_secs(30),
+                wait: Duration::ZERO,
+                fenced: false,
+            };
+            provider.acquire(req).await.unwrap().unwrap();
+        }
+        let op = CallKey::builder("mp", "jobs").finish();
+        let mut cursor = None;
+        let mut seen = Vec::new();
+        loop {
+            let req = ListRequest {
+                operation: &op,
+                cursor: cursor.as_ref(),
+                limit: 2,
+            };
+            let page = provider.list_locks(req).await.unwrap();
+            assert!(page.items.len() <= 2);
+            seen.extend(page.items);
+            match page.next {
+                Some(next) => cursor = Some(next),
+                None => break,
+            }
+        }
+        let shown: Vec<String> = seen.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            shown,
+            ["jobs", "jobs:0", "jobs:1", "jobs:2", "jobs:3", "jobs:4"]
+        );
+        assert_eq!(seen[1], keys[0], "a listed key is the key that was locked");
+        let bad = ListRequest {
+            operation: &op,
+            cursor: Some(&Cursor::new("not a cursor")),
+            limit: 2,
+        };
+        let err = provider.list_locks(bad).await.unwrap_err();
+        assert_eq!(err.kind(), BackendErrorKind::Config);
     }
 
     #[tokio::test]

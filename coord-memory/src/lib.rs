@@ -26,8 +26,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-pub use locks::{Attempt, Grant, LockTable, Waiter};
-pub use records::{Claim, Completion, RecordStore};
+pub use locks::{Attempt, Grant, LockTable, LockView, Waiter};
+pub use records::{Claim, Completion, RecordStatus, RecordStore, RecordView};
 
 /// The longest span this crate measures: about a hundred years. Longer durations are treated
 /// as this one, which no process outlives, so "until `Duration::MAX` has passed" and "never"

@@ -35,6 +35,29 @@ struct LockEntry {
     owner: u128,
     expires_at: Instant,
     waiters: VecDeque<Queued>,
+    /// The newest fencing token minted for this entry (a later unfenced grant keeps it), for
+    /// [`LockTable::inspect`].
+    fence: Option<u64>,
+}
+
+impl LockEntry {
+    fn new(owner: u128, expires_at: Instant, fence: Option<u64>) -> LockEntry {
+        LockEntry {
+            owner,
+            expires_at,
+            waiters: VecDeque::new(),
+            fence,
+        }
+    }
+
+    /// Gives the lock to `owner` until `expires_at`, minted `token` when fenced.
+    fn grant(&mut self, owner: u128, expires_at: Instant, token: Option<u64>) {
+        self.owner = owner;
+        self.expires_at = expires_at;
+        if token.is_some() {
+            self.fence = token;
+        }
+    }
 }
 
 /// Lease locks keyed on the exact key.
@@ -194,13 +217,10 @@ impl LockTable {
         let entry_key = owned();
         let (id, handoff, holder_expires) = match self.entries.entry(entry_key) {
             Entry::Vacant(slot) => {
-                slot.insert(LockEntry {
-                    owner,
-                    expires_at: lease_end,
-                    waiters: VecDeque::new(),
-                });
+                let fencing_token = self.mint(fenced);
+                slot.insert(LockEntry::new(owner, lease_end, fencing_token));
                 return Attempt::Granted(Grant {
-                    fencing_token: self.mint(fenced),
+                    fencing_token,
                     contended: false,
                     granted_at: now,
                 });
@@ -208,10 +228,10 @@ impl LockTable {
             Entry::Occupied(mut slot) => {
                 let lock = slot.get_mut();
                 if lock.expires_at <= now {
-                    lock.owner = owner;
-                    lock.expires_at = lease_end;
+                    let fencing_token = self.mint(fenced);
+                    lock.grant(owner, lease_end, fencing_token);
                     return Attempt::Granted(Grant {
-                        fencing_token: self.mint(fenced),
+                        fencing_token,
                         contended: false,
                         granted_at: now,
                     });
@@ -247,6 +267,20 @@ impl LockTable {
             fenced,
         })
     }
+}
+
+/// A held lock as [`LockTable::inspect`] found it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LockView {
+    /// The holder.
+    pub owner: u128,
+    /// Time left on its lease.
+    pub lease_left: Duration,
+    /// Callers queued for the lock.
+    pub waiters: usize,
+    /// The newest fencing token minted for the key since it was last free (the holder's own
+    /// when its acquisition was fenced), if any.
+    pub fencing_token: Option<u64>,
 }
 
 /// The result of [`LockTable::attempt`].
@@ -348,11 +382,11 @@ impl LockTable {
             }
             if lock.expires_at <= now {
                 lock.waiters.retain(|w| w.id != id);
-                lock.owner = owner;
-                lock.expires_at = lease_end;
+                let fencing_token = self.mint(fenced);
+                lock.grant(owner, lease_end, fencing_token);
                 guard.handoff = None;
                 return Some(Grant {
-                    fencing_token: self.mint(fenced),
+                    fencing_token,
                     contended: true,
                     granted_at: now,
                 });
@@ -376,25 +410,24 @@ impl LockTable {
     ) -> Option<Grant> {
         let now = Instant::now();
         let lease_end = deadline_after(now, lease);
-        match self.entries.entry(Arc::from(key)) {
+        let fencing_token = match self.entries.entry(Arc::from(key)) {
             Entry::Vacant(slot) => {
-                slot.insert(LockEntry {
-                    owner,
-                    expires_at: lease_end,
-                    waiters: VecDeque::new(),
-                });
+                let fencing_token = self.mint(fenced);
+                slot.insert(LockEntry::new(owner, lease_end, fencing_token));
+                fencing_token
             }
             Entry::Occupied(mut slot) => {
                 let lock = slot.get_mut();
                 if lock.expires_at > now {
                     return None;
                 }
-                lock.owner = owner;
-                lock.expires_at = lease_end;
+                let fencing_token = self.mint(fenced);
+                lock.grant(owner, lease_end, fencing_token);
+                fencing_token
             }
-        }
+        };
         Some(Grant {
-            fencing_token: self.mint(fenced),
+            fencing_token,
             contended: true,
             granted_at: now,
         })
@@ -404,38 +437,84 @@ impl LockTable {
     /// `false` when it was not `owner`'s, or its lease had already lapsed (in which case the
     /// stale entry is cleaned up all the same).
     pub fn release(&self, key: &str, owner: u128) -> bool {
+        self.free(key, Some(owner))
+            .is_some_and(|(_, was_live)| was_live)
+    }
+
+    /// Frees `key` whoever holds it, as its holder's release would: the longest-waiting caller
+    /// gets the lock, and with no one waiting the entry goes. Returns the owner whose live lease
+    /// was ended, or `None` when nobody held the key (a lapsed entry is cleaned up all the
+    /// same). An operator's tool: the holder is not told, and finds out at its next renewal.
+    pub fn force_release(&self, key: &str) -> Option<u128> {
+        self.free(key, None)
+            .and_then(|(owner, was_live)| was_live.then_some(owner))
+    }
+
+    /// Frees `key` when `owner` holds it (any owner when `None`), handing it to the first
+    /// waiter still waiting. Returns the owner it was taken from and whether its lease had
+    /// time left; `None` when there was no entry, or it was another owner's.
+    fn free(&self, key: &str, owner: Option<u128>) -> Option<(u128, bool)> {
         let now = Instant::now();
+        let ours = |lock: &LockEntry| owner.is_none_or(|owner| lock.owner == owner);
         loop {
             // The common case, nobody waiting: remove in one step, without allocating a key.
-            if let Some((_, lock)) = self.entries.remove_if(key, |_, lock| {
-                lock.owner == owner && lock.waiters.is_empty()
-            }) {
-                return lock.expires_at > now;
+            if let Some((_, lock)) = self
+                .entries
+                .remove_if(key, |_, lock| ours(lock) && lock.waiters.is_empty())
+            {
+                return Some((lock.owner, lock.expires_at > now));
             }
-            let Some(mut lock) = self.entries.get_mut(key) else {
-                return false;
-            };
-            if lock.owner != owner {
-                return false;
+            let mut lock = self.entries.get_mut(key)?;
+            if !ours(&lock) {
+                return None;
             }
-            let was_live = lock.expires_at > now;
+            let was = (lock.owner, lock.expires_at > now);
             while let Some(waiter) = lock.waiters.pop_front() {
+                let fencing_token = self.mint(waiter.fenced);
                 let grant = Grant {
-                    fencing_token: self.mint(waiter.fenced),
+                    fencing_token,
                     contended: true,
                     granted_at: now,
                 };
                 if waiter.handoff.send(grant).is_ok() {
-                    lock.owner = waiter.owner;
                     // Saturating, so it cannot panic under the shard lock.
-                    lock.expires_at = deadline_after(now, waiter.lease);
-                    return was_live;
+                    lock.grant(
+                        waiter.owner,
+                        deadline_after(now, waiter.lease),
+                        fencing_token,
+                    );
+                    return Some(was);
                 }
                 // That waiter stopped waiting; try the next.
             }
             // Every queued waiter had left: go round to remove the entry (or to hand off to
-            // someone who queued in between).
+            // someone who queued in between). With no owner given, the holder named in the
+            // answer is the one found on this last round.
         }
+    }
+
+    /// The lock at `key` while it is held (its lease has time left), or `None` when it is free.
+    /// Reads only.
+    pub fn inspect(&self, key: &str) -> Option<LockView> {
+        let now = Instant::now();
+        let lock = self.entries.get(key)?;
+        (lock.expires_at > now).then(|| LockView {
+            owner: lock.owner,
+            lease_left: lock.expires_at.saturating_duration_since(now),
+            waiters: lock.waiters.len(),
+            fencing_token: lock.fence,
+        })
+    }
+
+    /// The keys of every lock held right now (lease with time left), in no particular order. A
+    /// snapshot: locks taken or released while it is taken may or may not be in it.
+    pub fn held_keys(&self) -> Vec<Arc<str>> {
+        let now = Instant::now();
+        self.entries
+            .iter()
+            .filter(|entry| entry.expires_at > now)
+            .map(|entry| entry.key().clone())
+            .collect()
     }
 
     /// Extends `owner`'s lease on `key` to `lease` from now.
@@ -717,5 +796,60 @@ mod tests {
             .await;
         assert!(grant.is_some());
         assert_eq!(started.elapsed(), Duration::from_secs(2));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn inspect_reports_the_holder_its_lease_waiters_and_fencing_token() {
+        let table = Arc::new(LockTable::new());
+        assert_eq!(table.inspect("k"), None, "never held");
+        let grant = table
+            .acquire("k", 1, Duration::from_secs(10), Duration::ZERO, true)
+            .await
+            .unwrap();
+        tokio::time::advance(Duration::from_secs(4)).await;
+        let waiter = tokio::spawn({
+            let t = table.clone();
+            async move { t.acquire("k", 2, LEASE, LEASE, false).await }
+        });
+        tokio::task::yield_now().await;
+        let seen = table.inspect("k").expect("held");
+        assert_eq!(seen.owner, 1);
+        assert_eq!(seen.lease_left, Duration::from_secs(6));
+        assert_eq!(seen.waiters, 1);
+        assert_eq!(seen.fencing_token, grant.fencing_token);
+        assert_eq!(table.held_keys(), vec![Arc::<str>::from("k")]);
+        assert!(table.release("k", 1));
+        waiter.await.unwrap().expect("handed over");
+        let seen = table.inspect("k").expect("held by the waiter");
+        assert_eq!((seen.owner, seen.waiters), (2, 0));
+        assert_eq!(
+            seen.fencing_token, grant.fencing_token,
+            "an unfenced grant keeps the newest token minted for the key"
+        );
+        tokio::time::advance(LEASE).await;
+        assert_eq!(table.inspect("k"), None, "a lapsed lease is free");
+        assert!(table.held_keys().is_empty());
+    }
+
+    #[tokio::test]
+    async fn force_release_frees_any_holder_and_hands_over_to_a_waiter() {
+        let table = Arc::new(LockTable::new());
+        assert_eq!(table.force_release("k"), None, "nothing held");
+        table
+            .acquire("k", 1, LEASE, Duration::ZERO, false)
+            .await
+            .unwrap();
+        let waiter = tokio::spawn({
+            let t = table.clone();
+            async move { t.acquire("k", 2, LEASE, LEASE, false).await }
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(table.force_release("k"), Some(1));
+        assert!(waiter.await.unwrap().is_some(), "the waiter got the lock");
+        assert!(!table.release("k", 1), "the old holder no longer holds it");
+        assert_eq!(table.renew("k", 1, LEASE), Renewal::TakenByOther);
+        assert_eq!(table.force_release("k"), Some(2));
+        assert!(table.is_empty(), "no waiter: the entry goes");
+        assert_eq!(table.renew("k", 2, LEASE), Renewal::Expired);
     }
 }

@@ -23,6 +23,9 @@ enum Record {
         /// `expires_at + keep_abandoned_for`, when the marker is kept.
         kept_until: Option<Instant>,
         settled: Arc<Notify>,
+        /// When the claim that made the marker was granted (a resent claim or a renewal keeps
+        /// it).
+        since: Instant,
     },
     Completed {
         /// The owner whose completion stored this record: a resent completion of the same
@@ -32,6 +35,8 @@ enum Record {
         fingerprint: Option<[u8; 16]>,
         retention: Duration,
         expires_at: Instant,
+        /// When the outcome was stored.
+        since: Instant,
     },
 }
 
@@ -164,6 +169,38 @@ pub enum Completion {
     },
 }
 
+/// What a record is, for an operator (see [`RecordStore::inspect`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RecordStatus {
+    /// An in-flight marker within its lease.
+    InFlight,
+    /// A marker past its lease, kept (claimed with a keep period): the outcome is unknown.
+    Abandoned,
+    /// A completed outcome within its retention.
+    Completed,
+}
+
+/// One record as [`RecordStore::inspect`] found it, measured by the store's clock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordView {
+    /// What the record is.
+    pub status: RecordStatus,
+    /// The marker's owner, or the owner whose completion stored the outcome.
+    pub owner: u128,
+    /// Time since the claim that made the marker (in flight or abandoned), or since the
+    /// outcome was stored (completed).
+    pub age: Duration,
+    /// Time left on the marker's lease (in flight only).
+    pub lease_left: Option<Duration>,
+    /// Time until the store drops the record: the end of the lease (plus the keep period, when
+    /// kept) for a marker, the end of the retention for a completed outcome.
+    pub expires_in: Duration,
+    /// Size of the stored outcome in bytes (completed only).
+    pub payload_len: Option<usize>,
+    /// Whether a fingerprint is stored with the record.
+    pub has_fingerprint: bool,
+}
+
 /// Idempotency records in a moka cache with per-entry expiry: an in-flight marker lives for
 /// its lease (plus its keep period, when kept), a completed outcome for its retention. Every
 /// operation on a key is atomic (moka's per-key compute). Waiters for a marker are woken when
@@ -241,7 +278,7 @@ impl RecordStore {
         let now = Instant::now();
         let expires_at = deadline_after(now, lease);
         let kept_until = keep_abandoned_for.map(|keep| deadline_after(expires_at, keep));
-        let fresh = |fingerprint, settled| Record::InFlight {
+        let fresh = |fingerprint, settled, since| Record::InFlight {
             owner,
             fingerprint,
             lease,
@@ -249,12 +286,13 @@ impl RecordStore {
             keep_abandoned_for,
             kept_until,
             settled,
+            since,
         };
         let mut found = Claim::Claimed;
         let mut lapsed = None;
         self.cache.entry(key.into()).and_compute_with(|existing| {
             let Some(record) = existing.map(|e| e.into_value()) else {
-                return Op::Put(fresh(fingerprint, Arc::new(Notify::new())));
+                return Op::Put(fresh(fingerprint, Arc::new(Notify::new()), now));
             };
             match (record.held(now), record) {
                 (
@@ -262,9 +300,10 @@ impl RecordStore {
                     Record::InFlight {
                         fingerprint: stored,
                         settled,
+                        since,
                         ..
                     },
-                ) if holder == owner => Op::Put(fresh(stored, settled)),
+                ) if holder == owner => Op::Put(fresh(stored, settled, since)),
                 (Some((_, Held::Kept)), Record::InFlight { fingerprint, .. }) => {
                     found = Claim::Abandoned { fingerprint };
                     Op::Nop
@@ -301,7 +340,7 @@ impl RecordStore {
                     // A lapsed record: its owner crashed or stalled. Anyone still waiting on
                     // a lapsed marker is woken below.
                     lapsed = record.into_settled();
-                    Op::Put(fresh(fingerprint, Arc::new(Notify::new())))
+                    Op::Put(fresh(fingerprint, Arc::new(Notify::new()), now))
                 }
             }
         });
@@ -337,6 +376,7 @@ impl RecordStore {
             fingerprint,
             retention,
             expires_at,
+            since: now,
         };
         let mut outcome = Completion::StoredWithoutMarker;
         let mut settled = None;
@@ -397,6 +437,7 @@ impl RecordStore {
                         fingerprint,
                         keep_abandoned_for,
                         settled,
+                        since,
                         ..
                     }),
                     Some((holder, Held::Live)),
@@ -411,6 +452,7 @@ impl RecordStore {
                         // Saturating, so nothing here can panic inside moka's compute step.
                         kept_until: keep_abandoned_for.map(|keep| deadline_after(expires_at, keep)),
                         settled,
+                        since,
                     })
                 }
                 (_, Some((holder, _))) if holder != owner => {
@@ -453,6 +495,65 @@ impl RecordStore {
         let was_held = removed.held(now).is_some();
         wake(removed.into_settled());
         was_held
+    }
+
+    /// The record at `key`, or `None` when there is none (or it has lapsed: a marker past its
+    /// lease and not kept, a kept marker past its keep period, an outcome past its retention).
+    /// Reads only.
+    pub fn inspect(&self, key: &str) -> Option<RecordView> {
+        let now = Instant::now();
+        let record = self.cache.get(key)?;
+        let (_, held) = record.held(now)?;
+        let left = |at: Instant| at.saturating_duration_since(now);
+        Some(match record {
+            Record::InFlight {
+                owner,
+                fingerprint,
+                expires_at,
+                kept_until,
+                since,
+                ..
+            } => RecordView {
+                status: if held == Held::Kept {
+                    RecordStatus::Abandoned
+                } else {
+                    RecordStatus::InFlight
+                },
+                owner,
+                age: now.saturating_duration_since(since),
+                lease_left: (held == Held::Live).then(|| left(expires_at)),
+                expires_in: left(kept_until.unwrap_or(expires_at).max(expires_at)),
+                payload_len: None,
+                has_fingerprint: fingerprint.is_some(),
+            },
+            Record::Completed {
+                owner,
+                payload,
+                fingerprint,
+                expires_at,
+                since,
+                ..
+            } => RecordView {
+                status: RecordStatus::Completed,
+                owner,
+                age: now.saturating_duration_since(since),
+                lease_left: None,
+                expires_in: left(expires_at),
+                payload_len: Some(payload.len()),
+                has_fingerprint: fingerprint.is_some(),
+            },
+        })
+    }
+
+    /// The keys of every record that has not lapsed, in no particular order. A snapshot: records
+    /// stored or removed while it is taken may or may not be in it.
+    pub fn keys(&self) -> Vec<Arc<str>> {
+        let now = Instant::now();
+        self.cache
+            .iter()
+            .filter(|(_, record)| record.held(now).is_some())
+            .map(|(key, _)| Arc::from(&**key))
+            .collect()
     }
 
     /// Waits until the marker at `key` is completed, abandoned or lapsed, at most `timeout`
@@ -788,5 +889,60 @@ mod tests {
             waited < Duration::from_secs(10),
             "woken by completion, not by timeout: {waited:?}"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn inspect_reports_state_age_and_time_left() {
+        let store = RecordStore::new();
+        assert_eq!(store.inspect("k"), None);
+        store.claim("k", 1, LEASE, Some([1; 16]), Some(DAY));
+        tokio::time::advance(Duration::from_secs(10)).await;
+        let seen = store.inspect("k").expect("in flight");
+        assert_eq!(seen.status, RecordStatus::InFlight);
+        assert_eq!(seen.owner, 1);
+        assert_eq!(seen.age, Duration::from_secs(10));
+        assert_eq!(seen.lease_left, Some(Duration::from_secs(20)));
+        assert_eq!(seen.expires_in, Duration::from_secs(20) + DAY);
+        assert!(seen.has_fingerprint);
+        assert_eq!(seen.payload_len, None);
+        assert_eq!(
+            store.claim("k", 1, LEASE, None, Some(DAY)),
+            Claim::Claimed,
+            "a resent claim"
+        );
+        assert_eq!(
+            store.inspect("k").unwrap().age,
+            Duration::from_secs(10),
+            "a resent claim keeps the marker's age"
+        );
+        tokio::time::advance(LEASE).await;
+        let seen = store.inspect("k").expect("kept");
+        assert_eq!(seen.status, RecordStatus::Abandoned);
+        assert_eq!(seen.lease_left, None);
+        assert_eq!(
+            seen.expires_in, DAY,
+            "kept for a day past the lease, which the resent claim restarted"
+        );
+        store.complete("k", 1, done(b"abc"), DAY, None);
+        tokio::time::advance(Duration::from_secs(5)).await;
+        let seen = store.inspect("k").expect("completed");
+        assert_eq!(seen.status, RecordStatus::Completed);
+        assert_eq!(
+            seen.age,
+            Duration::from_secs(5),
+            "age counts from completion"
+        );
+        assert_eq!(seen.payload_len, Some(3));
+        assert_eq!(seen.expires_in, DAY - Duration::from_secs(5));
+        assert!(seen.has_fingerprint, "the claim's fingerprint is kept");
+        assert_eq!(store.keys(), vec![Arc::<str>::from("k")]);
+        store.claim("lapses", 2, Duration::from_secs(1), None, None);
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert_eq!(
+            store.inspect("lapses"),
+            None,
+            "a lapsed marker is no record"
+        );
+        assert_eq!(store.keys(), vec![Arc::<str>::from("k")]);
     }
 }

@@ -156,6 +156,13 @@
 //! or timed out); with fred, on every (re)connection fred makes to a node. A Sentinel
 //! failover to another node is not a restart (the address differs).
 //!
+//! ## Operations
+//! [`RedisProvider`] implements coord's operations API (`coord_core::Operations`, used through
+//! `Coordinator::operator()` and the `coord` tool): a lock or a record is inspected with one
+//! read-only script, a listing uses `SCAN` with `MATCH` on every data node (never `KEYS`), and
+//! a forced release is one script that wakes a waiter and leaves the fencing counter alone.
+//! [`RedisProvider::server_report`] reads what `coord check` judges.
+//!
 //! ## Features
 //! * `redis-client` (default): the `redis` crate as the client.
 //! * `fred`: the `fred` crate as the client, chosen with
@@ -187,3 +194,4 @@ pub mod fence;
 
 pub use config::Client;
 pub use provider::{RedisProvider, RedisProviderBuilder, URL_ENV};
+pub use server_checks::{MIN_REDIS_VERSION, NodeReport, SAFE_POLICY, ServerReport};

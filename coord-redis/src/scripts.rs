@@ -27,6 +27,10 @@
 //! `lx + kp`. Past `lx` it is an abandoned record. Both instants come from the clock of the
 //! server that holds the key, never from a client.
 //!
+//! Every record also has `at`: when it was written in its current form (the claim that made
+//! the marker; the completion that stored the outcome), in server milliseconds. It is only
+//! read by the operations API (a record's age); records written by older versions have none.
+//!
 //! # Replays
 //! A client library (or coord's own cleanup) may send a command again when the reply to the
 //! first send was lost, so every script answers a resend the way it answered the first send:
@@ -39,8 +43,8 @@
 //! it fails half-way) and refuses anything that is not exactly what coord writes, with an
 //! error reply starting `ERR coord:`; a value of the wrong Redis type fails the first read
 //! with `WRONGTYPE`. The provider reports both as `BackendErrorKind::Corrupt`, so garbage is
-//! never turned into a grant, a fencing token or a replay. Only `PURGE` takes any value: it is
-//! how an operator clears a corrupt record.
+//! never turned into a grant, a fencing token or a replay. Only `PURGE` and `FORCE_RELEASE`
+//! take any value: they are how an operator clears a corrupt record or lock.
 
 use std::sync::LazyLock;
 
@@ -235,8 +239,9 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 local function read_record()
-  local f = redis.call('HMGET', KEYS[1], 'st', 'own', 'fp', 'pl', 'lx', 'kp', 'w')
-  local r = {st = f[1], own = f[2], fp = f[3], pl = f[4], lx = f[5], kp = f[6], w = f[7]}
+  local f = redis.call('HMGET', KEYS[1], 'st', 'own', 'fp', 'pl', 'lx', 'kp', 'w', 'at')
+  local r = {st = f[1], own = f[2], fp = f[3], pl = f[4], lx = f[5], kp = f[6], w = f[7],
+    at = f[8]}
   if not r.st then
     if redis.call('EXISTS', KEYS[1]) == 0 then
       return nil
@@ -276,6 +281,12 @@ local function read_record()
   if r.w and r.w ~= '1' then
     return false, 'ERR coord: the record has a foreign waiter flag'
   end
+  if r.at then
+    if not is_ms(r.at) then
+      return false, 'ERR coord: the record holds a foreign write time'
+    end
+    r.at = tonumber(r.at)
+  end
   return r
 end
 "#
@@ -310,12 +321,13 @@ if r == false then
 end
 if r == nil then
   local lease = tonumber(ARGV[2])
+  local at = string.format('%.0f', now)
   if ARGV[4] == '' then
-    redis.call('HSET', KEYS[1], 'st', 'i', 'own', ARGV[1], 'fp', ARGV[3])
+    redis.call('HSET', KEYS[1], 'st', 'i', 'own', ARGV[1], 'fp', ARGV[3], 'at', at)
     redis.call('PEXPIRE', KEYS[1], lease)
   else
     local keep = tonumber(ARGV[4])
-    redis.call('HSET', KEYS[1], 'st', 'i', 'own', ARGV[1], 'fp', ARGV[3],
+    redis.call('HSET', KEYS[1], 'st', 'i', 'own', ARGV[1], 'fp', ARGV[3], 'at', at,
       'lx', string.format('%.0f', now + lease), 'kp', ARGV[4])
     redis.call('PEXPIRE', KEYS[1], lease + keep)
   end
@@ -458,7 +470,8 @@ if r == false then
   return redis.error_reply(why)
 end
 if r == nil then
-  redis.call('HSET', KEYS[1], 'st', 'c', 'own', ARGV[1], 'fp', ARGV[4], 'pl', ARGV[2])
+  local at = string.format('%.0f', now_ms())
+  redis.call('HSET', KEYS[1], 'st', 'c', 'own', ARGV[1], 'fp', ARGV[4], 'pl', ARGV[2], 'at', at)
   redis.call('PEXPIRE', KEYS[1], ARGV[3])
   return {2}
 end
@@ -472,7 +485,7 @@ end
 if r.st == 'c' then
   return {1}
 end
-redis.call('HSET', KEYS[1], 'st', 'c', 'pl', ARGV[2])
+redis.call('HSET', KEYS[1], 'st', 'c', 'pl', ARGV[2], 'at', string.format('%.0f', now_ms()))
 redis.call('HDEL', KEYS[1], 'lx', 'kp', 'w')
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 if r.w then
@@ -506,6 +519,130 @@ if r.w then
   redis.call('PUBLISH', KEYS[1], 'a')
 end
 return 1
+"#
+        ),
+    )
+});
+
+/// What the operations API shows of a lock. KEYS: lock, fence. Reads only.
+///
+/// Returns `{holder or nil, pttl (-2 when free), fencing counter or nil}`. Refuses a lock
+/// value coord did not write, a lock without an expiry (coord always sets one) and a fencing
+/// counter that is not plain decimal digits below 2^53; a value of another Redis type fails
+/// the read with `WRONGTYPE`.
+pub(crate) static INSPECT_LOCK: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        "inspect_lock",
+        concat!(
+            lock_value_check!(),
+            r#"
+local holder = redis.call('GET', KEYS[1])
+local pttl = -2
+if holder then
+  if not is_lock_value(holder) then
+    return redis.error_reply('ERR coord: the lock key holds a value coord did not write')
+  end
+  pttl = redis.call('PTTL', KEYS[1])
+  if pttl == -1 then
+    return redis.error_reply('ERR coord: the lock has no expiry')
+  end
+  if pttl == -2 then
+    holder = false
+  end
+end
+local fence = redis.call('GET', KEYS[2])
+if fence then
+  if #fence > 16 or not string.find(fence, '^[0-9]+$') or tonumber(fence) >= 9007199254740000 then
+    return redis.error_reply('ERR coord: the fencing counter holds a value coord did not write')
+  end
+end
+return {holder or false, pttl, fence or false}
+"#
+        ),
+    )
+});
+
+/// An operator's release: frees the lock whoever holds it. KEYS: lock.
+///
+/// Returns `{0}` when the key is free, `{1, holder token}` when a holder's lock was deleted
+/// (and publishes on the lock's channel, whether or not a waiter marked it: a waiter that has
+/// not marked it yet retries at once instead of at its backstop), `{2}` when the key held
+/// something coord did not write (another type, or a string that is not a lock value), which
+/// is deleted too: forcing the lock free is also how an operator clears a corrupt one. The
+/// fencing counter is left alone.
+pub(crate) static FORCE_RELEASE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        "force_release",
+        concat!(
+            lock_value_check!(),
+            r#"
+local kind = redis.call('TYPE', KEYS[1])['ok']
+if kind == 'none' then
+  return {0}
+end
+if kind ~= 'string' then
+  redis.call('DEL', KEYS[1])
+  return {2}
+end
+local holder = redis.call('GET', KEYS[1])
+redis.call('DEL', KEYS[1])
+if not is_lock_value(holder) then
+  return {2}
+end
+redis.call('PUBLISH', KEYS[1], '')
+return {1, string.sub(holder, 1, 32)}
+"#
+        ),
+    )
+});
+
+/// What the operations API shows of a record. KEYS: record. Reads only.
+///
+/// Returns `{0}` without a record, else `{1, state, owner or nil, age ms (-1 when unknown),
+/// lease left ms (-1 unless in flight), expiry ms (PTTL), payload bytes (-1 unless completed),
+/// fingerprint bytes}`, where state is `i` (in flight), `a` (a kept marker past its lease:
+/// abandoned) or `c` (completed). Refuses what the other record scripts refuse, and a record
+/// without an expiry.
+pub(crate) static INSPECT_RECORD: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        "inspect_record",
+        concat!(
+            record_check!(),
+            r#"
+local r, why = read_record()
+if r == false then
+  return redis.error_reply(why)
+end
+if r == nil then
+  return {0}
+end
+local pttl = redis.call('PTTL', KEYS[1])
+if pttl < 0 then
+  return redis.error_reply('ERR coord: the record has no expiry')
+end
+local now = now_ms()
+local state = r.st
+local lease_left = -1
+if r.st == 'i' then
+  if r.lx then
+    if now >= r.lx then
+      state = 'a'
+    else
+      lease_left = r.lx - now
+    end
+  else
+    lease_left = pttl
+  end
+end
+local age = -1
+if r.at then
+  age = math.max(now - r.at, 0)
+end
+local payload = -1
+if r.pl then
+  payload = #r.pl
+end
+return {1, state, r.own or false, age, lease_left, pttl, payload, #r.fp}
 "#
         ),
     )

@@ -9,6 +9,9 @@
 //! * **Whenever a transport (re)connects** to a node, it reads `run_id` from `INFO server`
 //!   and reports it to a [`ServerWatch`]. A node whose run id changed was restarted (or
 //!   replaced): that is logged at error level once per change and counted.
+//! * **On request** ([`RedisProvider::server_report`](crate::RedisProvider::server_report),
+//!   what `coord check` prints): the same settings, the server version and each node's clock
+//!   against this host's, as a [`ServerReport`] to judge.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -19,7 +22,10 @@ use coord_core::{BackendError, BackendErrorKind};
 use crate::transport::{Command, Fault, Reply, Transport};
 
 /// The one `maxmemory-policy` under which Redis never deletes a key coord relies on.
-const SAFE_POLICY: &str = "noeviction";
+pub const SAFE_POLICY: &str = "noeviction";
+
+/// The oldest Redis version coord runs on (`SET` with both `NX` and `GET`).
+pub const MIN_REDIS_VERSION: (u32, u32) = (7, 0);
 
 /// Remembers each node's run id and counts the restarts seen.
 #[derive(Debug)]
@@ -100,6 +106,168 @@ pub(crate) fn info_field<'t>(text: &'t str, field: &str) -> Option<&'t str> {
 /// `INFO server`, for run ids.
 pub(crate) fn info_server<'a>() -> Command<'a> {
     Command::new("INFO").arg("server")
+}
+
+/// What coord found on each data node of a deployment: see
+/// [`RedisProvider::server_report`](crate::RedisProvider::server_report).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ServerReport {
+    /// One entry per data node the provider sends commands to (the one server, Sentinel's
+    /// current master, every Cluster master), sorted by address.
+    pub nodes: Vec<NodeReport>,
+}
+
+/// The settings, version and clock of one data node, as read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct NodeReport {
+    /// The node's address (`host:port`).
+    pub node: String,
+    /// `redis_version` from `INFO server`, when the node reports it.
+    pub version: Option<String>,
+    /// `maxmemory-policy`, when `CONFIG GET` is permitted.
+    pub maxmemory_policy: Option<String>,
+    /// `appendonly` (`yes`/`no`), when `CONFIG GET` is permitted.
+    pub appendonly: Option<String>,
+    /// `save` (the snapshot points, empty when none), when `CONFIG GET` is permitted.
+    pub save: Option<String>,
+    /// Why the settings could not be read (`CONFIG` renamed away or refused by the ACL, as
+    /// on managed services), when they could not.
+    pub config_error: Option<String>,
+    /// The node's clock minus this host's, in milliseconds (positive: the server is ahead),
+    /// from its `TIME` taken at the midpoint of the round trip.
+    pub clock_offset_ms: i64,
+    /// How far off `clock_offset_ms` may be from measuring alone: half the round trip, in
+    /// milliseconds.
+    pub clock_uncertainty_ms: u64,
+}
+
+impl NodeReport {
+    /// `Some(true)` when the policy is `noeviction` (the only one under which Redis never
+    /// deletes a held lock or a record), `Some(false)` for any other, `None` when unknown.
+    pub fn eviction_safe(&self) -> Option<bool> {
+        self.maxmemory_policy.as_deref().map(|p| p == SAFE_POLICY)
+    }
+
+    /// `Some(false)` when nothing is written to disk (`appendonly no` and no `save` points,
+    /// so a restart forgets every lock and record), `Some(true)` when something is, `None`
+    /// when unknown.
+    pub fn persistence_on(&self) -> Option<bool> {
+        let settings = Settings {
+            maxmemory_policy: None,
+            appendonly: self.appendonly.clone(),
+            save: self.save.clone(),
+        };
+        match (&self.appendonly, &self.save) {
+            (Some(_), Some(_)) => Some(!settings.persistence_off()),
+            _ => None,
+        }
+    }
+
+    /// Whether the version is one coord runs on ([`MIN_REDIS_VERSION`] or newer); `None`
+    /// when unknown or unreadable.
+    pub fn version_supported(&self) -> Option<bool> {
+        let mut parts = self.version.as_deref()?.split('.');
+        let major: u32 = parts.next()?.parse().ok()?;
+        let minor: u32 = parts.next().unwrap_or("0").parse().ok()?;
+        Some((major, minor) >= MIN_REDIS_VERSION)
+    }
+}
+
+/// Reads what a [`ServerReport`] holds from every node of `transport`: `INFO server`,
+/// `CONFIG GET maxmemory-policy appendonly save` and `TIME`, one command to all nodes at a
+/// time. A node that refuses `CONFIG` is reported with its error; one that cannot be reached
+/// fails the whole report.
+pub(crate) async fn report(transport: &dyn Transport) -> Result<ServerReport, Fault> {
+    let mut nodes: std::collections::BTreeMap<String, NodeReport> = Default::default();
+    fn entry<'m>(
+        nodes: &'m mut std::collections::BTreeMap<String, NodeReport>,
+        node: &str,
+    ) -> &'m mut NodeReport {
+        nodes.entry(node.to_owned()).or_insert_with(|| NodeReport {
+            node: node.to_owned(),
+            version: None,
+            maxmemory_policy: None,
+            appendonly: None,
+            save: None,
+            config_error: None,
+            clock_offset_ms: 0,
+            clock_uncertainty_ms: 0,
+        })
+    }
+    for (node, reply) in transport.each_node(info_server()).await? {
+        if let Ok(Reply::Data(text)) = reply {
+            let text = String::from_utf8_lossy(&text);
+            entry(&mut nodes, &node).version =
+                info_field(&text, "redis_version").map(str::to_owned);
+        }
+    }
+    let get = Command::new("CONFIG")
+        .arg("GET")
+        .arg("maxmemory-policy")
+        .arg("appendonly")
+        .arg("save");
+    for (node, reply) in transport.each_node(get).await? {
+        let report = entry(&mut nodes, &node);
+        match reply {
+            Ok(reply) => match Settings::parse(&reply) {
+                Some(settings) => {
+                    report.maxmemory_policy = settings.maxmemory_policy;
+                    report.appendonly = settings.appendonly;
+                    report.save = settings.save;
+                }
+                None => report.config_error = Some("unreadable CONFIG GET reply".to_owned()),
+            },
+            Err(Fault::Server(text)) => report.config_error = Some(text),
+            Err(other) => return Err(other),
+        }
+    }
+    let before = std::time::SystemTime::now();
+    let times = transport.each_node(Command::new("TIME")).await?;
+    let after = std::time::SystemTime::now();
+    let half_trip = after.duration_since(before).unwrap_or_default() / 2;
+    let local_mid = unix_ms(before + half_trip);
+    for (node, reply) in times {
+        let server = match reply {
+            Ok(reply) => server_ms(&reply),
+            Err(fault) => return Err(fault),
+        };
+        let Some(server) = server else {
+            return Err(Fault::Protocol(format!(
+                "TIME on {node} answered something else than a time"
+            )));
+        };
+        let report = entry(&mut nodes, &node);
+        report.clock_offset_ms = server.saturating_sub(local_mid);
+        report.clock_uncertainty_ms = half_trip.as_millis().min(u64::MAX as u128) as u64;
+    }
+    Ok(ServerReport {
+        nodes: nodes.into_values().collect(),
+    })
+}
+
+/// Milliseconds since the Unix epoch (negative before it).
+fn unix_ms(at: std::time::SystemTime) -> i64 {
+    match at.duration_since(std::time::UNIX_EPOCH) {
+        Ok(d) => d.as_millis().min(i64::MAX as u128) as i64,
+        Err(e) => -(e.duration().as_millis().min(i64::MAX as u128) as i64),
+    }
+}
+
+/// A `TIME` reply (`[seconds, microseconds]`) in milliseconds.
+fn server_ms(reply: &Reply) -> Option<i64> {
+    let number = |reply: &Reply| match reply {
+        Reply::Data(text) => std::str::from_utf8(text).ok()?.parse::<i64>().ok(),
+        Reply::Int(n) => Some(*n),
+        _ => None,
+    };
+    match reply {
+        Reply::Array(parts) if parts.len() == 2 => {
+            Some(number(&parts[0])?.checked_mul(1000)? + number(&parts[1])? / 1000)
+        }
+        _ => None,
+    }
 }
 
 /// What the connect-time checks may accept.
@@ -305,6 +473,68 @@ mod tests {
             check_settings(&s, lenient, "n:1", "a:1").unwrap();
         }
         check_settings(&settings("noeviction", "no", ""), strict, "n:1", "a:1").unwrap();
+    }
+
+    fn node(policy: Option<&str>, aof: Option<&str>, save: Option<&str>) -> NodeReport {
+        NodeReport {
+            node: "n:1".to_owned(),
+            version: Some("7.0.15".to_owned()),
+            maxmemory_policy: policy.map(str::to_owned),
+            appendonly: aof.map(str::to_owned),
+            save: save.map(str::to_owned),
+            config_error: None,
+            clock_offset_ms: 0,
+            clock_uncertainty_ms: 0,
+        }
+    }
+
+    #[test]
+    fn node_reports_judge_what_they_know_only() {
+        assert_eq!(
+            node(Some("noeviction"), None, None).eviction_safe(),
+            Some(true)
+        );
+        assert_eq!(
+            node(Some("allkeys-lru"), None, None).eviction_safe(),
+            Some(false)
+        );
+        assert_eq!(node(None, None, None).eviction_safe(), None);
+        assert_eq!(
+            node(None, Some("no"), Some("")).persistence_on(),
+            Some(false)
+        );
+        assert_eq!(
+            node(None, Some("yes"), Some("")).persistence_on(),
+            Some(true)
+        );
+        assert_eq!(
+            node(None, Some("no"), Some("3600 1")).persistence_on(),
+            Some(true)
+        );
+        assert_eq!(node(None, Some("no"), None).persistence_on(), None);
+        let versions = [
+            ("7.0.15", Some(true)),
+            ("7.2.4", Some(true)),
+            ("10.0", Some(true)),
+            ("6.2.14", Some(false)),
+            ("x.y", None),
+        ];
+        for (version, supported) in versions {
+            let mut n = node(None, None, None);
+            n.version = Some(version.to_owned());
+            assert_eq!(n.version_supported(), supported, "{version}");
+        }
+        let mut n = node(None, None, None);
+        n.version = None;
+        assert_eq!(n.version_supported(), None);
+    }
+
+    #[test]
+    fn time_replies_read_as_milliseconds() {
+        let time = Reply::Array(vec![data("1700000000"), data("123456")]);
+        assert_eq!(server_ms(&time), Some(1_700_000_000_123));
+        assert_eq!(server_ms(&data("1700000000")), None);
+        assert!(unix_ms(std::time::SystemTime::now()) > 1_700_000_000_000);
     }
 
     #[test]

@@ -309,6 +309,23 @@ const ROWS: &[Row] = &[
         ops: RECORD_OPS,
     },
     Row {
+        name: "write time is text",
+        kind: Kind::Record,
+        setup: &[&[
+            "HSET",
+            "K",
+            "st",
+            "c",
+            "fp",
+            "",
+            "pl",
+            "p",
+            "at",
+            "yesterday",
+        ]],
+        ops: RECORD_OPS,
+    },
+    Row {
         name: "lease end is text",
         kind: Kind::Record,
         setup: &[&[

@@ -69,6 +69,9 @@ impl InstrumentedProvider {
     }
 }
 
+/// No operator support: these tests never inspect or list.
+impl coord_core::Operations for InstrumentedProvider {}
+
 impl LockProvider for InstrumentedProvider {
     fn acquire<'a>(
         &'a self,

@@ -100,6 +100,9 @@ struct FaultyProvider {
     releases: Faults,
 }
 
+/// No operator support: these tests never inspect or list.
+impl coord_core::Operations for FaultyProvider {}
+
 impl LockProvider for FaultyProvider {
     fn acquire<'a>(
         &'a self,

@@ -402,6 +402,10 @@ fn gated<'a, T: Send + 'a>(
     })
 }
 
+/// Operator tools are not what these tests are about: the contract's defaults report them
+/// unsupported.
+impl coord_core::Operations for Switchable {}
+
 impl LockProvider for Switchable {
     fn acquire<'a>(
         &'a self,

@@ -2,10 +2,12 @@
 //!
 //! This file holds the provider, its builder and the connection and client selection;
 //! `commands` sends commands and scripts and reads faults, `locks` and `records` implement
-//! the two halves of the contract, and the crate's `waiters` module serves the waits.
+//! the two halves of the contract, `operations` the operations API, and the crate's `waiters`
+//! module serves the waits.
 
 mod commands;
 mod locks;
+mod operations;
 mod records;
 
 use std::sync::Arc;

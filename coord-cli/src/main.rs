@@ -1,0 +1,247 @@
+//! `coord`: the operator's command-line tool for coord over Redis.
+//!
+//! See `coord --help` (and the README's "Operating coord") for the commands, their output and
+//! the exit codes.
+
+mod args;
+mod check;
+mod ops;
+mod render;
+
+use std::io::{BufRead, IsTerminal, Write};
+use std::process::ExitCode;
+
+use clap::Parser;
+use coord_core::{BackendError, BackendErrorKind, Coordinator};
+use coord_redis::RedisProvider;
+
+use args::{Cli, Command, Connection};
+
+/// Why a command stopped, and the exit code it maps to.
+#[derive(Debug)]
+pub struct Failure {
+    pub code: Exit,
+    pub kind: &'static str,
+    pub message: String,
+}
+
+/// The exit codes (listed in `--help`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    Done = 0,
+    CheckFailed = 1,
+    Usage = 2,
+    Backend = 3,
+    Corrupt = 4,
+    NotConfirmed = 5,
+}
+
+impl Failure {
+    pub fn usage(message: impl Into<String>) -> Failure {
+        Failure {
+            code: Exit::Usage,
+            kind: "usage",
+            message: message.into(),
+        }
+    }
+
+    pub fn not_confirmed(message: impl Into<String>) -> Failure {
+        Failure {
+            code: Exit::NotConfirmed,
+            kind: "not_confirmed",
+            message: message.into(),
+        }
+    }
+}
+
+impl From<BackendError> for Failure {
+    fn from(err: BackendError) -> Failure {
+        let (code, kind) = match err.kind() {
+            BackendErrorKind::Corrupt => (Exit::Corrupt, "corrupt"),
+            BackendErrorKind::Config => (Exit::Usage, "config"),
+            BackendErrorKind::Timeout => (Exit::Backend, "timeout"),
+            BackendErrorKind::Unavailable => (Exit::Backend, "unavailable"),
+            BackendErrorKind::OutOfMemory => (Exit::Backend, "out_of_memory"),
+            _ => (Exit::Backend, "protocol"),
+        };
+        Failure {
+            code,
+            kind,
+            message: err.to_string(),
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging();
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(Exit::Backend as u8);
+        }
+    };
+    let json = cli.json;
+    let outcome = runtime.block_on(run(cli));
+    match outcome {
+        Ok(code) => ExitCode::from(code as u8),
+        Err(failure) => {
+            if json {
+                let doc = serde_json::json!({
+                    "error": {
+                        "code": failure.code as u8,
+                        "kind": failure.kind,
+                        "message": failure.message,
+                    }
+                });
+                println!("{doc:#}");
+            }
+            eprintln!("error: {}", failure.message);
+            ExitCode::from(failure.code as u8)
+        }
+    }
+}
+
+/// Log lines go to stderr: warnings of coord itself (a forced release or a purge is logged
+/// with who asked), errors of the Redis provider. `COORD_LOG` (or `RUST_LOG`) overrides it.
+fn init_logging() {
+    use tracing_subscriber::EnvFilter;
+    let filter = std::env::var("COORD_LOG")
+        .or_else(|_| std::env::var("RUST_LOG"))
+        .ok()
+        .and_then(|spec| EnvFilter::try_new(spec).ok())
+        .unwrap_or_else(|| EnvFilter::new("warn,coord_redis=error"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .try_init();
+}
+
+async fn run(cli: Cli) -> Result<Exit, Failure> {
+    let Cli {
+        connection,
+        json,
+        command,
+    } = cli;
+    match command {
+        Command::Check => check::run(&connection, json).await,
+        Command::Locks(cmd) => {
+            let coordinator = coordinator(&connection).await?;
+            ops::locks(&coordinator, cmd, json).await
+        }
+        Command::Records(cmd) => {
+            let coordinator = coordinator(&connection).await?;
+            ops::records(&coordinator, cmd, json).await
+        }
+    }
+}
+
+/// The provider the connection options describe. Connects even to a server whose eviction
+/// policy coord would refuse: an operator's tool must work there too (`coord check` says what
+/// is wrong with it).
+pub async fn connect(connection: &Connection) -> Result<RedisProvider, Failure> {
+    let url = connection
+        .url
+        .as_deref()
+        .map(str::trim)
+        .filter(|url| !url.is_empty())
+        .ok_or_else(|| {
+            Failure::usage("no Redis URL: set COORD_REDIS_URL or pass --url redis://host:port")
+        })?;
+    let urls: Vec<&str> = url
+        .split(',')
+        .map(str::trim)
+        .filter(|u| !u.is_empty())
+        .collect();
+    let builder = if connection.cluster {
+        RedisProvider::cluster(urls)
+    } else if let Some(master) = &connection.sentinel {
+        RedisProvider::sentinel(master.as_str(), urls)
+    } else {
+        let [one] = urls.as_slice() else {
+            return Err(Failure::usage(
+                "several URLs given: pass --cluster (seed nodes) or --sentinel MASTER (Sentinels)",
+            ));
+        };
+        RedisProvider::builder(*one)
+    };
+    let mut builder = builder;
+    if let Some(ca) = &connection.tls_ca {
+        builder = builder.tls_ca_file(ca);
+    }
+    if let (Some(cert), Some(key)) = (&connection.tls_cert, &connection.tls_key) {
+        builder = builder.tls_client_cert_files(cert, key);
+    }
+    let provider = builder
+        .client(connection.client.into())
+        .command_timeout(connection.timeout)
+        .allow_eviction(true)
+        .connect()
+        .await?;
+    Ok(provider)
+}
+
+async fn coordinator(connection: &Connection) -> Result<Coordinator, Failure> {
+    let namespace = connection
+        .namespace
+        .as_deref()
+        .filter(|ns| !ns.is_empty())
+        .ok_or_else(|| {
+            Failure::usage(
+                "no namespace: set COORD_NAMESPACE or pass --namespace (the application's \
+                 coordinator namespace)",
+            )
+        })?
+        .to_owned();
+    let provider = connect(connection).await?;
+    Coordinator::builder()
+        .namespace(namespace)
+        .provider(provider)
+        .build()
+        .map_err(|e| Failure::usage(e.to_string()))
+}
+
+/// Asks on the terminal before a destructive step, unless `yes`. Without a terminal on stdin
+/// there is no one to ask: refused.
+pub fn confirm(question: &str, yes: bool) -> Result<(), Failure> {
+    if yes {
+        return Ok(());
+    }
+    let stdin = std::io::stdin();
+    if !stdin.is_terminal() {
+        return Err(Failure::not_confirmed(format!(
+            "{question} Not done: stdin is not a terminal, so nobody can confirm; pass --yes"
+        )));
+    }
+    let mut stderr = std::io::stderr();
+    let _ = write!(stderr, "{question} [y/N] ");
+    let _ = stderr.flush();
+    let mut answer = String::new();
+    if stdin.lock().read_line(&mut answer).is_err() {
+        return Err(Failure::not_confirmed("no answer; nothing changed"));
+    }
+    match answer.trim().to_ascii_lowercase().as_str() {
+        "y" | "yes" => Ok(()),
+        _ => Err(Failure::not_confirmed("not confirmed; nothing changed")),
+    }
+}
+
+/// Who asks, for coord's log line: `--by`, else the user's name.
+pub fn requested_by(by: Option<&str>) -> String {
+    if let Some(by) = by.map(str::trim).filter(|b| !b.is_empty()) {
+        return by.to_owned();
+    }
+    let user = std::env::var("USER")
+        .or_else(|_| std::env::var("LOGNAME"))
+        .ok()
+        .filter(|u| !u.trim().is_empty());
+    match user {
+        Some(user) => format!("{user} (coord CLI)"),
+        None => "coord CLI".to_owned(),
+    }
+}

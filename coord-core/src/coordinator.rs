@@ -8,14 +8,15 @@ use crate::call_key::{CallKey, CallKeyBuilder};
 use crate::codec::Codec;
 use crate::memory_provider::MemoryProvider;
 use crate::policy::OnBackendError;
-use crate::provider::{IdempotencyStore, LockProvider};
+use crate::provider::{CacheStore, IdempotencyStore, LockProvider};
 use crate::runtime::renewal::Renewer;
 use crate::shutdown::Lifecycle;
 
-/// A provider that serves both layers that need shared state. Implemented automatically for
-/// any type that implements both traits.
-pub trait Provider: LockProvider + IdempotencyStore {}
-impl<P: LockProvider + IdempotencyStore> Provider for P {}
+/// A provider that serves every layer that needs shared state. Implemented automatically for
+/// any type that implements the three traits ([`CacheStore`] has defaults for every method,
+/// so `impl CacheStore for MyProvider {}` is enough for a provider without a shared cache).
+pub trait Provider: LockProvider + IdempotencyStore + CacheStore {}
+impl<P: LockProvider + IdempotencyStore + CacheStore> Provider for P {}
 
 /// Where intercepted calls coordinate: a provider, a namespace and the defaults every
 /// attribute can override.
@@ -32,6 +33,7 @@ struct Inner {
     namespace: String,
     locks: Arc<dyn LockProvider>,
     records: Arc<dyn IdempotencyStore>,
+    cache: Arc<dyn CacheStore>,
     codec: Codec,
     on_backend_error: OnBackendError,
     in_process: bool,
@@ -137,6 +139,7 @@ impl std::error::Error for BuildError {}
 struct ChosenProvider {
     locks: Arc<dyn LockProvider>,
     records: Arc<dyn IdempotencyStore>,
+    cache: Arc<dyn CacheStore>,
     /// Set for the in-process provider: exclusion holds within this process only.
     in_process: bool,
 }
@@ -174,6 +177,7 @@ impl CoordinatorBuilder {
         self.provider = Some(ChosenProvider {
             locks: provider.clone(),
             records: provider.clone(),
+            cache: provider.clone(),
             in_process: true,
         });
         self
@@ -184,7 +188,8 @@ impl CoordinatorBuilder {
         let provider = Arc::new(provider);
         self.provider = Some(ChosenProvider {
             locks: provider.clone(),
-            records: provider,
+            records: provider.clone(),
+            cache: provider,
             in_process: false,
         });
         self
@@ -210,6 +215,7 @@ impl CoordinatorBuilder {
         let ChosenProvider {
             locks,
             records,
+            cache,
             in_process,
         } = self.provider.ok_or(BuildError::NoProvider)?;
         Ok(Coordinator {
@@ -218,6 +224,7 @@ impl CoordinatorBuilder {
                 renewer: Renewer::new(locks.clone(), records.clone()),
                 locks,
                 records,
+                cache,
                 codec: self.codec,
                 on_backend_error: self.on_backend_error,
                 in_process,
@@ -353,6 +360,27 @@ impl Coordinator {
     /// The idempotency store.
     pub fn idempotency_store(&self) -> &Arc<dyn IdempotencyStore> {
         &self.inner.records
+    }
+
+    /// Removes the cached answer of one call: the entries of this process's local tiers (every
+    /// `#[cached]` operation or [`Coordinator::cached`] handle with `key`'s operation name),
+    /// and the shared entry in the provider. Returns whether an entry was found anywhere.
+    ///
+    /// `key` is the key the attribute uses: `coord.key(op).part(..).finish()` with the
+    /// attribute's `name` and its `key_from` parameters in order. Local tiers of other
+    /// processes are not reached: with `scope = "two_tier"` they keep serving their copy for
+    /// at most `local_ttl`.
+    ///
+    /// Fails only when deleting the shared entry fails (the local entries are gone by then).
+    pub async fn invalidate(&self, key: &CallKey) -> Result<bool, crate::BackendError> {
+        let local = crate::runtime::cache::invalidate_local(key);
+        let shared = self.inner.cache.cache_delete(key).await?;
+        Ok(local || shared)
+    }
+
+    /// The shared cache (the shared tier of `#[cached]`).
+    pub fn cache_store(&self) -> &Arc<dyn CacheStore> {
+        &self.inner.cache
     }
 }
 

@@ -4,6 +4,7 @@
 //! `commands` sends commands and scripts and reads faults, `locks` and `records` implement
 //! the two halves of the contract, and the crate's `waiters` module serves the waits.
 
+mod cache;
 mod commands;
 mod locks;
 mod records;

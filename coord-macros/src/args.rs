@@ -150,6 +150,8 @@ pub(crate) struct Args {
     /// expanded, whose location is the macro's call site.
     site: Option<TokenStream>,
     entries: Vec<Entry>,
+    /// Options written on this attribute, whether or not their value parsed.
+    attempted: Vec<&'static str>,
 }
 
 impl Args {
@@ -158,6 +160,7 @@ impl Args {
             kind,
             site,
             entries: Vec::new(),
+            attempted: Vec::new(),
         }
     }
 
@@ -175,6 +178,12 @@ impl Args {
             .iter()
             .find(|e| e.written && e.spec.name == spec.name)
             .map(|e| &e.setting)
+    }
+
+    /// Whether the option was written on this attribute, even with a value that was rejected
+    /// (so that a missing-option error does not repeat the value's own error).
+    pub(crate) fn was_written(&self, spec: &OptionSpec) -> bool {
+        self.attempted.contains(&spec.name)
     }
 
     /// The option as written, or else the table's default for it.
@@ -298,6 +307,7 @@ impl Args {
             ));
             return;
         }
+        self.attempted.push(spec.name);
         match parse_value(spec, value) {
             Ok(setting) => self.entries.push(Entry {
                 spec,

@@ -308,7 +308,7 @@ fn lease_policy(layer: &Args, lease_ms: u64, errors: &mut Errors) -> LeasePolicy
 /// shorter than `ttl`; `max_capacity` sizes a local tier, which `shared` does not have.
 fn cache_layer(layer: &Args, errors: &mut Errors) -> CacheLayer {
     let ttl_ms = layer.millis(&TTL);
-    if ttl_ms.is_none() {
+    if ttl_ms.is_none() && !layer.was_written(&TTL) {
         errors.push(layer.error(format!(
             "#[cached] needs `{}`: how long an answer is served, as in `#[cached(ttl = \"30s\")]`",
             TTL.name

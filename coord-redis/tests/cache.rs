@@ -57,7 +57,7 @@ fn call_key(c: &Coordinator, op: &str, id: u64) -> CallKey {
     c.key(op).part(&id).finish()
 }
 
-async fn outcome<F: std::future::Future>(call: F) -> (F::Output, Option<CacheOutcome>) {
+async fn outcome<F: Future>(call: F) -> (F::Output, Option<CacheOutcome>) {
     let (out, report) = observe(call).await;
     (out, report.cache)
 }

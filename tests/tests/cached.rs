@@ -71,7 +71,7 @@ async fn failing_kept(c: &Coordinator, id: u64, runs: Runs) -> Result<u64, Strin
 }
 
 /// Runs one call and reports what the cache did.
-async fn outcome<F: std::future::Future>(call: F) -> (F::Output, Option<CacheOutcome>) {
+async fn outcome<F: Future>(call: F) -> (F::Output, Option<CacheOutcome>) {
     let (out, report) = observe(call).await;
     (out, report.cache)
 }
@@ -379,28 +379,30 @@ async fn idempotency_sits_outside_the_cache() {
     assert_eq!(n.load(Ordering::SeqCst), 1);
 }
 
+async fn handle_run(c: &Coordinator, scope: CacheScope, n: Runs) -> Result<u64, String> {
+    c.cached(key(c, "t.cache.handle", 9))
+        .ttl(Duration::from_secs(60))
+        .scope(scope)
+        .run(move || async move {
+            n.fetch_add(1, Ordering::SeqCst);
+            Ok::<u64, String>(90)
+        })
+        .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_handle_api_shares_entries_and_keys_with_the_attribute() {
     for scope in [CacheScope::Local, CacheScope::Shared, CacheScope::TwoTier] {
         let ns = format!("cache-handle-{scope:?}");
         let (provider, c) = InstrumentedProvider::coordinator(&ns);
         let n = runs();
-        let run = |c: &Coordinator, n: Runs| {
-            c.cached(key(c, "t.cache.handle", 9))
-                .ttl(Duration::from_secs(60))
-                .scope(scope)
-                .run(move || async move {
-                    n.fetch_add(1, Ordering::SeqCst);
-                    Ok::<u64, String>(90)
-                })
-        };
-        assert_eq!(run(&c, n.clone()).await, Ok(90));
-        assert_eq!(run(&c, n.clone()).await, Ok(90));
+        assert_eq!(handle_run(&c, scope, n.clone()).await, Ok(90));
+        assert_eq!(handle_run(&c, scope, n.clone()).await, Ok(90));
         assert_eq!(n.load(Ordering::SeqCst), 1, "{scope:?}");
         let shared_entries = usize::from(scope != CacheScope::Local);
         assert_eq!(provider.inner.cache_entries(), shared_entries, "{scope:?}");
         assert!(c.invalidate(&key(&c, "t.cache.handle", 9)).await.unwrap());
-        assert_eq!(run(&c, n.clone()).await, Ok(90));
+        assert_eq!(handle_run(&c, scope, n.clone()).await, Ok(90));
         assert_eq!(n.load(Ordering::SeqCst), 2, "{scope:?}");
     }
 

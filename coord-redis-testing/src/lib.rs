@@ -11,6 +11,14 @@
 //!
 //! [`RedisServer::command`] is a minimal blocking client, enough for tests to inspect or
 //! tamper with the data (`PTTL`, `TYPE`, `INFO commandstats`, planting a wrong-typed value).
+//!
+//! Beyond plain TCP: [`ServerOptions`] starts a server that also listens with TLS (on a
+//! second port, with certificates from [`TestCerts`], optionally requiring client
+//! certificates), on a Unix socket, or with a password; [`RedisCluster::start_tls`] and
+//! [`SentinelSetup::start_configured`] do the same for a cluster and a Sentinel setup. Every
+//! such server keeps its plain loopback port for the test's own client ([`RedisServer::command`]
+//! authenticates when the server has a password); give the code under test the TLS or socket
+//! address ([`RedisServer::tls_url`], [`RedisServer::unix_url`]).
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -64,19 +72,40 @@ impl Resp {
 
 /// Sends one command to `127.0.0.1:port` over a fresh connection and reads the reply.
 pub fn command_at(port: u16, args: &[&str]) -> std::io::Result<Resp> {
+    command_at_auth(port, None, args)
+}
+
+/// Like [`command_at`], authenticating first (`AUTH password`, the default user) when
+/// `password` is given. An `AUTH` refused is returned as its error reply.
+pub fn command_at_auth(port: u16, password: Option<&str>, args: &[&str]) -> std::io::Result<Resp> {
     let addr: SocketAddr = format!("{HOST}:{port}").parse().expect("loopback address");
     let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
     stream.set_read_timeout(Some(Duration::from_secs(5)))?;
     stream.set_write_timeout(Some(Duration::from_secs(5)))?;
     stream.set_nodelay(true)?;
-    let mut out = format!("*{}\r\n", args.len()).into_bytes();
-    for arg in args {
-        out.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
-        out.extend_from_slice(arg.as_bytes());
-        out.extend_from_slice(b"\r\n");
+    let encode = |args: &[&str]| {
+        let mut out = format!("*{}\r\n", args.len()).into_bytes();
+        for arg in args {
+            out.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
+            out.extend_from_slice(arg.as_bytes());
+            out.extend_from_slice(b"\r\n");
+        }
+        out
+    };
+    let mut out = Vec::new();
+    if let Some(password) = password {
+        out.extend(encode(&["AUTH", password]));
     }
+    out.extend(encode(args));
     stream.write_all(&out)?;
-    read_resp(&mut BufReader::new(stream))
+    let mut reader = BufReader::new(stream);
+    if password.is_some() {
+        let auth = read_resp(&mut reader)?;
+        if matches!(auth, Resp::Error(_)) {
+            return Ok(auth);
+        }
+    }
+    read_resp(&mut reader)
 }
 
 fn read_resp(reader: &mut impl BufRead) -> std::io::Result<Resp> {
@@ -185,12 +214,214 @@ fn signal(child: &Child, sig: libc::c_int) {
     assert_eq!(rc, 0, "signalling redis-server {} failed", child.id());
 }
 
+/// A throwaway certificate authority, with a server certificate (for `127.0.0.1`, `::1` and
+/// `localhost`) and a client certificate signed by it, as PEM files in a private temporary
+/// directory that is removed on drop. Generated with `rcgen` (ECDSA P-256); valid from 1975
+/// to 4096, so never expired in a test.
+#[derive(Debug)]
+pub struct TestCerts {
+    dir: PathBuf,
+    ca_pem: String,
+    client_cert_pem: String,
+    client_key_pem: String,
+}
+
+impl TestCerts {
+    /// Generates a CA and its two certificates, and writes them to files.
+    pub fn generate() -> TestCerts {
+        use rcgen::{
+            BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer,
+            KeyPair, KeyUsagePurpose,
+        };
+        let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca_params
+            .distinguished_name
+            .push(DnType::CommonName, "coord test CA");
+        ca_params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        let ca_key = KeyPair::generate().expect("CA key");
+        let ca_cert = ca_params.self_signed(&ca_key).expect("self-sign the CA");
+        let issuer = Issuer::new(ca_params, ca_key);
+
+        let leaf = |names: Vec<String>, cn: &str, usage: &[ExtendedKeyUsagePurpose]| {
+            let mut params = CertificateParams::new(names).expect("certificate params");
+            params.distinguished_name.push(DnType::CommonName, cn);
+            params.use_authority_key_identifier_extension = true;
+            params.key_usages = vec![
+                KeyUsagePurpose::DigitalSignature,
+                KeyUsagePurpose::KeyEncipherment,
+            ];
+            params.extended_key_usages = usage.to_vec();
+            let key = KeyPair::generate().expect("leaf key");
+            let cert = params.signed_by(&key, &issuer).expect("sign a leaf");
+            (cert.pem(), key.serialize_pem())
+        };
+        let (server_cert, server_key) = leaf(
+            vec!["127.0.0.1".into(), "::1".into(), "localhost".into()],
+            "localhost",
+            &[
+                ExtendedKeyUsagePurpose::ServerAuth,
+                // Servers present it on their own outgoing connections too.
+                ExtendedKeyUsagePurpose::ClientAuth,
+            ],
+        );
+        let (client_cert, client_key) = leaf(
+            vec!["coord-test-client".into()],
+            "coord-test-client",
+            &[ExtendedKeyUsagePurpose::ClientAuth],
+        );
+        let dir = unique_dir("certs");
+        let certs = TestCerts {
+            dir,
+            ca_pem: ca_cert.pem(),
+            client_cert_pem: client_cert,
+            client_key_pem: client_key,
+        };
+        for (name, text) in [
+            ("ca.crt", certs.ca_pem.as_str()),
+            ("server.crt", server_cert.as_str()),
+            ("server.key", server_key.as_str()),
+            ("client.crt", certs.client_cert_pem.as_str()),
+            ("client.key", certs.client_key_pem.as_str()),
+        ] {
+            std::fs::write(certs.dir.join(name), text).expect("write a test certificate");
+        }
+        certs
+    }
+
+    /// The CA certificate's file.
+    pub fn ca_file(&self) -> PathBuf {
+        self.dir.join("ca.crt")
+    }
+
+    /// The CA certificate, PEM.
+    pub fn ca_pem(&self) -> &str {
+        &self.ca_pem
+    }
+
+    /// The server certificate's file.
+    pub fn server_cert_file(&self) -> PathBuf {
+        self.dir.join("server.crt")
+    }
+
+    /// The server key's file.
+    pub fn server_key_file(&self) -> PathBuf {
+        self.dir.join("server.key")
+    }
+
+    /// The client certificate's file.
+    pub fn client_cert_file(&self) -> PathBuf {
+        self.dir.join("client.crt")
+    }
+
+    /// The client key's file.
+    pub fn client_key_file(&self) -> PathBuf {
+        self.dir.join("client.key")
+    }
+
+    /// The client certificate, PEM.
+    pub fn client_cert_pem(&self) -> &str {
+        &self.client_cert_pem
+    }
+
+    /// The client key, PEM (PKCS#8).
+    pub fn client_key_pem(&self) -> &str {
+        &self.client_key_pem
+    }
+
+    /// `redis-server` options serving TLS with these certificates (the port aside),
+    /// requiring a client certificate signed by the CA when `client_auth`. The server
+    /// certificate also serves as the client certificate of the server's own outgoing
+    /// connections (replication, cluster bus, Sentinel).
+    fn server_args(&self, client_auth: bool) -> Vec<String> {
+        vec![
+            "--tls-cert-file".into(),
+            self.server_cert_file().display().to_string(),
+            "--tls-key-file".into(),
+            self.server_key_file().display().to_string(),
+            "--tls-ca-cert-file".into(),
+            self.ca_file().display().to_string(),
+            "--tls-auth-clients".into(),
+            if client_auth { "yes" } else { "no" }.into(),
+        ]
+    }
+}
+
+impl Drop for TestCerts {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// How to start a [`RedisServer`] beyond plain TCP: TLS, a Unix socket, a password, extra
+/// options. Every server also listens on a plain loopback port, for the test's own client.
+#[derive(Debug, Clone, Default)]
+pub struct ServerOptions {
+    tls: Option<TlsServing>,
+    unix_socket: bool,
+    password: Option<String>,
+    extra: Vec<String>,
+}
+
+#[derive(Debug, Clone)]
+struct TlsServing {
+    args: Vec<String>,
+    client_auth: bool,
+    ca: PathBuf,
+}
+
+impl ServerOptions {
+    /// Plain TCP only, no password.
+    pub fn new() -> ServerOptions {
+        ServerOptions::default()
+    }
+
+    /// Also serve TLS on a second port with `certs` (server certificate for 127.0.0.1 and
+    /// localhost), requiring a client certificate signed by its CA when `client_auth`.
+    ///
+    /// Panics when the server does not start because this `redis-server` build has no TLS
+    /// support, saying so.
+    pub fn tls(mut self, certs: &TestCerts, client_auth: bool) -> ServerOptions {
+        self.tls = Some(TlsServing {
+            // The port is filled in at launch.
+            args: certs.server_args(client_auth),
+            client_auth,
+            ca: certs.ca_file(),
+        });
+        self
+    }
+
+    /// Also listen on a Unix socket in the server's temporary directory.
+    pub fn unix_socket(mut self) -> ServerOptions {
+        self.unix_socket = true;
+        self
+    }
+
+    /// Require this password of the default user (`requirepass`); the test's own client
+    /// ([`RedisServer::command`]) sends it.
+    pub fn password(mut self, password: &str) -> ServerOptions {
+        self.password = Some(password.to_owned());
+        self
+    }
+
+    /// Extra command-line options (`["--maxmemory-policy", "allkeys-lru"]`).
+    pub fn args(mut self, extra: &[&str]) -> ServerOptions {
+        self.extra.extend(extra.iter().map(|s| s.to_string()));
+        self
+    }
+}
+
 /// One `redis-server` process on 127.0.0.1, killed on drop.
 #[derive(Debug)]
 pub struct RedisServer {
     port: u16,
+    tls_port: Option<u16>,
     dir: PathBuf,
-    extra: Vec<String>,
+    options: ServerOptions,
     child: Option<Child>,
 }
 
@@ -202,19 +433,47 @@ impl RedisServer {
 
     /// Starts a server with extra command-line options (`["--requirepass", "x"]`).
     pub fn start_with(extra: &[&str]) -> RedisServer {
-        let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        RedisServer::start_configured(ServerOptions::new().args(extra))
+    }
+
+    /// Starts a server that also serves TLS (see [`ServerOptions::tls`]).
+    pub fn start_tls(certs: &TestCerts, client_auth: bool) -> RedisServer {
+        RedisServer::start_configured(ServerOptions::new().tls(certs, client_auth))
+    }
+
+    /// Starts a server that also listens on a Unix socket (see [`RedisServer::unix_url`]).
+    pub fn start_unix() -> RedisServer {
+        RedisServer::start_configured(ServerOptions::new().unix_socket())
+    }
+
+    /// Starts a server as `options` say, on free ports, and waits until it answers.
+    pub fn start_configured(options: ServerOptions) -> RedisServer {
+        let cluster = options.extra.iter().any(|a| a == "--cluster-enabled");
+        // With a TLS cluster bus, the bus port is the TLS port's +10000.
+        let tls_bus = cluster && options.extra.iter().any(|a| a == "--tls-cluster");
         let mut last_log = String::new();
         for _ in 0..5 {
-            let port = free_port(extra.iter().any(|a| a == "--cluster-enabled"));
+            let port = free_port(cluster && !tls_bus);
+            let tls_port = options.tls.as_ref().map(|_| free_port(tls_bus));
             let mut server = RedisServer {
                 port,
+                tls_port,
                 dir: unique_dir("server"),
-                extra: extra.clone(),
+                options: options.clone(),
                 child: None,
             };
             match server.launch() {
                 Ok(()) => return server,
-                Err(log) => last_log = log,
+                Err(log) => {
+                    if options.tls.is_some() && log.contains("tls-") {
+                        panic!(
+                            "this redis-server build has no TLS support (it refused the TLS \
+                             options; Redis must be built with BUILD_TLS=yes, as Debian's \
+                             redis-server is). Its log:\n{log}"
+                        );
+                    }
+                    last_log = log;
+                }
             }
         }
         panic!("redis-server did not start (tried five ports); last log:\n{last_log}");
@@ -231,8 +490,21 @@ impl RedisServer {
             .arg("--dir")
             .arg(&self.dir)
             .arg("--logfile")
-            .arg(&log)
-            .args(&self.extra)
+            .arg(&log);
+        if let (Some(tls), Some(tls_port)) = (&self.options.tls, self.tls_port) {
+            cmd.arg("--tls-port")
+                .arg(tls_port.to_string())
+                .args(&tls.args);
+        }
+        if self.options.unix_socket {
+            cmd.arg("--unixsocket")
+                .arg(self.dir.join("redis.sock"))
+                .args(["--unixsocketperm", "700"]);
+        }
+        if let Some(password) = &self.options.password {
+            cmd.args(["--requirepass", password, "--masterauth", password]);
+        }
+        cmd.args(&self.options.extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
@@ -273,14 +545,71 @@ impl RedisServer {
         })
     }
 
-    /// `redis://127.0.0.1:<port>`.
+    /// `redis://127.0.0.1:<port>` (no password in it, even when the server has one).
     pub fn url(&self) -> String {
         format!("redis://{HOST}:{}", self.port)
     }
 
-    /// The port.
+    /// The plain TCP port.
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// The TLS port, when the server serves TLS.
+    pub fn tls_port(&self) -> Option<u16> {
+        self.tls_port
+    }
+
+    /// `rediss://127.0.0.1:<tls port>`.
+    ///
+    /// # Panics
+    /// When the server does not serve TLS.
+    pub fn tls_url(&self) -> String {
+        let port = self.tls_port.expect("this server was started without TLS");
+        format!("rediss://{HOST}:{port}")
+    }
+
+    /// Whether the TLS port requires a client certificate.
+    pub fn requires_client_cert(&self) -> bool {
+        self.options.tls.as_ref().is_some_and(|t| t.client_auth)
+    }
+
+    /// The CA file the TLS port trusts for client certificates (the [`TestCerts`] CA).
+    pub fn tls_ca_file(&self) -> Option<&Path> {
+        self.options.tls.as_ref().map(|t| t.ca.as_path())
+    }
+
+    /// The Unix socket's path, when the server listens on one.
+    pub fn unix_socket(&self) -> Option<PathBuf> {
+        self.options
+            .unix_socket
+            .then(|| self.dir.join("redis.sock"))
+    }
+
+    /// `unix://<socket path>`.
+    ///
+    /// # Panics
+    /// When the server listens on no Unix socket.
+    pub fn unix_url(&self) -> String {
+        let path = self
+            .unix_socket()
+            .expect("this server was started without a Unix socket");
+        format!("unix://{}", path.display())
+    }
+
+    /// Adds (or resets) the ACL user `name` with `password` and `rules` (`["~app:*", "&*",
+    /// "+@all"]`; all keys, channels and commands when empty), and checks that the server
+    /// took it.
+    pub fn add_acl_user(&self, name: &str, password: &str, rules: &[&str]) {
+        let pass = format!(">{password}");
+        let mut args = vec!["ACL", "SETUSER", name, "reset", "on", &pass];
+        if rules.is_empty() {
+            args.extend(["~*", "&*", "+@all"]);
+        } else {
+            args.extend(rules);
+        }
+        let reply = self.command(&args);
+        assert_eq!(reply, Resp::Simple("OK".into()), "ACL SETUSER {name}");
     }
 
     /// The process id, while running.
@@ -329,9 +658,10 @@ impl RedisServer {
         }
     }
 
-    /// Runs one command and returns its reply; panics if the server cannot be reached.
+    /// Runs one command over the plain port (authenticated when the server has a password)
+    /// and returns its reply; panics if the server cannot be reached.
     pub fn command(&self, args: &[&str]) -> Resp {
-        command_at(self.port, args)
+        command_at_auth(self.port, self.options.password.as_deref(), args)
             .unwrap_or_else(|e| panic!("redis-server on port {}: {e}", self.port))
     }
 
@@ -391,7 +721,8 @@ pub struct Monitor {
 }
 
 impl Monitor {
-    /// Starts monitoring `server`.
+    /// Starts monitoring `server` (over its plain port, unauthenticated: not for a server
+    /// started with a password).
     pub fn start(server: &RedisServer) -> Monitor {
         let port = server.port();
         let mut stream = TcpStream::connect((HOST, port)).expect("connect for MONITOR");
@@ -525,8 +856,22 @@ fn poll_until(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
     }
 }
 
-fn info_field(port: u16, section: &str, field: &str) -> Option<String> {
-    let text = command_at(port, &["INFO", section]).ok()?.text()?;
+/// The replication role (`master`, `slave`) `server` reports.
+fn role(server: &RedisServer) -> Option<String> {
+    let text = server.command(&["INFO", "replication"]).text()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("role:").map(|v| v.trim().to_owned()))
+}
+
+fn info_field_auth(
+    port: u16,
+    password: Option<&str>,
+    section: &str,
+    field: &str,
+) -> Option<String> {
+    let text = command_at_auth(port, password, &["INFO", section])
+        .ok()?
+        .text()?;
     text.lines().find_map(|l| {
         l.strip_prefix(&format!("{field}:"))
             .map(|v| v.trim().to_owned())
@@ -543,18 +888,37 @@ impl RedisCluster {
     /// Starts `masters` nodes (at least three for a real cluster), splits the 16384 slots
     /// evenly between them, joins them and waits until every node reports `cluster_state:ok`.
     pub fn start(masters: usize) -> RedisCluster {
+        RedisCluster::start_configured(masters, None)
+    }
+
+    /// Like [`RedisCluster::start`], with every node serving TLS with `certs` (not
+    /// requiring client certificates) and the cluster bus over TLS (`tls-cluster yes`):
+    /// `CLUSTER SLOTS` tells TLS clients the TLS ports. Give clients
+    /// [`RedisCluster::tls_urls`].
+    pub fn start_tls(masters: usize, certs: &TestCerts) -> RedisCluster {
+        RedisCluster::start_configured(masters, Some(certs))
+    }
+
+    fn start_configured(masters: usize, tls: Option<&TestCerts>) -> RedisCluster {
         assert!(masters >= 1, "a cluster needs at least one node");
+        let mut options = ServerOptions::new().args(&[
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            "nodes.conf",
+            "--cluster-node-timeout",
+            "5000",
+        ]);
+        if let Some(certs) = tls {
+            options = options.tls(certs, false).args(&[
+                "--tls-cluster",
+                "yes",
+                "--tls-replication",
+                "yes",
+            ]);
+        }
         let nodes: Vec<RedisServer> = (0..masters)
-            .map(|_| {
-                RedisServer::start_with(&[
-                    "--cluster-enabled",
-                    "yes",
-                    "--cluster-config-file",
-                    "nodes.conf",
-                    "--cluster-node-timeout",
-                    "5000",
-                ])
-            })
+            .map(|_| RedisServer::start_configured(options.clone()))
             .collect();
         for (i, node) in nodes.iter().enumerate() {
             let first = i * 16384 / masters;
@@ -570,7 +934,13 @@ impl RedisCluster {
             let _ = node.command(&["CLUSTER", "SET-CONFIG-EPOCH", &(i + 1).to_string()]);
         }
         for node in &nodes[1..] {
-            let reply = nodes[0].command(&["CLUSTER", "MEET", HOST, &node.port().to_string()]);
+            // Over a TLS bus, a node is met at its TLS port (its bus port is that +10000).
+            let port = if tls.is_some() {
+                node.tls_port().expect("a TLS node")
+            } else {
+                node.port()
+            };
+            let reply = nodes[0].command(&["CLUSTER", "MEET", HOST, &port.to_string()]);
             assert_eq!(reply, Resp::Simple("OK".into()), "joining the cluster");
         }
         poll_until("the cluster to come up", Duration::from_secs(30), || {
@@ -600,6 +970,12 @@ impl RedisCluster {
         self.nodes.iter().map(RedisServer::url).collect()
     }
 
+    /// Every node's TLS URL (`rediss://`), for a cluster started with
+    /// [`RedisCluster::start_tls`].
+    pub fn tls_urls(&self) -> Vec<String> {
+        self.nodes.iter().map(RedisServer::tls_url).collect()
+    }
+
     /// The node that owns `key`'s slot.
     pub fn node_for(&self, key: &str) -> &RedisServer {
         let slot = self.nodes[0]
@@ -623,24 +999,68 @@ pub struct SentinelSetup {
     sentinels: Vec<SentinelProcess>,
 }
 
+/// How to start a [`SentinelSetup`] beyond plain TCP without passwords.
+#[derive(Debug, Clone, Default)]
+pub struct SentinelOptions {
+    tls: Option<TlsServing>,
+    sentinel_password: Option<String>,
+    data_password: Option<String>,
+}
+
+impl SentinelOptions {
+    /// Plain TCP, no passwords.
+    pub fn new() -> SentinelOptions {
+        SentinelOptions::default()
+    }
+
+    /// Data nodes and Sentinels also serve TLS with `certs` (requiring client certificates
+    /// when `client_auth`); replication and the Sentinels' own connections use TLS, and the
+    /// Sentinels name the master by its TLS port.
+    pub fn tls(mut self, certs: &TestCerts, client_auth: bool) -> SentinelOptions {
+        self.tls = Some(TlsServing {
+            args: certs.server_args(client_auth),
+            client_auth,
+            ca: certs.ca_file(),
+        });
+        self
+    }
+
+    /// The Sentinels require this password (`requirepass`, and `sentinel sentinel-pass` among
+    /// themselves).
+    pub fn sentinel_password(mut self, password: &str) -> SentinelOptions {
+        self.sentinel_password = Some(password.to_owned());
+        self
+    }
+
+    /// The data nodes require this password (`requirepass`, `masterauth`, and `sentinel
+    /// auth-pass` for the Sentinels).
+    pub fn data_password(mut self, password: &str) -> SentinelOptions {
+        self.data_password = Some(password.to_owned());
+        self
+    }
+}
+
 /// One Sentinel process, killed on drop.
 #[derive(Debug)]
 pub struct SentinelProcess {
     port: u16,
+    tls_port: Option<u16>,
+    password: Option<String>,
     dir: PathBuf,
     child: Child,
 }
 
 impl SentinelProcess {
-    fn start(master_name: &str, master_port: u16) -> SentinelProcess {
+    fn start(master_name: &str, master_port: u16, options: &SentinelOptions) -> SentinelProcess {
         let binary = redis_server_binary();
         let mut last = String::new();
         for _ in 0..5 {
             let port = free_port(false);
+            let tls_port = options.tls.as_ref().map(|_| free_port(false));
             let dir = unique_dir("sentinel");
             let conf = dir.join("sentinel.conf");
             let log = dir.join("sentinel.log");
-            let text = format!(
+            let mut text = format!(
                 "port {port}\nbind {HOST}\nprotected-mode no\ndaemonize no\ndir {dir}\nlogfile {log}\n\
                  sentinel monitor {master_name} {HOST} {master_port} 2\n\
                  sentinel down-after-milliseconds {master_name} 1000\n\
@@ -649,6 +1069,24 @@ impl SentinelProcess {
                 dir = dir.display(),
                 log = log.display(),
             );
+            if let (Some(tls), Some(tls_port)) = (&options.tls, tls_port) {
+                text.push_str(&format!("tls-port {tls_port}\ntls-replication yes\n"));
+                for pair in tls.args.chunks(2) {
+                    text.push_str(&format!(
+                        "{} {}\n",
+                        pair[0].trim_start_matches("--"),
+                        pair[1]
+                    ));
+                }
+            }
+            if let Some(password) = &options.data_password {
+                text.push_str(&format!("sentinel auth-pass {master_name} {password}\n"));
+            }
+            if let Some(password) = &options.sentinel_password {
+                text.push_str(&format!(
+                    "requirepass {password}\nsentinel sentinel-pass {password}\n"
+                ));
+            }
             std::fs::write(&conf, text).expect("write the Sentinel configuration");
             let mut child = Command::new(&binary)
                 .arg(&conf)
@@ -665,7 +1103,15 @@ impl SentinelProcess {
                     )
                 });
             match wait_ready(&mut child, port, &log) {
-                Ok(()) => return SentinelProcess { port, dir, child },
+                Ok(()) => {
+                    return SentinelProcess {
+                        port,
+                        tls_port,
+                        password: options.sentinel_password.clone(),
+                        dir,
+                        child,
+                    };
+                }
                 Err(why) => {
                     let _ = child.kill();
                     let _ = child.wait();
@@ -677,9 +1123,19 @@ impl SentinelProcess {
         panic!("redis-server --sentinel did not start:\n{last}");
     }
 
-    /// The Sentinel's port.
+    /// The Sentinel's plain port.
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// The Sentinel's TLS port, when it serves TLS.
+    pub fn tls_port(&self) -> Option<u16> {
+        self.tls_port
+    }
+
+    /// Runs one command on this Sentinel (authenticated when it has a password).
+    pub fn command(&self, args: &[&str]) -> std::io::Result<Resp> {
+        command_at_auth(self.port, self.password.as_deref(), args)
     }
 }
 
@@ -698,13 +1154,40 @@ impl SentinelSetup {
     /// Starts a master, a replica of it and three Sentinels (quorum two), and waits until the
     /// replica is in sync and every Sentinel knows the replica.
     pub fn start() -> SentinelSetup {
-        let master = RedisServer::start();
-        let replica = RedisServer::start_with(&["--replicaof", HOST, &master.port().to_string()]);
+        SentinelSetup::start_configured(SentinelOptions::new())
+    }
+
+    /// Like [`SentinelSetup::start`], with TLS and passwords as `options` say.
+    pub fn start_configured(options: SentinelOptions) -> SentinelSetup {
+        let mut server = ServerOptions::new();
+        if let Some(tls) = &options.tls {
+            server.tls = Some(tls.clone());
+            server = server.args(&["--tls-replication", "yes"]);
+        }
+        if let Some(password) = &options.data_password {
+            server = server.password(password);
+        }
+        let master = RedisServer::start_configured(server.clone());
+        // Replication, and the Sentinels, use the TLS port when there is one.
+        let master_port = master.tls_port().unwrap_or(master.port());
+        let replica = RedisServer::start_configured(server.args(&[
+            "--replicaof",
+            HOST,
+            &master_port.to_string(),
+        ]));
+        let data_password = options.data_password.clone();
         poll_until("the replica to sync", Duration::from_secs(20), || {
-            info_field(replica.port(), "replication", "master_link_status").as_deref() == Some("up")
+            info_field_auth(
+                replica.port(),
+                data_password.as_deref(),
+                "replication",
+                "master_link_status",
+            )
+            .as_deref()
+                == Some("up")
         });
         let sentinels: Vec<SentinelProcess> = (0..3)
-            .map(|_| SentinelProcess::start(Self::MASTER_NAME, master.port()))
+            .map(|_| SentinelProcess::start(Self::MASTER_NAME, master_port, &options))
             .collect();
         let setup = SentinelSetup {
             servers: vec![master, replica],
@@ -716,7 +1199,7 @@ impl SentinelSetup {
             Duration::from_secs(30),
             || {
                 setup.sentinels.iter().all(|s| {
-                    match command_at(s.port, &["SENTINEL", "REPLICAS", Self::MASTER_NAME]) {
+                    match s.command(&["SENTINEL", "REPLICAS", Self::MASTER_NAME]) {
                         Ok(Resp::Array(replicas)) => !replicas.is_empty(),
                         _ => false,
                     }
@@ -736,11 +1219,25 @@ impl SentinelSetup {
         &self.servers[1 - self.master]
     }
 
-    /// The Sentinels' URLs.
+    /// The Sentinels' URLs (plain ports, no password in them).
     pub fn sentinel_urls(&self) -> Vec<String> {
         self.sentinels
             .iter()
             .map(|s| format!("redis://{HOST}:{}", s.port))
+            .collect()
+    }
+
+    /// The Sentinels' TLS URLs (`rediss://`, no password in them).
+    ///
+    /// # Panics
+    /// When the setup was started without TLS.
+    pub fn sentinel_tls_urls(&self) -> Vec<String> {
+        self.sentinels
+            .iter()
+            .map(|s| {
+                let port = s.tls_port.expect("this setup was started without TLS");
+                format!("rediss://{HOST}:{port}")
+            })
             .collect()
     }
 
@@ -755,15 +1252,13 @@ impl SentinelSetup {
     pub fn failover(&mut self) -> u16 {
         let new_master = 1 - self.master;
         let new_port = self.servers[new_master].port();
-        let old_port = self.servers[self.master].port();
+        // What the Sentinels name: the TLS port when the nodes serve TLS.
+        let named = self.servers[new_master].tls_port().unwrap_or(new_port);
         let deadline = Instant::now() + Duration::from_secs(30);
         // The request can be refused while a Sentinel still refreshes what it knows
         // (`NOGOODSLAVE`, `INPROG`): ask again until one takes it.
         loop {
-            let reply = command_at(
-                self.sentinels[0].port,
-                &["SENTINEL", "FAILOVER", Self::MASTER_NAME],
-            );
+            let reply = self.sentinels[0].command(&["SENTINEL", "FAILOVER", Self::MASTER_NAME]);
             if matches!(reply, Ok(Resp::Simple(ref ok)) if ok == "OK") {
                 break;
             }
@@ -778,12 +1273,9 @@ impl SentinelSetup {
             Duration::from_secs(30),
             || {
                 self.sentinels.iter().all(|s| {
-                    match command_at(
-                        s.port,
-                        &["SENTINEL", "GET-MASTER-ADDR-BY-NAME", Self::MASTER_NAME],
-                    ) {
+                    match s.command(&["SENTINEL", "GET-MASTER-ADDR-BY-NAME", Self::MASTER_NAME]) {
                         Ok(Resp::Array(addr)) => {
-                            addr.get(1).and_then(Resp::text) == Some(new_port.to_string())
+                            addr.get(1).and_then(Resp::text) == Some(named.to_string())
                         }
                         _ => false,
                     }
@@ -794,8 +1286,8 @@ impl SentinelSetup {
             "the new master to take writes",
             Duration::from_secs(30),
             || {
-                info_field(new_port, "replication", "role").as_deref() == Some("master")
-                    && info_field(old_port, "replication", "role").as_deref() == Some("slave")
+                role(&self.servers[new_master]).as_deref() == Some("master")
+                    && role(&self.servers[self.master]).as_deref() == Some("slave")
             },
         );
         self.master = new_master;
@@ -819,21 +1311,19 @@ impl SentinelSetup {
     pub fn await_promotion(&mut self) -> u16 {
         let new_master = 1 - self.master;
         let new_port = self.servers[new_master].port();
+        let named = self.servers[new_master].tls_port().unwrap_or(new_port);
         poll_until(
             "the Sentinels to promote the replica",
             Duration::from_secs(60),
             || {
                 self.sentinels.iter().all(|s| {
-                    match command_at(
-                        s.port,
-                        &["SENTINEL", "GET-MASTER-ADDR-BY-NAME", Self::MASTER_NAME],
-                    ) {
+                    match s.command(&["SENTINEL", "GET-MASTER-ADDR-BY-NAME", Self::MASTER_NAME]) {
                         Ok(Resp::Array(addr)) => {
-                            addr.get(1).and_then(Resp::text) == Some(new_port.to_string())
+                            addr.get(1).and_then(Resp::text) == Some(named.to_string())
                         }
                         _ => false,
                     }
-                }) && info_field(new_port, "replication", "role").as_deref() == Some("master")
+                }) && role(&self.servers[new_master]).as_deref() == Some("master")
             },
         );
         self.master = new_master;

@@ -18,6 +18,52 @@
 //! # }
 //! ```
 //!
+//! ## Connecting
+//! One server is named by a URL; the same forms are accepted whichever client library is in
+//! use (they are parsed once, by coord, with the `url` crate):
+//!
+//! | form | what |
+//! |---|---|
+//! | `redis://[user[:password]@]host[:port][/db]` | TCP; `valkey://` too; a bare `host:port` means this |
+//! | `rediss://[user[:password]@]host[:port][/db]` | TLS (the `tls` feature, on by default); `valkeys://` too |
+//! | `unix:///path/to/redis.sock[?db=N&user=U&pass=P]` | a Unix socket; `redis+unix://` too |
+//!
+//! The user and password are an ACL user's (`AUTH user password`), or the default user's
+//! when only a password is given (`redis://:password@host`); percent-encode reserved
+//! characters in them. A scheme, query parameter or fragment coord does not know is refused
+//! at `connect` (kind `Config`) rather than ignored. Passwords never appear in errors, log
+//! lines or `Debug` output (the provider's [`address`](RedisProvider::address) is
+//! `host:port` or `unix:/path`); a client library's error text is scrubbed of them.
+//!
+//! **TLS.** Server certificates are verified against the system's CA store, or only against
+//! the CAs of [`tls_ca_file`](RedisProviderBuilder::tls_ca_file) /
+//! [`tls_ca_pem`](RedisProviderBuilder::tls_ca_pem); the host name (or IP address) of the URL
+//! must be among the certificate's names. A client certificate for servers that require one
+//! (`tls-auth-clients yes`) comes from
+//! [`tls_client_cert_files`](RedisProviderBuilder::tls_client_cert_files) /
+//! [`tls_client_cert_pem`](RedisProviderBuilder::tls_client_cert_pem). There is no switch to
+//! skip verification. TLS is rustls with ring; when the process has not installed a rustls
+//! crypto provider by the time a TLS connection is made with redis-rs, coord installs ring's
+//! as the process default (fred's connections use ring without touching the default).
+//!
+//! **Sentinel** ([`RedisProvider::sentinel`]): the Sentinels' own password and TLS go in
+//! their URLs; the data nodes' credentials, database and TLS are builder settings
+//! ([`data_node_credentials`](RedisProviderBuilder::data_node_credentials),
+//! [`database`](RedisProviderBuilder::database),
+//! [`data_node_tls`](RedisProviderBuilder::data_node_tls), which defaults to the Sentinels'
+//! scheme). **Cluster** ([`RedisProvider::cluster`]): `rediss://` seeds, one set of
+//! credentials for every node, database 0 only.
+//!
+//! **An application's own client.** [`RedisProvider::from_redis_client`] takes a
+//! `redis::Client` (address, credentials, database, TLS settings and all) and opens coord's
+//! connections from it. [`RedisProvider::from_fred_client`] and
+//! [`RedisProvider::from_fred_pool`] send coord's commands on the application's fred
+//! clients, adding only one subscriber connection for waits. What coord needs from any
+//! connection: pub/sub for waits (a dedicated subscriber connection, RESP3 with redis-rs),
+//! `EVAL`/`EVALSHA` and the script cache, and one write attempt per command (coord sets it
+//! per command on a shared fred client, so an application client that retries does not make
+//! coord's commands run twice).
+//!
 //! ## A lock is a lease
 //! A lock bounds how long a crashed holder blocks the others; it is not consensus. A holder
 //! that stalls past its lease, or a Sentinel failover that loses the latest write (replication
@@ -114,6 +160,10 @@
 //! * `redis-client` (default): the `redis` crate as the client.
 //! * `fred`: the `fred` crate as the client, chosen with
 //!   [`RedisProviderBuilder::client`]`(`[`Client::Fred`]`)`.
+//! * `tls` (default): `rediss://` for whichever clients are enabled, with rustls on ring
+//!   (no OpenSSL; roots from the system store via `rustls-native-certs`). Without it a
+//!   `rediss://` address is refused at `connect` (kind `Config`) and the TLS builder methods
+//!   do not exist.
 //!
 //! Throwaway `redis-server` processes, clusters and Sentinel setups for tests (pause, restart,
 //! kill, tamper) are in the `coord-redis-testing` crate: add it as a dev-dependency.

@@ -328,3 +328,50 @@ async fn a_command_whose_connection_drops_in_flight_runs_once(client: Client) {
     round(&p).await;
     assert_eq!(calls(&server, "set"), sets + 2);
 }
+
+/// An application's fred client resends a command after a reconnect (its default
+/// `max_command_attempts` is 3); coord's commands on that shared client are still written
+/// once, by fred's per-command options.
+#[cfg(feature = "fred")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shared_fred_client_also_sends_each_command_once() {
+    use ::fred::prelude::{Builder, ClientLike, Config, ReconnectPolicy};
+
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port()).await;
+    let mut builder = Builder::from_config(Config::from_url(&proxy.url()).unwrap());
+    builder
+        .with_connection_config(|conn| conn.max_command_attempts = 3)
+        .set_policy(ReconnectPolicy::new_constant(0, 20));
+    let app_client = builder.build().unwrap();
+    app_client.init().await.unwrap();
+
+    let p = RedisProvider::from_fred_client(app_client.clone())
+        .command_timeout(TIMEOUT)
+        .connect()
+        .await
+        .unwrap();
+    round(&p).await;
+    let sets = calls(&server, "set");
+
+    proxy.cut_open_connections_after_next_request();
+    let k = key("shared-in-flight");
+    let a = OwnerToken::new();
+    let err = p
+        .acquire(lock(&k, a, LONG, Duration::ZERO))
+        .await
+        .expect_err("the reply was lost");
+    assert_ambiguous(&err, "acquire on a shared client with its connection cut");
+    assert_eq!(
+        server.command(&["GET", &redis_key(&k, "lock")]),
+        Resp::Bulk(a.to_string().into_bytes()),
+        "the command reached the server"
+    );
+    tokio::time::sleep(TIMEOUT * 3).await;
+    assert_eq!(calls(&server, "set"), sets + 1, "the SET was sent once");
+
+    // fred reconnected the application's client; coord goes on with it.
+    assert_eq!(p.release(&k, a).await.unwrap(), ReleaseOutcome::Released);
+    round(&p).await;
+    let _ = app_client.quit().await;
+}

@@ -14,7 +14,9 @@ use std::time::Duration;
 
 use coord_core::{BackendError, BackendErrorKind};
 
-use crate::config::{Client, Endpoint, Options, Topology, scrub};
+#[cfg(feature = "tls")]
+use crate::config::Pem;
+use crate::config::{Client, Options, Target, TlsOptions, Topology, scrub};
 use crate::server_checks::{self, CheckOptions, ServerWatch};
 use crate::transport::{Command, Fault, Reply, Transport};
 use crate::waiters::Hub;
@@ -112,8 +114,9 @@ const MAX_MILLIS: u64 = 1 << 46;
 ///
 /// # What it does not promise
 /// Exclusion across a Sentinel failover or a Cluster resharding that loses writes; ordering
-/// between waiters in different processes (they race for the lock, the first retry wins);
-/// TLS (not compiled in).
+/// between waiters in different processes (they race for the lock, the first retry wins).
+/// With a shared fred client ([`RedisProvider::from_fred_client`]), a fresh connection
+/// after a timed-out call (the client is the application's).
 ///
 /// Cheap to clone: clones share connections, scripts and the subscriber connection. The
 /// connections live on the tokio runtime that connected the provider.
@@ -189,6 +192,7 @@ impl std::fmt::Debug for RedisProviderBuilder {
             .field("client", &self.options.client)
             .field("command_timeout", &self.options.command_timeout)
             .field("pool_size", &self.options.pool_size)
+            .field("tls", &self.options.tls)
             .finish_non_exhaustive()
     }
 }
@@ -201,9 +205,12 @@ impl RedisProviderBuilder {
                 command_timeout: Duration::from_secs(1),
                 pool_size: 1,
                 client: Client::default(),
+                client_chosen: false,
                 username: None,
                 password: None,
                 database: None,
+                data_node_tls: None,
+                tls: TlsOptions::default(),
                 allow_eviction: false,
             },
         }
@@ -227,14 +234,20 @@ impl RedisProviderBuilder {
         self
     }
 
-    /// Which client library to use. Default: redis-rs when its feature is enabled.
+    /// Which client library to use. Default: redis-rs when its feature is enabled. A
+    /// builder made from an application's own client uses that client's library; naming
+    /// another one makes `connect` fail with kind `Config`.
     pub fn client(mut self, client: Client) -> Self {
         self.options.client = client;
+        self.options.client_chosen = true;
         self
     }
 
-    /// Credentials for the data nodes behind Sentinel (a Sentinel's own credentials go in its
-    /// URL). For one server or a cluster, put them in the URLs instead.
+    /// Credentials (an ACL user, or `None` for the default user, and its password) for the
+    /// data nodes behind Sentinel. A Sentinel's own credentials go in its URL
+    /// (`redis://user:password@sentinel:26379`). For one server or a cluster, put them in the
+    /// URL instead: elsewhere than behind Sentinel, `connect` refuses this setting (kind
+    /// `Config`) rather than ignore it.
     pub fn data_node_credentials(
         mut self,
         username: Option<&str>,
@@ -245,10 +258,64 @@ impl RedisProviderBuilder {
         self
     }
 
-    /// The logical database of the data nodes behind Sentinel. For one server, put it in the
-    /// URL (`redis://host:port/2`); Cluster has only database 0.
+    /// The logical database (`SELECT`) of one server or of the master behind Sentinel. For
+    /// one server it overrides a database in the URL (`redis://host:port/2`, or `?db=2` for
+    /// a Unix socket). Redis Cluster has only database 0: another is refused at `connect`.
     pub fn database(mut self, database: u8) -> Self {
         self.options.database = Some(database);
+        self
+    }
+
+    /// Whether the data nodes behind Sentinel speak TLS. Default: as the Sentinels do (all
+    /// `rediss://` URLs, or all `redis://`). Only meaningful behind Sentinel (refused
+    /// elsewhere). With the fred client, Sentinels and data nodes must agree (fred has one TLS
+    /// setting for both): a mismatch is refused at `connect`.
+    pub fn data_node_tls(mut self, tls: bool) -> Self {
+        self.options.data_node_tls = Some(tls);
+        self
+    }
+
+    /// Trust only the CA certificates in this PEM file for TLS connections (`rediss://`),
+    /// instead of the system's store. The file is read by `connect`; a missing file, or one
+    /// without a PEM certificate, fails it with kind `Config`. Applies to every TLS
+    /// connection of the provider (servers, Sentinels, Cluster nodes). Server names are
+    /// always verified against the certificate (`rediss://10.0.0.5` needs an IP address in
+    /// its subject alternative names).
+    #[cfg(feature = "tls")]
+    pub fn tls_ca_file(mut self, path: impl Into<std::path::PathBuf>) -> Self {
+        self.options.tls.ca = Some(Pem::File(path.into()));
+        self
+    }
+
+    /// Like [`tls_ca_file`](Self::tls_ca_file), with the PEM text itself.
+    #[cfg(feature = "tls")]
+    pub fn tls_ca_pem(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.options.tls.ca = Some(Pem::Text(pem.into()));
+        self
+    }
+
+    /// Present this client certificate (PEM, the certificate first, then any intermediates)
+    /// and its private key (PEM: PKCS#8, PKCS#1 or SEC1) on TLS connections, for servers
+    /// that authenticate clients (`tls-auth-clients yes`). Read by `connect`. Neither file's
+    /// content ever appears in an error or in debug output.
+    #[cfg(feature = "tls")]
+    pub fn tls_client_cert_files(
+        mut self,
+        cert: impl Into<std::path::PathBuf>,
+        key: impl Into<std::path::PathBuf>,
+    ) -> Self {
+        self.options.tls.client = Some((Pem::File(cert.into()), Pem::File(key.into())));
+        self
+    }
+
+    /// Like [`tls_client_cert_files`](Self::tls_client_cert_files), with the PEM text itself.
+    #[cfg(feature = "tls")]
+    pub fn tls_client_cert_pem(
+        mut self,
+        cert: impl Into<Vec<u8>>,
+        key: impl Into<Vec<u8>>,
+    ) -> Self {
+        self.options.tls.client = Some((Pem::Text(cert.into()), Pem::Text(key.into())));
         self
     }
 
@@ -277,7 +344,12 @@ impl RedisProviderBuilder {
         let options = self.options;
         let address = options.describe();
         let secrets = options.secrets();
-        validate(&options)?;
+        let scrubbed =
+            |err: BackendError| BackendError::new(err.kind(), scrub(err.message(), &secrets));
+        validate(&options).map_err(scrubbed)?;
+        let target = options.target().map_err(scrubbed)?;
+        let client = client_for(&options, &target).map_err(scrubbed)?;
+        let tls = options.tls.load().map_err(scrubbed)?;
         let timeout = options.command_timeout;
         let context = format!("connecting to Redis at {address}");
         let watch = Arc::new(ServerWatch::new(address.clone()));
@@ -287,7 +359,7 @@ impl RedisProviderBuilder {
         // Boxed (it runs once per provider): unboxed, the nested connect futures of both
         // client libraries overflow the compiler's query depth limit under clippy.
         let connecting = Box::pin(async {
-            let transport = connect_transport(&options, watch.clone())
+            let transport = connect_transport(client, &options, target, &tls, watch.clone())
                 .await
                 .map_err(|fault| fault.into_backend(&context))?;
             server_checks::check_at_connect(&*transport, checks, &address).await?;
@@ -322,7 +394,7 @@ impl RedisProviderBuilder {
                 timeout,
                 address,
                 secrets,
-                client: options.client,
+                client,
                 watch,
                 clock,
             }),
@@ -376,48 +448,59 @@ fn validate(options: &Options) -> Result<(), BackendError> {
             options.pool_size
         ));
     }
-    match &options.topology {
-        Topology::Standalone(url) => {
-            Endpoint::parse(url, 6379)?;
-        }
-        Topology::Sentinel { master, sentinels } => {
-            if master.is_empty() {
-                return config("the Sentinel master name is empty".to_owned());
-            }
-            if sentinels.is_empty() {
-                return config("no Sentinel nodes given".to_owned());
-            }
-            for url in sentinels {
-                Endpoint::parse(url, 26379)?;
-            }
-        }
-        Topology::Cluster(seeds) => {
-            if seeds.is_empty() {
-                return config("no Cluster seed nodes given".to_owned());
-            }
-            for url in seeds {
-                Endpoint::parse(url, 6379)?;
-            }
-        }
-    }
     Ok(())
 }
 
+/// The client library for `target`: the shared client's, or the chosen one.
+fn client_for(options: &Options, target: &Target) -> Result<Client, BackendError> {
+    let fixed = match target {
+        #[cfg(feature = "redis-client")]
+        Target::RedisClient(_) => Some(Client::RedisRs),
+        #[cfg(feature = "fred")]
+        Target::FredClients(_) => Some(Client::Fred),
+        _ => None,
+    };
+    match fixed {
+        Some(fixed) if options.client_chosen && options.client != fixed => Err(BackendError::new(
+            BackendErrorKind::Config,
+            format!(
+                "the provider was built from a {fixed:?} client, but `client({:?})` was asked for",
+                options.client
+            ),
+        )),
+        #[cfg(feature = "fred")]
+        Some(Client::Fred) if options.pool_size != 1 => Err(BackendError::new(
+            BackendErrorKind::Config,
+            "`pool_size` does not apply to shared fred clients: coord sends its commands on the \
+             clients it was given (build it from a fred `Pool` to spread them)"
+                .to_owned(),
+        )),
+        Some(fixed) => Ok(fixed),
+        None => Ok(options.client),
+    }
+}
+
 async fn connect_transport(
+    client: Client,
     options: &Options,
+    target: Target,
+    tls: &crate::config::TlsMaterial,
     watch: Arc<ServerWatch>,
 ) -> Result<Arc<dyn Transport>, Fault> {
-    match options.client {
+    match client {
         #[cfg(feature = "redis-client")]
-        Client::RedisRs => crate::transport::redis_rs::connect(options, watch).await,
+        Client::RedisRs => crate::transport::redis_rs::connect(options, target, tls, watch).await,
         #[cfg(feature = "fred")]
-        Client::Fred => crate::transport::fred_client::connect(options, watch).await,
+        Client::Fred => crate::transport::fred_client::connect(options, target, tls, watch).await,
     }
 }
 
 impl RedisProvider {
-    /// Connects to one Redis server at `url` (`redis://[user[:password]@]host[:port][/db]`)
-    /// with the default options. See [`RedisProvider::builder`] for the options.
+    /// Connects to one Redis server at `url` with the default options: TCP
+    /// (`redis://[user[:password]@]host[:port][/db]`), TLS (`rediss://...`, trusting the
+    /// system's CA store) or a Unix socket (`unix:///path/to/redis.sock[?db=N]`). See the
+    /// crate documentation's "Connecting" section for every form, and
+    /// [`RedisProvider::builder`] for the options.
     pub async fn connect(url: &str) -> Result<RedisProvider, BackendError> {
         RedisProvider::builder(url).connect().await
     }
@@ -436,13 +519,19 @@ impl RedisProvider {
         }
     }
 
-    /// A builder for one server at `url`.
+    /// A builder for one server at `url` (any form [`RedisProvider::connect`] takes).
     pub fn builder(url: impl Into<String>) -> RedisProviderBuilder {
         RedisProviderBuilder::new(Topology::Standalone(url.into()))
     }
 
     /// A builder for the master named `master_name`, found through the Sentinel nodes at
-    /// `sentinels` (URLs or `host:port`, default port 26379). The provider follows a failover
+    /// `sentinels` (URLs or `host:port`, default port 26379; `rediss://` for Sentinels that
+    /// speak TLS; a password in the URL is the Sentinels' own). Every Sentinel URL must use the
+    /// same scheme and credentials. The data nodes' credentials, database and TLS come from
+    /// [`data_node_credentials`](RedisProviderBuilder::data_node_credentials),
+    /// [`database`](RedisProviderBuilder::database) and
+    /// [`data_node_tls`](RedisProviderBuilder::data_node_tls) (TLS by default as the
+    /// Sentinels). The provider follows a failover
     /// to the new master: connections to a demoted master are dropped and the master is looked
     /// up again.
     pub fn sentinel<I, S>(master_name: impl Into<String>, sentinels: I) -> RedisProviderBuilder
@@ -456,8 +545,11 @@ impl RedisProvider {
         })
     }
 
-    /// A builder for Redis Cluster, discovered from `seeds` (any reachable node is enough).
-    /// All keys of one call key share a hash slot, so no command crosses slots.
+    /// A builder for Redis Cluster, discovered from `seeds` (any reachable node is enough;
+    /// `rediss://` for a cluster that speaks TLS, whose nodes must then announce their TLS
+    /// ports, as `tls-cluster yes` does). Every seed URL must use the same scheme and
+    /// credentials, which apply to every node. All keys of one call key share a hash slot,
+    /// so no command crosses slots.
     pub fn cluster<I, S>(seeds: I) -> RedisProviderBuilder
     where
         I: IntoIterator<Item = S>,
@@ -466,6 +558,56 @@ impl RedisProvider {
         RedisProviderBuilder::new(Topology::Cluster(
             seeds.into_iter().map(Into::into).collect(),
         ))
+    }
+
+    /// A builder for the server an application's own redis-rs [`redis::Client`] points at,
+    /// with everything that client holds: address (TCP or Unix socket), ACL user and
+    /// password, database, and TLS settings (certificates and all, as built with
+    /// `redis::Client::build_with_tls`).
+    ///
+    /// A `redis::Client` holds settings, not connections: coord opens its own from it, the
+    /// same as from a URL (`pool_size` multiplexed connections, plus one subscriber
+    /// connection the first time a call waits), spoken in RESP3 whatever the client's
+    /// protocol setting (waits need RESP3 push messages). Everything the provider promises
+    /// holds unchanged, one send per command included. The TLS builder methods do not apply
+    /// (the client has its own): `connect` refuses them.
+    #[cfg(feature = "redis-client")]
+    pub fn from_redis_client(client: redis::Client) -> RedisProviderBuilder {
+        RedisProviderBuilder::new(Topology::RedisClient(client))
+    }
+
+    /// A builder that sends coord's commands on an application's own fred client (one
+    /// server, Sentinel or Cluster, as that client is configured), sharing its connections
+    /// rather than opening more. Connect the client (`init()`) before calling `connect`,
+    /// which waits at most one command timeout for it.
+    ///
+    /// What coord adds and needs:
+    /// * **One subscriber connection**, built from the client's configuration (address,
+    ///   credentials, TLS), the first time a call waits: a connection in subscribe mode
+    ///   cannot carry other commands under RESP2.
+    /// * **One write attempt per command.** Each command is sent with fred's per-command
+    ///   options (one attempt, no redirection followed, the command timeout), whatever the
+    ///   client's own `max_command_attempts` says, so coord's single-send promise holds on a
+    ///   shared client too. The application's own commands keep the client's settings.
+    /// * **Scripts** are loaded into the server's script cache on first use (`EVAL` once
+    ///   after `NOSCRIPT`), as with any connection.
+    /// * **RESP2 or RESP3**: either works.
+    ///
+    /// What differs from a provider that owns its clients: after a command times out, coord
+    /// does not replace the client (it is the application's), so the next call may queue
+    /// behind a reply that never comes until fred notices the connection is gone; dropping
+    /// the provider leaves the client connected. `pool_size` does not apply (refused), and
+    /// neither do the TLS builder methods (the client has its own settings).
+    #[cfg(feature = "fred")]
+    pub fn from_fred_client(client: fred::clients::Client) -> RedisProviderBuilder {
+        RedisProviderBuilder::new(Topology::FredClients(vec![client]))
+    }
+
+    /// Like [`from_fred_client`](Self::from_fred_client), spreading coord's commands
+    /// round-robin over every client of an application's fred pool. Connect the pool first.
+    #[cfg(feature = "fred")]
+    pub fn from_fred_pool(pool: &fred::clients::Pool) -> RedisProviderBuilder {
+        RedisProviderBuilder::new(Topology::FredClients(pool.clients().to_vec()))
     }
 
     /// Where this provider connects, without credentials.

@@ -23,27 +23,33 @@ use std::time::Duration;
 
 use coord_core::BoxFuture;
 use fred::bytes::BytesMut;
-use fred::clients::{Client as FredClient, SubscriberClient};
+use fred::clients::{Client as FredClient, Pipeline, SubscriberClient, WithOptions};
 use fred::error::{Error, ErrorKind};
 use fred::prelude::{
     Builder, ClientLike, Config, EventInterface, PubsubInterface, ReconnectPolicy, Server,
     ServerConfig, Value,
 };
+use fred::types::config::Options as FredOptions;
 use fred::types::{ClusterHash, ConnectHandle, CustomCommand};
 use tokio::sync::{broadcast, watch};
 
 use super::{Command, Fault, NodeReplies, Reply, Subscriber, SubscriberEvents, Transport};
-use crate::config::{Endpoint, Options, Topology};
+use crate::config::{Address, Options, Place, Target, TlsMaterial, display_parts, display_socket};
 use crate::server_checks::{ServerWatch, info_server};
 
-/// Connects as `options` say, reporting every node's run id to `watch`.
+/// Connects as `options` say, to `target`, reporting every node's run id to `watch`.
 pub(crate) async fn connect(
     options: &Options,
+    target: Target,
+    tls: &TlsMaterial,
     watch: Arc<ServerWatch>,
 ) -> Result<Arc<dyn Transport>, Fault> {
     let timeout = options.command_timeout;
-    let config = config(options)?;
-    let clustered = matches!(options.topology, Topology::Cluster(_));
+    if let Target::FredClients(clients) = target {
+        return shared(clients, timeout, watch).await;
+    }
+    let config = config(&target, tls)?;
+    let clustered = matches!(config.server, ServerConfig::Clustered { .. });
     let builder = make_builder(config.clone(), timeout);
     // A client that replaces one whose command timed out keeps trying to connect in the
     // background (no `fail_fast`): the server may well be away for a while.
@@ -72,6 +78,7 @@ pub(crate) async fn connect(
                 generation: 0,
                 watcher,
                 driver: Some(driver),
+                owned: true,
             }),
             generations: AtomicU64::new(0),
         });
@@ -80,12 +87,90 @@ pub(crate) async fn connect(
     Ok(Arc::new(Fred {
         slots,
         next: AtomicUsize::new(0),
-        replacements,
+        replacements: Some(replacements),
         subscriber: Some(subscriber),
         timeout,
         watch,
         clustered,
     }))
+}
+
+/// A transport over the application's own fred clients: commands go out on them (one write
+/// attempt each, whatever the client's own settings), and one subscriber client is built
+/// from the first one's settings.
+async fn shared(
+    clients: Vec<FredClient>,
+    timeout: Duration,
+    watch: Arc<ServerWatch>,
+) -> Result<Arc<dyn Transport>, Fault> {
+    let Some(first) = clients.first() else {
+        return Err(Fault::Config("the fred pool has no client".to_owned()));
+    };
+    let clustered = first.is_clustered();
+    let config = first.client_config();
+    let mut slots = Vec::with_capacity(clients.len());
+    for client in clients {
+        let watcher = watch_reconnections(&client, &watch, clustered);
+        match tokio::time::timeout(timeout, client.wait_for_connect()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(err)) => {
+                watcher.abort();
+                return Err(fault(err));
+            }
+            Err(_) => {
+                watcher.abort();
+                return Err(Fault::Timeout(
+                    "the fred client given to coord is not connected: connect it (`init()`) \
+                     before building the provider"
+                        .to_owned(),
+                ));
+            }
+        }
+        // Connected before the watcher listened: look at its nodes now.
+        for server in client.active_connections() {
+            observe(&client, server, &watch, clustered).await;
+        }
+        slots.push(FredSlot {
+            current: Mutex::new(Current {
+                client,
+                generation: 0,
+                watcher,
+                driver: None,
+                owned: false,
+            }),
+            generations: AtomicU64::new(0),
+        });
+    }
+    let subscriber = make_builder(
+        Config {
+            fail_fast: false,
+            ..config
+        },
+        timeout,
+    )
+    .build_subscriber_client()
+    .map_err(fault)?;
+    Ok(Arc::new(Fred {
+        slots,
+        next: AtomicUsize::new(0),
+        replacements: None,
+        subscriber: Some(subscriber),
+        timeout,
+        watch,
+        clustered,
+    }))
+}
+
+/// What every command is sent with, whatever the client's own configuration says (a shared
+/// client is the application's): one write attempt, no redirection followed (see
+/// [`make_builder`]), and the command timeout.
+fn command_options(timeout: Duration) -> FredOptions {
+    FredOptions {
+        max_attempts: Some(1),
+        max_redirections: Some(0),
+        timeout: Some(timeout),
+        ..FredOptions::default()
+    }
 }
 
 /// The builder every client of the transport comes from.
@@ -133,23 +218,7 @@ fn watch_reconnections(
     tokio::spawn(async move {
         loop {
             match reconnects.recv().await {
-                Ok(server) => {
-                    let node = Endpoint::display_parts(&server.host, server.port);
-                    let (cmd, args) = custom(&info_server());
-                    let info: Result<Value, Error> = if clustered {
-                        client.with_cluster_node(server).custom(cmd, args).await
-                    } else {
-                        client.custom(cmd, args).await
-                    };
-                    match info.map_err(fault).and_then(reply) {
-                        Ok(info) => {
-                            watch.observe_info(&node, &info);
-                        }
-                        Err(err) => {
-                            tracing::debug!(node, error = ?err, "coord-redis: INFO server failed");
-                        }
-                    }
-                }
+                Ok(server) => observe(&client, server, &watch, clustered).await,
                 Err(broadcast::error::RecvError::Lagged(_)) => {}
                 Err(broadcast::error::RecvError::Closed) => return,
             }
@@ -157,59 +226,151 @@ fn watch_reconnections(
     })
 }
 
-fn config(options: &Options) -> Result<Config, Fault> {
-    let bad = |e: coord_core::BackendError| Fault::Config(e.message().to_owned());
-    let server = |e: &Endpoint| Server::new(e.host.as_str(), e.port);
+/// Reads `server`'s run id and reports it to `watch`.
+async fn observe(client: &FredClient, server: Server, watch: &ServerWatch, clustered: bool) {
+    let node = server_name(&server);
+    let (cmd, args) = custom(&info_server());
+    let info: Result<Value, Error> = if clustered {
+        client.with_cluster_node(server).custom(cmd, args).await
+    } else {
+        client.custom(cmd, args).await
+    };
+    match info.map_err(fault).and_then(reply) {
+        Ok(info) => {
+            watch.observe_info(&node, &info);
+        }
+        Err(err) => {
+            tracing::debug!(node, error = ?err, "coord-redis: INFO server failed");
+        }
+    }
+}
+
+fn config(target: &Target, #[allow(unused)] tls: &TlsMaterial) -> Result<Config, Fault> {
+    let server = |a: &Address| match &a.place {
+        Place::Tcp { host, port, .. } => Ok(Server::new(host.as_str(), *port)),
+        Place::Unix(_) => Err(Fault::Config(
+            "a Unix socket serves one server, not a Cluster or Sentinel".to_owned(),
+        )),
+    };
     let mut config = Config {
         fail_fast: true,
         ..Config::default()
     };
-    match &options.topology {
-        Topology::Standalone(url) => {
-            let e = Endpoint::parse(url, 6379).map_err(bad)?;
-            config.server = ServerConfig::Centralized { server: server(&e) };
-            config.username = e.username.clone();
-            config.password = e.password.clone();
-            config.database = e.database;
+    let uses_tls = match target {
+        Target::Standalone(a) => {
+            config.server = match &a.place {
+                Place::Tcp { .. } => ServerConfig::Centralized { server: server(a)? },
+                Place::Unix(path) => ServerConfig::Unix { path: path.clone() },
+            };
+            config.username = a.username.clone();
+            config.password = a.password.clone();
+            config.database = a.database;
+            a.tls()
         }
-        Topology::Cluster(seeds) => {
-            let seeds = seeds
-                .iter()
-                .map(|s| Endpoint::parse(s, 6379))
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(bad)?;
+        Target::Cluster(seeds) => {
             config.username = seeds[0].username.clone();
             config.password = seeds[0].password.clone();
             config.server = ServerConfig::Clustered {
-                hosts: seeds.iter().map(server).collect(),
+                hosts: seeds.iter().map(server).collect::<Result<_, _>>()?,
                 policy: Default::default(),
             };
+            seeds[0].tls()
         }
-        Topology::Sentinel { master, sentinels } => {
-            let nodes = sentinels
-                .iter()
-                .map(|s| Endpoint::parse(s, 26379))
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(bad)?;
+        Target::Sentinel {
+            master,
+            sentinels,
+            data,
+        } => {
+            if sentinels[0].tls() != data.tls {
+                return Err(Fault::Config(
+                    "with the fred client, the Sentinels and the data nodes must both use TLS \
+                     or both not: fred has one TLS setting for both"
+                        .to_owned(),
+                ));
+            }
             config.server = ServerConfig::Sentinel {
-                hosts: nodes.iter().map(server).collect(),
+                hosts: sentinels.iter().map(server).collect::<Result<_, _>>()?,
                 service_name: master.clone(),
-                username: nodes[0].username.clone(),
-                password: nodes[0].password.clone(),
+                username: sentinels[0].username.clone(),
+                password: sentinels[0].password.clone(),
             };
-            config.username = options.username.clone();
-            config.password = options.password.clone();
-            config.database = options.database;
+            config.username = data.username.clone();
+            config.password = data.password.clone();
+            config.database = data.database;
+            data.tls
         }
+        #[cfg(feature = "redis-client")]
+        Target::RedisClient(_) => {
+            return Err(Fault::Config(
+                "a redis-rs client cannot be used with the fred transport".to_owned(),
+            ));
+        }
+        Target::FredClients(_) => unreachable!("shared clients are handled before"),
+    };
+    #[cfg(feature = "tls")]
+    if uses_tls {
+        let rustls = tls
+            .rustls_config()
+            .map_err(|e| Fault::Config(e.message().to_owned()))?;
+        config.tls = Some(fred::types::config::TlsConfig {
+            connector: fred::types::config::TlsConnector::from(rustls),
+            hostnames: fred::types::config::TlsHostMapping::None,
+        });
     }
+    #[cfg(not(feature = "tls"))]
+    let _ = uses_tls;
     Ok(config)
+}
+
+/// `host:port` of a node, or `unix:/path` for a socket (which fred names by its path).
+fn server_name(server: &Server) -> String {
+    if server.host.starts_with('/') {
+        display_socket(std::path::Path::new(&*server.host))
+    } else {
+        display_parts(&server.host, server.port)
+    }
+}
+
+/// Where `client` connects, without credentials.
+pub(crate) fn describe_client(client: &FredClient) -> String {
+    let list = |hosts: &[Server]| {
+        hosts
+            .iter()
+            .map(|s| display_parts(&s.host, s.port))
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    match &client.client_config().server {
+        ServerConfig::Centralized { server } => display_parts(&server.host, server.port),
+        ServerConfig::Clustered { hosts, .. } => format!("cluster seeds {}", list(hosts)),
+        ServerConfig::Sentinel {
+            hosts,
+            service_name,
+            ..
+        } => format!("master `{service_name}` via sentinels {}", list(hosts)),
+        ServerConfig::Unix { path } => display_socket(path),
+    }
+}
+
+/// The passwords `client` was configured with.
+pub(crate) fn client_secrets(client: &FredClient) -> Vec<String> {
+    let config = client.client_config();
+    let mut out: Vec<String> = config.password.into_iter().collect();
+    if let ServerConfig::Sentinel {
+        password: Some(p), ..
+    } = config.server
+    {
+        out.push(p);
+    }
+    out
 }
 
 struct Fred {
     slots: Vec<FredSlot>,
     next: AtomicUsize,
-    /// Makes the clients that replace timed-out ones.
-    replacements: Builder,
+    /// Makes the clients that replace timed-out ones; `None` for the application's own
+    /// clients, which are never replaced.
+    replacements: Option<Builder>,
     subscriber: Option<SubscriberClient>,
     timeout: Duration,
     watch: Arc<ServerWatch>,
@@ -228,11 +389,16 @@ struct Current {
     watcher: tokio::task::JoinHandle<()>,
     /// fred's connection task for `client`.
     driver: Option<ConnectHandle>,
+    /// Made by coord (closed when replaced or dropped), or the application's (left alone).
+    owned: bool,
 }
 
 impl Drop for Current {
     fn drop(&mut self) {
         self.watcher.abort();
+        if !self.owned {
+            return;
+        }
         // fred's connection task reconnects forever, and ignores a `QUIT` that timed out
         // (as it does on a stuck connection): ask politely, which gives commands still in
         // flight one command timeout, then stop the task.
@@ -266,7 +432,12 @@ impl FredSlot {
 impl Fred {
     /// Gives `slot` a new client unless it was already replaced since `generation`.
     fn replace(&self, slot: &FredSlot, generation: u64) {
-        let client = match self.replacements.build() {
+        let Some(replacements) = &self.replacements else {
+            // The application's client: its connection is not coord's to close.
+            tracing::debug!("coord-redis: a command timed out on a shared fred client");
+            return;
+        };
+        let client = match replacements.build() {
             Ok(client) => client,
             Err(err) => {
                 tracing::warn!(error = %err, "coord-redis: could not build a new fred client");
@@ -290,6 +461,7 @@ impl Fred {
                     generation,
                     watcher,
                     driver: Some(driver),
+                    owned: true,
                 },
             )
         };
@@ -299,14 +471,18 @@ impl Fred {
 }
 
 /// Sends `cmds` on `client`.
-async fn run_on(client: &FredClient, cmds: &[Command<'_>]) -> Result<Vec<Reply>, Fault> {
+async fn run_on(
+    client: &WithOptions<FredClient>,
+    cmds: &[Command<'_>],
+) -> Result<Vec<Reply>, Fault> {
     // fred's own command timeout bounds each command, reconnection waits included.
     if let [one] = cmds {
         let (cmd, args) = custom(one);
         let value: Value = client.custom(cmd, args).await.map_err(fault)?;
         return Ok(vec![reply(value)?]);
     }
-    let pipeline = client.pipeline();
+    // The pipeline's commands take the options too.
+    let pipeline = Pipeline::from(client.clone());
     for c in cmds {
         let (cmd, args) = custom(c);
         let _: () = pipeline.custom(cmd, args).await.map_err(fault)?;
@@ -344,6 +520,7 @@ impl Transport for Fred {
             let i = self.next.fetch_add(1, Ordering::Relaxed);
             let slot = &self.slots[i % self.slots.len()];
             let (generation, client) = slot.client();
+            let client = client.with_options(&command_options(self.timeout));
             let deadline = tokio::time::Instant::now() + self.timeout;
             let attempts = async {
                 let mut pause = Duration::from_millis(5);
@@ -387,13 +564,14 @@ impl Transport for Fred {
             }
             let mut out = Vec::with_capacity(nodes.len());
             for server in nodes {
-                let node = Endpoint::display_parts(&server.host, server.port);
+                let node = server_name(&server);
                 let (name, args) = custom(&cmd);
-                let value: Result<Value, Error> = if self.clustered {
-                    client.with_cluster_node(server).custom(name, args).await
-                } else {
-                    client.custom(name, args).await
+                let options = FredOptions {
+                    cluster_node: self.clustered.then_some(server),
+                    ..command_options(self.timeout)
                 };
+                let value: Result<Value, Error> =
+                    client.with_options(&options).custom(name, args).await;
                 match value.map_err(fault).and_then(reply) {
                     Ok(reply) => out.push((node, Ok(reply))),
                     Err(Fault::Server(text)) => out.push((node, Err(Fault::Server(text)))),
@@ -428,6 +606,10 @@ fn reply(value: Value) -> Result<Reply, Fault> {
     Ok(match value {
         Value::Null => Reply::Nil,
         Value::Integer(i) => Reply::Int(i),
+        // Under RESP3 (a shared client may speak it) a script's `false` arrives as a boolean
+        // (RESP2 sends nil) and `true` as a boolean (RESP2 sends 1).
+        Value::Boolean(false) => Reply::Nil,
+        Value::Boolean(true) => Reply::Int(1),
         Value::String(s) => Reply::Data(s.as_bytes().to_vec()),
         Value::Bytes(b) => Reply::Data(b.to_vec()),
         Value::Array(items) => {

@@ -29,20 +29,24 @@ use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
-use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
+use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
 use redis::{
-    AsyncConnectionConfig, ErrorKind, ProtocolVersion, PushInfo, PushKind, RedisConnectionInfo,
-    RedisError, Value,
+    AsyncConnectionConfig, ConnectionAddr, ConnectionInfo, ErrorKind, IntoConnectionInfo,
+    ProtocolVersion, PushInfo, PushKind, RedisConnectionInfo, RedisError, Value,
 };
+#[cfg(feature = "tls")]
+use redis::{ClientTlsConfig, TlsCertificates, TlsMode};
 use tokio::sync::watch;
 
 use super::{Command, Fault, NodeReplies, Reply, Subscriber, SubscriberEvents, Transport};
-use crate::config::{Options, Topology};
+use crate::config::{Address, Options, Place, Target, TlsMaterial, display_parts, display_socket};
 use crate::server_checks::{ServerWatch, info_server};
 
-/// Connects as `options` say, reporting every node's run id to `watch`.
+/// Connects as `options` say, to `target`, reporting every node's run id to `watch`.
 pub(crate) async fn connect(
     options: &Options,
+    target: Target,
+    tls: &TlsMaterial,
     watch: Arc<ServerWatch>,
 ) -> Result<Arc<dyn Transport>, Fault> {
     let timeout = options.command_timeout;
@@ -50,34 +54,42 @@ pub(crate) async fn connect(
     let config = AsyncConnectionConfig::new()
         .set_connection_timeout(Some(timeout))
         .set_response_timeout(Some(timeout));
-    let transport = match &options.topology {
-        Topology::Standalone(url) => {
-            let client = redis::Client::open(with_scheme(url)).map_err(fault)?;
-            let dialer = Arc::new(Dialer::Direct(client.clone()));
-            let slots = Slot::pool(&dialer, &config, timeout, size, &watch);
-            // Connect once now, so a wrong address or password fails at connect time.
-            for slot in &slots {
-                slot.connection().await?;
-            }
-            RedisRs {
-                conns: Conns::Slots(slots),
-                next: AtomicUsize::new(0),
-                pubsub: PubSubSource::Direct(vec![client]),
-                timeout,
-            }
+    let direct = |client: redis::Client| async {
+        let dialer = Arc::new(Dialer::Direct(Box::new(client.clone())));
+        let slots = Slot::pool(&dialer, &config, timeout, size, &watch);
+        // Connect once now, so a wrong address or password fails at connect time.
+        for slot in &slots {
+            slot.connection().await?;
         }
-        Topology::Cluster(seeds) => {
-            let seeds: Vec<String> = seeds.iter().map(|s| with_scheme(s)).collect();
-            let client = ClusterClient::builder(seeds.clone())
+        Ok::<_, Fault>(RedisRs {
+            conns: Conns::Slots(slots),
+            next: AtomicUsize::new(0),
+            pubsub: PubSubSource::Direct(vec![client]),
+            timeout,
+        })
+    };
+    let transport = match target {
+        Target::Standalone(address) => direct(client_for(&address, tls)?).await?,
+        Target::RedisClient(client) => direct(client).await?,
+        Target::Cluster(seeds) => {
+            let infos = seeds
+                .iter()
+                .map(connection_info)
+                .collect::<Result<Vec<_>, _>>()?;
+            #[allow(unused_mut)]
+            let mut builder = ClusterClient::builder(infos)
                 .connection_timeout(timeout)
                 .response_timeout(timeout)
                 // No resends inside redis-rs: after an I/O error it would send the command
                 // again, though the first send may have been executed. Redirects come back
                 // to `ClusterSlot::exec`, which follows the ones that prove non-execution.
-                .retries(0)
-                .build()
-                .map_err(fault)?;
-            let client = Arc::new(client);
+                .retries(0);
+            #[cfg(feature = "tls")]
+            if seeds[0].tls() {
+                crate::config::ensure_crypto_provider();
+                builder = builder.certs(certificates(tls));
+            }
+            let client = Arc::new(builder.build().map_err(fault)?);
             let pool: Vec<ClusterSlot> = (0..size)
                 .map(|_| ClusterSlot::new(&client, timeout, &watch))
                 .collect();
@@ -87,9 +99,8 @@ pub(crate) async fn connect(
             }
             let direct = seeds
                 .iter()
-                .map(|s| redis::Client::open(s.as_str()))
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(fault)?;
+                .map(|seed| client_for(seed, tls))
+                .collect::<Result<Vec<_>, _>>()?;
             RedisRs {
                 conns: Conns::Cluster(pool),
                 next: AtomicUsize::new(0),
@@ -97,25 +108,50 @@ pub(crate) async fn connect(
                 timeout,
             }
         }
-        Topology::Sentinel { master, sentinels } => {
-            let mut info = RedisConnectionInfo::default();
-            if let Some(user) = &options.username {
-                info = info.set_username(user);
+        Target::Sentinel {
+            master,
+            sentinels,
+            data,
+        } => {
+            let addrs = sentinels
+                .iter()
+                .map(|s| connection_addr(&s.place))
+                .collect::<Vec<_>>();
+            let mut builder = SentinelClientBuilder::new(addrs, master, SentinelServerType::Master)
+                .map_err(fault)?;
+            let first = &sentinels[0];
+            if let Some(user) = &first.username {
+                builder = builder.set_client_to_sentinel_username(user);
             }
-            if let Some(password) = &options.password {
-                info = info.set_password(password);
+            if let Some(password) = &first.password {
+                builder = builder.set_client_to_sentinel_password(password);
             }
-            if let Some(db) = options.database {
-                info = info.set_db(db.into());
+            if let Some(user) = &data.username {
+                builder = builder.set_client_to_redis_username(user);
             }
-            let node_info = SentinelNodeConnectionInfo::default().set_redis_connection_info(info);
-            let sentinel = SentinelClient::build(
-                sentinels.iter().map(|s| with_scheme(s)).collect(),
-                master.clone(),
-                Some(node_info),
-                SentinelServerType::Master,
-            )
-            .map_err(fault)?;
+            if let Some(password) = &data.password {
+                builder = builder.set_client_to_redis_password(password);
+            }
+            if let Some(db) = data.database {
+                builder = builder.set_client_to_redis_db(db.into());
+            }
+            #[cfg(feature = "tls")]
+            {
+                if first.tls() || data.tls {
+                    crate::config::ensure_crypto_provider();
+                }
+                if first.tls() {
+                    builder = builder
+                        .set_client_to_sentinel_tls_mode(TlsMode::Secure)
+                        .set_client_to_sentinel_certificates(certificates(tls));
+                }
+                if data.tls {
+                    builder = builder
+                        .set_client_to_redis_tls_mode(TlsMode::Secure)
+                        .set_client_to_redis_certificates(certificates(tls));
+                }
+            }
+            let sentinel = builder.build().map_err(fault)?;
             let shared = Arc::new(SentinelShared {
                 sentinel: tokio::sync::Mutex::new(sentinel),
             });
@@ -130,16 +166,91 @@ pub(crate) async fn connect(
                 timeout,
             }
         }
+        #[cfg(feature = "fred")]
+        Target::FredClients(_) => {
+            return Err(Fault::Config(
+                "a fred client cannot be used with the redis-rs transport".to_owned(),
+            ));
+        }
     };
     Ok(Arc::new(transport))
 }
 
-/// redis-rs wants a scheme; a bare `host:port` means plain `redis://`.
-fn with_scheme(url: &str) -> String {
-    if url.contains("://") {
-        url.to_owned()
-    } else {
-        format!("redis://{url}")
+/// redis-rs's address for `place` (TLS settings are added by [`client_for`]).
+fn connection_addr(place: &Place) -> ConnectionAddr {
+    match place {
+        Place::Tcp {
+            host,
+            port,
+            tls: false,
+        } => ConnectionAddr::Tcp(host.clone(), *port),
+        Place::Tcp {
+            host,
+            port,
+            tls: true,
+        } => ConnectionAddr::TcpTls {
+            host: host.clone(),
+            port: *port,
+            insecure: false,
+            tls_params: None,
+        },
+        Place::Unix(path) => ConnectionAddr::Unix(path.clone()),
+    }
+}
+
+/// Address, credentials and database of `address`, as redis-rs takes them.
+fn connection_info(address: &Address) -> Result<ConnectionInfo, Fault> {
+    let mut redis = RedisConnectionInfo::default();
+    if let Some(user) = &address.username {
+        redis = redis.set_username(user);
+    }
+    if let Some(password) = &address.password {
+        redis = redis.set_password(password);
+    }
+    if let Some(db) = address.database {
+        redis = redis.set_db(db.into());
+    }
+    Ok(connection_addr(&address.place)
+        .into_connection_info()
+        .map_err(fault)?
+        .set_redis_settings(redis))
+}
+
+/// A redis-rs client for `address`, with the TLS certificates when it uses TLS.
+fn client_for(
+    address: &Address,
+    #[allow(unused)] tls: &TlsMaterial,
+) -> Result<redis::Client, Fault> {
+    let info = connection_info(address)?;
+    #[cfg(feature = "tls")]
+    if address.tls() {
+        crate::config::ensure_crypto_provider();
+        return redis::Client::build_with_tls(info, certificates(tls)).map_err(fault);
+    }
+    redis::Client::open(info).map_err(fault)
+}
+
+/// The certificates in redis-rs's form; none given means the system's roots, no client
+/// certificate.
+#[cfg(feature = "tls")]
+fn certificates(tls: &TlsMaterial) -> TlsCertificates {
+    TlsCertificates {
+        client_tls: tls.client.as_ref().map(|(cert, key)| ClientTlsConfig {
+            client_cert: cert.clone(),
+            client_key: key.clone(),
+        }),
+        root_cert: tls.ca.clone(),
+    }
+}
+
+/// Where `client` connects, without credentials.
+pub(crate) fn describe_client(client: &redis::Client) -> String {
+    match client.get_connection_info().addr() {
+        ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => {
+            display_parts(host, *port)
+        }
+        ConnectionAddr::Unix(path) => display_socket(path),
+        _ => "<redis-rs client>".to_owned(),
     }
 }
 
@@ -326,14 +437,14 @@ fn stale(fault: &Fault) -> bool {
 
 /// Where a slot's connections come from.
 enum Dialer {
-    Direct(redis::Client),
+    Direct(Box<redis::Client>),
     Sentinel(Arc<SentinelShared>),
 }
 
 impl Dialer {
     async fn client(&self) -> Result<redis::Client, Fault> {
         match self {
-            Dialer::Direct(client) => Ok(client.clone()),
+            Dialer::Direct(client) => Ok((**client).clone()),
             Dialer::Sentinel(shared) => shared.master().await,
         }
     }

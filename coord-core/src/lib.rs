@@ -76,11 +76,13 @@ pub use key::{KeyBuilder, KeyPart, KeyWriter, render_key};
 pub use memory_provider::MemoryProvider;
 pub use policy::{OnAbandoned, OnBackendError, OnLost, OnMissingKey, OnStoreError};
 pub use provider::{
-    BoxFuture, CacheEntry, CacheStore, ClaimOutcome, ClaimRequest, CompleteOutcome, CompleteRequest, Deadline,
-    FencingToken, Fingerprint, IdempotencyStore, LockGrant, LockProvider, LockRequest, LossCause,
-    OwnerToken, ReleaseOutcome, RenewOutcome,
+    BoxFuture, CacheEntry, CacheStore, ClaimOutcome, ClaimRequest, CompleteOutcome,
+    CompleteRequest, Deadline, FencingToken, Fingerprint, IdempotencyStore, LockGrant,
+    LockProvider, LockRequest, LossCause, OwnerToken, ReleaseOutcome, RenewOutcome,
 };
-pub use report::{CacheOutcome, CallReport, FlightOutcome, IdempotencyOutcome, LockOutcome, observe};
+pub use report::{
+    CacheOutcome, CallReport, FlightOutcome, IdempotencyOutcome, LockOutcome, observe,
+};
 pub use runtime::cache::CacheScope;
 pub use runtime::flight::open_flights;
 pub use runtime::held::{fencing_token, is_held, lock_lost};
@@ -97,8 +99,8 @@ pub mod __private {
     pub use crate::key::KeyBuilder;
     pub use crate::policy::{OnAbandoned, OnBackendError, OnLost, OnMissingKey, OnStoreError};
     pub use crate::runtime::cache::{
-        CacheForm, CacheOutput, CacheScope, CacheSpec, LocalSlot, SharedOutput,
-        SharedResultOutput, cached, local_form, shared_form, shared_result_form,
+        CacheForm, CacheOutput, CacheScope, CacheSpec, LocalSlot, SharedOutput, SharedResultOutput,
+        cached, local_form, shared_form, shared_result_form,
     };
     pub use crate::runtime::call::{Call, IdempotencySpec, LockSpec, OpSpec};
     pub use crate::runtime::flight::single_flight;

@@ -16,9 +16,9 @@ use coord_memory::{Attempt, Claim, Completion, LockTable, RecordStore, Renewal};
 use crate::call_key::CallKey;
 use crate::error::BackendError;
 use crate::provider::{
-    BoxFuture, CacheEntry, CacheStore, ClaimOutcome, ClaimRequest, CompleteOutcome, CompleteRequest, FencingToken,
-    Fingerprint, IdempotencyStore, LockGrant, LockProvider, LockRequest, LossCause, OwnerToken,
-    ReleaseOutcome, RenewOutcome,
+    BoxFuture, CacheEntry, CacheStore, ClaimOutcome, ClaimRequest, CompleteOutcome,
+    CompleteRequest, FencingToken, Fingerprint, IdempotencyStore, LockGrant, LockProvider,
+    LockRequest, LossCause, OwnerToken, ReleaseOutcome, RenewOutcome,
 };
 
 /// Coordination within this process: leases, fencing, FIFO hand-off and idempotency records
@@ -248,47 +248,6 @@ impl IdempotencyStore for MemoryProvider {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn constant_answers_box_without_allocating() {
-        let answer = ReadyWith(|| Ok::<_, BackendError>(ReleaseOutcome::Released));
-        assert_eq!(
-            size_of_val(&answer),
-            0,
-            "a zero-sized future boxes for free"
-        );
-    }
-
-    #[tokio::test]
-    async fn the_hot_path_answers_are_the_contract_answers() {
-        let provider = MemoryProvider::new();
-        let key = CallKey::builder("mp", "op").finish();
-        let owner = OwnerToken::new();
-        let req = LockRequest {
-            key: &key,
-            owner,
-            lease: Duration::from_secs(30),
-            wait: Duration::ZERO,
-            fenced: false,
-        };
-        let grant = provider.acquire(req.clone()).await.unwrap().unwrap();
-        assert_eq!(grant.fencing_token, None);
-        assert!(!grant.contended);
-        let other = LockRequest {
-            owner: OwnerToken::new(),
-            ..req
-        };
-        assert_eq!(provider.acquire(other).await.unwrap(), None);
-        let released = provider.release(&key, owner).await.unwrap();
-        assert_eq!(released, ReleaseOutcome::Released);
-        let again = provider.release(&key, owner).await.unwrap();
-        assert_eq!(again, ReleaseOutcome::NotHeld);
-    }
-}
-
 impl CacheStore for MemoryProvider {
     fn cache_get<'a>(
         &'a self,
@@ -332,5 +291,46 @@ impl CacheStore for MemoryProvider {
         Box::pin(std::future::ready(Ok(
             removed.is_some_and(|(_, (_, expires))| expires > now)
         )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn constant_answers_box_without_allocating() {
+        let answer = ReadyWith(|| Ok::<_, BackendError>(ReleaseOutcome::Released));
+        assert_eq!(
+            size_of_val(&answer),
+            0,
+            "a zero-sized future boxes for free"
+        );
+    }
+
+    #[tokio::test]
+    async fn the_hot_path_answers_are_the_contract_answers() {
+        let provider = MemoryProvider::new();
+        let key = CallKey::builder("mp", "op").finish();
+        let owner = OwnerToken::new();
+        let req = LockRequest {
+            key: &key,
+            owner,
+            lease: Duration::from_secs(30),
+            wait: Duration::ZERO,
+            fenced: false,
+        };
+        let grant = provider.acquire(req.clone()).await.unwrap().unwrap();
+        assert_eq!(grant.fencing_token, None);
+        assert!(!grant.contended);
+        let other = LockRequest {
+            owner: OwnerToken::new(),
+            ..req
+        };
+        assert_eq!(provider.acquire(other).await.unwrap(), None);
+        let released = provider.release(&key, owner).await.unwrap();
+        assert_eq!(released, ReleaseOutcome::Released);
+        let again = provider.release(&key, owner).await.unwrap();
+        assert_eq!(again, ReleaseOutcome::NotHeld);
     }
 }

@@ -451,11 +451,14 @@ fn generate(stack: &Stack, func: &ItemFn) -> TokenStream {
     };
     // The form checks the output's bounds for the scope: clones in memory for `local`, serde
     // for the shared tier (the whole `Result` with `cache_err`).
-    let cache_form = stack.cache.as_ref().map(|layer| match (layer.scope, layer.cache_err) {
-        (Scope::Local, _) => quote!(local_form),
-        (_, false) => quote!(shared_form),
-        (_, true) => quote!(shared_result_form),
-    });
+    let cache_form = stack
+        .cache
+        .as_ref()
+        .map(|layer| match (layer.scope, layer.cache_err) {
+            (Scope::Local, _) => quote!(local_form),
+            (_, false) => quote!(shared_form),
+            (_, true) => quote!(shared_result_form),
+        });
 
     let coordinator_stmt = match &stack.coordinator {
         None => quote! {
@@ -648,9 +651,10 @@ mod tests {
                     .trim_start_matches("#[")
                     .trim_end_matches(']')
                     .split_once('(')
-                    .map_or((first.trim_start_matches("#[").trim_end_matches(']'), ""), |(n, a)| {
-                        (n, a.trim_end_matches(')'))
-                    });
+                    .map_or(
+                        (first.trim_start_matches("#[").trim_end_matches(']'), ""),
+                        |(n, a)| (n, a.trim_end_matches(')')),
+                    );
                 let kind = Kind::from_name(name).expect("a coord attribute");
                 let item = format!(
                     "{} async fn f(id: u64) -> Result<u64, E> {{ Ok(id) }}",

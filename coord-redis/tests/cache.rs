@@ -137,7 +137,11 @@ async fn two_tier_reads_redis_only_past_the_local_ttl(client: Client) {
         outcome(two_tier(&c, 1, runs.clone())).await.1,
         Some(CacheOutcome::Hit)
     );
-    assert_eq!(calls(&server, "get"), gets + 1, "one read of the shared entry");
+    assert_eq!(
+        calls(&server, "get"),
+        gets + 1,
+        "one read of the shared entry"
+    );
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 
     assert!(c.invalidate(&call_key(&c, "rc.two_tier", 1)).await.unwrap());
@@ -190,12 +194,17 @@ async fn the_store_reads_writes_and_deletes_with_a_server_ttl(client: Client) {
     assert!(left > Duration::from_secs(25) && left <= Duration::from_secs(30));
     assert!(pttl(&server, &redis_key(&k, "cache")) > 25_000);
     // The cache never touches the other names of the key.
-    assert_eq!(server.command(&["EXISTS", &redis_key(&k, "idem")]).int(), Some(0));
+    assert_eq!(
+        server.command(&["EXISTS", &redis_key(&k, "idem")]).int(),
+        Some(0)
+    );
     assert!(p.cache_delete(&k).await.unwrap());
     assert!(!p.cache_delete(&k).await.unwrap());
     assert_eq!(p.cache_get(&k).await.unwrap(), None);
     // A short TTL lapses on the server's clock.
-    p.cache_set(&k, b"v", Duration::from_millis(200)).await.unwrap();
+    p.cache_set(&k, b"v", Duration::from_millis(200))
+        .await
+        .unwrap();
     tokio::time::sleep(Duration::from_millis(600)).await;
     assert_eq!(p.cache_get(&k).await.unwrap(), None);
 }

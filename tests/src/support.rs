@@ -8,9 +8,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use coord_core::{
-    BackendError, BackendErrorKind, BoxFuture, CacheEntry, CacheStore, ClaimOutcome, ClaimRequest, CompleteOutcome,
-    CompleteRequest, Coordinator, IdempotencyStore, LockGrant, LockProvider, LockRequest,
-    LossCause, MemoryProvider, OwnerToken, ReleaseOutcome, RenewOutcome,
+    BackendError, BackendErrorKind, BoxFuture, CacheEntry, CacheStore, ClaimOutcome, ClaimRequest,
+    CompleteOutcome, CompleteRequest, Coordinator, IdempotencyStore, LockGrant, LockProvider,
+    LockRequest, LossCause, MemoryProvider, OwnerToken, ReleaseOutcome, RenewOutcome,
 };
 
 /// The in-process provider, wrapped to count calls and to fail on demand.

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use coord_core::{
     CacheOutcome, CacheScope, CacheStore, CallKey, CoordError, Coordinator, FlightOutcome,
-    IdempotencyOutcome, LockOutcome, cached, distributed_lock, idempotent, observe,
-    single_flight, telemetry,
+    IdempotencyOutcome, LockOutcome, cached, distributed_lock, idempotent, observe, single_flight,
+    telemetry,
 };
 use coord_tests::support::InstrumentedProvider;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
@@ -368,11 +368,7 @@ async fn idempotency_sits_outside_the_cache() {
     assert_eq!(second.idempotency, Some(IdempotencyOutcome::Replayed));
     assert_eq!(second.cache, None);
     // With the record gone, the cache answers and the body still does not run.
-    assert!(
-        c.purge_record(&key(&c, "t.cache.idem", 1))
-            .await
-            .unwrap()
-    );
+    assert!(c.purge_record(&key(&c, "t.cache.idem", 1)).await.unwrap());
     let (_, third) = observe(idem_cached(&c, 1, n.clone())).await;
     assert_eq!(third.idempotency, Some(IdempotencyOutcome::Executed));
     assert_eq!(third.cache, Some(CacheOutcome::Hit));
@@ -410,7 +406,11 @@ async fn the_handle_api_shares_entries_and_keys_with_the_attribute() {
     let (_, c) = InstrumentedProvider::coordinator("cache-handle-attr");
     let n = runs();
     local(&c, 4, n.clone()).await.unwrap();
-    assert!(c.invalidate(&c.key("t.cache.local").part(&4u64).finish()).await.unwrap());
+    assert!(
+        c.invalidate(&c.key("t.cache.local").part(&4u64).finish())
+            .await
+            .unwrap()
+    );
     local(&c, 4, n.clone()).await.unwrap();
     assert_eq!(n.load(Ordering::SeqCst), 2);
 }

@@ -289,8 +289,10 @@ impl<R: CacheOutput> ErasedTier for LocalTier<R> {
 /// Every local tier made in this process, by operation name, so that
 /// [`Coordinator::invalidate`](crate::Coordinator::invalidate) finds them from a key, and run
 /// time specs (the handle API) with the same operation and output share one tier.
-static TIERS: LazyLock<Mutex<Vec<(String, Arc<dyn ErasedTier>)>>> =
-    LazyLock::new(|| Mutex::new(Vec::new()));
+static TIERS: LazyLock<Mutex<Vec<NamedTier>>> = LazyLock::new(|| Mutex::new(Vec::new()));
+
+/// A local tier and the operation it belongs to.
+type NamedTier = (String, Arc<dyn ErasedTier>);
 
 fn tier_for<R: CacheOutput>(op: &str, spec: &CacheSpec) -> Arc<dyn ErasedTier> {
     spec.local

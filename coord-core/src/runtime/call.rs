@@ -12,10 +12,11 @@ use crate::error::{BackendError, CoordError};
 use crate::key::KeyBuilder;
 use crate::policy::{OnAbandoned, OnBackendError, OnLost, OnMissingKey, OnStoreError};
 use crate::provider::FencingToken;
-use crate::runtime::cache::CacheSpec;
 use crate::report::{
-    CacheOutcome, CallReport, FlightOutcome, IdempotencyOutcome, LockOutcome, ReportSink, take_requested_sink,
+    CacheOutcome, CallReport, FlightOutcome, IdempotencyOutcome, LockOutcome, ReportSink,
+    take_requested_sink,
 };
+use crate::runtime::cache::CacheSpec;
 use crate::telemetry::{CallTelemetry, OpTelemetry};
 
 /// The static description of one annotated function, emitted by the macros.

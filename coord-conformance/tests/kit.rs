@@ -62,6 +62,9 @@ impl LockProvider for ReleaseNeverFrees {
     }
 }
 
+/// No shared cache: the defaults.
+impl coord_core::CacheStore for ReleaseNeverFrees {}
+
 impl IdempotencyStore for ReleaseNeverFrees {
     fn claim<'a>(
         &'a self,

@@ -9,15 +9,17 @@ use crate::codec::Codec;
 use crate::memory_provider::MemoryProvider;
 use crate::operations::{Operations, Operator};
 use crate::policy::OnBackendError;
-use crate::provider::{IdempotencyStore, LockProvider};
+use crate::provider::{CacheStore, IdempotencyStore, LockProvider};
 use crate::runtime::renewal::Renewer;
 use crate::shutdown::Lifecycle;
 
-/// A provider that serves both layers that need shared state, and the operations API.
-/// Implemented automatically for any type that implements the three traits (a provider without
-/// operator support opts out with an empty `impl Operations for MyProvider {}`).
-pub trait Provider: LockProvider + IdempotencyStore + Operations {}
-impl<P: LockProvider + IdempotencyStore + Operations> Provider for P {}
+/// A provider that serves every layer that needs shared state, and the operations API.
+/// Implemented automatically for any type that implements the four traits. [`CacheStore`] and
+/// [`Operations`] have defaults for every method (reporting them unsupported), so a provider
+/// without a shared cache or operator support opts out with `impl CacheStore for MyProvider {}`
+/// and `impl Operations for MyProvider {}`.
+pub trait Provider: LockProvider + IdempotencyStore + CacheStore + Operations {}
+impl<P: LockProvider + IdempotencyStore + CacheStore + Operations> Provider for P {}
 
 /// Where intercepted calls coordinate: a provider, a namespace and the defaults every
 /// attribute can override.
@@ -35,6 +37,7 @@ struct Inner {
     locks: Arc<dyn LockProvider>,
     records: Arc<dyn IdempotencyStore>,
     operations: Arc<dyn Operations>,
+    cache: Arc<dyn CacheStore>,
     codec: Codec,
     on_backend_error: OnBackendError,
     in_process: bool,
@@ -141,6 +144,7 @@ struct ChosenProvider {
     locks: Arc<dyn LockProvider>,
     records: Arc<dyn IdempotencyStore>,
     operations: Arc<dyn Operations>,
+    cache: Arc<dyn CacheStore>,
     /// Set for the in-process provider: exclusion holds within this process only.
     in_process: bool,
 }
@@ -178,7 +182,8 @@ impl CoordinatorBuilder {
         self.provider = Some(ChosenProvider {
             locks: provider.clone(),
             records: provider.clone(),
-            operations: provider,
+            operations: provider.clone(),
+            cache: provider.clone(),
             in_process: true,
         });
         self
@@ -190,7 +195,8 @@ impl CoordinatorBuilder {
         self.provider = Some(ChosenProvider {
             locks: provider.clone(),
             records: provider.clone(),
-            operations: provider,
+            operations: provider.clone(),
+            cache: provider,
             in_process: false,
         });
         self
@@ -217,6 +223,7 @@ impl CoordinatorBuilder {
             locks,
             records,
             operations,
+            cache,
             in_process,
         } = self.provider.ok_or(BuildError::NoProvider)?;
         Ok(Coordinator {
@@ -226,6 +233,7 @@ impl CoordinatorBuilder {
                 locks,
                 records,
                 operations,
+                cache,
                 codec: self.codec,
                 on_backend_error: self.on_backend_error,
                 in_process,
@@ -374,6 +382,27 @@ impl Coordinator {
     /// asked). See [`Operator`].
     pub fn operator(&self) -> Operator<'_> {
         Operator::new(self)
+    }
+
+    /// Removes the cached answer of one call: the entries of this process's local tiers (every
+    /// `#[cached]` operation or [`Coordinator::cached`] handle with `key`'s operation name),
+    /// and the shared entry in the provider. Returns whether an entry was found anywhere.
+    ///
+    /// `key` is the key the attribute uses: `coord.key(op).part(..).finish()` with the
+    /// attribute's `name` and its `key_from` parameters in order. Local tiers of other
+    /// processes are not reached: with `scope = "two_tier"` they keep serving their copy for
+    /// at most `local_ttl`.
+    ///
+    /// Fails only when deleting the shared entry fails (the local entries are gone by then).
+    pub async fn invalidate(&self, key: &CallKey) -> Result<bool, crate::BackendError> {
+        let local = crate::runtime::cache::invalidate_local(key);
+        let shared = self.inner.cache.cache_delete(key).await?;
+        Ok(local || shared)
+    }
+
+    /// The shared cache (the shared tier of `#[cached]`).
+    pub fn cache_store(&self) -> &Arc<dyn CacheStore> {
+        &self.inner.cache
     }
 }
 

@@ -72,7 +72,7 @@ pub use call_key::{CallKey, CallKeyBuilder, InvalidCallKey};
 pub use codec::Codec;
 pub use coordinator::{BuildError, Coordinator, CoordinatorBuilder, Metrics, Provider};
 pub use error::{BackendError, BackendErrorKind, CoordError, NotStoredCause};
-pub use handle::{Idempotent, Lock, SingleFlight};
+pub use handle::{Cached, Idempotent, Lock, SingleFlight};
 pub use key::{KeyBuilder, KeyPart, KeyWriter, render_key};
 pub use memory_provider::MemoryProvider;
 pub use operations::{
@@ -81,18 +81,21 @@ pub use operations::{
 };
 pub use policy::{OnAbandoned, OnBackendError, OnLost, OnMissingKey, OnStoreError};
 pub use provider::{
-    BoxFuture, ClaimOutcome, ClaimRequest, CompleteOutcome, CompleteRequest, Deadline,
-    FencingToken, Fingerprint, IdempotencyStore, LockGrant, LockProvider, LockRequest, LossCause,
-    OwnerToken, ReleaseOutcome, RenewOutcome,
+    BoxFuture, CacheEntry, CacheStore, ClaimOutcome, ClaimRequest, CompleteOutcome,
+    CompleteRequest, Deadline, FencingToken, Fingerprint, IdempotencyStore, LockGrant,
+    LockProvider, LockRequest, LossCause, OwnerToken, ReleaseOutcome, RenewOutcome,
 };
-pub use report::{CallReport, FlightOutcome, IdempotencyOutcome, LockOutcome, observe};
+pub use report::{
+    CacheOutcome, CallReport, FlightOutcome, IdempotencyOutcome, LockOutcome, observe,
+};
+pub use runtime::cache::CacheScope;
 pub use runtime::flight::open_flights;
 pub use runtime::held::{fencing_token, is_held, lock_lost};
 pub use runtime::lock::LockGuard;
 pub use shutdown::ShutdownReport;
 pub use telemetry::describe_metrics;
 
-pub use coord_macros::{distributed_lock, idempotent, single_flight};
+pub use coord_macros::{cached, distributed_lock, idempotent, single_flight};
 
 /// What the generated code calls. Not a public API.
 #[doc(hidden)]
@@ -100,6 +103,10 @@ pub mod __private {
     pub use crate::fingerprint::FingerprintHasher;
     pub use crate::key::KeyBuilder;
     pub use crate::policy::{OnAbandoned, OnBackendError, OnLost, OnMissingKey, OnStoreError};
+    pub use crate::runtime::cache::{
+        CacheForm, CacheOutput, CacheScope, CacheSpec, LocalSlot, SharedOutput, SharedResultOutput,
+        cached, local_form, shared_form, shared_result_form,
+    };
     pub use crate::runtime::call::{Call, IdempotencySpec, LockSpec, OpSpec};
     pub use crate::runtime::flight::single_flight;
     pub use crate::runtime::idempotency::idempotent;

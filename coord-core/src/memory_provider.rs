@@ -6,6 +6,11 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use dashmap::DashMap;
+use tokio::time::Instant;
+
 use coord_memory::{Attempt, Claim, Completion, LockTable, RecordStore, Renewal};
 
 use crate::call_key::CallKey;
@@ -15,9 +20,9 @@ use crate::operations::{
     RecordStatus, Waiters,
 };
 use crate::provider::{
-    BoxFuture, ClaimOutcome, ClaimRequest, CompleteOutcome, CompleteRequest, FencingToken,
-    Fingerprint, IdempotencyStore, LockGrant, LockProvider, LockRequest, LossCause, OwnerToken,
-    ReleaseOutcome, RenewOutcome,
+    BoxFuture, CacheEntry, CacheStore, ClaimOutcome, ClaimRequest, CompleteOutcome,
+    CompleteRequest, FencingToken, Fingerprint, IdempotencyStore, LockGrant, LockProvider,
+    LockRequest, LossCause, OwnerToken, ReleaseOutcome, RenewOutcome,
 };
 
 /// Coordination within this process: leases, fencing, FIFO hand-off and idempotency records
@@ -39,7 +44,15 @@ use crate::provider::{
 pub struct MemoryProvider {
     locks: LockTable,
     records: RecordStore,
+    /// The shared tier of `#[cached]`: bytes and their expiry (tokio's clock, like the rest).
+    cache: DashMap<CallKey, (Arc<[u8]>, Instant)>,
+    /// Sets since the last sweep of expired cache entries.
+    cache_sets: AtomicU64,
 }
+
+/// Expired cache entries are swept once per this many sets, so keys never read again do not
+/// accumulate (a read removes an expired entry at once).
+const CACHE_SWEEP_EVERY: u64 = 1024;
 
 impl MemoryProvider {
     /// An empty provider.
@@ -50,6 +63,11 @@ impl MemoryProvider {
     /// How many lock keys are held or waited for (zero once all locks are released).
     pub fn lock_keys(&self) -> usize {
         self.locks.len()
+    }
+
+    /// How many shared cache entries are kept, expired ones not yet swept included.
+    pub fn cache_entries(&self) -> usize {
+        self.cache.len()
     }
 
     /// How many idempotency records are stored.
@@ -358,6 +376,52 @@ fn read_cursor(cursor: &Cursor) -> Option<String> {
         .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
         .collect::<Option<Vec<u8>>>()?;
     String::from_utf8(bytes).ok()
+}
+
+impl CacheStore for MemoryProvider {
+    fn cache_get<'a>(
+        &'a self,
+        key: &'a CallKey,
+    ) -> BoxFuture<'a, Result<Option<CacheEntry>, BackendError>> {
+        let now = Instant::now();
+        let found = match self.cache.get(key) {
+            Some(entry) if entry.1 > now => Some(CacheEntry {
+                value: entry.0.to_vec(),
+                ttl_left: Some(entry.1 - now),
+            }),
+            Some(entry) => {
+                drop(entry);
+                self.cache.remove_if(key, |_, (_, expires)| *expires <= now);
+                None
+            }
+            None => None,
+        };
+        Box::pin(std::future::ready(Ok(found)))
+    }
+
+    fn cache_set<'a>(
+        &'a self,
+        key: &'a CallKey,
+        value: &'a [u8],
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<(), BackendError>> {
+        let now = Instant::now();
+        let expires = coord_memory::deadline_after(now, ttl);
+        self.cache.insert(key.clone(), (Arc::from(value), expires));
+        if self.cache_sets.fetch_add(1, Ordering::Relaxed) + 1 >= CACHE_SWEEP_EVERY {
+            self.cache_sets.store(0, Ordering::Relaxed);
+            self.cache.retain(|_, (_, expires)| *expires > now);
+        }
+        Box::pin(std::future::ready(Ok(())))
+    }
+
+    fn cache_delete<'a>(&'a self, key: &'a CallKey) -> BoxFuture<'a, Result<bool, BackendError>> {
+        let now = Instant::now();
+        let removed = self.cache.remove(key);
+        Box::pin(std::future::ready(Ok(
+            removed.is_some_and(|(_, (_, expires))| expires > now)
+        )))
+    }
 }
 
 #[cfg(test)]

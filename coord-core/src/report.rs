@@ -52,6 +52,33 @@ pub enum FlightOutcome {
     TookOver,
 }
 
+/// What the cache layer (`#[cached]`) did with a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CacheOutcome {
+    /// A live entry answered the call; the body and the layers inside the cache (single-flight,
+    /// the lock) were not reached.
+    Hit,
+    /// No live entry: the call went on to the inner layers and the body.
+    Miss,
+    /// An entry was found in the shared tier but did not decode (written by another build, or
+    /// not by coord): treated as a miss, with a warning.
+    Stale,
+    /// The shared tier failed to answer (a backend error): treated as a miss, and counted.
+    Error,
+}
+
+impl CacheOutcome {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            CacheOutcome::Hit => "hit",
+            CacheOutcome::Miss => "miss",
+            CacheOutcome::Stale => "stale",
+            CacheOutcome::Error => "error",
+        }
+    }
+}
+
 /// What the lock layer did with a call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -129,6 +156,8 @@ pub struct CallReport {
     pub key: Option<CallKey>,
     /// The idempotency layer's outcome.
     pub idempotency: Option<IdempotencyOutcome>,
+    /// The cache layer's outcome.
+    pub cache: Option<CacheOutcome>,
     /// The single-flight layer's outcome.
     pub flight: Option<FlightOutcome>,
     /// The lock layer's outcome.

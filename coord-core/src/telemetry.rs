@@ -8,7 +8,7 @@
 //!
 //! | name | kind | labels | what |
 //! |---|---|---|---|
-//! | `coord_calls_total` | counter | `layer`, `op`, `outcome` | calls per layer and outcome: idempotency `executed`, `replayed`, `in_flight`, `key_reused`, `failed_open`, `backend_error`, `lost`, `outcome_unknown`, `not_stored`, `missing_key`, `unprotected`, `shut_down`; single_flight `led`, `joined`, `took_over`; lock `acquired`, `contended`, `not_acquired`, `reentrant`, `failed_open`, `backend_error`, `lost`, `shut_down` |
+//! | `coord_calls_total` | counter | `layer`, `op`, `outcome` | calls per layer and outcome: idempotency `executed`, `replayed`, `in_flight`, `key_reused`, `failed_open`, `backend_error`, `lost`, `outcome_unknown`, `not_stored`, `missing_key`, `unprotected`, `shut_down`; cache `hit`, `miss`, `stale` (an entry that did not decode), `error` (the shared tier failed; a miss); single_flight `led`, `joined`, `took_over`; lock `acquired`, `contended`, `not_acquired`, `reentrant`, `failed_open`, `backend_error`, `lost`, `shut_down` |
 //! | `coord_backend_errors_total` | counter | `layer`, `op`, `kind` | backend faults by [`BackendErrorKind`](crate::BackendErrorKind) (`unavailable`, `timeout`, ...) |
 //! | `coord_lock_wait_seconds` | histogram | `op` | from asking for a lock to getting it or giving up |
 //! | `coord_lock_hold_seconds` | histogram | `op` | from getting a lock to releasing it |
@@ -27,7 +27,7 @@ use std::time::Duration;
 use metrics::{Key, Label, Level, Metadata, SharedString, Unit};
 
 use crate::error::BackendError;
-use crate::report::{FlightOutcome, IdempotencyOutcome, LockOutcome};
+use crate::report::{CacheOutcome, FlightOutcome, IdempotencyOutcome, LockOutcome};
 
 /// `coord_calls_total`.
 pub const CALLS: &str = "coord_calls_total";
@@ -98,6 +98,7 @@ pub fn describe_metrics() {
 
 const IDEMPOTENCY_OUTCOMES: usize = 12;
 const FLIGHT_OUTCOMES: usize = 3;
+const CACHE_OUTCOMES: usize = 4;
 const LOCK_OUTCOMES: usize = 8;
 
 /// The metric keys of one operation, built once on first use and kept with the operation (the
@@ -106,6 +107,7 @@ const LOCK_OUTCOMES: usize = 8;
 pub struct OpTelemetry {
     idempotency: [OnceLock<Key>; IDEMPOTENCY_OUTCOMES],
     flight: [OnceLock<Key>; FLIGHT_OUTCOMES],
+    cache: [OnceLock<Key>; CACHE_OUTCOMES],
     lock: [OnceLock<Key>; LOCK_OUTCOMES],
     lock_wait: OnceLock<Key>,
     lock_hold: OnceLock<Key>,
@@ -131,6 +133,7 @@ impl OpTelemetry {
         OpTelemetry {
             idempotency: [const { OnceLock::new() }; IDEMPOTENCY_OUTCOMES],
             flight: [const { OnceLock::new() }; FLIGHT_OUTCOMES],
+            cache: [const { OnceLock::new() }; CACHE_OUTCOMES],
             lock: [const { OnceLock::new() }; LOCK_OUTCOMES],
             lock_wait: OnceLock::new(),
             lock_hold: OnceLock::new(),
@@ -181,6 +184,11 @@ impl CallTelemetry<'_> {
     pub(crate) fn flight(&self, outcome: FlightOutcome) {
         let slot = &self.keys.flight[outcome as usize];
         count(slot.get_or_init(|| call_key("single_flight", self.op, outcome.as_str())));
+    }
+
+    pub(crate) fn cache(&self, outcome: CacheOutcome) {
+        let slot = &self.keys.cache[outcome as usize];
+        count(slot.get_or_init(|| call_key("cache", self.op, outcome.as_str())));
     }
 
     pub(crate) fn lock(&self, outcome: LockOutcome) {

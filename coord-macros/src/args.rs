@@ -123,6 +123,7 @@ pub(crate) enum Renew {
 #[derive(Clone)]
 pub(crate) enum Value {
     Millis(u64),
+    Count(u64),
     Bool(bool),
     Paths(Vec<KeyPath>),
     /// A word of a [`ValueKind::Choice`], as spelled in the table.
@@ -149,6 +150,8 @@ pub(crate) struct Args {
     /// expanded, whose location is the macro's call site.
     site: Option<TokenStream>,
     entries: Vec<Entry>,
+    /// Options written on this attribute, whether or not their value parsed.
+    attempted: Vec<&'static str>,
 }
 
 impl Args {
@@ -157,6 +160,7 @@ impl Args {
             kind,
             site,
             entries: Vec::new(),
+            attempted: Vec::new(),
         }
     }
 
@@ -176,6 +180,12 @@ impl Args {
             .map(|e| &e.setting)
     }
 
+    /// Whether the option was written on this attribute, even with a value that was rejected
+    /// (so that a missing-option error does not repeat the value's own error).
+    pub(crate) fn was_written(&self, spec: &OptionSpec) -> bool {
+        self.attempted.contains(&spec.name)
+    }
+
     /// The option as written, or else the table's default for it.
     pub(crate) fn get(&self, spec: &OptionSpec) -> Option<&Setting<Value>> {
         self.written(spec).or_else(|| {
@@ -190,6 +200,14 @@ impl Args {
     pub(crate) fn millis(&self, spec: &OptionSpec) -> Option<u64> {
         match self.get(spec)?.value {
             Value::Millis(ms) => Some(ms),
+            _ => None,
+        }
+    }
+
+    /// A whole-number option.
+    pub(crate) fn count(&self, spec: &OptionSpec) -> Option<u64> {
+        match self.get(spec)?.value {
+            Value::Count(n) => Some(n),
             _ => None,
         }
     }
@@ -289,6 +307,7 @@ impl Args {
             ));
             return;
         }
+        self.attempted.push(spec.name);
         match parse_value(spec, value) {
             Ok(setting) => self.entries.push(Entry {
                 spec,
@@ -336,6 +355,7 @@ fn parse_value(spec: &OptionSpec, value: &Expr) -> syn::Result<Setting<Value>> {
             parse_duration(value, option, positive)?.map(Value::Millis)
         }
         ValueKind::Bool => parse_bool(value, option)?.map(Value::Bool),
+        ValueKind::Count { positive } => parse_count(value, option, positive)?.map(Value::Count),
         ValueKind::KeyPaths => parse_paths(value, option)?.map(Value::Paths),
         ValueKind::Choice(words) => parse_choice(value, option, words)?.map(Value::Word),
         ValueKind::Expr => parse_coordinator(value, option)?.map(Value::Expr),
@@ -680,6 +700,27 @@ fn parse_duration(value: &Expr, option: &str, positive: bool) -> syn::Result<Set
         ));
     }
     Ok(Setting::new(millis, value, millis.to_string()))
+}
+
+/// A whole number: an integer literal (`10_000`) or one in a string (`"10000"`).
+fn parse_count(value: &Expr, option: &str, positive: bool) -> syn::Result<Setting<u64>> {
+    let parsed = match value {
+        Expr::Lit(ExprLit {
+            lit: Lit::Int(int), ..
+        }) if int.suffix().is_empty() || int.suffix() == "u64" => int.base10_parse::<u64>().ok(),
+        other => as_str_lit(other).and_then(|lit| lit.value().replace('_', "").parse::<u64>().ok()),
+    };
+    match parsed {
+        Some(0) if positive => Err(syn::Error::new_spanned(
+            value,
+            format!("`{option}` must be more than zero"),
+        )),
+        Some(n) => Ok(Setting::new(n, value, n.to_string())),
+        None => Err(syn::Error::new_spanned(
+            value,
+            format!("`{option}` takes a whole number, such as `{option} = 10_000`"),
+        )),
+    }
 }
 
 fn parse_bool(value: &Expr, option: &str) -> syn::Result<Setting<bool>> {

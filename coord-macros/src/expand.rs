@@ -11,7 +11,7 @@ use crate::args::{Args, Errors, KeyPath};
 use crate::fallback;
 use crate::model::LeasePolicy;
 use crate::model::Stack;
-use crate::options::{Abandoned, Kind, Lost, MissingKey, Policy, StoreError};
+use crate::options::{Abandoned, Kind, Lost, MissingKey, Policy, Scope, StoreError};
 
 /// The item our expansion starts every function body with. Finding it on input means this
 /// function was expanded already.
@@ -425,6 +425,41 @@ fn generate(stack: &Stack, func: &ItemFn) -> TokenStream {
         }
     };
 
+    let cache_spec = match &stack.cache {
+        None => quote!(::core::option::Option::None),
+        Some(layer) => {
+            let ttl = millis(&krate, layer.ttl_ms);
+            let local_ttl = millis(&krate, layer.local_ttl_ms);
+            let scope = match layer.scope {
+                Scope::Local => quote!(#krate::__private::CacheScope::Local),
+                Scope::Shared => quote!(#krate::__private::CacheScope::Shared),
+                Scope::TwoTier => quote!(#krate::__private::CacheScope::TwoTier),
+            };
+            let max_capacity = Literal::u64_suffixed(layer.max_capacity);
+            let cache_err = layer.cache_err;
+            quote! {
+                ::core::option::Option::Some(#krate::__private::CacheSpec {
+                    ttl: #ttl,
+                    scope: #scope,
+                    local_ttl: #local_ttl,
+                    max_capacity: #max_capacity,
+                    cache_err: #cache_err,
+                    local: #krate::__private::LocalSlot::new(),
+                })
+            }
+        }
+    };
+    // The form checks the output's bounds for the scope: clones in memory for `local`, serde
+    // for the shared tier (the whole `Result` with `cache_err`).
+    let cache_form = stack
+        .cache
+        .as_ref()
+        .map(|layer| match (layer.scope, layer.cache_err) {
+            (Scope::Local, _) => quote!(local_form),
+            (_, false) => quote!(shared_form),
+            (_, true) => quote!(shared_result_form),
+        });
+
     let coordinator_stmt = match &stack.coordinator {
         None => quote! {
             let #coordinator = #krate::__private::default_coordinator();
@@ -486,7 +521,7 @@ fn generate(stack: &Stack, func: &ItemFn) -> TokenStream {
         },
         None => TokenStream::new(),
     };
-    // Innermost first: lock, then single-flight, then idempotency outermost. The layer calls
+    // Innermost first: lock, then single-flight, then the cache, then idempotency outermost. The layer calls
     // sit at the return type too (see above). A layer handed to another one is wrapped in an
     // async block, so the outer layer bounds a plain future rather than the inner layer's
     // opaque one, whose unmet bounds would otherwise be reported a second time.
@@ -496,6 +531,13 @@ fn generate(stack: &Stack, func: &ItemFn) -> TokenStream {
         Kind::Idempotent => quote_spanned! {at_ret=>
             #krate_here::__private::idempotent(#call_here, #fingerprint_here, #inner)
         },
+        Kind::Cached => {
+            let form = cache_form.clone().unwrap_or_else(|| quote!(local_form));
+            let form = respan(form, at_ret);
+            quote_spanned! {at_ret=>
+                #krate_here::__private::cached(#call_here, #krate_here::__private::#form(), #inner)
+            }
+        }
         Kind::SingleFlight => quote_spanned! {at_ret=>
             #krate_here::__private::single_flight(#call_here, #inner)
         },
@@ -524,6 +566,7 @@ fn generate(stack: &Stack, func: &ItemFn) -> TokenStream {
         static #op: #krate::__private::OpSpec = #krate::__private::OpSpec {
             name: #name,
             idempotency: #idempotency_spec,
+            cache: #cache_spec,
             lock: #lock_spec,
             telemetry: #krate::__private::OpTelemetry::new(),
             record_key: #record_key,
@@ -584,6 +627,67 @@ mod tests {
         assert!(!out.contains("# [single_flight]"), "{out}");
         assert!(out.contains("from_millis (300000u64)"), "{out}");
         assert!(!out.contains("compile_error"), "{out}");
+    }
+
+    #[test]
+    fn the_cache_sits_between_idempotency_and_single_flight_in_every_written_order() {
+        let layers = [
+            "#[idempotent(key_from = \"id\")]",
+            "#[cached(ttl = \"1m\")]",
+            "#[single_flight]",
+            "#[distributed_lock]",
+        ];
+        // Every rotation and its reverse: each attribute is written first, last and between.
+        for start in 0..layers.len() {
+            for reverse in [false, true] {
+                let mut order: Vec<&str> = (0..layers.len())
+                    .map(|i| layers[(start + i) % layers.len()])
+                    .collect();
+                if reverse {
+                    order.reverse();
+                }
+                let (first, rest) = order.split_first().expect("four layers");
+                let (name, args) = first
+                    .trim_start_matches("#[")
+                    .trim_end_matches(']')
+                    .split_once('(')
+                    .map_or(
+                        (first.trim_start_matches("#[").trim_end_matches(']'), ""),
+                        |(n, a)| (n, a.trim_end_matches(')')),
+                    );
+                let kind = Kind::from_name(name).expect("a coord attribute");
+                let item = format!(
+                    "{} async fn f(id: u64) -> Result<u64, E> {{ Ok(id) }}",
+                    rest.join(" ")
+                );
+                let out = expand(kind, args, &item);
+                assert!(!out.contains("compile_error"), "{order:?}: {out}");
+                let idem = position(&out, ":: idempotent (");
+                let cache = position(&out, ":: cached (");
+                let flight = position(&out, ":: single_flight (");
+                let lock = position(&out, ":: distributed_lock (");
+                assert!(
+                    idem < cache && cache < flight && flight < lock,
+                    "{order:?}: {out}"
+                );
+                assert!(out.contains(":: local_form ()"), "{out}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_scope_picks_the_form_that_checks_the_output() {
+        let item = "async fn f(id: u64) -> Result<u64, E> { Ok(id) }";
+        let out = expand(Kind::Cached, "ttl = \"1s\", scope = \"shared\"", item);
+        assert!(out.contains(":: shared_form ()"), "{out}");
+        let out = expand(
+            Kind::Cached,
+            "ttl = \"1s\", scope = two_tier, cache_err = true",
+            item,
+        );
+        assert!(out.contains(":: shared_result_form ()"), "{out}");
+        // A tenth of the TTL is the two-tier default local TTL.
+        assert!(out.contains("from_millis (100u64)"), "{out}");
     }
 
     #[test]

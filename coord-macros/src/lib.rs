@@ -1,4 +1,4 @@
-//! The attribute macros of coord: `#[idempotent]`, `#[single_flight]` and
+//! The attribute macros of coord: `#[idempotent]`, `#[cached]`, `#[single_flight]` and
 //! `#[distributed_lock]`.
 //!
 //! Use them through `coord_core`, which re-exports them; the code they generate calls into
@@ -10,8 +10,9 @@
 //!
 //! The attributes can be combined on one function, in any order. The first one to expand
 //! takes in the others and emits one function whose layers always nest the same way:
-//! idempotency outermost, single-flight next, the lock innermost. A replay therefore never
-//! touches the lock, and concurrent duplicates share one lock acquisition.
+//! idempotency outermost, the cache next, then single-flight, the lock innermost. A replay or a
+//! cache hit therefore never touches single-flight or the lock, and concurrent duplicates
+//! share one lock acquisition.
 //!
 //! The layers share the call: its key is derived once, from the `key_from` given on any of
 //! them. `key_from`, `name`, `coordinator`, `crate` and `record_key` may be written on one attribute or
@@ -107,6 +108,49 @@ use crate::options::Kind;
 #[proc_macro_attribute]
 pub fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
     expand::expand_stack(Kind::Idempotent, args.into(), item.into()).into()
+}
+
+/// Serves the function's answer from a cache for `ttl`: a later call with the same key gets a
+/// clone of it without running the body (nor single-flight or the lock, which sit inside the
+/// cache). Only `Ok` outcomes are cached unless `cache_err = true`.
+///
+/// The function must return `Result<T, E>` with `T` and `E` `Clone + Send + Sync + 'static`
+/// (a hit hands out a clone). A shared scope also needs `T` (and, with `cache_err`, `E`) to be
+/// serde-serializable: entries are stored with the coordinator's codec.
+///
+/// ```
+/// # use coord_core::cached;
+/// #[cached(key_from = "symbol", ttl = "30s", max_capacity = 1_000)]
+/// async fn quote(symbol: String) -> Result<u64, String> {
+///     // runs at most once per symbol every 30 s in this process
+///     Ok(symbol.len() as u64)
+/// }
+/// ```
+///
+/// Nothing the cache does becomes an error for the caller: a shared read that fails is a miss
+/// (counted with `outcome = "error"`), a shared entry that does not decode (written by another
+/// build) is a miss with a warning (`outcome = "stale"`), and a shared write that fails is
+/// logged and counted. Expired entries are never served. Remove an entry in code with
+/// `Coordinator::invalidate`.
+///
+/// # Options
+///
+/// Besides `key_from` (optional: without it, one answer for the whole operation), `name`,
+/// `coordinator`, `crate` and `record_key` (see the crate documentation):
+///
+/// * `ttl = "30s"`: how long an answer is served. Required.
+/// * `scope = "local" | "shared" | "two_tier"`: where answers are kept. `local`, a bounded
+///   in-memory cache of this operation in this process; `shared`, the provider, so every
+///   process sharing it sees one entry; `two_tier`, a local tier in front of the shared one.
+///   Default `"local"`.
+/// * `max_capacity = 10_000`: how many entries the local tier holds (moka's bound, which may
+///   be exceeded briefly). Not for `shared`. Default `10_000`.
+/// * `local_ttl = "5s"`: how long `two_tier` keeps an answer in this process, never past the
+///   shared entry's expiry. Must be shorter than `ttl`; without it, a tenth of `ttl`.
+/// * `cache_err = true | false`: cache `Err` outcomes too. Default `false`.
+#[proc_macro_attribute]
+pub fn cached(args: TokenStream, item: TokenStream) -> TokenStream {
+    expand::expand_stack(Kind::Cached, args.into(), item.into()).into()
 }
 
 /// Makes concurrent calls with the same key in this process share one run: the first call

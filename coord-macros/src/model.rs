@@ -6,9 +6,10 @@ use syn::{Expr, FnArg, Ident, Pat, Path, Signature};
 
 use crate::args::{self, Args, Errors, KeyPath, Renew, Setting, Value};
 use crate::options::{
-    self, Abandoned, COORDINATOR, CRATE, FENCED, FINGERPRINT, IN_FLIGHT_LEASE, KEY_FROM, Kind,
-    LEASE, Lost, MissingKey, NAME, ON_ABANDONED, ON_BACKEND_ERROR, ON_LOST, ON_MISSING_KEY,
-    ON_STORE_ERROR, OptionSpec, Policy, RECORD_KEY, RENEW, RETENTION, StoreError, WAIT,
+    self, Abandoned, CACHE_ERR, COORDINATOR, CRATE, FENCED, FINGERPRINT, IN_FLIGHT_LEASE, KEY_FROM,
+    Kind, LEASE, LOCAL_TTL, Lost, MAX_CAPACITY, MissingKey, NAME, ON_ABANDONED, ON_BACKEND_ERROR,
+    ON_LOST, ON_MISSING_KEY, ON_STORE_ERROR, OptionSpec, Policy, RECORD_KEY, RENEW, RETENTION,
+    SCOPE, Scope, StoreError, TTL, WAIT,
 };
 
 /// The `#[idempotent]` layer.
@@ -41,9 +42,20 @@ pub(crate) struct LockLayer {
     pub(crate) lease_policy: LeasePolicy,
 }
 
+/// The `#[cached]` layer.
+pub(crate) struct CacheLayer {
+    pub(crate) ttl_ms: u64,
+    pub(crate) scope: Scope,
+    /// The local TTL of `two_tier` (a tenth of `ttl` unless given); equal to `ttl` otherwise.
+    pub(crate) local_ttl_ms: u64,
+    pub(crate) max_capacity: u64,
+    pub(crate) cache_err: bool,
+}
+
 /// Everything code generation needs, checked.
 pub(crate) struct Stack {
     pub(crate) idempotency: Option<IdempotencyLayer>,
+    pub(crate) cache: Option<CacheLayer>,
     pub(crate) single_flight: bool,
     pub(crate) lock: Option<LockLayer>,
     /// The key parts, in order. Empty: the key is the operation name alone.
@@ -145,6 +157,7 @@ impl Stack {
     pub(crate) fn has(&self, kind: Kind) -> bool {
         match kind {
             Kind::Idempotent => self.idempotency.is_some(),
+            Kind::Cached => self.cache.is_some(),
             Kind::SingleFlight => self.single_flight,
             Kind::DistributedLock => self.lock.is_some(),
         }
@@ -225,6 +238,8 @@ impl Stack {
             }
         });
 
+        let cache = first_of(Kind::Cached).map(|layer| cache_layer(layer, &mut errors));
+
         let lock = first_of(Kind::DistributedLock).map(|layer| {
             let lease_ms = layer.millis(&LEASE).unwrap_or_default();
             LockLayer {
@@ -244,6 +259,7 @@ impl Stack {
 
         Ok(Stack {
             idempotency,
+            cache,
             single_flight: first_of(Kind::SingleFlight).is_some(),
             lock,
             key,
@@ -286,4 +302,51 @@ fn lease_policy(layer: &Args, lease_ms: u64, errors: &mut Errors) -> LeasePolicy
         .choice::<Lost>(&ON_LOST)
         .or_else(|| renew_ms.map(|_| Lost::Cancel));
     LeasePolicy { renew_ms, on_lost }
+}
+
+/// Resolves `#[cached]`: `ttl` is required; `local_ttl` belongs to `two_tier` and must be
+/// shorter than `ttl`; `max_capacity` sizes a local tier, which `shared` does not have.
+fn cache_layer(layer: &Args, errors: &mut Errors) -> CacheLayer {
+    let ttl_ms = layer.millis(&TTL);
+    if ttl_ms.is_none() && !layer.was_written(&TTL) {
+        errors.push(layer.error(format!(
+            "#[cached] needs `{}`: how long an answer is served, as in `#[cached(ttl = \"30s\")]`",
+            TTL.name
+        )));
+    }
+    let ttl_ms = ttl_ms.unwrap_or(1);
+    let scope = layer.choice::<Scope>(&SCOPE).unwrap_or(Scope::Local);
+    let local_ttl_ms = match (layer.written(&LOCAL_TTL), layer.millis(&LOCAL_TTL)) {
+        (Some(setting), Some(ms)) => {
+            if scope != Scope::TwoTier {
+                errors.push(setting.error(format!(
+                    "`{}` applies to `{} = \"two_tier\"` only: the other scopes keep an answer for `{}`",
+                    LOCAL_TTL.name, SCOPE.name, TTL.name
+                )));
+            } else if ms >= ttl_ms {
+                errors.push(setting.error(format!(
+                    "`{}` must be shorter than the `{}` ({ttl_ms} ms): the local copy of an answer must not outlive the shared one",
+                    LOCAL_TTL.name, TTL.name
+                )));
+            }
+            ms
+        }
+        _ if scope == Scope::TwoTier => (ttl_ms / 10).max(1),
+        _ => ttl_ms,
+    };
+    if scope == Scope::Shared {
+        if let Some(setting) = layer.written(&MAX_CAPACITY) {
+            errors.push(setting.error(format!(
+                "`{}` sizes the local tier, and `{} = \"shared\"` has none; use `\"two_tier\"` for a local tier in front of the shared one",
+                MAX_CAPACITY.name, SCOPE.name
+            )));
+        }
+    }
+    CacheLayer {
+        ttl_ms,
+        scope,
+        local_ttl_ms,
+        max_capacity: layer.count(&MAX_CAPACITY).unwrap_or(10_000),
+        cache_err: layer.flag(&CACHE_ERR).unwrap_or_default(),
+    }
 }

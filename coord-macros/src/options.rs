@@ -7,22 +7,29 @@
 //! of the crate refers to an option through its row ([`RETENTION`], [`LEASE`], ...), so a
 //! misspelled option is a compile error, not a silently ignored string.
 
-/// The three attributes.
+/// The four attributes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kind {
     Idempotent,
+    Cached,
     SingleFlight,
     DistributedLock,
 }
 
 impl Kind {
     /// Every kind, in canonical nesting order (outermost first).
-    pub(crate) const ALL: [Kind; 3] = [Kind::Idempotent, Kind::SingleFlight, Kind::DistributedLock];
+    pub(crate) const ALL: [Kind; 4] = [
+        Kind::Idempotent,
+        Kind::Cached,
+        Kind::SingleFlight,
+        Kind::DistributedLock,
+    ];
 
     /// The attribute's name as written.
     pub(crate) fn name(self) -> &'static str {
         match self {
             Kind::Idempotent => "idempotent",
+            Kind::Cached => "cached",
             Kind::SingleFlight => "single_flight",
             Kind::DistributedLock => "distributed_lock",
         }
@@ -43,7 +50,7 @@ impl Kind {
     pub(crate) fn lease_option(self) -> Option<&'static OptionSpec> {
         match self {
             Kind::Idempotent => Some(&IN_FLIGHT_LEASE),
-            Kind::SingleFlight => None,
+            Kind::Cached | Kind::SingleFlight => None,
             Kind::DistributedLock => Some(&LEASE),
         }
     }
@@ -58,6 +65,8 @@ pub(crate) enum ValueKind {
     Bool,
     /// One parameter path or a list of them: `"tenant_id"`, `["order.id", region]`.
     KeyPaths,
+    /// A whole number, bare (`10_000`) or in a string; `positive` rejects zero.
+    Count { positive: bool },
     /// One word out of a fixed set, quoted or bare.
     Choice(&'static [&'static str]),
     /// An expression, bare or in a string.
@@ -148,6 +157,10 @@ choice!(
     StoreError { "error" => Error, "return_ok" => ReturnOk }
 );
 choice!(
+    /// Where `#[cached]` keeps its entries.
+    Scope { "local" => Local, "shared" => Shared, "two_tier" => TwoTier }
+);
+choice!(
     /// What a call whose key has a `None` part does.
     MissingKey { "fail" => Fail, "run_unprotected" => RunUnprotected }
 );
@@ -156,6 +169,7 @@ const EVERY: &[Kind] = &Kind::ALL;
 const IDEMPOTENT: &[Kind] = &[Kind::Idempotent];
 const LOCK: &[Kind] = &[Kind::DistributedLock];
 const IDEMPOTENT_AND_LOCK: &[Kind] = &[Kind::Idempotent, Kind::DistributedLock];
+const CACHED: &[Kind] = &[Kind::Cached];
 
 pub(crate) const KEY_FROM: OptionSpec = OptionSpec {
     name: "key_from",
@@ -295,6 +309,48 @@ pub(crate) const ON_MISSING_KEY: OptionSpec = OptionSpec {
     doc: "what a call does when a part of its key is `None`",
 };
 
+pub(crate) const TTL: OptionSpec = OptionSpec {
+    name: "ttl",
+    attributes: CACHED,
+    value: ValueKind::Duration { positive: true },
+    example: "\"30s\"",
+    default: None,
+    doc: "how long an answer is served from the cache (required)",
+};
+pub(crate) const SCOPE: OptionSpec = OptionSpec {
+    name: "scope",
+    attributes: CACHED,
+    value: ValueKind::Choice(Scope::WORDS),
+    example: "\"local\"",
+    default: Some("\"local\""),
+    doc: "where answers are kept: this process, the provider, or both",
+};
+pub(crate) const MAX_CAPACITY: OptionSpec = OptionSpec {
+    name: "max_capacity",
+    attributes: CACHED,
+    value: ValueKind::Count { positive: true },
+    example: "10_000",
+    default: Some("10_000"),
+    doc: "how many entries the local tier holds",
+};
+pub(crate) const LOCAL_TTL: OptionSpec = OptionSpec {
+    name: "local_ttl",
+    attributes: CACHED,
+    value: ValueKind::Duration { positive: true },
+    example: "\"5s\"",
+    // A tenth of `ttl` (see `model`).
+    default: None,
+    doc: "how long `two_tier` keeps an answer in this process, shorter than `ttl`",
+};
+pub(crate) const CACHE_ERR: OptionSpec = OptionSpec {
+    name: "cache_err",
+    attributes: CACHED,
+    value: ValueKind::Bool,
+    example: "true",
+    default: Some("false"),
+    doc: "cache `Err` outcomes too",
+};
+
 /// Every option, in the order they are listed to users: the shared ones first.
 pub(crate) static OPTIONS: &[&OptionSpec] = &[
     &KEY_FROM,
@@ -314,6 +370,11 @@ pub(crate) static OPTIONS: &[&OptionSpec] = &[
     &ON_ABANDONED,
     &ON_STORE_ERROR,
     &ON_MISSING_KEY,
+    &TTL,
+    &SCOPE,
+    &MAX_CAPACITY,
+    &LOCAL_TTL,
+    &CACHE_ERR,
 ];
 
 /// The row for an option name, if there is one.
@@ -357,6 +418,7 @@ mod tests {
             (spec.value, value),
             (ValueKind::Duration { .. }, Value::Millis(_))
                 | (ValueKind::Bool, Value::Bool(_))
+                | (ValueKind::Count { .. }, Value::Count(_))
                 | (ValueKind::KeyPaths, Value::Paths(_))
                 | (ValueKind::Choice(_), Value::Word(_))
                 | (ValueKind::Expr, Value::Expr(_))
@@ -397,6 +459,7 @@ mod tests {
         check::<Abandoned>();
         check::<StoreError>();
         check::<MissingKey>();
+        check::<Scope>();
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //! | lock                     | `ns:lock:{op:parts}`              |
 //! | fencing counter          | `ns:fence:{op:parts}`             |
 //! | idempotency record       | `ns:idem:{op:parts}`              |
+//! | cached answer            | `ns:cache:{op:parts}`             |
 //!
 //! A release is announced on the pub/sub channel named like the lock key, a settled record
 //! on the channel named like the record key (channels are not keys: the names cannot clash).
@@ -58,6 +59,10 @@ impl<'a> Names<'a> {
     pub(crate) fn record(&self) -> String {
         self.name("idem")
     }
+
+    pub(crate) fn cache(&self) -> String {
+        self.name("cache")
+    }
 }
 
 #[cfg(test)]
@@ -74,6 +79,7 @@ mod tests {
         assert_eq!(n.lock(), "svc:lock:{charge:42:eu}");
         assert_eq!(n.fence(), "svc:fence:{charge:42:eu}");
         assert_eq!(n.record(), "svc:idem:{charge:42:eu}");
+        assert_eq!(n.cache(), "svc:cache:{charge:42:eu}");
         // A brace in any input is escaped, so it never reaches a name.
         let key = CallKey::builder("s{v}", "a{b}").part("c}").finish();
         let n = Names::of(&key);

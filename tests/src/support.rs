@@ -8,9 +8,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use coord_core::{
-    BackendError, BackendErrorKind, BoxFuture, ClaimOutcome, ClaimRequest, CompleteOutcome,
-    CompleteRequest, Coordinator, IdempotencyStore, LockGrant, LockProvider, LockRequest,
-    LossCause, MemoryProvider, OwnerToken, ReleaseOutcome, RenewOutcome,
+    BackendError, BackendErrorKind, BoxFuture, CacheEntry, CacheStore, ClaimOutcome, ClaimRequest,
+    CompleteOutcome, CompleteRequest, Coordinator, IdempotencyStore, LockGrant, LockProvider,
+    LockRequest, LossCause, MemoryProvider, OwnerToken, ReleaseOutcome, RenewOutcome,
 };
 
 /// The in-process provider, wrapped to count calls and to fail on demand.
@@ -34,6 +34,12 @@ pub struct InstrumentedProvider {
     pub fail_renewals: AtomicBool,
     /// When set, renewals report the lease lost (as if another owner held it).
     pub lose_renewals: AtomicBool,
+    /// `cache_get` calls.
+    pub cache_gets: AtomicUsize,
+    /// `cache_set` calls.
+    pub cache_sets: AtomicUsize,
+    /// When set, every shared cache call fails as if the backend were unreachable.
+    pub fail_cache: AtomicBool,
 }
 
 impl InstrumentedProvider {
@@ -296,4 +302,37 @@ pub async fn lock_is_free(c: &Coordinator, key: &CallKey) -> bool {
             .expect("probe release");
     }
     got.is_some()
+}
+
+impl CacheStore for InstrumentedProvider {
+    fn cache_get<'a>(
+        &'a self,
+        key: &'a CallKey,
+    ) -> BoxFuture<'a, Result<Option<CacheEntry>, BackendError>> {
+        self.cache_gets.fetch_add(1, Ordering::SeqCst);
+        if self.fail_cache.load(Ordering::SeqCst) {
+            return Box::pin(async { Err(Self::fault()) });
+        }
+        self.inner.cache_get(key)
+    }
+
+    fn cache_set<'a>(
+        &'a self,
+        key: &'a CallKey,
+        value: &'a [u8],
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<(), BackendError>> {
+        self.cache_sets.fetch_add(1, Ordering::SeqCst);
+        if self.fail_cache.load(Ordering::SeqCst) {
+            return Box::pin(async { Err(Self::fault()) });
+        }
+        self.inner.cache_set(key, value, ttl)
+    }
+
+    fn cache_delete<'a>(&'a self, key: &'a CallKey) -> BoxFuture<'a, Result<bool, BackendError>> {
+        if self.fail_cache.load(Ordering::SeqCst) {
+            return Box::pin(async { Err(Self::fault()) });
+        }
+        self.inner.cache_delete(key)
+    }
 }

@@ -131,6 +131,9 @@ impl LockProvider for FaultyProvider {
     }
 }
 
+/// No shared cache: the defaults.
+impl coord_core::CacheStore for FaultyProvider {}
+
 impl IdempotencyStore for FaultyProvider {
     fn claim<'a>(
         &'a self,

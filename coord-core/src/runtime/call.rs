@@ -13,8 +13,10 @@ use crate::key::KeyBuilder;
 use crate::policy::{OnAbandoned, OnBackendError, OnLost, OnMissingKey, OnStoreError};
 use crate::provider::FencingToken;
 use crate::report::{
-    CallReport, FlightOutcome, IdempotencyOutcome, LockOutcome, ReportSink, take_requested_sink,
+    CacheOutcome, CallReport, FlightOutcome, IdempotencyOutcome, LockOutcome, ReportSink,
+    take_requested_sink,
 };
+use crate::runtime::cache::CacheSpec;
 use crate::telemetry::{CallTelemetry, OpTelemetry};
 
 /// The static description of one annotated function, emitted by the macros.
@@ -24,6 +26,8 @@ pub struct OpSpec<'a> {
     pub name: &'a str,
     /// Present with `#[idempotent]`.
     pub idempotency: Option<IdempotencySpec>,
+    /// Present with `#[cached]`.
+    pub cache: Option<CacheSpec>,
     /// Present with `#[distributed_lock]`.
     pub lock: Option<LockSpec>,
     /// This operation's metric keys, built on first use.
@@ -124,6 +128,7 @@ impl<'c> Call<'c> {
             "coord",
             op = spec.name,
             idempotency = Empty,
+            cache = Empty,
             single_flight = Empty,
             lock = Empty,
             fencing_token = Empty,
@@ -185,6 +190,12 @@ impl<'c> Call<'c> {
         self.span.record("idempotency", outcome.as_str());
         self.telemetry().idempotency(outcome);
         self.report(|r| r.idempotency = Some(outcome));
+    }
+
+    pub(crate) fn record_cache(&self, outcome: CacheOutcome) {
+        self.span.record("cache", outcome.as_str());
+        self.telemetry().cache(outcome);
+        self.report(|r| r.cache = Some(outcome));
     }
 
     pub(crate) fn record_flight(&self, outcome: FlightOutcome) {

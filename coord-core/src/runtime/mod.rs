@@ -1,6 +1,7 @@
 //! The runtime the generated code calls. Not a public API: reached through
 //! `coord_core::__private`, and free to change between patch releases.
 
+pub(crate) mod cache;
 pub(crate) mod call;
 pub(crate) mod detach;
 pub(crate) mod flight;

@@ -406,6 +406,9 @@ fn gated<'a, T: Send + 'a>(
 /// unsupported.
 impl coord_core::Operations for Switchable {}
 
+/// No shared cache here either.
+impl coord_core::CacheStore for Switchable {}
+
 impl LockProvider for Switchable {
     fn acquire<'a>(
         &'a self,

@@ -5,6 +5,7 @@
 //! the two halves of the contract, `operations` the operations API, and the crate's `waiters`
 //! module serves the waits.
 
+mod cache;
 mod commands;
 mod locks;
 mod operations;

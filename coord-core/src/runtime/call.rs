@@ -135,6 +135,7 @@ impl<'c> Call<'c> {
             "coord.key" = Empty,
             "coord.lock.wait_ms" = Empty,
             "coord.loss_cause" = Empty,
+            "coord.replay.age_ms" = Empty,
             "error.type" = Empty,
         );
         if spec.record_key {
@@ -209,6 +210,15 @@ impl<'c> Call<'c> {
         self.span
             .record("coord.lock.wait_ms", waited.as_secs_f64() * 1000.0);
         self.telemetry().lock_wait(waited);
+    }
+
+    /// Records how old the stored outcome a replay answers with is, when the backend knows.
+    pub(crate) fn record_replay_age(&self, age: Option<Duration>) {
+        if let Some(age) = age {
+            self.span
+                .record("coord.replay.age_ms", age.as_secs_f64() * 1000.0);
+        }
+        self.report(|r| r.replay_age = age);
     }
 
     /// Records why a hold was lost.

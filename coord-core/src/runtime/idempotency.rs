@@ -372,12 +372,14 @@ where
             ClaimOutcome::Completed {
                 payload,
                 fingerprint: stored,
+                age,
             } => {
                 if let Err(err) = check_fingerprint(call, fingerprint, stored) {
                     return refuse(IdempotencyOutcome::KeyReused, err);
                 }
                 return match call.coordinator.codec().decode::<R::Ok>(&payload) {
                     Ok(value) => {
+                        call.record_replay_age(age);
                         call.record_idempotency(IdempotencyOutcome::Replayed);
                         Claim::Answer(R::from_ok(value))
                     }

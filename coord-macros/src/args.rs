@@ -347,9 +347,20 @@ impl Args {
     }
 }
 
+/// Looks through the invisible groups a `macro_rules!` macro wraps around the fragments it
+/// substitutes (`name = $op` with `$op:literal` arrives as a group holding the literal), so an
+/// attribute written by a user's own macro reads like one written by hand.
+fn ungrouped(value: &Expr) -> &Expr {
+    match value {
+        Expr::Group(group) => ungrouped(&group.expr),
+        other => other,
+    }
+}
+
 /// Reads `value` with the parser for the option's kind of value.
 fn parse_value(spec: &OptionSpec, value: &Expr) -> syn::Result<Setting<Value>> {
     let option = spec.name;
+    let value = ungrouped(value);
     Ok(match spec.value {
         ValueKind::Duration { positive } => {
             parse_duration(value, option, positive)?.map(Value::Millis)
@@ -483,7 +494,7 @@ fn as_str_lit(value: &Expr) -> Option<&LitStr> {
 /// A `key_from` or `fingerprint` value: one path, or a list of them.
 fn parse_paths(value: &Expr, option: &str) -> syn::Result<Setting<Vec<KeyPath>>> {
     let elements: Vec<&Expr> = match value {
-        Expr::Array(array) => array.elems.iter().collect(),
+        Expr::Array(array) => array.elems.iter().map(ungrouped).collect(),
         other => vec![other],
     };
     if elements.is_empty() {

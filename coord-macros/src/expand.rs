@@ -333,7 +333,11 @@ fn generate(stack: &Stack, func: &ItemFn) -> TokenStream {
     let krate = stack.krate.to_token_stream();
     // Generated locals are declared at the call site (not `mixed_site`) because some uses of
     // them are placed at the user's return type; their prefix keeps them apart from user names.
-    let hidden = Span::call_site();
+    // They resolve where the function itself was written: when a user's macro writes the
+    // attributes and the function in different expansions, the attribute's call site and the
+    // return type belong to different hygiene contexts, and only the function's is shared by
+    // every place they are used.
+    let hidden = Span::call_site().resolved_at(func.sig.fn_token.span);
     let call = Ident::new("__coord_call", hidden);
     let key = Ident::new("__coord_key", hidden);
     let fingerprint = Ident::new("__coord_fingerprint", hidden);

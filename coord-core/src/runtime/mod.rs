@@ -12,3 +12,4 @@ pub(crate) mod lock;
 pub(crate) mod outcome;
 pub(crate) mod renewal;
 pub(crate) mod time;
+pub(crate) mod settings;

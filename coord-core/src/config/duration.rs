@@ -106,31 +106,6 @@ pub(crate) fn format_duration(duration: Duration) -> String {
     out
 }
 
-/// `serde(with = ..)` for an optional duration written as text (`"30s"`).
-pub(crate) mod optional {
-    use std::time::Duration;
-
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    pub(crate) fn serialize<S: Serializer>(
-        value: &Option<Duration>,
-        serializer: S,
-    ) -> Result<S::Ok, S::Error> {
-        match value {
-            Some(duration) => serializer.serialize_str(&super::format_duration(*duration)),
-            None => serializer.serialize_none(),
-        }
-    }
-
-    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
-        deserializer: D,
-    ) -> Result<Option<Duration>, D::Error> {
-        let text: Option<String> = Option::deserialize(deserializer)?;
-        text.map(|t| super::parse_duration(&t).map_err(serde::de::Error::custom))
-            .transpose()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

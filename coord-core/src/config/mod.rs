@@ -40,6 +40,7 @@
 
 mod duration;
 mod env;
+mod optional_duration;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -91,7 +92,7 @@ pub struct CoordConfig {
     /// Bound on every round trip to a remote backend (Redis). `None`: the provider's default.
     /// The in-process provider has no round trips and ignores it.
     #[serde(
-        with = "duration::optional",
+        with = "optional_duration",
         skip_serializing_if = "Option::is_none"
     )]
     pub command_timeout: Option<Duration>,
@@ -168,32 +169,32 @@ pub struct TlsFiles {
 pub struct Profile {
     /// `#[distributed_lock]`'s lease.
     #[serde(
-        with = "duration::optional",
+        with = "optional_duration",
         skip_serializing_if = "Option::is_none"
     )]
     pub lease: Option<Duration>,
     /// How long a lock, or a duplicate of an in-flight `#[idempotent]` call, waits.
     #[serde(
-        with = "duration::optional",
+        with = "optional_duration",
         skip_serializing_if = "Option::is_none"
     )]
     pub wait: Option<Duration>,
     /// How long `#[idempotent]` keeps and replays a successful outcome.
     #[serde(
-        with = "duration::optional",
+        with = "optional_duration",
         skip_serializing_if = "Option::is_none"
     )]
     pub retention: Option<Duration>,
     /// The lease of `#[idempotent]`'s in-flight marker.
     #[serde(
-        with = "duration::optional",
+        with = "optional_duration",
         skip_serializing_if = "Option::is_none"
     )]
     pub in_flight_lease: Option<Duration>,
     /// Renew the lease (lock or marker) this often while the body runs; with it, a lost lease
     /// cancels the body unless the attribute says `on_lost = "signal"`.
     #[serde(
-        with = "duration::optional",
+        with = "optional_duration",
         skip_serializing_if = "Option::is_none"
     )]
     pub renew: Option<Duration>,

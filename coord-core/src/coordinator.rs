@@ -241,7 +241,7 @@ impl CoordinatorBuilder {
         let namespace = self.namespace.unwrap_or_else(crate::config::default_namespace);
         validate_namespace(&namespace)?;
         let invalid = |(field, reason)| BuildError::InvalidSetting { field, reason };
-        crate::config::check_profile("defaults", &self.defaults, &Profile::default())
+        crate::config::check_profile("defaults", &self.defaults)
             .map_err(invalid)?;
         for (name, profile) in &self.profiles {
             crate::config::check_profile_name(name).map_err(|reason| {
@@ -250,7 +250,7 @@ impl CoordinatorBuilder {
                     reason,
                 }
             })?;
-            crate::config::check_profile(&format!("profiles.{name}"), profile, &self.defaults)
+            crate::config::check_profile(&format!("profiles.{name}"), profile)
                 .map_err(invalid)?;
         }
         // The backend-fault policy of the defaults is the coordinator's own policy.

@@ -314,8 +314,7 @@ impl CoordConfig {
 
     /// Checks every value, naming the first bad one by its path: an invalid namespace or
     /// profile name, a zero lease, in-flight lease, retention, renew interval or command
-    /// timeout, a `renew` not shorter than the lease it renews (a profile's own lease, else
-    /// the defaults'), a provider without URLs.
+    /// timeout, a `renew` not shorter than a lease set beside it, a provider without URLs.
     pub fn validate(&self) -> Result<(), ConfigError> {
         if let Some(ns) = &self.namespace {
             if !namespace_is_valid(ns) {
@@ -354,11 +353,11 @@ impl CoordConfig {
             }
             _ => {}
         }
-        check_profile("defaults", &self.defaults, &Profile::default())
+        check_profile("defaults", &self.defaults)
             .map_err(|(field, reason)| invalid(field, reason))?;
         for (name, profile) in &self.profiles {
             check_profile_name(name).map_err(|reason| invalid(format!("profiles.{name}"), reason))?;
-            check_profile(&format!("profiles.{name}"), profile, &self.defaults)
+            check_profile(&format!("profiles.{name}"), profile)
                 .map_err(|(field, reason)| invalid(field, reason))?;
         }
         Ok(())
@@ -432,12 +431,13 @@ pub(crate) fn check_profile_name(name: &str) -> Result<(), String> {
     }
 }
 
-/// Checks one profile (or the defaults, with `fallback` empty); `fallback` supplies the lease
-/// a `renew` is compared with when the profile sets none. Errors are `(field path, reason)`.
+/// Checks one profile (or the defaults). A `renew` is compared with the leases the same
+/// profile sets: a profile for locks may renew more slowly than an in-flight lease set
+/// elsewhere, and a mix that still ends up not shorter at a call is cut to a third of the
+/// lease there (with a warning). Errors are `(field path, reason)`.
 pub(crate) fn check_profile(
     path: &str,
     profile: &Profile,
-    fallback: &Profile,
 ) -> Result<(), (String, String)> {
     let nonzero = [
         ("lease", profile.lease),
@@ -452,8 +452,8 @@ pub(crate) fn check_profile(
     }
     if let Some(renew) = profile.renew {
         let leases = [
-            ("lease", profile.lease.or(fallback.lease)),
-            ("in_flight_lease", profile.in_flight_lease.or(fallback.in_flight_lease)),
+            ("lease", profile.lease),
+            ("in_flight_lease", profile.in_flight_lease),
         ];
         for (field, lease) in leases {
             if let Some(lease) = lease.filter(|lease| renew >= *lease) {

@@ -1,0 +1,106 @@
+//! `coordinator_from_config`: a configuration naming Redis gives a Redis-backed coordinator
+//! (a lock taken through one is seen by another built from the same configuration); none
+//! gives the in-process one; its namespace and profiles are applied.
+
+use std::time::Duration;
+
+use coord_core::config::ConfigError;
+use coord_core::{CoordConfig, CoordError, Profile, ProviderConfig};
+use coord_redis::coordinator_from_config;
+use coord_redis_testing::RedisServer;
+
+fn redis_config(url: String) -> CoordConfig {
+    let mut config = CoordConfig {
+        provider: Some(ProviderConfig::Redis { url, tls: None }),
+        namespace: Some("from-config".into()),
+        command_timeout: Some(Duration::from_secs(2)),
+        ..CoordConfig::default()
+    };
+    config.profiles.insert(
+        "quick".into(),
+        Profile {
+            wait: Some(Duration::from_millis(200)),
+            ..Profile::default()
+        },
+    );
+    config
+}
+
+#[tokio::test]
+async fn a_redis_url_gives_a_coordinator_shared_across_instances() {
+    let server = RedisServer::start();
+    let config = redis_config(server.url());
+    let one = coordinator_from_config(&config).await.unwrap();
+    let two = coordinator_from_config(&config).await.unwrap();
+    assert!(!one.is_in_process_only());
+    assert_eq!(one.namespace(), "from-config");
+
+    let key = one.key("jobs.rebuild").part(&42u64).finish();
+    let guard = one
+        .lock(key.clone())
+        .lease(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    // The second coordinator sees the first one's lock: they share the server.
+    let started = std::time::Instant::now();
+    let err = two
+        .lock(two.key("jobs.rebuild").part(&42u64).finish())
+        .wait(Duration::from_secs(30))
+        .profile("quick")
+        .acquire()
+        .await
+        .unwrap_err();
+    assert!(matches!(err, CoordError::LockNotAcquired { .. }), "{err:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "the profile's 200 ms wait was ignored"
+    );
+    assert!(guard.release().await.unwrap());
+    let again = two
+        .lock(two.key("jobs.rebuild").part(&42u64).finish())
+        .try_acquire()
+        .await
+        .unwrap();
+    assert!(again.is_some(), "free once the first coordinator released it");
+}
+
+#[tokio::test]
+async fn no_provider_gives_the_in_process_coordinator() {
+    let config = CoordConfig {
+        namespace: Some("local-only".into()),
+        ..CoordConfig::default()
+    };
+    let c = coordinator_from_config(&config).await.unwrap();
+    assert!(c.is_in_process_only());
+    assert_eq!(c.namespace(), "local-only");
+    let explicit = CoordConfig {
+        provider: Some(ProviderConfig::Memory),
+        ..CoordConfig::default()
+    };
+    assert!(
+        coordinator_from_config(&explicit)
+            .await
+            .unwrap()
+            .is_in_process_only()
+    );
+}
+
+#[tokio::test]
+async fn an_unreachable_server_and_an_invalid_configuration_are_errors() {
+    // A port nothing listens on (the server is stopped when dropped).
+    let url = {
+        let server = RedisServer::start();
+        server.url()
+    };
+    let err = coordinator_from_config(&redis_config(url)).await.unwrap_err();
+    assert!(matches!(err, ConfigError::Backend(_)), "{err:?}");
+
+    let mut config = redis_config("redis://127.0.0.1:1".into());
+    config.defaults.lease = Some(Duration::ZERO);
+    let err = coordinator_from_config(&config).await.unwrap_err();
+    assert!(
+        matches!(&err, ConfigError::Invalid { field, .. } if field == "defaults.lease"),
+        "{err:?}"
+    );
+}

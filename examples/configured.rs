@@ -85,7 +85,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         rebuild(&coord, 42, "worker b")
     );
     println!(
-        "two workers, one tenant: {:?} and {:?} after {:?} (the profile's wait let the second one queue)",
+        "two workers, one tenant: {:?} and {:?} after {:?} (the profile's wait decides whether the second one queues)",
         a.is_ok(),
         b.as_ref().map(|_| ()).map_err(|e| e.to_string()),
         started.elapsed()

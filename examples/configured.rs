@@ -41,21 +41,18 @@ async fn rebuild(coord: &Coordinator, tenant: u64, who: &str) -> Result<(), Coor
     Ok(())
 }
 
-fn load() -> Result<CoordConfig, figment::Error> {
+fn load() -> Result<CoordConfig, Box<figment::Error>> {
     let file = std::env::var("COORD_CONFIG_FILE")
         .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/configured.toml").to_owned());
     Figment::new()
         .merge(Toml::file(file))
         // `COORD_PROFILES__REPORTS__WAIT` -> `profiles.reports.wait`. Only nested keys and the
         // two top-level fields are taken, so unrelated `COORD_*` variables are left alone.
-        .merge(
-            Env::prefixed("COORD_")
-                .split("__")
-                .filter(|key| {
-                    key.as_str().contains('.') || key == "namespace" || key == "command_timeout"
-                }),
-        )
+        .merge(Env::prefixed("COORD_").split("__").filter(|key| {
+            key.as_str().contains('.') || key == "namespace" || key == "command_timeout"
+        }))
         .extract()
+        .map_err(Box::new)
 }
 
 #[tokio::main]
@@ -63,16 +60,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     tracing_subscriber::fmt().with_target(false).init();
     let config = load()?;
     config.validate()?;
-    println!(
-        "configuration:\n{}",
-        serde_json::to_string_pretty(&config)?
-    );
+    println!("configuration:\n{}", serde_json::to_string_pretty(&config)?);
     // Redis, Sentinel or Cluster when the configuration names one; in-process otherwise.
     let coord = coord_redis::coordinator_from_config(&config).await?;
     println!(
         "namespace {:?}, {}",
         coord.namespace(),
-        if coord.is_in_process_only() { "in-process" } else { "Redis" }
+        if coord.is_in_process_only() {
+            "in-process"
+        } else {
+            "Redis"
+        }
     );
 
     let first = charge(&coord, "order-7", 1250).await?;

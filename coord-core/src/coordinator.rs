@@ -238,11 +238,12 @@ impl CoordinatorBuilder {
     /// Finishes the coordinator. Fails on an invalid namespace, on a default or profile coord
     /// cannot honour ([`BuildError::InvalidSetting`]), or without a provider.
     pub fn build(self) -> Result<Coordinator, BuildError> {
-        let namespace = self.namespace.unwrap_or_else(crate::config::default_namespace);
+        let namespace = self
+            .namespace
+            .unwrap_or_else(crate::config::default_namespace);
         validate_namespace(&namespace)?;
         let invalid = |(field, reason)| BuildError::InvalidSetting { field, reason };
-        crate::config::check_profile("defaults", &self.defaults)
-            .map_err(invalid)?;
+        crate::config::check_profile("defaults", &self.defaults).map_err(invalid)?;
         for (name, profile) in &self.profiles {
             crate::config::check_profile_name(name).map_err(|reason| {
                 BuildError::InvalidSetting {
@@ -250,11 +251,13 @@ impl CoordinatorBuilder {
                     reason,
                 }
             })?;
-            crate::config::check_profile(&format!("profiles.{name}"), profile)
-                .map_err(invalid)?;
+            crate::config::check_profile(&format!("profiles.{name}"), profile).map_err(invalid)?;
         }
         // The backend-fault policy of the defaults is the coordinator's own policy.
-        let on_backend_error = self.defaults.on_backend_error.unwrap_or(self.on_backend_error);
+        let on_backend_error = self
+            .defaults
+            .on_backend_error
+            .unwrap_or(self.on_backend_error);
         let defaults = Profile {
             on_backend_error: None,
             ..self.defaults

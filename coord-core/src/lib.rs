@@ -71,8 +71,8 @@ pub mod telemetry;
 
 pub use call_key::{CallKey, CallKeyBuilder, InvalidCallKey};
 pub use codec::Codec;
-pub use coordinator::{BuildError, Coordinator, CoordinatorBuilder, Metrics, Provider};
 pub use config::{ConfigError, CoordConfig, Profile, ProviderConfig};
+pub use coordinator::{BuildError, Coordinator, CoordinatorBuilder, Metrics, Provider};
 pub use error::{BackendError, BackendErrorKind, CoordError, NotStoredCause};
 pub use handle::{Cached, Idempotent, Lock, SingleFlight};
 pub use key::{KeyBuilder, KeyPart, KeyWriter, render_key};
@@ -113,10 +113,10 @@ pub mod __private {
     pub use crate::runtime::flight::single_flight;
     pub use crate::runtime::idempotency::idempotent;
     pub use crate::runtime::lock::distributed_lock;
-    pub use crate::runtime::settings::Written;
     pub use crate::runtime::outcome::{
         GuardedResult, assert_guarded_result, assert_shareable_output,
     };
+    pub use crate::runtime::settings::Written;
     pub use crate::telemetry::OpTelemetry;
     pub use core::time::Duration;
 

@@ -653,11 +653,14 @@ fn parse_profile(value: &Expr, option: &str) -> syn::Result<Setting<String>> {
     let Some(lit) = as_str_lit(value) else {
         return Err(syn::Error::new_spanned(
             value,
-            format!("`{option}` takes a string, the name of a configured profile, as in `{option} = \"payments\"`"),
+            format!(
+                "`{option}` takes a string, the name of a configured profile, as in `{option} = \"payments\"`"
+            ),
         ));
     };
     let name = lit.value();
-    let allowed = "a profile name is lowercase ASCII letters, digits and `_`, starting with a letter";
+    let allowed =
+        "a profile name is lowercase ASCII letters, digits and `_`, starting with a letter";
     if name.is_empty() {
         return Err(syn::Error::new(
             lit.span(),

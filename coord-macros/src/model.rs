@@ -5,13 +5,13 @@ use syn::ext::IdentExt;
 use syn::{Expr, FnArg, Ident, Pat, Path, Signature};
 
 use crate::args::{self, Args, Errors, KeyPath, Renew, Setting, Value};
+use crate::options::PROFILE;
 use crate::options::{
     self, Abandoned, CACHE_ERR, COORDINATOR, CRATE, FENCED, FINGERPRINT, IN_FLIGHT_LEASE, KEY_FROM,
     Kind, LEASE, LOCAL_TTL, Lost, MAX_CAPACITY, MissingKey, NAME, ON_ABANDONED, ON_BACKEND_ERROR,
     ON_LOST, ON_MISSING_KEY, ON_STORE_ERROR, OptionSpec, Policy, RECORD_KEY, RENEW, RETENTION,
     SCOPE, Scope, StoreError, TTL, WAIT,
 };
-use crate::options::PROFILE;
 
 /// The `#[idempotent]` layer.
 pub(crate) struct IdempotencyLayer {

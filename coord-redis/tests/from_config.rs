@@ -62,7 +62,10 @@ async fn a_redis_url_gives_a_coordinator_shared_across_instances() {
         .try_acquire()
         .await
         .unwrap();
-    assert!(again.is_some(), "free once the first coordinator released it");
+    assert!(
+        again.is_some(),
+        "free once the first coordinator released it"
+    );
 }
 
 #[tokio::test]
@@ -93,7 +96,9 @@ async fn an_unreachable_server_and_an_invalid_configuration_are_errors() {
         let server = RedisServer::start();
         server.url()
     };
-    let err = coordinator_from_config(&redis_config(url)).await.unwrap_err();
+    let err = coordinator_from_config(&redis_config(url))
+        .await
+        .unwrap_err();
     assert!(matches!(err, ConfigError::Backend(_)), "{err:?}");
 
     let mut config = redis_config("redis://127.0.0.1:1".into());

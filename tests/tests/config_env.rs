@@ -42,7 +42,10 @@ fn every_variable_is_read() {
         ("COORD_PROFILE_PAYMENTS_ON_BACKEND_ERROR", "fail_closed"),
         ("COORD_PROFILE_BULK_JOBS_WAIT", "0s"),
         ("PATH", "not ours"),
-        ("COORD_HTTP_ADDR", "an application's own setting, not close to one of coord's"),
+        (
+            "COORD_HTTP_ADDR",
+            "an application's own setting, not close to one of coord's",
+        ),
     ])
     .unwrap();
     let expected = CoordConfig {
@@ -97,7 +100,10 @@ fn every_variable_is_read() {
 #[test]
 fn sentinel_and_cluster_variables_pick_their_topology() {
     let sentinel = read(&[
-        ("COORD_REDIS_SENTINEL_URLS", "redis://10.0.0.5:26379, redis://10.0.0.6:26379"),
+        (
+            "COORD_REDIS_SENTINEL_URLS",
+            "redis://10.0.0.5:26379, redis://10.0.0.6:26379",
+        ),
         ("COORD_REDIS_SENTINEL_SERVICE_NAME", "mymaster"),
         ("COORD_REDIS_SENTINEL_USERNAME", "coord"),
         ("COORD_REDIS_SENTINEL_PASSWORD", "secret"),
@@ -106,7 +112,10 @@ fn sentinel_and_cluster_variables_pick_their_topology() {
     assert_eq!(
         sentinel.provider,
         Some(ProviderConfig::Sentinel {
-            urls: vec!["redis://10.0.0.5:26379".into(), "redis://10.0.0.6:26379".into()],
+            urls: vec![
+                "redis://10.0.0.5:26379".into(),
+                "redis://10.0.0.6:26379".into()
+            ],
             service_name: "mymaster".into(),
             username: Some("coord".into()),
             password: Some("secret".into()),
@@ -162,7 +171,10 @@ fn a_value_coord_cannot_honour_is_named_by_its_field() {
         "{err:?}"
     );
     let err = read(&[("COORD_NAMESPACE", "pay flow")]).unwrap_err();
-    assert!(matches!(&err, ConfigError::Invalid { field, .. } if field == "namespace"), "{err:?}");
+    assert!(
+        matches!(&err, ConfigError::Invalid { field, .. } if field == "namespace"),
+        "{err:?}"
+    );
 }
 
 #[test]
@@ -178,7 +190,10 @@ fn a_misspelt_coord_variable_is_reported() {
         assert_eq!(variable_of(err), typo);
     }
     // Under COORD_REDIS_ nothing unknown is let through, close to a known name or not.
-    assert_eq!(variable_of(read(&[("COORD_REDIS_POOL", "4")]).unwrap_err()), "COORD_REDIS_POOL");
+    assert_eq!(
+        variable_of(read(&[("COORD_REDIS_POOL", "4")]).unwrap_err()),
+        "COORD_REDIS_POOL"
+    );
 }
 
 #[test]
@@ -200,8 +215,14 @@ fn two_providers_or_a_stray_provider_setting_are_refused() {
 fn a_value_that_is_not_utf8_is_named() {
     use std::ffi::OsString;
     use std::os::unix::ffi::OsStringExt;
-    let vars = vec![(OsString::from("COORD_WAIT"), OsString::from_vec(vec![0xff, 0xfe]))];
-    assert_eq!(variable_of(CoordConfig::from_vars(vars).unwrap_err()), "COORD_WAIT");
+    let vars = vec![(
+        OsString::from("COORD_WAIT"),
+        OsString::from_vec(vec![0xff, 0xfe]),
+    )];
+    assert_eq!(
+        variable_of(CoordConfig::from_vars(vars).unwrap_err()),
+        "COORD_WAIT"
+    );
 }
 
 #[test]
@@ -215,9 +236,14 @@ fn the_namespace_defaults_to_the_binarys_name() {
         let c = Coordinator::builder().memory().build().unwrap();
         assert_eq!(c.namespace(), stem, "the builder without .namespace()");
         let from_config = Coordinator::from_config(&CoordConfig::default()).unwrap();
-        assert_eq!(from_config.namespace(), stem, "a configuration without a namespace");
+        assert_eq!(
+            from_config.namespace(),
+            stem,
+            "a configuration without a namespace"
+        );
     }
-    let named = Coordinator::from_config(&read(&[("COORD_NAMESPACE", "payflow")]).unwrap()).unwrap();
+    let named =
+        Coordinator::from_config(&read(&[("COORD_NAMESPACE", "payflow")]).unwrap()).unwrap();
     assert_eq!(named.namespace(), "payflow");
     assert!(named.is_in_process_only());
 }
@@ -227,10 +253,17 @@ fn from_config_never_falls_back_to_memory_when_redis_is_named() {
     let config = read(&[("COORD_REDIS_URL", "redis://127.0.0.1:1")]).unwrap();
     let err = Coordinator::from_config(&config).unwrap_err();
     assert!(
-        matches!(err, ConfigError::ProviderNeedsBackendCrate { kind: "redis" }),
+        matches!(
+            err,
+            ConfigError::ProviderNeedsBackendCrate { kind: "redis" }
+        ),
         "{err:?}"
     );
-    assert!(err.to_string().contains("coord_redis::coordinator_from_config"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("coord_redis::coordinator_from_config"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -305,8 +338,14 @@ fn unknown_fields_are_refused_not_ignored() {
         ("namespce = \"x\"", "namespce"),
         ("[defaults]\nleese = \"30s\"", "leese"),
         ("[profiles.payments]\nwiat = \"1s\"", "wiat"),
-        ("[provider]\nkind = \"redis\"\nurl = \"redis://a\"\nulr = \"x\"", "ulr"),
-        ("[provider]\nkind = \"redis\"\nurl = \"redis://a\"\ntls = { ca = \"x\" }", "ca"),
+        (
+            "[provider]\nkind = \"redis\"\nurl = \"redis://a\"\nulr = \"x\"",
+            "ulr",
+        ),
+        (
+            "[provider]\nkind = \"redis\"\nurl = \"redis://a\"\ntls = { ca = \"x\" }",
+            "ca",
+        ),
     ] {
         let err = toml::from_str::<CoordConfig>(text).unwrap_err();
         assert!(err.to_string().contains(typo), "{typo}: {err}");
@@ -332,15 +371,25 @@ fn validation_names_the_field() {
         matches!(&err, ConfigError::Invalid { field, .. } if field == "profiles.payments.retention"),
         "{err:?}"
     );
-    assert!(err.to_string().contains("profiles.payments.retention"), "{err}");
+    assert!(
+        err.to_string().contains("profiles.payments.retention"),
+        "{err}"
+    );
     let config = CoordConfig {
         command_timeout: Some(Duration::ZERO),
         ..CoordConfig::default()
     };
-    assert!(matches!(config.validate().unwrap_err(), ConfigError::Invalid { field, .. } if field == "command_timeout"));
+    assert!(
+        matches!(config.validate().unwrap_err(), ConfigError::Invalid { field, .. } if field == "command_timeout")
+    );
     let config = CoordConfig {
-        provider: Some(ProviderConfig::Cluster { urls: vec![], tls: None }),
+        provider: Some(ProviderConfig::Cluster {
+            urls: vec![],
+            tls: None,
+        }),
         ..CoordConfig::default()
     };
-    assert!(matches!(config.validate().unwrap_err(), ConfigError::Invalid { field, .. } if field == "provider.urls"));
+    assert!(
+        matches!(config.validate().unwrap_err(), ConfigError::Invalid { field, .. } if field == "provider.urls")
+    );
 }

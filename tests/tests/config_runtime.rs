@@ -14,7 +14,10 @@ use coord_tests::support::InstrumentedProvider;
 const MS: fn(u64) -> Duration = Duration::from_millis;
 
 fn coordinator(ns: &str, defaults: Profile, profiles: &[(&str, Profile)]) -> Coordinator {
-    let mut builder = Coordinator::builder().namespace(ns).memory().defaults(defaults);
+    let mut builder = Coordinator::builder()
+        .namespace(ns)
+        .memory()
+        .defaults(defaults);
     for (name, profile) in profiles {
         builder = builder.profile(*name, *profile);
     }
@@ -27,7 +30,11 @@ fn lock_key(c: &Coordinator, op: &str, id: u64) -> CallKey {
 
 /// Holds `key` from another owner until the guard is dropped.
 async fn hold(c: &Coordinator, key: CallKey, lease: Duration) -> coord_core::LockGuard {
-    c.lock(key).lease(lease).acquire().await.expect("free at first")
+    c.lock(key)
+        .lease(lease)
+        .acquire()
+        .await
+        .expect("free at first")
 }
 
 // ---- lock: wait, lease, renew, on_backend_error ----------------------------------------
@@ -49,8 +56,14 @@ async fn a_profiles_wait_beats_the_literal() {
     let err = waits_long_unless_profiled(&c, 1).await.unwrap_err();
     let waited = started.elapsed();
     assert!(matches!(err, CoordError::LockNotAcquired { .. }), "{err:?}");
-    assert!(waited >= MS(150), "gave up before the profile's wait: {waited:?}");
-    assert!(waited < Duration::from_secs(10), "waited out the literal 20 s: {waited:?}");
+    assert!(
+        waited >= MS(150),
+        "gave up before the profile's wait: {waited:?}"
+    );
+    assert!(
+        waited < Duration::from_secs(10),
+        "waited out the literal 20 s: {waited:?}"
+    );
 }
 
 #[distributed_lock(key_from = "id", coordinator = c, name = "cfg.lease", lease = "1h", profile = "short")]
@@ -86,7 +99,11 @@ async fn a_profiles_renew_turns_renewal_on() {
         ..Profile::default()
     };
     let c = coordinator("cfg-renew", Profile::default(), &[("renewing", renewing)]);
-    assert_eq!(counts_renewals(&c, 1).await.unwrap(), 1, "the body ran unrenewed");
+    assert_eq!(
+        counts_renewals(&c, 1).await.unwrap(),
+        1,
+        "the body ran unrenewed"
+    );
     assert_eq!(c.active_renewals(), 0);
 }
 
@@ -111,7 +128,9 @@ async fn a_profiles_backend_error_policy_beats_the_literal() {
         .build()
         .unwrap();
     let runs = AtomicUsize::new(0);
-    runs_on_fault(&c, 1, &runs).await.expect("fail_open from the profile");
+    runs_on_fault(&c, 1, &runs)
+        .await
+        .expect("fail_open from the profile");
     assert_eq!(runs.load(Ordering::SeqCst), 1);
     assert_eq!(c.metrics().fail_open_runs(), 1);
 }
@@ -134,7 +153,11 @@ async fn a_profiles_retention_makes_a_replay_vanish_after_it() {
     let runs = AtomicUsize::new(0);
     charge(&c, 7, &runs).await.unwrap();
     charge(&c, 7, &runs).await.unwrap();
-    assert_eq!(runs.load(Ordering::SeqCst), 1, "the second call is a replay");
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        1,
+        "the second call is a replay"
+    );
     tokio::time::sleep(MS(700)).await;
     charge(&c, 7, &runs).await.unwrap();
     assert_eq!(
@@ -173,7 +196,11 @@ async fn a_profiles_in_flight_lease_beats_the_literal() {
 // ---- unknown profiles ------------------------------------------------------------------
 
 #[idempotent(key_from = "id", coordinator = c, name = "cfg.unknown", profile = "missing")]
-async fn idempotent_unknown(c: &Coordinator, id: u64, runs: &AtomicUsize) -> Result<u64, CoordError> {
+async fn idempotent_unknown(
+    c: &Coordinator,
+    id: u64,
+    runs: &AtomicUsize,
+) -> Result<u64, CoordError> {
     runs.fetch_add(1, Ordering::SeqCst);
     Ok(id)
 }
@@ -186,7 +213,11 @@ async fn lock_unknown(c: &Coordinator, id: u64, runs: &AtomicUsize) -> Result<u6
 
 #[tokio::test]
 async fn an_unknown_profile_is_refused_before_the_body_runs() {
-    let c = coordinator("cfg-unknown", Profile::default(), &[("other", Profile::default())]);
+    let c = coordinator(
+        "cfg-unknown",
+        Profile::default(),
+        &[("other", Profile::default())],
+    );
     let runs = AtomicUsize::new(0);
     let err = idempotent_unknown(&c, 1, &runs).await.unwrap_err();
     match &err {
@@ -200,9 +231,19 @@ async fn an_unknown_profile_is_refused_before_the_body_runs() {
     assert_eq!(err.kind_str(), "unknown_profile");
     let err = lock_unknown(&c, 1, &runs).await.unwrap_err();
     assert!(matches!(err, CoordError::UnknownProfile { .. }), "{err:?}");
-    assert_eq!(runs.load(Ordering::SeqCst), 0, "a body ran under an unknown profile");
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        0,
+        "a body ran under an unknown profile"
+    );
     // Nothing was claimed or locked: the key is free for a call that names no profile.
-    assert!(c.lock(lock_key(&c, "cfg.unknown_lock", 1)).try_acquire().await.unwrap().is_some());
+    assert!(
+        c.lock(lock_key(&c, "cfg.unknown_lock", 1))
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_some()
+    );
 }
 
 // ---- configured defaults ---------------------------------------------------------------
@@ -231,7 +272,10 @@ async fn configured_defaults_apply_where_the_attribute_writes_nothing() {
     let started = Instant::now();
     let err = literal_no_wait(&c, 1).await.unwrap_err();
     assert!(matches!(err, CoordError::LockNotAcquired { .. }), "{err:?}");
-    assert!(started.elapsed() < Duration::from_secs(5), "the literal 0 s wait was ignored");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "the literal 0 s wait was ignored"
+    );
 
     // Without a literal the defaults' 20 s wait applies: the call outwaits a 300 ms holder
     // (the built-in default, no wait, would refuse at once).
@@ -239,12 +283,18 @@ async fn configured_defaults_apply_where_the_attribute_writes_nothing() {
         tokio::time::sleep(MS(300)).await;
         held.release().await.unwrap();
     });
-    no_literals(&c, 1).await.expect("waited for the holder under the defaults' wait");
+    no_literals(&c, 1)
+        .await
+        .expect("waited for the holder under the defaults' wait");
     release.await.unwrap();
 }
 
 #[idempotent(key_from = "id", coordinator = c, name = "cfg.defaults_retention")]
-async fn default_retention(c: &Coordinator, id: u64, runs: &AtomicUsize) -> Result<u64, CoordError> {
+async fn default_retention(
+    c: &Coordinator,
+    id: u64,
+    runs: &AtomicUsize,
+) -> Result<u64, CoordError> {
     runs.fetch_add(1, Ordering::SeqCst);
     Ok(id)
 }
@@ -262,7 +312,11 @@ async fn configured_default_retention_applies_without_a_literal() {
     assert_eq!(runs.load(Ordering::SeqCst), 1);
     tokio::time::sleep(MS(700)).await;
     default_retention(&c, 1, &runs).await.unwrap();
-    assert_eq!(runs.load(Ordering::SeqCst), 2, "the built-in 24 h retention was used");
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        2,
+        "the built-in 24 h retention was used"
+    );
 }
 
 #[tokio::test]
@@ -289,18 +343,51 @@ async fn a_lock_handles_profile_beats_its_setters() {
     };
     let c = coordinator("cfg-handle-lock", Profile::default(), &[("quick", quick)]);
     let key = lock_key(&c, "cfg.handle", 1);
-    let guard = c.lock(key.clone()).lease(Duration::from_secs(3600)).profile("quick").acquire().await.unwrap();
-    let left = c.operator().lock(&key).await.unwrap().holder.unwrap().lease_left;
-    assert!(left <= Duration::from_secs(5), "the profile's lease was ignored: {left:?}");
+    let guard = c
+        .lock(key.clone())
+        .lease(Duration::from_secs(3600))
+        .profile("quick")
+        .acquire()
+        .await
+        .unwrap();
+    let left = c
+        .operator()
+        .lock(&key)
+        .await
+        .unwrap()
+        .holder
+        .unwrap()
+        .lease_left;
+    assert!(
+        left <= Duration::from_secs(5),
+        "the profile's lease was ignored: {left:?}"
+    );
 
     let started = Instant::now();
-    let err = c.lock(key.clone()).wait(Duration::from_secs(20)).profile("quick").acquire().await.unwrap_err();
+    let err = c
+        .lock(key.clone())
+        .wait(Duration::from_secs(20))
+        .profile("quick")
+        .acquire()
+        .await
+        .unwrap_err();
     assert!(matches!(err, CoordError::LockNotAcquired { .. }), "{err:?}");
-    assert!(started.elapsed() < Duration::from_secs(10), "the profile's wait was ignored");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "the profile's wait was ignored"
+    );
     guard.release().await.unwrap();
 
-    let err = c.lock(key.clone()).profile("nope").acquire().await.unwrap_err();
-    assert!(matches!(err, CoordError::UnknownProfile { ref profile, .. } if profile == "nope"), "{err:?}");
+    let err = c
+        .lock(key.clone())
+        .profile("nope")
+        .acquire()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, CoordError::UnknownProfile { ref profile, .. } if profile == "nope"),
+        "{err:?}"
+    );
     let runs = AtomicUsize::new(0);
     let err = c
         .lock(key)
@@ -337,7 +424,11 @@ async fn an_idempotent_handles_profile_beats_its_setters() {
     assert_eq!(runs.load(Ordering::SeqCst), 1);
     tokio::time::sleep(MS(700)).await;
     call().await.unwrap();
-    assert_eq!(runs.load(Ordering::SeqCst), 2, "the profile's retention was ignored");
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        2,
+        "the profile's retention was ignored"
+    );
 
     let err = c
         .idempotent(c.key("cfg.handle_idem").part("b").finish())
@@ -360,7 +451,11 @@ fn the_builder_refuses_bad_profiles_naming_the_field() {
         lease: Some(Duration::ZERO),
         ..Profile::default()
     };
-    let err = Coordinator::builder().memory().profile("payments", zero).build().unwrap_err();
+    let err = Coordinator::builder()
+        .memory()
+        .profile("payments", zero)
+        .build()
+        .unwrap_err();
     assert_eq!(
         err,
         coord_core::BuildError::InvalidSetting {
@@ -373,8 +468,22 @@ fn the_builder_refuses_bad_profiles_naming_the_field() {
         renew: Some(Duration::from_secs(10)),
         ..Profile::default()
     };
-    let err = Coordinator::builder().memory().defaults(slow_renew).build().unwrap_err();
-    assert!(matches!(err, coord_core::BuildError::InvalidSetting { ref field, .. } if field == "defaults.renew"), "{err:?}");
-    let err = Coordinator::builder().memory().profile("Bad-Name", Profile::default()).build().unwrap_err();
-    assert!(matches!(err, coord_core::BuildError::InvalidSetting { ref field, .. } if field == "profiles.Bad-Name"), "{err:?}");
+    let err = Coordinator::builder()
+        .memory()
+        .defaults(slow_renew)
+        .build()
+        .unwrap_err();
+    assert!(
+        matches!(err, coord_core::BuildError::InvalidSetting { ref field, .. } if field == "defaults.renew"),
+        "{err:?}"
+    );
+    let err = Coordinator::builder()
+        .memory()
+        .profile("Bad-Name", Profile::default())
+        .build()
+        .unwrap_err();
+    assert!(
+        matches!(err, coord_core::BuildError::InvalidSetting { ref field, .. } if field == "profiles.Bad-Name"),
+        "{err:?}"
+    );
 }

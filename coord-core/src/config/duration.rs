@@ -75,7 +75,9 @@ pub(crate) fn parse_millis(text: &str) -> Result<u64, String> {
         total = match term.and_then(|t| total.checked_add(t)) {
             Some(sum) if sum <= MAX_MILLIS => sum,
             _ => {
-                return refuse("it is too long to represent (the limit is about 292 million years)");
+                return refuse(
+                    "it is too long to represent (the limit is about 292 million years)",
+                );
             }
         };
         rest = after;
@@ -112,7 +114,16 @@ mod tests {
 
     #[test]
     fn formatting_round_trips_through_parsing() {
-        for millis in [0u64, 1, 250, 1_000, 90_000, 3_605_250, 86_400_000, 216_000_000] {
+        for millis in [
+            0u64,
+            1,
+            250,
+            1_000,
+            90_000,
+            3_605_250,
+            86_400_000,
+            216_000_000,
+        ] {
             let text = format_duration(Duration::from_millis(millis));
             assert_eq!(parse_millis(&text), Ok(millis), "{text}");
         }

@@ -177,9 +177,10 @@ where
             CLUSTER_URLS => cluster_urls = Some(list(value)),
             COMMAND_TIMEOUT => config.command_timeout = Some(duration(name, value)?),
             _ => {
-                if let Some(field) = name.strip_prefix("COORD_").filter(|f| {
-                    PROFILE_FIELDS.contains(f)
-                }) {
+                if let Some(field) = name
+                    .strip_prefix("COORD_")
+                    .filter(|f| PROFILE_FIELDS.contains(f))
+                {
                     set_field(&mut config.defaults, field, name, value)?;
                 } else if let Some(rest) = name.strip_prefix(PROFILE_PREFIX) {
                     let Some((profile, field)) = PROFILE_FIELDS.iter().find_map(|field| {
@@ -238,7 +239,9 @@ where
         let Some(service_name) = sentinel_service else {
             return Err(bad(
                 SENTINEL_SERVICE,
-                format!("is not set, and {SENTINEL_URLS} needs it: the master's name as Sentinel knows it"),
+                format!(
+                    "is not set, and {SENTINEL_URLS} needs it: the master's name as Sentinel knows it"
+                ),
             ));
         };
         Some(ProviderConfig::Sentinel {
@@ -260,7 +263,9 @@ where
         if let Some((name, _)) = stray.iter().find(|(_, set)| *set) {
             return Err(bad(
                 name,
-                format!("applies to a Redis provider, and none is set ({REDIS_URL}, {SENTINEL_URLS} or {CLUSTER_URLS})"),
+                format!(
+                    "applies to a Redis provider, and none is set ({REDIS_URL}, {SENTINEL_URLS} or {CLUSTER_URLS})"
+                ),
             ));
         }
         None

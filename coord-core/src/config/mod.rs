@@ -91,10 +91,7 @@ pub struct CoordConfig {
     pub namespace: Option<String>,
     /// Bound on every round trip to a remote backend (Redis). `None`: the provider's default.
     /// The in-process provider has no round trips and ignores it.
-    #[serde(
-        with = "optional_duration",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(with = "optional_duration", skip_serializing_if = "Option::is_none")]
     pub command_timeout: Option<Duration>,
     /// Values for calls that neither name a profile setting a field nor write it themselves.
     pub defaults: Profile,
@@ -168,35 +165,20 @@ pub struct TlsFiles {
 #[serde(deny_unknown_fields, default)]
 pub struct Profile {
     /// `#[distributed_lock]`'s lease.
-    #[serde(
-        with = "optional_duration",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(with = "optional_duration", skip_serializing_if = "Option::is_none")]
     pub lease: Option<Duration>,
     /// How long a lock, or a duplicate of an in-flight `#[idempotent]` call, waits.
-    #[serde(
-        with = "optional_duration",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(with = "optional_duration", skip_serializing_if = "Option::is_none")]
     pub wait: Option<Duration>,
     /// How long `#[idempotent]` keeps and replays a successful outcome.
-    #[serde(
-        with = "optional_duration",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(with = "optional_duration", skip_serializing_if = "Option::is_none")]
     pub retention: Option<Duration>,
     /// The lease of `#[idempotent]`'s in-flight marker.
-    #[serde(
-        with = "optional_duration",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(with = "optional_duration", skip_serializing_if = "Option::is_none")]
     pub in_flight_lease: Option<Duration>,
     /// Renew the lease (lock or marker) this often while the body runs; with it, a lost lease
     /// cancels the body unless the attribute says `on_lost = "signal"`.
-    #[serde(
-        with = "optional_duration",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(with = "optional_duration", skip_serializing_if = "Option::is_none")]
     pub renew: Option<Duration>,
     /// What a call does when the backend fails.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -256,7 +238,9 @@ impl fmt::Display for ConfigError {
                  `coord_redis::coordinator_from_config` (or `coordinator_from_env`) from the \
                  coord-redis crate"
             ),
-            ConfigError::Backend(err) => write!(f, "could not connect the configured provider: {err}"),
+            ConfigError::Backend(err) => {
+                write!(f, "could not connect the configured provider: {err}")
+            }
             ConfigError::Build(err) => write!(f, "{err}"),
         }
     }
@@ -356,7 +340,8 @@ impl CoordConfig {
         check_profile("defaults", &self.defaults)
             .map_err(|(field, reason)| invalid(field, reason))?;
         for (name, profile) in &self.profiles {
-            check_profile_name(name).map_err(|reason| invalid(format!("profiles.{name}"), reason))?;
+            check_profile_name(name)
+                .map_err(|reason| invalid(format!("profiles.{name}"), reason))?;
             check_profile(&format!("profiles.{name}"), profile)
                 .map_err(|(field, reason)| invalid(field, reason))?;
         }
@@ -435,10 +420,7 @@ pub(crate) fn check_profile_name(name: &str) -> Result<(), String> {
 /// profile sets: a profile for locks may renew more slowly than an in-flight lease set
 /// elsewhere, and a mix that still ends up not shorter at a call is cut to a third of the
 /// lease there (with a warning). Errors are `(field path, reason)`.
-pub(crate) fn check_profile(
-    path: &str,
-    profile: &Profile,
-) -> Result<(), (String, String)> {
+pub(crate) fn check_profile(path: &str, profile: &Profile) -> Result<(), (String, String)> {
     let nonzero = [
         ("lease", profile.lease),
         ("in_flight_lease", profile.in_flight_lease),
@@ -447,7 +429,10 @@ pub(crate) fn check_profile(
     ];
     for (field, value) in nonzero {
         if value == Some(Duration::ZERO) {
-            return Err((format!("{path}.{field}"), "must be longer than zero".to_owned()));
+            return Err((
+                format!("{path}.{field}"),
+                "must be longer than zero".to_owned(),
+            ));
         }
     }
     if let Some(renew) = profile.renew {

@@ -294,7 +294,9 @@ fn resolve(
         spec.idempotency
             .as_ref()
             .map(|s| settings::idempotency(s, profile, defaults)),
-        spec.lock.as_ref().map(|s| settings::lock(s, profile, defaults)),
+        spec.lock
+            .as_ref()
+            .map(|s| settings::lock(s, profile, defaults)),
         false,
     )
 }

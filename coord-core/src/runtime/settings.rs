@@ -105,9 +105,21 @@ pub(crate) fn idempotency(
         p.in_flight_lease,
         d.in_flight_lease,
     );
-    let (renew, on_lost) = renewal(spec.renew, w, p.renew, d.renew, in_flight_lease, spec.on_lost);
+    let (renew, on_lost) = renewal(
+        spec.renew,
+        w,
+        p.renew,
+        d.renew,
+        in_flight_lease,
+        spec.on_lost,
+    );
     IdempotencySpec {
-        retention: pick(spec.retention, w.has(Written::RETENTION), p.retention, d.retention),
+        retention: pick(
+            spec.retention,
+            w.has(Written::RETENTION),
+            p.retention,
+            d.retention,
+        ),
         in_flight_lease,
         wait: pick(spec.wait, w.has(Written::WAIT), p.wait, d.wait),
         on_backend_error: p.on_backend_error.or(spec.on_backend_error),
@@ -118,7 +130,11 @@ pub(crate) fn idempotency(
 }
 
 /// `spec` with the profile's and the defaults' values applied.
-pub(crate) fn lock(spec: &LockSpec, profile: Option<&Profile>, defaults: Option<&Profile>) -> LockSpec {
+pub(crate) fn lock(
+    spec: &LockSpec,
+    profile: Option<&Profile>,
+    defaults: Option<&Profile>,
+) -> LockSpec {
     let empty = Profile::default();
     let (p, d) = (profile.unwrap_or(&empty), defaults.unwrap_or(&empty));
     let w = spec.written;
@@ -165,13 +181,19 @@ mod tests {
     #[test]
     fn renew_true_follows_the_lease_in_force_and_an_interval_too_long_is_cut() {
         let auto = Written::RENEW.with(Written::RENEW_AUTO);
-        assert_eq!(renewal(Some(S(10)), auto, None, None, S(90), None).0, Some(S(30)));
+        assert_eq!(
+            renewal(Some(S(10)), auto, None, None, S(90), None).0,
+            Some(S(30))
+        );
         assert_eq!(
             renewal(Some(S(10)), Written::RENEW, None, None, S(6), None).0,
             Some(S(2))
         );
         // `renew = false` written beats the defaults' renew.
-        assert_eq!(renewal(None, Written::RENEW, None, Some(S(1)), S(6), None), (None, None));
+        assert_eq!(
+            renewal(None, Written::RENEW, None, Some(S(1)), S(6), None),
+            (None, None)
+        );
         assert_eq!(
             renewal(None, Written::NONE, None, Some(S(1)), S(6), None),
             (Some(S(1)), Some(OnLost::Cancel))

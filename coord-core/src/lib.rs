@@ -50,6 +50,11 @@
 //! [`CoordinatorBuilder::install`], or the one passed with `coordinator = <expr>`. With none
 //! installed, the in-process provider is used and one warning is logged: exclusion then holds
 //! within this process only.
+//!
+//! ## Configuration
+//! [`CoordConfig`] (any serde source, or the `COORD_*` variables) gives a coordinator its
+//! namespace, default durations and named profiles; `profile = "name"` on an attribute takes
+//! durations from the profile at run time. See [`config`] for the precedence table.
 
 mod call_key;
 mod codec;

@@ -464,7 +464,8 @@ impl AsRef<Coordinator> for Coordinator {
 impl CoordinatorBuilder {
     /// Values for calls that neither name a profile setting a field nor write it themselves
     /// (see the precedence table in [`config`](crate::config)). Its `on_backend_error`, when
-    /// set, is the coordinator's backend-fault policy (as [`on_backend_error`](Self::on_backend_error)).
+    /// set, is the coordinator's backend-fault policy, in place of whatever
+    /// [`on_backend_error`](Self::on_backend_error) set.
     pub fn defaults(mut self, defaults: Profile) -> Self {
         self.defaults = defaults;
         self

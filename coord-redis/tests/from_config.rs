@@ -109,3 +109,56 @@ async fn an_unreachable_server_and_an_invalid_configuration_are_errors() {
         "{err:?}"
     );
 }
+
+#[tokio::test]
+async fn tls_files_from_the_configuration_are_used() {
+    use coord_core::config::TlsFiles;
+    use coord_redis_testing::TestCerts;
+
+    let certs = TestCerts::generate();
+    let server = RedisServer::start_tls(&certs, true);
+    let config = |tls: Option<TlsFiles>| CoordConfig {
+        provider: Some(ProviderConfig::Redis {
+            url: server.tls_url(),
+            tls,
+        }),
+        namespace: Some("from-config-tls".into()),
+        ..CoordConfig::default()
+    };
+    // The test CA is in no system store, and the server asks for a client certificate:
+    // connecting works only if both files of the configuration are used.
+    let without = coordinator_from_config(&config(None)).await.unwrap_err();
+    assert!(matches!(without, ConfigError::Backend(_)), "{without:?}");
+    let ca_only = coordinator_from_config(&config(Some(TlsFiles {
+        ca_file: Some(certs.ca_file()),
+        ..TlsFiles::default()
+    })))
+    .await
+    .unwrap_err();
+    assert!(matches!(ca_only, ConfigError::Backend(_)), "{ca_only:?}");
+    let half = coordinator_from_config(&config(Some(TlsFiles {
+        ca_file: Some(certs.ca_file()),
+        client_cert_file: Some(certs.client_cert_file()),
+        client_key_file: None,
+    })))
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(&half, ConfigError::Invalid { field, .. } if field == "provider.tls"),
+        "{half:?}"
+    );
+
+    let c = coordinator_from_config(&config(Some(TlsFiles {
+        ca_file: Some(certs.ca_file()),
+        client_cert_file: Some(certs.client_cert_file()),
+        client_key_file: Some(certs.client_key_file()),
+    })))
+    .await
+    .unwrap();
+    let guard = c
+        .lock(c.key("tls.job").part(&1u64).finish())
+        .acquire()
+        .await
+        .unwrap();
+    assert!(guard.release().await.unwrap());
+}

@@ -162,3 +162,46 @@ async fn tls_files_from_the_configuration_are_used() {
         .unwrap();
     assert!(guard.release().await.unwrap());
 }
+
+/// Two coordinators from one configuration share state: a lock taken through one is held for
+/// the other.
+async fn shared_through(config: &CoordConfig) {
+    let one = coordinator_from_config(config).await.unwrap();
+    let two = coordinator_from_config(config).await.unwrap();
+    assert!(!one.is_in_process_only());
+    let key = |c: &coord_core::Coordinator| c.key("topology.job").part(&7u64).finish();
+    let guard = one.lock(key(&one)).acquire().await.unwrap();
+    assert!(two.lock(key(&two)).try_acquire().await.unwrap().is_none());
+    assert!(guard.release().await.unwrap());
+    assert!(two.lock(key(&two)).try_acquire().await.unwrap().is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_and_sentinel_configurations_connect_their_topology() {
+    use coord_redis_testing::{RedisCluster, SentinelSetup};
+
+    let cluster = RedisCluster::start(3);
+    shared_through(&CoordConfig {
+        provider: Some(ProviderConfig::Cluster {
+            urls: cluster.urls(),
+            tls: None,
+        }),
+        namespace: Some("from-config-cluster".into()),
+        ..CoordConfig::default()
+    })
+    .await;
+
+    let setup = SentinelSetup::start();
+    shared_through(&CoordConfig {
+        provider: Some(ProviderConfig::Sentinel {
+            urls: setup.sentinel_urls(),
+            service_name: SentinelSetup::MASTER_NAME.into(),
+            username: None,
+            password: None,
+            tls: None,
+        }),
+        namespace: Some("from-config-sentinel".into()),
+        ..CoordConfig::default()
+    })
+    .await;
+}

@@ -101,6 +101,16 @@ pub enum CoordError {
     /// The coordination backend failed (unreachable, timed out, or answered with something coord
     /// cannot read) and the operation is configured `fail_closed`: the body did not run.
     Backend(BackendError),
+    /// The call names a profile (`profile = ".."` on an attribute, `.profile(..)` on a handle)
+    /// that the coordinator's configuration does not have. Reported at the call, before any
+    /// claim, lock or body; never replaced by a default. Not retryable: fix the configuration
+    /// (a `[profiles.<name>]` table, or `COORD_PROFILE_<NAME>_*` variables) or the name.
+    UnknownProfile {
+        /// The profile name the call asked for.
+        profile: String,
+        /// The call's key.
+        key: CallKey,
+    },
 }
 
 impl CoordError {
@@ -117,7 +127,8 @@ impl CoordError {
             | CoordError::OutcomeUnknown { key }
             | CoordError::ShutDown { key }
             | CoordError::OutcomeNotStored { key, .. }
-            | CoordError::Codec { key, .. } => Some(key),
+            | CoordError::Codec { key, .. }
+            | CoordError::UnknownProfile { key, .. } => Some(key),
             CoordError::MissingKey { .. } => None,
             CoordError::Backend(err) => err.key(),
         }
@@ -145,6 +156,7 @@ impl CoordError {
                 BackendErrorKind::Corrupt => "backend.corrupt",
                 BackendErrorKind::OutOfMemory => "backend.out_of_memory",
             },
+            CoordError::UnknownProfile { .. } => "unknown_profile",
         }
     }
 
@@ -225,6 +237,10 @@ impl fmt::Display for CoordError {
                 "`{key}` was refused: the coordinator is shutting down; nothing ran"
             ),
             CoordError::Backend(err) => write!(f, "{err}"),
+            CoordError::UnknownProfile { profile, key } => write!(
+                f,
+                "`{key}` names the profile {profile:?}, which the coordinator's configuration does not have; nothing ran (add `[profiles.{profile}]` to the configuration or fix the name)"
+            ),
         }
     }
 }

@@ -290,6 +290,12 @@ fn borrow_path(path: &KeyPath) -> TokenStream {
     quote_spanned!(path.span=> &#root #(.#members)*)
 }
 
+/// The `Written` set of a spec, as a const expression.
+fn written(krate: &TokenStream, flags: &[&str]) -> TokenStream {
+    let flags = flags.iter().map(|flag| Ident::new(flag, Span::call_site()));
+    quote!(#krate::__private::Written::NONE #(.with(#krate::__private::Written::#flags))*)
+}
+
 fn millis(krate: &TokenStream, ms: u64) -> TokenStream {
     let ms = Literal::u64_suffixed(ms);
     quote!(#krate::__private::Duration::from_millis(#ms))
@@ -387,6 +393,7 @@ fn generate(stack: &Stack, func: &ItemFn) -> TokenStream {
                 StoreError::Error => quote!(#krate::__private::OnStoreError::Error),
                 StoreError::ReturnOk => quote!(#krate::__private::OnStoreError::ReturnOk),
             };
+            let written = written(&krate, &layer.written);
             let on_missing_key = match layer.on_missing_key {
                 MissingKey::Fail => quote!(#krate::__private::OnMissingKey::Fail),
                 MissingKey::RunUnprotected => {
@@ -404,6 +411,7 @@ fn generate(stack: &Stack, func: &ItemFn) -> TokenStream {
                     on_abandoned: #on_abandoned,
                     on_store_error: #on_store_error,
                     on_missing_key: #on_missing_key,
+                    written: #written,
                 })
             }
         }
@@ -414,6 +422,7 @@ fn generate(stack: &Stack, func: &ItemFn) -> TokenStream {
             let lease = millis(&krate, layer.lease_ms);
             let wait = millis(&krate, layer.wait_ms);
             let fenced = layer.fenced;
+            let written = written(&krate, &layer.written);
             let on_backend_error = policy(&krate, layer.on_backend_error);
             let (renew, on_lost) = lease_policy(&krate, &layer.lease_policy);
             quote! {
@@ -424,8 +433,16 @@ fn generate(stack: &Stack, func: &ItemFn) -> TokenStream {
                     on_backend_error: #on_backend_error,
                     renew: #renew,
                     on_lost: #on_lost,
+                    written: #written,
                 })
             }
+        }
+    };
+    let profile = match &stack.profile {
+        None => quote!(::core::option::Option::None),
+        Some(name) => {
+            let name = LitStr::new(name, Span::call_site());
+            quote!(::core::option::Option::Some(#name))
         }
     };
 
@@ -574,6 +591,7 @@ fn generate(stack: &Stack, func: &ItemFn) -> TokenStream {
             lock: #lock_spec,
             telemetry: #krate::__private::OpTelemetry::new(),
             record_key: #record_key,
+            profile: #profile,
         };
         #coordinator_stmt
         let #call = #krate::__private::Call::new(&#op, #coordinator, |#key| #key #(#parts)*);

@@ -305,7 +305,7 @@ impl Lock<'_> {
         // A guard stands for a held lock: a fault is always reported here.
         spec.on_backend_error = Some(OnBackendError::FailClosed);
         match acquire_lock(self.coordinator, &self.key, &spec).await {
-            Acquired::Granted(guard, _) => {
+            Acquired::Granted(guard, _, _) => {
                 Ok(guard.released_on(tokio::runtime::Handle::try_current().ok()))
             }
             Acquired::Refused(err, _) => Err(err),

@@ -20,8 +20,9 @@ use crate::shutdown::Registered;
 
 /// What one acquisition came to.
 pub(crate) enum Acquired {
-    /// The lock is held; the outcome is `Acquired` or `Contended`.
-    Granted(LockGuard, LockOutcome),
+    /// The lock is held; the outcome is `Acquired` or `Contended`, and how long taking it
+    /// took.
+    Granted(LockGuard, LockOutcome, Duration),
     /// The call is refused: not acquired within `wait`, reentrant, or a backend fault under
     /// `fail_closed`.
     Refused(CoordError, LockOutcome),
@@ -84,11 +85,19 @@ pub(crate) async fn acquire_lock(
     };
     pending.disarm();
     // The lease began no earlier than the successful attempt was sent: for a first-attempt
-    // grant that is `started`; after waiting, the last attempt was just now.
-    let lease_from = match grant.lease_began {
-        Some(at) => at,
-        None if !grant.contended => tokio::time::Instant::from_std(started),
-        None => tokio::time::Instant::now(),
+    // grant that is `started`; after waiting, the last attempt was just now. The time taken
+    // comes from the same clock reads (each read is a measurable part of an in-process call).
+    let (lease_from, waited) = match grant.lease_began {
+        Some(at) => (at, at.into_std().saturating_duration_since(started)),
+        None => {
+            let now = tokio::time::Instant::now();
+            let waited = now.into_std().saturating_duration_since(started);
+            if grant.contended {
+                (now, waited)
+            } else {
+                (tokio::time::Instant::from_std(started), waited)
+            }
+        }
     };
     let hold = Hold::new(
         HoldKind::Lock,
@@ -115,7 +124,7 @@ pub(crate) async fn acquire_lock(
         runtime: None,
         armed: true,
     };
-    Acquired::Granted(guard, outcome)
+    Acquired::Granted(guard, outcome, waited)
 }
 
 /// A held lock: from [`Lock::acquire`](crate::Lock::acquire), or inside a `#[distributed_lock]`
@@ -274,16 +283,15 @@ where
         .lock
         .as_ref()
         .expect("the macro emits a lock spec with #[distributed_lock]");
-    let asked = Instant::now();
     let mut guard = match acquire_lock(call.coordinator, &call.key, spec).await {
-        Acquired::Granted(guard, outcome) => {
-            call.record_lock_wait(asked.elapsed());
+        Acquired::Granted(guard, outcome, waited) => {
+            call.record_lock_wait(waited);
             call.record_lock(outcome, guard.hold.fencing_token);
             guard
         }
         Acquired::Refused(err, outcome) => {
-            if outcome == LockOutcome::NotAcquired {
-                call.record_lock_wait(asked.elapsed());
+            if let CoordError::LockNotAcquired { waited, .. } = &err {
+                call.record_lock_wait(*waited);
             }
             call.record_lock(outcome, None);
             call.record_error(&err);

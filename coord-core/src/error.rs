@@ -101,6 +101,15 @@ pub enum CoordError {
     /// The coordination backend failed (unreachable, timed out, or answered with something coord
     /// cannot read) and the operation is configured `fail_closed`: the body did not run.
     Backend(BackendError),
+    /// `#[single_flight(scope = "cluster")]`: the leader of the flight, on another instance (or
+    /// another coordinator), returned an `Err` whose type cannot be handed over (it is not
+    /// serialisable). This caller's body did not run; the leader's error is in the leader's
+    /// logs, not here. Whether a retry helps depends on that error, which coord does not know,
+    /// so it is not marked retryable.
+    LeaderFailed {
+        /// The call's key.
+        key: CallKey,
+    },
 }
 
 impl CoordError {
@@ -117,7 +126,8 @@ impl CoordError {
             | CoordError::OutcomeUnknown { key }
             | CoordError::ShutDown { key }
             | CoordError::OutcomeNotStored { key, .. }
-            | CoordError::Codec { key, .. } => Some(key),
+            | CoordError::Codec { key, .. }
+            | CoordError::LeaderFailed { key } => Some(key),
             CoordError::MissingKey { .. } => None,
             CoordError::Backend(err) => err.key(),
         }
@@ -137,6 +147,7 @@ impl CoordError {
             CoordError::OutcomeUnknown { .. } => "outcome_unknown",
             CoordError::Codec { .. } => "codec",
             CoordError::ShutDown { .. } => "shut_down",
+            CoordError::LeaderFailed { .. } => "leader_failed",
             CoordError::Backend(err) => match err.kind() {
                 BackendErrorKind::Unavailable => "backend.unavailable",
                 BackendErrorKind::Timeout => "backend.timeout",
@@ -225,6 +236,10 @@ impl fmt::Display for CoordError {
                 "`{key}` was refused: the coordinator is shutting down; nothing ran"
             ),
             CoordError::Backend(err) => write!(f, "{err}"),
+            CoordError::LeaderFailed { key } => write!(
+                f,
+                "the single-flight leader of `{key}` on another instance failed with an error that cannot be handed over; this call did not run"
+            ),
         }
     }
 }

@@ -57,8 +57,10 @@ mod coordinator;
 mod error;
 pub mod fence;
 mod fingerprint;
+mod flight_store;
 mod handle;
 mod key;
+mod memory_flight;
 mod memory_provider;
 mod operations;
 mod policy;
@@ -90,6 +92,8 @@ pub use report::{
 };
 pub use runtime::cache::CacheScope;
 pub use runtime::flight::open_flights;
+pub use flight_store::{FlightClaim, FlightStore, FlightWait};
+pub use runtime::cluster_flight::{ClusterFlightSpec, DEFAULT_LEASE as CLUSTER_FLIGHT_DEFAULT_LEASE, HAND_OVER as CLUSTER_FLIGHT_HAND_OVER};
 pub use runtime::held::{fencing_token, is_held, lock_lost};
 pub use runtime::lock::LockGuard;
 pub use shutdown::ShutdownReport;
@@ -116,6 +120,10 @@ pub mod __private {
     };
     pub use crate::telemetry::OpTelemetry;
     pub use core::time::Duration;
+    pub use crate::runtime::cluster_flight::{
+        ClusterFlightSpec, ClusterOutput, ErrorForm, FlightProbe, OpaqueErrorProbe,
+        SharedErrorProbe, cluster_single_flight, opaque_errors, shared_errors,
+    };
 
     use crate::Coordinator;
 

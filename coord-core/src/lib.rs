@@ -59,6 +59,7 @@ pub mod fence;
 mod fingerprint;
 mod flight_store;
 mod handle;
+mod handle_cluster;
 mod key;
 mod memory_flight;
 mod memory_provider;
@@ -93,6 +94,7 @@ pub use report::{
 pub use runtime::cache::CacheScope;
 pub use runtime::flight::open_flights;
 pub use flight_store::{FlightClaim, FlightStore, FlightWait};
+pub use handle_cluster::ClusterFlight;
 pub use runtime::cluster_flight::{ClusterFlightSpec, DEFAULT_LEASE as CLUSTER_FLIGHT_DEFAULT_LEASE, HAND_OVER as CLUSTER_FLIGHT_HAND_OVER};
 pub use runtime::held::{fencing_token, is_held, lock_lost};
 pub use runtime::lock::LockGuard;

@@ -22,7 +22,10 @@ use crate::shutdown::Lifecycle;
 ///
 /// [`FlightStore`] (cluster-scope single-flight) has defaults too: opt out with
 /// `impl FlightStore for MyProvider {}`.
-pub trait Provider: LockProvider + IdempotencyStore + CacheStore + Operations + FlightStore {}
+pub trait Provider:
+    LockProvider + IdempotencyStore + CacheStore + Operations + FlightStore
+{
+}
 impl<P: LockProvider + IdempotencyStore + CacheStore + Operations + FlightStore> Provider for P {}
 
 /// Where intercepted calls coordinate: a provider, a namespace and the defaults every

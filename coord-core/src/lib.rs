@@ -75,7 +75,9 @@ pub use call_key::{CallKey, CallKeyBuilder, InvalidCallKey};
 pub use codec::Codec;
 pub use coordinator::{BuildError, Coordinator, CoordinatorBuilder, Metrics, Provider};
 pub use error::{BackendError, BackendErrorKind, CoordError, NotStoredCause};
+pub use flight_store::{FlightClaim, FlightStore, FlightWait};
 pub use handle::{Cached, Idempotent, Lock, SingleFlight};
+pub use handle_cluster::ClusterFlight;
 pub use key::{KeyBuilder, KeyPart, KeyWriter, render_key};
 pub use memory_provider::MemoryProvider;
 pub use operations::{
@@ -92,10 +94,11 @@ pub use report::{
     CacheOutcome, CallReport, FlightOutcome, IdempotencyOutcome, LockOutcome, observe,
 };
 pub use runtime::cache::CacheScope;
+pub use runtime::cluster_flight::{
+    ClusterFlightSpec, DEFAULT_LEASE as CLUSTER_FLIGHT_DEFAULT_LEASE,
+    HAND_OVER as CLUSTER_FLIGHT_HAND_OVER,
+};
 pub use runtime::flight::open_flights;
-pub use flight_store::{FlightClaim, FlightStore, FlightWait};
-pub use handle_cluster::ClusterFlight;
-pub use runtime::cluster_flight::{ClusterFlightSpec, DEFAULT_LEASE as CLUSTER_FLIGHT_DEFAULT_LEASE, HAND_OVER as CLUSTER_FLIGHT_HAND_OVER};
 pub use runtime::held::{fencing_token, is_held, lock_lost};
 pub use runtime::lock::LockGuard;
 pub use shutdown::ShutdownReport;
@@ -114,6 +117,10 @@ pub mod __private {
         cached, local_form, shared_form, shared_result_form,
     };
     pub use crate::runtime::call::{Call, IdempotencySpec, LockSpec, OpSpec};
+    pub use crate::runtime::cluster_flight::{
+        ClusterFlightSpec, ClusterOutput, ErrorForm, FlightProbe, OpaqueErrorProbe,
+        SharedErrorProbe, cluster_single_flight, opaque_errors, shared_errors,
+    };
     pub use crate::runtime::flight::single_flight;
     pub use crate::runtime::idempotency::idempotent;
     pub use crate::runtime::lock::distributed_lock;
@@ -122,10 +129,6 @@ pub mod __private {
     };
     pub use crate::telemetry::OpTelemetry;
     pub use core::time::Duration;
-    pub use crate::runtime::cluster_flight::{
-        ClusterFlightSpec, ClusterOutput, ErrorForm, FlightProbe, OpaqueErrorProbe,
-        SharedErrorProbe, cluster_single_flight, opaque_errors, shared_errors,
-    };
 
     use crate::Coordinator;
 

@@ -9,8 +9,8 @@ use syn::{AttrStyle, Attribute, Ident, ItemFn, LitStr, ReturnType, Signature, St
 
 use crate::args::{Args, Errors, KeyPath};
 use crate::fallback;
-use crate::model::LeasePolicy;
 use crate::model::ClusterFlightLayer;
+use crate::model::LeasePolicy;
 use crate::model::Stack;
 use crate::options::{Abandoned, Kind, Lost, MissingKey, Policy, Scope, StoreError};
 
@@ -576,7 +576,14 @@ fn generate(stack: &Stack, func: &ItemFn) -> TokenStream {
             None => quote_spanned! {at_ret=>
                 #krate_here::__private::single_flight(#call_here, #inner)
             },
-            Some(layer) => cluster_flight_call(layer, &krate_here, at_ret, typed_ret.as_ref(), &call_here, inner),
+            Some(layer) => cluster_flight_call(
+                layer,
+                &krate_here,
+                at_ret,
+                typed_ret.as_ref(),
+                &call_here,
+                inner,
+            ),
         },
         Kind::DistributedLock => quote_spanned! {at_ret=>
             #krate_here::__private::distributed_lock(#call_here, #inner)

@@ -260,8 +260,8 @@ impl Stack {
             }
         });
 
-        let cluster_flight = first_of(Kind::SingleFlight)
-            .and_then(|layer| cluster_flight_layer(layer, &mut errors));
+        let cluster_flight =
+            first_of(Kind::SingleFlight).and_then(|layer| cluster_flight_layer(layer, &mut errors));
 
         if let Some(err) = errors.into_error() {
             let mut errors = Errors::default();

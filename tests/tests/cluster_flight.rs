@@ -73,7 +73,11 @@ async fn concurrent_callers_on_two_instances_share_one_run() {
     assert_eq!(runs.load(Ordering::SeqCst), 2, "a later call runs again");
     // The claims are gone; only hand-overs (kept a few seconds) may remain.
     tokio::time::sleep(Duration::from_millis(50)).await;
-    assert!(provider.flight_entries() <= 2, "{}", provider.flight_entries());
+    assert!(
+        provider.flight_entries() <= 2,
+        "{}",
+        provider.flight_entries()
+    );
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -258,9 +262,7 @@ async fn counted(
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn backend_down_fail_open_keeps_the_process_flight_and_fail_closed_refuses() {
     let provider = Arc::new(InstrumentedProvider::default());
-    provider
-        .fail_flights
-        .store(true, Ordering::SeqCst);
+    provider.fail_flights.store(true, Ordering::SeqCst);
     let build = |policy| {
         Coordinator::builder()
             .namespace("cf6")
@@ -300,7 +302,11 @@ async fn backend_down_fail_open_keeps_the_process_flight_and_fail_closed_refuses
         matches!(out, Err(CoordError::Backend(_))),
         "fail_closed refuses: {out:?}"
     );
-    assert_eq!(runs.load(Ordering::SeqCst), 1, "the refused call did not run");
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        1,
+        "the refused call did not run"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

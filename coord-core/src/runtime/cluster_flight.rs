@@ -284,7 +284,12 @@ impl Drop for ClaimGuard {
     }
 }
 
-fn abandon_detached(store: &Arc<dyn FlightStore>, key: &CallKey, owner: OwnerToken, lease: Duration) {
+fn abandon_detached(
+    store: &Arc<dyn FlightStore>,
+    key: &CallKey,
+    owner: OwnerToken,
+    lease: Duration,
+) {
     let store = store.clone();
     spawn_retried(
         "giving up the single-flight claim",
@@ -326,7 +331,9 @@ where
         let finished = store.flight_finish(&key, owner, &bytes, HAND_OVER).await;
         match finished {
             Ok(true) => {}
-            Ok(false) => tracing::warn!(key = %key, "coord: the single-flight claim lapsed while the body ran (renewals failed); the outcome was not handed over, and another instance may have run the body too"),
+            Ok(false) => {
+                tracing::warn!(key = %key, "coord: the single-flight claim lapsed while the body ran (renewals failed); the outcome was not handed over, and another instance may have run the body too")
+            }
             Err(err) => {
                 tracing::warn!(key = %key, error = %err, "coord: handing the single-flight outcome over failed; giving the claim up so a follower runs instead");
                 abandon_detached(&store, &key, owner, spec.lease);

@@ -24,12 +24,15 @@ pub(crate) struct FlightTable {
     changed: Notify,
 }
 
+/// A hand-over: the outcome bytes, and when they are dropped.
+type HandOver = (Arc<[u8]>, Instant);
+
 #[derive(Debug, Default)]
 struct Flights {
     /// The claim of each key: its owner and when its lease ends.
     claims: HashMap<CallKey, (OwnerToken, Instant)>,
     /// Hand-overs by key and leader, with when they are dropped.
-    outcomes: HashMap<(CallKey, OwnerToken), (Arc<[u8]>, Instant)>,
+    outcomes: HashMap<(CallKey, OwnerToken), HandOver>,
 }
 
 impl Flights {

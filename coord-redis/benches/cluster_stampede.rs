@@ -58,14 +58,22 @@ async fn child(role: &str) {
     let cluster = role == "cluster";
     // Warm the connection and the scripts on another key, so the stampede measures itself.
     if cluster {
-        cluster_fetch(&c, "warm-up", port, &ns).await.expect("warm-up");
+        cluster_fetch(&c, "warm-up", port, &ns)
+            .await
+            .expect("warm-up");
     } else {
-        process_fetch(&c, "warm-up", port, &ns).await.expect("warm-up");
+        process_fetch(&c, "warm-up", port, &ns)
+            .await
+            .expect("warm-up");
     }
     println!("READY");
     let _ = std::io::stdout().flush();
     let go = format!("{ns}:w:go");
-    while command_at(port, &["EXISTS", &go]).ok().and_then(|r| r.int()) != Some(1) {
+    while command_at(port, &["EXISTS", &go])
+        .ok()
+        .and_then(|r| r.int())
+        != Some(1)
+    {
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
     let calls: Vec<_> = (0..CALLERS)

@@ -105,7 +105,11 @@ async fn child(role: &str) {
     println!("READY");
     let _ = std::io::stdout().flush();
     let go = format!("{ns}:w:go");
-    while command_at(port, &["EXISTS", &go]).ok().and_then(|r| r.int()) != Some(1) {
+    while command_at(port, &["EXISTS", &go])
+        .ok()
+        .and_then(|r| r.int())
+        != Some(1)
+    {
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
     let started = Instant::now();
@@ -243,7 +247,11 @@ fn cluster_scope_runs_once_for_four_processes(server: &RedisServer) {
         answers.extend(outcome.answers);
     }
     assert_eq!(runs(server, ns), 1, "one body run for 400 callers");
-    assert_eq!(answers.len(), 1, "every caller got the leader's value: {answers:?}");
+    assert_eq!(
+        answers.len(),
+        1,
+        "every caller got the leader's value: {answers:?}"
+    );
     let only = answers.into_iter().next().unwrap();
     assert!(only.starts_with("Ok(\"value-from-pid-"), "{only}");
 }
@@ -274,10 +282,8 @@ fn killed_leader_is_replaced_by_exactly_one_follower(server: &RedisServer) {
     let leader = 'found: loop {
         assert!(Instant::now() < deadline, "no process started the body");
         for (index, p) in players.iter().enumerate() {
-            if let Ok(line) = p.lines.try_recv() {
-                if line.starts_with("BODY") {
-                    break 'found index;
-                }
+            if p.lines.try_recv().is_ok_and(|line| line.starts_with("BODY")) {
+                break 'found index;
             }
         }
         std::thread::sleep(Duration::from_millis(1));
@@ -289,12 +295,23 @@ fn killed_leader_is_replaced_by_exactly_one_follower(server: &RedisServer) {
     let mut answers = BTreeSet::new();
     for p in &players {
         let outcome = parse_result(&p.expect_line("RESULT", Duration::from_secs(30)));
-        assert_eq!(outcome.answered, CALLERS, "every surviving caller was answered");
+        assert_eq!(
+            outcome.answered, CALLERS,
+            "every surviving caller was answered"
+        );
         answers.extend(outcome.answers);
     }
     let recovered = killed_at.elapsed();
-    assert_eq!(runs(server, ns), 2, "the killed run and exactly one takeover");
-    assert_eq!(answers.len(), 1, "one value for every survivor: {answers:?}");
+    assert_eq!(
+        runs(server, ns),
+        2,
+        "the killed run and exactly one takeover"
+    );
+    assert_eq!(
+        answers.len(),
+        1,
+        "one value for every survivor: {answers:?}"
+    );
     // The lease (2 s) plus the new leader's body (1 s) plus a generous margin.
     assert!(
         recovered < Duration::from_secs(15),
@@ -315,7 +332,11 @@ fn followers_see_the_leaders_error(server: &RedisServer) {
         answers.extend(outcome.answers);
     }
     assert_eq!(runs(server, ns), 1, "the failing body ran once");
-    assert_eq!(answers.len(), 1, "every caller got the leader's error: {answers:?}");
+    assert_eq!(
+        answers.len(),
+        1,
+        "every caller got the leader's error: {answers:?}"
+    );
     let only = answers.into_iter().next().unwrap();
     assert!(
         only.starts_with("Err(Upstream(\"failed in pid "),

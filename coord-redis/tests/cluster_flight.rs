@@ -282,7 +282,10 @@ fn killed_leader_is_replaced_by_exactly_one_follower(server: &RedisServer) {
     let leader = 'found: loop {
         assert!(Instant::now() < deadline, "no process started the body");
         for (index, p) in players.iter().enumerate() {
-            if p.lines.try_recv().is_ok_and(|line| line.starts_with("BODY")) {
+            if p.lines
+                .try_recv()
+                .is_ok_and(|line| line.starts_with("BODY"))
+            {
                 break 'found index;
             }
         }

@@ -29,7 +29,9 @@
 //!
 //! * [`idempotent`]: a successful outcome is stored for `retention` and replayed to later calls
 //!   with the same key; errors leave no trace.
-//! * [`single_flight`]: concurrent calls with one key in this process share one run.
+//! * [`single_flight`]: concurrent calls with one key in this process share one run
+//!   (with `scope = "cluster"`, on every instance sharing the provider, as a best effort with
+//!   a lease).
 //! * [`distributed_lock`]: one holder at a time per key, across every process sharing the
 //!   provider, for at most `lease` if the holder dies.
 //!

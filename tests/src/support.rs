@@ -44,6 +44,8 @@ pub struct InstrumentedProvider {
     pub flight_claims: AtomicUsize,
     /// When set, every flight call fails as if the backend were unreachable.
     pub fail_flights: AtomicBool,
+    /// When set, a flight claim is made but its reply is lost (reported as a fault).
+    pub lose_flight_claim_replies: AtomicBool,
 }
 
 impl InstrumentedProvider {
@@ -351,6 +353,12 @@ impl coord_core::FlightStore for InstrumentedProvider {
         self.flight_claims.fetch_add(1, Ordering::SeqCst);
         if self.fail_flights.load(Ordering::SeqCst) {
             return Box::pin(async { Err(Self::fault()) });
+        }
+        if self.lose_flight_claim_replies.load(Ordering::SeqCst) {
+            return Box::pin(async move {
+                let _landed = self.inner.flight_claim(key, owner, lease).await;
+                Err(Self::fault())
+            });
         }
         self.inner.flight_claim(key, owner, lease)
     }

@@ -349,3 +349,43 @@ async fn the_handle_api_shares_one_run_and_can_share_errors() {
     assert_eq!(first.await.unwrap(), expected);
     assert_eq!(second.await.unwrap(), expected);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_whose_reply_was_lost_is_given_up_so_others_do_not_wait_a_lease() {
+    let provider = Arc::new(InstrumentedProvider::default());
+    provider
+        .lose_flight_claim_replies
+        .store(true, Ordering::SeqCst);
+    let open = Coordinator::builder()
+        .namespace("cf8")
+        .provider(provider.clone())
+        .on_backend_error(OnBackendError::FailOpen)
+        .build()
+        .unwrap();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let (out, report) = observe(counted(&open, "ACME", runs.clone())).await;
+    assert_eq!(out.unwrap(), 4);
+    assert_eq!(report.flight, Some(FlightOutcome::FailedOpen));
+    // The claim landed (its 10 s lease would hold the other instances up); it is given up in
+    // the background, owner-checked.
+    let key: CallKey = open
+        .key(concat!(module_path!(), "::counted"))
+        .part("ACME")
+        .finish();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let claim = provider
+            .inner
+            .flight_claim(&key, OwnerToken::new(), Duration::from_secs(1))
+            .await
+            .unwrap();
+        if claim == coord_core::FlightClaim::Claimed {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the landed claim was not given up: {claim:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

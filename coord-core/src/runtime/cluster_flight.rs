@@ -216,7 +216,15 @@ where
     loop {
         let claim = match store.flight_claim(&call.key, owner, spec.lease).await {
             Ok(claim) => claim,
-            Err(err) => return degrade(call, err, body).await,
+            Err(err) => {
+                // The claim may have landed with its reply lost: give it up in the background,
+                // so the other instances do not wait a whole lease for a body that runs
+                // elsewhere or not at all (owner-checked, so harmless if it never landed).
+                if err.kind() != crate::BackendErrorKind::Config {
+                    abandon_detached(&store, &call.key, owner, spec.lease);
+                }
+                return degrade(call, err, body).await;
+            }
         };
         let (leader, lease_left) = match claim {
             FlightClaim::Claimed => {

@@ -985,4 +985,23 @@ mod tests {
             "{out}"
         );
     }
+
+    #[test]
+    fn cluster_scope_adds_the_cluster_step_with_its_lease_and_error_probe() {
+        let item = "async fn f(id: u64) -> Result<u64, E> { Ok(id) }";
+        let out = expand(Kind::SingleFlight, "scope = \"cluster\"", item);
+        assert!(out.contains(":: cluster_single_flight ("), "{out}");
+        assert!(out.contains("from_millis (10000u64)"), "{out}");
+        assert!(
+            out.contains(":: FlightProbe :: < Result < u64 , E > > :: new ()"),
+            "{out}"
+        );
+        let out = expand(Kind::SingleFlight, "scope = cluster, lease = \"3s\"", item);
+        assert!(out.contains("from_millis (3000u64)"), "{out}");
+        let out = expand(Kind::SingleFlight, "", item);
+        assert!(!out.contains("cluster_single_flight"), "{out}");
+        assert!(out.contains(":: single_flight ("), "{out}");
+        let out = expand(Kind::SingleFlight, "lease = \"3s\"", item);
+        assert!(out.contains("compile_error"), "{out}");
+    }
 }

@@ -423,7 +423,7 @@ impl Coordinator {
         &self.inner.flights
     }
 
-    /// A number naming this coordinator (not its clones' provider) while it lives: the
+    /// A number naming this coordinator (and its clones, which share it) while it lives: the
     /// process flight of a cluster-scope call is per coordinator, so that two coordinators in
     /// one process meet through their provider as two instances would.
     pub(crate) fn identity(&self) -> usize {

@@ -46,6 +46,8 @@ pub struct InstrumentedProvider {
     pub fail_flights: AtomicBool,
     /// When set, a flight claim is made but its reply is lost (reported as a fault).
     pub lose_flight_claim_replies: AtomicBool,
+    /// When set, flight renewals fail as if the backend were unreachable.
+    pub fail_flight_renewals: AtomicBool,
 }
 
 impl InstrumentedProvider {
@@ -369,7 +371,9 @@ impl coord_core::FlightStore for InstrumentedProvider {
         owner: OwnerToken,
         lease: Duration,
     ) -> BoxFuture<'a, Result<bool, BackendError>> {
-        if self.fail_flights.load(Ordering::SeqCst) {
+        if self.fail_flights.load(Ordering::SeqCst)
+            || self.fail_flight_renewals.load(Ordering::SeqCst)
+        {
             return Box::pin(async { Err(Self::fault()) });
         }
         self.inner.flight_renew(key, owner, lease)

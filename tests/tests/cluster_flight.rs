@@ -389,3 +389,61 @@ async fn a_claim_whose_reply_was_lost_is_given_up_so_others_do_not_wait_a_lease(
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_leader_whose_lease_lapsed_keeps_its_outcome_and_its_late_hand_over_is_refused() {
+    let provider = Arc::new(InstrumentedProvider::default());
+    provider.fail_flight_renewals.store(true, Ordering::SeqCst);
+    let make = || {
+        Coordinator::builder()
+            .namespace("cf9")
+            .provider(provider.clone())
+            .build()
+            .unwrap()
+    };
+    let (a, b) = (make(), make());
+    let runs = Arc::new(AtomicUsize::new(0));
+    let call = |coord: Coordinator, runs: Arc<AtomicUsize>, who: &'static str, ms: u64| async move {
+        let key = coord.key("lapse.refresh").part("ACME").finish();
+        observe(
+            coord
+                .single_flight(key)
+                .cluster()
+                .lease(Duration::from_millis(300))
+                .run(|| async move {
+                    runs.fetch_add(1, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(ms)).await;
+                    Ok::<String, CoordError>(who.to_owned())
+                }),
+        )
+        .await
+    };
+    // The leader's body outlives its lease, and its renewals fail.
+    let leader = tokio::spawn(call(a.clone(), runs.clone(), "first", 1500));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let (follower, report) = call(b.clone(), runs.clone(), "second", 100).await;
+    assert_eq!(
+        report.flight,
+        Some(FlightOutcome::ClusterTookOver),
+        "the follower took over once the lease lapsed"
+    );
+    assert_eq!(follower.unwrap(), "second");
+    let (late, report) = leader.await.unwrap();
+    assert_eq!(report.flight, Some(FlightOutcome::ClusterLed));
+    assert_eq!(
+        late.unwrap(),
+        "first",
+        "the late leader's callers get its own outcome"
+    );
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        2,
+        "the flight is an optimisation, not a promise"
+    );
+    // Its hand-over was refused: nothing of the late leader is kept for anyone.
+    assert_eq!(
+        provider.inner.flight_entries(),
+        1,
+        "only the follower's hand-over"
+    );
+}

@@ -316,6 +316,7 @@ pub async fn idempotency_claim_complete_replay(c: Coordinator) {
         ClaimOutcome::Completed {
             payload: stored,
             fingerprint,
+            ..
         } => {
             assert_eq!(&*stored, &*payload);
             assert_eq!(fingerprint, fp, "completion keeps the fingerprint");
@@ -499,6 +500,7 @@ async fn completed_record(
         ClaimOutcome::Completed {
             payload,
             fingerprint,
+            ..
         } => (payload, fingerprint),
         other => panic!("{why}: expected a completed record, got {other:?}"),
     }
@@ -683,6 +685,53 @@ pub async fn idempotency_claim_resent_by_its_owner_is_claimed(c: Coordinator) {
         ClaimOutcome::Claimed
     );
     assert!(s.abandon(&k, b).await.unwrap());
+}
+
+/// A claim that finds a completed record says how long ago it was stored, and a replay
+/// through the attribute reports that age in its [`CallReport`](coord_core::CallReport).
+pub async fn idempotency_replay_reports_the_record_age(c: Coordinator) {
+    const PAUSE: Duration = Duration::from_millis(400);
+    let s = c.idempotency_store();
+    let k = key(&c, "replay-age");
+    let (a, b) = (OwnerToken::new(), OwnerToken::new());
+    assert_eq!(
+        s.claim(claim_req(&k, a, LONG, None, None)).await.unwrap(),
+        ClaimOutcome::Claimed
+    );
+    let before_store = Instant::now();
+    assert!(
+        complete_stored(&**s, &k, a, Arc::from(&b"aged"[..]), LONG)
+            .await
+            .unwrap()
+    );
+    tokio::time::sleep(PAUSE).await;
+    let age = match s.claim(claim_req(&k, b, LONG, None, None)).await.unwrap() {
+        ClaimOutcome::Completed { age, .. } => age.expect("a record coord stored has a known age"),
+        other => panic!("expected completed, got {other:?}"),
+    };
+    // At least the pause (less a little for a backend clock of millisecond resolution), at
+    // most the time since the completion was sent.
+    assert!(
+        age + Duration::from_millis(5) >= PAUSE && age <= before_store.elapsed(),
+        "the record was stored {PAUSE:?} ago or a little more, the claim says {age:?}"
+    );
+
+    let runs = Arc::new(AtomicU64::new(0));
+    let (first, report) = coord_core::observe(charge_once(&c, "aged-1", 7, runs.clone())).await;
+    first.unwrap();
+    assert_eq!(report.replay_age, None, "a call that ran replays nothing");
+    tokio::time::sleep(PAUSE).await;
+    let (again, report) = coord_core::observe(charge_once(&c, "aged-1", 7, runs.clone())).await;
+    again.unwrap();
+    assert!(report.replayed(), "the duplicate replays");
+    let age = report
+        .replay_age
+        .expect("a replay reports the record's age");
+    assert!(
+        age + Duration::from_millis(5) >= PAUSE && age < LONG,
+        "the replay answers with an outcome stored {PAUSE:?} ago or a little more, got {age:?}"
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
 }
 
 /// A lost lock says why: `Expired` when the key is free (lapsed, released, never held),

@@ -60,7 +60,7 @@
 //! | Lock waiting | `lock_waiter_is_woken_by_release`, `lock_release_wakes_one_waiter` | a release wakes a waiter without polling, and one release wakes one waiter |
 //! | Fencing | `lock_fencing_tokens_increase_only_when_fenced` | fenced grants carry strictly increasing tokens, unfenced ones none |
 //! | Renewal and loss | `lock_renew_is_owner_scoped`, `lock_renew_reports_why_the_lock_was_lost`, `idempotency_renew_marker_reports_why_the_marker_was_lost` | renewals extend only the owner's lease, and a lost hold says whether it lapsed or was taken |
-//! | Idempotency records | `idempotency_claim_complete_replay`, `idempotency_abandon_and_lapse`, `idempotency_abandoned_marker_is_kept_on_request`, `idempotency_wait_settled_wakes_on_completion`, `idempotency_claim_resent_by_its_owner_is_claimed` | claim / in-flight / completed / abandoned states, owner-scoped completion and abandonment, fingerprints kept, waiters woken by completion, resent claims |
+//! | Idempotency records | `idempotency_claim_complete_replay`, `idempotency_abandon_and_lapse`, `idempotency_abandoned_marker_is_kept_on_request`, `idempotency_wait_settled_wakes_on_completion`, `idempotency_claim_resent_by_its_owner_is_claimed`, `idempotency_replay_reports_the_record_age` | claim / in-flight / completed / abandoned states, owner-scoped completion and abandonment, fingerprints kept, waiters woken by completion, resent claims, a replayed record's age |
 //! | Completion outcomes | `idempotency_completion_by_the_owner_is_stored_and_resendable`, `idempotency_completion_after_the_marker_lapsed_is_stored_without_it`, `idempotency_late_completion_after_another_claim_is_superseded`, `idempotency_completion_after_purge_is_stored_without_marker` | `Stored`, `StoredWithoutMarker` and `Superseded` exactly when the contract says, and resends change nothing |
 //! | Hostile durations | `lock_extreme_leases_are_accepted`, `lock_extreme_waits_wait_until_granted`, `lock_cancelled_forever_waiter_leaves_the_key_working`, `idempotency_extreme_durations_are_accepted`, `idempotency_forever_wait_settled_waits_until_settled` | zero, 1 µs, `u64::MAX` ms and `Duration::MAX` leases, waits and retentions neither panic, hang nor wrap around; cancelled waits leave the key working |
 //! | Attributes | `attribute_lock_excludes_and_fences`, `attribute_idempotent_duplicates_run_once`, `attribute_idempotent_errors_are_not_remembered`, `attribute_lock_refusal_and_cancellation` | the same promises through `#[distributed_lock]` and `#[idempotent]`: 64 contending tasks never overlap, duplicates run once, errors are not remembered, refused callers never run their body, cancelled holders release |
@@ -424,6 +424,7 @@ macro_rules! __with_case_names {
             idempotency_late_completion_after_another_claim_is_superseded,
             idempotency_completion_after_purge_is_stored_without_marker,
             idempotency_claim_resent_by_its_owner_is_claimed,
+            idempotency_replay_reports_the_record_age,
             idempotency_renew_marker_reports_why_the_marker_was_lost,
             idempotency_extreme_durations_are_accepted,
             idempotency_forever_wait_settled_waits_until_settled,

@@ -1,11 +1,13 @@
 //! The [`Coordinator`]: which provider a call uses, under which namespace, with which defaults.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use crate::call_key::{CallKey, CallKeyBuilder};
 use crate::codec::Codec;
+use crate::config::{ConfigError, CoordConfig, Profile, ProviderConfig};
 use crate::flight_store::FlightStore;
 use crate::memory_provider::MemoryProvider;
 use crate::operations::{Operations, Operator};
@@ -52,6 +54,9 @@ struct Inner {
     metrics: Metrics,
     renewer: Renewer,
     lifecycle: Arc<Lifecycle>,
+    /// The configured defaults; `None` when none is set, so calls skip resolving.
+    defaults: Option<Profile>,
+    profiles: BTreeMap<String, Profile>,
 }
 
 /// Counters a coordinator keeps for operators.
@@ -126,6 +131,14 @@ pub enum BuildError {
     /// A process-wide default coordinator was already installed (or the in-process fallback was
     /// already taken by a call). Install once, at start-up, before the first intercepted call.
     AlreadyInstalled,
+    /// A default or a profile holds a value coord cannot honour (a zero lease, a `renew` not
+    /// shorter than its lease, a profile name that is not lowercase letters, digits and `_`).
+    InvalidSetting {
+        /// The setting's path, as in configuration (`profiles.payments.lease`).
+        field: String,
+        /// What is wrong.
+        reason: String,
+    },
 }
 
 impl fmt::Display for BuildError {
@@ -141,6 +154,9 @@ impl fmt::Display for BuildError {
             BuildError::AlreadyInstalled => f.write_str(
                 "a default coordinator is already in place: install once at start-up, before the first intercepted call",
             ),
+            BuildError::InvalidSetting { field, reason } => {
+                write!(f, "invalid coordinator setting `{field}`: {reason}")
+            }
         }
     }
 }
@@ -161,10 +177,12 @@ struct ChosenProvider {
 /// Builds a [`Coordinator`].
 #[must_use]
 pub struct CoordinatorBuilder {
-    namespace: String,
+    namespace: Option<String>,
     provider: Option<ChosenProvider>,
     codec: Codec,
     on_backend_error: OnBackendError,
+    defaults: Profile,
+    profiles: BTreeMap<String, Profile>,
 }
 
 impl fmt::Debug for CoordinatorBuilder {
@@ -179,9 +197,10 @@ impl fmt::Debug for CoordinatorBuilder {
 
 impl CoordinatorBuilder {
     /// The prefix that keeps this service's keys apart from others sharing the backend.
-    /// Defaults to `coord`.
+    /// Defaults to `COORD_NAMESPACE`, else the binary's name
+    /// ([`default_namespace`](crate::config::default_namespace)).
     pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
-        self.namespace = namespace.into();
+        self.namespace = Some(namespace.into());
         self
     }
 
@@ -227,9 +246,33 @@ impl CoordinatorBuilder {
         self
     }
 
-    /// Finishes the coordinator.
+    /// Finishes the coordinator. Fails on an invalid namespace, on a default or profile coord
+    /// cannot honour ([`BuildError::InvalidSetting`]), or without a provider.
     pub fn build(self) -> Result<Coordinator, BuildError> {
-        validate_namespace(&self.namespace)?;
+        let namespace = self
+            .namespace
+            .unwrap_or_else(crate::config::default_namespace);
+        validate_namespace(&namespace)?;
+        let invalid = |(field, reason)| BuildError::InvalidSetting { field, reason };
+        crate::config::check_profile("defaults", &self.defaults).map_err(invalid)?;
+        for (name, profile) in &self.profiles {
+            crate::config::check_profile_name(name).map_err(|reason| {
+                BuildError::InvalidSetting {
+                    field: format!("profiles.{name}"),
+                    reason,
+                }
+            })?;
+            crate::config::check_profile(&format!("profiles.{name}"), profile).map_err(invalid)?;
+        }
+        // The backend-fault policy of the defaults is the coordinator's own policy.
+        let on_backend_error = self
+            .defaults
+            .on_backend_error
+            .unwrap_or(self.on_backend_error);
+        let defaults = Profile {
+            on_backend_error: None,
+            ..self.defaults
+        };
         let ChosenProvider {
             locks,
             records,
@@ -240,7 +283,7 @@ impl CoordinatorBuilder {
         } = self.provider.ok_or(BuildError::NoProvider)?;
         Ok(Coordinator {
             inner: Arc::new(Inner {
-                namespace: self.namespace,
+                namespace,
                 renewer: Renewer::new(locks.clone(), records.clone()),
                 locks,
                 records,
@@ -248,10 +291,12 @@ impl CoordinatorBuilder {
                 cache,
                 flights,
                 codec: self.codec,
-                on_backend_error: self.on_backend_error,
+                on_backend_error,
                 in_process,
                 metrics: Metrics::default(),
                 lifecycle: Arc::default(),
+                defaults: (!defaults.is_empty()).then_some(defaults),
+                profiles: self.profiles,
             }),
         })
     }
@@ -280,13 +325,17 @@ static DEFAULT: OnceLock<Coordinator> = OnceLock::new();
 static FALLBACK_WARNED: AtomicBool = AtomicBool::new(false);
 
 impl Coordinator {
-    /// Starts a builder with namespace `coord`, the tagged codec and `fail_closed`.
+    /// Starts a builder with the default namespace (`COORD_NAMESPACE`, else the binary's
+    /// name: [`default_namespace`](crate::config::default_namespace)), the tagged codec,
+    /// `fail_closed`, no configured defaults and no profiles.
     pub fn builder() -> CoordinatorBuilder {
         CoordinatorBuilder {
-            namespace: "coord".to_owned(),
+            namespace: None,
             provider: None,
             codec: Codec::Tagged,
             on_backend_error: OnBackendError::FailClosed,
+            defaults: Profile::default(),
+            profiles: BTreeMap::new(),
         }
     }
 
@@ -434,5 +483,91 @@ impl Coordinator {
 impl AsRef<Coordinator> for Coordinator {
     fn as_ref(&self) -> &Coordinator {
         self
+    }
+}
+
+impl CoordinatorBuilder {
+    /// Values for calls that neither name a profile setting a field nor write it themselves
+    /// (see the precedence table in [`config`](crate::config)). Its `on_backend_error`, when
+    /// set, is the coordinator's backend-fault policy, in place of whatever
+    /// [`on_backend_error`](Self::on_backend_error) set.
+    pub fn defaults(mut self, defaults: Profile) -> Self {
+        self.defaults = defaults;
+        self
+    }
+
+    /// Adds (or replaces) the profile `name`, which attributes pick with `profile = "name"` and
+    /// handles with `.profile("name")`.
+    pub fn profile(mut self, name: impl Into<String>, profile: Profile) -> Self {
+        self.profiles.insert(name.into(), profile);
+        self
+    }
+
+    /// Applies a configuration's namespace (when it sets one), defaults and profiles. The
+    /// provider and command timeout are not applied here: they need a provider crate
+    /// (`coord_redis::coordinator_from_config`), or [`Coordinator::from_config`] for the
+    /// in-process one.
+    pub fn configure(mut self, config: &CoordConfig) -> Self {
+        if let Some(ns) = &config.namespace {
+            self.namespace = Some(ns.clone());
+        }
+        self.defaults = config.defaults;
+        self.profiles = config.profiles.clone();
+        self
+    }
+}
+
+impl Coordinator {
+    /// The in-process coordinator a configuration describes: validated, with its namespace,
+    /// defaults and profiles. A configuration with no provider logs the in-process warning
+    /// once per process (naming the fix); one naming Redis, Sentinel or Cluster is
+    /// [`ConfigError::ProviderNeedsBackendCrate`], never a silent fall back to memory.
+    pub fn from_config(config: &CoordConfig) -> Result<Coordinator, ConfigError> {
+        config.validate()?;
+        match &config.provider {
+            None => warn_in_process_once(
+                "no provider configured; using the in-process provider, so locks, single-flight \
+                 and idempotency hold within this process only. Set COORD_REDIS_URL (or \
+                 `provider` in the configuration) and build with \
+                 `coord_redis::coordinator_from_config`",
+            ),
+            Some(ProviderConfig::Memory) => {}
+            Some(ProviderConfig::Redis { .. }) => {
+                return Err(ConfigError::ProviderNeedsBackendCrate { kind: "redis" });
+            }
+            Some(ProviderConfig::Sentinel { .. }) => {
+                return Err(ConfigError::ProviderNeedsBackendCrate { kind: "sentinel" });
+            }
+            Some(ProviderConfig::Cluster { .. }) => {
+                return Err(ConfigError::ProviderNeedsBackendCrate { kind: "cluster" });
+            }
+        }
+        Ok(Coordinator::builder().configure(config).memory().build()?)
+    }
+
+    /// [`Coordinator::from_config`] over [`CoordConfig::from_env`]: the `COORD_*` variables.
+    /// With `COORD_REDIS_URL` (or a Sentinel or Cluster variable) set, this is
+    /// [`ConfigError::ProviderNeedsBackendCrate`]: use `coord_redis::coordinator_from_env`.
+    pub fn from_env() -> Result<Coordinator, ConfigError> {
+        Coordinator::from_config(&CoordConfig::from_env()?)
+    }
+
+    /// The profile `name` of this coordinator's configuration.
+    pub fn profile(&self, name: &str) -> Option<&Profile> {
+        self.inner.profiles.get(name)
+    }
+
+    /// The configured defaults, `None` when none is set (the backend-fault policy is
+    /// [`Coordinator::on_backend_error`]).
+    pub(crate) fn configured_defaults(&self) -> Option<&Profile> {
+        self.inner.defaults.as_ref()
+    }
+}
+
+/// Logs `message` at warn, once per process, shared with the warning of the in-process
+/// fallback: a process learns once that its coordination is local.
+fn warn_in_process_once(message: &str) {
+    if !FALLBACK_WARNED.swap(true, Ordering::Relaxed) {
+        tracing::warn!("coord: {message}");
     }
 }

@@ -101,6 +101,16 @@ pub enum CoordError {
     /// The coordination backend failed (unreachable, timed out, or answered with something coord
     /// cannot read) and the operation is configured `fail_closed`: the body did not run.
     Backend(BackendError),
+    /// The call names a profile (`profile = ".."` on an attribute, `.profile(..)` on a handle)
+    /// that the coordinator's configuration does not have. Reported at the call, before any
+    /// claim, lock or body; never replaced by a default. Not retryable: fix the configuration
+    /// (a `[profiles.<name>]` table, or `COORD_PROFILE_<NAME>_*` variables) or the name.
+    UnknownProfile {
+        /// The profile name the call asked for.
+        profile: String,
+        /// The call's key.
+        key: CallKey,
+    },
     /// `#[single_flight(scope = "cluster")]`: the leader of the flight, on another instance (or
     /// another coordinator), returned an `Err` whose type cannot be handed over (it is not
     /// serialisable). This caller's body did not run; the leader's error is in the leader's
@@ -127,6 +137,7 @@ impl CoordError {
             | CoordError::ShutDown { key }
             | CoordError::OutcomeNotStored { key, .. }
             | CoordError::Codec { key, .. }
+            | CoordError::UnknownProfile { key, .. }
             | CoordError::LeaderFailed { key } => Some(key),
             CoordError::MissingKey { .. } => None,
             CoordError::Backend(err) => err.key(),
@@ -156,6 +167,7 @@ impl CoordError {
                 BackendErrorKind::Corrupt => "backend.corrupt",
                 BackendErrorKind::OutOfMemory => "backend.out_of_memory",
             },
+            CoordError::UnknownProfile { .. } => "unknown_profile",
         }
     }
 
@@ -236,6 +248,10 @@ impl fmt::Display for CoordError {
                 "`{key}` was refused: the coordinator is shutting down; nothing ran"
             ),
             CoordError::Backend(err) => write!(f, "{err}"),
+            CoordError::UnknownProfile { profile, key } => write!(
+                f,
+                "`{key}` names the profile {profile:?}, which the coordinator's configuration does not have; nothing ran (add `[profiles.{profile}]` to the configuration or fix the name)"
+            ),
             CoordError::LeaderFailed { key } => write!(
                 f,
                 "the single-flight leader of `{key}` on another instance failed with an error that cannot be handed over; this call did not run"

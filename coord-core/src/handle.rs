@@ -17,6 +17,7 @@ use crate::report::CallReport;
 use crate::runtime::cache::{CacheScope, CacheSpec, LocalSlot};
 use crate::runtime::call::{Call, IdempotencySpec, LockSpec, OpSpec};
 use crate::runtime::lock::{Acquired, LockGuard, acquire_lock};
+use crate::runtime::settings::{self, Written};
 use crate::telemetry::OpTelemetry;
 
 /// An idempotent call configured at run time: from [`Coordinator::idempotent`].
@@ -47,6 +48,7 @@ pub struct Idempotent<'c> {
     key: CallKey,
     spec: IdempotencySpec,
     fingerprint: Option<Fingerprint>,
+    profile: Option<String>,
 }
 
 impl Coordinator {
@@ -66,8 +68,10 @@ impl Coordinator {
                 on_abandoned: OnAbandoned::Rerun,
                 on_store_error: OnStoreError::Error,
                 on_missing_key: OnMissingKey::Fail,
+                written: Written::NONE,
             },
             fingerprint: None,
+            profile: None,
         }
     }
 }
@@ -76,12 +80,14 @@ impl<'c> Idempotent<'c> {
     /// How long a successful outcome is kept and replayed. Default 24 h.
     pub fn retention(mut self, retention: Duration) -> Self {
         self.spec.retention = retention;
+        self.spec.written = self.spec.written.with(Written::RETENTION);
         self
     }
 
     /// The lease of the in-flight marker: how long a crashed call blocks its key. Default 30 s.
     pub fn in_flight_lease(mut self, lease: Duration) -> Self {
         self.spec.in_flight_lease = lease;
+        self.spec.written = self.spec.written.with(Written::IN_FLIGHT_LEASE);
         self
     }
 
@@ -89,6 +95,7 @@ impl<'c> Idempotent<'c> {
     /// [`CoordError::InFlight`]. Default zero (at once).
     pub fn wait(mut self, wait: Duration) -> Self {
         self.spec.wait = wait;
+        self.spec.written = self.spec.written.with(Written::WAIT);
         self
     }
 
@@ -97,6 +104,7 @@ impl<'c> Idempotent<'c> {
     pub fn renew(mut self, every: Duration) -> Self {
         self.spec.renew = Some(every);
         self.spec.on_lost.get_or_insert(OnLost::Cancel);
+        self.spec.written = self.spec.written.with(Written::RENEW);
         self
     }
 
@@ -117,6 +125,15 @@ impl<'c> Idempotent<'c> {
     /// [`OnStoreError::Error`] ([`CoordError::OutcomeNotStored`]).
     pub fn on_store_error(mut self, policy: OnStoreError) -> Self {
         self.spec.on_store_error = policy;
+        self
+    }
+
+    /// Takes durations and the backend-fault policy from the coordinator's profile `name`:
+    /// a field the profile sets beats this handle's setters, which beat the configured
+    /// defaults (see [`config`](crate::config)). A profile the coordinator does not have is
+    /// [`CoordError::UnknownProfile`] from `run`, before the body runs.
+    pub fn profile(mut self, name: impl Into<String>) -> Self {
+        self.profile = Some(name.into());
         self
     }
 
@@ -144,6 +161,7 @@ impl<'c> Idempotent<'c> {
             lock: None,
             telemetry: OpTelemetry::new(),
             record_key: false,
+            profile: self.profile.as_deref(),
         };
         let call = Call::with_key(&spec, self.coordinator, self.key);
         let fingerprint = self.fingerprint.map(Ok);
@@ -195,6 +213,7 @@ pub struct Lock<'c> {
     coordinator: &'c Coordinator,
     key: CallKey,
     spec: LockSpec,
+    profile: Option<String>,
 }
 
 impl Coordinator {
@@ -210,7 +229,9 @@ impl Coordinator {
                 on_backend_error: None,
                 renew: None,
                 on_lost: None,
+                written: Written::NONE,
             },
+            profile: None,
         }
     }
 }
@@ -220,12 +241,14 @@ impl Lock<'_> {
     /// Default 30 s.
     pub fn lease(mut self, lease: Duration) -> Self {
         self.spec.lease = lease;
+        self.spec.written = self.spec.written.with(Written::LEASE);
         self
     }
 
     /// How long to wait for a held lock. Default zero (one attempt).
     pub fn wait(mut self, wait: Duration) -> Self {
         self.spec.wait = wait;
+        self.spec.written = self.spec.written.with(Written::WAIT);
         self
     }
 
@@ -241,6 +264,17 @@ impl Lock<'_> {
     pub fn renew(mut self, every: Duration) -> Self {
         self.spec.renew = Some(every);
         self.spec.on_lost.get_or_insert(OnLost::Cancel);
+        self.spec.written = self.spec.written.with(Written::RENEW);
+        self
+    }
+
+    /// Takes durations and the backend-fault policy from the coordinator's profile `name`:
+    /// a field the profile sets beats this handle's setters, which beat the configured
+    /// defaults (see [`config`](crate::config)). A profile the coordinator does not have is
+    /// [`CoordError::UnknownProfile`] from `acquire`, `try_acquire` and `run`, before the lock
+    /// is asked for.
+    pub fn profile(mut self, name: impl Into<String>) -> Self {
+        self.profile = Some(name.into());
         self
     }
 
@@ -256,7 +290,18 @@ impl Lock<'_> {
     /// [`CoordError::Reentrant`] if this task already holds it inside a `#[distributed_lock]`
     /// body or [`Lock::run`], [`CoordError::Backend`] on a backend fault.
     pub async fn acquire(self) -> Result<LockGuard, CoordError> {
-        let mut spec = self.spec;
+        let defaults = self.coordinator.configured_defaults();
+        let Ok(profile) = settings::find_profile(self.coordinator, self.profile.as_deref()) else {
+            return Err(CoordError::UnknownProfile {
+                profile: self.profile.unwrap_or_default(),
+                key: self.key,
+            });
+        };
+        let mut spec = if profile.is_some() || defaults.is_some() {
+            settings::lock(&self.spec, profile, defaults)
+        } else {
+            self.spec
+        };
         // A guard stands for a held lock: a fault is always reported here.
         spec.on_backend_error = Some(OnBackendError::FailClosed);
         match acquire_lock(self.coordinator, &self.key, &spec).await {
@@ -297,6 +342,7 @@ impl Lock<'_> {
             lock: Some(self.spec),
             telemetry: OpTelemetry::new(),
             record_key: false,
+            profile: self.profile.as_deref(),
         };
         let call = Call::with_key(&spec, self.coordinator, self.key);
         call.run(crate::runtime::lock::distributed_lock(
@@ -345,6 +391,7 @@ impl SingleFlight<'_> {
             lock: None,
             telemetry: OpTelemetry::new(),
             record_key: false,
+            profile: None,
         };
         let call = Call::with_key(&spec, self.coordinator, self.key);
         call.run(crate::runtime::flight::single_flight(
@@ -456,6 +503,7 @@ impl Cached<'_> {
             lock: None,
             telemetry: OpTelemetry::new(),
             record_key: false,
+            profile: None,
         };
         let call = Call::with_key(&spec, self.coordinator, self.key);
         call.run(crate::runtime::cache::cached(

@@ -123,5 +123,6 @@ fn bare_spec(op: &str) -> OpSpec<'_> {
         lock: None,
         telemetry: OpTelemetry::new(),
         record_key: false,
+        profile: None,
     }
 }

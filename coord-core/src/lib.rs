@@ -52,9 +52,15 @@
 //! [`CoordinatorBuilder::install`], or the one passed with `coordinator = <expr>`. With none
 //! installed, the in-process provider is used and one warning is logged: exclusion then holds
 //! within this process only.
+//!
+//! ## Configuration
+//! [`CoordConfig`] (any serde source, or the `COORD_*` variables) gives a coordinator its
+//! namespace, default durations and named profiles; `profile = "name"` on an attribute takes
+//! durations from the profile at run time. See [`config`] for the precedence table.
 
 mod call_key;
 mod codec;
+pub mod config;
 mod coordinator;
 mod error;
 pub mod fence;
@@ -75,6 +81,7 @@ pub mod telemetry;
 
 pub use call_key::{CallKey, CallKeyBuilder, InvalidCallKey};
 pub use codec::Codec;
+pub use config::{ConfigError, CoordConfig, Profile, ProviderConfig};
 pub use coordinator::{BuildError, Coordinator, CoordinatorBuilder, Metrics, Provider};
 pub use error::{BackendError, BackendErrorKind, CoordError, NotStoredCause};
 pub use flight_store::{FlightClaim, FlightStore, FlightWait};
@@ -129,6 +136,7 @@ pub mod __private {
     pub use crate::runtime::outcome::{
         GuardedResult, assert_guarded_result, assert_shareable_output,
     };
+    pub use crate::runtime::settings::Written;
     pub use crate::telemetry::OpTelemetry;
     pub use core::time::Duration;
 

@@ -192,9 +192,11 @@ impl IdempotencyStore for MemoryProvider {
             Claim::Completed {
                 payload,
                 fingerprint,
+                age,
             } => ClaimOutcome::Completed {
                 payload,
                 fingerprint: fingerprint.map(Fingerprint),
+                age: Some(age),
             },
         };
         Box::pin(std::future::ready(Ok(outcome)))

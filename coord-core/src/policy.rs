@@ -1,7 +1,9 @@
 //! Policies an attribute (or the coordinator, as a default) can choose.
 
-/// What an intercepted call does when the coordination backend fails.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// What an intercepted call does when the coordination backend fails. In configuration it
+/// is written `"fail_closed"` or `"fail_open"`, as in the attributes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum OnBackendError {
     /// Return [`CoordError::Backend`](crate::CoordError::Backend); the body does not run.
     /// The default: exclusion and at-most-once are never silently given up.

@@ -273,6 +273,10 @@ pub enum ClaimOutcome {
         payload: Arc<[u8]>,
         /// The fingerprint stored with it.
         fingerprint: Option<Fingerprint>,
+        /// How long ago the outcome was stored, by the backend's clock (Redis: the server's;
+        /// in-process: this process's monotonic clock). `None` when the backend does not know,
+        /// as for records written by a version of coord that did not store write times.
+        age: Option<Duration>,
     },
     /// An earlier caller's marker lapsed without completion, and was kept (the claim that made
     /// it asked for `keep_abandoned_for`): the outcome of that call is unknown. Nothing was

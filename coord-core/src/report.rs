@@ -178,6 +178,10 @@ pub struct CallReport {
     pub lock: Option<LockOutcome>,
     /// The fencing token of the lock, for fenced locks.
     pub fencing_token: Option<FencingToken>,
+    /// For a replay: how long ago the outcome it answers with was stored, by the backend's
+    /// clock. `None` for a call that did not replay, or when the backend does not know (a
+    /// record written by a version of coord that did not store write times).
+    pub replay_age: Option<std::time::Duration>,
 }
 
 impl CallReport {

@@ -347,9 +347,20 @@ impl Args {
     }
 }
 
+/// Looks through the invisible groups a `macro_rules!` macro wraps around the fragments it
+/// substitutes (`name = $op` with `$op:literal` arrives as a group holding the literal), so an
+/// attribute written by a user's own macro reads like one written by hand.
+fn ungrouped(value: &Expr) -> &Expr {
+    match value {
+        Expr::Group(group) => ungrouped(&group.expr),
+        other => other,
+    }
+}
+
 /// Reads `value` with the parser for the option's kind of value.
 fn parse_value(spec: &OptionSpec, value: &Expr) -> syn::Result<Setting<Value>> {
     let option = spec.name;
+    let value = ungrouped(value);
     Ok(match spec.value {
         ValueKind::Duration { positive } => {
             parse_duration(value, option, positive)?.map(Value::Millis)
@@ -362,6 +373,7 @@ fn parse_value(spec: &OptionSpec, value: &Expr) -> syn::Result<Setting<Value>> {
         ValueKind::CratePath => parse_crate(value, option)?.map(Value::Path),
         ValueKind::OperationName => parse_name(value, option)?.map(Value::Name),
         ValueKind::Renew => parse_renew(value, option)?.map(Value::Renew),
+        ValueKind::ProfileName => parse_profile(value, option)?.map(Value::Name),
     })
 }
 
@@ -479,7 +491,7 @@ fn as_str_lit(value: &Expr) -> Option<&LitStr> {
 /// A `key_from` or `fingerprint` value: one path, or a list of them.
 fn parse_paths(value: &Expr, option: &str) -> syn::Result<Setting<Vec<KeyPath>>> {
     let elements: Vec<&Expr> = match value {
-        Expr::Array(array) => array.elems.iter().collect(),
+        Expr::Array(array) => array.elems.iter().map(ungrouped).collect(),
         other => vec![other],
     };
     if elements.is_empty() {
@@ -637,6 +649,45 @@ fn parse_name(value: &Expr, option: &str) -> syn::Result<Setting<String>> {
         return Err(syn::Error::new(
             lit.span(),
             format!("invalid operation name \"{name}\": {allowed}, not {bad:?}"),
+        ));
+    }
+    Ok(Setting::new(name.clone(), value, name))
+}
+
+/// `profile = "name"`: lowercase ASCII letters, digits and `_`, starting with a letter, as
+/// the configuration (and its `COORD_PROFILE_<NAME>_*` variables) spells profile names.
+fn parse_profile(value: &Expr, option: &str) -> syn::Result<Setting<String>> {
+    let Some(lit) = as_str_lit(value) else {
+        return Err(syn::Error::new_spanned(
+            value,
+            format!(
+                "`{option}` takes a string, the name of a configured profile, as in `{option} = \"payments\"`"
+            ),
+        ));
+    };
+    let name = lit.value();
+    let allowed =
+        "a profile name is lowercase ASCII letters, digits and `_`, starting with a letter";
+    if name.is_empty() {
+        return Err(syn::Error::new(
+            lit.span(),
+            format!("the profile name is empty; {allowed}"),
+        ));
+    }
+    let starts_with_letter = name.starts_with(|c: char| c.is_ascii_lowercase());
+    let bad = name
+        .chars()
+        .find(|c| !(c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_'));
+    if let Some(bad) = bad {
+        return Err(syn::Error::new(
+            lit.span(),
+            format!("invalid profile name \"{name}\": {allowed}, not {bad:?}"),
+        ));
+    }
+    if !starts_with_letter {
+        return Err(syn::Error::new(
+            lit.span(),
+            format!("invalid profile name \"{name}\": {allowed}"),
         ));
     }
     Ok(Setting::new(name.clone(), value, name))

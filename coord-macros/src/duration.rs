@@ -131,4 +131,55 @@ mod tests {
         assert_eq!(parse_millis("9223372036854775807ms"), Ok(i64::MAX as u64));
         assert!(parse_millis("9223372036854775808ms").is_err());
     }
+
+    use crate::config_grammar;
+
+    /// Attribute literals and configuration values are one grammar: both parsers accept the
+    /// same strings with the same value and refuse the same strings.
+    #[test]
+    fn the_configuration_parses_durations_exactly_as_the_attributes_do() {
+        let table = [
+            "250ms",
+            "30s",
+            "5m",
+            "24h",
+            "1d",
+            "0s",
+            "1m30s",
+            "1h0m5s250ms",
+            "2d12h",
+            "9223372036854775807ms",
+            "9223372036854775808ms",
+            "",
+            "5 minutes",
+            "5",
+            "-5s",
+            "1.5s",
+            "1,5s",
+            "5x",
+            "s",
+            "30s1m",
+            "1m1m",
+            "5min",
+            "ms5",
+            "1s ",
+            " 1s",
+            "1S",
+            "99999999999999999999s",
+            "9223372036854776s",
+            "0ms",
+            "007s",
+            "1h1d",
+            "1d1h1m1s1ms",
+        ];
+        for text in table {
+            assert_eq!(
+                parse_millis(text),
+                config_grammar::parse_millis(text),
+                "the two grammars disagree on {text:?}"
+            );
+        }
+        // Both sides really parse something (the table is not all refusals).
+        assert_eq!(config_grammar::parse_millis("1m30s"), Ok(90_000));
+    }
 }

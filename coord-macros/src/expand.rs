@@ -291,6 +291,12 @@ fn borrow_path(path: &KeyPath) -> TokenStream {
     quote_spanned!(path.span=> &#root #(.#members)*)
 }
 
+/// The `Written` set of a spec, as a const expression.
+fn written(krate: &TokenStream, flags: &[&str]) -> TokenStream {
+    let flags = flags.iter().map(|flag| Ident::new(flag, Span::call_site()));
+    quote!(#krate::__private::Written::NONE #(.with(#krate::__private::Written::#flags))*)
+}
+
 fn millis(krate: &TokenStream, ms: u64) -> TokenStream {
     let ms = Literal::u64_suffixed(ms);
     quote!(#krate::__private::Duration::from_millis(#ms))
@@ -367,7 +373,11 @@ fn generate(stack: &Stack, func: &ItemFn) -> TokenStream {
     let krate = stack.krate.to_token_stream();
     // Generated locals are declared at the call site (not `mixed_site`) because some uses of
     // them are placed at the user's return type; their prefix keeps them apart from user names.
-    let hidden = Span::call_site();
+    // They resolve where the function itself was written: when a user's macro writes the
+    // attributes and the function in different expansions, the attribute's call site and the
+    // return type belong to different hygiene contexts, and only the function's is shared by
+    // every place they are used.
+    let hidden = Span::call_site().resolved_at(func.sig.fn_token.span);
     let call = Ident::new("__coord_call", hidden);
     let key = Ident::new("__coord_key", hidden);
     let fingerprint = Ident::new("__coord_fingerprint", hidden);
@@ -417,6 +427,7 @@ fn generate(stack: &Stack, func: &ItemFn) -> TokenStream {
                 StoreError::Error => quote!(#krate::__private::OnStoreError::Error),
                 StoreError::ReturnOk => quote!(#krate::__private::OnStoreError::ReturnOk),
             };
+            let written = written(&krate, &layer.written);
             let on_missing_key = match layer.on_missing_key {
                 MissingKey::Fail => quote!(#krate::__private::OnMissingKey::Fail),
                 MissingKey::RunUnprotected => {
@@ -434,6 +445,7 @@ fn generate(stack: &Stack, func: &ItemFn) -> TokenStream {
                     on_abandoned: #on_abandoned,
                     on_store_error: #on_store_error,
                     on_missing_key: #on_missing_key,
+                    written: #written,
                 })
             }
         }
@@ -444,6 +456,7 @@ fn generate(stack: &Stack, func: &ItemFn) -> TokenStream {
             let lease = millis(&krate, layer.lease_ms);
             let wait = millis(&krate, layer.wait_ms);
             let fenced = layer.fenced;
+            let written = written(&krate, &layer.written);
             let on_backend_error = policy(&krate, layer.on_backend_error);
             let (renew, on_lost) = lease_policy(&krate, &layer.lease_policy);
             quote! {
@@ -454,8 +467,16 @@ fn generate(stack: &Stack, func: &ItemFn) -> TokenStream {
                     on_backend_error: #on_backend_error,
                     renew: #renew,
                     on_lost: #on_lost,
+                    written: #written,
                 })
             }
+        }
+    };
+    let profile = match &stack.profile {
+        None => quote!(::core::option::Option::None),
+        Some(name) => {
+            let name = LitStr::new(name, Span::call_site());
+            quote!(::core::option::Option::Some(#name))
         }
     };
 
@@ -614,6 +635,7 @@ fn generate(stack: &Stack, func: &ItemFn) -> TokenStream {
             lock: #lock_spec,
             telemetry: #krate::__private::OpTelemetry::new(),
             record_key: #record_key,
+            profile: #profile,
         };
         #coordinator_stmt
         let #call = #krate::__private::Call::new(&#op, #coordinator, |#key| #key #(#parts)*);

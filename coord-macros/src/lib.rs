@@ -34,6 +34,11 @@
 //!   `::coord_core`.
 //! * `record_key = true | false`: record the call's key on its `coord` span (keys can carry
 //!   personal data, so it is off unless asked for). Default `false`.
+//! * `profile = "payments"`: take `lease`, `wait`, `retention`, `in_flight_lease`, `renew`
+//!   and `on_backend_error` from the coordinator's configured profile of that name at run
+//!   time; a field the profile does not set keeps the attribute's literal. A name the
+//!   coordinator's configuration does not have is `CoordError::UnknownProfile` at the call,
+//!   before anything runs. Needs `#[idempotent]` or `#[distributed_lock]` on the function.
 //!
 //! # Durations
 //!
@@ -41,6 +46,12 @@
 //! `"30s"`, `"5m"`, `"24h"`, or several terms from the largest unit down, such as `"1m30s"`.
 
 mod args;
+/// The configuration's duration parser (coord-core's, which this crate cannot depend on),
+/// compiled into this crate's tests only, where it is checked against [`duration`].
+#[cfg(test)]
+#[allow(dead_code)]
+#[path = "../../coord-core/src/config/duration.rs"]
+mod config_grammar;
 mod duration;
 mod expand;
 mod fallback;

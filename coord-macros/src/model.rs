@@ -5,6 +5,7 @@ use syn::ext::IdentExt;
 use syn::{Expr, FnArg, Ident, Pat, Path, Signature};
 
 use crate::args::{self, Args, Errors, KeyPath, Renew, Setting, Value};
+use crate::options::PROFILE;
 use crate::options::{
     self, Abandoned, CACHE_ERR, COORDINATOR, CRATE, FENCED, FINGERPRINT, IN_FLIGHT_LEASE, KEY_FROM,
     Kind, LEASE, LOCAL_TTL, Lost, MAX_CAPACITY, MissingKey, NAME, ON_ABANDONED, ON_BACKEND_ERROR,
@@ -30,6 +31,8 @@ pub(crate) struct IdempotencyLayer {
     pub(crate) on_abandoned: Abandoned,
     pub(crate) on_store_error: StoreError,
     pub(crate) on_missing_key: MissingKey,
+    /// The run-time `Written` flags of the options given rather than defaulted.
+    pub(crate) written: Vec<&'static str>,
 }
 
 /// Renewal and loss handling of one lease (a lock, or an in-flight marker).
@@ -47,6 +50,8 @@ pub(crate) struct LockLayer {
     pub(crate) fenced: bool,
     pub(crate) on_backend_error: Option<Policy>,
     pub(crate) lease_policy: LeasePolicy,
+    /// The run-time `Written` flags of the options given rather than defaulted.
+    pub(crate) written: Vec<&'static str>,
 }
 
 /// The `#[cached]` layer.
@@ -73,6 +78,8 @@ pub(crate) struct Stack {
     pub(crate) krate: Path,
     /// `record_key = true`: the span carries the key.
     pub(crate) record_key: bool,
+    /// `profile = ".."`: the configured profile the layers take their values from.
+    pub(crate) profile: Option<String>,
     /// Present with `#[single_flight(scope = "cluster")]`.
     pub(crate) cluster_flight: Option<ClusterFlightLayer>,
 }
@@ -244,6 +251,7 @@ impl Stack {
                 on_abandoned: layer.choice(&ON_ABANDONED).unwrap_or(Abandoned::Rerun),
                 on_store_error: layer.choice(&ON_STORE_ERROR).unwrap_or(StoreError::Error),
                 on_missing_key: layer.choice(&ON_MISSING_KEY).unwrap_or(MissingKey::Fail),
+                written: written_flags(layer),
             }
         });
 
@@ -257,8 +265,21 @@ impl Stack {
                 fenced: layer.flag(&FENCED).unwrap_or_default(),
                 on_backend_error: layer.choice(&ON_BACKEND_ERROR),
                 lease_policy: lease_policy(layer, lease_ms, &mut errors),
+                written: written_flags(layer),
             }
         });
+        let profile = match shared_value(&PROFILE) {
+            Some(Value::Name(name)) => Some(name.clone()),
+            _ => None,
+        };
+        if profile.is_some() && idempotency.is_none() && lock.is_none() {
+            if let Some(setting) = layers.iter().find_map(|layer| layer.written(&PROFILE)) {
+                errors.push(setting.error(
+                    "`profile` sets the durations and policy of #[idempotent] and \
+                     #[distributed_lock], and this function has neither: remove it, or add one of them",
+                ));
+            }
+        }
 
         let cluster_flight =
             first_of(Kind::SingleFlight).and_then(|layer| cluster_flight_layer(layer, &mut errors));
@@ -279,9 +300,30 @@ impl Stack {
             coordinator,
             krate,
             record_key,
+            profile,
             cluster_flight,
         })
     }
+}
+
+/// The `Written` flags (as named in the runtime) of the options `layer` was given.
+fn written_flags(layer: &Args) -> Vec<&'static str> {
+    let mut flags = Vec::new();
+    for (spec, flag) in [
+        (&LEASE, "LEASE"),
+        (&WAIT, "WAIT"),
+        (&RETENTION, "RETENTION"),
+        (&IN_FLIGHT_LEASE, "IN_FLIGHT_LEASE"),
+        (&RENEW, "RENEW"),
+    ] {
+        if spec.takes(layer.kind) && layer.written(spec).is_some() {
+            flags.push(flag);
+        }
+    }
+    if matches!(layer.renew(&RENEW), Some((Renew::Auto, _))) {
+        flags.push("RENEW_AUTO");
+    }
+    flags
 }
 
 /// `::coord_core`: where the runtime is when the dependency is not renamed.

@@ -77,6 +77,8 @@ pub(crate) enum ValueKind {
     OperationName,
     /// `true`, `false` or an interval in a string.
     Renew,
+    /// A profile name in a string.
+    ProfileName,
 }
 
 /// One option: everything the macros know about it.
@@ -215,6 +217,14 @@ pub(crate) const RECORD_KEY: OptionSpec = OptionSpec {
     example: "true",
     default: Some("false"),
     doc: "record the call's key on its `coord` span (keys can carry personal data)",
+};
+pub(crate) const PROFILE: OptionSpec = OptionSpec {
+    name: "profile",
+    attributes: EVERY,
+    value: ValueKind::ProfileName,
+    example: "\"payments\"",
+    default: None,
+    doc: "the configured profile whose durations and policy override the literals at run time",
 };
 pub(crate) const RETENTION: OptionSpec = OptionSpec {
     name: "retention",
@@ -381,6 +391,7 @@ pub(crate) static OPTIONS: &[&OptionSpec] = &[
     &COORDINATOR,
     &CRATE,
     &RECORD_KEY,
+    &PROFILE,
     &RETENTION,
     &IN_FLIGHT_LEASE,
     &LEASE,
@@ -464,6 +475,7 @@ mod tests {
                 | (ValueKind::CratePath, Value::Path(_))
                 | (ValueKind::OperationName, Value::Name(_))
                 | (ValueKind::Renew, Value::Renew(_))
+                | (ValueKind::ProfileName, Value::Name(_))
         )
     }
 

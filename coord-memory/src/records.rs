@@ -148,6 +148,8 @@ pub enum Claim {
         payload: Arc<[u8]>,
         /// The fingerprint stored with it.
         fingerprint: Option<[u8; 16]>,
+        /// How long ago the outcome was stored.
+        age: Duration,
     },
 }
 
@@ -327,12 +329,14 @@ impl RecordStore {
                     Record::Completed {
                         payload,
                         fingerprint,
+                        since,
                         ..
                     },
                 ) => {
                     found = Claim::Completed {
                         payload,
                         fingerprint,
+                        age: now.saturating_duration_since(since),
                     };
                     Op::Nop
                 }
@@ -624,6 +628,7 @@ mod tests {
             Claim::Completed {
                 payload,
                 fingerprint,
+                ..
             } => {
                 assert_eq!(&*payload, b"ok", "the first completion stays");
                 assert_eq!(
@@ -709,8 +714,17 @@ mod tests {
             store.claim("k", 2, LEASE, None, None),
             Claim::Completed {
                 payload: done(b"late"),
-                fingerprint: Some([2; 16])
+                fingerprint: Some([2; 16]),
+                age: Duration::ZERO,
             }
+        );
+        tokio::time::advance(Duration::from_millis(250)).await;
+        assert!(
+            matches!(
+                store.claim("k", 2, LEASE, None, None),
+                Claim::Completed { age, .. } if age == Duration::from_millis(250)
+            ),
+            "the age counts from the completion"
         );
         assert_eq!(
             store.complete("k", 1, done(b"late"), DAY, Some([2; 16])),

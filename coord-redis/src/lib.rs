@@ -182,6 +182,7 @@ compile_error!("coord-redis needs a client: enable the `redis-client` or the `fr
 
 mod config;
 mod encode;
+mod from_config;
 mod keys;
 mod provider;
 mod scripts;
@@ -193,5 +194,6 @@ mod waiters;
 pub mod fence;
 
 pub use config::Client;
+pub use from_config::{coordinator_from_config, coordinator_from_env};
 pub use provider::{RedisProvider, RedisProviderBuilder, URL_ENV};
 pub use server_checks::{MIN_REDIS_VERSION, NodeReport, SAFE_POLICY, ServerReport};

@@ -303,7 +303,8 @@ end
 ///
 /// Returns `{1}` when claimed (also when the record is the caller's own live marker: a resend
 /// whose first send landed), `{2, fp}` for a kept abandoned marker, or
-/// `{0, st, fp, payload, remaining ms}` for the record found. A marker without an expiry (it
+/// `{0, st, fp, payload, remaining ms, age ms}` for the record found (age: since its last
+/// write, -1 when the record has no write time). A marker without an expiry (it
 /// would never lapse) is refused like any record coord did not write.
 pub(crate) static CLAIM: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
@@ -347,7 +348,11 @@ if r.st == 'i' then
     return {1}
   end
 end
-return {0, r.st, r.fp, r.pl, remaining}
+local age = -1
+if r.at then
+  age = math.max(now - r.at, 0)
+end
+return {0, r.st, r.fp, r.pl, remaining, age}
 "#
         ),
     )

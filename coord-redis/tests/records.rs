@@ -109,6 +109,7 @@ async fn claim_complete_and_replay(client: Client) {
         ClaimOutcome::Completed {
             payload: stored,
             fingerprint,
+            ..
         } => {
             assert_eq!(&*stored, &*payload);
             assert_eq!(fingerprint, fp, "completion keeps the fingerprint");
@@ -250,6 +251,7 @@ async fn binary_payloads_round_trip(client: Client) {
         ClaimOutcome::Completed {
             payload: stored,
             fingerprint,
+            ..
         } => {
             assert_eq!(&*stored, payload.as_slice());
             assert_eq!(fingerprint, fp);
@@ -445,6 +447,7 @@ async fn abandoned_marker_is_kept_on_request(client: Client) {
         ClaimOutcome::Completed {
             payload,
             fingerprint,
+            ..
         } => {
             assert_eq!(&*payload, b"late");
             assert_eq!(fingerprint, fp);
@@ -662,6 +665,7 @@ async fn a_completion_without_marker_creates_the_record(client: Client) {
         ClaimOutcome::Completed {
             payload: stored,
             fingerprint,
+            ..
         } => {
             assert_eq!(&*stored, &*payload);
             assert_eq!(fingerprint, fp);
@@ -810,7 +814,10 @@ async fn old_completed_records_without_owner_still_replay(client: Client) {
     server.command(&["HSET", &record, "st", "c", "fp", "", "pl", "old"]);
     server.command(&["PEXPIRE", &record, "30000"]);
     match s.claim(claim(&k, OwnerToken::new(), LONG)).await.unwrap() {
-        ClaimOutcome::Completed { payload, .. } => assert_eq!(&*payload, b"old"),
+        ClaimOutcome::Completed { payload, age, .. } => {
+            assert_eq!(&*payload, b"old");
+            assert_eq!(age, None, "a record without a write time has no known age");
+        }
         other => panic!("expected completed, got {other:?}"),
     }
     let payload: Arc<[u8]> = Arc::from(&b"new"[..]);

@@ -2,7 +2,6 @@
 //! scope; the cache's place in the stack (a hit reaches neither single-flight nor the lock);
 //! what a poisoned entry and a failing backend do (a miss, never an error); metrics.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -12,8 +11,9 @@ use coord_core::{
     IdempotencyOutcome, LockOutcome, cached, distributed_lock, idempotent, observe, single_flight,
     telemetry,
 };
+use coord_tests::metric_series::counters;
 use coord_tests::support::InstrumentedProvider;
-use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+use metrics_util::debugging::DebuggingRecorder;
 
 /// Counts the body's runs per test (each test passes its own counter).
 type Runs = Arc<AtomicUsize>;
@@ -443,25 +443,7 @@ fn hits_misses_and_stale_entries_are_counted() {
         provider.fail_cache.store(true, Ordering::SeqCst);
         shared(&c, 3, n.clone()).await.unwrap(); // error
     });
-    let all: BTreeMap<String, u64> = snapshotter
-        .snapshot()
-        .into_vec()
-        .into_iter()
-        .filter_map(|(key, _, _, value)| {
-            let mut labels: Vec<String> = key
-                .key()
-                .labels()
-                .map(|l| format!("{}={}", l.key(), l.value()))
-                .collect();
-            labels.sort();
-            match value {
-                DebugValue::Counter(n) => {
-                    Some((format!("{}{{{}}}", key.key().name(), labels.join(",")), n))
-                }
-                _ => None,
-            }
-        })
-        .collect();
+    let all = counters(&snapshotter);
     for outcome in ["hit", "miss", "stale", "error"] {
         let name = format!("coord_calls_total{{layer=cache,op=t.cache.shared,outcome={outcome}}}");
         assert_eq!(all.get(&name), Some(&1), "{name} in {all:?}");

@@ -1,11 +1,11 @@
 //! coord's metrics reach whatever `metrics` recorder is installed, with the documented names
 //! and labels (layer, op, outcome; never the key).
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use coord_core::{CoordError, Coordinator, distributed_lock, idempotent, single_flight, telemetry};
-use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+use coord_tests::metric_series::{counter, histogram_len, series};
+use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 
 #[distributed_lock(name = "m.lock", key_from = "id", coordinator = c)]
 async fn locked(c: &Coordinator, id: u32) -> Result<u32, CoordError> {
@@ -21,47 +21,6 @@ async fn charge(c: &Coordinator, key: &str) -> Result<String, CoordError> {
 #[single_flight(name = "m.quote", key_from = "symbol")]
 async fn quote(symbol: &str) -> Result<u32, std::sync::Arc<CoordError>> {
     Ok(symbol.len() as u32)
-}
-
-/// Every series as `name{label=value,...}` (labels sorted) to its value.
-fn series(snapshotter: &Snapshotter) -> BTreeMap<String, DebugValue> {
-    snapshotter
-        .snapshot()
-        .into_vec()
-        .into_iter()
-        .map(|(key, _, _, value)| {
-            let mut labels: Vec<String> = key
-                .key()
-                .labels()
-                .map(|l| format!("{}={}", l.key(), l.value()))
-                .collect();
-            labels.sort();
-            (
-                format!("{}{{{}}}", key.key().name(), labels.join(",")),
-                value,
-            )
-        })
-        .collect()
-}
-
-fn counter(all: &BTreeMap<String, DebugValue>, name: &str) -> u64 {
-    match all.get(name) {
-        Some(DebugValue::Counter(n)) => *n,
-        other => panic!(
-            "{name}: {other:?}; have {:?}",
-            all.keys().collect::<Vec<_>>()
-        ),
-    }
-}
-
-fn histogram_len(all: &BTreeMap<String, DebugValue>, name: &str) -> usize {
-    match all.get(name) {
-        Some(DebugValue::Histogram(values)) => values.len(),
-        other => panic!(
-            "{name}: {other:?}; have {:?}",
-            all.keys().collect::<Vec<_>>()
-        ),
-    }
 }
 
 #[test]

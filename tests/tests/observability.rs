@@ -60,6 +60,18 @@ async fn spans_carry_the_op_and_each_outcome() {
     );
     assert_eq!(field(1, "idempotency"), "replayed");
     assert_eq!(field(1, "lock"), "", "a replay never reaches the lock");
+    assert_eq!(
+        field(0, "coord.replay.age_ms"),
+        "",
+        "a call that ran replays nothing"
+    );
+    let age: f64 = field(1, "coord.replay.age_ms")
+        .parse()
+        .unwrap_or_else(|_| panic!("a replay records its record's age: {:?}", spans[1].fields));
+    assert!(
+        (0.0..60_000.0).contains(&age),
+        "the record was stored moments ago, not {age} ms"
+    );
     let flights: Vec<String> = (2..4).map(|i| field(i, "single_flight")).collect();
     assert!(
         flights.contains(&"led".to_owned()) && flights.contains(&"joined".to_owned()),

@@ -17,6 +17,7 @@ use crate::report::{
     take_requested_sink,
 };
 use crate::runtime::cache::CacheSpec;
+use crate::runtime::settings::{self, Written};
 use crate::telemetry::{CallTelemetry, OpTelemetry};
 
 /// The static description of one annotated function, emitted by the macros.
@@ -34,10 +35,12 @@ pub struct OpSpec<'a> {
     pub telemetry: OpTelemetry,
     /// `record_key = true`: the call's span carries its key.
     pub record_key: bool,
+    /// `profile = ".."`: the configured profile whose values override the literals.
+    pub profile: Option<&'a str>,
 }
 
 /// `#[idempotent]` options, resolved at compile time.
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy)]
 pub struct IdempotencySpec {
     /// How long a successful outcome is kept.
     pub retention: Duration,
@@ -57,10 +60,12 @@ pub struct IdempotencySpec {
     pub on_store_error: OnStoreError,
     /// What a call whose key has an absent (`None`) part does.
     pub on_missing_key: OnMissingKey,
+    /// Which of the durations above were written rather than defaulted.
+    pub written: Written,
 }
 
 /// `#[distributed_lock]` options, resolved at compile time.
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy)]
 pub struct LockSpec {
     /// The lease.
     pub lease: Duration,
@@ -74,6 +79,8 @@ pub struct LockSpec {
     pub renew: Option<Duration>,
     /// What to do with the body if the lease is lost.
     pub on_lost: Option<OnLost>,
+    /// Which of the durations above were written rather than defaulted.
+    pub written: Written,
 }
 
 /// One call in progress. The layers share it, so the key is derived once.
@@ -86,6 +93,13 @@ pub struct Call<'c> {
     pub(crate) absent_part: Option<Option<&'static str>>,
     span: tracing::Span,
     sink: Option<ReportSink>,
+    /// The idempotency options in force: the spec's, with the profile and the configured
+    /// defaults applied.
+    pub(crate) idempotency: Option<IdempotencySpec>,
+    /// The lock options in force, likewise.
+    pub(crate) lock: Option<LockSpec>,
+    /// The spec names a profile the coordinator does not have.
+    unknown_profile: bool,
 }
 
 impl<'c> Call<'c> {
@@ -135,6 +149,7 @@ impl<'c> Call<'c> {
             "coord.key" = Empty,
             "coord.lock.wait_ms" = Empty,
             "coord.loss_cause" = Empty,
+            "coord.replay.age_ms" = Empty,
             "error.type" = Empty,
         );
         if spec.record_key {
@@ -144,6 +159,7 @@ impl<'c> Call<'c> {
         if let Some(sink) = &sink {
             sink.lock().unwrap_or_else(|e| e.into_inner()).key = Some(key.clone());
         }
+        let (idempotency, lock, unknown_profile) = resolve(spec, coordinator);
         Call {
             spec,
             coordinator,
@@ -151,7 +167,24 @@ impl<'c> Call<'c> {
             absent_part,
             span,
             sink,
+            idempotency,
+            lock,
+            unknown_profile,
         }
+    }
+
+    /// [`CoordError::UnknownProfile`] when the call names a profile the coordinator does not
+    /// have (recorded on the span): the layers answer it before doing anything.
+    pub(crate) fn profile_error(&self) -> Option<CoordError> {
+        if !self.unknown_profile {
+            return None;
+        }
+        let err = CoordError::UnknownProfile {
+            profile: self.spec.profile.unwrap_or_default().to_owned(),
+            key: self.key.clone(),
+        };
+        self.record_error(&err);
+        Some(err)
     }
 
     /// This call's key.
@@ -211,6 +244,15 @@ impl<'c> Call<'c> {
         self.telemetry().lock_wait(waited);
     }
 
+    /// Records how old the stored outcome a replay answers with is, when the backend knows.
+    pub(crate) fn record_replay_age(&self, age: Option<Duration>) {
+        if let Some(age) = age {
+            self.span
+                .record("coord.replay.age_ms", age.as_secs_f64() * 1000.0);
+        }
+        self.report(|r| r.replay_age = age);
+    }
+
     /// Records why a hold was lost.
     pub(crate) fn record_loss(&self, cause: crate::provider::LossCause) {
         self.span.record("coord.loss_cause", cause.as_str());
@@ -242,6 +284,31 @@ impl<'c> Call<'c> {
     ) -> Result<(), CoordError> {
         backend_fault(self.coordinator, &self.key, attribute, err, layer)
     }
+}
+
+/// The options in force for a call of `spec`: copies of the spec's when it names no profile
+/// and the coordinator has no configured defaults (no lookup), else resolved; and whether the
+/// named profile is missing.
+fn resolve(
+    spec: &OpSpec<'_>,
+    coordinator: &Coordinator,
+) -> (Option<IdempotencySpec>, Option<LockSpec>, bool) {
+    let defaults = coordinator.configured_defaults();
+    if spec.profile.is_none() && defaults.is_none() {
+        return (spec.idempotency, spec.lock, false);
+    }
+    let Ok(profile) = settings::find_profile(coordinator, spec.profile) else {
+        return (spec.idempotency, spec.lock, true);
+    };
+    (
+        spec.idempotency
+            .as_ref()
+            .map(|s| settings::idempotency(s, profile, defaults)),
+        spec.lock
+            .as_ref()
+            .map(|s| settings::lock(s, profile, defaults)),
+        false,
+    )
 }
 
 /// The one backend-fault decision of every layer: `Ok(())` to run the body unguarded

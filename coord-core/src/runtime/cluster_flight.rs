@@ -200,6 +200,12 @@ where
     R: ClusterOutput,
     F: Future<Output = R>,
 {
+    // A profile the coordinator does not have is refused before anything is claimed, as the
+    // other layers that reach the provider do.
+    if let Some(err) = call.profile_error() {
+        call.record_error(&err);
+        return R::from_coord_error(err);
+    }
     let group = call.coordinator.identity();
     single_flight_in(call, group, across(call, spec, errors, body)).await
 }

@@ -56,8 +56,10 @@ where
     R::Ok: Serialize + DeserializeOwned,
     F: Future<Output = R>,
 {
+    if let Some(err) = call.profile_error() {
+        return R::from_coord_error(err);
+    }
     let spec = call
-        .spec
         .idempotency
         .as_ref()
         .expect("the macro emits an idempotency spec with #[idempotent]");
@@ -332,7 +334,7 @@ where
     R: GuardedResult,
     R::Ok: DeserializeOwned,
 {
-    let spec = call.spec.idempotency.as_ref().expect("checked by caller");
+    let spec = call.idempotency.as_ref().expect("checked by caller");
     let key = &call.key;
     let deadline = Deadline::after(spec.wait);
     let refuse = |outcome, err: CoordError| {
@@ -372,12 +374,14 @@ where
             ClaimOutcome::Completed {
                 payload,
                 fingerprint: stored,
+                age,
             } => {
                 if let Err(err) = check_fingerprint(call, fingerprint, stored) {
                     return refuse(IdempotencyOutcome::KeyReused, err);
                 }
                 return match call.coordinator.codec().decode::<R::Ok>(&payload) {
                     Ok(value) => {
+                        call.record_replay_age(age);
                         call.record_idempotency(IdempotencyOutcome::Replayed);
                         Claim::Answer(R::from_ok(value))
                     }

@@ -267,8 +267,10 @@ where
     R: GuardedResult,
     F: Future<Output = R>,
 {
+    if let Some(err) = call.profile_error() {
+        return R::from_coord_error(err);
+    }
     let spec = call
-        .spec
         .lock
         .as_ref()
         .expect("the macro emits a lock spec with #[distributed_lock]");

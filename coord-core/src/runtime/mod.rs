@@ -12,4 +12,5 @@ pub(crate) mod lease_guard;
 pub(crate) mod lock;
 pub(crate) mod outcome;
 pub(crate) mod renewal;
+pub(crate) mod settings;
 pub(crate) mod time;

@@ -99,7 +99,7 @@ impl Inner {
                 fingerprint: fingerprint(fp)
                     .ok_or_else(|| corrupt("the record's fingerprint is not one coord wrote"))?,
             }),
-            [Reply::Int(0), state, fp, payload, Reply::Int(pttl)] => {
+            [Reply::Int(0), state, fp, payload, Reply::Int(pttl), Reply::Int(age)] => {
                 let fingerprint = match fp {
                     Reply::Data(fp) => fingerprint(fp),
                     _ => None,
@@ -114,6 +114,8 @@ impl Inner {
                         Ok(ClaimOutcome::Completed {
                             payload: Arc::from(payload.as_slice()),
                             fingerprint,
+                            // -1: a record written before coord stored write times.
+                            age: u64::try_from(*age).ok().map(Duration::from_millis),
                         })
                     }
                     _ => Err(corrupt("the record at the key is not one coord wrote")),

@@ -1,0 +1,274 @@
+//! Reading a [`CoordConfig`] from `COORD_*` variables.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::{ConfigError, CoordConfig, Profile, ProviderConfig, TlsFiles, check_profile_name};
+use crate::policy::OnBackendError;
+
+pub(crate) const NAMESPACE: &str = "COORD_NAMESPACE";
+const REDIS_URL: &str = "COORD_REDIS_URL";
+const TLS_CA_FILE: &str = "COORD_REDIS_TLS_CA_FILE";
+const TLS_CERT_FILE: &str = "COORD_REDIS_TLS_CLIENT_CERT_FILE";
+const TLS_KEY_FILE: &str = "COORD_REDIS_TLS_CLIENT_KEY_FILE";
+const SENTINEL_URLS: &str = "COORD_REDIS_SENTINEL_URLS";
+const SENTINEL_SERVICE: &str = "COORD_REDIS_SENTINEL_SERVICE_NAME";
+const SENTINEL_USERNAME: &str = "COORD_REDIS_SENTINEL_USERNAME";
+const SENTINEL_PASSWORD: &str = "COORD_REDIS_SENTINEL_PASSWORD";
+const CLUSTER_URLS: &str = "COORD_REDIS_CLUSTER_URLS";
+const COMMAND_TIMEOUT: &str = "COORD_COMMAND_TIMEOUT";
+const PROFILE_PREFIX: &str = "COORD_PROFILE_";
+
+/// Every variable [`CoordConfig::from_env`](super::CoordConfig::from_env) reads, with what it
+/// sets. A profile's fields are `COORD_PROFILE_<NAME>_<FIELD>` with `<FIELD>` one of `LEASE`,
+/// `WAIT`, `RETENTION`, `IN_FLIGHT_LEASE`, `RENEW`, `ON_BACKEND_ERROR` and `<NAME>` the
+/// profile's name in capitals (`COORD_PROFILE_BULK_JOBS_WAIT` sets `profiles.bulk_jobs.wait`).
+///
+/// At most one of `COORD_REDIS_URL`, `COORD_REDIS_SENTINEL_URLS` and
+/// `COORD_REDIS_CLUSTER_URLS` may be set; none means the in-process provider. Lists are
+/// comma-separated.
+pub const ENV_VARIABLES: &[(&str, &str)] = &[
+    (NAMESPACE, "namespace"),
+    (REDIS_URL, "provider = redis, its url"),
+    (TLS_CA_FILE, "provider.tls.ca_file"),
+    (TLS_CERT_FILE, "provider.tls.client_cert_file"),
+    (TLS_KEY_FILE, "provider.tls.client_key_file"),
+    (SENTINEL_URLS, "provider = sentinel, its urls"),
+    (SENTINEL_SERVICE, "provider.service_name (Sentinel)"),
+    (SENTINEL_USERNAME, "provider.username (Sentinel data nodes)"),
+    (SENTINEL_PASSWORD, "provider.password (Sentinel data nodes)"),
+    (CLUSTER_URLS, "provider = cluster, its urls"),
+    (COMMAND_TIMEOUT, "command_timeout"),
+    ("COORD_LEASE", "defaults.lease"),
+    ("COORD_WAIT", "defaults.wait"),
+    ("COORD_RETENTION", "defaults.retention"),
+    ("COORD_IN_FLIGHT_LEASE", "defaults.in_flight_lease"),
+    ("COORD_RENEW", "defaults.renew"),
+    ("COORD_ON_BACKEND_ERROR", "defaults.on_backend_error"),
+];
+
+/// A profile field's variable suffix, longest first so `_IN_FLIGHT_LEASE` wins over `_LEASE`.
+const PROFILE_FIELDS: [&str; 6] = [
+    "IN_FLIGHT_LEASE",
+    "ON_BACKEND_ERROR",
+    "RETENTION",
+    "LEASE",
+    "RENEW",
+    "WAIT",
+];
+
+fn bad(variable: &str, reason: impl Into<String>) -> ConfigError {
+    ConfigError::Variable {
+        variable: variable.to_owned(),
+        reason: reason.into(),
+    }
+}
+
+fn duration(variable: &str, value: &str) -> Result<Duration, ConfigError> {
+    super::parse_duration(value.trim()).map_err(|why| bad(variable, why))
+}
+
+fn policy(variable: &str, value: &str) -> Result<OnBackendError, ConfigError> {
+    match value.trim() {
+        "fail_closed" => Ok(OnBackendError::FailClosed),
+        "fail_open" => Ok(OnBackendError::FailOpen),
+        other => Err(bad(
+            variable,
+            format!("{other:?} is not a policy: write `fail_closed` or `fail_open`"),
+        )),
+    }
+}
+
+fn list(value: &str) -> Vec<String> {
+    value
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Sets one field of a profile from its suffix (`LEASE`, `WAIT`, ...).
+fn set_field(
+    profile: &mut Profile,
+    field: &str,
+    variable: &str,
+    value: &str,
+) -> Result<(), ConfigError> {
+    match field {
+        "LEASE" => profile.lease = Some(duration(variable, value)?),
+        "WAIT" => profile.wait = Some(duration(variable, value)?),
+        "RETENTION" => profile.retention = Some(duration(variable, value)?),
+        "IN_FLIGHT_LEASE" => profile.in_flight_lease = Some(duration(variable, value)?),
+        "RENEW" => profile.renew = Some(duration(variable, value)?),
+        "ON_BACKEND_ERROR" => profile.on_backend_error = Some(policy(variable, value)?),
+        _ => unreachable!("only called with PROFILE_FIELDS"),
+    }
+    Ok(())
+}
+
+/// The edit distance between two short names, for "did you mean".
+fn distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = (above + 1)
+                .min(row[j] + 1)
+                .min(diagonal + usize::from(ca != *cb));
+            diagonal = above;
+        }
+    }
+    row[b.len()]
+}
+
+/// The known variable `name` is probably a misspelling of, if any.
+fn likely_meant(name: &str) -> Option<&'static str> {
+    ENV_VARIABLES
+        .iter()
+        .map(|(known, _)| *known)
+        .filter(|known| distance(name, known) <= 2)
+        .min_by_key(|known| distance(name, known))
+}
+
+pub(super) fn read<I, K, V>(vars: I) -> Result<CoordConfig, ConfigError>
+where
+    I: IntoIterator<Item = (K, V)>,
+    K: Into<OsString>,
+    V: Into<OsString>,
+{
+    let mut config = CoordConfig::default();
+    let mut tls = TlsFiles::default();
+    let mut redis_url = None;
+    let mut sentinel_urls = None;
+    let mut sentinel_service = None;
+    let mut sentinel_username = None;
+    let mut sentinel_password = None;
+    let mut cluster_urls = None;
+    // Sorted, so the first error reported does not depend on the environment's order.
+    let mut pairs: Vec<(String, OsString)> = Vec::new();
+    for (key, value) in vars {
+        let (key, value) = (key.into(), value.into());
+        let Some(key) = key.to_str() else { continue };
+        if key.starts_with("COORD_") {
+            pairs.push((key.to_owned(), value));
+        }
+    }
+    pairs.sort();
+    for (name, value) in &pairs {
+        let name = name.as_str();
+        let Some(value) = value.to_str() else {
+            return Err(bad(name, "the value is not valid UTF-8"));
+        };
+        match name {
+            NAMESPACE => config.namespace = Some(value.trim().to_owned()),
+            REDIS_URL => redis_url = Some(value.trim().to_owned()),
+            TLS_CA_FILE => tls.ca_file = Some(PathBuf::from(value)),
+            TLS_CERT_FILE => tls.client_cert_file = Some(PathBuf::from(value)),
+            TLS_KEY_FILE => tls.client_key_file = Some(PathBuf::from(value)),
+            SENTINEL_URLS => sentinel_urls = Some(list(value)),
+            SENTINEL_SERVICE => sentinel_service = Some(value.trim().to_owned()),
+            SENTINEL_USERNAME => sentinel_username = Some(value.to_owned()),
+            SENTINEL_PASSWORD => sentinel_password = Some(value.to_owned()),
+            CLUSTER_URLS => cluster_urls = Some(list(value)),
+            COMMAND_TIMEOUT => config.command_timeout = Some(duration(name, value)?),
+            _ => {
+                if let Some(field) = name
+                    .strip_prefix("COORD_")
+                    .filter(|f| PROFILE_FIELDS.contains(f))
+                {
+                    set_field(&mut config.defaults, field, name, value)?;
+                } else if let Some(rest) = name.strip_prefix(PROFILE_PREFIX) {
+                    let Some((profile, field)) = PROFILE_FIELDS.iter().find_map(|field| {
+                        rest.strip_suffix(field)
+                            .and_then(|p| p.strip_suffix('_'))
+                            .map(|p| (p, *field))
+                    }) else {
+                        return Err(bad(
+                            name,
+                            format!(
+                                "not a profile field: write COORD_PROFILE_<NAME>_<FIELD> with <FIELD> one of {}",
+                                PROFILE_FIELDS.join(", ")
+                            ),
+                        ));
+                    };
+                    let profile = profile.to_ascii_lowercase();
+                    check_profile_name(&profile).map_err(|why| bad(name, why))?;
+                    let entry = config.profiles.entry(profile).or_default();
+                    set_field(entry, field, name, value)?;
+                } else if name.starts_with("COORD_REDIS_") {
+                    let hint = likely_meant(name)
+                        .map(|known| format!("; did you mean {known}?"))
+                        .unwrap_or_default();
+                    return Err(bad(
+                        name,
+                        format!("coord does not read this variable{hint}"),
+                    ));
+                } else if let Some(known) = likely_meant(name) {
+                    return Err(bad(
+                        name,
+                        format!("coord does not read this variable; did you mean {known}?"),
+                    ));
+                }
+                // Any other `COORD_` name is left to whoever reads it (an application's or a
+                // tool's own setting), since it is not close to one of coord's.
+            }
+        }
+    }
+
+    let tls = (tls != TlsFiles::default()).then_some(tls);
+    let chosen = [
+        (REDIS_URL, redis_url.is_some()),
+        (SENTINEL_URLS, sentinel_urls.is_some()),
+        (CLUSTER_URLS, cluster_urls.is_some()),
+    ];
+    let set: Vec<&str> = chosen.iter().filter(|(_, s)| *s).map(|(n, _)| *n).collect();
+    if set.len() > 1 {
+        return Err(bad(
+            set[1],
+            format!("{} is set too: set one of them, for one provider", set[0]),
+        ));
+    }
+    config.provider = if let Some(url) = redis_url {
+        Some(ProviderConfig::Redis { url, tls })
+    } else if let Some(urls) = sentinel_urls {
+        let Some(service_name) = sentinel_service else {
+            return Err(bad(
+                SENTINEL_SERVICE,
+                format!(
+                    "is not set, and {SENTINEL_URLS} needs it: the master's name as Sentinel knows it"
+                ),
+            ));
+        };
+        Some(ProviderConfig::Sentinel {
+            urls,
+            service_name,
+            username: sentinel_username,
+            password: sentinel_password,
+            tls,
+        })
+    } else if let Some(urls) = cluster_urls {
+        Some(ProviderConfig::Cluster { urls, tls })
+    } else {
+        let stray = [
+            (SENTINEL_SERVICE, sentinel_service.is_some()),
+            (SENTINEL_USERNAME, sentinel_username.is_some()),
+            (SENTINEL_PASSWORD, sentinel_password.is_some()),
+            (TLS_CA_FILE, tls.is_some()),
+        ];
+        if let Some((name, _)) = stray.iter().find(|(_, set)| *set) {
+            return Err(bad(
+                name,
+                format!(
+                    "applies to a Redis provider, and none is set ({REDIS_URL}, {SENTINEL_URLS} or {CLUSTER_URLS})"
+                ),
+            ));
+        }
+        None
+    };
+    Ok(config)
+}

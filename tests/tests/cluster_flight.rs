@@ -447,3 +447,27 @@ async fn a_leader_whose_lease_lapsed_keeps_its_outcome_and_its_late_hand_over_is
         "only the follower's hand-over"
     );
 }
+
+#[single_flight(key_from = "symbol", scope = "cluster", profile = "missing", coordinator = coord)]
+#[coord_core::distributed_lock]
+async fn with_unknown_profile(
+    coord: &Coordinator,
+    symbol: &str,
+    runs: Arc<AtomicUsize>,
+) -> Result<u64, CoordError> {
+    runs.fetch_add(1, Ordering::SeqCst);
+    Ok(symbol.len() as u64)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_profile_is_refused_before_the_flight_is_claimed() {
+    let (provider, a, _b) = two_instances("cf10");
+    let runs = Arc::new(AtomicUsize::new(0));
+    let out = with_unknown_profile(&a, "ACME", runs.clone()).await;
+    assert!(
+        matches!(&out, Err(CoordError::UnknownProfile { profile, .. }) if profile == "missing"),
+        "{out:?}"
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 0, "the body did not run");
+    assert_eq!(provider.flight_entries(), 0, "nothing was claimed");
+}

@@ -64,6 +64,8 @@ impl LockProvider for ReleaseNeverFrees {
 
 /// No shared cache: the defaults.
 impl coord_core::CacheStore for ReleaseNeverFrees {}
+/// No cluster-scope single-flight: the kit does not use it.
+impl coord_core::FlightStore for ReleaseNeverFrees {}
 
 impl IdempotencyStore for ReleaseNeverFrees {
     fn claim<'a>(

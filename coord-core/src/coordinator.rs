@@ -8,6 +8,7 @@ use std::sync::{Arc, OnceLock};
 use crate::call_key::{CallKey, CallKeyBuilder};
 use crate::codec::Codec;
 use crate::config::{ConfigError, CoordConfig, Profile, ProviderConfig};
+use crate::flight_store::FlightStore;
 use crate::memory_provider::MemoryProvider;
 use crate::operations::{Operations, Operator};
 use crate::policy::OnBackendError;
@@ -20,8 +21,14 @@ use crate::shutdown::Lifecycle;
 /// [`Operations`] have defaults for every method (reporting them unsupported), so a provider
 /// without a shared cache or operator support opts out with `impl CacheStore for MyProvider {}`
 /// and `impl Operations for MyProvider {}`.
-pub trait Provider: LockProvider + IdempotencyStore + CacheStore + Operations {}
-impl<P: LockProvider + IdempotencyStore + CacheStore + Operations> Provider for P {}
+///
+/// [`FlightStore`] (cluster-scope single-flight) has defaults too: opt out with
+/// `impl FlightStore for MyProvider {}`.
+pub trait Provider:
+    LockProvider + IdempotencyStore + CacheStore + Operations + FlightStore
+{
+}
+impl<P: LockProvider + IdempotencyStore + CacheStore + Operations + FlightStore> Provider for P {}
 
 /// Where intercepted calls coordinate: a provider, a namespace and the defaults every
 /// attribute can override.
@@ -40,6 +47,7 @@ struct Inner {
     records: Arc<dyn IdempotencyStore>,
     operations: Arc<dyn Operations>,
     cache: Arc<dyn CacheStore>,
+    flights: Arc<dyn FlightStore>,
     codec: Codec,
     on_backend_error: OnBackendError,
     in_process: bool,
@@ -161,6 +169,7 @@ struct ChosenProvider {
     records: Arc<dyn IdempotencyStore>,
     operations: Arc<dyn Operations>,
     cache: Arc<dyn CacheStore>,
+    flights: Arc<dyn FlightStore>,
     /// Set for the in-process provider: exclusion holds within this process only.
     in_process: bool,
 }
@@ -203,6 +212,7 @@ impl CoordinatorBuilder {
             records: provider.clone(),
             operations: provider.clone(),
             cache: provider.clone(),
+            flights: provider.clone(),
             in_process: true,
         });
         self
@@ -215,7 +225,8 @@ impl CoordinatorBuilder {
             locks: provider.clone(),
             records: provider.clone(),
             operations: provider.clone(),
-            cache: provider,
+            cache: provider.clone(),
+            flights: provider,
             in_process: false,
         });
         self
@@ -267,6 +278,7 @@ impl CoordinatorBuilder {
             records,
             operations,
             cache,
+            flights,
             in_process,
         } = self.provider.ok_or(BuildError::NoProvider)?;
         Ok(Coordinator {
@@ -277,6 +289,7 @@ impl CoordinatorBuilder {
                 records,
                 operations,
                 cache,
+                flights,
                 codec: self.codec,
                 on_backend_error,
                 in_process,
@@ -452,6 +465,18 @@ impl Coordinator {
     /// The shared cache (the shared tier of `#[cached]`).
     pub fn cache_store(&self) -> &Arc<dyn CacheStore> {
         &self.inner.cache
+    }
+
+    /// The flight store (`#[single_flight(scope = "cluster")]`).
+    pub fn flight_store(&self) -> &Arc<dyn FlightStore> {
+        &self.inner.flights
+    }
+
+    /// A number naming this coordinator (and its clones, which share it) while it lives: the
+    /// process flight of a cluster-scope call is per coordinator, so that two coordinators in
+    /// one process meet through their provider as two instances would.
+    pub(crate) fn identity(&self) -> usize {
+        Arc::as_ptr(&self.inner) as usize
     }
 }
 

@@ -111,6 +111,15 @@ pub enum CoordError {
         /// The call's key.
         key: CallKey,
     },
+    /// `#[single_flight(scope = "cluster")]`: the leader of the flight, on another instance (or
+    /// another coordinator), returned an `Err` whose type cannot be handed over (it is not
+    /// serialisable). This caller's body did not run; the leader's error is in the leader's
+    /// logs, not here. Whether a retry helps depends on that error, which coord does not know,
+    /// so it is not marked retryable.
+    LeaderFailed {
+        /// The call's key.
+        key: CallKey,
+    },
 }
 
 impl CoordError {
@@ -128,7 +137,8 @@ impl CoordError {
             | CoordError::ShutDown { key }
             | CoordError::OutcomeNotStored { key, .. }
             | CoordError::Codec { key, .. }
-            | CoordError::UnknownProfile { key, .. } => Some(key),
+            | CoordError::UnknownProfile { key, .. }
+            | CoordError::LeaderFailed { key } => Some(key),
             CoordError::MissingKey { .. } => None,
             CoordError::Backend(err) => err.key(),
         }
@@ -148,6 +158,7 @@ impl CoordError {
             CoordError::OutcomeUnknown { .. } => "outcome_unknown",
             CoordError::Codec { .. } => "codec",
             CoordError::ShutDown { .. } => "shut_down",
+            CoordError::LeaderFailed { .. } => "leader_failed",
             CoordError::Backend(err) => match err.kind() {
                 BackendErrorKind::Unavailable => "backend.unavailable",
                 BackendErrorKind::Timeout => "backend.timeout",
@@ -240,6 +251,10 @@ impl fmt::Display for CoordError {
             CoordError::UnknownProfile { profile, key } => write!(
                 f,
                 "`{key}` names the profile {profile:?}, which the coordinator's configuration does not have; nothing ran (add `[profiles.{profile}]` to the configuration or fix the name)"
+            ),
+            CoordError::LeaderFailed { key } => write!(
+                f,
+                "the single-flight leader of `{key}` on another instance failed with an error that cannot be handed over; this call did not run"
             ),
         }
     }

@@ -361,8 +361,8 @@ impl Lock<'_> {
 #[derive(Debug)]
 #[must_use = "single-flight does nothing until `run` is awaited"]
 pub struct SingleFlight<'c> {
-    coordinator: &'c Coordinator,
-    key: CallKey,
+    pub(crate) coordinator: &'c Coordinator,
+    pub(crate) key: CallKey,
 }
 
 impl Coordinator {

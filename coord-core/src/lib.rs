@@ -29,7 +29,9 @@
 //!
 //! * [`idempotent`]: a successful outcome is stored for `retention` and replayed to later calls
 //!   with the same key; errors leave no trace.
-//! * [`single_flight`]: concurrent calls with one key in this process share one run.
+//! * [`single_flight`]: concurrent calls with one key in this process share one run
+//!   (with `scope = "cluster"`, on every instance sharing the provider, as a best effort with
+//!   a lease).
 //! * [`distributed_lock`]: one holder at a time per key, across every process sharing the
 //!   provider, for at most `lease` if the holder dies.
 //!
@@ -63,8 +65,11 @@ mod coordinator;
 mod error;
 pub mod fence;
 mod fingerprint;
+mod flight_store;
 mod handle;
+mod handle_cluster;
 mod key;
+mod memory_flight;
 mod memory_provider;
 mod operations;
 mod policy;
@@ -79,7 +84,9 @@ pub use codec::Codec;
 pub use config::{ConfigError, CoordConfig, Profile, ProviderConfig};
 pub use coordinator::{BuildError, Coordinator, CoordinatorBuilder, Metrics, Provider};
 pub use error::{BackendError, BackendErrorKind, CoordError, NotStoredCause};
+pub use flight_store::{FlightClaim, FlightStore, FlightWait};
 pub use handle::{Cached, Idempotent, Lock, SingleFlight};
+pub use handle_cluster::ClusterFlight;
 pub use key::{KeyBuilder, KeyPart, KeyWriter, render_key};
 pub use memory_provider::MemoryProvider;
 pub use operations::{
@@ -96,6 +103,10 @@ pub use report::{
     CacheOutcome, CallReport, FlightOutcome, IdempotencyOutcome, LockOutcome, observe,
 };
 pub use runtime::cache::CacheScope;
+pub use runtime::cluster_flight::{
+    ClusterFlightSpec, DEFAULT_LEASE as CLUSTER_FLIGHT_DEFAULT_LEASE,
+    HAND_OVER as CLUSTER_FLIGHT_HAND_OVER,
+};
 pub use runtime::flight::open_flights;
 pub use runtime::held::{fencing_token, is_held, lock_lost};
 pub use runtime::lock::LockGuard;
@@ -115,6 +126,10 @@ pub mod __private {
         cached, local_form, shared_form, shared_result_form,
     };
     pub use crate::runtime::call::{Call, IdempotencySpec, LockSpec, OpSpec};
+    pub use crate::runtime::cluster_flight::{
+        ClusterFlightSpec, ClusterOutput, ErrorForm, FlightProbe, OpaqueErrorProbe,
+        SharedErrorProbe, cluster_single_flight, opaque_errors, shared_errors,
+    };
     pub use crate::runtime::flight::single_flight;
     pub use crate::runtime::idempotency::idempotent;
     pub use crate::runtime::lock::distributed_lock;

@@ -48,6 +48,8 @@ pub struct MemoryProvider {
     cache: DashMap<CallKey, (Arc<[u8]>, Instant)>,
     /// Sets since the last sweep of expired cache entries.
     cache_sets: AtomicU64,
+    /// Cluster-scope single-flight claims and hand-overs.
+    pub(crate) flights: crate::memory_flight::FlightTable,
 }
 
 /// Expired cache entries are swept once per this many sets, so keys never read again do not
@@ -73,6 +75,12 @@ impl MemoryProvider {
     /// How many idempotency records are stored.
     pub fn records(&self) -> u64 {
         self.records.len()
+    }
+
+    /// How many single-flight claims and hand-overs are kept (`scope = "cluster"`), expired
+    /// ones not yet swept included.
+    pub fn flight_entries(&self) -> usize {
+        self.flights.len()
     }
 }
 

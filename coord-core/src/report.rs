@@ -50,6 +50,16 @@ pub enum FlightOutcome {
     Joined,
     /// This call joined, the leader was dropped, and this call ran the body instead.
     TookOver,
+    /// `scope = "cluster"`: this instance's leader claimed the cluster flight and ran the body.
+    ClusterLed,
+    /// `scope = "cluster"`: this instance's leader received the outcome of a leader elsewhere.
+    ClusterJoined,
+    /// `scope = "cluster"`: the leader elsewhere was cancelled or its lease ran out, and this
+    /// instance's leader ran the body instead.
+    ClusterTookOver,
+    /// `scope = "cluster"`: the backend failed under `fail_open`; the call coalesced within its
+    /// process only.
+    FailedOpen,
 }
 
 /// What the cache layer (`#[cached]`) did with a call.
@@ -126,6 +136,10 @@ impl FlightOutcome {
             FlightOutcome::Led => "led",
             FlightOutcome::Joined => "joined",
             FlightOutcome::TookOver => "took_over",
+            FlightOutcome::ClusterLed => "cluster_led",
+            FlightOutcome::ClusterJoined => "cluster_joined",
+            FlightOutcome::ClusterTookOver => "cluster_took_over",
+            FlightOutcome::FailedOpen => "failed_open",
         }
     }
 }

@@ -293,7 +293,7 @@ impl Args {
     /// Checks one `name = value` against the table and stores it.
     fn apply(&mut self, name: &Ident, value: &Expr, errors: &mut Errors) {
         let option = name.unraw().to_string();
-        let Some(spec) = options::lookup(&option).filter(|spec| spec.takes(self.kind)) else {
+        let Some(spec) = options::lookup_for(&option, self.kind) else {
             errors.push(unknown_option_error(self.kind, name, &option));
             return;
         };
@@ -448,15 +448,11 @@ pub(crate) fn list(names: impl IntoIterator<Item = impl std::fmt::Display>) -> S
 fn unknown_option_error(kind: Kind, name: &Ident, option: &str) -> syn::Error {
     let mut message = format!("unknown option `{option}` for #[{}]", kind.name());
     let names = || kind.options().map(|spec| spec.name);
-    let elsewhere: Vec<String> = options::lookup(option)
-        .map(|spec| {
-            spec.attributes
-                .iter()
-                .filter(|k| **k != kind)
-                .map(|k| format!("#[{}]", k.name()))
-                .collect()
-        })
-        .unwrap_or_default();
+    let elsewhere: Vec<String> = options::attributes_taking(option)
+        .into_iter()
+        .filter(|k| *k != kind)
+        .map(|k| format!("#[{}]", k.name()))
+        .collect();
     if !elsewhere.is_empty() {
         message.push_str(&format!(
             "; `{option}` is an option of {}",
@@ -471,7 +467,7 @@ fn unknown_option_error(kind: Kind, name: &Ident, option: &str) -> syn::Error {
 
 fn bare_option_error(kind: Kind, name: &Ident) -> syn::Error {
     let option = name.unraw().to_string();
-    let Some(spec) = options::lookup(&option).filter(|spec| spec.takes(kind)) else {
+    let Some(spec) = options::lookup_for(&option, kind) else {
         return unknown_option_error(kind, name, &option);
     };
     syn::Error::new_spanned(

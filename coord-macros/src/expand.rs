@@ -9,6 +9,7 @@ use syn::{AttrStyle, Attribute, Ident, ItemFn, LitStr, ReturnType, Signature, St
 
 use crate::args::{Args, Errors, KeyPath};
 use crate::fallback;
+use crate::model::ClusterFlightLayer;
 use crate::model::LeasePolicy;
 use crate::model::Stack;
 use crate::options::{Abandoned, Kind, Lost, MissingKey, Policy, Scope, StoreError};
@@ -334,6 +335,39 @@ fn policy(krate: &TokenStream, policy: Option<Policy>) -> TokenStream {
     }
 }
 
+/// The cluster-scope single-flight call. Its bound (`ClusterOutput`) checks the output at the
+/// return type. Whether errors are handed over is picked here, where the output type is
+/// concrete: the probe resolves to the shared form when the error type is serialisable, and
+/// to the opaque one (followers get `LeaderFailed`) otherwise.
+fn cluster_flight_call(
+    layer: &ClusterFlightLayer,
+    krate: &TokenStream,
+    at_ret: Span,
+    typed_ret: Option<&TokenStream>,
+    call: &Ident,
+    inner: TokenStream,
+) -> TokenStream {
+    let lease = respan(millis(krate, layer.lease_ms), at_ret);
+    let errors = match typed_ret {
+        Some(ret) => quote_spanned! {at_ret=>
+            {
+                #[allow(unused_imports)]
+                use #krate::__private::{OpaqueErrorProbe as _, SharedErrorProbe as _};
+                (&&#krate::__private::FlightProbe::<#ret>::new()).error_form()
+            }
+        },
+        None => quote_spanned!(at_ret=> #krate::__private::opaque_errors()),
+    };
+    quote_spanned! {at_ret=>
+        #krate::__private::cluster_single_flight(
+            #call,
+            #krate::__private::ClusterFlightSpec { lease: #lease },
+            #errors,
+            #inner,
+        )
+    }
+}
+
 /// The function with its body replaced by the layered call.
 fn generate(stack: &Stack, func: &ItemFn) -> TokenStream {
     let krate = stack.krate.to_token_stream();
@@ -559,8 +593,18 @@ fn generate(stack: &Stack, func: &ItemFn) -> TokenStream {
                 #krate_here::__private::cached(#call_here, #krate_here::__private::#form(), #inner)
             }
         }
-        Kind::SingleFlight => quote_spanned! {at_ret=>
-            #krate_here::__private::single_flight(#call_here, #inner)
+        Kind::SingleFlight => match &stack.cluster_flight {
+            None => quote_spanned! {at_ret=>
+                #krate_here::__private::single_flight(#call_here, #inner)
+            },
+            Some(layer) => cluster_flight_call(
+                layer,
+                &krate_here,
+                at_ret,
+                typed_ret.as_ref(),
+                &call_here,
+                inner,
+            ),
         },
         Kind::DistributedLock => quote_spanned! {at_ret=>
             #krate_here::__private::distributed_lock(#call_here, #inner)
@@ -962,5 +1006,24 @@ mod tests {
             out.contains("let __coord_fingerprint = :: core :: option :: Option :: None"),
             "{out}"
         );
+    }
+
+    #[test]
+    fn cluster_scope_adds_the_cluster_step_with_its_lease_and_error_probe() {
+        let item = "async fn f(id: u64) -> Result<u64, E> { Ok(id) }";
+        let out = expand(Kind::SingleFlight, "scope = \"cluster\"", item);
+        assert!(out.contains(":: cluster_single_flight ("), "{out}");
+        assert!(out.contains("from_millis (10000u64)"), "{out}");
+        assert!(
+            out.contains(":: FlightProbe :: < Result < u64 , E > > :: new ()"),
+            "{out}"
+        );
+        let out = expand(Kind::SingleFlight, "scope = cluster, lease = \"3s\"", item);
+        assert!(out.contains("from_millis (3000u64)"), "{out}");
+        let out = expand(Kind::SingleFlight, "", item);
+        assert!(!out.contains("cluster_single_flight"), "{out}");
+        assert!(out.contains(":: single_flight ("), "{out}");
+        let out = expand(Kind::SingleFlight, "lease = \"3s\"", item);
+        assert!(out.contains("compile_error"), "{out}");
     }
 }

@@ -180,10 +180,25 @@ pub fn cached(args: TokenStream, item: TokenStream) -> TokenStream {
 /// }
 /// ```
 ///
+/// With `scope = "cluster"`, concurrent calls with one key on every instance sharing the
+/// provider share one run: the calls of each instance coalesce locally first, then one leader
+/// claims the flight with a lease and the other instances wait for its outcome (pub/sub with
+/// Redis, no polling). The outcome is handed over for a few seconds only, never remembered. A
+/// leader that is cancelled or crashes is replaced by exactly one waiting instance (at once, or
+/// after its lease). The output must then be `Result<T, E>` with `T` serde-serializable and
+/// `E: From<CoordError>`; an `Err` reaches the other instances when `E` is serde-serializable
+/// too, else they get `CoordError::LeaderFailed`. This is an optimisation with a lease, not a
+/// promise of one run: use `#[idempotent]` for that.
+///
 /// # Options
 ///
 /// `key_from` (optional: without it, all concurrent calls share one run), `name`,
 /// `coordinator`, `crate` and `record_key`; see the crate documentation.
+///
+/// * `scope = "process" | "cluster"`: which calls share a run: this process's, or those of
+///   every instance sharing the provider. Default `"process"`.
+/// * `lease = "10s"`: how long a cluster leader's claim lasts if its instance dies (renewed
+///   every third of it while the body runs). `scope = "cluster"` only; without it, 10 s.
 #[proc_macro_attribute]
 pub fn single_flight(args: TokenStream, item: TokenStream) -> TokenStream {
     expand::expand_stack(Kind::SingleFlight, args.into(), item.into()).into()

@@ -12,6 +12,13 @@ use crate::options::{
     ON_LOST, ON_MISSING_KEY, ON_STORE_ERROR, OptionSpec, Policy, RECORD_KEY, RENEW, RETENTION,
     SCOPE, Scope, StoreError, TTL, WAIT,
 };
+use crate::options::{FLIGHT_LEASE, FLIGHT_SCOPE, FlightScope};
+
+/// `#[single_flight(scope = "cluster")]`: the cluster step after the process flight.
+pub(crate) struct ClusterFlightLayer {
+    /// The lease of the leader's claim.
+    pub(crate) lease_ms: u64,
+}
 
 /// The `#[idempotent]` layer.
 pub(crate) struct IdempotencyLayer {
@@ -73,6 +80,8 @@ pub(crate) struct Stack {
     pub(crate) record_key: bool,
     /// `profile = ".."`: the configured profile the layers take their values from.
     pub(crate) profile: Option<String>,
+    /// Present with `#[single_flight(scope = "cluster")]`.
+    pub(crate) cluster_flight: Option<ClusterFlightLayer>,
 }
 
 /// Picks the one value of a shared option across layers: the first one written, else the
@@ -272,6 +281,9 @@ impl Stack {
             }
         }
 
+        let cluster_flight =
+            first_of(Kind::SingleFlight).and_then(|layer| cluster_flight_layer(layer, &mut errors));
+
         if let Some(err) = errors.into_error() {
             let mut errors = Errors::default();
             errors.push(err);
@@ -289,6 +301,7 @@ impl Stack {
             krate,
             record_key,
             profile,
+            cluster_flight,
         })
     }
 }
@@ -390,5 +403,28 @@ fn cache_layer(layer: &Args, errors: &mut Errors) -> CacheLayer {
         local_ttl_ms,
         max_capacity: layer.count(&MAX_CAPACITY).unwrap_or(10_000),
         cache_err: layer.flag(&CACHE_ERR).unwrap_or_default(),
+    }
+}
+
+/// Resolves `#[single_flight]`'s `scope` and `lease`: the lease belongs to the cluster scope
+/// (the process flight holds nothing that could outlive its process).
+fn cluster_flight_layer(layer: &Args, errors: &mut Errors) -> Option<ClusterFlightLayer> {
+    let scope = layer
+        .choice::<FlightScope>(&FLIGHT_SCOPE)
+        .unwrap_or(FlightScope::Process);
+    let lease = layer.written(&FLIGHT_LEASE);
+    match scope {
+        FlightScope::Process => {
+            if let Some(setting) = lease {
+                errors.push(setting.error(format!(
+                    "`{}` applies to `{} = \"cluster\"` only: a process flight holds no claim that could outlive its process",
+                    FLIGHT_LEASE.name, FLIGHT_SCOPE.name
+                )));
+            }
+            None
+        }
+        FlightScope::Cluster => Some(ClusterFlightLayer {
+            lease_ms: layer.millis(&FLIGHT_LEASE).unwrap_or(10_000),
+        }),
     }
 }

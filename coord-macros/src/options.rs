@@ -166,12 +166,17 @@ choice!(
     /// What a call whose key has a `None` part does.
     MissingKey { "fail" => Fail, "run_unprotected" => RunUnprotected }
 );
+choice!(
+    /// Where `#[single_flight]` coalesces calls.
+    FlightScope { "process" => Process, "cluster" => Cluster }
+);
 
 const EVERY: &[Kind] = &Kind::ALL;
 const IDEMPOTENT: &[Kind] = &[Kind::Idempotent];
 const LOCK: &[Kind] = &[Kind::DistributedLock];
 const IDEMPOTENT_AND_LOCK: &[Kind] = &[Kind::Idempotent, Kind::DistributedLock];
 const CACHED: &[Kind] = &[Kind::Cached];
+const SINGLE_FLIGHT: &[Kind] = &[Kind::SingleFlight];
 
 pub(crate) const KEY_FROM: OptionSpec = OptionSpec {
     name: "key_from",
@@ -361,6 +366,24 @@ pub(crate) const CACHE_ERR: OptionSpec = OptionSpec {
     doc: "cache `Err` outcomes too",
 };
 
+pub(crate) const FLIGHT_SCOPE: OptionSpec = OptionSpec {
+    name: "scope",
+    attributes: SINGLE_FLIGHT,
+    value: ValueKind::Choice(FlightScope::WORDS),
+    example: "\"cluster\"",
+    default: Some("\"process\""),
+    doc: "which calls share a run: this process's, or every instance's sharing the provider",
+};
+pub(crate) const FLIGHT_LEASE: OptionSpec = OptionSpec {
+    name: "lease",
+    attributes: SINGLE_FLIGHT,
+    value: ValueKind::Duration { positive: true },
+    example: "\"10s\"",
+    // 10 s with `scope = "cluster"`; refused with `"process"` (see `model`).
+    default: None,
+    doc: "how long a cluster leader's claim lasts if its instance dies",
+};
+
 /// Every option, in the order they are listed to users: the shared ones first.
 pub(crate) static OPTIONS: &[&OptionSpec] = &[
     &KEY_FROM,
@@ -386,11 +409,25 @@ pub(crate) static OPTIONS: &[&OptionSpec] = &[
     &MAX_CAPACITY,
     &LOCAL_TTL,
     &CACHE_ERR,
+    &FLIGHT_SCOPE,
+    &FLIGHT_LEASE,
 ];
 
-/// The row for an option name, if there is one.
-pub(crate) fn lookup(name: &str) -> Option<&'static OptionSpec> {
-    OPTIONS.iter().copied().find(|spec| spec.name == name)
+/// The row of `kind`'s option called `name`: rows are keyed by name and attribute, since two
+/// attributes may give one name different meanings (`scope` on #[cached] and #[single_flight]).
+pub(crate) fn lookup_for(name: &str, kind: Kind) -> Option<&'static OptionSpec> {
+    OPTIONS
+        .iter()
+        .copied()
+        .find(|spec| spec.name == name && spec.takes(kind))
+}
+
+/// Every attribute that has an option called `name`.
+pub(crate) fn attributes_taking(name: &str) -> Vec<Kind> {
+    Kind::ALL
+        .into_iter()
+        .filter(|kind| lookup_for(name, *kind).is_some())
+        .collect()
 }
 
 #[cfg(test)]
@@ -402,8 +439,10 @@ mod tests {
     fn names_are_unique_and_every_option_is_taken_by_some_attribute() {
         for (index, spec) in OPTIONS.iter().enumerate() {
             assert!(
-                OPTIONS[index + 1..].iter().all(|o| o.name != spec.name),
-                "`{}` is in the table twice",
+                OPTIONS[index + 1..]
+                    .iter()
+                    .all(|o| o.name != spec.name || o.attributes.iter().all(|k| !spec.takes(*k))),
+                "`{}` is in the table twice for one attribute",
                 spec.name
             );
             assert!(
@@ -472,6 +511,7 @@ mod tests {
         check::<StoreError>();
         check::<MissingKey>();
         check::<Scope>();
+        check::<FlightScope>();
     }
 
     #[test]

@@ -8,9 +8,13 @@
 //! | fencing counter          | `ns:fence:{op:parts}`             |
 //! | idempotency record       | `ns:idem:{op:parts}`              |
 //! | cached answer            | `ns:cache:{op:parts}`             |
+//! | single-flight claim      | `ns:flight:{op:parts}`            |
+//! | single-flight hand-over  | `ns:flight:{op:parts}:<leader>`   |
 //!
 //! A release is announced on the pub/sub channel named like the lock key, a settled record
-//! on the channel named like the record key (channels are not keys: the names cannot clash).
+//! on the channel named like the record key, a finished or abandoned flight on the channel
+//! named like its claim (channels are not keys: the names cannot clash). A hand-over is named
+//! after its leader's token (32 hex digits), so each flight's outcome has a name of its own.
 //!
 //! The braces are a Redis Cluster hash tag: every name of one call key hashes to the same slot,
 //! so a script may touch the lock and its fencing counter together. Call keys never contain
@@ -63,6 +67,18 @@ impl<'a> Names<'a> {
     pub(crate) fn cache(&self) -> String {
         self.name("cache")
     }
+
+    pub(crate) fn flight(&self) -> String {
+        self.name("flight")
+    }
+
+    /// The hand-over of the flight led by `leader` (its token as 32 hex digits).
+    pub(crate) fn flight_outcome(&self, leader: &str) -> String {
+        let mut out = self.name("flight");
+        out.push(':');
+        out.push_str(leader);
+        out
+    }
 }
 
 #[cfg(test)]
@@ -80,6 +96,8 @@ mod tests {
         assert_eq!(n.fence(), "svc:fence:{charge:42:eu}");
         assert_eq!(n.record(), "svc:idem:{charge:42:eu}");
         assert_eq!(n.cache(), "svc:cache:{charge:42:eu}");
+        assert_eq!(n.flight(), "svc:flight:{charge:42:eu}");
+        assert_eq!(n.flight_outcome("00ff"), "svc:flight:{charge:42:eu}:00ff");
         // A brace in any input is escaped, so it never reaches a name.
         let key = CallKey::builder("s{v}", "a{b}").part("c}").finish();
         let n = Names::of(&key);

@@ -1,4 +1,4 @@
-//! Explicit-state models of coord's two coordination protocols, checked exhaustively with
+//! Explicit-state models of coord's coordination protocols, checked exhaustively with
 //! [stateright](https://docs.rs/stateright).
 //!
 //! * [`record`]: the idempotency-record protocol behind `#[idempotent]` (claim, complete,
@@ -6,6 +6,9 @@
 //! * [`lock`]: the lock protocol behind `#[distributed_lock]` (acquire, renew, release, lease
 //!   expiry, pauses, lost replies, failover to a replica that missed the last write) and the
 //!   fenced resource.
+//! * [`flight`]: the cluster flight protocol behind `#[single_flight(scope = "cluster")]`
+//!   (claim, renew, fenced finish with per-leader hand-overs, abandon, crashes, lease expiry,
+//!   takeover).
 //!
 //! Each module's documentation states the protocol rules the model follows, written so a
 //! reader can hold them against the providers and the runtime, and the properties checked.
@@ -19,11 +22,12 @@
 //! 3 ticks of clock for the lock), chosen so that each check runs in seconds; bugs that
 //! need more actors or longer histories are out of reach. Each property also has a test that
 //! runs the same checker on a deliberately broken variant ([`record::RecordBug`],
-//! [`lock::LockBug`]) and expects a counterexample, which shows the property can fail; and the
+//! [`lock::LockBug`], [`flight::FlightBug`]) and expects a counterexample, which shows the property can fail; and the
 //! `sometimes` properties show that the interesting situations (an overlap after expiry, an
 //! `OutcomeUnknown`, a rerun) are reached at all.
 //!
-//! Not covered, in either model:
+//! Not covered, in any model (the flight model also leaves out lost replies, delayed
+//! requests and the local coalescing inside an instance):
 //!
 //! * Requests delayed in the network are modelled only when asked for
 //!   (`delayed_requests`), one per client at a time; by default each command runs, or not,
@@ -67,5 +71,6 @@
 
 #![warn(missing_docs)]
 
+pub mod flight;
 pub mod lock;
 pub mod record;

@@ -40,6 +40,14 @@ pub struct InstrumentedProvider {
     pub cache_sets: AtomicUsize,
     /// When set, every shared cache call fails as if the backend were unreachable.
     pub fail_cache: AtomicBool,
+    /// `flight_claim` calls (cluster-scope single-flight).
+    pub flight_claims: AtomicUsize,
+    /// When set, every flight call fails as if the backend were unreachable.
+    pub fail_flights: AtomicBool,
+    /// When set, a flight claim is made but its reply is lost (reported as a fault).
+    pub lose_flight_claim_replies: AtomicBool,
+    /// When set, flight renewals fail as if the backend were unreachable.
+    pub fail_flight_renewals: AtomicBool,
 }
 
 impl InstrumentedProvider {
@@ -334,5 +342,76 @@ impl CacheStore for InstrumentedProvider {
             return Box::pin(async { Err(Self::fault()) });
         }
         self.inner.cache_delete(key)
+    }
+}
+
+impl coord_core::FlightStore for InstrumentedProvider {
+    fn flight_claim<'a>(
+        &'a self,
+        key: &'a CallKey,
+        owner: OwnerToken,
+        lease: Duration,
+    ) -> BoxFuture<'a, Result<coord_core::FlightClaim, BackendError>> {
+        self.flight_claims.fetch_add(1, Ordering::SeqCst);
+        if self.fail_flights.load(Ordering::SeqCst) {
+            return Box::pin(async { Err(Self::fault()) });
+        }
+        if self.lose_flight_claim_replies.load(Ordering::SeqCst) {
+            return Box::pin(async move {
+                let _landed = self.inner.flight_claim(key, owner, lease).await;
+                Err(Self::fault())
+            });
+        }
+        self.inner.flight_claim(key, owner, lease)
+    }
+
+    fn flight_renew<'a>(
+        &'a self,
+        key: &'a CallKey,
+        owner: OwnerToken,
+        lease: Duration,
+    ) -> BoxFuture<'a, Result<bool, BackendError>> {
+        if self.fail_flights.load(Ordering::SeqCst)
+            || self.fail_flight_renewals.load(Ordering::SeqCst)
+        {
+            return Box::pin(async { Err(Self::fault()) });
+        }
+        self.inner.flight_renew(key, owner, lease)
+    }
+
+    fn flight_finish<'a>(
+        &'a self,
+        key: &'a CallKey,
+        owner: OwnerToken,
+        outcome: &'a [u8],
+        hand_over: Duration,
+    ) -> BoxFuture<'a, Result<bool, BackendError>> {
+        if self.fail_flights.load(Ordering::SeqCst) {
+            return Box::pin(async { Err(Self::fault()) });
+        }
+        self.inner.flight_finish(key, owner, outcome, hand_over)
+    }
+
+    fn flight_abandon<'a>(
+        &'a self,
+        key: &'a CallKey,
+        owner: OwnerToken,
+    ) -> BoxFuture<'a, Result<bool, BackendError>> {
+        if self.fail_flights.load(Ordering::SeqCst) {
+            return Box::pin(async { Err(Self::fault()) });
+        }
+        self.inner.flight_abandon(key, owner)
+    }
+
+    fn flight_wait<'a>(
+        &'a self,
+        key: &'a CallKey,
+        leader: OwnerToken,
+        timeout: Duration,
+    ) -> BoxFuture<'a, Result<coord_core::FlightWait, BackendError>> {
+        if self.fail_flights.load(Ordering::SeqCst) {
+            return Box::pin(async { Err(Self::fault()) });
+        }
+        self.inner.flight_wait(key, leader, timeout)
     }
 }

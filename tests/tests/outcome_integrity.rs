@@ -133,6 +133,8 @@ impl LockProvider for FaultyProvider {
 
 /// No shared cache: the defaults.
 impl coord_core::CacheStore for FaultyProvider {}
+/// No cluster-scope single-flight: these tests do not use it.
+impl coord_core::FlightStore for FaultyProvider {}
 
 impl IdempotencyStore for FaultyProvider {
     fn claim<'a>(

@@ -20,7 +20,9 @@ use crate::call_key::CallKey;
 use crate::report::FlightOutcome;
 use crate::runtime::call::Call;
 
-type FlightKey = (TypeId, CallKey);
+/// Output type, group (0 for process scope; a coordinator's identity for the local step of a
+/// cluster-scope call) and call key.
+type FlightKey = (TypeId, usize, CallKey);
 
 /// Flights in progress, by output type and call key. An entry lives exactly as long as its
 /// flight: it is removed when the flight completes, its leader panics, or its last participant
@@ -122,7 +124,16 @@ where
     R: Clone + Send + 'static,
     F: Future<Output = R>,
 {
-    let key: FlightKey = (TypeId::of::<R>(), call.key.clone());
+    single_flight_in(call, 0, body).await
+}
+
+/// Joins or leads the flight for the call's key among the calls of `group` only.
+pub(crate) async fn single_flight_in<R, F>(call: &Call<'_>, group: usize, body: F) -> R
+where
+    R: Clone + Send + 'static,
+    F: Future<Output = R>,
+{
+    let key: FlightKey = (TypeId::of::<R>(), group, call.key.clone());
     let (erased, leader) = join::<R>(&key);
     let flight = erased
         .downcast_ref::<Flight<R>>()

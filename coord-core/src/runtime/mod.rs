@@ -3,6 +3,7 @@
 
 pub(crate) mod cache;
 pub(crate) mod call;
+pub(crate) mod cluster_flight;
 pub(crate) mod detach;
 pub(crate) mod flight;
 pub(crate) mod held;

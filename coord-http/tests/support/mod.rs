@@ -408,6 +408,8 @@ impl coord_core::Operations for Switchable {}
 
 /// No shared cache here either.
 impl coord_core::CacheStore for Switchable {}
+/// No cluster-scope single-flight: the layer does not use it.
+impl coord_core::FlightStore for Switchable {}
 
 impl LockProvider for Switchable {
     fn acquire<'a>(

@@ -7,6 +7,7 @@
 
 mod cache;
 mod commands;
+mod flights;
 mod locks;
 mod operations;
 mod records;

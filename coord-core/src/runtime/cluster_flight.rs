@@ -1,0 +1,462 @@
+//! `#[single_flight(scope = "cluster")]`: concurrent calls with one key on every instance
+//! sharing the provider share one run.
+//!
+//! Two steps. First the process flight ([`single_flight_in`]), per coordinator: the calls of
+//! one instance coalesce locally, so only one of them (the local leader) reaches the provider.
+//! Then the local leader takes part in the cluster flight through the provider's
+//! [`FlightStore`]: it claims the key with a short lease and runs the body, or it waits for the
+//! outcome the leader elsewhere hands over (pub/sub for Redis, no polling) and shares it with
+//! its local followers.
+//!
+//! A leader that is cancelled gives its claim up at once (in the background), so a waiting
+//! instance takes over; a leader that crashes holds its claim until the lease runs out, then a
+//! waiting instance takes over. Exactly one does: claiming is atomic. A leader renews its claim
+//! while its body runs; one whose claim lapsed anyway keeps running, but its outcome is refused
+//! (fenced) and only its own callers get it.
+//!
+//! The hand-over is the outcome encoded with the coordinator's codec behind a two-byte header
+//! (format version, then what it holds), kept by the provider for [`HAND_OVER`] only. `Ok` is
+//! always handed over; `Err` when its type is serialisable (the macro picks that at the call
+//! site), else the followers get [`CoordError::LeaderFailed`]. A hand-over that does not decode
+//! (another build, another format) is a [`CoordError::Codec`] for the followers: never a panic,
+//! never a wrong value.
+
+use std::future::Future;
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::call_key::CallKey;
+use crate::codec::Codec;
+use crate::error::CoordError;
+use crate::flight_store::{FlightClaim, FlightStore, FlightWait};
+use crate::provider::OwnerToken;
+use crate::report::FlightOutcome;
+use crate::runtime::call::Call;
+use crate::runtime::detach::{DetachOnDrop, spawn_retried};
+use crate::runtime::flight::single_flight_in;
+
+/// How long the provider keeps a leader's outcome for its followers to read. Followers that
+/// were waiting read it within a pub/sub hop; a call that starts after the flight ended finds
+/// no claim and runs again, so this is not a cache.
+pub const HAND_OVER: Duration = Duration::from_secs(5);
+
+/// The lease of a cluster flight's claim when none is given.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(10);
+
+/// The version byte of a hand-over.
+const FORMAT: u8 = 1;
+/// What a hand-over holds (its second byte).
+const TAG_OK: u8 = b'o';
+const TAG_ERR: u8 = b'e';
+const TAG_FAILED: u8 = b'f';
+const TAG_UNENCODABLE: u8 = b'c';
+
+/// `#[single_flight(scope = "cluster")]` options, resolved at compile time (or by the handle
+/// API at run time).
+#[derive(Debug, Clone, Copy)]
+pub struct ClusterFlightSpec {
+    /// The lease of the leader's claim: how long followers wait for a leader that stopped
+    /// answering before one of them takes over. Renewed every third of it while the body runs.
+    pub lease: Duration,
+}
+
+/// The output of a cluster-scope single-flight function.
+#[diagnostic::on_unimplemented(
+    message = "`#[single_flight(scope = \"cluster\")]` hands the outcome to callers on other instances: the function must return `Result<T, E>` with `T: serde::Serialize + serde::de::DeserializeOwned + Clone + Send + 'static` and `E: From<coord_core::CoordError> + Clone + Send + 'static`; `{Self}` is not such a type",
+    label = "this return type cannot be handed to other instances",
+    note = "derive `Serialize` and `Deserialize` for the value, give the error type a `From<CoordError>` conversion, or use `scope = \"process\"`"
+)]
+pub trait ClusterOutput: Clone + Send + 'static {
+    /// The success value encoded (`None` for an `Err`).
+    fn encode_ok(&self, codec: Codec) -> Option<Result<Vec<u8>, String>>;
+    /// A success value decoded.
+    fn decode_ok(bytes: &[u8], codec: Codec) -> Result<Self, String>;
+    /// The error value for a failure coord reports.
+    fn from_coord_error(err: CoordError) -> Self;
+}
+
+impl<T, E> ClusterOutput for Result<T, E>
+where
+    T: Serialize + DeserializeOwned + Clone + Send + 'static,
+    E: From<CoordError> + Clone + Send + 'static,
+{
+    fn encode_ok(&self, codec: Codec) -> Option<Result<Vec<u8>, String>> {
+        self.as_ref().ok().map(|ok| codec.encode_checked(ok))
+    }
+
+    fn decode_ok(bytes: &[u8], codec: Codec) -> Result<Self, String> {
+        codec.decode::<T>(bytes).map(Ok)
+    }
+
+    fn from_coord_error(err: CoordError) -> Self {
+        Err(E::from(err))
+    }
+}
+
+type EncodeErr<R> = fn(&R, Codec) -> Option<Result<Vec<u8>, String>>;
+type DecodeErr<R> = fn(&[u8], Codec) -> Result<R, String>;
+
+/// How an operation's `Err` outcomes cross to other instances: encoded with the codec when the
+/// error type is serialisable, else not at all (followers get [`CoordError::LeaderFailed`]).
+pub struct ErrorForm<R> {
+    encode: Option<EncodeErr<R>>,
+    decode: Option<DecodeErr<R>>,
+}
+
+impl<R> std::fmt::Debug for ErrorForm<R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ErrorForm")
+            .field("shared", &self.encode.is_some())
+            .finish()
+    }
+}
+
+/// Errors are not handed over: followers of a failed leader get [`CoordError::LeaderFailed`].
+pub const fn opaque_errors<R>() -> ErrorForm<R> {
+    ErrorForm {
+        encode: None,
+        decode: None,
+    }
+}
+
+/// Errors are handed over with the coordinator's codec.
+pub const fn shared_errors<T, E>() -> ErrorForm<Result<T, E>>
+where
+    E: Serialize + DeserializeOwned,
+{
+    fn encode<T, E: Serialize + DeserializeOwned>(
+        value: &Result<T, E>,
+        codec: Codec,
+    ) -> Option<Result<Vec<u8>, String>> {
+        value.as_ref().err().map(|err| codec.encode_checked(err))
+    }
+    fn decode<T, E: DeserializeOwned>(bytes: &[u8], codec: Codec) -> Result<Result<T, E>, String> {
+        codec.decode::<E>(bytes).map(Err)
+    }
+    ErrorForm {
+        encode: Some(encode::<T, E>),
+        decode: Some(decode::<T, E>),
+    }
+}
+
+/// Picks the [`ErrorForm`] of an output type where the type is concrete (the generated code):
+/// `(&&FlightProbe::<R>::new()).error_form()` with [`SharedErrorProbe`] and
+/// [`OpaqueErrorProbe`] in scope resolves to the shared form when `R` is `Result<T, E>` with a
+/// serialisable `E`, and to the opaque form otherwise.
+pub struct FlightProbe<R>(PhantomData<fn() -> R>);
+
+impl<R> FlightProbe<R> {
+    /// A probe for `R`.
+    pub const fn new() -> FlightProbe<R> {
+        FlightProbe(PhantomData)
+    }
+}
+
+impl<R> Default for FlightProbe<R> {
+    fn default() -> Self {
+        FlightProbe::new()
+    }
+}
+
+/// The preferred form: errors serialisable, so they are shared.
+pub trait SharedErrorProbe<R> {
+    /// The form for `R`.
+    fn error_form(&self) -> ErrorForm<R>;
+}
+
+impl<T, E> SharedErrorProbe<Result<T, E>> for &FlightProbe<Result<T, E>>
+where
+    E: Serialize + DeserializeOwned,
+{
+    fn error_form(&self) -> ErrorForm<Result<T, E>> {
+        shared_errors::<T, E>()
+    }
+}
+
+/// The fallback form: errors are not shared.
+pub trait OpaqueErrorProbe<R> {
+    /// The form for `R`.
+    fn error_form(&self) -> ErrorForm<R>;
+}
+
+impl<R> OpaqueErrorProbe<R> for FlightProbe<R> {
+    fn error_form(&self) -> ErrorForm<R> {
+        opaque_errors::<R>()
+    }
+}
+
+/// Joins or leads the flight for the call's key across every instance sharing the provider.
+pub async fn cluster_single_flight<R, F>(
+    call: &Call<'_>,
+    spec: ClusterFlightSpec,
+    errors: ErrorForm<R>,
+    body: F,
+) -> R
+where
+    R: ClusterOutput,
+    F: Future<Output = R>,
+{
+    // A profile the coordinator does not have is refused before anything is claimed, as the
+    // other layers that reach the provider do.
+    if let Some(err) = call.profile_error() {
+        call.record_error(&err);
+        return R::from_coord_error(err);
+    }
+    let group = call.coordinator.identity();
+    single_flight_in(call, group, across(call, spec, errors, body)).await
+}
+
+/// The cluster step, run by this instance's local leader only.
+async fn across<R, F>(call: &Call<'_>, spec: ClusterFlightSpec, errors: ErrorForm<R>, body: F) -> R
+where
+    R: ClusterOutput,
+    F: Future<Output = R>,
+{
+    let store = call.coordinator.flight_store().clone();
+    let owner = OwnerToken::new();
+    let mut took_over = false;
+    loop {
+        let claim = match store.flight_claim(&call.key, owner, spec.lease).await {
+            Ok(claim) => claim,
+            Err(err) => {
+                // The claim may have landed with its reply lost: give it up in the background,
+                // so the other instances do not wait a whole lease for a body that runs
+                // elsewhere or not at all (owner-checked, so harmless if it never landed).
+                if err.kind() != crate::BackendErrorKind::Config {
+                    abandon_detached(&store, &call.key, owner, spec.lease);
+                }
+                return degrade(call, err, body).await;
+            }
+        };
+        let (leader, lease_left) = match claim {
+            FlightClaim::Claimed => {
+                call.record_flight(if took_over {
+                    FlightOutcome::ClusterTookOver
+                } else {
+                    FlightOutcome::ClusterLed
+                });
+                return lead(call, store, owner, spec, &errors, body).await;
+            }
+            FlightClaim::Joined { leader, lease_left } => (leader, lease_left),
+        };
+        // Wait at most what is left of the leader's lease (and a little, for the store's clock
+        // to agree that it ended), then look again: a leader that renews is still there, one
+        // that crashed has left the claim free for exactly one of us.
+        let timeout = lease_left.saturating_add(Duration::from_millis(20));
+        match store.flight_wait(&call.key, leader, timeout).await {
+            Ok(FlightWait::Finished(bytes)) => {
+                call.record_flight(FlightOutcome::ClusterJoined);
+                return hand_over_received(call, &errors, &bytes);
+            }
+            Ok(FlightWait::Vacant | FlightWait::Expired) => {
+                took_over = true;
+                tokio::task::yield_now().await;
+            }
+            Err(err) => return degrade(call, err, body).await,
+        }
+    }
+}
+
+/// The provider failed: under `fail_open` the call keeps its process flight (this body runs
+/// for this instance's callers only); under `fail_closed` it is refused.
+async fn degrade<R, F>(call: &Call<'_>, err: crate::BackendError, body: F) -> R
+where
+    R: ClusterOutput,
+    F: Future<Output = R>,
+{
+    match call.backend_fault(None, err, "single_flight") {
+        Ok(()) => {
+            call.record_flight(FlightOutcome::FailedOpen);
+            body.await
+        }
+        Err(err) => {
+            call.record_error(&err);
+            R::from_coord_error(err)
+        }
+    }
+}
+
+/// Gives the claim up in the background if the leader stops before handing over (its caller
+/// was cancelled, or the body panicked), so a follower takes over at once.
+struct ClaimGuard {
+    store: Arc<dyn FlightStore>,
+    key: CallKey,
+    owner: OwnerToken,
+    lease: Duration,
+    armed: bool,
+}
+
+impl Drop for ClaimGuard {
+    fn drop(&mut self) {
+        if self.armed {
+            abandon_detached(&self.store, &self.key, self.owner, self.lease);
+        }
+    }
+}
+
+fn abandon_detached(
+    store: &Arc<dyn FlightStore>,
+    key: &CallKey,
+    owner: OwnerToken,
+    lease: Duration,
+) {
+    let store = store.clone();
+    spawn_retried(
+        "giving up the single-flight claim",
+        key.clone(),
+        lease,
+        move |key| {
+            let store = store.clone();
+            async move { store.flight_abandon(&key, owner).await.map(|_| true) }
+        },
+    );
+}
+
+async fn lead<R, F>(
+    call: &Call<'_>,
+    store: Arc<dyn FlightStore>,
+    owner: OwnerToken,
+    spec: ClusterFlightSpec,
+    errors: &ErrorForm<R>,
+    body: F,
+) -> R
+where
+    R: ClusterOutput,
+    F: Future<Output = R>,
+{
+    let mut guard = ClaimGuard {
+        store: store.clone(),
+        key: call.key.clone(),
+        owner,
+        lease: spec.lease,
+        armed: true,
+    };
+    let output = renewing(call, &store, owner, spec.lease, body).await;
+    guard.armed = false;
+
+    let codec = call.coordinator.codec();
+    let bytes = encode_hand_over(&output, codec, errors);
+    let key = call.key.clone();
+    let finished = DetachOnDrop::new(async move {
+        let finished = store.flight_finish(&key, owner, &bytes, HAND_OVER).await;
+        match finished {
+            Ok(true) => {}
+            Ok(false) => {
+                tracing::warn!(key = %key, "coord: the single-flight claim lapsed while the body ran (renewals failed); the outcome was not handed over, and another instance may have run the body too")
+            }
+            Err(err) => {
+                tracing::warn!(key = %key, error = %err, "coord: handing the single-flight outcome over failed; giving the claim up so a follower runs instead");
+                abandon_detached(&store, &key, owner, spec.lease);
+            }
+        }
+    });
+    finished.await;
+    output
+}
+
+/// Runs the body while renewing the claim every third of its lease. A renewal that finds the
+/// claim gone stops renewing (the finish will be refused); a failed renewal is retried at the
+/// next tick. The body keeps running either way: the flight is an optimisation, and the caller
+/// is owed its outcome.
+async fn renewing<R, F>(
+    call: &Call<'_>,
+    store: &Arc<dyn FlightStore>,
+    owner: OwnerToken,
+    lease: Duration,
+    body: F,
+) -> R
+where
+    F: Future<Output = R>,
+{
+    let every = (lease / 3).max(Duration::from_millis(1));
+    let renewals = async {
+        loop {
+            tokio::time::sleep(every).await;
+            match store.flight_renew(&call.key, owner, lease).await {
+                Ok(true) => {}
+                Ok(false) => {
+                    tracing::warn!(key = %call.key, "coord: the single-flight claim was lost while the body ran; another instance may take over");
+                    return std::future::pending::<()>().await;
+                }
+                Err(err) => {
+                    tracing::debug!(key = %call.key, error = %err, "coord: renewing the single-flight claim failed; retrying");
+                }
+            }
+        }
+    };
+    tokio::pin!(body);
+    tokio::pin!(renewals);
+    tokio::select! {
+        biased;
+        output = &mut body => output,
+        () = &mut renewals => unreachable!("the renewal loop never ends"),
+    }
+}
+
+fn encode_hand_over<R: ClusterOutput>(output: &R, codec: Codec, errors: &ErrorForm<R>) -> Vec<u8> {
+    let (tag, encoded) = match output.encode_ok(codec) {
+        Some(ok) => (TAG_OK, ok),
+        None => match errors.encode.and_then(|encode| encode(output, codec)) {
+            Some(err) => (TAG_ERR, err),
+            None => (TAG_FAILED, Ok(Vec::new())),
+        },
+    };
+    let (tag, payload) = match encoded {
+        Ok(payload) => (tag, payload),
+        Err(message) => (TAG_UNENCODABLE, message.into_bytes()),
+    };
+    let mut bytes = Vec::with_capacity(2 + payload.len());
+    bytes.push(FORMAT);
+    bytes.push(tag);
+    bytes.extend_from_slice(&payload);
+    bytes
+}
+
+fn hand_over_received<R: ClusterOutput>(call: &Call<'_>, errors: &ErrorForm<R>, bytes: &[u8]) -> R {
+    let codec = call.coordinator.codec();
+    let codec_error = |message: String| {
+        let err = CoordError::Codec {
+            key: call.key.clone(),
+            message,
+        };
+        call.record_error(&err);
+        R::from_coord_error(err)
+    };
+    let decoded = match bytes {
+        [FORMAT, TAG_OK, payload @ ..] => R::decode_ok(payload, codec),
+        [FORMAT, TAG_ERR, payload @ ..] => match errors.decode {
+            Some(decode) => decode(payload, codec),
+            // The leader's build shares this error type; ours does not: we cannot read it.
+            None => {
+                let err = CoordError::LeaderFailed {
+                    key: call.key.clone(),
+                };
+                call.record_error(&err);
+                return R::from_coord_error(err);
+            }
+        },
+        [FORMAT, TAG_FAILED, ..] => {
+            let err = CoordError::LeaderFailed {
+                key: call.key.clone(),
+            };
+            call.record_error(&err);
+            return R::from_coord_error(err);
+        }
+        [FORMAT, TAG_UNENCODABLE, message @ ..] => Err(format!(
+            "the leader's outcome did not encode: {}",
+            String::from_utf8_lossy(message)
+        )),
+        _ => Err("the single-flight hand-over is not in a format this build reads (written by another version, or not by coord)".to_owned()),
+    };
+    match decoded {
+        Ok(value) => value,
+        Err(message) => {
+            tracing::warn!(key = %call.key, error = %message, "coord: the single-flight leader's outcome did not decode");
+            codec_error(message)
+        }
+    }
+}

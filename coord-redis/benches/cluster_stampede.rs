@@ -1,0 +1,268 @@
+//! The cluster stampede: 4 processes × 100 concurrent callers on one cold key against one
+//! redis-server, with `#[single_flight]` in `scope = "process"` and `scope = "cluster"`,
+//! measured as body runs, total time (from "go" to the last caller answered) and Redis
+//! commands per caller, from the `INFO commandstats` difference over the stampede divided by
+//! the callers: those coord sends (`EVALSHA`, `SUBSCRIBE`, ...), and those Redis executes
+//! (the same plus the commands run inside coord's scripts; the harness's own `INCR` per run,
+//! its "go" `SET` and its `EXISTS` polls are left out).
+//!
+//! `cargo bench -p coord-redis --bench cluster_stampede` (`-- --rounds N` to repeat; default
+//! 3). Like the process tests, it re-runs itself as child processes, with `COORD_BENCH_ROLE`
+//! set.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use coord_core::{CoordError, Coordinator, single_flight};
+use coord_redis::RedisProvider;
+use coord_redis_testing::{RedisServer, command_at};
+
+const ROLE: &str = "COORD_BENCH_ROLE";
+const CALLERS: usize = 100;
+const PROCESSES: usize = 4;
+/// How long the body takes: a slow upstream, the case single-flight is for.
+const BODY: Duration = Duration::from_millis(300);
+
+/// Commands only the harness sends during a stampede (the "go" polls, the run counter, the
+/// stats).
+const HARNESS: &[&str] = &["exists", "incr", "info"];
+/// Commands coord runs only inside its scripts, never sends itself.
+const IN_SCRIPTS: &[&str] = &["get", "set", "del", "pexpire", "pttl", "publish"];
+
+fn count_run(port: u16, ns: &str) {
+    command_at(port, &["INCR", &format!("{ns}:w:runs")]).expect("count the run");
+}
+
+#[single_flight(key_from = "key", coordinator = c, name = "bench.stampede", scope = "cluster")]
+async fn cluster_fetch(c: &Coordinator, key: &str, port: u16, ns: &str) -> Result<u64, CoordError> {
+    count_run(port, ns);
+    tokio::time::sleep(BODY).await;
+    Ok(42)
+}
+
+#[single_flight(key_from = "key", coordinator = c, name = "bench.stampede")]
+async fn process_fetch(c: &Coordinator, key: &str, port: u16, ns: &str) -> Result<u64, CoordError> {
+    count_run(port, ns);
+    tokio::time::sleep(BODY).await;
+    Ok(42)
+}
+
+async fn child(role: &str) {
+    let url = std::env::var("COORD_BENCH_URL").expect("COORD_BENCH_URL");
+    let ns = std::env::var("COORD_BENCH_NS").expect("COORD_BENCH_NS");
+    let port: u16 = url.rsplit(':').next().unwrap().parse().unwrap();
+    let provider = RedisProvider::connect(&url).await.expect("connect");
+    let c = Coordinator::builder()
+        .namespace(ns.clone())
+        .provider(provider)
+        .build()
+        .expect("coordinator");
+    let cluster = role == "cluster";
+    // Warm the connection and the scripts on another key, so the stampede measures itself.
+    if cluster {
+        cluster_fetch(&c, "warm-up", port, &ns)
+            .await
+            .expect("warm-up");
+    } else {
+        process_fetch(&c, "warm-up", port, &ns)
+            .await
+            .expect("warm-up");
+    }
+    println!("READY");
+    let _ = std::io::stdout().flush();
+    let go = format!("{ns}:w:go");
+    while command_at(port, &["EXISTS", &go])
+        .ok()
+        .and_then(|r| r.int())
+        != Some(1)
+    {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let calls: Vec<_> = (0..CALLERS)
+        .map(|_| {
+            let (c, ns) = (c.clone(), ns.clone());
+            tokio::spawn(async move {
+                if cluster {
+                    cluster_fetch(&c, "cold", port, &ns).await
+                } else {
+                    process_fetch(&c, "cold", port, &ns).await
+                }
+            })
+        })
+        .collect();
+    for call in calls {
+        assert_eq!(call.await.expect("caller").expect("answer"), 42);
+    }
+    println!("DONE");
+    let _ = std::io::stdout().flush();
+}
+
+struct Player {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Player {
+    fn start(role: &str, server: &RedisServer, ns: &str) -> Player {
+        let mut child = Command::new(std::env::current_exe().expect("own path"))
+            .env(ROLE, role)
+            .env("COORD_BENCH_URL", server.url())
+            .env("COORD_BENCH_NS", ns)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("re-run this bench binary as a child");
+        let stdout = child.stdout.take().expect("piped");
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Player { child, lines }
+    }
+
+    fn expect_line(&self, prefix: &str) {
+        loop {
+            match self.lines.recv_timeout(Duration::from_secs(120)) {
+                Ok(line) if line.starts_with(prefix) => return,
+                Ok(_) => {}
+                Err(_) => panic!("child {}: no {prefix:?} line", self.child.id()),
+            }
+        }
+    }
+}
+
+impl Drop for Player {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Calls per command, from `INFO commandstats`.
+fn commandstats(port: u16) -> BTreeMap<String, u64> {
+    let info = command_at(port, &["INFO", "commandstats"])
+        .expect("INFO")
+        .text()
+        .unwrap_or_default();
+    info.lines()
+        .filter_map(|line| {
+            let rest = line.strip_prefix("cmdstat_")?;
+            let (name, stats) = rest.split_once(':')?;
+            let calls = stats
+                .split(',')
+                .find_map(|f| f.strip_prefix("calls="))?
+                .parse()
+                .ok()?;
+            Some((name.to_owned(), calls))
+        })
+        .collect()
+}
+
+struct Round {
+    runs: u64,
+    total: Duration,
+    sent_per_caller: f64,
+    executed_per_caller: f64,
+    by_command: BTreeMap<String, u64>,
+}
+
+fn stampede(server: &RedisServer, role: &str, round: usize) -> Round {
+    let ns = format!("bench-{role}-{round}");
+    let players: Vec<Player> = (0..PROCESSES)
+        .map(|_| Player::start(role, server, &ns))
+        .collect();
+    for p in &players {
+        p.expect_line("READY");
+    }
+    let runs_key = format!("{ns}:w:runs");
+    command_at(server.port(), &["DEL", &runs_key]).expect("reset runs");
+    let before = commandstats(server.port());
+    let started = Instant::now();
+    command_at(server.port(), &["SET", &format!("{ns}:w:go"), "1"]).expect("go");
+    for p in &players {
+        p.expect_line("DONE");
+    }
+    let total = started.elapsed();
+    let after = commandstats(server.port());
+    let runs = command_at(server.port(), &["GET", &runs_key])
+        .expect("runs")
+        .text()
+        .map_or(0, |t| t.parse().expect("count"));
+    let mut by_command: BTreeMap<String, u64> = after
+        .iter()
+        .filter(|(name, _)| !HARNESS.contains(&name.as_str()))
+        .map(|(name, calls)| (name.clone(), calls - before.get(name).copied().unwrap_or(0)))
+        .filter(|(_, delta)| *delta > 0)
+        .collect();
+    // The harness's "go".
+    if let Some(set) = by_command.get_mut("set") {
+        *set -= 1;
+    }
+    by_command.retain(|_, calls| *calls > 0);
+    let executed: u64 = by_command.values().sum();
+    let sent: u64 = by_command
+        .iter()
+        .filter(|(name, _)| !IN_SCRIPTS.contains(&name.as_str()))
+        .map(|(_, calls)| calls)
+        .sum();
+    let callers = (PROCESSES * CALLERS) as f64;
+    Round {
+        runs,
+        total,
+        sent_per_caller: sent as f64 / callers,
+        executed_per_caller: executed as f64 / callers,
+        by_command,
+    }
+}
+
+fn main() {
+    if let Ok(role) = std::env::var(ROLE) {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("runtime")
+            .block_on(child(&role));
+        return;
+    }
+    let args: Vec<String> = std::env::args().collect();
+    let rounds = args
+        .iter()
+        .position(|a| a == "--rounds")
+        .and_then(|i| args.get(i + 1))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(3);
+    let server = RedisServer::start();
+    println!(
+        "cluster stampede: {PROCESSES} processes x {CALLERS} callers, one cold key, body {BODY:?}"
+    );
+    println!(
+        "| scope | round | body runs | total | commands sent per caller | commands executed per caller | executed, by command |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    for role in ["process", "cluster"] {
+        for round in 0..rounds {
+            let r = stampede(&server, role, round);
+            let commands: Vec<String> = r
+                .by_command
+                .iter()
+                .map(|(name, calls)| format!("{name} {calls}"))
+                .collect();
+            println!(
+                "| {role} | {round} | {} | {:.0} ms | {:.4} | {:.4} | {} |",
+                r.runs,
+                r.total.as_secs_f64() * 1000.0,
+                r.sent_per_caller,
+                r.executed_per_caller,
+                commands.join(", ")
+            );
+        }
+    }
+}

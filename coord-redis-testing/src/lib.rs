@@ -857,10 +857,16 @@ fn poll_until(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
 }
 
 /// The replication role (`master`, `slave`) `server` reports.
+/// The server's replication role, or `None` while it cannot say: during a failover the
+/// Sentinels kill every client connection of both servers (`CLIENT KILL TYPE normal`), so a
+/// connection reset here means "ask again", not a broken server.
 fn role(server: &RedisServer) -> Option<String> {
-    let text = server.command(&["INFO", "replication"]).text()?;
-    text.lines()
-        .find_map(|l| l.strip_prefix("role:").map(|v| v.trim().to_owned()))
+    info_field_auth(
+        server.port(),
+        server.options.password.as_deref(),
+        "replication",
+        "role",
+    )
 }
 
 fn info_field_auth(

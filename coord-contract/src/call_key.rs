@@ -3,21 +3,21 @@
 use std::fmt;
 use std::sync::Arc;
 
-use crate::key::{KeyBuilder, KeyPart};
+use crate::key_builder::{KeyBuilder, KeyPart};
 
 /// The key of one call: a namespace, an operation name and the rendered key parts.
 ///
-/// Built once per call (by the attributes, by [`Coordinator::key`](crate::Coordinator::key),
+/// Built once per call (by the attributes, by `Coordinator::key`,
 /// or by [`CallKey::builder`]) and handed to every layer and provider as this value; nothing
 /// ever splits a key string back into its pieces.
 ///
 /// # One form, shown and accepted
 /// A key is shown as `operation:parts` (for example `payments.charge:order-7`): that is what
-/// [`Display`](fmt::Display) prints and what [`CoordError::key`](crate::CoordError::key),
-/// [`CallReport::key`](crate::CallReport::key) and coord's log lines carry. The namespace is
+/// [`Display`](fmt::Display) prints and what `CoordError::key`,
+/// `CallReport::key` and coord's log lines carry. The namespace is
 /// the coordinator's and is not part of the shown form; [`CallKey::from_op_key`] turns a
 /// shown key (pasted by an operator) back into a key of a given namespace, so
-/// [`Coordinator::purge_record`](crate::Coordinator::purge_record) and operator tools accept
+/// `Coordinator::purge_record` and operator tools accept
 /// exactly what errors print.
 ///
 /// # Promised
@@ -82,7 +82,7 @@ impl CallKey {
     /// same escaping as the attributes use, so a key built here for a coordinator's namespace
     /// and an attribute's operation name equals the key the attribute builds.
     pub fn builder(namespace: &str, operation: &str) -> CallKeyBuilder {
-        CallKeyBuilder::new(KeyBuilder::namespace_only(namespace), operation)
+        CallKeyBuilder::new(KeyBuilder::scratch(namespace), operation)
     }
 
     /// A key from its shown form `operation[:parts]` (what [`fmt::Display`] prints and errors
@@ -95,7 +95,10 @@ impl CallKey {
     /// outside coord's layout. A space is accepted: a key part holding one is printed with it.
     pub fn from_op_key(namespace: &str, op_key: &str) -> Result<CallKey, InvalidCallKey> {
         check_op_key(op_key)?;
-        let mut full = KeyBuilder::namespace_only(namespace).finish();
+        let mut full = KeyBuilder::scratch(namespace)
+            .finish_call_key(0, 0)
+            .qualified()
+            .to_owned();
         full.push(':');
         let shown_from = offset(full.len()).unwrap_or(0);
         full.push_str(op_key);
@@ -164,7 +167,7 @@ impl CallKey {
     }
 
     /// The operation name as written into the key, when the key was built (by the attributes,
-    /// [`CallKey::builder`] or [`Coordinator::key`](crate::Coordinator::key)); `None` for a key
+    /// [`CallKey::builder`] or `Coordinator::key`); `None` for a key
     /// read from text by [`CallKey::from_op_key`], whose operation name cannot be told from
     /// its parts.
     pub fn operation(&self) -> Option<&str> {
@@ -172,8 +175,9 @@ impl CallKey {
             .then(|| &self.full[self.shown_from as usize..self.op_end as usize])
     }
 
-    /// The whole key as a shared string, for in-process tables that keep it.
-    pub(crate) fn shared(&self) -> &Arc<str> {
+    /// The whole key ([`CallKey::qualified`]) as a shared string, for in-process tables that
+    /// keep it without copying.
+    pub fn shared(&self) -> &Arc<str> {
         &self.full
     }
 
@@ -252,7 +256,7 @@ impl PartialEq<&str> for CallKey {
 }
 
 /// Builds a [`CallKey`] part by part. From [`CallKey::builder`] or
-/// [`Coordinator::key`](crate::Coordinator::key).
+/// `Coordinator::key`.
 #[derive(Debug)]
 pub struct CallKeyBuilder {
     inner: KeyBuilder,
@@ -277,14 +281,33 @@ impl CallKeyBuilder {
         self
     }
 
+    /// Appends one key part like [`CallKeyBuilder::part`], remembering `name` (the
+    /// `key_from` path the attribute names) if the part renders an absent value, for the
+    /// `MissingKey` error. What the attributes' generated code calls.
+    #[doc(hidden)]
+    pub fn named_part<P: KeyPart + ?Sized>(
+        mut self,
+        name: &'static str,
+        part: &P,
+    ) -> CallKeyBuilder {
+        self.inner = self.inner.named_part(name, part);
+        self
+    }
+
     /// True when some part rendered an absent value (`None`).
     pub fn has_absent_part(&self) -> bool {
         self.inner.has_absent_part()
     }
 
-    /// The finished key.
+    /// The `key_from` path of the first part that rendered an absent value, when it was
+    /// appended with a name.
+    pub fn missing_part(&self) -> Option<&'static str> {
+        self.inner.missing_part()
+    }
+
+    /// The finished key: one allocation, shared by every clone.
     pub fn finish(self) -> CallKey {
-        CallKey::from_rendered(Arc::from(self.inner.finish()), self.shown_from, self.op_end)
+        self.inner.finish_call_key(self.shown_from, self.op_end)
     }
 }
 

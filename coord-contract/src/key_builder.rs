@@ -48,12 +48,6 @@ fn needs_escape(b: u8) -> bool {
 }
 
 impl KeyWriter {
-    pub(crate) fn with_name(name: &str) -> KeyWriter {
-        let mut buf = String::with_capacity(name.len() + 24);
-        buf.push_str(name);
-        KeyWriter { buf, absent: false }
-    }
-
     /// Appends `text`, escaping `:`, `{`, `}`, `%` and control bytes as `%XX`.
     pub fn push_str(&mut self, text: &str) {
         let bytes = text.as_bytes();
@@ -96,27 +90,19 @@ impl KeyWriter {
     }
 }
 
-/// Builds call keys. Generated code creates one per call; users normally never see it.
+/// Renders a call key into a buffer: the one renderer behind [`CallKeyBuilder`](crate::CallKeyBuilder).
 #[derive(Debug)]
-pub struct KeyBuilder {
+pub(crate) struct KeyBuilder {
     writer: KeyWriter,
     /// The `key_from` path of the first part that rendered an absent value, when named.
     missing: Option<&'static str>,
 }
 
 impl KeyBuilder {
-    /// Starts the key of operation `name`.
-    pub fn new(name: &str) -> KeyBuilder {
-        KeyBuilder {
-            writer: KeyWriter::with_name(name),
-            missing: None,
-        }
-    }
-
     /// Appends one part, after a `:` separator. A part that renders to nothing (an empty
     /// string) is written `%_`, so parts are never empty and `::` never appears after the
     /// operation name: names built from module paths cannot run into another op's parts.
-    pub fn part<P: KeyPart + ?Sized>(mut self, part: &P) -> KeyBuilder {
+    pub(crate) fn part<P: KeyPart + ?Sized>(mut self, part: &P) -> KeyBuilder {
         self.writer.buf.push(':');
         let before = self.writer.len();
         part.write_key_part(&mut self.writer);
@@ -128,8 +114,11 @@ impl KeyBuilder {
 
     /// Appends one part like [`KeyBuilder::part`], remembering `name` (the `key_from` path the
     /// macros saw) if the part renders an absent value, for the `MissingKey` error.
-    #[doc(hidden)]
-    pub fn named_part<P: KeyPart + ?Sized>(self, name: &'static str, part: &P) -> KeyBuilder {
+    pub(crate) fn named_part<P: KeyPart + ?Sized>(
+        self,
+        name: &'static str,
+        part: &P,
+    ) -> KeyBuilder {
         let was_absent = self.writer.absent;
         let mut this = self.part(part);
         if !was_absent && this.writer.absent && this.missing.is_none() {
@@ -139,7 +128,7 @@ impl KeyBuilder {
     }
 
     /// True when some part rendered an absent value (`None`).
-    pub fn has_absent_part(&self) -> bool {
+    pub(crate) fn has_absent_part(&self) -> bool {
         self.writer.absent
     }
 
@@ -158,7 +147,7 @@ impl KeyBuilder {
     /// as `%XX`), so no segment, whatever it holds, can move a key to another Redis Cluster
     /// hash slot or put a control byte into it. An empty segment is written `%_`, as an empty
     /// part is, so a key never ends in a bare separator.
-    pub fn raw_segment(mut self, segment: &str) -> KeyBuilder {
+    pub(crate) fn raw_segment(mut self, segment: &str) -> KeyBuilder {
         self.writer.buf.push(':');
         self.write_segment(segment);
         self
@@ -182,32 +171,13 @@ impl KeyBuilder {
         self.writer.buf.push_str(&segment[start..]);
     }
 
-    /// A builder holding only `namespace`, escaped like a segment, for a [`CallKey`]
-    /// (the operation name and the parts follow).
-    pub(crate) fn namespace_only(namespace: &str) -> KeyBuilder {
-        let mut builder = KeyBuilder {
-            writer: KeyWriter {
-                buf: String::with_capacity(namespace.len() + 32),
-                absent: false,
-            },
-            missing: None,
-        };
-        builder.write_segment(namespace);
-        builder
-    }
-
     /// How long the rendered text is so far.
     pub(crate) fn rendered_len(&self) -> usize {
         self.writer.len()
     }
 
-    /// The finished key.
-    pub fn finish(self) -> String {
-        self.writer.buf
-    }
-
-    /// Starts a key in `namespace` in this thread's scratch buffer, for
-    /// [`KeyBuilder::finish_call_key`].
+    /// Starts a key in `namespace` (escaped like a segment; the operation name and the parts
+    /// follow) in this thread's scratch buffer, for [`KeyBuilder::finish_call_key`].
     pub(crate) fn scratch(namespace: &str) -> KeyBuilder {
         let mut buf = SCRATCH.with(|cell| cell.take());
         buf.clear();
@@ -238,12 +208,16 @@ thread_local! {
     static SCRATCH: std::cell::Cell<String> = const { std::cell::Cell::new(String::new()) };
 }
 
-/// Renders the key of operation `name` with `parts` (a convenience for tests and manual use).
-pub fn render_key(name: &str, parts: &[&dyn KeyPart]) -> String {
-    parts
+/// The shown form of operation `name`'s key with `parts`, in namespace `ns` (tests).
+#[cfg(test)]
+fn render_key(name: &str, parts: &[&dyn KeyPart]) -> String {
+    let key = parts
         .iter()
-        .fold(KeyBuilder::new(name), |b, p| b.part(*p))
-        .finish()
+        .fold(KeyBuilder::scratch("ns").raw_segment(name), |b, p| {
+            b.part(*p)
+        })
+        .finish_call_key(3, 3 + name.len());
+    key.op_key().to_owned()
 }
 
 macro_rules! int_key_part {
@@ -395,7 +369,7 @@ mod tests {
     use proptest::prelude::*;
 
     fn key2(a: &str, b: &str) -> String {
-        KeyBuilder::new("op").part(a).part(b).finish()
+        render_key("op", &[&a, &b])
     }
 
     #[test]
@@ -409,11 +383,7 @@ mod tests {
 
     #[test]
     fn integers_render_plain_decimal() {
-        let key = KeyBuilder::new("op")
-            .part(&-12i64)
-            .part(&u128::MAX)
-            .part(&i128::MIN)
-            .finish();
+        let key = render_key("op", &[&-12i64, &u128::MAX, &i128::MIN]);
         assert_eq!(
             key,
             format!("op:-12:{}:{}", u128::MAX, i128::MIN),

@@ -21,9 +21,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::BoxFuture;
 use crate::call_key::CallKey;
 use crate::error::{BackendError, BackendErrorKind};
-use crate::provider::{BoxFuture, OwnerToken};
+use crate::tokens::OwnerToken;
 
 /// What a claim on a flight found.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -69,5 +69,17 @@ pub use records::{
 pub use time::Deadline;
 pub use tokens::{FencingToken, OwnerToken};
 
+/// A provider that serves every layer that needs shared state, and the operations API: what a
+/// coordinator is built from. Implemented automatically for any type that implements the five
+/// traits. [`CacheStore`], [`FlightStore`] and [`Operations`] have defaults for every method
+/// (reporting the capability unsupported), so a provider without a shared cache, cluster
+/// flights or operator support opts out with `impl CacheStore for MyProvider {}` (and likewise).
+pub trait Provider:
+    LockProvider + IdempotencyStore + CacheStore + Operations + FlightStore
+{
+}
+
+impl<P: LockProvider + IdempotencyStore + CacheStore + Operations + FlightStore> Provider for P {}
+
 /// A boxed, `Send` future, the return type of provider methods (they are called through `dyn`).
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

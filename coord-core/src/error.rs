@@ -1,11 +1,10 @@
-//! The errors coord returns to callers, and the error a provider reports for a backend fault.
+//! The errors coord returns to callers. (The error a provider reports for a backend fault,
+//! [`BackendError`], is part of the contract.)
 
 use std::fmt;
-use std::sync::Arc;
 use std::time::Duration;
 
-use crate::call_key::CallKey;
-use crate::provider::{LossCause, OwnerToken};
+use crate::provider::{BackendError, BackendErrorKind, CallKey, LossCause, OwnerToken};
 
 /// Why an intercepted call did not run its body, or why its outcome cannot be trusted.
 ///
@@ -166,6 +165,8 @@ impl CoordError {
                 BackendErrorKind::Config => "backend.config",
                 BackendErrorKind::Corrupt => "backend.corrupt",
                 BackendErrorKind::OutOfMemory => "backend.out_of_memory",
+                // A kind added to the contract after this table: still a backend fault.
+                _ => "backend",
             },
             CoordError::UnknownProfile { .. } => "unknown_profile",
         }
@@ -313,134 +314,46 @@ impl fmt::Display for NotStoredCause {
     }
 }
 
-/// What kind of backend fault happened.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Why a coordinator could not be built or installed.
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum BackendErrorKind {
-    /// The backend could not be reached or the connection broke.
-    Unavailable,
-    /// The backend did not answer within the command timeout.
-    Timeout,
-    /// The backend answered with data coord cannot interpret (a wrong-typed value at a coord key,
-    /// a record that does not decode, an unexpected script reply).
-    Protocol,
-    /// The provider was configured wrongly (bad URL, unknown option), or the server is set up
-    /// in a way that breaks coord's promises (e.g. an eviction policy that can drop held locks).
-    Config,
-    /// State under one of coord's keys is not coord's (a wrong type, garbage fields, a counter
-    /// that is not a number): refused, never turned into a grant, a token or a replay. Needs an
-    /// operator (purge the key); not retryable.
-    Corrupt,
-    /// The backend is out of memory and refuses writes (Redis `OOM` under `noeviction`).
-    /// Retryable once memory is freed.
-    OutOfMemory,
+pub enum BuildError {
+    /// `build` was called without `.memory()` or `.provider(..)`.
+    NoProvider,
+    /// The namespace is empty or holds a character that would break key layout
+    /// (`{`, `}`, `:`, whitespace or control characters).
+    InvalidNamespace(String),
+    /// A process-wide default coordinator was already installed (or the in-process fallback was
+    /// already taken by a call). Install once, at start-up, before the first intercepted call.
+    AlreadyInstalled,
+    /// A default or a profile holds a value coord cannot honour (a zero lease, a `renew` not
+    /// shorter than its lease, a profile name that is not lowercase letters, digits and `_`).
+    InvalidSetting {
+        /// The setting's path, as in configuration (`profiles.payments.lease`).
+        field: String,
+        /// What is wrong.
+        reason: String,
+    },
 }
 
-impl BackendErrorKind {
-    /// A short, stable name: `unavailable`, `timeout`, `protocol`, `config`, `corrupt`,
-    /// `out_of_memory` (the `kind` label of `coord_backend_errors_total`).
-    pub fn as_str(self) -> &'static str {
+impl fmt::Display for BuildError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            BackendErrorKind::Unavailable => "unavailable",
-            BackendErrorKind::Timeout => "timeout",
-            BackendErrorKind::Protocol => "protocol",
-            BackendErrorKind::Config => "config",
-            BackendErrorKind::Corrupt => "corrupt",
-            BackendErrorKind::OutOfMemory => "out_of_memory",
+            BuildError::NoProvider => f.write_str(
+                "no provider chosen: call `.memory()` or `.provider(..)` on the coordinator builder",
+            ),
+            BuildError::InvalidNamespace(ns) => write!(
+                f,
+                "invalid namespace {ns:?}: use a non-empty name without `{{`, `}}`, `:`, whitespace or control characters"
+            ),
+            BuildError::AlreadyInstalled => f.write_str(
+                "a default coordinator is already in place: install once at start-up, before the first intercepted call",
+            ),
+            BuildError::InvalidSetting { field, reason } => {
+                write!(f, "invalid coordinator setting `{field}`: {reason}")
+            }
         }
     }
-
-    /// True for faults that can go away by themselves (`Unavailable`, `Timeout`,
-    /// `OutOfMemory`); false for those that need a change (`Protocol`, `Config`, `Corrupt`).
-    pub fn is_transient(self) -> bool {
-        matches!(
-            self,
-            BackendErrorKind::Unavailable
-                | BackendErrorKind::Timeout
-                | BackendErrorKind::OutOfMemory
-        )
-    }
 }
 
-/// A fault of the coordination backend, as a provider reports it.
-///
-/// Cheap to clone. The message never contains credentials: providers strip passwords from
-/// addresses before they build one.
-#[derive(Clone)]
-pub struct BackendError {
-    kind: BackendErrorKind,
-    message: String,
-    key: Option<CallKey>,
-    source: Option<Arc<dyn std::error::Error + Send + Sync>>,
-}
-
-impl BackendError {
-    /// A backend error of `kind` described by `message`.
-    pub fn new(kind: BackendErrorKind, message: impl Into<String>) -> Self {
-        BackendError {
-            kind,
-            message: message.into(),
-            key: None,
-            source: None,
-        }
-    }
-
-    /// Attaches the underlying error.
-    pub fn with_source(mut self, source: impl std::error::Error + Send + Sync + 'static) -> Self {
-        self.source = Some(Arc::new(source));
-        self
-    }
-
-    /// Attaches the key of the call that hit the fault.
-    pub fn with_key(mut self, key: &CallKey) -> Self {
-        self.key = Some(key.clone());
-        self
-    }
-
-    /// What kind of fault this is.
-    pub fn kind(&self) -> BackendErrorKind {
-        self.kind
-    }
-
-    /// The key of the call that hit the fault, when known.
-    pub fn key(&self) -> Option<&CallKey> {
-        self.key.as_ref()
-    }
-
-    /// The human-readable description.
-    pub fn message(&self) -> &str {
-        &self.message
-    }
-}
-
-impl fmt::Debug for BackendError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("BackendError")
-            .field("kind", &self.kind)
-            .field("message", &self.message)
-            .field("key", &self.key)
-            .field("source", &self.source.as_ref().map(|s| s.to_string()))
-            .finish()
-    }
-}
-
-impl fmt::Display for BackendError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "coordination backend {:?}: {}", self.kind, self.message)?;
-        if let Some(key) = &self.key {
-            write!(f, " (key `{key}`)")?;
-        }
-        if let Some(source) = &self.source {
-            write!(f, ": {source}")?;
-        }
-        Ok(())
-    }
-}
-
-impl std::error::Error for BackendError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        self.source
-            .as_deref()
-            .map(|s| s as &(dyn std::error::Error + 'static))
-    }
-}
+impl std::error::Error for BuildError {}

@@ -58,69 +58,58 @@
 //! namespace, default durations and named profiles; `profile = "name"` on an attribute takes
 //! durations from the profile at run time. See [`config`] for the precedence table.
 
-mod call_key;
+// Layers, bottom up; a module imports only from its own layer or the ones below (checked by
+// `scripts/check-layers`):
+//   1. `provider`: the contract (the `coord-contract` crate).
+//   2. foundations: `codec`, `fingerprint`, `policy`, `error`, `report`, `telemetry`, `fence`,
+//      `config` (configuration as data).
+//   3. `runtime`: what generated code and handles call, the coordinator's state.
+//   4. the front door: `coordinator` (builder, process default), `handle`, `operator`,
+//      `shutdown`, and this file.
+pub mod provider;
+
 mod codec;
 pub mod config;
-mod coordinator;
 mod error;
 pub mod fence;
 mod fingerprint;
-mod flight_store;
-mod handle;
-mod handle_cluster;
-mod key;
-mod memory_flight;
-mod memory_provider;
-mod operations;
 mod policy;
-mod provider;
-mod report;
-mod runtime;
-mod shutdown;
+pub mod report;
 pub mod telemetry;
 
-pub use call_key::{CallKey, CallKeyBuilder, InvalidCallKey};
-pub use codec::Codec;
-pub use config::{ConfigError, CoordConfig, Profile, ProviderConfig};
-pub use coordinator::{BuildError, Coordinator, CoordinatorBuilder, Metrics, Provider};
-pub use error::{BackendError, BackendErrorKind, CoordError, NotStoredCause};
-pub use flight_store::{FlightClaim, FlightStore, FlightWait};
-pub use handle::{Cached, Idempotent, Lock, SingleFlight};
-pub use handle_cluster::ClusterFlight;
-pub use key::{KeyBuilder, KeyPart, KeyWriter, render_key};
-pub use memory_provider::MemoryProvider;
-pub use operations::{
-    Cursor, ForcedRelease, ListRequest, LockHolder, LockInfo, MAX_PAGE, Operations, Operator, Page,
-    RecordInfo, RecordStatus, Waiters,
-};
-pub use policy::{OnAbandoned, OnBackendError, OnLost, OnMissingKey, OnStoreError};
-pub use provider::{
-    BoxFuture, CacheEntry, CacheStore, ClaimOutcome, ClaimRequest, CompleteOutcome,
-    CompleteRequest, Deadline, FencingToken, Fingerprint, IdempotencyStore, LockGrant,
-    LockProvider, LockRequest, LossCause, OwnerToken, ReleaseOutcome, RenewOutcome,
-};
-pub use report::{
-    CacheOutcome, CallReport, FlightOutcome, IdempotencyOutcome, LockOutcome, observe,
-};
-pub use runtime::cache::CacheScope;
-pub use runtime::cluster_flight::{
-    ClusterFlightSpec, DEFAULT_LEASE as CLUSTER_FLIGHT_DEFAULT_LEASE,
-    HAND_OVER as CLUSTER_FLIGHT_HAND_OVER,
-};
-pub use runtime::flight::open_flights;
-pub use runtime::held::{fencing_token, is_held, lock_lost};
-pub use runtime::lock::LockGuard;
-pub use shutdown::ShutdownReport;
-pub use telemetry::describe_metrics;
+mod runtime;
+
+mod coordinator;
+pub mod handle;
+pub mod operator;
+mod shutdown;
+
+/// The in-process provider (`Coordinator::builder().memory()`, and the fallback when no
+/// coordinator is installed), for code that wants to hold it directly (tests, inspection).
+pub mod memory {
+    pub use coord_memory::MemoryProvider;
+}
 
 pub use coord_macros::{cached, distributed_lock, idempotent, single_flight};
+
+pub use codec::Codec;
+pub use config::{ConfigError, CoordConfig, Profile};
+pub use coordinator::CoordinatorBuilder;
+pub use error::{BuildError, CoordError, NotStoredCause};
+pub use policy::{OnAbandoned, OnBackendError, OnLost, OnMissingKey, OnStoreError};
+pub use provider::{BackendError, CallKey, FencingToken, KeyPart, LossCause};
+pub use report::{CallReport, observe};
+pub use runtime::held::{fencing_token, is_held, lock_lost};
+pub use runtime::lock::LockGuard;
+pub use runtime::state::Coordinator;
+pub use shutdown::ShutdownReport;
 
 /// What the generated code calls. Not a public API.
 #[doc(hidden)]
 pub mod __private {
     pub use crate::fingerprint::FingerprintHasher;
-    pub use crate::key::KeyBuilder;
     pub use crate::policy::{OnAbandoned, OnBackendError, OnLost, OnMissingKey, OnStoreError};
+    pub use crate::provider::CallKeyBuilder;
     pub use crate::runtime::cache::{
         CacheForm, CacheOutput, CacheScope, CacheSpec, LocalSlot, SharedOutput, SharedResultOutput,
         cached, local_form, shared_form, shared_result_form,

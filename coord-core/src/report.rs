@@ -3,7 +3,7 @@
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 
-use crate::call_key::CallKey;
+use crate::provider::CallKey;
 use crate::provider::FencingToken;
 
 /// What the idempotency layer did with a call.

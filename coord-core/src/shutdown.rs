@@ -1,154 +1,12 @@
-//! Graceful shutdown: what this process holds, and how [`Coordinator::shutdown`] gives it back.
+//! Graceful shutdown: how [`Coordinator::shutdown`] gives back what this process holds.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use tokio::sync::Notify;
-
-use crate::call_key::CallKey;
-use crate::coordinator::Coordinator;
-use crate::error::BackendError;
 #[cfg(doc)]
 use crate::provider::LossCause;
-use crate::provider::ReleaseOutcome;
-use crate::runtime::renewal::Hold;
-
-/// The leases a coordinator's calls hold in this process, and whether it is shutting down.
-#[derive(Default)]
-pub(crate) struct Lifecycle {
-    shut_down: AtomicBool,
-    locks: Slots,
-    markers: Slots,
-    /// Completion writes in progress (a body returned `Ok` and its outcome is being stored).
-    completing: AtomicUsize,
-    completed: Notify,
-}
-
-/// A set of holds with O(1) insert and remove by slot number.
-#[derive(Default)]
-struct Slots {
-    inner: Mutex<SlotsInner>,
-}
-
-#[derive(Default)]
-struct SlotsInner {
-    entries: Vec<Option<Arc<Hold>>>,
-    free: Vec<usize>,
-}
-
-impl Slots {
-    fn insert(&self, hold: Arc<Hold>) -> usize {
-        if hold.is_lock() {
-            crate::telemetry::locks_held(1.0);
-        }
-        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        match inner.free.pop() {
-            Some(slot) => {
-                inner.entries[slot] = Some(hold);
-                slot
-            }
-            None => {
-                inner.entries.push(Some(hold));
-                inner.entries.len() - 1
-            }
-        }
-    }
-
-    fn remove(&self, slot: usize) {
-        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(entry) = inner.entries.get_mut(slot) {
-            if let Some(hold) = entry.take() {
-                inner.free.push(slot);
-                if hold.is_lock() {
-                    crate::telemetry::locks_held(-1.0);
-                }
-            }
-        }
-    }
-
-    fn all(&self) -> Vec<Arc<Hold>> {
-        let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        inner.entries.iter().flatten().cloned().collect()
-    }
-
-    fn len(&self) -> usize {
-        let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        inner.entries.len() - inner.free.len()
-    }
-}
-
-/// Keeps a hold in its coordinator's registry until dropped.
-pub(crate) struct Registered {
-    lifecycle: Arc<Lifecycle>,
-    slot: usize,
-    marker: bool,
-}
-
-impl Drop for Registered {
-    fn drop(&mut self) {
-        if self.marker {
-            self.lifecycle.markers.remove(self.slot);
-        } else {
-            self.lifecycle.locks.remove(self.slot);
-        }
-    }
-}
-
-/// Counts one completion write in progress until dropped.
-pub(crate) struct Completing(Arc<Lifecycle>);
-
-impl Drop for Completing {
-    fn drop(&mut self) {
-        if self.0.completing.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.0.completed.notify_waiters();
-        }
-    }
-}
-
-impl Lifecycle {
-    pub(crate) fn is_shut_down(&self) -> bool {
-        self.shut_down.load(Ordering::Acquire)
-    }
-
-    pub(crate) fn register_lock(self: &Arc<Self>, hold: Arc<Hold>) -> Registered {
-        Registered {
-            slot: self.locks.insert(hold),
-            lifecycle: self.clone(),
-            marker: false,
-        }
-    }
-
-    pub(crate) fn register_marker(self: &Arc<Self>, hold: Arc<Hold>) -> Registered {
-        Registered {
-            slot: self.markers.insert(hold),
-            lifecycle: self.clone(),
-            marker: true,
-        }
-    }
-
-    pub(crate) fn completing(self: &Arc<Self>) -> Completing {
-        self.completing.fetch_add(1, Ordering::AcqRel);
-        Completing(self.clone())
-    }
-
-    /// How many locks this coordinator's calls hold in this process.
-    pub(crate) fn locks_held(&self) -> usize {
-        self.locks.len()
-    }
-
-    async fn completions_settled(&self) {
-        loop {
-            let settled = self.completed.notified();
-            tokio::pin!(settled);
-            settled.as_mut().enable();
-            if self.completing.load(Ordering::Acquire) == 0 {
-                return;
-            }
-            settled.await;
-        }
-    }
-}
+use crate::provider::{BackendError, BackendErrorKind, CallKey, ReleaseOutcome};
+use crate::runtime::state::Coordinator;
 
 /// What [`Coordinator::shutdown`] did, and what it could not finish.
 #[derive(Debug, Default)]
@@ -200,7 +58,7 @@ impl Coordinator {
     pub async fn shutdown(&self, deadline: Duration) -> ShutdownReport {
         let lifecycle = self.lifecycle();
         lifecycle.shut_down.store(true, Ordering::Release);
-        let end = crate::runtime::time::later(tokio::time::Instant::now(), deadline);
+        let end = crate::provider::time::deadline_after(tokio::time::Instant::now(), deadline);
         let mut report = ShutdownReport::default();
 
         let _ = tokio::time::timeout_at(end, lifecycle.completions_settled()).await;
@@ -221,7 +79,7 @@ impl Coordinator {
                 Err(_) => report.not_released.push((
                     hold.key.clone(),
                     BackendError::new(
-                        crate::BackendErrorKind::Timeout,
+                        BackendErrorKind::Timeout,
                         "release at shutdown: no answer before the deadline",
                     )
                     .with_key(&hold.key),
@@ -229,7 +87,7 @@ impl Coordinator {
             }
         }
 
-        let _ = tokio::time::timeout_at(end, crate::runtime::detach::all_settled()).await;
+        let _ = tokio::time::timeout_at(end, crate::provider::background::all_settled()).await;
         report.markers_left = lifecycle
             .markers
             .all()
@@ -237,7 +95,7 @@ impl Coordinator {
             .map(|h| h.key.clone())
             .collect();
         report.completions_unfinished = lifecycle.completing.load(Ordering::Acquire);
-        report.cleanups_unfinished = crate::runtime::detach::pending();
+        report.cleanups_unfinished = crate::provider::background::pending();
         if report.is_clean() {
             tracing::info!(
                 released = report.released.len(),

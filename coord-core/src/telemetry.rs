@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use metrics::{Key, Label, Level, Metadata, SharedString, Unit};
 
-use crate::error::BackendError;
+use crate::provider::BackendError;
 use crate::report::{CacheOutcome, FlightOutcome, IdempotencyOutcome, LockOutcome};
 
 /// `coord_calls_total`.

@@ -19,36 +19,16 @@
 //! retention of zero produces state that has already expired; a wait of zero is one attempt.
 //! No arithmetic that could overflow runs while a map shard or a cache entry is locked.
 
+mod flights;
 mod locks;
+mod provider;
 mod records;
 
-use std::time::Duration;
-
-use tokio::time::Instant;
+pub(crate) use coord_contract::time::{FAR_FUTURE, deadline_after};
 
 pub use locks::{Attempt, Grant, LockTable, LockView, Waiter};
+pub use provider::MemoryProvider;
 pub use records::{Claim, Completion, RecordStatus, RecordStore, RecordView};
-
-/// The longest span this crate measures: about a hundred years. Longer durations are treated
-/// as this one, which no process outlives, so "until `Duration::MAX` has passed" and "never"
-/// behave the same.
-pub const FAR_FUTURE: Duration = Duration::from_secs(100 * 365 * 24 * 60 * 60);
-
-/// The instant `duration` after `now`, saturating instead of overflowing.
-///
-/// `duration` is first capped at [`FAR_FUTURE`]; if even that does not fit the platform's
-/// clock, the longest span that does fit (halving until it fits) is used. Never panics, and
-/// never returns an instant earlier than `now`.
-pub fn deadline_after(now: Instant, duration: Duration) -> Instant {
-    let mut span = duration.min(FAR_FUTURE);
-    loop {
-        if let Some(at) = now.checked_add(span) {
-            return at;
-        }
-        // Terminates: the span halves each round, and `now + 0` always fits.
-        span /= 2;
-    }
-}
 
 /// What renewing a lease (of a lock, or of an in-flight marker) found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -62,26 +42,4 @@ pub enum Renewal {
     /// was removed, the caller's own lease lapsed, or (for records) the caller's marker was
     /// already completed.
     Expired,
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn deadlines_saturate_instead_of_panicking() {
-        let now = Instant::now();
-        assert_eq!(deadline_after(now, Duration::ZERO), now);
-        assert_eq!(
-            deadline_after(now, Duration::from_micros(1)),
-            now + Duration::from_micros(1)
-        );
-        let far = deadline_after(now, Duration::MAX);
-        assert_eq!(far, now + FAR_FUTURE, "capped at the far future");
-        assert_eq!(deadline_after(now, Duration::from_millis(u64::MAX)), far);
-        assert_eq!(
-            deadline_after(now, FAR_FUTURE + Duration::from_secs(1)),
-            far
-        );
-    }
 }

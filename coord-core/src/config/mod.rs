@@ -49,9 +49,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::coordinator::BuildError;
-use crate::error::BackendError;
+use crate::error::BuildError;
 use crate::policy::OnBackendError;
+use crate::provider::BackendError;
 
 pub use env::ENV_VARIABLES;
 

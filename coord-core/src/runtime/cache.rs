@@ -23,8 +23,8 @@ use std::time::Duration;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::call_key::CallKey;
 use crate::codec::Codec;
+use crate::provider::CallKey;
 use crate::report::CacheOutcome;
 use crate::runtime::call::Call;
 

@@ -6,11 +6,11 @@ use std::time::Duration;
 use tracing::Instrument;
 use tracing::field::Empty;
 
-use crate::call_key::CallKey;
-use crate::coordinator::Coordinator;
-use crate::error::{BackendError, CoordError};
-use crate::key::KeyBuilder;
+use crate::error::CoordError;
 use crate::policy::{OnAbandoned, OnBackendError, OnLost, OnMissingKey, OnStoreError};
+use crate::provider::BackendError;
+use crate::provider::CallKey;
+use crate::provider::CallKeyBuilder;
 use crate::provider::FencingToken;
 use crate::report::{
     CacheOutcome, CallReport, FlightOutcome, IdempotencyOutcome, LockOutcome, ReportSink,
@@ -18,6 +18,7 @@ use crate::report::{
 };
 use crate::runtime::cache::CacheSpec;
 use crate::runtime::settings::{self, Written};
+use crate::runtime::state::Coordinator;
 use crate::telemetry::{CallTelemetry, OpTelemetry};
 
 /// The static description of one annotated function, emitted by the macros.
@@ -107,20 +108,11 @@ impl<'c> Call<'c> {
     pub fn new(
         spec: &'c OpSpec<'c>,
         coordinator: &'c Coordinator,
-        key: impl FnOnce(KeyBuilder) -> KeyBuilder,
+        key: impl FnOnce(CallKeyBuilder) -> CallKeyBuilder,
     ) -> Call<'c> {
-        let builder = KeyBuilder::scratch(coordinator.namespace());
-        let shown_from = builder.rendered_len() + 1;
-        let builder = builder.raw_segment(spec.name);
-        let op_end = builder.rendered_len();
-        let builder = key(builder);
+        let builder = key(CallKey::builder(coordinator.namespace(), spec.name));
         let absent_part = builder.has_absent_part().then(|| builder.missing_part());
-        Call::start(
-            spec,
-            coordinator,
-            builder.finish_call_key(shown_from, op_end),
-            absent_part,
-        )
+        Call::start(spec, coordinator, builder.finish(), absent_part)
     }
 
     /// Starts a call of `spec` with a key built beforehand (the handle API).

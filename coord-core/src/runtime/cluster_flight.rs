@@ -29,14 +29,15 @@ use std::time::Duration;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::call_key::CallKey;
 use crate::codec::Codec;
 use crate::error::CoordError;
-use crate::flight_store::{FlightClaim, FlightStore, FlightWait};
+use crate::provider::CallKey;
 use crate::provider::OwnerToken;
+use crate::provider::background::spawn_retried;
+use crate::provider::{FlightClaim, FlightStore, FlightWait};
 use crate::report::FlightOutcome;
 use crate::runtime::call::Call;
-use crate::runtime::detach::{DetachOnDrop, spawn_retried};
+use crate::runtime::detach::DetachOnDrop;
 use crate::runtime::flight::single_flight_in;
 
 /// How long the provider keeps a leader's outcome for its followers to read. Followers that
@@ -226,7 +227,7 @@ where
                 // The claim may have landed with its reply lost: give it up in the background,
                 // so the other instances do not wait a whole lease for a body that runs
                 // elsewhere or not at all (owner-checked, so harmless if it never landed).
-                if err.kind() != crate::BackendErrorKind::Config {
+                if err.kind() != crate::provider::BackendErrorKind::Config {
                     abandon_detached(&store, &call.key, owner, spec.lease);
                 }
                 return degrade(call, err, body).await;

@@ -16,7 +16,7 @@ use dashmap::DashMap;
 use dashmap::mapref::entry::Entry;
 use tokio::sync::Notify;
 
-use crate::call_key::CallKey;
+use crate::provider::CallKey;
 use crate::report::FlightOutcome;
 use crate::runtime::call::Call;
 

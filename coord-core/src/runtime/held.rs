@@ -4,7 +4,7 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use crate::call_key::CallKey;
+use crate::provider::CallKey;
 use crate::provider::{FencingToken, LossCause};
 use crate::runtime::renewal::Hold;
 

@@ -8,20 +8,22 @@ use serde::de::DeserializeOwned;
 
 use std::time::Duration;
 
-use crate::call_key::CallKey;
-use crate::error::{BackendError, CoordError, NotStoredCause};
+use crate::error::{CoordError, NotStoredCause};
 use crate::policy::{OnAbandoned, OnBackendError, OnLost, OnMissingKey, OnStoreError};
+use crate::provider::BackendError;
+use crate::provider::CallKey;
+use crate::provider::background::spawn_retried;
+use crate::provider::time::deadline_after;
 use crate::provider::{
     ClaimOutcome, ClaimRequest, CompleteOutcome, CompleteRequest, Deadline, Fingerprint,
     IdempotencyStore, OwnerToken,
 };
 use crate::report::IdempotencyOutcome;
 use crate::runtime::call::{Call, IdempotencySpec};
-use crate::runtime::detach::{DetachOnDrop, spawn_retried};
+use crate::runtime::detach::DetachOnDrop;
 use crate::runtime::lease_guard::{LeaseGuard, LeaseStore};
 use crate::runtime::outcome::GuardedResult;
 use crate::runtime::renewal::{Hold, HoldKind, Registration, Renewer};
-use crate::runtime::time::later;
 
 /// The one place fingerprints are compared. A record stored without a fingerprint (the
 /// operation had none when it was written), or a call without one, is not compared.
@@ -309,7 +311,7 @@ async fn store_outcome(
             Err(err) => err,
         };
         let now = tokio::time::Instant::now();
-        let give_up_at = *give_up_at.get_or_insert_with(|| later(now, hold.lease()));
+        let give_up_at = *give_up_at.get_or_insert_with(|| deadline_after(now, hold.lease()));
         let exhausted = !hold.is_held() || now >= give_up_at;
         if !err.kind().is_transient() || (exhausted && attempts >= 3) {
             return Err(NotStoredCause::Backend(err));

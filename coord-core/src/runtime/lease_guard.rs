@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::call_key::CallKey;
+use crate::provider::CallKey;
 use crate::provider::{IdempotencyStore, LockProvider, OwnerToken};
 use crate::runtime::renewal::Hold;
 

@@ -5,18 +5,18 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::call_key::CallKey;
-use crate::coordinator::Coordinator;
 use crate::error::CoordError;
 use crate::policy::OnLost;
+use crate::provider::CallKey;
 use crate::provider::{FencingToken, LockRequest, LossCause, OwnerToken, ReleaseOutcome};
 use crate::report::LockOutcome;
 use crate::runtime::call::{Call, LockSpec, backend_fault};
 use crate::runtime::held;
 use crate::runtime::lease_guard::{LeaseGuard, LeaseStore};
+use crate::runtime::lifecycle::Registered;
 use crate::runtime::outcome::GuardedResult;
 use crate::runtime::renewal::{Hold, HoldKind, Registration};
-use crate::shutdown::Registered;
+use crate::runtime::state::Coordinator;
 
 /// What one acquisition came to.
 pub(crate) enum Acquired {

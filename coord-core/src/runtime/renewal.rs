@@ -21,12 +21,12 @@ use futures_util::stream::FuturesUnordered;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::call_key::CallKey;
-use crate::error::BackendError;
+use crate::provider::BackendError;
+use crate::provider::CallKey;
+use crate::provider::time::deadline_after;
 use crate::provider::{
     FencingToken, IdempotencyStore, LockProvider, LossCause, OwnerToken, RenewOutcome,
 };
-use crate::runtime::time::later;
 
 /// What a hold protects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,7 +76,7 @@ impl Hold {
             owner,
             lease,
             acquired_at,
-            valid_until: Mutex::new(later(acquired_at, lease)),
+            valid_until: Mutex::new(deadline_after(acquired_at, lease)),
             lost: AtomicBool::new(false),
             handed_back: AtomicBool::new(false),
             cause: Mutex::new(None),
@@ -120,7 +120,7 @@ impl Hold {
 
     pub(crate) fn confirm(&self, sent_at: Instant) {
         let mut until = self.valid_until.lock().unwrap_or_else(|e| e.into_inner());
-        let renewed = later(sent_at, self.lease);
+        let renewed = deadline_after(sent_at, self.lease);
         if renewed > *until {
             *until = renewed;
         }
@@ -284,7 +284,7 @@ impl Renewer {
 
     /// Starts renewing `hold` every `interval` until the registration is dropped.
     pub(crate) fn register(&self, hold: Arc<Hold>, interval: Duration) -> Registration {
-        let due = later(Instant::now(), interval);
+        let due = deadline_after(Instant::now(), interval);
         let (id, start_task, earliest) = {
             let mut reg = self
                 .shared
@@ -326,7 +326,7 @@ impl Renewer {
 /// that the next call from inside a runtime starts it.
 fn spawn_driver(shared: &Arc<Shared>) {
     if tokio::runtime::Handle::try_current().is_ok() {
-        crate::runtime::detach::spawn_detached(run(shared.clone()));
+        crate::provider::background::spawn_detached(run(shared.clone()));
     } else {
         shared
             .registry
@@ -422,7 +422,7 @@ async fn run(shared: Arc<Shared>) {
                 };
                 let (hold, interval) = (entry.hold.clone(), entry.interval);
                 // Next renewal is scheduled now; a failed one is retried sooner below.
-                reg.schedule.insert((later(now, interval), id));
+                reg.schedule.insert((deadline_after(now, interval), id));
                 let shared = shared.clone();
                 in_flight.push(async move {
                     let sent_at = Instant::now();
@@ -437,7 +437,8 @@ async fn run(shared: Arc<Shared>) {
             }
             reg.schedule.first().map(|(at, _)| *at)
         };
-        let sleep_until = next_due.unwrap_or_else(|| later(now, Duration::from_secs(3600)));
+        let sleep_until =
+            next_due.unwrap_or_else(|| deadline_after(now, Duration::from_secs(3600)));
         tokio::select! {
             Some((id, hold, sent_at, outcome, interval)) = in_flight.next(), if !in_flight.is_empty() => {
                 match outcome {
@@ -456,7 +457,7 @@ async fn run(shared: Arc<Shared>) {
                         let mut reg = shared.registry.lock().unwrap_or_else(|e| e.into_inner());
                         if reg.entries.contains_key(&id) {
                             reg.schedule.retain(|(_, i)| *i != id);
-                            reg.schedule.insert((later(Instant::now(), interval / 4), id));
+                            reg.schedule.insert((deadline_after(Instant::now(), interval / 4), id));
                         }
                     }
                 }

@@ -5,9 +5,9 @@
 use std::time::Duration;
 
 use crate::config::Profile;
-use crate::coordinator::Coordinator;
 use crate::policy::OnLost;
 use crate::runtime::call::{IdempotencySpec, LockSpec};
+use crate::runtime::state::Coordinator;
 
 /// Which options the attribute (or the handle) wrote itself, as opposed to the built-in
 /// defaults the macros fill in: a written value beats the configuration's `defaults`, a

@@ -6,14 +6,14 @@ use std::time::Duration;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::call_key::CallKey;
-use crate::coordinator::Coordinator;
 use crate::error::CoordError;
 use crate::handle::SingleFlight;
+use crate::provider::CallKey;
 use crate::runtime::call::{Call, OpSpec};
 use crate::runtime::cluster_flight::{
     ClusterFlightSpec, DEFAULT_LEASE, cluster_single_flight, opaque_errors, shared_errors,
 };
+use crate::runtime::state::Coordinator;
 use crate::telemetry::OpTelemetry;
 
 /// Single-flight across every instance sharing the provider, configured at run time: from

@@ -11,18 +11,18 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use dashmap::DashMap;
 use tokio::time::Instant;
 
-use coord_memory::{Attempt, Claim, Completion, LockTable, RecordStore, Renewal};
+use crate::{Attempt, Claim, Completion, LockTable, RecordStore, Renewal};
 
-use crate::call_key::CallKey;
-use crate::error::{BackendError, BackendErrorKind};
-use crate::operations::{
-    Cursor, ForcedRelease, ListRequest, LockHolder, LockInfo, Operations, Page, RecordInfo,
-    RecordStatus, Waiters,
-};
-use crate::provider::{
+use coord_contract::CallKey;
+use coord_contract::{BackendError, BackendErrorKind};
+use coord_contract::{
     BoxFuture, CacheEntry, CacheStore, ClaimOutcome, ClaimRequest, CompleteOutcome,
     CompleteRequest, FencingToken, Fingerprint, IdempotencyStore, LockGrant, LockProvider,
     LockRequest, LossCause, OwnerToken, ReleaseOutcome, RenewOutcome,
+};
+use coord_contract::{
+    Cursor, ForcedRelease, ListRequest, LockHolder, LockInfo, Operations, Page, RecordInfo,
+    RecordStatus, Waiters,
 };
 
 /// Coordination within this process: leases, fencing, FIFO hand-off and idempotency records
@@ -49,7 +49,7 @@ pub struct MemoryProvider {
     /// Sets since the last sweep of expired cache entries.
     cache_sets: AtomicU64,
     /// Cluster-scope single-flight claims and hand-overs.
-    pub(crate) flights: crate::memory_flight::FlightTable,
+    pub(crate) flights: crate::flights::FlightTable,
 }
 
 /// Expired cache entries are swept once per this many sets, so keys never read again do not
@@ -89,7 +89,7 @@ impl LockProvider for MemoryProvider {
         &'a self,
         req: LockRequest<'a>,
     ) -> BoxFuture<'a, Result<Option<LockGrant>, BackendError>> {
-        let grant = |g: coord_memory::Grant| LockGrant {
+        let grant = |g: crate::Grant| LockGrant {
             fencing_token: g.fencing_token.map(FencingToken::new),
             contended: g.contended,
             lease_began: Some(g.granted_at),
@@ -295,9 +295,9 @@ impl Operations for MemoryProvider {
             RecordInfo::new(
                 key.clone(),
                 match view.status {
-                    coord_memory::RecordStatus::InFlight => RecordStatus::InFlight,
-                    coord_memory::RecordStatus::Abandoned => RecordStatus::Abandoned,
-                    coord_memory::RecordStatus::Completed => RecordStatus::Completed,
+                    crate::RecordStatus::InFlight => RecordStatus::InFlight,
+                    crate::RecordStatus::Abandoned => RecordStatus::Abandoned,
+                    crate::RecordStatus::Completed => RecordStatus::Completed,
                 },
                 Some(OwnerToken::from_u128(view.owner)),
                 Some(view.age),
@@ -416,7 +416,7 @@ impl CacheStore for MemoryProvider {
         ttl: Duration,
     ) -> BoxFuture<'a, Result<(), BackendError>> {
         let now = Instant::now();
-        let expires = coord_memory::deadline_after(now, ttl);
+        let expires = crate::deadline_after(now, ttl);
         self.cache.insert(key.clone(), (Arc::from(value), expires));
         if self.cache_sets.fetch_add(1, Ordering::Relaxed) + 1 >= CACHE_SWEEP_EVERY {
             self.cache_sets.store(0, Ordering::Relaxed);

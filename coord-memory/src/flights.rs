@@ -9,12 +9,12 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::call_key::CallKey;
-use crate::error::BackendError;
-use crate::flight_store::{FlightClaim, FlightStore, FlightWait};
-use crate::memory_provider::MemoryProvider;
-use crate::provider::{BoxFuture, OwnerToken};
-use crate::runtime::time::later;
+use crate::provider::MemoryProvider;
+use coord_contract::BackendError;
+use coord_contract::CallKey;
+use coord_contract::time::deadline_after;
+use coord_contract::{BoxFuture, OwnerToken};
+use coord_contract::{FlightClaim, FlightStore, FlightWait};
 
 /// The flights of one in-process provider.
 #[derive(Debug, Default)]
@@ -80,7 +80,7 @@ impl FlightStore for MemoryProvider {
                 flights.sweep(now);
                 flights
                     .claims
-                    .insert(key.clone(), (owner, later(now, lease)));
+                    .insert(key.clone(), (owner, deadline_after(now, lease)));
                 FlightClaim::Claimed
             }
         };
@@ -99,7 +99,7 @@ impl FlightStore for MemoryProvider {
             Some((leader, _)) if leader == owner => {
                 flights
                     .claims
-                    .insert(key.clone(), (owner, later(now, lease)));
+                    .insert(key.clone(), (owner, deadline_after(now, lease)));
                 true
             }
             _ => false,
@@ -121,7 +121,7 @@ impl FlightStore for MemoryProvider {
                 flights.claims.remove(key);
                 flights.outcomes.insert(
                     (key.clone(), owner),
-                    (Arc::from(outcome), later(now, hand_over)),
+                    (Arc::from(outcome), deadline_after(now, hand_over)),
                 );
                 true
             }
@@ -162,7 +162,7 @@ impl FlightStore for MemoryProvider {
         timeout: Duration,
     ) -> BoxFuture<'a, Result<FlightWait, BackendError>> {
         Box::pin(async move {
-            let deadline = later(Instant::now(), timeout);
+            let deadline = deadline_after(Instant::now(), timeout);
             loop {
                 let changed = self.flights.changed.notified();
                 tokio::pin!(changed);

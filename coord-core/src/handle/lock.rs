@@ -1,0 +1,181 @@
+//! `coord.lock(key)`: `#[distributed_lock]` configured at run time.
+
+use std::future::Future;
+use std::time::Duration;
+
+use crate::error::CoordError;
+use crate::policy::{OnBackendError, OnLost};
+use crate::provider::CallKey;
+use crate::runtime::call::{Call, LockSpec, OpSpec};
+use crate::runtime::lock::{Acquired, LockGuard, acquire_lock};
+use crate::runtime::settings::{self, Written};
+use crate::runtime::state::Coordinator;
+use crate::telemetry::OpTelemetry;
+
+/// A lock configured at run time: from [`Coordinator::lock`].
+///
+/// The same lock as `#[distributed_lock]` (one acquisition path, one guard): a lease on the
+/// key, owner-checked release and renewal, optional fencing. The defaults are the attribute's:
+/// lease 30 s, no wait, unfenced, no renewal, the coordinator's backend-fault policy.
+///
+/// ```
+/// # async fn demo() -> Result<(), coord_core::CoordError> {
+/// use std::time::Duration;
+/// let coord = coord_core::Coordinator::builder().memory().build().unwrap();
+/// let key = coord.key("jobs.rebuild").part(&42u64).finish();
+/// let guard = coord
+///     .lock(key)
+///     .lease(Duration::from_secs(60))
+///     .fenced()
+///     .acquire()
+///     .await?;
+/// let token = guard.fencing_token(); // pass it to the resource you write
+/// # let _ = token;
+/// assert!(guard.release().await?);
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+#[must_use = "a lock does nothing until `acquire`, `try_acquire` or `run` is awaited"]
+pub struct Lock<'c> {
+    coordinator: &'c Coordinator,
+    key: CallKey,
+    spec: LockSpec,
+    profile: Option<String>,
+}
+
+impl Coordinator {
+    /// A lock of `key`, configured at run time (see [`Lock`]).
+    pub fn lock(&self, key: CallKey) -> Lock<'_> {
+        Lock {
+            coordinator: self,
+            key,
+            spec: LockSpec {
+                lease: Duration::from_secs(30),
+                wait: Duration::ZERO,
+                fenced: false,
+                on_backend_error: None,
+                renew: None,
+                on_lost: None,
+                written: Written::NONE,
+            },
+            profile: None,
+        }
+    }
+}
+
+impl Lock<'_> {
+    /// How long the lock is held if its holder dies (never released, never renewed).
+    /// Default 30 s.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.spec.lease = lease;
+        self.spec.written = self.spec.written.with(Written::LEASE);
+        self
+    }
+
+    /// How long to wait for a held lock. Default zero (one attempt).
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.spec.wait = wait;
+        self.spec.written = self.spec.written.with(Written::WAIT);
+        self
+    }
+
+    /// Mints a fencing token with the acquisition ([`LockGuard::fencing_token`]).
+    pub fn fenced(mut self) -> Self {
+        self.spec.fenced = true;
+        self
+    }
+
+    /// Renews the lease this often while the lock is held; a renewal that finds the lock gone,
+    /// or a whole lease without a confirmed renewal, marks the hold lost
+    /// ([`LockGuard::lost`]; with [`Lock::run`], the body is cancelled).
+    pub fn renew(mut self, every: Duration) -> Self {
+        self.spec.renew = Some(every);
+        self.spec.on_lost.get_or_insert(OnLost::Cancel);
+        self.spec.written = self.spec.written.with(Written::RENEW);
+        self
+    }
+
+    /// Takes durations and the backend-fault policy from the coordinator's profile `name`:
+    /// a field the profile sets beats this handle's setters, which beat the configured
+    /// defaults (see [`config`](crate::config)). A profile the coordinator does not have is
+    /// [`CoordError::UnknownProfile`] from `acquire`, `try_acquire` and `run`, before the lock
+    /// is asked for.
+    pub fn profile(mut self, name: impl Into<String>) -> Self {
+        self.profile = Some(name.into());
+        self
+    }
+
+    /// What to do when the backend fails. Default: the coordinator's policy. Under
+    /// `FailOpen`, [`Lock::acquire`] and [`Lock::try_acquire`] still report the fault (they
+    /// cannot hand out a guard for a lock nobody holds); [`Lock::run`] runs the body unguarded.
+    pub fn on_backend_error(mut self, policy: OnBackendError) -> Self {
+        self.spec.on_backend_error = Some(policy);
+        self
+    }
+
+    /// Takes the lock, waiting up to `wait`: [`CoordError::LockNotAcquired`] if it stayed held,
+    /// [`CoordError::Reentrant`] if this task already holds it inside a `#[distributed_lock]`
+    /// body or [`Lock::run`], [`CoordError::Backend`] on a backend fault.
+    pub async fn acquire(self) -> Result<LockGuard, CoordError> {
+        let defaults = self.coordinator.configured_defaults();
+        let Ok(profile) = settings::find_profile(self.coordinator, self.profile.as_deref()) else {
+            return Err(CoordError::UnknownProfile {
+                profile: self.profile.unwrap_or_default(),
+                key: self.key,
+            });
+        };
+        let mut spec = if profile.is_some() || defaults.is_some() {
+            settings::lock(&self.spec, profile, defaults)
+        } else {
+            self.spec
+        };
+        // A guard stands for a held lock: a fault is always reported here.
+        spec.on_backend_error = Some(OnBackendError::FailClosed);
+        match acquire_lock(self.coordinator, &self.key, &spec).await {
+            Acquired::Granted(guard, _, _) => {
+                Ok(guard.released_on(tokio::runtime::Handle::try_current().ok()))
+            }
+            Acquired::Refused(err, _) => Err(err),
+            // Only `fail_open` runs unguarded, and it was overridden above.
+            Acquired::Unguarded => unreachable!("fail_closed never runs unguarded"),
+        }
+    }
+
+    /// Like [`Lock::acquire`], but a lock that stayed held is `Ok(None)` rather than an error.
+    pub async fn try_acquire(self) -> Result<Option<LockGuard>, CoordError> {
+        match self.acquire().await {
+            Ok(guard) => Ok(Some(guard)),
+            Err(CoordError::LockNotAcquired { .. }) => Ok(None),
+            Err(err) => Err(err),
+        }
+    }
+
+    /// Runs `body` while holding the lock, exactly as `#[distributed_lock]` does: the lock is
+    /// released when the body ends (or is cancelled, or panics); with renewal, a lost hold
+    /// cancels the body and answers [`CoordError::LockLost`]; under `FailOpen`, a backend
+    /// fault runs the body unguarded. Inside the body, [`fencing_token`](crate::fencing_token),
+    /// [`is_held`](crate::is_held) and [`lock_lost`](crate::lock_lost) see this lock.
+    pub async fn run<T, E, F, Fut>(self, body: F) -> Result<T, E>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        E: From<CoordError>,
+    {
+        let op = self.key.operation().unwrap_or("").to_owned();
+        let spec = OpSpec {
+            name: &op,
+            idempotency: None,
+            cache: None,
+            lock: Some(self.spec),
+            telemetry: OpTelemetry::new(),
+            record_key: false,
+            profile: self.profile.as_deref(),
+        };
+        let call = Call::with_key(&spec, self.coordinator, self.key);
+        call.run(crate::runtime::lock::distributed_lock(
+            &call,
+            call.body(async move { body().await }),
+        ))
+        .await
+    }
+}

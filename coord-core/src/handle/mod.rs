@@ -1,0 +1,29 @@
+//! The handle API: the layers of the attributes, configured at run time, for call sites where
+//! an attribute does not fit (closures, trait objects, keys and durations known only at run
+//! time). Every handle runs the same runtime functions the attribute expansions call.
+//!
+//! | handle | from | the attribute it mirrors |
+//! |---|---|---|
+//! | [`Idempotent`] | [`Coordinator::idempotent`](crate::Coordinator::idempotent) | `#[idempotent]` |
+//! | [`Lock`] (held: [`LockGuard`](crate::LockGuard)) | [`Coordinator::lock`](crate::Coordinator::lock) | `#[distributed_lock]` |
+//! | [`SingleFlight`] | [`Coordinator::single_flight`](crate::Coordinator::single_flight) | `#[single_flight]` |
+//! | [`ClusterFlight`] | [`SingleFlight::cluster`] | `#[single_flight(scope = "cluster")]` |
+//! | [`Cached`] (scopes: [`CacheScope`]) | [`Coordinator::cached`](crate::Coordinator::cached) | `#[cached]` |
+
+mod cached;
+mod cluster_flight;
+mod idempotent;
+mod lock;
+mod single_flight;
+
+pub use crate::runtime::cache::CacheScope;
+pub use crate::runtime::cluster_flight::{
+    ClusterFlightSpec, DEFAULT_LEASE as CLUSTER_FLIGHT_DEFAULT_LEASE,
+    HAND_OVER as CLUSTER_FLIGHT_HAND_OVER,
+};
+pub use crate::runtime::flight::open_flights;
+pub use cached::Cached;
+pub use cluster_flight::ClusterFlight;
+pub use idempotent::Idempotent;
+pub use lock::Lock;
+pub use single_flight::SingleFlight;

@@ -1,0 +1,264 @@
+//! The coordinator's shared state: the providers, namespace, codec, policies, configured
+//! defaults and profiles, counters, renewal task and lifecycle every call of the runtime reads.
+//!
+//! [`Coordinator`] is defined here, below the runtime, so that the runtime reads it without
+//! looking up at the front door; the front door (`coordinator.rs`, `handle.rs`,
+//! `operator.rs`, `shutdown.rs`) adds the builder, the process default and the handles in
+//! `impl Coordinator` blocks of its own.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::codec::Codec;
+use crate::config::Profile;
+use crate::policy::OnBackendError;
+use crate::provider::{
+    BackendError, CacheStore, CallKey, FlightStore, IdempotencyStore, LockProvider, Operations,
+};
+use crate::runtime::lifecycle::Lifecycle;
+use crate::runtime::renewal::Renewer;
+
+/// Where intercepted calls coordinate: a provider, a namespace and the defaults every
+/// attribute can override.
+///
+/// Cheap to clone (one `Arc`). Build one with [`Coordinator::builder`], then either
+/// [`install`](Coordinator::install) it as the process-wide default the attributes use, or pass
+/// it per call site with `coordinator = <expr>` on an attribute.
+#[derive(Clone)]
+pub struct Coordinator {
+    pub(crate) inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    namespace: String,
+    locks: Arc<dyn LockProvider>,
+    records: Arc<dyn IdempotencyStore>,
+    operations: Arc<dyn Operations>,
+    cache: Arc<dyn CacheStore>,
+    flights: Arc<dyn FlightStore>,
+    codec: Codec,
+    on_backend_error: OnBackendError,
+    in_process: bool,
+    metrics: Metrics,
+    renewer: Renewer,
+    lifecycle: Arc<Lifecycle>,
+    /// The configured defaults; `None` when none is set, so calls skip resolving.
+    defaults: Option<Profile>,
+    profiles: BTreeMap<String, Profile>,
+}
+
+/// Counters a coordinator keeps for operators.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    fail_open: AtomicU64,
+    lapsed_releases: AtomicU64,
+    unprotected: AtomicU64,
+    not_stored: AtomicU64,
+}
+
+impl Metrics {
+    /// How many calls ran unguarded because the backend failed under `fail_open`.
+    pub fn fail_open_runs(&self) -> u64 {
+        self.fail_open.load(Ordering::Relaxed)
+    }
+
+    /// How many locks were found already lapsed at release: sections that were not exclusive
+    /// for their whole duration.
+    pub fn lapsed_releases(&self) -> u64 {
+        self.lapsed_releases.load(Ordering::Relaxed)
+    }
+
+    /// How many `#[idempotent]` calls ran without the idempotency layer because a key part was
+    /// absent (`on_missing_key = "run_unprotected"`).
+    pub fn unprotected_runs(&self) -> u64 {
+        self.unprotected.load(Ordering::Relaxed)
+    }
+
+    /// How many `#[idempotent]` bodies returned `Ok` whose outcome could not be stored.
+    pub fn outcomes_not_stored(&self) -> u64 {
+        self.not_stored.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn count_unprotected(&self) {
+        self.unprotected.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn count_not_stored(&self) {
+        self.not_stored.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn count_fail_open(&self) {
+        self.fail_open.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn count_lapsed_release(&self) {
+        self.lapsed_releases.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+impl fmt::Debug for Coordinator {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Coordinator")
+            .field("namespace", &self.inner.namespace)
+            .field("codec", &self.inner.codec)
+            .field("on_backend_error", &self.inner.on_backend_error)
+            .field("in_process_only", &self.is_in_process_only())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Everything a coordinator is made of, as the builder assembled it.
+pub(crate) struct Parts {
+    pub(crate) namespace: String,
+    pub(crate) locks: Arc<dyn LockProvider>,
+    pub(crate) records: Arc<dyn IdempotencyStore>,
+    pub(crate) operations: Arc<dyn Operations>,
+    pub(crate) cache: Arc<dyn CacheStore>,
+    pub(crate) flights: Arc<dyn FlightStore>,
+    pub(crate) codec: Codec,
+    pub(crate) on_backend_error: OnBackendError,
+    pub(crate) in_process: bool,
+    pub(crate) defaults: Option<Profile>,
+    pub(crate) profiles: BTreeMap<String, Profile>,
+}
+
+impl Coordinator {
+    /// A coordinator from its parts, with fresh counters, renewal task and lifecycle.
+    pub(crate) fn from_parts(parts: Parts) -> Coordinator {
+        Coordinator {
+            inner: Arc::new(Inner {
+                renewer: Renewer::new(parts.locks.clone(), parts.records.clone()),
+                namespace: parts.namespace,
+                locks: parts.locks,
+                records: parts.records,
+                operations: parts.operations,
+                cache: parts.cache,
+                flights: parts.flights,
+                codec: parts.codec,
+                on_backend_error: parts.on_backend_error,
+                in_process: parts.in_process,
+                metrics: Metrics::default(),
+                lifecycle: Arc::default(),
+                defaults: parts.defaults,
+                profiles: parts.profiles,
+            }),
+        }
+    }
+
+    /// The namespace keys are kept under.
+    pub fn namespace(&self) -> &str {
+        &self.inner.namespace
+    }
+
+    /// The codec for stored outcomes.
+    pub fn codec(&self) -> Codec {
+        self.inner.codec
+    }
+
+    /// The default backend-fault policy.
+    pub fn on_backend_error(&self) -> OnBackendError {
+        self.inner.on_backend_error
+    }
+
+    /// True for the in-process provider: exclusion holds within this process only.
+    pub fn is_in_process_only(&self) -> bool {
+        self.inner.in_process
+    }
+
+    /// The counters this coordinator keeps.
+    pub fn metrics(&self) -> &Metrics {
+        &self.inner.metrics
+    }
+
+    /// How many leases (locks and in-flight markers) are being renewed right now. Zero once
+    /// every renewing call has finished: renewal state never outlives the hold.
+    pub fn active_renewals(&self) -> usize {
+        self.inner.renewer.active()
+    }
+
+    pub(crate) fn renewer(&self) -> &Renewer {
+        &self.inner.renewer
+    }
+
+    pub(crate) fn lifecycle(&self) -> &Arc<Lifecycle> {
+        &self.inner.lifecycle
+    }
+
+    /// Removes the idempotency record of one call, whatever its state: an operator's tool for
+    /// resolving an abandoned record (`CoordError::OutcomeUnknown`) after reconciling by hand.
+    /// `key` is the call's key as [`CoordError::key`](crate::CoordError::key) and
+    /// [`CallReport::key`](crate::CallReport::key) carry it, or as `Coordinator::key` builds
+    /// it; an operator's pasted text (`payments.charge:order-7`) becomes one with
+    /// [`CallKey::from_op_key`].
+    pub async fn purge_record(&self, key: &CallKey) -> Result<bool, BackendError> {
+        self.inner.records.purge(key).await
+    }
+
+    /// The lock provider.
+    pub fn lock_provider(&self) -> &Arc<dyn LockProvider> {
+        &self.inner.locks
+    }
+
+    /// The idempotency store.
+    pub fn idempotency_store(&self) -> &Arc<dyn IdempotencyStore> {
+        &self.inner.records
+    }
+
+    /// The provider's operations API, as the provider implements it (no namespace applied, no
+    /// logging). Operators use [`Coordinator::operator`].
+    pub fn operations(&self) -> &Arc<dyn Operations> {
+        &self.inner.operations
+    }
+
+    /// Removes the cached answer of one call: the entries of this process's local tiers (every
+    /// `#[cached]` operation or `Coordinator::cached` handle with `key`'s operation name),
+    /// and the shared entry in the provider. Returns whether an entry was found anywhere.
+    ///
+    /// `key` is the key the attribute uses: `coord.key(op).part(..).finish()` with the
+    /// attribute's `name` and its `key_from` parameters in order. Local tiers of other
+    /// processes are not reached: with `scope = "two_tier"` they keep serving their copy for
+    /// at most `local_ttl`.
+    ///
+    /// Fails only when deleting the shared entry fails (the local entries are gone by then).
+    pub async fn invalidate(&self, key: &CallKey) -> Result<bool, BackendError> {
+        let local = crate::runtime::cache::invalidate_local(key);
+        let shared = self.inner.cache.cache_delete(key).await?;
+        Ok(local || shared)
+    }
+
+    /// The shared cache (the shared tier of `#[cached]`).
+    pub fn cache_store(&self) -> &Arc<dyn CacheStore> {
+        &self.inner.cache
+    }
+
+    /// The flight store (`#[single_flight(scope = "cluster")]`).
+    pub fn flight_store(&self) -> &Arc<dyn FlightStore> {
+        &self.inner.flights
+    }
+
+    /// A number naming this coordinator (and its clones, which share it) while it lives: the
+    /// process flight of a cluster-scope call is per coordinator, so that two coordinators in
+    /// one process meet through their provider as two instances would.
+    pub(crate) fn identity(&self) -> usize {
+        Arc::as_ptr(&self.inner) as usize
+    }
+
+    /// The profile `name` of this coordinator's configuration.
+    pub fn profile(&self, name: &str) -> Option<&Profile> {
+        self.inner.profiles.get(name)
+    }
+
+    /// The configured defaults, `None` when none is set (the backend-fault policy is
+    /// [`Coordinator::on_backend_error`]).
+    pub(crate) fn configured_defaults(&self) -> Option<&Profile> {
+        self.inner.defaults.as_ref()
+    }
+}
+
+impl AsRef<Coordinator> for Coordinator {
+    fn as_ref(&self) -> &Coordinator {
+        self
+    }
+}

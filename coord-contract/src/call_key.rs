@@ -95,10 +95,7 @@ impl CallKey {
     /// outside coord's layout. A space is accepted: a key part holding one is printed with it.
     pub fn from_op_key(namespace: &str, op_key: &str) -> Result<CallKey, InvalidCallKey> {
         check_op_key(op_key)?;
-        let mut full = KeyBuilder::scratch(namespace)
-            .finish_call_key(0, 0)
-            .qualified()
-            .to_owned();
+        let mut full = KeyBuilder::scratch(namespace).into_shared().to_string();
         full.push(':');
         let shown_from = offset(full.len()).unwrap_or(0);
         full.push_str(op_key);
@@ -307,7 +304,7 @@ impl CallKeyBuilder {
 
     /// The finished key: one allocation, shared by every clone.
     pub fn finish(self) -> CallKey {
-        self.inner.finish_call_key(self.shown_from, self.op_end)
+        CallKey::from_rendered(self.inner.into_shared(), self.shown_from, self.op_end)
     }
 }
 

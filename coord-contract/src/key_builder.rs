@@ -11,8 +11,6 @@ use std::fmt::Write as _;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use crate::call_key::CallKey;
-
 /// A value that can be part of a call key.
 ///
 /// Implemented for integers, `bool`, `char`, `str`/`String`, references and smart pointers of
@@ -177,7 +175,7 @@ impl KeyBuilder {
     }
 
     /// Starts a key in `namespace` (escaped like a segment; the operation name and the parts
-    /// follow) in this thread's scratch buffer, for [`KeyBuilder::finish_call_key`].
+    /// follow) in this thread's scratch buffer, for [`KeyBuilder::into_shared`].
     pub(crate) fn scratch(namespace: &str) -> KeyBuilder {
         let mut buf = SCRATCH.with(|cell| cell.take());
         buf.clear();
@@ -189,16 +187,15 @@ impl KeyBuilder {
         builder
     }
 
-    /// The finished key in one shared allocation (the shown form starting at `shown_from`);
-    /// the buffer goes back to the thread's scratch slot, so building a call key costs one
-    /// allocation.
-    pub(crate) fn finish_call_key(self, shown_from: usize, op_end: usize) -> CallKey {
+    /// The rendered text in one shared allocation; the buffer goes back to the thread's
+    /// scratch slot, so building a call key costs one allocation.
+    pub(crate) fn into_shared(self) -> Arc<str> {
         let key: Arc<str> = Arc::from(self.writer.buf.as_str());
         let buf = self.writer.buf;
         if buf.capacity() <= 1024 {
             SCRATCH.with(|cell| cell.set(buf));
         }
-        CallKey::from_rendered(key, shown_from, op_end)
+        key
     }
 }
 
@@ -216,8 +213,8 @@ fn render_key(name: &str, parts: &[&dyn KeyPart]) -> String {
         .fold(KeyBuilder::scratch("ns").raw_segment(name), |b, p| {
             b.part(*p)
         })
-        .finish_call_key(3, 3 + name.len());
-    key.op_key().to_owned()
+        .into_shared();
+    key["ns:".len()..].to_owned()
 }
 
 macro_rules! int_key_part {

@@ -110,11 +110,12 @@ pub mod __private {
     pub use crate::fingerprint::FingerprintHasher;
     pub use crate::policy::{OnAbandoned, OnBackendError, OnLost, OnMissingKey, OnStoreError};
     pub use crate::provider::CallKeyBuilder;
-    pub use crate::runtime::cache::{
+    pub use crate::runtime::cache::cached;
+    pub use crate::runtime::cache_tiers::{
         CacheForm, CacheOutput, CacheScope, CacheSpec, LocalSlot, SharedOutput, SharedResultOutput,
-        cached, local_form, shared_form, shared_result_form,
+        local_form, shared_form, shared_result_form,
     };
-    pub use crate::runtime::call::{Call, IdempotencySpec, LockSpec, OpSpec};
+    pub use crate::runtime::call::Call;
     pub use crate::runtime::cluster_flight::{
         ClusterFlightSpec, ClusterOutput, ErrorForm, FlightProbe, OpaqueErrorProbe,
         SharedErrorProbe, cluster_single_flight, opaque_errors, shared_errors,
@@ -125,7 +126,8 @@ pub mod __private {
     pub use crate::runtime::outcome::{
         GuardedResult, assert_guarded_result, assert_shareable_output,
     };
-    pub use crate::runtime::settings::Written;
+    pub use crate::runtime::spec::Written;
+    pub use crate::runtime::spec::{IdempotencySpec, LockSpec, OpSpec};
     pub use crate::telemetry::OpTelemetry;
     pub use core::time::Duration;
 

@@ -7,7 +7,7 @@
 use serde::de::{self, DeserializeSeed, IntoDeserializer, Visitor};
 use serde::forward_to_deserialize_any;
 
-use super::tagged::{Error, MAX_DEPTH, tag};
+use super::format::{Error, MAX_DEPTH, tag};
 
 /// Decodes one value from `body` (a record without its header) and refuses trailing bytes.
 pub(crate) fn decode<T: de::DeserializeOwned>(body: &[u8]) -> Result<T, Error> {

@@ -1,6 +1,7 @@
 //! How the outcomes of `#[idempotent]` calls are encoded for storage.
 
 mod de;
+mod format;
 mod ser;
 pub(crate) mod tagged;
 
@@ -94,7 +95,7 @@ impl Codec {
         match self {
             Codec::Tagged => tagged::from_record(bytes).map_err(|e| e.to_string()),
             Codec::Json => match bytes.first() {
-                Some(&tagged::MAGIC) => Err(
+                Some(&format::MAGIC) => Err(
                     "record is in coord's tagged format, not JSON (written with Codec::Tagged?)"
                         .to_owned(),
                 ),

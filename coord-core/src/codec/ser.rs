@@ -2,7 +2,7 @@
 
 use serde::ser::{self, Serialize};
 
-use super::tagged::{Error, tag};
+use super::format::{Error, tag};
 
 /// What the encoder is producing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -6,9 +6,10 @@ use std::time::Duration;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::provider::CallKey;
-use crate::runtime::cache::{CacheScope, CacheSpec, LocalSlot};
-use crate::runtime::call::{Call, OpSpec};
+use crate::provider::{BackendError, CallKey};
+use crate::runtime::cache_tiers::{CacheScope, CacheSpec, LocalSlot, invalidate_local};
+use crate::runtime::call::Call;
+use crate::runtime::spec::OpSpec;
 use crate::runtime::state::Coordinator;
 use crate::telemetry::OpTelemetry;
 
@@ -118,9 +119,27 @@ impl Cached<'_> {
         let call = Call::with_key(&spec, self.coordinator, self.key);
         call.run(crate::runtime::cache::cached(
             &call,
-            crate::runtime::cache::shared_form(),
+            crate::runtime::cache_tiers::shared_form(),
             call.body(async move { body().await }),
         ))
         .await
+    }
+}
+
+impl Coordinator {
+    /// Removes the cached answer of one call: the entries of this process's local tiers (every
+    /// `#[cached]` operation or `Coordinator::cached` handle with `key`'s operation name),
+    /// and the shared entry in the provider. Returns whether an entry was found anywhere.
+    ///
+    /// `key` is the key the attribute uses: `coord.key(op).part(..).finish()` with the
+    /// attribute's `name` and its `key_from` parameters in order. Local tiers of other
+    /// processes are not reached: with `scope = "two_tier"` they keep serving their copy for
+    /// at most `local_ttl`.
+    ///
+    /// Fails only when deleting the shared entry fails (the local entries are gone by then).
+    pub async fn invalidate(&self, key: &CallKey) -> Result<bool, BackendError> {
+        let local = invalidate_local(key);
+        let shared = self.cache_store().cache_delete(key).await?;
+        Ok(local || shared)
     }
 }

@@ -9,10 +9,11 @@ use serde::de::DeserializeOwned;
 use crate::error::CoordError;
 use crate::handle::SingleFlight;
 use crate::provider::CallKey;
-use crate::runtime::call::{Call, OpSpec};
+use crate::runtime::call::Call;
 use crate::runtime::cluster_flight::{
     ClusterFlightSpec, DEFAULT_LEASE, cluster_single_flight, opaque_errors, shared_errors,
 };
+use crate::runtime::spec::OpSpec;
 use crate::runtime::state::Coordinator;
 use crate::telemetry::OpTelemetry;
 

@@ -11,8 +11,9 @@ use crate::policy::{OnAbandoned, OnBackendError, OnLost, OnMissingKey, OnStoreEr
 use crate::provider::CallKey;
 use crate::provider::Fingerprint;
 use crate::report::CallReport;
-use crate::runtime::call::{Call, IdempotencySpec, OpSpec};
-use crate::runtime::settings::Written;
+use crate::runtime::call::Call;
+use crate::runtime::spec::Written;
+use crate::runtime::spec::{IdempotencySpec, OpSpec};
 use crate::runtime::state::Coordinator;
 use crate::telemetry::OpTelemetry;
 

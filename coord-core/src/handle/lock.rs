@@ -6,9 +6,11 @@ use std::time::Duration;
 use crate::error::CoordError;
 use crate::policy::{OnBackendError, OnLost};
 use crate::provider::CallKey;
-use crate::runtime::call::{Call, LockSpec, OpSpec};
+use crate::runtime::call::Call;
 use crate::runtime::lock::{Acquired, LockGuard, acquire_lock};
-use crate::runtime::settings::{self, Written};
+use crate::runtime::settings;
+use crate::runtime::spec::Written;
+use crate::runtime::spec::{LockSpec, OpSpec};
 use crate::runtime::state::Coordinator;
 use crate::telemetry::OpTelemetry;
 

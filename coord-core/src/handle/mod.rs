@@ -16,7 +16,7 @@ mod idempotent;
 mod lock;
 mod single_flight;
 
-pub use crate::runtime::cache::CacheScope;
+pub use crate::runtime::cache_tiers::CacheScope;
 pub use crate::runtime::cluster_flight::{
     ClusterFlightSpec, DEFAULT_LEASE as CLUSTER_FLIGHT_DEFAULT_LEASE,
     HAND_OVER as CLUSTER_FLIGHT_HAND_OVER,

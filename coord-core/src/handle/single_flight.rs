@@ -3,7 +3,8 @@
 use std::future::Future;
 
 use crate::provider::CallKey;
-use crate::runtime::call::{Call, OpSpec};
+use crate::runtime::call::Call;
+use crate::runtime::spec::OpSpec;
 use crate::runtime::state::Coordinator;
 use crate::telemetry::OpTelemetry;
 

@@ -7,7 +7,7 @@ use tracing::Instrument;
 use tracing::field::Empty;
 
 use crate::error::CoordError;
-use crate::policy::{OnAbandoned, OnBackendError, OnLost, OnMissingKey, OnStoreError};
+use crate::policy::OnBackendError;
 use crate::provider::BackendError;
 use crate::provider::CallKey;
 use crate::provider::CallKeyBuilder;
@@ -16,73 +16,10 @@ use crate::report::{
     CacheOutcome, CallReport, FlightOutcome, IdempotencyOutcome, LockOutcome, ReportSink,
     take_requested_sink,
 };
-use crate::runtime::cache::CacheSpec;
-use crate::runtime::settings::{self, Written};
+use crate::runtime::settings;
+use crate::runtime::spec::{IdempotencySpec, LockSpec, OpSpec};
 use crate::runtime::state::Coordinator;
-use crate::telemetry::{CallTelemetry, OpTelemetry};
-
-/// The static description of one annotated function, emitted by the macros.
-#[derive(Debug)]
-pub struct OpSpec<'a> {
-    /// The operation name: `name = ".."`, or the module path and fn name.
-    pub name: &'a str,
-    /// Present with `#[idempotent]`.
-    pub idempotency: Option<IdempotencySpec>,
-    /// Present with `#[cached]`.
-    pub cache: Option<CacheSpec>,
-    /// Present with `#[distributed_lock]`.
-    pub lock: Option<LockSpec>,
-    /// This operation's metric keys, built on first use.
-    pub telemetry: OpTelemetry,
-    /// `record_key = true`: the call's span carries its key.
-    pub record_key: bool,
-    /// `profile = ".."`: the configured profile whose values override the literals.
-    pub profile: Option<&'a str>,
-}
-
-/// `#[idempotent]` options, resolved at compile time.
-#[derive(Debug, Clone, Copy)]
-pub struct IdempotencySpec {
-    /// How long a successful outcome is kept.
-    pub retention: Duration,
-    /// The lease of the in-flight marker.
-    pub in_flight_lease: Duration,
-    /// How long a duplicate waits for an in-flight call.
-    pub wait: Duration,
-    /// The attribute's backend-fault policy, if it set one.
-    pub on_backend_error: Option<OnBackendError>,
-    /// Renew the in-flight marker this often while the body runs.
-    pub renew: Option<Duration>,
-    /// What to do with the body if the marker's lease is lost.
-    pub on_lost: Option<OnLost>,
-    /// What a duplicate does with a marker whose lease lapsed without completion.
-    pub on_abandoned: OnAbandoned,
-    /// What the caller gets when the body's `Ok` outcome could not be stored.
-    pub on_store_error: OnStoreError,
-    /// What a call whose key has an absent (`None`) part does.
-    pub on_missing_key: OnMissingKey,
-    /// Which of the durations above were written rather than defaulted.
-    pub written: Written,
-}
-
-/// `#[distributed_lock]` options, resolved at compile time.
-#[derive(Debug, Clone, Copy)]
-pub struct LockSpec {
-    /// The lease.
-    pub lease: Duration,
-    /// How long to wait for the lock.
-    pub wait: Duration,
-    /// Whether acquisitions mint fencing tokens.
-    pub fenced: bool,
-    /// The attribute's backend-fault policy, if it set one.
-    pub on_backend_error: Option<OnBackendError>,
-    /// Renew the lease this often while the body runs.
-    pub renew: Option<Duration>,
-    /// What to do with the body if the lease is lost.
-    pub on_lost: Option<OnLost>,
-    /// Which of the durations above were written rather than defaulted.
-    pub written: Written,
-}
+use crate::telemetry::CallTelemetry;
 
 /// One call in progress. The layers share it, so the key is derived once.
 pub struct Call<'c> {

@@ -19,11 +19,12 @@ use crate::provider::{
     IdempotencyStore, OwnerToken,
 };
 use crate::report::IdempotencyOutcome;
-use crate::runtime::call::{Call, IdempotencySpec};
+use crate::runtime::call::Call;
 use crate::runtime::detach::DetachOnDrop;
 use crate::runtime::lease_guard::{LeaseGuard, LeaseStore};
 use crate::runtime::outcome::GuardedResult;
 use crate::runtime::renewal::{Hold, HoldKind, Registration, Renewer};
+use crate::runtime::spec::IdempotencySpec;
 
 /// The one place fingerprints are compared. A record stored without a fingerprint (the
 /// operation had none when it was written), or a call without one, is not compared.

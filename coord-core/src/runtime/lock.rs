@@ -10,12 +10,13 @@ use crate::policy::OnLost;
 use crate::provider::CallKey;
 use crate::provider::{FencingToken, LockRequest, LossCause, OwnerToken, ReleaseOutcome};
 use crate::report::LockOutcome;
-use crate::runtime::call::{Call, LockSpec, backend_fault};
+use crate::runtime::call::{Call, backend_fault};
 use crate::runtime::held;
 use crate::runtime::lease_guard::{LeaseGuard, LeaseStore};
 use crate::runtime::lifecycle::Registered;
 use crate::runtime::outcome::GuardedResult;
 use crate::runtime::renewal::{Hold, HoldKind, Registration};
+use crate::runtime::spec::LockSpec;
 use crate::runtime::state::Coordinator;
 
 /// What one acquisition came to.

@@ -2,6 +2,7 @@
 //! `coord_core::__private`, and free to change between patch releases.
 
 pub(crate) mod cache;
+pub(crate) mod cache_tiers;
 pub(crate) mod call;
 pub(crate) mod cluster_flight;
 pub(crate) mod detach;
@@ -14,4 +15,5 @@ pub(crate) mod lock;
 pub(crate) mod outcome;
 pub(crate) mod renewal;
 pub(crate) mod settings;
+pub(crate) mod spec;
 pub(crate) mod state;

@@ -6,43 +6,8 @@ use std::time::Duration;
 
 use crate::config::Profile;
 use crate::policy::OnLost;
-use crate::runtime::call::{IdempotencySpec, LockSpec};
+use crate::runtime::spec::{IdempotencySpec, LockSpec, Written};
 use crate::runtime::state::Coordinator;
-
-/// Which options the attribute (or the handle) wrote itself, as opposed to the built-in
-/// defaults the macros fill in: a written value beats the configuration's `defaults`, a
-/// default does not.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Written(u8);
-
-impl Written {
-    /// Nothing written: every value is the built-in default.
-    pub const NONE: Written = Written(0);
-    /// `lease` (locks).
-    pub const LEASE: Written = Written(1);
-    /// `wait`.
-    pub const WAIT: Written = Written(1 << 1);
-    /// `retention`.
-    pub const RETENTION: Written = Written(1 << 2);
-    /// `in_flight_lease`.
-    pub const IN_FLIGHT_LEASE: Written = Written(1 << 3);
-    /// `renew` (any value, `false` included).
-    pub const RENEW: Written = Written(1 << 4);
-    /// `renew = true`: every third of the lease in force, recomputed when the lease comes from
-    /// configuration.
-    pub const RENEW_AUTO: Written = Written(1 << 5);
-
-    /// Both sets.
-    #[must_use]
-    pub const fn with(self, other: Written) -> Written {
-        Written(self.0 | other.0)
-    }
-
-    /// Whether every option of `other` is in this set.
-    pub const fn has(self, other: Written) -> bool {
-        self.0 & other.0 == other.0
-    }
-}
 
 /// The first of: the profile's value, the written literal, the configured default, the
 /// built-in default (which is what an unwritten literal holds).

@@ -212,22 +212,6 @@ impl Coordinator {
         &self.inner.operations
     }
 
-    /// Removes the cached answer of one call: the entries of this process's local tiers (every
-    /// `#[cached]` operation or `Coordinator::cached` handle with `key`'s operation name),
-    /// and the shared entry in the provider. Returns whether an entry was found anywhere.
-    ///
-    /// `key` is the key the attribute uses: `coord.key(op).part(..).finish()` with the
-    /// attribute's `name` and its `key_from` parameters in order. Local tiers of other
-    /// processes are not reached: with `scope = "two_tier"` they keep serving their copy for
-    /// at most `local_ttl`.
-    ///
-    /// Fails only when deleting the shared entry fails (the local entries are gone by then).
-    pub async fn invalidate(&self, key: &CallKey) -> Result<bool, BackendError> {
-        let local = crate::runtime::cache::invalidate_local(key);
-        let shared = self.inner.cache.cache_delete(key).await?;
-        Ok(local || shared)
-    }
-
     /// The shared cache (the shared tier of `#[cached]`).
     pub fn cache_store(&self) -> &Arc<dyn CacheStore> {
         &self.inner.cache

@@ -10,9 +10,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use coord_core::{
-    CoordError, FlightOutcome, distributed_lock, fencing_token, idempotent, observe, single_flight,
-};
+use coord_core::report::FlightOutcome;
+use coord_core::{CoordError, distributed_lock, fencing_token, idempotent, observe, single_flight};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug)]

@@ -12,7 +12,8 @@ use std::io::{BufRead, IsTerminal, Write};
 use std::process::ExitCode;
 
 use clap::Parser;
-use coord_core::{BackendError, BackendErrorKind, Coordinator};
+use coord_core::provider::BackendErrorKind;
+use coord_core::{BackendError, Coordinator};
 use coord_redis::RedisProvider;
 
 use args::{Cli, Command, Connection};

@@ -1,9 +1,10 @@
 //! `coord locks ...` and `coord records ...`: the operations API of a coordinator, printed.
 
-use coord_core::{
-    BackendError, BackendErrorKind, CallKey, Coordinator, Cursor, ForcedRelease, LockInfo,
-    Operator, Page, RecordInfo, RecordStatus,
+use coord_core::operator::Operator;
+use coord_core::provider::{
+    BackendErrorKind, Cursor, ForcedRelease, LockInfo, Page, RecordInfo, RecordStatus,
 };
+use coord_core::{BackendError, CallKey, Coordinator};
 use futures_util::future::join_all;
 use serde_json::{Value, json};
 

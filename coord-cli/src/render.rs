@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use coord_core::{LockInfo, RecordInfo, Waiters};
+use coord_core::provider::{LockInfo, RecordInfo, Waiters};
 use serde_json::{Value, json};
 
 /// A duration for people: `850ms`, `12.5s`, `3m 02s`, `5h 10m`, `2d 03h`.

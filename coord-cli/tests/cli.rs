@@ -8,7 +8,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use coord_core::{CallKey, ClaimRequest, CoordError, Coordinator, LossCause, OwnerToken};
+use coord_core::provider::{ClaimRequest, OwnerToken};
+use coord_core::{CallKey, CoordError, Coordinator, LossCause};
 use coord_redis::RedisProvider;
 use coord_redis_testing::{RedisServer, Resp};
 use serde_json::Value;

@@ -5,7 +5,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use coord_core::{Codec, CoordError, Coordinator, MemoryProvider, idempotent, observe};
+use coord_core::memory::MemoryProvider;
+use coord_core::{Codec, CoordError, Coordinator, idempotent, observe};
 use serde::{Deserialize, Serialize};
 
 fn coordinator() -> Coordinator {

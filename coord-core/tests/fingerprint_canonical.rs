@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use codec_support::{Marker, Val, normalized, rebuilt, val};
 use coord_core::__private::FingerprintHasher;
-use coord_core::Fingerprint;
+use coord_core::provider::Fingerprint;
 use proptest::prelude::*;
 use serde::Serialize;
 use sha2::{Digest, Sha256};

@@ -663,7 +663,7 @@ proptest! {
 fn delegating_key_parts_inherit_the_escaping() {
     struct OrderId(String);
     impl KeyPart for OrderId {
-        fn write_key_part(&self, out: &mut coord_core::KeyWriter) {
+        fn write_key_part(&self, out: &mut coord_core::provider::KeyWriter) {
             self.0.write_key_part(out);
         }
     }

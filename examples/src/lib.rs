@@ -36,7 +36,7 @@ pub fn install_prometheus(
         }
         None => builder.install_recorder()?,
     };
-    coord_core::describe_metrics();
+    coord_core::telemetry::describe_metrics();
     Ok(handle)
 }
 

@@ -7,11 +7,13 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use coord_core::{
-    BackendError, BackendErrorKind, BoxFuture, CacheEntry, CacheStore, ClaimOutcome, ClaimRequest,
-    CompleteOutcome, CompleteRequest, Coordinator, IdempotencyStore, LockGrant, LockProvider,
-    LockRequest, LossCause, MemoryProvider, OwnerToken, ReleaseOutcome, RenewOutcome,
+use coord_core::memory::MemoryProvider;
+use coord_core::provider::{
+    BackendErrorKind, BoxFuture, CacheEntry, CacheStore, ClaimOutcome, ClaimRequest,
+    CompleteOutcome, CompleteRequest, IdempotencyStore, LockGrant, LockProvider, LockRequest,
+    OwnerToken, ReleaseOutcome, RenewOutcome,
 };
+use coord_core::{BackendError, Coordinator, LossCause};
 
 /// The in-process provider, wrapped to count calls and to fail on demand.
 #[derive(Debug, Default)]
@@ -84,7 +86,7 @@ impl InstrumentedProvider {
 }
 
 /// No operator support: these tests never inspect or list.
-impl coord_core::Operations for InstrumentedProvider {}
+impl coord_core::provider::Operations for InstrumentedProvider {}
 
 impl LockProvider for InstrumentedProvider {
     fn acquire<'a>(
@@ -345,13 +347,13 @@ impl CacheStore for InstrumentedProvider {
     }
 }
 
-impl coord_core::FlightStore for InstrumentedProvider {
+impl coord_core::provider::FlightStore for InstrumentedProvider {
     fn flight_claim<'a>(
         &'a self,
         key: &'a CallKey,
         owner: OwnerToken,
         lease: Duration,
-    ) -> BoxFuture<'a, Result<coord_core::FlightClaim, BackendError>> {
+    ) -> BoxFuture<'a, Result<coord_core::provider::FlightClaim, BackendError>> {
         self.flight_claims.fetch_add(1, Ordering::SeqCst);
         if self.fail_flights.load(Ordering::SeqCst) {
             return Box::pin(async { Err(Self::fault()) });
@@ -408,7 +410,7 @@ impl coord_core::FlightStore for InstrumentedProvider {
         key: &'a CallKey,
         leader: OwnerToken,
         timeout: Duration,
-    ) -> BoxFuture<'a, Result<coord_core::FlightWait, BackendError>> {
+    ) -> BoxFuture<'a, Result<coord_core::provider::FlightWait, BackendError>> {
         if self.fail_flights.load(Ordering::SeqCst) {
             return Box::pin(async { Err(Self::fault()) });
         }

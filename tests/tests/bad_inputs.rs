@@ -24,10 +24,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use coord_core::provider::{
+    ClaimOutcome, ClaimRequest, CompleteOutcome, CompleteRequest, LockRequest, OwnerToken,
+    ReleaseOutcome, RenewOutcome,
+};
 use coord_core::{
-    BuildError, ClaimOutcome, ClaimRequest, CompleteOutcome, CompleteRequest, CoordError,
-    Coordinator, LockRequest, OwnerToken, ReleaseOutcome, RenewOutcome, distributed_lock,
-    idempotent, single_flight,
+    BuildError, CoordError, Coordinator, distributed_lock, idempotent, single_flight,
 };
 use tokio::sync::Notify;
 

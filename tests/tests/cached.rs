@@ -6,9 +6,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use coord_core::handle::CacheScope;
+use coord_core::provider::CacheStore;
+use coord_core::report::{CacheOutcome, FlightOutcome, IdempotencyOutcome, LockOutcome};
 use coord_core::{
-    CacheOutcome, CacheScope, CacheStore, CallKey, CoordError, Coordinator, FlightOutcome,
-    IdempotencyOutcome, LockOutcome, cached, distributed_lock, idempotent, observe, single_flight,
+    CallKey, CoordError, Coordinator, cached, distributed_lock, idempotent, observe, single_flight,
     telemetry,
 };
 use coord_tests::metric_series::counters;

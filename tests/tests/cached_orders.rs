@@ -11,9 +11,9 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use coord_core::report::{CacheOutcome, FlightOutcome, IdempotencyOutcome, LockOutcome};
 use coord_core::{
-    CacheOutcome, CoordError, Coordinator, FlightOutcome, IdempotencyOutcome, LockOutcome, cached,
-    distributed_lock, idempotent, observe, single_flight,
+    CoordError, Coordinator, cached, distributed_lock, idempotent, observe, single_flight,
 };
 
 type Runs = Arc<AtomicUsize>;

@@ -7,10 +7,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use coord_core::{
-    CallKey, CoordError, Coordinator, FlightOutcome, FlightStore, MemoryProvider, OnBackendError,
-    OwnerToken, observe, single_flight,
-};
+use coord_core::memory::MemoryProvider;
+use coord_core::provider::{FlightStore, OwnerToken};
+use coord_core::report::FlightOutcome;
+use coord_core::{CallKey, CoordError, Coordinator, OnBackendError, observe, single_flight};
 use coord_tests::support::InstrumentedProvider;
 use serde::{Deserialize, Serialize};
 use tokio::sync::Notify;
@@ -233,7 +233,7 @@ async fn a_silent_leader_is_replaced_after_its_lease() {
         .flight_claim(&key, OwnerToken::new(), Duration::from_millis(600))
         .await
         .unwrap();
-    assert_eq!(claim, coord_core::FlightClaim::Claimed);
+    assert_eq!(claim, coord_core::provider::FlightClaim::Claimed);
     let runs = Arc::new(AtomicUsize::new(0));
     let started = Instant::now();
     let (out, report) = observe(refresh(&a, "ACME", runs.clone())).await;
@@ -379,7 +379,7 @@ async fn a_claim_whose_reply_was_lost_is_given_up_so_others_do_not_wait_a_lease(
             .flight_claim(&key, OwnerToken::new(), Duration::from_secs(1))
             .await
             .unwrap();
-        if claim == coord_core::FlightClaim::Claimed {
+        if claim == coord_core::provider::FlightClaim::Claimed {
             break;
         }
         assert!(

@@ -3,8 +3,9 @@
 
 use std::time::Duration;
 
+use coord_core::config::ProviderConfig;
 use coord_core::config::{ConfigError, ENV_VARIABLES, TlsFiles, default_namespace};
-use coord_core::{CoordConfig, Coordinator, OnBackendError, Profile, ProviderConfig};
+use coord_core::{CoordConfig, Coordinator, OnBackendError, Profile};
 
 fn read(vars: &[(&str, &str)]) -> Result<CoordConfig, ConfigError> {
     CoordConfig::from_vars(vars.iter().map(|(k, v)| (k.to_string(), v.to_string())))

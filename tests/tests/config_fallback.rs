@@ -2,7 +2,8 @@
 //! process, naming the fix; `kind = "memory"` chooses it without a warning. (Its own test
 //! binary: the warning is once per process.)
 
-use coord_core::{CoordConfig, Coordinator, ProviderConfig};
+use coord_core::config::ProviderConfig;
+use coord_core::{CoordConfig, Coordinator};
 use coord_tests::support::SpanRecorder;
 use tracing_subscriber::layer::SubscriberExt;
 

@@ -5,9 +5,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use coord_core::{
-    CallKey, CoordError, Coordinator, Fingerprint, IdempotencyOutcome, idempotent, observe,
-};
+use coord_core::provider::Fingerprint;
+use coord_core::report::IdempotencyOutcome;
+use coord_core::{CallKey, CoordError, Coordinator, idempotent, observe};
 
 fn coordinator(ns: &str) -> Coordinator {
     Coordinator::builder()

@@ -5,10 +5,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use coord_core::{
-    ClaimOutcome, ClaimRequest, CoordError, Coordinator, IdempotencyOutcome, OwnerToken,
-    idempotent, observe,
-};
+use coord_core::provider::{ClaimOutcome, ClaimRequest, OwnerToken};
+use coord_core::report::IdempotencyOutcome;
+use coord_core::{CoordError, Coordinator, idempotent, observe};
 use coord_tests::support::{InstrumentedProvider, eventually};
 use serde::{Deserialize, Serialize};
 

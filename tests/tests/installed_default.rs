@@ -4,7 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use coord_core::{CoordError, Coordinator, LockRequest, OwnerToken, distributed_lock};
+use coord_core::provider::{LockRequest, OwnerToken};
+use coord_core::{CoordError, Coordinator, distributed_lock};
 use coord_tests::support::InstrumentedProvider;
 
 #[distributed_lock(key_from = "tenant", name = "jobs.rebuild")]
@@ -36,7 +37,7 @@ async fn attributes_use_the_installed_coordinator() {
         .part("acme")
         .finish();
     let stranger = OwnerToken::new();
-    use coord_core::LockProvider;
+    use coord_core::provider::LockProvider;
     let refused = provider
         .acquire(LockRequest {
             key,

@@ -4,8 +4,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use coord_core::report::LockOutcome;
 use coord_core::{
-    CoordError, Coordinator, LockOutcome, distributed_lock, idempotent, is_held, lock_lost, observe,
+    CoordError, Coordinator, distributed_lock, idempotent, is_held, lock_lost, observe,
 };
 use coord_tests::support::{InstrumentedProvider, lock_is_free};
 

@@ -5,9 +5,10 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use coord_core::provider::{LockRequest, OwnerToken};
+use coord_core::report::LockOutcome;
 use coord_core::{
-    CoordError, Coordinator, LockOutcome, LockRequest, OnBackendError, OwnerToken,
-    distributed_lock, fencing_token, observe,
+    CoordError, Coordinator, OnBackendError, distributed_lock, fencing_token, observe,
 };
 use coord_tests::support::{InstrumentedProvider, SpanRecorder, eventually, lock_is_free};
 

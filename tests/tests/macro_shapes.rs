@@ -5,10 +5,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use coord_core::{
-    CoordError, Coordinator, FlightOutcome, IdempotencyOutcome, LockOutcome, distributed_lock,
-    idempotent, observe, single_flight,
-};
+use coord_core::report::{FlightOutcome, IdempotencyOutcome, LockOutcome};
+use coord_core::{CoordError, Coordinator, distributed_lock, idempotent, observe, single_flight};
 
 // The payloads are only looked at through `Debug`.
 #[allow(dead_code)]

@@ -2,9 +2,9 @@
 
 use std::sync::Arc;
 
-use coord_core::{
-    CoordError, Coordinator, MemoryProvider, distributed_lock, open_flights, single_flight,
-};
+use coord_core::handle::open_flights;
+use coord_core::memory::MemoryProvider;
+use coord_core::{CoordError, Coordinator, distributed_lock, single_flight};
 
 #[single_flight(key_from = "id")]
 #[distributed_lock(key_from = "id", coordinator = c, name = "bounds")]

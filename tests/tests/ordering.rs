@@ -5,10 +5,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use coord_core::{
-    CoordError, Coordinator, FlightOutcome, LockRequest, OwnerToken, distributed_lock, idempotent,
-    observe, single_flight,
-};
+use coord_core::provider::{LockRequest, OwnerToken};
+use coord_core::report::FlightOutcome;
+use coord_core::{CoordError, Coordinator, distributed_lock, idempotent, observe, single_flight};
 use coord_tests::support::InstrumentedProvider;
 
 // Written innermost-first: the lock on top, idempotency at the bottom.

@@ -11,11 +11,15 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use coord_core::memory::MemoryProvider;
+use coord_core::provider::{
+    BackendErrorKind, BoxFuture, ClaimOutcome, ClaimRequest, CompleteOutcome, CompleteRequest,
+    IdempotencyStore, LockGrant, LockProvider, LockRequest, OwnerToken, ReleaseOutcome,
+    RenewOutcome,
+};
+use coord_core::report::IdempotencyOutcome;
 use coord_core::{
-    BackendError, BackendErrorKind, BoxFuture, ClaimOutcome, ClaimRequest, CompleteOutcome,
-    CompleteRequest, CoordError, Coordinator, IdempotencyOutcome, IdempotencyStore, LockGrant,
-    LockProvider, LockRequest, MemoryProvider, NotStoredCause, OwnerToken, ReleaseOutcome,
-    RenewOutcome, distributed_lock, idempotent, observe,
+    BackendError, CoordError, Coordinator, NotStoredCause, distributed_lock, idempotent, observe,
 };
 use coord_tests::support::eventually;
 use serde::{Deserialize, Serialize};
@@ -101,7 +105,7 @@ struct FaultyProvider {
 }
 
 /// No operator support: these tests never inspect or list.
-impl coord_core::Operations for FaultyProvider {}
+impl coord_core::provider::Operations for FaultyProvider {}
 
 impl LockProvider for FaultyProvider {
     fn acquire<'a>(
@@ -132,9 +136,9 @@ impl LockProvider for FaultyProvider {
 }
 
 /// No shared cache: the defaults.
-impl coord_core::CacheStore for FaultyProvider {}
+impl coord_core::provider::CacheStore for FaultyProvider {}
 /// No cluster-scope single-flight: these tests do not use it.
-impl coord_core::FlightStore for FaultyProvider {}
+impl coord_core::provider::FlightStore for FaultyProvider {}
 
 impl IdempotencyStore for FaultyProvider {
     fn claim<'a>(

@@ -7,10 +7,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use coord_core::{
-    ClaimOutcome, ClaimRequest, CompleteOutcome, CompleteRequest, CoordError, Coordinator,
-    IdempotencyStore, LockProvider, LockRequest, MemoryProvider, OwnerToken, distributed_lock,
+use coord_core::memory::MemoryProvider;
+use coord_core::provider::{
+    ClaimOutcome, ClaimRequest, CompleteOutcome, CompleteRequest, IdempotencyStore, LockProvider,
+    LockRequest, OwnerToken,
 };
+use coord_core::{CoordError, Coordinator, distributed_lock};
 
 fn coordinator(ns: &str) -> Coordinator {
     Coordinator::builder()

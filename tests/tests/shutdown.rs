@@ -4,9 +4,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use coord_core::report::LockOutcome;
 use coord_core::{
-    CoordError, Coordinator, LockOutcome, LossCause, distributed_lock, idempotent, lock_lost,
-    observe,
+    CoordError, Coordinator, LossCause, distributed_lock, idempotent, lock_lost, observe,
 };
 use coord_tests::support::lock_is_free;
 use tokio::sync::watch;

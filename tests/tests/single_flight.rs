@@ -4,7 +4,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use coord_core::{FlightOutcome, observe, open_flights, single_flight};
+use coord_core::handle::open_flights;
+use coord_core::report::FlightOutcome;
+use coord_core::{observe, single_flight};
 use tokio::sync::{Mutex, Notify};
 
 /// `open_flights()` counts the whole process: tests that assert on it run one at a time.

@@ -9,7 +9,6 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::codec::Codec;
 use crate::config::Profile;
@@ -19,6 +18,7 @@ use crate::provider::{
 };
 use crate::runtime::lifecycle::Lifecycle;
 use crate::runtime::renewal::Renewer;
+use crate::telemetry::Metrics;
 
 /// Where intercepted calls coordinate: a provider, a namespace and the defaults every
 /// attribute can override.
@@ -47,55 +47,6 @@ pub(crate) struct Inner {
     /// The configured defaults; `None` when none is set, so calls skip resolving.
     defaults: Option<Profile>,
     profiles: BTreeMap<String, Profile>,
-}
-
-/// Counters a coordinator keeps for operators.
-#[derive(Debug, Default)]
-pub struct Metrics {
-    fail_open: AtomicU64,
-    lapsed_releases: AtomicU64,
-    unprotected: AtomicU64,
-    not_stored: AtomicU64,
-}
-
-impl Metrics {
-    /// How many calls ran unguarded because the backend failed under `fail_open`.
-    pub fn fail_open_runs(&self) -> u64 {
-        self.fail_open.load(Ordering::Relaxed)
-    }
-
-    /// How many locks were found already lapsed at release: sections that were not exclusive
-    /// for their whole duration.
-    pub fn lapsed_releases(&self) -> u64 {
-        self.lapsed_releases.load(Ordering::Relaxed)
-    }
-
-    /// How many `#[idempotent]` calls ran without the idempotency layer because a key part was
-    /// absent (`on_missing_key = "run_unprotected"`).
-    pub fn unprotected_runs(&self) -> u64 {
-        self.unprotected.load(Ordering::Relaxed)
-    }
-
-    /// How many `#[idempotent]` bodies returned `Ok` whose outcome could not be stored.
-    pub fn outcomes_not_stored(&self) -> u64 {
-        self.not_stored.load(Ordering::Relaxed)
-    }
-
-    pub(crate) fn count_unprotected(&self) {
-        self.unprotected.fetch_add(1, Ordering::Relaxed);
-    }
-
-    pub(crate) fn count_not_stored(&self) {
-        self.not_stored.fetch_add(1, Ordering::Relaxed);
-    }
-
-    pub(crate) fn count_fail_open(&self) {
-        self.fail_open.fetch_add(1, Ordering::Relaxed);
-    }
-
-    pub(crate) fn count_lapsed_release(&self) {
-        self.lapsed_releases.fetch_add(1, Ordering::Relaxed);
-    }
 }
 
 impl fmt::Debug for Coordinator {

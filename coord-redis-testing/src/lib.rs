@@ -69,3 +69,8 @@ pub use monitor::{Monitor, Monitored};
 pub use process::redis_server_binary;
 pub use sentinel::{SentinelOptions, SentinelProcess, SentinelSetup};
 pub use server::{RedisServer, ServerOptions};
+
+// Runs the README's example with the doctests, so that it cannot go stale.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeExample;

@@ -21,7 +21,7 @@
 //! fixed types, so the integer `1` and the string `"1"` rendering alike is not a collision two
 //! calls of one operation can meet (a case pins it, so a change is noticed).
 
-use coord_core::{KeyBuilder, KeyPart};
+use coord_core::{CallKey, KeyPart};
 use proptest::prelude::*;
 
 // ---------------------------------------------------------------------------------------------
@@ -73,10 +73,15 @@ fn redis_names(key: &str) -> [String; 3] {
 fn call_key(ns: &str, op: &str, parts: &[String]) -> String {
     parts
         .iter()
-        .fold(KeyBuilder::new(ns).raw_segment(op), |b, p| {
-            b.part(p.as_str())
-        })
+        .fold(CallKey::builder(ns, op), |b, p| b.part(p.as_str()))
         .finish()
+        .qualified()
+        .to_owned()
+}
+
+/// The namespace as the runtime writes it into keys (escaped like an operation segment).
+fn rendered_namespace(ns: &str) -> String {
+    CallKey::builder(ns, "op").finish().namespace().to_owned()
 }
 
 /// Reads the parts back out of a key rendered by [`call_key`] with a known namespace and
@@ -387,10 +392,11 @@ fn cases() -> Vec<Case> {
             name: "integer and string render alike",
             input: input(&["1"]),
             expect: SameAs(
-                KeyBuilder::new("svc")
-                    .raw_segment("pay.charge")
+                CallKey::builder("svc", "pay.charge")
                     .part(&1u64)
-                    .finish(),
+                    .finish()
+                    .qualified()
+                    .to_owned(),
             ),
         },
         Case {
@@ -490,6 +496,8 @@ fn cases() -> Vec<Case> {
 fn run(case: &Case) -> Result<String, String> {
     let KeyInput { ns, op, parts } = &case.input;
     let key = call_key(ns, op, parts);
+    // The namespace as keys carry it: escaped like an operation segment (`%` as `%25`).
+    let ns = &rendered_namespace(ns);
     let mut problems = confinement_violations(&key, ns);
     if !matches!(case.expect, Expect::ConfinedSegment) {
         match decode_parts(&key, ns, op) {
@@ -504,7 +512,10 @@ fn run(case: &Case) -> Result<String, String> {
             if other_key == key {
                 problems.push(format!("same key as the other input: {}", show(&key)));
             }
-            problems.extend(confinement_violations(&other_key, other.ns));
+            problems.extend(confinement_violations(
+                &other_key,
+                &rendered_namespace(other.ns),
+            ));
         }
         Expect::SameAs(other) if *other != key => {
             problems.push(format!("{} differs from {}", show(&key), show(other)));
@@ -637,14 +648,14 @@ proptest! {
     #[test]
     fn optional_hostile_parts_stay_apart(a in prop::option::of(hostile()), b in prop::option::of(hostile())) {
         prop_assume!(a != b);
-        let key = |v: &Option<String>| KeyBuilder::new("svc").raw_segment("a").part(v).finish();
+        let key = |v: &Option<String>| CallKey::builder("svc", "a").part(v).finish().qualified().to_owned();
         prop_assert_ne!(key(&a), key(&b));
     }
 
     /// `char` parts, lookalikes included, render like the one-character string.
     #[test]
     fn char_parts_are_confined(c in any::<char>()) {
-        let key = KeyBuilder::new("svc").raw_segment("a").part(&c).finish();
+        let key = CallKey::builder("svc", "a").part(&c).finish().qualified().to_owned();
         prop_assert_eq!(&key, &call_key("svc", "a", &[c.to_string()]));
         prop_assert!(confinement_violations(&key, "svc").is_empty());
     }
@@ -668,10 +679,11 @@ fn delegating_key_parts_inherit_the_escaping() {
         }
     }
     let forged = OrderId("1}:{2".into());
-    let key = KeyBuilder::new("svc")
-        .raw_segment("a")
+    let key = CallKey::builder("svc", "a")
         .part(&forged)
-        .finish();
+        .finish()
+        .qualified()
+        .to_owned();
     assert_eq!(key, "svc:a:1%7D%3A%7B2");
     assert!(confinement_violations(&key, "svc").is_empty());
 }

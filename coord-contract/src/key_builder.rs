@@ -40,6 +40,15 @@ pub struct KeyWriter {
     absent: bool,
 }
 
+/// Whether [`KeyWriter::push_escaped`] escapes `:`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Separators {
+    /// Parts: a `:` in a value must never read as a separator.
+    Escape,
+    /// Segments (namespace, operation name): `:` is kept, module paths hold `::`.
+    Keep,
+}
+
 /// Bytes that never appear unescaped in a rendered part.
 fn needs_escape(b: u8) -> bool {
     matches!(b, b':' | b'{' | b'}' | b'%') || b < 0x20 || b == 0x7f
@@ -48,10 +57,17 @@ fn needs_escape(b: u8) -> bool {
 impl KeyWriter {
     /// Appends `text`, escaping `:`, `{`, `}`, `%` and control bytes as `%XX`.
     pub fn push_str(&mut self, text: &str) {
-        let bytes = text.as_bytes();
+        self.push_escaped(text, Separators::Escape);
+    }
+
+    /// The one escaper of key text: every byte [`needs_escape`] names becomes `%XX`, except
+    /// `:` when `separators` keeps it (operation names and namespaces, which may hold module
+    /// paths).
+    fn push_escaped(&mut self, text: &str, separators: Separators) {
+        let keep_colon = separators == Separators::Keep;
         let mut start = 0;
-        for (i, &b) in bytes.iter().enumerate() {
-            if needs_escape(b) {
+        for (i, &b) in text.as_bytes().iter().enumerate() {
+            if needs_escape(b) && !(keep_colon && b == b':') {
                 self.buf.push_str(&text[start..i]);
                 let _ = write!(self.buf, "%{b:02X}");
                 start = i + 1;
@@ -157,16 +173,7 @@ impl KeyBuilder {
             self.writer.push_plain("%_");
             return;
         }
-        let bytes = segment.as_bytes();
-        let mut start = 0;
-        for (i, &b) in bytes.iter().enumerate() {
-            if b != b':' && needs_escape(b) {
-                self.writer.buf.push_str(&segment[start..i]);
-                let _ = write!(self.writer.buf, "%{b:02X}");
-                start = i + 1;
-            }
-        }
-        self.writer.buf.push_str(&segment[start..]);
+        self.writer.push_escaped(segment, Separators::Keep);
     }
 
     /// How long the rendered text is so far.

@@ -13,11 +13,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use coord_core::provider::{
+    ClaimOutcome, ClaimRequest, CompleteOutcome, CompleteRequest, Cursor, Fingerprint,
+    ForcedRelease, IdempotencyStore, ListRequest, LockInfo, LockRequest, OwnerToken, Page,
+    RecordInfo, RecordStatus, ReleaseOutcome, RenewOutcome, Waiters,
+};
 use coord_core::{
-    BackendError, CallKey, ClaimOutcome, ClaimRequest, CompleteOutcome, CompleteRequest,
-    CoordError, Coordinator, Cursor, FencingToken, Fingerprint, ForcedRelease, IdempotencyStore,
-    ListRequest, LockInfo, LockRequest, LossCause, OwnerToken, Page, RecordInfo, RecordStatus,
-    ReleaseOutcome, RenewOutcome, Waiters, distributed_lock, fencing_token, idempotent,
+    BackendError, CallKey, CoordError, Coordinator, FencingToken, LossCause, distributed_lock,
+    fencing_token, idempotent,
 };
 
 const LONG: Duration = Duration::from_secs(30);
@@ -1790,7 +1793,11 @@ pub async fn operations_list_pages_through_the_keys_of_one_operation(c: Coordina
         })
         .await
         .expect_err("a cursor the provider did not make is refused");
-    assert_eq!(err.kind(), coord_core::BackendErrorKind::Config, "{err}");
+    assert_eq!(
+        err.kind(),
+        coord_core::provider::BackendErrorKind::Config,
+        "{err}"
+    );
 }
 
 /// Through the coordinator's operator handle, keys pasted in their shown form are inspected,
@@ -1841,7 +1848,7 @@ pub async fn operations_operator_acts_on_pasted_keys(c: Coordinator) {
 /// A flight claim (cluster-scope single-flight): one leader at a time, resendable by it, and
 /// renewed and given up only by it.
 pub async fn flight_claim_is_exclusive_and_owner_scoped(c: Coordinator) {
-    use coord_core::FlightClaim;
+    use coord_core::provider::FlightClaim;
     let store = c.flight_store();
     let k = key(&c, "flight-claim");
     let (a, b) = (OwnerToken::new(), OwnerToken::new());
@@ -1896,7 +1903,7 @@ pub async fn flight_claim_is_exclusive_and_owner_scoped(c: Coordinator) {
 /// the finish), only the leader's finish is taken, a resent finish answers true again, and the
 /// outcome is kept for the hand-over time only: the claim is gone at once.
 pub async fn flight_finish_hands_over_and_is_fenced(c: Coordinator) {
-    use coord_core::{FlightClaim, FlightWait};
+    use coord_core::provider::{FlightClaim, FlightWait};
     let store = c.flight_store().clone();
     let k = key(&c, "flight-finish");
     let (a, b) = (OwnerToken::new(), OwnerToken::new());
@@ -1970,7 +1977,7 @@ pub async fn flight_finish_hands_over_and_is_fenced(c: Coordinator) {
 /// An abandoned flight wakes its waiters at once (as vacant); a lapsed one is vacant at its
 /// lease's end, and its leader's late finish is refused; a waiter of a live leader times out.
 pub async fn flight_abandon_and_lapse_make_the_flight_vacant(c: Coordinator) {
-    use coord_core::{FlightClaim, FlightWait};
+    use coord_core::provider::{FlightClaim, FlightWait};
     let store = c.flight_store().clone();
     let k = key(&c, "flight-abandon");
     let (a, b) = (OwnerToken::new(), OwnerToken::new());

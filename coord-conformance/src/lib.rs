@@ -1,7 +1,7 @@
 //! # coord-conformance
 //!
 //! The provider conformance suite of coord, as a crate: the behaviour every
-//! [`LockProvider`](coord_core::LockProvider) + [`IdempotencyStore`](coord_core::IdempotencyStore)
+//! [`LockProvider`](coord_core::provider::LockProvider) + [`IdempotencyStore`](coord_core::provider::IdempotencyStore)
 //! must share, written once. coord's in-process provider and its Redis provider (over both
 //! clients) run exactly this suite; a third-party provider runs it with one macro call from its
 //! own tests.
@@ -23,7 +23,7 @@
 //!     Coordinator::builder()
 //!         .namespace(namespace)
 //!         // Your provider here; the in-process one stands in for it in this example.
-//!         .provider(coord_core::MemoryProvider::new())
+//!         .provider(coord_core::memory::MemoryProvider::new())
 //!         .build()
 //!         .expect("a valid coordinator")
 //! }
@@ -64,8 +64,8 @@
 //! | Completion outcomes | `idempotency_completion_by_the_owner_is_stored_and_resendable`, `idempotency_completion_after_the_marker_lapsed_is_stored_without_it`, `idempotency_late_completion_after_another_claim_is_superseded`, `idempotency_completion_after_purge_is_stored_without_marker` | `Stored`, `StoredWithoutMarker` and `Superseded` exactly when the contract says, and resends change nothing |
 //! | Hostile durations | `lock_extreme_leases_are_accepted`, `lock_extreme_waits_wait_until_granted`, `lock_cancelled_forever_waiter_leaves_the_key_working`, `idempotency_extreme_durations_are_accepted`, `idempotency_forever_wait_settled_waits_until_settled` | zero, 1 µs, `u64::MAX` ms and `Duration::MAX` leases, waits and retentions neither panic, hang nor wrap around; cancelled waits leave the key working |
 //! | Attributes | `attribute_lock_excludes_and_fences`, `attribute_idempotent_duplicates_run_once`, `attribute_idempotent_errors_are_not_remembered`, `attribute_lock_refusal_and_cancellation` | the same promises through `#[distributed_lock]` and `#[idempotent]`: 64 contending tasks never overlap, duplicates run once, errors are not remembered, refused callers never run their body, cancelled holders release |
-//! | Operations API | `operations_inspect_lock_shows_holder_lease_waiters_and_token`, `operations_force_release_frees_any_holder_and_wakes_a_waiter`, `operations_inspect_record_in_each_state`, `operations_list_pages_through_the_keys_of_one_operation`, `operations_operator_acts_on_pasted_keys` | [`Operations`](coord_core::Operations): inspection shows what coord would see (holder, lease, waiters, fencing token; record state, age, time left, size); listings page through exactly one operation's live keys within the page bound, and every listed key pastes back; a forced release frees any holder, wakes a waiter and leaves the fencing counter alone |
-//! | Cluster single-flight | `flight_claim_is_exclusive_and_owner_scoped`, `flight_finish_hands_over_and_is_fenced`, `flight_abandon_and_lapse_make_the_flight_vacant`, `attribute_cluster_single_flight_runs_once_and_takes_over` | [`FlightStore`](coord_core::FlightStore): one leader per key, resendable by it; renew, finish and abandon only by the leader; waiters woken by finish and abandon without polling (also one arriving after the finish); a lapsed claim is vacant at its lease's end and its late finish refused; the hand-over kept for its time only; through `#[single_flight(scope = "cluster")]`, one run for concurrent calls, a new run afterwards, and takeover of a silent leader |
+//! | Operations API | `operations_inspect_lock_shows_holder_lease_waiters_and_token`, `operations_force_release_frees_any_holder_and_wakes_a_waiter`, `operations_inspect_record_in_each_state`, `operations_list_pages_through_the_keys_of_one_operation`, `operations_operator_acts_on_pasted_keys` | [`Operations`](coord_core::provider::Operations): inspection shows what coord would see (holder, lease, waiters, fencing token; record state, age, time left, size); listings page through exactly one operation's live keys within the page bound, and every listed key pastes back; a forced release frees any holder, wakes a waiter and leaves the fencing counter alone |
+//! | Cluster single-flight | `flight_claim_is_exclusive_and_owner_scoped`, `flight_finish_hands_over_and_is_fenced`, `flight_abandon_and_lapse_make_the_flight_vacant`, `attribute_cluster_single_flight_runs_once_and_takes_over` | [`FlightStore`](coord_core::provider::FlightStore): one leader per key, resendable by it; renew, finish and abandon only by the leader; waiters woken by finish and abandon without polling (also one arriving after the finish); a lapsed claim is vacant at its lease's end and its late finish refused; the hand-over kept for its time only; through `#[single_flight(scope = "cluster")]`, one run for concurrent calls, a new run afterwards, and takeover of a silent leader |
 //!
 //! [`cases()`] lists them all; each is also a plain `pub async fn` in [`cases`](mod@cases),
 //! callable on its own while bisecting a failure.
@@ -95,7 +95,8 @@ use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::time::{Duration, Instant};
 
-use coord_core::{BoxFuture, Coordinator};
+use coord_core::Coordinator;
+use coord_core::provider::BoxFuture;
 
 /// How long one case may run before it counts as failed: it hung (a deadlocked key, a lost
 /// wake-up that nothing backs up). The slowest case takes a few seconds against a healthy

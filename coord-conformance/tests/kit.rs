@@ -7,11 +7,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use coord_conformance::{Report, cases, run_all, run_cases};
-use coord_core::{
-    BackendError, BoxFuture, ClaimOutcome, ClaimRequest, CompleteOutcome, CompleteRequest,
-    Coordinator, IdempotencyStore, LockGrant, LockProvider, LockRequest, MemoryProvider,
-    OwnerToken, ReleaseOutcome, RenewOutcome,
+use coord_core::memory::MemoryProvider;
+use coord_core::provider::{
+    BoxFuture, ClaimOutcome, ClaimRequest, CompleteOutcome, CompleteRequest, IdempotencyStore,
+    LockGrant, LockProvider, LockRequest, OwnerToken, ReleaseOutcome, RenewOutcome,
 };
+use coord_core::{BackendError, Coordinator};
 
 static NEXT: AtomicUsize = AtomicUsize::new(0);
 
@@ -34,7 +35,7 @@ async fn fresh_memory() -> Coordinator {
 struct ReleaseNeverFrees(MemoryProvider);
 
 /// No operator support: these tests never inspect or list.
-impl coord_core::Operations for ReleaseNeverFrees {}
+impl coord_core::provider::Operations for ReleaseNeverFrees {}
 
 impl LockProvider for ReleaseNeverFrees {
     fn acquire<'a>(
@@ -63,9 +64,9 @@ impl LockProvider for ReleaseNeverFrees {
 }
 
 /// No shared cache: the defaults.
-impl coord_core::CacheStore for ReleaseNeverFrees {}
+impl coord_core::provider::CacheStore for ReleaseNeverFrees {}
 /// No cluster-scope single-flight: the kit does not use it.
-impl coord_core::FlightStore for ReleaseNeverFrees {}
+impl coord_core::provider::FlightStore for ReleaseNeverFrees {}
 
 impl IdempotencyStore for ReleaseNeverFrees {
     fn claim<'a>(

@@ -1,6 +1,6 @@
 //! What makes two requests "the same request" for one idempotency key.
 
-use coord_core::Fingerprint;
+use coord_core::provider::Fingerprint;
 use http::HeaderName;
 use http::request::Parts;
 use sha2::{Digest, Sha256};

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use coord_core::{CoordError, Coordinator, IdempotencyOutcome, OnStoreError};
+use coord_core::report::IdempotencyOutcome;
+use coord_core::{CoordError, Coordinator, OnStoreError};
 use http::header::{CONTENT_LENGTH, HeaderValue, RETRY_AFTER};
 use http::{HeaderMap, HeaderName, Request, Response, StatusCode};
 use http_body::Body;

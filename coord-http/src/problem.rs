@@ -403,7 +403,8 @@ pub(crate) fn retry_after_value(after: Duration) -> HeaderValue {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use coord_core::{BackendError, BackendErrorKind};
+    use coord_core::BackendError;
+    use coord_core::provider::BackendErrorKind;
 
     #[test]
     fn document_has_the_standard_members() {

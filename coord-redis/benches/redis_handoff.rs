@@ -21,7 +21,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use coord_core::{CallKey, LockProvider, LockRequest, OwnerToken, ReleaseOutcome};
+use coord_core::CallKey;
+use coord_core::provider::{LockProvider, LockRequest, OwnerToken, ReleaseOutcome};
 use coord_redis::RedisProvider;
 use tokio::sync::watch;
 

@@ -28,7 +28,8 @@ mod support;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use coord_core::{CallKey, LockProvider, LockRequest, OwnerToken, ReleaseOutcome};
+use coord_core::CallKey;
+use coord_core::provider::{LockProvider, LockRequest, OwnerToken, ReleaseOutcome};
 use coord_redis::RedisProvider;
 use coord_redis_testing::RedisServer;
 use redis::aio::MultiplexedConnection;

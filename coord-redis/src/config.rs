@@ -9,7 +9,8 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use coord_core::{BackendError, BackendErrorKind};
+use coord_core::BackendError;
+use coord_core::provider::BackendErrorKind;
 use percent_encoding::percent_decode_str;
 
 /// Which Redis client library talks to the server.

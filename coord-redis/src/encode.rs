@@ -4,7 +4,7 @@
 //! an allocation each on the hottest path. These fixed-size buffers live in the caller's frame
 //! for as long as the command that borrows them.
 
-use coord_core::OwnerToken;
+use coord_core::provider::OwnerToken;
 
 /// An owner token as Redis stores it: 32 lowercase hex digits.
 #[derive(Clone, Copy)]

@@ -157,7 +157,7 @@
 //! failover to another node is not a restart (the address differs).
 //!
 //! ## Operations
-//! [`RedisProvider`] implements coord's operations API (`coord_core::Operations`, used through
+//! [`RedisProvider`] implements coord's operations API (`coord_core::provider::Operations`, used through
 //! `Coordinator::operator()` and the `coord` tool): a lock or a record is inspected with one
 //! read-only script, a listing uses `SCAN` with `MATCH` on every data node (never `KEYS`), and
 //! a forced release is one script that wakes a waiter and leaves the fencing counter alone.

@@ -17,7 +17,8 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use coord_core::{BackendError, BackendErrorKind};
+use coord_core::BackendError;
+use coord_core::provider::BackendErrorKind;
 
 use crate::transport::{Command, Fault, Reply, Transport};
 

@@ -6,7 +6,8 @@
 
 use std::sync::Arc;
 
-use coord_core::{BackendError, BackendErrorKind, BoxFuture};
+use coord_core::BackendError;
+use coord_core::provider::{BackendErrorKind, BoxFuture};
 
 #[cfg(feature = "fred")]
 pub(crate) mod fred_client;

@@ -18,7 +18,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
-use coord_core::{BackendError, BackendErrorKind};
+use coord_core::BackendError;
+use coord_core::provider::BackendErrorKind;
 use tokio::sync::{Notify, mpsc, watch};
 
 use crate::transport::{Subscriber, SubscriberEvents, Transport};

@@ -30,11 +30,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use coord_core::{
-    BackendErrorKind, ClaimOutcome, ClaimRequest, CompleteOutcome, CompleteRequest, CoordError,
-    Coordinator, Fingerprint, IdempotencyStore, LockProvider, OwnerToken, ReleaseOutcome,
-    RenewOutcome, distributed_lock, idempotent,
+use coord_core::provider::{
+    BackendErrorKind, ClaimOutcome, ClaimRequest, CompleteOutcome, CompleteRequest, Fingerprint,
+    IdempotencyStore, LockProvider, OwnerToken, ReleaseOutcome, RenewOutcome,
 };
+use coord_core::{CoordError, Coordinator, distributed_lock, idempotent};
 use coord_redis::{Client, RedisProvider};
 use coord_redis_testing::{RedisServer, Resp};
 use support::*;

@@ -8,7 +8,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use coord_core::{CacheOutcome, CacheStore, CallKey, Coordinator, cached, observe};
+use coord_core::provider::CacheStore;
+use coord_core::report::CacheOutcome;
+use coord_core::{CallKey, Coordinator, cached, observe};
 use coord_redis::Client;
 use coord_redis_testing::{RedisServer, Resp};
 use support::*;

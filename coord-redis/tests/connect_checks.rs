@@ -7,7 +7,8 @@ use std::io::Write;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use coord_core::{BackendErrorKind, CallKey, LockProvider, OwnerToken};
+use coord_core::CallKey;
+use coord_core::provider::{BackendErrorKind, LockProvider, OwnerToken};
 use coord_redis::{Client, RedisProvider};
 use coord_redis_testing::RedisServer;
 use support::*;

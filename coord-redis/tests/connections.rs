@@ -8,7 +8,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use coord_core::{BackendError, BackendErrorKind, LockProvider, OwnerToken, ReleaseOutcome};
+use coord_core::BackendError;
+use coord_core::provider::{BackendErrorKind, LockProvider, OwnerToken, ReleaseOutcome};
 use coord_redis::{Client, RedisProvider};
 use coord_redis_testing::{Monitor, RedisServer, Resp};
 use support::*;

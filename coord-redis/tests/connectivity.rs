@@ -10,9 +10,10 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use coord_core::{
-    BackendError, CallKey, ClaimOutcome, IdempotencyStore, LockProvider, OwnerToken, ReleaseOutcome,
+use coord_core::provider::{
+    ClaimOutcome, IdempotencyStore, LockProvider, OwnerToken, ReleaseOutcome,
 };
+use coord_core::{BackendError, CallKey};
 use coord_redis::{Client, RedisProvider, RedisProviderBuilder};
 use coord_redis_testing::{
     RedisCluster, RedisServer, Resp, SentinelOptions, SentinelSetup, ServerOptions, TestCerts,
@@ -233,7 +234,11 @@ async fn plain_and_tls_do_not_mix(client: Client) {
             .await,
         "a CA for a plain address",
     );
-    assert_eq!(err.kind(), coord_core::BackendErrorKind::Config, "{err}");
+    assert_eq!(
+        err.kind(),
+        coord_core::provider::BackendErrorKind::Config,
+        "{err}"
+    );
 }
 
 async fn unix_socket(client: Client) {
@@ -303,7 +308,11 @@ async fn acl_user_and_password(client: Client) {
             .await,
         "no credentials",
     );
-    assert_eq!(err.kind(), coord_core::BackendErrorKind::Config, "{err}");
+    assert_eq!(
+        err.kind(),
+        coord_core::provider::BackendErrorKind::Config,
+        "{err}"
+    );
 
     let err = connect_error(
         builder(
@@ -314,7 +323,11 @@ async fn acl_user_and_password(client: Client) {
         .await,
         "a wrong password",
     );
-    assert_eq!(err.kind(), coord_core::BackendErrorKind::Config, "{err}");
+    assert_eq!(
+        err.kind(),
+        coord_core::provider::BackendErrorKind::Config,
+        "{err}"
+    );
     assert!(
         !format!("{err} {err:?}").contains("wrong-guess-77"),
         "{err}"
@@ -545,7 +558,11 @@ async fn data_node_tls_behind_plain_sentinels() {
             #[cfg(feature = "fred")]
             Client::Fred => {
                 let err = connect_error(result, "mixed TLS with fred");
-                assert_eq!(err.kind(), coord_core::BackendErrorKind::Config, "{err}");
+                assert_eq!(
+                    err.kind(),
+                    coord_core::provider::BackendErrorKind::Config,
+                    "{err}"
+                );
             }
             _ => {
                 let p = result.unwrap_or_else(|e| panic!("{client:?}: {e}"));

@@ -9,9 +9,9 @@ use coord_core::CallKey;
 use std::sync::Arc;
 use std::time::Duration;
 
-use coord_core::{
-    BackendError, BackendErrorKind, ClaimOutcome, CompleteRequest, IdempotencyStore, LockProvider,
-    OwnerToken,
+use coord_core::BackendError;
+use coord_core::provider::{
+    BackendErrorKind, ClaimOutcome, CompleteRequest, IdempotencyStore, LockProvider, OwnerToken,
 };
 use coord_redis::{Client, RedisProvider};
 use coord_redis_testing::{RedisServer, Resp};
@@ -428,7 +428,7 @@ async fn run(
             }
         }
         Op::Release => match p.release(k, owner).await? {
-            coord_core::ReleaseOutcome::Released => "released".into(),
+            coord_core::provider::ReleaseOutcome::Released => "released".into(),
             other => format!("{other:?}"),
         },
         Op::Renew => describe_renew(p.renew(k, owner, LONG).await?),
@@ -450,7 +450,7 @@ async fn run(
                 })
                 .await?;
             match outcome {
-                coord_core::CompleteOutcome::Superseded {
+                coord_core::provider::CompleteOutcome::Superseded {
                     other: Some(other),
                     completed,
                 } => format!(
@@ -477,10 +477,10 @@ async fn run(
     })
 }
 
-fn describe_renew(outcome: coord_core::RenewOutcome) -> String {
+fn describe_renew(outcome: coord_core::provider::RenewOutcome) -> String {
     match outcome {
-        coord_core::RenewOutcome::Renewed => "renewed".into(),
-        coord_core::RenewOutcome::Lost(cause) => format!("lost: {}", cause.as_str()),
+        coord_core::provider::RenewOutcome::Renewed => "renewed".into(),
+        coord_core::provider::RenewOutcome::Lost(cause) => format!("lost: {}", cause.as_str()),
     }
 }
 

@@ -9,7 +9,7 @@ mod support;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use coord_core::{
+use coord_core::provider::{
     ClaimOutcome, ClaimRequest, CompleteOutcome, CompleteRequest, IdempotencyStore, LockProvider,
     OwnerToken, ReleaseOutcome, RenewOutcome,
 };

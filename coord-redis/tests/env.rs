@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use coord_core::{BackendErrorKind, LockProvider, LockRequest, OwnerToken};
+use coord_core::provider::{BackendErrorKind, LockProvider, LockRequest, OwnerToken};
 use coord_redis::{RedisProvider, URL_ENV};
 use coord_redis_testing::RedisServer;
 

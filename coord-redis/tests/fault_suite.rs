@@ -26,11 +26,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
-use coord_core::{
-    BackendErrorKind, ClaimOutcome, ClaimRequest, CompleteRequest, CoordError, Coordinator,
-    Fingerprint, IdempotencyStore, LockProvider, LockRequest, OwnerToken, ReleaseOutcome,
-    distributed_lock, fencing_token, idempotent,
+use coord_core::provider::{
+    BackendErrorKind, ClaimOutcome, ClaimRequest, CompleteRequest, Fingerprint, IdempotencyStore,
+    LockProvider, LockRequest, OwnerToken, ReleaseOutcome,
 };
+use coord_core::{CoordError, Coordinator, distributed_lock, fencing_token, idempotent};
 use coord_redis::fence::{FencedWrite, write_fenced};
 use coord_redis::{Client, RedisProvider};
 use coord_redis_testing::{RedisServer, Resp, SentinelSetup, command_at};

@@ -5,9 +5,9 @@ mod support;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use coord_core::{
-    BackendError, BackendErrorKind, ClaimOutcome, IdempotencyStore, LockProvider, OwnerToken,
-    ReleaseOutcome,
+use coord_core::BackendError;
+use coord_core::provider::{
+    BackendErrorKind, ClaimOutcome, IdempotencyStore, LockProvider, OwnerToken, ReleaseOutcome,
 };
 use coord_redis::{Client, RedisProvider};
 use coord_redis_testing::RedisServer;

@@ -8,9 +8,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use coord_core::{
-    BackendErrorKind, CoordError, Coordinator, FlightClaim, FlightStore, FlightWait, OwnerToken,
-};
+use coord_core::provider::{BackendErrorKind, FlightClaim, FlightStore, FlightWait, OwnerToken};
+use coord_core::{CoordError, Coordinator};
 use coord_redis::Client;
 use coord_redis_testing::{RedisServer, Resp};
 use support::*;

@@ -5,7 +5,8 @@
 use std::time::Duration;
 
 use coord_core::config::ConfigError;
-use coord_core::{CoordConfig, CoordError, Profile, ProviderConfig};
+use coord_core::config::ProviderConfig;
+use coord_core::{CoordConfig, CoordError, Profile};
 use coord_redis::coordinator_from_config;
 use coord_redis_testing::RedisServer;
 

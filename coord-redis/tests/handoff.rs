@@ -6,7 +6,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use coord_core::{LockProvider, OwnerToken};
+use coord_core::provider::{LockProvider, OwnerToken};
 use coord_redis::Client;
 use coord_redis_testing::RedisServer;
 use support::*;

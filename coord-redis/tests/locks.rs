@@ -4,10 +4,11 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use coord_core::{
-    BackendErrorKind, CallKey, ClaimOutcome, CompleteOutcome, CompleteRequest, IdempotencyStore,
-    LockProvider, LockRequest, LossCause, OwnerToken, ReleaseOutcome, RenewOutcome,
+use coord_core::provider::{
+    BackendErrorKind, ClaimOutcome, CompleteOutcome, CompleteRequest, IdempotencyStore,
+    LockProvider, LockRequest, OwnerToken, ReleaseOutcome, RenewOutcome,
 };
+use coord_core::{CallKey, LossCause};
 use coord_redis::Client;
 use coord_redis_testing::{RedisServer, Resp};
 use support::*;

@@ -10,10 +10,11 @@ mod support;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use coord_core::{
-    BackendErrorKind, CallKey, ClaimRequest, Coordinator, Cursor, ForcedRelease, IdempotencyStore,
-    ListRequest, LockProvider, Operations, OwnerToken, Page, RecordStatus,
+use coord_core::provider::{
+    BackendErrorKind, ClaimRequest, Cursor, ForcedRelease, IdempotencyStore, ListRequest,
+    LockProvider, Operations, OwnerToken, Page, RecordStatus,
 };
+use coord_core::{CallKey, Coordinator};
 use coord_redis::{Client, RedisProvider};
 use coord_redis_testing::{RedisCluster, RedisServer, Resp};
 use support::*;

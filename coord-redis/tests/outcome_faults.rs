@@ -31,9 +31,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use coord_core::provider::{BackendErrorKind, LockProvider, OwnerToken};
+use coord_core::report::IdempotencyOutcome;
 use coord_core::{
-    BackendErrorKind, CallReport, CoordError, Coordinator, IdempotencyOutcome, LockProvider,
-    NotStoredCause, OwnerToken, distributed_lock, idempotent, observe,
+    CallReport, CoordError, Coordinator, NotStoredCause, distributed_lock, idempotent, observe,
 };
 use coord_redis::{Client, RedisProvider};
 use coord_redis_testing::{RedisServer, Resp, command_at};

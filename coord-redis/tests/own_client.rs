@@ -6,7 +6,9 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use coord_core::{ClaimOutcome, IdempotencyStore, LockProvider, OwnerToken, ReleaseOutcome};
+use coord_core::provider::{
+    ClaimOutcome, IdempotencyStore, LockProvider, OwnerToken, ReleaseOutcome,
+};
 use coord_redis::RedisProvider;
 use coord_redis_testing::RedisServer;
 use support::*;
@@ -94,7 +96,11 @@ mod redis_rs {
             .connect()
             .await
             .unwrap_err();
-        assert_eq!(err.kind(), coord_core::BackendErrorKind::Config, "{err}");
+        assert_eq!(
+            err.kind(),
+            coord_core::provider::BackendErrorKind::Config,
+            "{err}"
+        );
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -131,14 +137,18 @@ mod redis_rs {
             .connect()
             .await
             .unwrap_err();
-        assert_eq!(err.kind(), coord_core::BackendErrorKind::Config, "{err}");
+        assert_eq!(
+            err.kind(),
+            coord_core::provider::BackendErrorKind::Config,
+            "{err}"
+        );
     }
 }
 
 #[cfg(feature = "fred")]
 mod fred_shared {
     use super::*;
-    use coord_core::BackendErrorKind;
+    use coord_core::provider::BackendErrorKind;
     /// Client connections of `server` (not counting the one asking).
     fn connections(server: &RedisServer) -> usize {
         server

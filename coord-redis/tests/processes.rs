@@ -253,16 +253,22 @@ fn acquire_from_parent(
     c: &Coordinator,
     key: &CallKey,
     fenced: bool,
-) -> (coord_core::OwnerToken, Option<coord_core::LockGrant>) {
-    let me = coord_core::OwnerToken::new();
+) -> (
+    coord_core::provider::OwnerToken,
+    Option<coord_core::provider::LockGrant>,
+) {
+    let me = coord_core::provider::OwnerToken::new();
     let grant = rt
-        .block_on(c.lock_provider().acquire(coord_core::LockRequest {
-            key,
-            owner: me,
-            lease: Duration::from_secs(30),
-            wait: Duration::from_secs(5),
-            fenced,
-        }))
+        .block_on(
+            c.lock_provider()
+                .acquire(coord_core::provider::LockRequest {
+                    key,
+                    owner: me,
+                    lease: Duration::from_secs(30),
+                    wait: Duration::from_secs(5),
+                    fenced,
+                }),
+        )
         .expect("acquire");
     (me, grant)
 }
@@ -406,7 +412,7 @@ fn frozen_unrenewed_holder_is_fenced_off(server: &RedisServer) {
     assert_eq!(value.text().as_deref(), Some("from the successor"));
     assert_eq!(
         rt.block_on(c.lock_provider().release(&key, me)).unwrap(),
-        coord_core::ReleaseOutcome::Released,
+        coord_core::provider::ReleaseOutcome::Released,
         "the stale release did not free the successor"
     );
 }

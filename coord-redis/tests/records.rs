@@ -6,10 +6,11 @@ use coord_core::CallKey;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use coord_core::{
-    BackendError, ClaimOutcome, ClaimRequest, CompleteOutcome, CompleteRequest, Fingerprint,
-    IdempotencyStore, LossCause, OwnerToken, RenewOutcome,
+use coord_core::provider::{
+    ClaimOutcome, ClaimRequest, CompleteOutcome, CompleteRequest, Fingerprint, IdempotencyStore,
+    OwnerToken, RenewOutcome,
 };
+use coord_core::{BackendError, LossCause};
 use coord_redis::Client;
 use coord_redis_testing::{RedisServer, Resp};
 use support::*;
@@ -464,7 +465,7 @@ async fn abandoned_marker_is_kept_on_request(client: Client) {
 async fn renew_marker_is_owner_scoped(client: Client) {
     let server = RedisServer::start();
     let s = provider(&server, client).await;
-    use coord_core::RenewOutcome::{Lost, Renewed};
+    use coord_core::provider::RenewOutcome::{Lost, Renewed};
     let (a, b) = (OwnerToken::new(), OwnerToken::new());
 
     let k = key("renew-marker");

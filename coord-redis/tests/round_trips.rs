@@ -12,9 +12,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use coord_core::{
-    ClaimOutcome, CoordError, Coordinator, IdempotencyStore, LockProvider, OwnerToken, idempotent,
-};
+use coord_core::provider::{ClaimOutcome, IdempotencyStore, LockProvider, OwnerToken};
+use coord_core::{CoordError, Coordinator, idempotent};
 use coord_redis::{Client, RedisProvider};
 use coord_redis_testing::{Monitor, RedisServer};
 use support::*;

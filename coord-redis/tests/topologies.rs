@@ -5,7 +5,7 @@ mod support;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use coord_core::{
+use coord_core::provider::{
     BackendErrorKind, ClaimOutcome, IdempotencyStore, LockProvider, OwnerToken, ReleaseOutcome,
 };
 use coord_redis::RedisProvider;
@@ -46,7 +46,7 @@ async fn cluster_of_three_masters() {
             );
             assert_eq!(
                 p.renew(&k, a, LONG).await.unwrap(),
-                coord_core::RenewOutcome::Renewed
+                coord_core::provider::RenewOutcome::Renewed
             );
             assert_eq!(p.release(&k, a).await.unwrap(), ReleaseOutcome::Released);
 

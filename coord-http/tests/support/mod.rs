@@ -14,11 +14,13 @@ use axum::extract::{Request, State};
 use axum::response::Response;
 use axum::routing::post;
 use bytes::Bytes;
-use coord_core::{
-    BackendError, BackendErrorKind, BoxFuture, CallKey, ClaimOutcome, ClaimRequest,
-    CompleteOutcome, CompleteRequest, Coordinator, IdempotencyStore, LockGrant, LockProvider,
-    LockRequest, MemoryProvider, OwnerToken, ReleaseOutcome, RenewOutcome,
+use coord_core::memory::MemoryProvider;
+use coord_core::provider::{
+    BackendErrorKind, BoxFuture, ClaimOutcome, ClaimRequest, CompleteOutcome, CompleteRequest,
+    IdempotencyStore, LockGrant, LockProvider, LockRequest, OwnerToken, ReleaseOutcome,
+    RenewOutcome,
 };
+use coord_core::{BackendError, CallKey, Coordinator};
 use coord_http::{IdempotencyLayer, IdempotencyLayerBuilder};
 use http::{HeaderMap, HeaderValue, StatusCode};
 use serde_json::{Value, json};
@@ -404,12 +406,12 @@ fn gated<'a, T: Send + 'a>(
 
 /// Operator tools are not what these tests are about: the contract's defaults report them
 /// unsupported.
-impl coord_core::Operations for Switchable {}
+impl coord_core::provider::Operations for Switchable {}
 
 /// No shared cache here either.
-impl coord_core::CacheStore for Switchable {}
+impl coord_core::provider::CacheStore for Switchable {}
 /// No cluster-scope single-flight: the layer does not use it.
-impl coord_core::FlightStore for Switchable {}
+impl coord_core::provider::FlightStore for Switchable {}
 
 impl LockProvider for Switchable {
     fn acquire<'a>(

@@ -7,7 +7,8 @@
 
 use std::time::Duration;
 
-use coord_core::{BackendError, BoxFuture, CacheEntry, CacheStore, CallKey};
+use coord_core::provider::{BoxFuture, CacheEntry, CacheStore};
+use coord_core::{BackendError, CallKey};
 
 use super::RedisProvider;
 use super::commands::millis;

@@ -2,7 +2,8 @@
 
 use std::time::Duration;
 
-use coord_core::{BackendError, BackendErrorKind, CallKey, OwnerToken};
+use coord_core::provider::{BackendErrorKind, OwnerToken};
+use coord_core::{BackendError, CallKey};
 
 use super::*;
 use crate::config::scrub;

@@ -12,9 +12,8 @@
 
 use std::time::Duration;
 
-use coord_core::{
-    BackendError, BoxFuture, CallKey, FlightClaim, FlightStore, FlightWait, OwnerToken,
-};
+use coord_core::provider::{BoxFuture, FlightClaim, FlightStore, FlightWait, OwnerToken};
+use coord_core::{BackendError, CallKey};
 use tokio::time::Instant;
 
 use super::commands::*;

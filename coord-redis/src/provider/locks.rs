@@ -2,10 +2,10 @@
 
 use std::time::Duration;
 
-use coord_core::{
-    BackendError, BoxFuture, CallKey, FencingToken, LockGrant, LockProvider, LockRequest,
-    LossCause, OwnerToken, ReleaseOutcome, RenewOutcome,
+use coord_core::provider::{
+    BoxFuture, LockGrant, LockProvider, LockRequest, OwnerToken, ReleaseOutcome, RenewOutcome,
 };
+use coord_core::{BackendError, CallKey, FencingToken, LossCause};
 use tokio::time::Instant;
 
 use super::commands::*;

@@ -15,7 +15,8 @@ mod records;
 use std::sync::Arc;
 use std::time::Duration;
 
-use coord_core::{BackendError, BackendErrorKind};
+use coord_core::BackendError;
+use coord_core::provider::BackendErrorKind;
 
 #[cfg(feature = "tls")]
 use crate::config::Pem;
@@ -43,7 +44,7 @@ const FENCE_RETENTION_FLOOR: Duration = Duration::from_secs(3600);
 const MAX_MILLIS: u64 = 1 << 46;
 
 /// Coordination through Redis: lease locks with optional fencing tokens and pub/sub
-/// hand-off, and idempotency records. Implements [`LockProvider`](coord_core::LockProvider) and [`IdempotencyStore`](coord_core::IdempotencyStore);
+/// hand-off, and idempotency records. Implements [`LockProvider`](coord_core::provider::LockProvider) and [`IdempotencyStore`](coord_core::provider::IdempotencyStore);
 /// give it to `Coordinator::builder().provider(..)`.
 ///
 /// # What it promises
@@ -72,7 +73,7 @@ const MAX_MILLIS: u64 = 1 << 46;
 ///   Redis type, a lock value that is not a token, a fencing counter that is not plain decimal
 ///   digits, a record with a missing or unknown field) yields kind `Corrupt` naming the call
 ///   key, and is never turned into a grant, a fencing token or a replay. Purge such a record
-///   with [`IdempotencyStore::purge`](coord_core::IdempotencyStore::purge), or delete the key.
+///   with [`IdempotencyStore::purge`](coord_core::provider::IdempotencyStore::purge), or delete the key.
 /// * **Resends are safe.** A command sent again after its reply was lost answers what the
 ///   first send answered: a claim finding its own live marker is `Claimed`, a completion
 ///   finding its own completed record is `Stored`, an acquire finding its own token is granted.
@@ -82,7 +83,7 @@ const MAX_MILLIS: u64 = 1 << 46;
 ///   completed record in the same script (`StoredWithoutMarker`, with the request's
 ///   fingerprint); when another owner's marker or record is there, it writes nothing and
 ///   names that owner (`Superseded`). Completion, abandonment and
-///   [`IdempotencyStore::purge`](coord_core::IdempotencyStore::purge) wake `wait_settled` callers at once. A marker claimed with
+///   [`IdempotencyStore::purge`](coord_core::provider::IdempotencyStore::purge) wake `wait_settled` callers at once. A marker claimed with
 ///   `keep_abandoned_for` stays after its lease as an abandoned record until that period ends
 ///   or it is purged.
 /// * **Loss causes.** Renewing a lock or a marker that another owner now holds answers
@@ -646,7 +647,7 @@ mod tests {
     use super::commands::*;
     use super::locks::backstop_after;
     use super::*;
-    use coord_core::OwnerToken;
+    use coord_core::provider::OwnerToken;
 
     #[test]
     fn millis_round_up_and_clamp() {

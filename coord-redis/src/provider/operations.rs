@@ -24,10 +24,11 @@
 
 use std::time::Duration;
 
-use coord_core::{
-    BackendError, BackendErrorKind, BoxFuture, CallKey, Cursor, FencingToken, ForcedRelease,
-    ListRequest, LockHolder, LockInfo, Operations, Page, RecordInfo, RecordStatus, Waiters,
+use coord_core::provider::{
+    BackendErrorKind, BoxFuture, Cursor, ForcedRelease, ListRequest, LockHolder, LockInfo,
+    Operations, Page, RecordInfo, RecordStatus, Waiters,
 };
+use coord_core::{BackendError, CallKey, FencingToken};
 
 use super::commands::parse_token;
 use super::*;

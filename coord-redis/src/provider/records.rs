@@ -2,10 +2,11 @@
 
 use std::time::Duration;
 
-use coord_core::{
-    BackendError, BackendErrorKind, BoxFuture, CallKey, ClaimOutcome, ClaimRequest,
-    CompleteOutcome, CompleteRequest, Fingerprint, IdempotencyStore, OwnerToken, RenewOutcome,
+use coord_core::provider::{
+    BackendErrorKind, BoxFuture, ClaimOutcome, ClaimRequest, CompleteOutcome, CompleteRequest,
+    Fingerprint, IdempotencyStore, OwnerToken, RenewOutcome,
 };
+use coord_core::{BackendError, CallKey};
 use tokio::time::Instant;
 
 use super::commands::*;

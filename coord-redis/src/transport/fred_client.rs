@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use coord_core::BoxFuture;
+use coord_core::provider::BoxFuture;
 use fred::bytes::BytesMut;
 use fred::clients::{Client as FredClient, Pipeline, SubscriberClient, WithOptions};
 use fred::error::{Error, ErrorKind};

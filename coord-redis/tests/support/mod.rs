@@ -5,7 +5,7 @@ use coord_core::CallKey;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use coord_core::{ClaimRequest, LockGrant, LockProvider, LockRequest, OwnerToken};
+use coord_core::provider::{ClaimRequest, LockGrant, LockProvider, LockRequest, OwnerToken};
 use coord_redis::{Client, RedisProvider};
 use coord_redis_testing::{RedisServer, Resp};
 
@@ -167,14 +167,14 @@ pub fn spawn_acquire(
 /// Completes `key` for `owner`, answering whether the outcome is now stored.
 #[allow(dead_code)]
 pub async fn complete_stored(
-    store: &dyn coord_core::IdempotencyStore,
+    store: &dyn coord_core::provider::IdempotencyStore,
     key: &CallKey,
     owner: OwnerToken,
     payload: std::sync::Arc<[u8]>,
     retention: Duration,
 ) -> Result<bool, coord_core::BackendError> {
     store
-        .complete(coord_core::CompleteRequest {
+        .complete(coord_core::provider::CompleteRequest {
             key,
             owner,
             payload,
@@ -182,5 +182,5 @@ pub async fn complete_stored(
             fingerprint: None,
         })
         .await
-        .map(coord_core::CompleteOutcome::is_stored)
+        .map(coord_core::provider::CompleteOutcome::is_stored)
 }

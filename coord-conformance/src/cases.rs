@@ -13,6 +13,7 @@
 //! checked as "well under the one-second backstop cap", never as a tight latency.
 
 pub mod attributes;
+pub mod cache_store;
 pub mod cluster_flights;
 pub mod completion_outcomes;
 pub mod fencing;
@@ -31,6 +32,13 @@ mod requests;
 pub use attributes::{
     attribute_idempotent_duplicates_run_once, attribute_idempotent_errors_are_not_remembered,
     attribute_lock_excludes_and_fences, attribute_lock_refusal_and_cancellation,
+};
+pub use cache_store::{
+    cache_delete_removes_the_entry, cache_entry_is_absent_after_its_ttl,
+    cache_extreme_ttls_are_accepted, cache_is_separate_from_locks_and_records,
+    cache_keys_of_other_operations_and_parts_do_not_collide,
+    cache_set_replaces_the_value_and_the_ttl,
+    cache_set_then_get_returns_the_bytes_and_the_ttl_left,
 };
 pub use cluster_flights::{
     attribute_cluster_single_flight_runs_once_and_takes_over,

@@ -1,8 +1,9 @@
 //! # coord-conformance
 //!
-//! The provider conformance suite of coord, as a crate: the behaviour every
-//! [`LockProvider`](coord_core::LockProvider) + [`IdempotencyStore`](coord_core::IdempotencyStore)
-//! must share, written once. coord's in-process provider and its Redis provider (over both
+//! The provider conformance suite of coord, as a crate: the behaviour every provider (its
+//! [`LockProvider`](coord_core::LockProvider), [`IdempotencyStore`](coord_core::IdempotencyStore),
+//! [`CacheStore`](coord_core::CacheStore), [`Operations`](coord_core::Operations) and
+//! [`FlightStore`](coord_core::FlightStore)) must share, written once. coord's in-process provider and its Redis provider (over both
 //! clients) run exactly this suite; a third-party provider runs it with one macro call from its
 //! own tests.
 //!
@@ -68,9 +69,16 @@
 //! | [`attributes`](cases::attributes) | `attribute_lock_excludes_and_fences`, `attribute_idempotent_duplicates_run_once`, `attribute_idempotent_errors_are_not_remembered`, `attribute_lock_refusal_and_cancellation` | the same promises through `#[distributed_lock]` and `#[idempotent]`: 64 contending tasks never overlap, duplicates run once, errors are not remembered, refused callers never run their body, cancelled holders release |
 //! | [`operations_api`](cases::operations_api) | `operations_inspect_lock_shows_holder_lease_waiters_and_token`, `operations_force_release_frees_any_holder_and_wakes_a_waiter`, `operations_inspect_record_in_each_state`, `operations_list_pages_through_the_keys_of_one_operation`, `operations_operator_acts_on_pasted_keys` | [`Operations`](coord_core::Operations): inspection shows what coord would see (holder, lease, waiters, fencing token; record state, age, time left, size); listings page through exactly one operation's live keys within the page bound, and every listed key pastes back; a forced release frees any holder, wakes a waiter and leaves the fencing counter alone |
 //! | [`cluster_flights`](cases::cluster_flights) | `flight_claim_is_exclusive_and_owner_scoped`, `flight_finish_hands_over_and_is_fenced`, `flight_abandon_and_lapse_make_the_flight_vacant`, `attribute_cluster_single_flight_runs_once_and_takes_over` | [`FlightStore`](coord_core::FlightStore): one leader per key, resendable by it; renew, finish and abandon only by the leader; waiters woken by finish and abandon without polling (also one arriving after the finish); a lapsed claim is vacant at its lease's end and its late finish refused; the hand-over kept for its time only; through `#[single_flight(scope = "cluster")]`, one run for concurrent calls, a new run afterwards, and takeover of a silent leader |
+//! | [`cache_store`](cases::cache_store) | `cache_set_then_get_returns_the_bytes_and_the_ttl_left`, `cache_entry_is_absent_after_its_ttl`, `cache_delete_removes_the_entry`, `cache_keys_of_other_operations_and_parts_do_not_collide`, `cache_set_replaces_the_value_and_the_ttl`, `cache_is_separate_from_locks_and_records`, `cache_extreme_ttls_are_accepted` | [`CacheStore`](coord_core::CacheStore): entries read back byte for byte with no more time left than their ttl, and never after it; a delete removes and says whether there was an entry; a set replaces value and ttl; keys of other operations, parts and namespaces, and locks and records at the same key, never collide; zero, 1 µs, `u64::MAX` ms and `Duration::MAX` ttls are accepted, tiny ones expire and huge ones neither expire early nor wrap around |
 //!
 //! [`cases()`] lists them all; each is also a plain `pub async fn` in its module, and in
 //! [`cases`](mod@cases) itself, callable on its own while bisecting a failure.
+//!
+//! [`CacheStore`](coord_core::CacheStore), [`Operations`](coord_core::Operations) and
+//! [`FlightStore`](coord_core::FlightStore) have default methods that report themselves as not
+//! supported, and coord runs without them. A provider that keeps those defaults fails the
+//! `cache_`, `operations_` and `flight_` cases, each with the provider's "not supported" error in
+//! its message; it runs the rest with [`run_cases`], filtering the cases by name.
 //!
 //! What it does not check: behaviour under backend faults (lost replies, restarts, failover),
 //! which needs a way to inject them that only the provider has; throughput; and anything about
@@ -139,8 +147,9 @@ impl fmt::Debug for Case {
 static CASES: &[Case] = &crate::__with_case_names!(__case_table!());
 
 /// Every case of the suite, in a fixed order (lock cases, then idempotency cases, then the
-/// attribute cases, then the operations API cases). The list grows when the contract does: a release of this crate may add
-/// cases, and a provider that passed before may fail a new one.
+/// attribute cases, then the operations API, cluster single-flight and cache store cases). The
+/// list grows when the contract does: a release of this crate may add cases, and a provider
+/// that passed before may fail a new one.
 pub fn cases() -> &'static [Case] {
     CASES
 }
@@ -442,7 +451,14 @@ macro_rules! __with_case_names {
             flight_claim_is_exclusive_and_owner_scoped,
             flight_finish_hands_over_and_is_fenced,
             flight_abandon_and_lapse_make_the_flight_vacant,
-            attribute_cluster_single_flight_runs_once_and_takes_over
+            attribute_cluster_single_flight_runs_once_and_takes_over,
+            cache_set_then_get_returns_the_bytes_and_the_ttl_left,
+            cache_entry_is_absent_after_its_ttl,
+            cache_delete_removes_the_entry,
+            cache_keys_of_other_operations_and_parts_do_not_collide,
+            cache_set_replaces_the_value_and_the_ttl,
+            cache_is_separate_from_locks_and_records,
+            cache_extreme_ttls_are_accepted
         }
     };
 }

@@ -210,6 +210,26 @@ async fn a_provider_without_operations_fails_the_operations_cases() {
     }
 }
 
+/// A provider that opts out of the shared cache (an empty `impl CacheStore`) fails every cache
+/// case, each with the provider's own "not supported" error in its message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_provider_without_a_cache_fails_the_cache_cases() {
+    let selected = cases().iter().filter(|c| c.name().starts_with("cache_"));
+    let report = run_cases(selected, fresh_broken).await;
+    assert_eq!(report.outcomes().len(), 7, "{report}");
+    for outcome in report.outcomes() {
+        let why = outcome
+            .failure
+            .as_deref()
+            .unwrap_or_else(|| panic!("{} passed without a cache", outcome.name));
+        assert!(
+            why.contains("does not implement CacheStore"),
+            "{}: {why}",
+            outcome.name
+        );
+    }
+}
+
 /// A `make` that panics (a provider that cannot connect, say) fails every case it was called
 /// for, with its message, instead of unwinding out of the harness.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

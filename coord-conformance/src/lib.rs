@@ -87,15 +87,16 @@
 //! ## Time
 //!
 //! The cases wait on real clocks: leases are let lapse, waiters are left waiting. Against the
-//! in-process provider the whole suite takes about 15 s run one case after another
+//! in-process provider the whole suite takes about 25 s run one case after another
 //! ([`run_all`]; the slowest case, `lock_release_wakes_one_waiter`, about 2 s) and a few
 //! seconds under `cargo test`, which runs cases in parallel; a provider over a network adds its
 //! round trips. A single case is given [`CASE_TIMEOUT`] before it counts as failed (hung).
 //!
 //! Deadlines in the cases are behavioural and generous: "woken by the release, not by a
 //! backstop" is checked as "within 700 ms of the release", "a lapsed 200 ms lease frees the
-//! key" as "within 2 s". They tell a provider that wakes waiters from one that polls every
-//! second; they are not latency targets, and a loaded machine does not make them flaky.
+//! key" as "within 2 s", "a cache entry set for 200 ms expires" as "gone 1 s later". They tell
+//! a provider that wakes waiters from one that polls every second; they are not latency
+//! targets, and a loaded machine does not make them flaky.
 
 pub mod cases;
 

@@ -1,8 +1,9 @@
 //! # coord-conformance
 //!
-//! The provider conformance suite of coord, as a crate: the behaviour every
-//! [`LockProvider`](coord_core::provider::LockProvider) + [`IdempotencyStore`](coord_core::provider::IdempotencyStore)
-//! must share, written once. coord's in-process provider and its Redis provider (over both
+//! The provider conformance suite of coord, as a crate: the behaviour every provider (its
+//! [`LockProvider`](coord_core::provider::LockProvider), [`IdempotencyStore`](coord_core::provider::IdempotencyStore),
+//! [`CacheStore`](coord_core::provider::CacheStore), [`Operations`](coord_core::provider::Operations) and
+//! [`FlightStore`](coord_core::provider::FlightStore)) must share, written once. coord's in-process provider and its Redis provider (over both
 //! clients) run exactly this suite; a third-party provider runs it with one macro call from its
 //! own tests.
 //!
@@ -54,21 +55,30 @@
 //!
 //! ## What it checks
 //!
-//! | Group | Cases | Promise |
-//! |---|---|---|
-//! | Lock exclusion | `lock_single_attempt_refused_when_held`, `lock_release_is_owner_scoped_and_idempotent`, `lock_expired_holder_is_replaced` | one holder at a time; only the owner frees; a lapsed lease frees the key and its old owner cannot free the new holder |
-//! | Lock waiting | `lock_waiter_is_woken_by_release`, `lock_release_wakes_one_waiter` | a release wakes a waiter without polling, and one release wakes one waiter |
-//! | Fencing | `lock_fencing_tokens_increase_only_when_fenced` | fenced grants carry strictly increasing tokens, unfenced ones none |
-//! | Renewal and loss | `lock_renew_is_owner_scoped`, `lock_renew_reports_why_the_lock_was_lost`, `idempotency_renew_marker_reports_why_the_marker_was_lost` | renewals extend only the owner's lease, and a lost hold says whether it lapsed or was taken |
-//! | Idempotency records | `idempotency_claim_complete_replay`, `idempotency_abandon_and_lapse`, `idempotency_abandoned_marker_is_kept_on_request`, `idempotency_wait_settled_wakes_on_completion`, `idempotency_claim_resent_by_its_owner_is_claimed`, `idempotency_replay_reports_the_record_age` | claim / in-flight / completed / abandoned states, owner-scoped completion and abandonment, fingerprints kept, waiters woken by completion, resent claims, a replayed record's age |
-//! | Completion outcomes | `idempotency_completion_by_the_owner_is_stored_and_resendable`, `idempotency_completion_after_the_marker_lapsed_is_stored_without_it`, `idempotency_late_completion_after_another_claim_is_superseded`, `idempotency_completion_after_purge_is_stored_without_marker` | `Stored`, `StoredWithoutMarker` and `Superseded` exactly when the contract says, and resends change nothing |
-//! | Hostile durations | `lock_extreme_leases_are_accepted`, `lock_extreme_waits_wait_until_granted`, `lock_cancelled_forever_waiter_leaves_the_key_working`, `idempotency_extreme_durations_are_accepted`, `idempotency_forever_wait_settled_waits_until_settled` | zero, 1 µs, `u64::MAX` ms and `Duration::MAX` leases, waits and retentions neither panic, hang nor wrap around; cancelled waits leave the key working |
-//! | Attributes | `attribute_lock_excludes_and_fences`, `attribute_idempotent_duplicates_run_once`, `attribute_idempotent_errors_are_not_remembered`, `attribute_lock_refusal_and_cancellation` | the same promises through `#[distributed_lock]` and `#[idempotent]`: 64 contending tasks never overlap, duplicates run once, errors are not remembered, refused callers never run their body, cancelled holders release |
-//! | Operations API | `operations_inspect_lock_shows_holder_lease_waiters_and_token`, `operations_force_release_frees_any_holder_and_wakes_a_waiter`, `operations_inspect_record_in_each_state`, `operations_list_pages_through_the_keys_of_one_operation`, `operations_operator_acts_on_pasted_keys` | [`Operations`](coord_core::provider::Operations): inspection shows what coord would see (holder, lease, waiters, fencing token; record state, age, time left, size); listings page through exactly one operation's live keys within the page bound, and every listed key pastes back; a forced release frees any holder, wakes a waiter and leaves the fencing counter alone |
-//! | Cluster single-flight | `flight_claim_is_exclusive_and_owner_scoped`, `flight_finish_hands_over_and_is_fenced`, `flight_abandon_and_lapse_make_the_flight_vacant`, `attribute_cluster_single_flight_runs_once_and_takes_over` | [`FlightStore`](coord_core::provider::FlightStore): one leader per key, resendable by it; renew, finish and abandon only by the leader; waiters woken by finish and abandon without polling (also one arriving after the finish); a lapsed claim is vacant at its lease's end and its late finish refused; the hand-over kept for its time only; through `#[single_flight(scope = "cluster")]`, one run for concurrent calls, a new run afterwards, and takeover of a silent leader |
+//! One module of [`cases`](mod@cases) per promise of the contract:
 //!
-//! [`cases()`] lists them all; each is also a plain `pub async fn` in [`cases`](mod@cases),
-//! callable on its own while bisecting a failure.
+//! | Module | Cases | Promise |
+//! |---|---|---|
+//! | [`lock_exclusion`](cases::lock_exclusion) | `lock_single_attempt_refused_when_held`, `lock_expired_holder_is_replaced`, `lock_waiter_is_woken_by_release`, `lock_release_wakes_one_waiter` | one holder at a time; a lapsed lease frees the key; a release wakes a waiter without polling, and one release wakes one waiter |
+//! | [`lock_ownership`](cases::lock_ownership) | `lock_release_is_owner_scoped_and_idempotent`, `lock_renew_is_owner_scoped`, `lock_renew_reports_why_the_lock_was_lost` | only the owner frees or renews, idempotently, and its old owner cannot free a new holder; a lost lock says whether it lapsed or was taken |
+//! | [`fencing`](cases::fencing) | `lock_fencing_tokens_increase_only_when_fenced` | fenced grants carry strictly increasing tokens, unfenced ones none |
+//! | [`idempotency_records`](cases::idempotency_records) | `idempotency_claim_complete_replay`, `idempotency_abandon_and_lapse`, `idempotency_abandoned_marker_is_kept_on_request`, `idempotency_wait_settled_wakes_on_completion`, `idempotency_claim_resent_by_its_owner_is_claimed`, `idempotency_renew_marker_reports_why_the_marker_was_lost` | claim / in-flight / completed / abandoned states, owner-scoped completion, abandonment and renewal, fingerprints kept, waiters woken by completion, resent claims, a lost marker says why |
+//! | [`completion_outcomes`](cases::completion_outcomes) | `idempotency_completion_by_the_owner_is_stored_and_resendable`, `idempotency_completion_after_the_marker_lapsed_is_stored_without_it`, `idempotency_late_completion_after_another_claim_is_superseded`, `idempotency_completion_after_purge_is_stored_without_marker` | `Stored`, `StoredWithoutMarker` and `Superseded` exactly when the contract says, and resends change nothing |
+//! | [`record_age`](cases::record_age) | `idempotency_replay_reports_the_record_age` | a replayed record says how long ago it was stored, to the provider and through the attribute |
+//! | [`hostile_durations`](cases::hostile_durations) | `lock_extreme_leases_are_accepted`, `lock_extreme_waits_wait_until_granted`, `lock_cancelled_forever_waiter_leaves_the_key_working`, `idempotency_extreme_durations_are_accepted`, `idempotency_forever_wait_settled_waits_until_settled` | zero, 1 µs, `u64::MAX` ms and `Duration::MAX` leases, waits and retentions neither panic, hang nor wrap around; cancelled waits leave the key working |
+//! | [`attributes`](cases::attributes) | `attribute_lock_excludes_and_fences`, `attribute_idempotent_duplicates_run_once`, `attribute_idempotent_errors_are_not_remembered`, `attribute_lock_refusal_and_cancellation` | the same promises through `#[distributed_lock]` and `#[idempotent]`: 64 contending tasks never overlap, duplicates run once, errors are not remembered, refused callers never run their body, cancelled holders release |
+//! | [`operations_api`](cases::operations_api) | `operations_inspect_lock_shows_holder_lease_waiters_and_token`, `operations_force_release_frees_any_holder_and_wakes_a_waiter`, `operations_inspect_record_in_each_state`, `operations_list_pages_through_the_keys_of_one_operation`, `operations_operator_acts_on_pasted_keys` | [`Operations`](coord_core::provider::Operations): inspection shows what coord would see (holder, lease, waiters, fencing token; record state, age, time left, size); listings page through exactly one operation's live keys within the page bound, and every listed key pastes back; a forced release frees any holder, wakes a waiter and leaves the fencing counter alone |
+//! | [`cluster_flights`](cases::cluster_flights) | `flight_claim_is_exclusive_and_owner_scoped`, `flight_finish_hands_over_and_is_fenced`, `flight_abandon_and_lapse_make_the_flight_vacant`, `attribute_cluster_single_flight_runs_once_and_takes_over` | [`FlightStore`](coord_core::provider::FlightStore): one leader per key, resendable by it; renew, finish and abandon only by the leader; waiters woken by finish and abandon without polling (also one arriving after the finish); a lapsed claim is vacant at its lease's end and its late finish refused; the hand-over kept for its time only; through `#[single_flight(scope = "cluster")]`, one run for concurrent calls, a new run afterwards, and takeover of a silent leader |
+//! | [`cache_store`](cases::cache_store) | `cache_set_then_get_returns_the_bytes_and_the_ttl_left`, `cache_entry_is_absent_after_its_ttl`, `cache_delete_removes_the_entry`, `cache_keys_of_other_operations_and_parts_do_not_collide`, `cache_set_replaces_the_value_and_the_ttl`, `cache_is_separate_from_locks_and_records`, `cache_extreme_ttls_are_accepted` | [`CacheStore`](coord_core::provider::CacheStore): entries read back byte for byte with no more time left than their ttl, and never after it; a delete removes and says whether there was an entry; a set replaces value and ttl; keys of other operations, parts and namespaces, and locks and records at the same key, never collide; zero, 1 µs, `u64::MAX` ms and `Duration::MAX` ttls are accepted, tiny ones expire and huge ones neither expire early nor wrap around |
+//!
+//! [`cases()`] lists them all; each is also a plain `pub async fn` in its module, and in
+//! [`cases`](mod@cases) itself, callable on its own while bisecting a failure.
+//!
+//! [`CacheStore`](coord_core::provider::CacheStore), [`Operations`](coord_core::provider::Operations) and
+//! [`FlightStore`](coord_core::provider::FlightStore) have default methods that report themselves as not
+//! supported, and coord runs without them. A provider that keeps those defaults fails the
+//! `cache_`, `operations_` and `flight_` cases, each with the provider's "not supported" error in
+//! its message; it runs the rest with [`run_cases`], filtering the cases by name.
 //!
 //! What it does not check: behaviour under backend faults (lost replies, restarts, failover),
 //! which needs a way to inject them that only the provider has; throughput; and anything about
@@ -77,15 +87,16 @@
 //! ## Time
 //!
 //! The cases wait on real clocks: leases are let lapse, waiters are left waiting. Against the
-//! in-process provider the whole suite takes about 15 s run one case after another
+//! in-process provider the whole suite takes about 25 s run one case after another
 //! ([`run_all`]; the slowest case, `lock_release_wakes_one_waiter`, about 2 s) and a few
 //! seconds under `cargo test`, which runs cases in parallel; a provider over a network adds its
 //! round trips. A single case is given [`CASE_TIMEOUT`] before it counts as failed (hung).
 //!
 //! Deadlines in the cases are behavioural and generous: "woken by the release, not by a
 //! backstop" is checked as "within 700 ms of the release", "a lapsed 200 ms lease frees the
-//! key" as "within 2 s". They tell a provider that wakes waiters from one that polls every
-//! second; they are not latency targets, and a loaded machine does not make them flaky.
+//! key" as "within 2 s", "a cache entry set for 200 ms expires" as "gone 1 s later". They tell
+//! a provider that wakes waiters from one that polls every second; they are not latency
+//! targets, and a loaded machine does not make them flaky.
 
 pub mod cases;
 
@@ -138,8 +149,9 @@ impl fmt::Debug for Case {
 static CASES: &[Case] = &crate::__with_case_names!(__case_table!());
 
 /// Every case of the suite, in a fixed order (lock cases, then idempotency cases, then the
-/// attribute cases, then the operations API cases). The list grows when the contract does: a release of this crate may add
-/// cases, and a provider that passed before may fail a new one.
+/// attribute cases, then the operations API, cluster single-flight and cache store cases). The
+/// list grows when the contract does: a release of this crate may add cases, and a provider
+/// that passed before may fail a new one.
 pub fn cases() -> &'static [Case] {
     CASES
 }
@@ -441,7 +453,14 @@ macro_rules! __with_case_names {
             flight_claim_is_exclusive_and_owner_scoped,
             flight_finish_hands_over_and_is_fenced,
             flight_abandon_and_lapse_make_the_flight_vacant,
-            attribute_cluster_single_flight_runs_once_and_takes_over
+            attribute_cluster_single_flight_runs_once_and_takes_over,
+            cache_set_then_get_returns_the_bytes_and_the_ttl_left,
+            cache_entry_is_absent_after_its_ttl,
+            cache_delete_removes_the_entry,
+            cache_keys_of_other_operations_and_parts_do_not_collide,
+            cache_set_replaces_the_value_and_the_ttl,
+            cache_is_separate_from_locks_and_records,
+            cache_extreme_ttls_are_accepted
         }
     };
 }

@@ -9,8 +9,9 @@ use std::time::{Duration, Instant};
 use coord_conformance::{Report, cases, run_all, run_cases};
 use coord_core::memory::MemoryProvider;
 use coord_core::provider::{
-    BoxFuture, ClaimOutcome, ClaimRequest, CompleteOutcome, CompleteRequest, IdempotencyStore,
-    LockGrant, LockProvider, LockRequest, OwnerToken, ReleaseOutcome, RenewOutcome,
+    BoxFuture, CacheEntry, CacheStore, ClaimOutcome, ClaimRequest, CompleteOutcome,
+    CompleteRequest, IdempotencyStore, LockGrant, LockProvider, LockRequest, OwnerToken,
+    ReleaseOutcome, RenewOutcome,
 };
 use coord_core::{BackendError, Coordinator};
 
@@ -64,54 +65,62 @@ impl LockProvider for ReleaseNeverFrees {
 }
 
 /// No shared cache: the defaults.
-impl coord_core::provider::CacheStore for ReleaseNeverFrees {}
+impl CacheStore for ReleaseNeverFrees {}
 /// No cluster-scope single-flight: the kit does not use it.
 impl coord_core::provider::FlightStore for ReleaseNeverFrees {}
 
-impl IdempotencyStore for ReleaseNeverFrees {
-    fn claim<'a>(
-        &'a self,
-        req: ClaimRequest<'a>,
-    ) -> BoxFuture<'a, Result<ClaimOutcome, BackendError>> {
-        self.0.claim(req)
-    }
+/// Implements `IdempotencyStore` for a wrapper of the in-process provider by handing every call
+/// to it: the test doubles here break something else.
+macro_rules! records_of_the_wrapped_provider {
+    ($wrapper:ty) => {
+        impl IdempotencyStore for $wrapper {
+            fn claim<'a>(
+                &'a self,
+                req: ClaimRequest<'a>,
+            ) -> BoxFuture<'a, Result<ClaimOutcome, BackendError>> {
+                self.0.claim(req)
+            }
 
-    fn complete<'a>(
-        &'a self,
-        req: CompleteRequest<'a>,
-    ) -> BoxFuture<'a, Result<CompleteOutcome, BackendError>> {
-        self.0.complete(req)
-    }
+            fn complete<'a>(
+                &'a self,
+                req: CompleteRequest<'a>,
+            ) -> BoxFuture<'a, Result<CompleteOutcome, BackendError>> {
+                self.0.complete(req)
+            }
 
-    fn abandon<'a>(
-        &'a self,
-        key: &'a CallKey,
-        owner: OwnerToken,
-    ) -> BoxFuture<'a, Result<bool, BackendError>> {
-        self.0.abandon(key, owner)
-    }
+            fn abandon<'a>(
+                &'a self,
+                key: &'a CallKey,
+                owner: OwnerToken,
+            ) -> BoxFuture<'a, Result<bool, BackendError>> {
+                self.0.abandon(key, owner)
+            }
 
-    fn wait_settled<'a>(
-        &'a self,
-        key: &'a CallKey,
-        timeout: Duration,
-    ) -> BoxFuture<'a, Result<(), BackendError>> {
-        self.0.wait_settled(key, timeout)
-    }
+            fn wait_settled<'a>(
+                &'a self,
+                key: &'a CallKey,
+                timeout: Duration,
+            ) -> BoxFuture<'a, Result<(), BackendError>> {
+                self.0.wait_settled(key, timeout)
+            }
 
-    fn renew_marker<'a>(
-        &'a self,
-        key: &'a CallKey,
-        owner: OwnerToken,
-        lease: Duration,
-    ) -> BoxFuture<'a, Result<RenewOutcome, BackendError>> {
-        self.0.renew_marker(key, owner, lease)
-    }
+            fn renew_marker<'a>(
+                &'a self,
+                key: &'a CallKey,
+                owner: OwnerToken,
+                lease: Duration,
+            ) -> BoxFuture<'a, Result<RenewOutcome, BackendError>> {
+                self.0.renew_marker(key, owner, lease)
+            }
 
-    fn purge<'a>(&'a self, key: &'a CallKey) -> BoxFuture<'a, Result<bool, BackendError>> {
-        self.0.purge(key)
-    }
+            fn purge<'a>(&'a self, key: &'a CallKey) -> BoxFuture<'a, Result<bool, BackendError>> {
+                self.0.purge(key)
+            }
+        }
+    };
 }
+
+records_of_the_wrapped_provider!(ReleaseNeverFrees);
 
 async fn fresh_broken() -> Coordinator {
     Coordinator::builder()
@@ -119,6 +128,82 @@ async fn fresh_broken() -> Coordinator {
         .provider(ReleaseNeverFrees::default())
         .build()
         .expect("coordinator over the broken provider builds")
+}
+
+/// The in-process provider, except that its cache keeps every entry for good, whatever ttl it
+/// was set for (a store that drops the `PX` of its write, say). With `reports_time_left`, it
+/// says so in the time left it reports; without, it reports none, which the contract allows.
+#[derive(Debug)]
+struct CacheIgnoresTtl(MemoryProvider, bool);
+
+/// No operator support: these tests never inspect or list.
+impl coord_core::provider::Operations for CacheIgnoresTtl {}
+/// No cluster-scope single-flight: these tests do not use it.
+impl coord_core::provider::FlightStore for CacheIgnoresTtl {}
+
+impl LockProvider for CacheIgnoresTtl {
+    fn acquire<'a>(
+        &'a self,
+        req: LockRequest<'a>,
+    ) -> BoxFuture<'a, Result<Option<LockGrant>, BackendError>> {
+        self.0.acquire(req)
+    }
+
+    fn release<'a>(
+        &'a self,
+        key: &'a CallKey,
+        owner: OwnerToken,
+    ) -> BoxFuture<'a, Result<ReleaseOutcome, BackendError>> {
+        self.0.release(key, owner)
+    }
+
+    fn renew<'a>(
+        &'a self,
+        key: &'a CallKey,
+        owner: OwnerToken,
+        lease: Duration,
+    ) -> BoxFuture<'a, Result<RenewOutcome, BackendError>> {
+        self.0.renew(key, owner, lease)
+    }
+}
+
+records_of_the_wrapped_provider!(CacheIgnoresTtl);
+
+impl CacheStore for CacheIgnoresTtl {
+    fn cache_get<'a>(
+        &'a self,
+        key: &'a CallKey,
+    ) -> BoxFuture<'a, Result<Option<CacheEntry>, BackendError>> {
+        let reports_time_left = self.1;
+        Box::pin(async move {
+            let entry = self.0.cache_get(key).await?;
+            Ok(entry.map(|entry| CacheEntry {
+                ttl_left: entry.ttl_left.filter(|_| reports_time_left),
+                ..entry
+            }))
+        })
+    }
+
+    fn cache_set<'a>(
+        &'a self,
+        key: &'a CallKey,
+        value: &'a [u8],
+        _ttl: Duration,
+    ) -> BoxFuture<'a, Result<(), BackendError>> {
+        self.0.cache_set(key, value, Duration::MAX)
+    }
+
+    fn cache_delete<'a>(&'a self, key: &'a CallKey) -> BoxFuture<'a, Result<bool, BackendError>> {
+        self.0.cache_delete(key)
+    }
+}
+
+fn cache_ignoring_ttl(reports_time_left: bool) -> Coordinator {
+    Coordinator::builder()
+        .namespace(namespace())
+        .provider(CacheIgnoresTtl(MemoryProvider::new(), reports_time_left))
+        .build()
+        .expect("coordinator over the broken cache builds")
 }
 
 /// The whole suite, run the way a non-libtest harness runs it, passes the in-process provider.
@@ -211,6 +296,65 @@ async fn a_provider_without_operations_fails_the_operations_cases() {
     }
 }
 
+/// A provider that opts out of the shared cache (an empty `impl CacheStore`) fails every cache
+/// case, each with the provider's own "not supported" error in its message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_provider_without_a_cache_fails_the_cache_cases() {
+    let selected = cases().iter().filter(|c| c.name().starts_with("cache_"));
+    let report = run_cases(selected, fresh_broken).await;
+    assert_eq!(report.outcomes().len(), 7, "{report}");
+    for outcome in report.outcomes() {
+        let why = outcome
+            .failure
+            .as_deref()
+            .unwrap_or_else(|| panic!("{} passed without a cache", outcome.name));
+        assert!(
+            why.contains("does not implement CacheStore"),
+            "{}: {why}",
+            outcome.name
+        );
+    }
+}
+
+/// A cache that ignores the ttl fails the cases that check it, each naming the broken promise:
+/// reporting more time left than was set, returning an entry past its ttl, or keeping the
+/// longer ttl of the entry a set replaced. One that reports no time left (as the contract
+/// allows) passes the read-back case and fails the others.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cache_that_ignores_the_ttl_fails_by_name() {
+    let read_back = "cache_set_then_get_returns_the_bytes_and_the_ttl_left";
+    let expiry = "cache_entry_is_absent_after_its_ttl";
+    let replace = "cache_set_replaces_the_value_and_the_ttl";
+    let chosen = [read_back, expiry, replace];
+    let selected = || cases().iter().filter(|c| chosen.contains(&c.name()));
+    let why = |report: &Report, case: &str| -> String {
+        let outcome = report.outcome(case).expect("ran");
+        outcome
+            .failure
+            .clone()
+            .unwrap_or_else(|| panic!("{case} passed a cache that ignores the ttl: {report}"))
+    };
+
+    let report = run_cases(selected(), || async { cache_ignoring_ttl(true) }).await;
+    eprintln!("{report}");
+    assert_eq!(report.outcomes().len(), chosen.len(), "{report}");
+    for case in chosen {
+        let why = why(&report, case);
+        assert!(why.contains("left of an entry set for"), "{case}: {why}");
+    }
+
+    let report = run_cases(selected(), || async { cache_ignoring_ttl(false) }).await;
+    eprintln!("{report}");
+    assert!(
+        report.outcome(read_back).expect("ran").passed(),
+        "no time left reported is allowed: {report}"
+    );
+    let why_expiry = why(&report, expiry);
+    assert!(why_expiry.contains("is still returned"), "{why_expiry}");
+    let why_replace = why(&report, replace);
+    assert!(why_replace.contains("must not outlive"), "{why_replace}");
+}
+
 /// A `make` that panics (a provider that cannot connect, say) fails every case it was called
 /// for, with its message, instead of unwinding out of the harness.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -272,13 +416,20 @@ async fn an_empty_run_is_not_a_success() {
     assert!(!report.all_passed());
 }
 
-/// Every `pub async fn` in the cases module is in the list the macro and `run_all` use, once:
-/// a case added to the module but not to the list would silently never run.
+/// Every `pub async fn` in the cases' modules is in the list the macro and `run_all` use, once:
+/// a case added to a module but not to the list would silently never run.
 #[test]
 fn every_case_function_is_listed_once() {
-    let source = include_str!("../src/cases.rs");
-    let defined: BTreeSet<&str> = source
-        .lines()
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/cases");
+    let sources: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()))
+        .map(|entry| entry.expect("a directory entry").path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "rs"))
+        .map(|path| std::fs::read_to_string(&path).expect("a readable module"))
+        .collect();
+    let defined: BTreeSet<&str> = sources
+        .iter()
+        .flat_map(|source| source.lines())
         .filter_map(|line| line.strip_prefix("pub async fn "))
         .filter_map(|rest| rest.split('(').next())
         .collect();
@@ -286,7 +437,7 @@ fn every_case_function_is_listed_once() {
     let unique: BTreeSet<&str> = listed.iter().copied().collect();
     assert_eq!(unique.len(), listed.len(), "a case is listed twice");
     assert_eq!(unique, defined);
-    assert!(defined.len() >= 27, "the suite lost cases: {defined:?}");
+    assert!(defined.len() >= 37, "the suite lost cases: {defined:?}");
 }
 
 /// A minimal executor for the one test that must poll outside any tokio runtime.

@@ -1,0 +1,279 @@
+//! The life of an idempotency record: claimed, in flight, completed, abandoned or lapsed;
+//! completion, abandonment and renewal by the owner only; fingerprints kept; waiters woken by
+//! the completion; a claim resent by its owner.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use coord_core::provider::{
+    ClaimOutcome, ClaimRequest, CompleteOutcome, Fingerprint, OwnerToken, RenewOutcome,
+};
+use coord_core::{Coordinator, LossCause};
+
+use super::durations::{LONG, PAST_SHORT, SHORT};
+use super::records::complete_stored;
+use super::requests::{claim_req, complete_req, key};
+
+/// Claim creates an in-flight marker or returns the record; the fingerprint is kept in every
+/// state; only the owner completes.
+pub async fn idempotency_claim_complete_replay(c: Coordinator) {
+    let s = c.idempotency_store();
+    let k = key(&c, "claim");
+    let fp = Some(Fingerprint([9; 16]));
+    let (a, b) = (OwnerToken::new(), OwnerToken::new());
+    let req = |owner| ClaimRequest {
+        key: &k,
+        owner,
+        in_flight_lease: LONG,
+        fingerprint: fp,
+        keep_abandoned_for: None,
+    };
+    assert_eq!(s.claim(req(a)).await.unwrap(), ClaimOutcome::Claimed);
+    match s.claim(req(b)).await.unwrap() {
+        ClaimOutcome::InFlight {
+            fingerprint,
+            remaining,
+        } => {
+            assert_eq!(fingerprint, fp, "the marker keeps the fingerprint");
+            assert!(remaining > Duration::ZERO && remaining <= LONG);
+        }
+        other => panic!("expected in flight, got {other:?}"),
+    }
+    let payload: Arc<[u8]> = Arc::from(&b"{\"ok\":1}"[..]);
+    assert!(
+        !complete_stored(&**s, &k, b, payload.clone(), LONG)
+            .await
+            .unwrap()
+    );
+    assert!(
+        complete_stored(&**s, &k, a, payload.clone(), LONG)
+            .await
+            .unwrap()
+    );
+    match s.claim(req(b)).await.unwrap() {
+        ClaimOutcome::Completed {
+            payload: stored,
+            fingerprint,
+            ..
+        } => {
+            assert_eq!(&*stored, &*payload);
+            assert_eq!(fingerprint, fp, "completion keeps the fingerprint");
+        }
+        other => panic!("expected completed, got {other:?}"),
+    }
+    assert!(
+        !s.abandon(&k, a).await.unwrap(),
+        "a completed record is not abandoned"
+    );
+}
+
+/// Abandon removes only the owner's marker; a lapsed marker can be claimed again and its old
+/// owner can no longer complete.
+pub async fn idempotency_abandon_and_lapse(c: Coordinator) {
+    let s = c.idempotency_store();
+    let k = key(&c, "abandon");
+    let (a, b, d) = (OwnerToken::new(), OwnerToken::new(), OwnerToken::new());
+    let req = |owner, lease| ClaimRequest {
+        key: &k,
+        owner,
+        in_flight_lease: lease,
+        fingerprint: None,
+        keep_abandoned_for: None,
+    };
+    assert_eq!(s.claim(req(a, LONG)).await.unwrap(), ClaimOutcome::Claimed);
+    assert!(!s.abandon(&k, b).await.unwrap());
+    assert!(s.abandon(&k, a).await.unwrap());
+    assert_eq!(
+        s.claim(req(b, Duration::from_millis(200))).await.unwrap(),
+        ClaimOutcome::Claimed
+    );
+    tokio::time::sleep(Duration::from_millis(450)).await;
+    assert_eq!(s.claim(req(d, LONG)).await.unwrap(), ClaimOutcome::Claimed);
+    let late: Arc<[u8]> = Arc::from(&b"1"[..]);
+    assert!(
+        !complete_stored(&**s, &k, b, late, LONG).await.unwrap(),
+        "a lapsed owner cannot complete"
+    );
+    assert!(s.abandon(&k, d).await.unwrap());
+}
+
+/// With `keep_abandoned_for`, a marker that lapses without completion stays as an abandoned
+/// record: claims report it (with its fingerprint), its late owner can still complete, and
+/// `purge` clears it.
+pub async fn idempotency_abandoned_marker_is_kept_on_request(c: Coordinator) {
+    let s = c.idempotency_store();
+    let k = key(&c, "kept");
+    let fp = Some(Fingerprint([4; 16]));
+    let (a, b) = (OwnerToken::new(), OwnerToken::new());
+    let req = |owner, lease| ClaimRequest {
+        key: &k,
+        owner,
+        in_flight_lease: lease,
+        fingerprint: fp,
+        keep_abandoned_for: Some(LONG),
+    };
+    assert_eq!(
+        s.claim(req(a, Duration::from_millis(200))).await.unwrap(),
+        ClaimOutcome::Claimed
+    );
+    tokio::time::sleep(Duration::from_millis(450)).await;
+    assert_eq!(
+        s.claim(req(b, LONG)).await.unwrap(),
+        ClaimOutcome::Abandoned { fingerprint: fp },
+        "the lapsed marker is reported, not claimed over"
+    );
+    assert!(
+        !complete_stored(&**s, &k, b, Arc::from(&b"x"[..]), LONG)
+            .await
+            .unwrap()
+    );
+    assert!(
+        complete_stored(&**s, &k, a, Arc::from(&b"late"[..]), LONG)
+            .await
+            .unwrap(),
+        "the late owner resolves the unknown by completing"
+    );
+    assert!(matches!(
+        s.claim(req(b, LONG)).await.unwrap(),
+        ClaimOutcome::Completed { .. }
+    ));
+    assert!(s.purge(&k).await.unwrap());
+    assert!(!s.purge(&k).await.unwrap(), "nothing left to purge");
+    assert_eq!(s.claim(req(b, LONG)).await.unwrap(), ClaimOutcome::Claimed);
+    assert!(s.abandon(&k, b).await.unwrap());
+}
+
+/// `wait_settled` returns at once without a marker, and is woken by completion.
+pub async fn idempotency_wait_settled_wakes_on_completion(c: Coordinator) {
+    let s = c.idempotency_store().clone();
+    let k = key(&c, "settle");
+    let started = Instant::now();
+    s.wait_settled(&k, Duration::from_secs(10)).await.unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "no marker: no wait"
+    );
+
+    let a = OwnerToken::new();
+    s.claim(ClaimRequest {
+        key: &k,
+        owner: a,
+        in_flight_lease: LONG,
+        fingerprint: None,
+        keep_abandoned_for: None,
+    })
+    .await
+    .unwrap();
+    let waiter = tokio::spawn({
+        let (s, k) = (s.clone(), k.clone());
+        async move {
+            s.wait_settled(&k, Duration::from_secs(20)).await.unwrap();
+            Instant::now()
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let completed_at = Instant::now();
+    complete_stored(&*s, &k, a, Arc::from(&b"1"[..]), LONG)
+        .await
+        .unwrap();
+    let woke = waiter.await.unwrap();
+    let delay = woke.saturating_duration_since(completed_at);
+    assert!(
+        delay < Duration::from_secs(2),
+        "woken by completion, took {delay:?}"
+    );
+}
+
+/// A claim resent by the owner of the live marker answers `Claimed`; everyone else still sees
+/// the one marker in flight, which the owner can still abandon.
+pub async fn idempotency_claim_resent_by_its_owner_is_claimed(c: Coordinator) {
+    let s = c.idempotency_store();
+    let k = key(&c, "claim-resend");
+    let fp = Some(Fingerprint([6; 16]));
+    let (a, b) = (OwnerToken::new(), OwnerToken::new());
+    assert_eq!(
+        s.claim(claim_req(&k, a, LONG, fp, None)).await.unwrap(),
+        ClaimOutcome::Claimed
+    );
+    assert_eq!(
+        s.claim(claim_req(&k, a, LONG, fp, None)).await.unwrap(),
+        ClaimOutcome::Claimed,
+        "the owner's resent claim"
+    );
+    match s.claim(claim_req(&k, b, LONG, None, None)).await.unwrap() {
+        ClaimOutcome::InFlight {
+            fingerprint,
+            remaining,
+        } => {
+            assert_eq!(fingerprint, fp);
+            assert!(remaining > Duration::ZERO && remaining <= LONG);
+        }
+        other => panic!("another owner must still see the marker in flight, got {other:?}"),
+    }
+    assert!(s.abandon(&k, a).await.unwrap(), "still a's marker");
+    assert_eq!(
+        s.claim(claim_req(&k, b, LONG, None, None)).await.unwrap(),
+        ClaimOutcome::Claimed
+    );
+    assert!(s.abandon(&k, b).await.unwrap());
+}
+
+/// A lost in-flight marker says why: `TakenByOther` when another owner's marker is there,
+/// `Expired` when ours lapsed, was completed, or there is nothing.
+pub async fn idempotency_renew_marker_reports_why_the_marker_was_lost(c: Coordinator) {
+    let s = c.idempotency_store();
+    let k = key(&c, "renew-marker-cause");
+    let (a, b) = (OwnerToken::new(), OwnerToken::new());
+    assert_eq!(
+        s.renew_marker(&k, a, LONG).await.unwrap(),
+        RenewOutcome::Lost(LossCause::Expired),
+        "nothing claimed"
+    );
+    s.claim(claim_req(&k, a, SHORT, None, None)).await.unwrap();
+    assert_eq!(
+        s.renew_marker(&k, a, LONG).await.unwrap(),
+        RenewOutcome::Renewed
+    );
+    assert_eq!(
+        s.renew_marker(&k, b, LONG).await.unwrap(),
+        RenewOutcome::Lost(LossCause::TakenByOther)
+    );
+    tokio::time::sleep(PAST_SHORT).await;
+    assert!(
+        matches!(
+            s.claim(claim_req(&k, b, LONG, None, None)).await.unwrap(),
+            ClaimOutcome::InFlight { .. }
+        ),
+        "the renewed marker outlives its first lease"
+    );
+    assert_eq!(
+        s.renew_marker(&k, a, SHORT).await.unwrap(),
+        RenewOutcome::Renewed
+    );
+    tokio::time::sleep(PAST_SHORT).await;
+    assert_eq!(
+        s.renew_marker(&k, a, LONG).await.unwrap(),
+        RenewOutcome::Lost(LossCause::Expired),
+        "the marker lapsed and nobody claimed"
+    );
+    assert_eq!(
+        s.claim(claim_req(&k, b, LONG, None, None)).await.unwrap(),
+        ClaimOutcome::Claimed
+    );
+    assert_eq!(
+        s.renew_marker(&k, a, LONG).await.unwrap(),
+        RenewOutcome::Lost(LossCause::TakenByOther)
+    );
+    let payload: Arc<[u8]> = Arc::from(&b"done"[..]);
+    assert_eq!(
+        s.complete(complete_req(&k, b, &payload, None))
+            .await
+            .unwrap(),
+        CompleteOutcome::Stored
+    );
+    assert_eq!(
+        s.renew_marker(&k, b, LONG).await.unwrap(),
+        RenewOutcome::Lost(LossCause::Expired),
+        "a completed marker is no longer in flight"
+    );
+}

@@ -678,6 +678,116 @@ mod tests {
             .unwrap_or_else(|| panic!("`{needle}` not in:\n{haystack}"))
     }
 
+    /// Stacks whose whole expansion is compared with a stored copy, one per file under
+    /// `src/expand/snapshots/`. Between them they take every branch of the generator: each
+    /// layer alone and all four together, every cache scope, the cluster flight, no return
+    /// type, an `impl` return type, a method, a coordinator expression, a renamed crate,
+    /// inner attributes and taken-in sibling paths.
+    const SNAPSHOTS: [(&str, Kind, &str, &str); 10] = [
+        (
+            "idempotent_every_option",
+            Kind::Idempotent,
+            "key_from = [\"order.customer_id\", region], fingerprint = [\"order\", region], \
+             retention = \"1h\", in_flight_lease = \"1m\", wait = \"2s\", \
+             on_backend_error = fail_open, renew = \"15s\", on_lost = signal, \
+             on_abandoned = fail, on_store_error = return_ok, \
+             on_missing_key = run_unprotected, name = \"payments.charge\", record_key = true, \
+             profile = \"payments\", coordinator = \"&self.coordinator\"",
+            "/// Charges. \n #[inline] pub async fn charge(&self, order: Order, region: String) \
+             -> Result<u64, PaymentError> { #![allow(unused)] Ok(order.cents) }",
+        ),
+        (
+            "every_layer",
+            Kind::DistributedLock,
+            "lease = \"5m\", wait = \"1s\", fenced = true, renew = true",
+            "#[coord_core::cached(ttl = \"30s\", scope = two_tier, cache_err = true, \
+             max_capacity = 500)] #[single_flight] #[idempotent(key_from = \"id\")] \
+             async fn f(id: u64) -> Result<u64, E> { Ok(id) }",
+        ),
+        (
+            "cached_local",
+            Kind::Cached,
+            "key_from = \"self.id\", ttl = \"1m\"",
+            "async fn quote(self: Arc<Self>) -> Result<u64, String> { Ok(self.id) }",
+        ),
+        (
+            "cached_shared",
+            Kind::Cached,
+            "key_from = symbol, ttl = \"10s\", scope = \"shared\", crate = \"coord\"",
+            "async fn quote(symbol: String) -> Result<u64, String> { Ok(symbol.len() as u64) }",
+        ),
+        (
+            "cached_two_tier_local_ttl",
+            Kind::Cached,
+            "ttl = \"10s\", scope = two_tier, local_ttl = \"2s\"",
+            "async fn quote() -> Result<u64, String> { Ok(1) }",
+        ),
+        (
+            "single_flight_process_no_return_type",
+            Kind::SingleFlight,
+            "",
+            "async fn warm() { }",
+        ),
+        (
+            "single_flight_impl_return_type",
+            Kind::SingleFlight,
+            "key_from = \"id\"",
+            "async fn f(id: u64) -> impl Clone + Send + 'static { id }",
+        ),
+        (
+            "single_flight_cluster",
+            Kind::SingleFlight,
+            "key_from = \"id\", scope = cluster, lease = \"3s\"",
+            "#[coord_core::distributed_lock(on_backend_error = \"fail_closed\", renew = \"5s\", \
+             on_lost = signal)] async fn f(id: u64) -> Result<u64, E> { Ok(id) }",
+        ),
+        (
+            "single_flight_cluster_impl_return_type",
+            Kind::SingleFlight,
+            "scope = cluster",
+            "async fn f() -> Result<impl Serialize, E> { Ok(1) }",
+        ),
+        (
+            "lock_defaults",
+            Kind::DistributedLock,
+            "",
+            "async fn rebuild(&mut self) -> Result<(), CoordError> { Ok(()) }",
+        ),
+    ];
+
+    /// The expansion, one statement a line, so that a difference reads as a diff.
+    fn readable(expansion: &str) -> String {
+        let mut lines = expansion.replace("; ", ";\n");
+        lines.push('\n');
+        lines
+    }
+
+    /// The generated code changes only on purpose: each stack's expansion is the stored one.
+    /// After a deliberate change, run the tests with `COORD_MACROS_BLESS=1` to store the new
+    /// expansions, and review their diff.
+    #[test]
+    fn expansions_match_their_snapshots() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/expand/snapshots");
+        let bless = std::env::var_os("COORD_MACROS_BLESS").is_some();
+        let mut stale = Vec::new();
+        for (name, kind, args, item) in SNAPSHOTS {
+            let out = readable(&expand(kind, args, item));
+            assert!(!out.contains("compile_error"), "{name}: {out}");
+            let file = dir.join(format!("{name}.txt"));
+            if bless {
+                std::fs::create_dir_all(&dir).expect("create the snapshot directory");
+                std::fs::write(&file, &out).expect("write a snapshot");
+                continue;
+            }
+            let stored = std::fs::read_to_string(&file)
+                .unwrap_or_else(|err| panic!("{}: {err}", file.display()));
+            if stored != out {
+                stale.push(format!("{name}:\n--- stored\n{stored}\n+++ now\n{out}"));
+            }
+        }
+        assert!(stale.is_empty(), "expansions changed:\n{}", stale.join("\n"));
+    }
+
     #[test]
     fn layers_nest_in_canonical_order_whatever_the_written_order() {
         let out = expand(

@@ -46,13 +46,6 @@
 //! `"30s"`, `"5m"`, `"24h"`, or several terms from the largest unit down, such as `"1m30s"`.
 
 mod args;
-/// The configuration's duration parser (coord-core's, which this crate cannot depend on),
-/// compiled into this crate's tests only, where it is checked against [`duration`].
-#[cfg(test)]
-#[allow(dead_code)]
-#[path = "../../coord-core/src/config/duration.rs"]
-mod config_grammar;
-mod duration;
 mod expand;
 mod fallback;
 mod model;

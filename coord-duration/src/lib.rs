@@ -140,7 +140,9 @@ pub fn parse_millis(text: &str) -> Result<u64, ParseError> {
         let (number, after) = rest.split_at(digits);
         // The unit is everything up to the next digit, so that a unit outside ASCII (`µs`) or
         // with punctuation in it is named whole in the refusal.
-        let unit_len = after.find(|c: char| c.is_ascii_digit()).unwrap_or(after.len());
+        let unit_len = after
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(after.len());
         let (unit, after) = after.split_at(unit_len);
         if unit.is_empty() {
             return refuse(Reason::MissingUnit {
@@ -386,7 +388,9 @@ mod tests {
 
     #[test]
     fn whitespace_is_refused_wherever_it_is() {
-        for text in [" 1s", "1s ", "1 s", "1m 30s", "\t1s", "1s\n", "1\u{a0}s", " "] {
+        for text in [
+            " 1s", "1s ", "1 s", "1m 30s", "\t1s", "1s\n", "1\u{a0}s", " ",
+        ] {
             assert_eq!(reason(text), Reason::Whitespace, "{text:?}");
         }
     }
@@ -531,7 +535,16 @@ mod tests {
              \"24h\", or several of them from the largest unit down, such as \"1m30s\""
         );
         assert_eq!(err.text(), "5 minutes");
-        for bad in ["", "5", "-5s", "1.5s", "5x", "s", "30s1m", "99999999999999999999s"] {
+        for bad in [
+            "",
+            "5",
+            "-5s",
+            "1.5s",
+            "5x",
+            "s",
+            "30s1m",
+            "99999999999999999999s",
+        ] {
             let message = parse_millis(bad).expect_err(bad).to_string();
             assert!(
                 message.starts_with(&format!("invalid duration \"{bad}\": ")),

@@ -901,7 +901,14 @@ mod tests {
     /// string, and zero where the option needs a positive duration.
     #[test]
     fn durations_are_the_shared_grammar_plus_the_options_own_rules() {
-        for text in ["5 minutes", "soon", "1.5s", "5", "30s1m", "9223372036854775808ms"] {
+        for text in [
+            "5 minutes",
+            "soon",
+            "1.5s",
+            "5",
+            "30s1m",
+            "9223372036854775808ms",
+        ] {
             let shared = coord_duration::parse_millis(text)
                 .expect_err(text)
                 .to_string();

@@ -58,7 +58,10 @@ mod tests {
             let json = serde_json::to_string(&field).expect("serialize");
             assert_eq!(
                 json,
-                format!("{{\"lease\":\"{}\"}}", coord_duration::format_millis(millis))
+                format!(
+                    "{{\"lease\":\"{}\"}}",
+                    coord_duration::format_millis(millis)
+                )
             );
             assert_eq!(serde_json::from_str::<Field>(&json).expect(&json), field);
         }

@@ -43,7 +43,7 @@ const MARKER: &str = "__COORD_STACK";
 pub(crate) fn expand_stack(kind: Kind, args: TokenStream, item: TokenStream) -> TokenStream {
     let mut func = match syn::parse2::<ItemFn>(item.clone()) {
         Ok(func) => func,
-        Err(err) => return unparsed::expand_unparsed(kind, args, item, err),
+        Err(err) => return unparsed::expand(kind, args, item, err),
     };
     if already_expanded(&func) {
         return fallback::expanded_twice(kind, &func);

@@ -44,6 +44,8 @@
 //!
 //! Written as strings: a whole number and a unit (`ms`, `s`, `m`, `h`, `d`), such as `"250ms"`,
 //! `"30s"`, `"5m"`, `"24h"`, or several terms from the largest unit down, such as `"1m30s"`.
+//! The grammar is the `coord-duration` crate's, the one the run-time configuration reads too,
+//! so a duration means the same in an attribute and in a configuration file.
 
 mod args;
 mod expand;

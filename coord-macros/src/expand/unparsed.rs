@@ -44,7 +44,7 @@ fn parse_raw_fn(input: ParseStream<'_>) -> syn::Result<RawFn> {
 /// yet (a missing `;`, an unfinished expression), `parse_error` is the real mistake: report it
 /// where it is, with every error in the attributes, instead of claiming the attribute is
 /// misplaced, and emit the function as written so the compiler and the editor still see it.
-pub(super) fn expand_unparsed(
+pub(super) fn expand(
     kind: Kind,
     args: TokenStream,
     item: TokenStream,

@@ -60,7 +60,7 @@
 //!
 //! * The grammar above, with semantic-versioning stability: a text accepted by one version
 //!   is accepted, with the same value, by every later compatible version.
-//! * [`format`] writes text that [`parse`] reads back to the same whole milliseconds, for
+//! * [`format()`] writes text that [`parse`] reads back to the same whole milliseconds, for
 //!   every duration up to [`MAX_MILLIS`].
 //!
 //! Not promised: the wording of [`ParseError`]'s message (match on [`ParseError::reason`]

@@ -12,7 +12,6 @@ use syn::parse::{ParseStream, Parser};
 use syn::spanned::Spanned;
 use syn::{Expr, ExprLit, Ident, Index, Lit, LitStr, Member, Path, Token};
 
-use crate::duration;
 use crate::options::{self, Choice, Kind, OptionSpec, ValueKind};
 
 /// Collects errors so that all of them are reported together.
@@ -738,7 +737,7 @@ fn parse_duration(value: &Expr, option: &str, positive: bool) -> syn::Result<Set
             format!("`{option}` takes a duration in a string, such as `{option} = \"30s\"`"),
         ));
     };
-    let millis = duration::parse_millis(&lit.value())
+    let millis = coord_duration::parse_millis(&lit.value())
         .map_err(|message| syn::Error::new(lit.span(), message))?;
     if positive && millis == 0 {
         return Err(syn::Error::new(
@@ -888,6 +887,43 @@ mod tests {
         parse_choice(&value, "option", words)
             .map(|setting| setting.value)
             .map_err(|err| err.to_string())
+    }
+
+    fn duration(written: &str, positive: bool) -> Result<u64, String> {
+        let value: Expr = syn::parse_str(written).expect("test value parses");
+        parse_duration(&value, "lease", positive)
+            .map(|setting| setting.value)
+            .map_err(|err| err.to_string())
+    }
+
+    /// The attribute shows the shared grammar's refusal word for word (the same sentence the
+    /// configuration shows), and adds only what is about the option: a value that is not a
+    /// string, and zero where the option needs a positive duration.
+    #[test]
+    fn durations_are_the_shared_grammar_plus_the_options_own_rules() {
+        for text in [
+            "5 minutes",
+            "soon",
+            "1.5s",
+            "5",
+            "30s1m",
+            "9223372036854775808ms",
+        ] {
+            let shared = coord_duration::parse_millis(text)
+                .expect_err(text)
+                .to_string();
+            assert_eq!(duration(&format!("{text:?}"), false), Err(shared), "{text}");
+        }
+        assert_eq!(duration("\"1m30s\"", true), Ok(90_000));
+        assert_eq!(duration("\"0s\"", false), Ok(0));
+        assert_eq!(
+            duration("\"0s\"", true),
+            Err("`lease` must be longer than zero".to_owned())
+        );
+        assert_eq!(
+            duration("30", true),
+            Err("`lease` takes a duration in a string, such as `lease = \"30s\"`".to_owned())
+        );
     }
 
     const POLICY: &[&str] = &["fail_closed", "fail_open"];

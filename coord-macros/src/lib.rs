@@ -44,15 +44,10 @@
 //!
 //! Written as strings: a whole number and a unit (`ms`, `s`, `m`, `h`, `d`), such as `"250ms"`,
 //! `"30s"`, `"5m"`, `"24h"`, or several terms from the largest unit down, such as `"1m30s"`.
+//! The grammar is the `coord-duration` crate's, the one the run-time configuration reads too,
+//! so a duration means the same in an attribute and in a configuration file.
 
 mod args;
-/// The configuration's duration parser (coord-core's, which this crate cannot depend on),
-/// compiled into this crate's tests only, where it is checked against [`duration`].
-#[cfg(test)]
-#[allow(dead_code)]
-#[path = "../../coord-core/src/config/duration.rs"]
-mod config_grammar;
-mod duration;
 mod expand;
 mod fallback;
 mod model;

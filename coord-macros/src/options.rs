@@ -414,7 +414,7 @@ pub(crate) static OPTIONS: &[&OptionSpec] = &[
 ];
 
 /// The row of `kind`'s option called `name`: rows are keyed by name and attribute, since two
-/// attributes may give one name different meanings (`scope` on #[cached] and #[single_flight]).
+/// attributes may give one name different meanings (`scope` on `#[cached]` and `#[single_flight]`).
 pub(crate) fn lookup_for(name: &str, kind: Kind) -> Option<&'static OptionSpec> {
     OPTIONS
         .iter()

@@ -1,0 +1,117 @@
+//! The call every layer shares: the operation's static spec, the coordinator, and the key,
+//! built once before the body takes ownership of the parameters.
+
+use proc_macro2::{Span, TokenStream};
+use quote::{ToTokens, quote, quote_spanned};
+use syn::ext::IdentExt;
+use syn::spanned::Spanned;
+use syn::{Expr, Ident, LitStr, Signature};
+
+use super::function::Locals;
+use super::spans::respan;
+use crate::args::KeyPath;
+use crate::model::Stack;
+
+/// The layers' parts of the operation's `OpSpec`, each an `Option` of its spec.
+pub(super) struct LayerSpecs {
+    pub(super) idempotency: TokenStream,
+    pub(super) cache: TokenStream,
+    pub(super) lock: TokenStream,
+}
+
+/// The `OpSpec` the function's static holds: the operation's name, the layers' specs, its
+/// telemetry, whether the key is recorded and the profile.
+pub(super) fn op_spec(
+    stack: &Stack,
+    sig: &Signature,
+    krate: &TokenStream,
+    layers: LayerSpecs,
+) -> TokenStream {
+    let name = match &stack.name {
+        Some(name) => LitStr::new(name, Span::call_site()).to_token_stream(),
+        None => {
+            let fn_name = sig.ident.unraw().to_string();
+            quote!(::core::concat!(::core::module_path!(), "::", #fn_name))
+        }
+    };
+    let record_key = stack.record_key;
+    let profile = match &stack.profile {
+        None => quote!(::core::option::Option::None),
+        Some(name) => {
+            let name = LitStr::new(name, Span::call_site());
+            quote!(::core::option::Option::Some(#name))
+        }
+    };
+    let LayerSpecs {
+        idempotency,
+        cache,
+        lock,
+    } = layers;
+    quote! {
+        #krate::__private::OpSpec {
+            name: #name,
+            idempotency: #idempotency,
+            cache: #cache,
+            lock: #lock,
+            telemetry: #krate::__private::OpTelemetry::new(),
+            record_key: #record_key,
+            profile: #profile,
+        }
+    }
+}
+
+/// The statements binding [`Locals::coordinator`]: the installed coordinator, or the
+/// `coordinator = <expr>` given, evaluated on every call and reported at the expression when
+/// it is not a coordinator.
+pub(super) fn coordinator(
+    expr: Option<&Expr>,
+    krate: &TokenStream,
+    locals: &Locals,
+) -> TokenStream {
+    let coordinator = &locals.coordinator;
+    match expr {
+        None => quote! {
+            let #coordinator = #krate::__private::default_coordinator();
+        },
+        Some(expr) => {
+            let at = expr.span();
+            let krate_at = respan(krate.clone(), at);
+            let owned = &locals.owned;
+            quote_spanned! {at=>
+                let #owned = #krate_at::__private::own_coordinator(&(#expr));
+                let #coordinator = &#owned;
+            }
+        }
+    }
+}
+
+/// The statement binding [`Locals::call`]: the operation `op`, the coordinator and the key,
+/// whose parts are each placed where the user named them in `key_from`.
+pub(super) fn new_call(
+    key: &[KeyPath],
+    krate: &TokenStream,
+    op: &Ident,
+    locals: &Locals,
+) -> TokenStream {
+    let parts = key.iter().map(|path| {
+        let value = borrow_path(path);
+        let text = LitStr::new(&path.text(), Span::call_site());
+        quote_spanned!(path.span=> .named_part(#text, #value))
+    });
+    let Locals {
+        call,
+        key,
+        coordinator,
+        ..
+    } = locals;
+    quote! {
+        let #call = #krate::__private::Call::new(&#op, #coordinator, |#key| #key #(#parts)*);
+    }
+}
+
+/// `&param.field...`, carrying the span the user wrote the path at.
+pub(super) fn borrow_path(path: &KeyPath) -> TokenStream {
+    let root = &path.root;
+    let members = &path.members;
+    quote_spanned!(path.span=> &#root #(.#members)*)
+}

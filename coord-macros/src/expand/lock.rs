@@ -1,0 +1,43 @@
+//! The `#[distributed_lock]` layer: its spec, and its step, the innermost, right around the
+//! body.
+
+use proc_macro2::TokenStream;
+use quote::{quote, quote_spanned};
+
+use super::function::ReturnSite;
+use super::spec_values::{lease_policy, millis, policy, written};
+use crate::model::LockLayer;
+
+/// The `lock` field of the `OpSpec`: an `Option<LockSpec>`.
+pub(super) fn spec(layer: Option<&LockLayer>, krate: &TokenStream) -> TokenStream {
+    let Some(layer) = layer else {
+        return quote!(::core::option::Option::None);
+    };
+    let lease = millis(krate, layer.lease_ms);
+    let wait = millis(krate, layer.wait_ms);
+    let fenced = layer.fenced;
+    let written = written(krate, &layer.written);
+    let on_backend_error = policy(krate, layer.on_backend_error);
+    let (renew, on_lost) = lease_policy(krate, &layer.lease_policy);
+    quote! {
+        ::core::option::Option::Some(#krate::__private::LockSpec {
+            lease: #lease,
+            wait: #wait,
+            fenced: #fenced,
+            on_backend_error: #on_backend_error,
+            renew: #renew,
+            on_lost: #on_lost,
+            written: #written,
+        })
+    }
+}
+
+/// The layer's step around `inner`.
+pub(super) fn wrap(site: &ReturnSite, inner: TokenStream) -> TokenStream {
+    let ReturnSite {
+        at, krate, call, ..
+    } = site;
+    quote_spanned! {*at=>
+        #krate::__private::distributed_lock(#call, #inner)
+    }
+}

@@ -96,6 +96,7 @@ mod key;
 mod layer;
 mod metrics;
 pub mod problem;
+mod scope;
 mod stored;
 
 pub use body::{RequestBody, ResponseBody};
@@ -107,6 +108,7 @@ pub use key::{IdempotencyKey, KeyError, MAX_KEY_LEN, parse_key};
 pub use layer::{Idempotency, IdempotencyLayer, REPLAYED_HEADER, ResponseFuture};
 pub use metrics::Metrics;
 pub use problem::{Problem, ProblemKind};
+pub use scope::{SCOPE_DIGEST_LEN, ScopeDecision, ScopeSet, ScopeUnset, scope_digest};
 
 #[doc = include_str!("../docs/comparison.md")]
 pub mod comparison {}

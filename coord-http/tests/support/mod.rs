@@ -19,7 +19,7 @@ use coord_core::{
     CompleteOutcome, CompleteRequest, Coordinator, IdempotencyStore, LockGrant, LockProvider,
     LockRequest, MemoryProvider, OwnerToken, ReleaseOutcome, RenewOutcome,
 };
-use coord_http::{IdempotencyLayer, IdempotencyLayerBuilder};
+use coord_http::{IdempotencyLayer, IdempotencyLayerBuilder, ScopeSet};
 use http::{HeaderMap, HeaderValue, StatusCode};
 use serde_json::{Value, json};
 
@@ -158,7 +158,7 @@ pub fn router(app: App, layer: IdempotencyLayer) -> Router {
 }
 
 /// The layer the cases use unless they say otherwise: keys scoped by `X-Tenant`.
-pub fn layer(coordinator: Coordinator) -> IdempotencyLayerBuilder {
+pub fn layer(coordinator: Coordinator) -> IdempotencyLayerBuilder<ScopeSet> {
     IdempotencyLayer::builder(coordinator).scope(|request| {
         request
             .headers

@@ -5,8 +5,15 @@
 //! set it coordinates through that Redis, so several instances on several ports charge once
 //! per key between them; without it, in-process.
 //!
+//! Keys are scoped by the `X-Tenant` header: another tenant sending the same key is charged
+//! on its own, never handed the first tenant's receipt. The tenant is stored only as a digest;
+//! `coord records list payments.http --scope acme` (with `COORD_NAMESPACE=payments-example`)
+//! finds its records.
+//!
 //! ```sh
 //! curl -i -X POST localhost:3000/payments -H 'Idempotency-Key: order-1' -H 'X-Tenant: acme' \
+//!      -d '{"amount": 1250, "currency": "EUR"}'
+//! curl -i -X POST localhost:3000/payments -H 'Idempotency-Key: order-1' -H 'X-Tenant: globex' \
 //!      -d '{"amount": 1250, "currency": "EUR"}'
 //! curl -s localhost:3000/payments/charges
 //! ```

@@ -131,7 +131,7 @@ pub enum LockCommand {
 #[derive(Debug, Subcommand)]
 pub enum RecordCommand {
     /// The idempotency records of OPERATION, with state, age and time left.
-    List(ListArgs),
+    List(RecordListArgs),
 
     /// One record: in flight, completed or abandoned, its owner, age, lease or retention
     /// left, payload size, fingerprint.
@@ -162,6 +162,20 @@ pub struct ListArgs {
     /// Follow every page to the end instead of printing one.
     #[arg(long)]
     pub all: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct RecordListArgs {
+    #[command(flatten)]
+    pub list: ListArgs,
+
+    /// Only the records of one principal of a coord-http layer scoped with `.scope(..)` or
+    /// `.scope_header(..)`: the principal's raw value (what the scope function returned, or
+    /// the header's value), digested as the layer digests it. The value is never printed;
+    /// the listing shows its digest. A page may then hold fewer records than --limit (use
+    /// --all to see them all).
+    #[arg(long, value_name = "VALUE")]
+    pub scope: Option<String>,
 }
 
 #[derive(Debug, Args)]

@@ -8,7 +8,7 @@ use coord_core::{BackendError, CallKey, Coordinator};
 use futures_util::future::join_all;
 use serde_json::{Value, json};
 
-use crate::args::{Destructive, ListArgs, LockCommand, RecordCommand};
+use crate::args::{Destructive, ListArgs, LockCommand, RecordCommand, RecordListArgs};
 use crate::render;
 use crate::{Exit, Failure, confirm, requested_by};
 
@@ -58,19 +58,35 @@ fn listing_exit(errors: &[BackendError]) -> Result<Exit, Failure> {
     }
 }
 
-/// The last line of a text listing: how many, and how to go on.
-fn footer(locks: bool, shown: usize, args: &ListArgs, next: &Option<Cursor>) -> String {
+/// The last line of a text listing: how many, and how to go on. `scope` is the digest a
+/// record listing was narrowed to.
+fn footer(
+    locks: bool,
+    shown: usize,
+    args: &ListArgs,
+    scope: Option<&str>,
+    next: &Option<Cursor>,
+) -> String {
     let mut out = match (locks, shown) {
         (true, 1) => "1 lock held".to_owned(),
         (true, n) => format!("{n} locks held"),
         (false, 1) => "1 record".to_owned(),
         (false, n) => format!("{n} records"),
     };
+    if let Some(digest) = scope {
+        out.push_str(&format!(" of scope {digest}"));
+    }
     if let Some(next) = next {
         out.push_str(&format!(
-            "; more: coord {} list {} --cursor {next}",
+            "; more: coord {} list {}{} --cursor {next}",
             if locks { "locks" } else { "records" },
-            args.operation
+            args.operation,
+            // The value itself is never printed: the operator types it again.
+            if scope.is_some() {
+                " --scope <VALUE>"
+            } else {
+                ""
+            }
         ));
     }
     out
@@ -117,7 +133,7 @@ pub async fn locks(c: &Coordinator, cmd: LockCommand, json: bool) -> Result<Exit
                 for line in &lines {
                     println!("{line}");
                 }
-                println!("{}", footer(true, rows.len(), &args, &page.next));
+                println!("{}", footer(true, rows.len(), &args, None, &page.next));
             }
             listing_exit(&errors)
         }
@@ -194,12 +210,18 @@ fn report_release(key: &CallKey, outcome: ForcedRelease, json: bool) {
 pub async fn records(c: &Coordinator, cmd: RecordCommand, json: bool) -> Result<Exit, Failure> {
     let operator = c.operator();
     match cmd {
-        RecordCommand::List(args) => {
+        RecordCommand::List(RecordListArgs { list: args, scope }) => {
             let (limit, operation) = (usize::from(args.limit), args.operation.as_str());
-            let page = pages(&args, |cursor| async move {
+            let mut page = pages(&args, |cursor| async move {
                 operator.records(operation, cursor.as_ref(), limit).await
             })
             .await?;
+            // The layer's record key is `operation:digest:key`: keep that principal's keys.
+            let scope = scope.map(|raw| coord_http::scope_digest(c.namespace(), raw.as_bytes()));
+            if let Some(digest) = &scope {
+                let prefix = format!("{}:{digest}:", c.key(operation).finish().op_key());
+                page.items.retain(|key| key.op_key().starts_with(&prefix));
+            }
             let infos = join_all(page.items.iter().map(|k| operator.record(k))).await;
             let mut rows = Vec::new();
             let mut lines = vec![render::record_row_header()];
@@ -221,18 +243,22 @@ pub async fn records(c: &Coordinator, cmd: RecordCommand, json: bool) -> Result<
                 }
             }
             if json {
-                let doc = json!({
+                let mut doc = json!({
                     "namespace": c.namespace(),
                     "operation": args.operation,
                     "records": rows,
                     "next_cursor": page.next.as_ref().map(ToString::to_string),
                 });
+                if let Some(digest) = &scope {
+                    doc["scope_digest"] = json!(digest);
+                }
                 println!("{doc:#}");
             } else {
                 for line in &lines {
                     println!("{line}");
                 }
-                println!("{}", footer(false, rows.len(), &args, &page.next));
+                let footer = footer(false, rows.len(), &args, scope.as_deref(), &page.next);
+                println!("{footer}");
             }
             listing_exit(&errors)
         }

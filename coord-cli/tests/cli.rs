@@ -668,3 +668,127 @@ async fn tls_flags_reach_the_connection() {
         "a certificate without its key is bad usage: {half:?}"
     );
 }
+
+/// `records list --scope VALUE` finds one principal's records of a coord-http layer from the
+/// raw value, digested as the layer digests it, and prints neither the value nor the other
+/// principals' records.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_of_one_http_principal_are_found_by_its_raw_scope() {
+    use bytes::Bytes;
+    use http_body_util::Full;
+    use tower::{Layer, ServiceExt};
+
+    const ALICE: &str = "Bearer sk_test_alice_77";
+    const BOB: &str = "Bearer sk_test_bob_88";
+    let server = RedisServer::start();
+    let url = server.url();
+    let c = coordinator(&server, "shop").await;
+    let layer = coord_http::IdempotencyLayer::builder(c.clone())
+        .scope_header(http::header::AUTHORIZATION)
+        .build();
+    let handler = tower::service_fn(|_request: http::Request<_>| async {
+        Ok::<_, std::convert::Infallible>(http::Response::new(Full::new(Bytes::from("charged"))))
+    });
+    for (auth, key) in [(ALICE, "order-1"), (ALICE, "order-2"), (BOB, "order-1")] {
+        let request = http::Request::post("/charge")
+            .header("authorization", auth)
+            .header("idempotency-key", key)
+            .body(Full::new(Bytes::from("{}")))
+            .unwrap();
+        let response = layer.layer(handler).oneshot(request).await.unwrap();
+        assert_eq!(response.status(), 200);
+    }
+    let alice = coord_http::scope_digest("shop", ALICE.as_bytes());
+
+    let everyone = coord(
+        &url,
+        "shop",
+        &["--json", "records", "list", "http.idempotency"],
+    );
+    assert_eq!(everyone.code, 0, "{everyone:?}");
+    assert_eq!(everyone.json()["records"].as_array().unwrap().len(), 3);
+
+    let json = coord(
+        &url,
+        "shop",
+        &[
+            "--json",
+            "records",
+            "list",
+            "http.idempotency",
+            "--scope",
+            ALICE,
+        ],
+    );
+    assert_eq!(json.code, 0, "{json:?}");
+    let doc = json.json();
+    assert_eq!(doc["scope_digest"], alice.as_str(), "{doc:#}");
+    let mut keys: Vec<&str> = doc["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["key"].as_str().unwrap())
+        .collect();
+    keys.sort_unstable();
+    assert_eq!(
+        keys,
+        [
+            format!("http.idempotency:{alice}:order-1"),
+            format!("http.idempotency:{alice}:order-2"),
+        ]
+    );
+
+    let text = coord(
+        &url,
+        "shop",
+        &[
+            "records",
+            "list",
+            "http.idempotency",
+            "--scope",
+            ALICE,
+            "--limit",
+            "1",
+        ],
+    );
+    assert_eq!(text.code, 0, "{text:?}");
+    assert!(
+        text.stdout.contains(&format!("of scope {alice}")),
+        "{text:?}"
+    );
+    let shown = coord(
+        &url,
+        "shop",
+        &[
+            "records",
+            "show",
+            &format!("http.idempotency:{alice}:order-1"),
+        ],
+    );
+    assert_eq!(shown.code, 0, "{shown:?}");
+    assert!(shown.stdout.contains("completed"), "{shown:?}");
+    for run in [&everyone, &json, &text, &shown] {
+        for raw in ["sk_test_alice_77", "sk_test_bob_88"] {
+            assert!(
+                !run.stdout.contains(raw) && !run.stderr.contains(raw),
+                "`{raw}` printed: {run:?}"
+            );
+        }
+    }
+
+    let nobody = coord(
+        &url,
+        "shop",
+        &[
+            "--json",
+            "records",
+            "list",
+            "http.idempotency",
+            "--scope",
+            "Bearer nobody",
+            "--all",
+        ],
+    );
+    assert_eq!(nobody.code, 0, "{nobody:?}");
+    assert_eq!(nobody.json()["records"].as_array().unwrap().len(), 0);
+}

@@ -65,9 +65,13 @@ fn router(layer: Option<IdempotencyLayer>) -> Router {
 
 static NEXT_KEY: AtomicU64 = AtomicU64::new(0);
 
+/// The caller's credentials, the guarded layers' scope.
+const BEARER: &str = "Bearer bench-caller-token";
+
 async fn send(client: &reqwest::Client, target: &Target, path: &str) {
     let mut request = client
         .post(format!("{}{path}", target.url))
+        .header("authorization", BEARER)
         .body("{\"amount\":100}");
     if target.guarded {
         let key = match &target.replay_key {
@@ -160,8 +164,14 @@ async fn main() {
         .build()
         .unwrap();
     let plain = serve(router(None)).await;
-    let in_process = serve(router(Some(IdempotencyLayer::new(memory)))).await;
-    let over_redis = serve(router(Some(IdempotencyLayer::new(remote)))).await;
+    // Scoped by a header, as a service with callers would be: the digest is part of the cost.
+    let guarded = |coordinator| {
+        IdempotencyLayer::builder(coordinator)
+            .scope_header(http::header::AUTHORIZATION)
+            .build()
+    };
+    let in_process = serve(router(Some(guarded(memory)))).await;
+    let over_redis = serve(router(Some(guarded(remote)))).await;
     let client = reqwest::Client::builder().no_proxy().build().unwrap();
 
     let target = |name: &str, url: &str, guarded: bool, replay: bool| {
@@ -240,6 +250,7 @@ async fn send_first(client: &reqwest::Client, target: &Target, path: &str) {
         let response = client
             .post(format!("{}{path}", target.url))
             .body("{\"amount\":100}")
+            .header("authorization", BEARER)
             .header("idempotency-key", &key)
             .send()
             .await

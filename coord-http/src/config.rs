@@ -15,6 +15,7 @@ use http::{HeaderName, Method, StatusCode};
 use crate::layer::IdempotencyLayer;
 use crate::metrics::Metrics;
 use crate::problem::DEFAULT_RETRY_AFTER;
+use crate::scope::{Scope, ScopeDecision, ScopeSet, ScopeUnset, Sealed};
 
 /// The header the key is read from unless configured otherwise.
 pub const DEFAULT_HEADER: &str = "idempotency-key";
@@ -105,11 +106,9 @@ pub enum OversizedResponse {
     Forget,
 }
 
-/// A function from the request to the principal the key belongs to.
-pub(crate) type ScopeFn = Arc<dyn Fn(&Parts) -> String + Send + Sync>;
-
+/// Every option but the scope: what the builder holds while the scope may still be undecided.
 #[derive(Clone)]
-pub(crate) struct Config {
+pub(crate) struct Options {
     pub(crate) coordinator: Coordinator,
     pub(crate) operation: String,
     pub(crate) header: HeaderName,
@@ -126,14 +125,20 @@ pub(crate) struct Config {
     pub(crate) oversized: OversizedResponse,
     pub(crate) max_request_body: usize,
     pub(crate) fingerprint_headers: Vec<HeaderName>,
-    pub(crate) scope: ScopeFn,
     pub(crate) retry_after: Duration,
     pub(crate) metrics: Arc<Metrics>,
 }
 
-impl fmt::Debug for Config {
+/// A built layer's options.
+#[derive(Clone, Debug)]
+pub(crate) struct Config {
+    pub(crate) options: Options,
+    pub(crate) scope: Scope,
+}
+
+impl fmt::Debug for Options {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Config")
+        f.debug_struct("Options")
             .field("namespace", &self.coordinator.namespace())
             .field("operation", &self.operation)
             .field("header", &self.header)
@@ -157,18 +162,26 @@ impl fmt::Debug for Config {
 
 /// Builds an [`IdempotencyLayer`]. Start with [`IdempotencyLayer::builder`].
 ///
-/// Every option has a default; see each method.
+/// Every option but one has a default; see each method. The one without is whose keys are
+/// whose: [`build`](Self::build) exists only once one of [`scope`](Self::scope),
+/// [`scope_header`](Self::scope_header) or [`single_principal`](Self::single_principal) was
+/// called, so a layer that lets one caller's key replay another caller's response is never
+/// built by omission. The type parameter records that choice ([`ScopeUnset`], then
+/// [`ScopeSet`]); code naming the builder's type writes `IdempotencyLayerBuilder<ScopeSet>`
+/// for a builder ready to build.
 #[derive(Debug, Clone)]
 #[must_use = "call .build() to get the layer"]
-pub struct IdempotencyLayerBuilder {
-    config: Config,
+pub struct IdempotencyLayerBuilder<S = ScopeUnset> {
+    config: Options,
+    scope: S,
 }
 
-impl IdempotencyLayerBuilder {
+impl IdempotencyLayerBuilder<ScopeUnset> {
     pub(crate) fn new(coordinator: Coordinator) -> Self {
         let on_backend_error = coordinator.on_backend_error();
         IdempotencyLayerBuilder {
-            config: Config {
+            scope: ScopeUnset,
+            config: Options {
                 coordinator,
                 operation: DEFAULT_OPERATION.to_owned(),
                 header: HeaderName::from_static(DEFAULT_HEADER),
@@ -191,13 +204,14 @@ impl IdempotencyLayerBuilder {
                 oversized: OversizedResponse::Unreplayable,
                 max_request_body: 2 * 1024 * 1024,
                 fingerprint_headers: Vec::new(),
-                scope: Arc::new(|_| String::new()),
                 retry_after: DEFAULT_RETRY_AFTER,
                 metrics: Arc::default(),
             },
         }
     }
+}
 
+impl<S> IdempotencyLayerBuilder<S> {
     /// The request header the key is read from. Default `Idempotency-Key`.
     pub fn header_name(mut self, name: HeaderName) -> Self {
         self.config.header = name;
@@ -299,19 +313,6 @@ impl IdempotencyLayerBuilder {
         self
     }
 
-    /// The principal a key belongs to, read from the request: a tenant, a user, an API key.
-    /// Two requests share a record only when their scopes and keys are both equal, so one
-    /// caller's key can never replay another caller's response. Default: one scope for every
-    /// request (right only when every client is the same principal).
-    ///
-    /// The function sees the request head, including the extensions an authentication layer
-    /// placed before this one. It must not fail: return a fixed value (for example
-    /// `"anonymous"`) for requests without a principal, or reject those in an earlier layer.
-    pub fn scope(mut self, scope: impl Fn(&Parts) -> String + Send + Sync + 'static) -> Self {
-        self.config.scope = Arc::new(scope);
-        self
-    }
-
     /// The operation name the keys are stored under (records are keyed by namespace,
     /// operation, scope and key). Default `http.idempotency`.
     ///
@@ -347,8 +348,67 @@ impl IdempotencyLayerBuilder {
         self
     }
 
-    /// The layer.
-    pub fn build(self) -> IdempotencyLayer {
-        IdempotencyLayer::from_config(self.config)
+    /// The principal a key belongs to, computed from the request: a tenant, a user, an API
+    /// key. Two requests share a record only when their principals and keys are both equal, so
+    /// one caller's key can never replay another caller's response.
+    ///
+    /// The function sees the request head, including the extensions an authentication layer
+    /// placed before this one (the best source: a principal the application has verified). It
+    /// must not fail: return a fixed value (for example `"anonymous"`) for requests without a
+    /// principal, or reject those in an earlier layer. Its result is never stored, logged or
+    /// shown as it is: it enters the record key as its [`scope_digest`](crate::scope_digest).
+    ///
+    /// One of the three scope choices; the last one called counts.
+    pub fn scope(
+        self,
+        scope: impl Fn(&Parts) -> String + Send + Sync + 'static,
+    ) -> IdempotencyLayerBuilder<ScopeSet> {
+        self.with_scope(Scope::Function(Arc::new(scope)))
+    }
+
+    /// The principal a key belongs to is the value of the request header `name` (for example
+    /// `AUTHORIZATION`, or an API-key header): two requests share a record only when they
+    /// carry the same value, byte for byte. Requests without the header are one principal
+    /// between them (reject them in an earlier layer if they must not share keys); a header
+    /// sent more than once counts as its values joined by `", "`, as HTTP reads it.
+    ///
+    /// The value is never stored, logged or shown as it is: it enters the record key as its
+    /// [`scope_digest`](crate::scope_digest). Prefer [`scope`](Self::scope) over a verified
+    /// principal when one is at hand: a bearer token that is rotated starts a new principal.
+    ///
+    /// One of the three scope choices; the last one called counts.
+    pub fn scope_header(self, name: HeaderName) -> IdempotencyLayerBuilder<ScopeSet> {
+        self.with_scope(Scope::Header(name))
+    }
+
+    /// Every caller is one principal: any request with a key may get the stored response of
+    /// any other request with that key. Right for an internal service whose every client is
+    /// the same party; wrong whenever keys come from more than one user, tenant or account.
+    ///
+    /// Records are keyed as by earlier versions' default scope, so a layer switched to this
+    /// finds the records it wrote before.
+    ///
+    /// One of the three scope choices; the last one called counts.
+    pub fn single_principal(self) -> IdempotencyLayerBuilder<ScopeSet> {
+        self.with_scope(Scope::Single)
+    }
+
+    fn with_scope(self, scope: Scope) -> IdempotencyLayerBuilder<ScopeSet> {
+        IdempotencyLayerBuilder {
+            config: self.config,
+            scope: ScopeSet(scope),
+        }
+    }
+
+    /// The layer. Available once the scope is chosen (see the type's docs): before that, a
+    /// call is a compile error naming the three choices.
+    pub fn build(self) -> IdempotencyLayer
+    where
+        S: ScopeDecision,
+    {
+        IdempotencyLayer::from_config(Config {
+            options: self.config,
+            scope: Sealed::into_set(self.scope).0,
+        })
     }
 }

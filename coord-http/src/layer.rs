@@ -18,7 +18,7 @@ use tower_service::Service;
 use crate::body::{
     ReadError, ReadResponse, RequestBody, ResponseBody, read_request, read_response,
 };
-use crate::config::{Config, IdempotencyLayerBuilder, OversizedResponse};
+use crate::config::{Config, IdempotencyLayerBuilder, Options, OversizedResponse};
 use crate::fingerprint::request_fingerprint;
 use crate::key::{KeyError, key_from_headers};
 use crate::metrics::{Event, Metrics};
@@ -49,13 +49,13 @@ impl fmt::Debug for IdempotencyLayer {
 impl IdempotencyLayer {
     /// Starts a layer whose records live in `coordinator` (its provider and namespace). Use
     /// `Coordinator::current().clone()` for the installed one.
+    ///
+    /// The builder needs to be told whose keys are whose before it builds:
+    /// [`scope`](IdempotencyLayerBuilder::scope),
+    /// [`scope_header`](IdempotencyLayerBuilder::scope_header) or
+    /// [`single_principal`](IdempotencyLayerBuilder::single_principal).
     pub fn builder(coordinator: Coordinator) -> IdempotencyLayerBuilder {
         IdempotencyLayerBuilder::new(coordinator)
-    }
-
-    /// A layer with every default, over `coordinator`.
-    pub fn new(coordinator: Coordinator) -> IdempotencyLayer {
-        Self::builder(coordinator).build()
     }
 
     pub(crate) fn from_config(config: Config) -> IdempotencyLayer {
@@ -66,7 +66,7 @@ impl IdempotencyLayer {
 
     /// What this layer's services did so far.
     pub fn metrics(&self) -> &Metrics {
-        &self.config.metrics
+        &self.config.options.metrics
     }
 }
 
@@ -101,7 +101,7 @@ impl<S> fmt::Debug for Idempotency<S> {
 impl<S> Idempotency<S> {
     /// What this service's layer did so far.
     pub fn metrics(&self) -> &Metrics {
-        &self.config.metrics
+        &self.config.options.metrics
     }
 }
 
@@ -163,16 +163,17 @@ where
     ResB: Body<Data = Bytes> + Send,
     ResB::Error: Send,
 {
+    let options = &config.options;
     let passthrough = |response: Response<ResB>| response.map(ResponseBody::streaming);
-    if !config.methods.contains(request.method()) {
+    if !options.methods.contains(request.method()) {
         let (parts, body) = request.into_parts();
         let request = Request::from_parts(parts, RequestBody::streaming(body));
         return inner.call(request).await.map(passthrough);
     }
-    let metrics = &config.metrics;
-    let key = match key_from_headers(request.headers(), &config.header) {
+    let metrics = &options.metrics;
+    let key = match key_from_headers(request.headers(), &options.header) {
         Ok(Some(key)) => key,
-        Ok(None) if !config.require_key => {
+        Ok(None) if !options.require_key => {
             metrics.count(Event::Unprotected);
             let (parts, body) = request.into_parts();
             let request = Request::from_parts(parts, RequestBody::streaming(body));
@@ -182,28 +183,28 @@ where
             metrics.count(Event::InvalidKey);
             return Ok(problem_response(
                 Problem::new(ProblemKind::MissingKey)
-                    .detail(KeyError::Missing.describe(&config.header)),
+                    .detail(KeyError::Missing.describe(&options.header)),
             ));
         }
         Err(err) => {
             metrics.count(Event::InvalidKey);
             return Ok(problem_response(
                 Problem::new(ProblemKind::InvalidKey)
-                    .detail(err.describe(&config.header))
+                    .detail(err.describe(&options.header))
                     .extension("reason", key_error_reason(err)),
             ));
         }
     };
 
     let (parts, body) = request.into_parts();
-    let read = match read_request(body, config.max_request_body).await {
+    let read = match read_request(body, options.max_request_body).await {
         Ok(read) => read,
         Err(ReadError::TooLarge) => {
             metrics.count(Event::RequestRefused);
             return Ok(problem_response(
                 Problem::new(ProblemKind::RequestTooLarge).detail(format!(
                     "The request body is larger than {} bytes.",
-                    config.max_request_body
+                    options.max_request_body
                 )),
             ));
         }
@@ -215,11 +216,15 @@ where
             ));
         }
     };
-    let fingerprint = request_fingerprint(&parts, &config.fingerprint_headers, &read.data);
-    let scope = (config.scope)(&parts);
-    let call_key = config
+    let fingerprint = request_fingerprint(&parts, &options.fingerprint_headers, &read.data);
+    // The principal, as its digest (never the raw value): the record key, and so every log
+    // line, report and backend name derived from it, carries only this.
+    let scope = config
+        .scope
+        .key_part(options.coordinator.namespace(), &parts);
+    let call_key = options
         .coordinator
-        .key(&config.operation)
+        .key(&options.operation)
         .part(scope.as_str())
         .part(key.as_str())
         .finish();
@@ -231,18 +236,18 @@ where
     let handler = async {
         let response = inner.call(request).await.map_err(Flow::Service)?;
         let (head, body) = response.into_parts();
-        if !remembered(&config, head.status, &head.headers) {
+        if !remembered(options, head.status, &head.headers) {
             return Err(Flow::Pass(Response::from_parts(
                 head,
                 ResponseBody::streaming(body),
             )));
         }
-        match read_response(body, config.max_stored_body).await {
+        match read_response(body, options.max_stored_body).await {
             ReadResponse::Complete { data, trailers } => {
                 let stored = StoredResponse::capture(
                     head.status,
                     &head.headers,
-                    &config.stored_headers,
+                    &options.stored_headers,
                     StoredBody::Complete(Blob(data.clone())),
                 );
                 ran = Some(Response::from_parts(
@@ -259,18 +264,18 @@ where
                 let stored = StoredResponse::capture(
                     head.status,
                     &head.headers,
-                    &config.stored_headers,
+                    &options.stored_headers,
                     StoredBody::TooLarge { len: announced },
                 );
                 let response = Response::from_parts(head, ResponseBody::resumed(prefix, rest));
-                config.metrics.count(Event::Oversized);
+                options.metrics.count(Event::Oversized);
                 tracing::warn!(
                     status = stored.status,
-                    limit = config.max_stored_body,
-                    policy = ?config.oversized,
+                    limit = options.max_stored_body,
+                    policy = ?options.oversized,
                     "coord-http: response body too large to store"
                 );
-                match config.oversized {
+                match options.oversized {
                     OversizedResponse::Forget => Err(Flow::Pass(response)),
                     OversizedResponse::Unreplayable => {
                         ran = Some(response);
@@ -284,14 +289,14 @@ where
             ))),
         }
     };
-    let (result, report) = config
+    let (result, report) = options
         .coordinator
         .idempotent(call_key)
-        .retention(config.retention)
-        .in_flight_lease(config.in_flight_lease)
-        .wait(config.wait)
-        .on_abandoned(config.on_abandoned)
-        .on_backend_error(config.on_backend_error)
+        .retention(options.retention)
+        .in_flight_lease(options.in_flight_lease)
+        .wait(options.wait)
+        .on_abandoned(options.on_abandoned)
+        .on_backend_error(options.on_backend_error)
         // The handler's response is the truth about what happened: it is sent even when it
         // could not be stored (counted, logged by coord).
         .on_store_error(OnStoreError::ReturnOk)
@@ -312,7 +317,7 @@ where
             }
             None => {
                 metrics.count(Event::Replayed);
-                Ok(replay(&stored, &config))
+                Ok(replay(&stored, options))
             }
         },
         Err(Flow::Pass(response)) => {
@@ -325,7 +330,7 @@ where
         }
         Err(Flow::Service(err)) => Err(err),
         Err(Flow::Coord(err)) => {
-            let problem = Problem::from_coord_error(&err).retry_after(config.retry_after);
+            let problem = Problem::from_coord_error(&err).retry_after(options.retry_after);
             metrics.count(match problem.kind() {
                 ProblemKind::InFlight => Event::InFlight,
                 ProblemKind::KeyReused => Event::KeyReused,
@@ -340,12 +345,13 @@ where
 
 /// Whether a response is stored: the configured rule, except that a failure which tells the
 /// client to come back later (`Retry-After` on a non-`2xx`) is never final.
-fn remembered(config: &Config, status: StatusCode, headers: &HeaderMap) -> bool {
-    config.remember.remembers(status) && (status.is_success() || !headers.contains_key(RETRY_AFTER))
+fn remembered(options: &Options, status: StatusCode, headers: &HeaderMap) -> bool {
+    options.remember.remembers(status)
+        && (status.is_success() || !headers.contains_key(RETRY_AFTER))
 }
 
 /// The reply to a duplicate: the stored status, headers and body, marked as a replay.
-fn replay<B: Body>(stored: &StoredResponse, config: &Config) -> Response<ResponseBody<B>> {
+fn replay<B: Body>(stored: &StoredResponse, options: &Options) -> Response<ResponseBody<B>> {
     let mut response = match (&stored.body, stored.status()) {
         (StoredBody::Complete(Blob(body)), Some(status)) => {
             let mut response = Response::new(ResponseBody::full(body.clone()));
@@ -370,7 +376,7 @@ fn replay<B: Body>(stored: &StoredResponse, config: &Config) -> Response<Respons
                 status = stored.status,
                 "coord-http: a stored response has a status HTTP cannot send"
             );
-            config.metrics.count(Event::BackendError);
+            options.metrics.count(Event::BackendError);
             return problem_response(
                 Problem::new(ProblemKind::Internal).detail(default_detail(ProblemKind::Internal)),
             );

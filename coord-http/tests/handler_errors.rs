@@ -85,6 +85,7 @@ async fn serve_app(coord: Coordinator) -> Server {
 async fn a_busy_lock_behind_the_layer_is_not_remembered() {
     let coord = memory_coordinator();
     let idempotency = coord_http::IdempotencyLayer::builder(coord.clone())
+        .single_principal()
         .remember(coord_http::Remember::successes_and_client_errors())
         .build();
     let router = Router::new()

@@ -40,6 +40,9 @@ memory_cases!(
     client_disconnect_frees_the_key,
     tenants_do_not_share_keys,
     unguarded_methods_pass_through,
+    principals_one_after_the_other,
+    principals_at_the_same_time,
+    single_principal_shares_keys,
 );
 
 /// Two layers over one in-process coordinator stand in for two instances sharing a backend.

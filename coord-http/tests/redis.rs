@@ -83,6 +83,9 @@ redis_cases!(
     client_disconnect_frees_the_key,
     tenants_do_not_share_keys,
     unguarded_methods_pass_through,
+    principals_one_after_the_other,
+    principals_at_the_same_time,
+    single_principal_shares_keys,
 );
 
 /// Declares one test per enabled client for each `async fn case(Client)`.

@@ -8,7 +8,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::State;
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderName, HeaderValue, StatusCode, header};
 use axum::response::Response;
 use axum::routing::{get, post};
 use coord_core::Coordinator;
@@ -96,22 +96,24 @@ async fn charges(State(payments): State<Arc<Payments>>) -> Response {
     json_response(StatusCode::OK, json!({"charges": payments.charges()}))
 }
 
+/// The operation name the example's records are stored under.
+pub const OPERATION: &str = "payments.http";
+
+/// The header whose value is the caller, for the idempotency layer.
+pub const TENANT_HEADER: HeaderName = HeaderName::from_static("x-tenant");
+
 /// The service: its router (with the idempotency layer) and its counter.
 ///
-/// Keys are scoped by the `X-Tenant` header: a real service would take the principal from its
-/// authentication layer instead of trusting a header.
+/// Keys are scoped by the `X-Tenant` header: one tenant's `Idempotency-Key` never replays
+/// another tenant's charge, and requests without the header are one more tenant. A real
+/// service would scope by the principal its authentication layer verified, with
+/// `.scope(|request| ..)` reading it from the request's extensions, instead of trusting a
+/// header.
 pub fn app(coordinator: Coordinator) -> (Router, Arc<Payments>) {
     let payments = Arc::new(Payments::default());
     let idempotency = IdempotencyLayer::builder(coordinator)
-        .operation("payments.http")
-        .scope(|request| {
-            request
-                .headers
-                .get("x-tenant")
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("anonymous")
-                .to_owned()
-        })
+        .operation(OPERATION)
+        .scope_header(TENANT_HEADER)
         .build();
     let router = Router::new()
         .route("/payments", post(charge))

@@ -4,9 +4,9 @@
 use std::time::Duration;
 
 use coord_core::Coordinator;
-use coord_examples::payments::{NAMESPACE, app};
+use coord_examples::payments::{NAMESPACE, OPERATION, app};
 use coord_redis::RedisProvider;
-use coord_redis_testing::RedisServer;
+use coord_redis_testing::{RedisServer, Resp};
 use serde_json::{Value, json};
 
 struct Instance {
@@ -81,7 +81,7 @@ async fn one_instance_charges_once_per_key() {
         .memory()
         .build()
         .unwrap();
-    let server = instance(coordinator).await;
+    let server = instance(coordinator.clone()).await;
     let client = client();
     let order = json!({"amount": 1250, "currency": "eur"});
     let (status, replayed, first) =
@@ -99,6 +99,19 @@ async fn one_instance_charges_once_per_key() {
         pay(&client, &server.url, "order-1", "globex", order.clone()).await;
     assert_eq!((status, replayed), (201, false));
     assert_ne!(other["id"], first["id"]);
+    let (status, replayed, other_again) =
+        pay(&client, &server.url, "order-1", "globex", order.clone()).await;
+    assert_eq!((status, replayed), (201, true));
+    assert_eq!(other_again, other);
+    // Each tenant's record is under its digest, where `coord records list --scope` looks.
+    let operator = coordinator.operator();
+    for tenant in ["acme", "globex"] {
+        let digest = coord_http::scope_digest(NAMESPACE, tenant.as_bytes());
+        let key = operator
+            .key(&format!("{OPERATION}:{digest}:order-1"))
+            .unwrap();
+        assert!(operator.record(&key).await.unwrap().is_some(), "{tenant}");
+    }
     // The same key with another amount is refused.
     let (status, _, problem) = pay(
         &client,
@@ -165,6 +178,18 @@ async fn two_instances_sharing_redis_charge_once() {
         total, 1,
         "the charge handler ran once across both instances"
     );
+    // The tenant is in Redis only as its digest.
+    let names = match redis.command(&["KEYS", "*"]) {
+        Resp::Array(names) => names
+            .iter()
+            .filter_map(Resp::text)
+            .collect::<Vec<_>>()
+            .join("\n"),
+        other => panic!("KEYS: {other:?}"),
+    };
+    let digest = coord_http::scope_digest(NAMESPACE, b"acme");
+    assert!(names.contains(&digest), "{names}");
+    assert!(!names.contains("acme"), "{names}");
     // Later retries through either instance replay the one charge.
     for instance in &instances {
         let (status, replayed, body) =

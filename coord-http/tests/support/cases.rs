@@ -4,7 +4,8 @@
 use std::time::{Duration, Instant};
 
 use coord_core::{Coordinator, OnAbandoned};
-use coord_http::{OversizedResponse, Remember};
+use coord_http::{IdempotencyLayer, OversizedResponse, Remember};
+use http::header::AUTHORIZATION;
 use http::{HeaderName, StatusCode};
 
 use super::*;
@@ -620,4 +621,128 @@ pub async fn concurrent_duplicates_across_two_servers(first: Coordinator, second
         assert!(after.replayed());
         assert_eq!(after.body, body);
     }
+}
+
+/// Two callers telling themselves apart by `Authorization` send the same key and body one
+/// after the other: each runs the handler, and each retry replays the caller's own response.
+/// A request without the header is a principal of its own.
+pub async fn principals_one_after_the_other(coord: Coordinator) {
+    let namespace = coord.namespace().to_owned();
+    let layer = IdempotencyLayer::builder(coord.clone())
+        .scope_header(AUTHORIZATION)
+        .build();
+    let (server, app) = start(layer.clone()).await;
+    let client = client();
+    let send = |auth: Option<&'static [u8]>| {
+        let request = Req::post(&server, "/charge", "order-1");
+        match auth {
+            Some(auth) => request.header("authorization", auth),
+            None => request,
+        }
+    };
+    let alice = send(Some(b"Bearer alice")).send(&client).await;
+    let bob = send(Some(b"Bearer bob")).send(&client).await;
+    let nobody = send(None).send(&client).await;
+    for (reply, run) in [(&alice, 1), (&bob, 2), (&nobody, 3)] {
+        assert_eq!(reply.status, StatusCode::CREATED);
+        assert!(!reply.replayed(), "{reply:?}");
+        assert_eq!(reply.run(), Some(run));
+    }
+    for (auth, first) in [
+        (Some(&b"Bearer alice"[..]), &alice),
+        (Some(b"Bearer bob"), &bob),
+        (None, &nobody),
+    ] {
+        let again = send(auth).send(&client).await;
+        assert!(again.replayed(), "{again:?}");
+        assert_eq!(again.body, first.body, "each caller gets its own response");
+    }
+    assert_eq!(app.runs(), 3);
+    assert_eq!(layer.metrics().executed(), 3);
+    assert_eq!(layer.metrics().replayed(), 3);
+    // The record is where operator tools look for it: under the value's digest.
+    let operator = coord.operator();
+    let at = |scope: &str| {
+        operator
+            .key(&format!("http.idempotency:{scope}:order-1"))
+            .unwrap()
+    };
+    let digest = coord_http::scope_digest(&namespace, b"Bearer alice");
+    assert!(operator.record(&at(&digest)).await.unwrap().is_some());
+    assert!(
+        operator
+            .record(&at("Bearer alice"))
+            .await
+            .unwrap()
+            .is_none()
+    );
+}
+
+/// Two principals at the same time, each sending the same key and body several times at once
+/// (the layer waits for a running duplicate): one handler run per principal, and every reply a
+/// principal gets is its own run's response.
+pub async fn principals_at_the_same_time(coord: Coordinator) {
+    let layer = layer(coord).wait(Duration::from_secs(10)).build();
+    let (server, app) = start(layer.clone()).await;
+    let client = client();
+    let mut tasks = Vec::new();
+    for i in 0..10 {
+        let tenant = if i % 2 == 0 { "acme" } else { "globex" };
+        let request = Req::post(&server, "/charge?delay_ms=300", "same-key").tenant(tenant);
+        tasks.push((tenant, request.spawn(&client)));
+    }
+    let mut replies: Vec<(&str, Reply)> = Vec::new();
+    for (tenant, task) in tasks {
+        replies.push((tenant, task.await.unwrap()));
+    }
+    assert_eq!(app.runs(), 2, "one run per principal");
+    let mut bodies = Vec::new();
+    for tenant in ["acme", "globex"] {
+        let own: Vec<&Reply> = replies
+            .iter()
+            .filter(|(t, _)| *t == tenant)
+            .map(|(_, r)| r)
+            .collect();
+        assert!(
+            own.iter().all(|r| r.status == StatusCode::CREATED),
+            "{own:?}"
+        );
+        let ran: Vec<&&Reply> = own.iter().filter(|r| !r.replayed()).collect();
+        assert_eq!(ran.len(), 1, "{tenant}: one reply from the run itself");
+        assert!(
+            own.iter().all(|r| r.body == ran[0].body),
+            "{tenant}: every reply is its own run's"
+        );
+        bodies.push(ran[0].body.clone());
+    }
+    assert_ne!(bodies[0], bodies[1]);
+    assert_eq!(layer.metrics().executed(), 2);
+    assert_eq!(layer.metrics().replayed(), 8);
+}
+
+/// `single_principal()` keeps the behaviour of the earlier default: every caller shares the
+/// key, and the record sits where that default put it (an empty scope part, `%_`).
+pub async fn single_principal_shares_keys(coord: Coordinator) {
+    let layer = IdempotencyLayer::builder(coord.clone())
+        .single_principal()
+        .build();
+    let (server, app) = start(layer).await;
+    let client = client();
+    let first = Req::post(&server, "/charge", "shared")
+        .tenant("acme")
+        .header("authorization", b"Bearer alice")
+        .send(&client)
+        .await;
+    assert!(!first.replayed());
+    let other = Req::post(&server, "/charge", "shared")
+        .tenant("globex")
+        .header("authorization", b"Bearer bob")
+        .send(&client)
+        .await;
+    assert!(other.replayed());
+    assert_eq!(other.body, first.body);
+    assert_eq!(app.runs(), 1);
+    let operator = coord.operator();
+    let key = operator.key("http.idempotency:%_:shared").unwrap();
+    assert!(operator.record(&key).await.unwrap().is_some());
 }

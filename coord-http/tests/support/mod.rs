@@ -21,7 +21,7 @@ use coord_core::provider::{
     RenewOutcome,
 };
 use coord_core::{BackendError, CallKey, Coordinator};
-use coord_http::{IdempotencyLayer, IdempotencyLayerBuilder};
+use coord_http::{IdempotencyLayer, IdempotencyLayerBuilder, ScopeSet};
 use http::{HeaderMap, HeaderValue, StatusCode};
 use serde_json::{Value, json};
 
@@ -160,7 +160,7 @@ pub fn router(app: App, layer: IdempotencyLayer) -> Router {
 }
 
 /// The layer the cases use unless they say otherwise: keys scoped by `X-Tenant`.
-pub fn layer(coordinator: Coordinator) -> IdempotencyLayerBuilder {
+pub fn layer(coordinator: Coordinator) -> IdempotencyLayerBuilder<ScopeSet> {
     IdempotencyLayer::builder(coordinator).scope(|request| {
         request
             .headers

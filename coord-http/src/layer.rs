@@ -8,7 +8,7 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use coord_core::report::IdempotencyOutcome;
-use coord_core::{CoordError, Coordinator, OnStoreError};
+use coord_core::{CoordError, OnStoreError};
 use http::header::{CONTENT_LENGTH, HeaderValue, RETRY_AFTER};
 use http::{HeaderMap, HeaderName, Request, Response, StatusCode};
 use http_body::Body;
@@ -18,7 +18,7 @@ use tower_service::Service;
 use crate::body::{
     ReadError, ReadResponse, RequestBody, ResponseBody, read_request, read_response,
 };
-use crate::config::{Config, IdempotencyLayerBuilder, Options, OversizedResponse};
+use crate::config::{Config, Options, OversizedResponse};
 use crate::fingerprint::request_fingerprint;
 use crate::key::{KeyError, key_from_headers};
 use crate::metrics::{Event, Metrics};
@@ -47,17 +47,6 @@ impl fmt::Debug for IdempotencyLayer {
 }
 
 impl IdempotencyLayer {
-    /// Starts a layer whose records live in `coordinator` (its provider and namespace). Use
-    /// `Coordinator::current().clone()` for the installed one.
-    ///
-    /// The builder needs to be told whose keys are whose before it builds:
-    /// [`scope`](IdempotencyLayerBuilder::scope),
-    /// [`scope_header`](IdempotencyLayerBuilder::scope_header) or
-    /// [`single_principal`](IdempotencyLayerBuilder::single_principal).
-    pub fn builder(coordinator: Coordinator) -> IdempotencyLayerBuilder {
-        IdempotencyLayerBuilder::new(coordinator)
-    }
-
     pub(crate) fn from_config(config: Config) -> IdempotencyLayer {
         IdempotencyLayer {
             config: Arc::new(config),

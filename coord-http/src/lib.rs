@@ -145,6 +145,7 @@
 //! [`Coordinator`]: coord_core::Coordinator
 
 mod body;
+mod builder;
 mod config;
 mod error;
 mod fingerprint;
@@ -156,9 +157,8 @@ mod scope;
 mod stored;
 
 pub use body::{RequestBody, ResponseBody};
-pub use config::{
-    DEFAULT_HEADER, DEFAULT_OPERATION, IdempotencyLayerBuilder, OversizedResponse, Remember,
-};
+pub use builder::IdempotencyLayerBuilder;
+pub use config::{DEFAULT_HEADER, DEFAULT_OPERATION, OversizedResponse, Remember};
 pub use error::HttpError;
 pub use key::{IdempotencyKey, KeyError, MAX_KEY_LEN, parse_key};
 pub use layer::{Idempotency, IdempotencyLayer, REPLAYED_HEADER, ResponseFuture};

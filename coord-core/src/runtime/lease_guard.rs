@@ -1,5 +1,9 @@
-//! The one drop guard of the runtime: a lease (a lock, or an idempotency in-flight marker)
-//! that this call may hold is freed, owner-checked, if the call stops before settling it.
+//! The drop guard of a call's lease: a lock, or an idempotency in-flight marker, that this call
+//! may hold is freed, owner-checked, if the call stops before settling it. Both the lock and
+//! the idempotency layer use it. (The other guards of the runtime each guard something else:
+//! `ClaimGuard` a cluster flight's claim, the process flight's leader and follower guards its
+//! waiters, `DetachOnDrop` work that must finish past a drop, `LockGuard` a lock the caller
+//! holds through the handle API.)
 
 use std::sync::Arc;
 use std::time::Duration;

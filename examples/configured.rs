@@ -2,12 +2,12 @@
 //! with figment, and attributes that take their durations from a named profile.
 //!
 //! ```sh
-//! cargo run -p coord-examples --example configured
+//! cargo run -p coord-examples --features config --example configured
 //! # a profile's field from the environment (figment nests on `__`):
-//! COORD_PROFILES__REPORTS__WAIT=0s cargo run -p coord-examples --example configured
+//! COORD_PROFILES__REPORTS__WAIT=0s cargo run -p coord-examples --features config --example configured
 //! # Redis instead of the in-process provider:
 //! COORD_PROVIDER__KIND=redis COORD_PROVIDER__URL=redis://127.0.0.1:6379 \
-//!   cargo run -p coord-examples --example configured
+//!   cargo run -p coord-examples --features config --example configured
 //! ```
 //!
 //! The file is `examples/configured.toml`, or the one `COORD_CONFIG_FILE` names. config-rs

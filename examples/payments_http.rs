@@ -1,6 +1,6 @@
 //! A payments service behind coord-http's `Idempotency-Key` layer.
 //!
-//! Run with `cargo run -p coord-examples --example payments_http`. It listens on
+//! Run with `cargo run -p coord-examples --features http --example payments_http`. It listens on
 //! `COORD_HTTP_ADDR` (default `127.0.0.1:3000`) and prints the address. With `COORD_REDIS_URL`
 //! set it coordinates through that Redis, so several instances on several ports charge once
 //! per key between them; without it, in-process.

@@ -1,7 +1,7 @@
 //! coord's metrics for Prometheus: serves `/metrics` on a loopback port while a small load
 //! runs, so a Prometheus (and the Grafana dashboard in `dashboards/coord.json`) can scrape it.
 //!
-//! Run: `cargo run -p coord-examples --example prometheus` (then
+//! Run: `cargo run -p coord-examples --features prometheus --example prometheus` (then
 //! `curl http://127.0.0.1:9464/metrics`). `COORD_METRICS_ADDR` picks another address;
 //! `COORD_DEMO_SECONDS` how long it runs (default 60).
 

@@ -1,6 +1,6 @@
 //! Three processes coordinating through Redis: who ran what.
 //!
-//! Run with `cargo run -p coord-examples --example replicas`.
+//! Run with `cargo run -p coord-examples --features redis --example replicas`.
 //!
 //! Uses the Redis at `COORD_REDIS_URL` if set; otherwise starts a private `redis-server` on a
 //! free loopback port for the demo (the binary must be installed). The example then starts

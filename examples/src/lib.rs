@@ -2,16 +2,19 @@
 //! example (or an example and its test) shares, among it the payments service of
 //! `payments_http`.
 
+#[cfg(feature = "http")]
 pub mod payments;
 
 use std::time::Duration;
 
 use coord_core::{CoordError, Coordinator, distributed_lock, idempotent, single_flight};
+#[cfg(feature = "prometheus")]
 use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
 
 /// Installs a Prometheus recorder for coord's metrics with histogram buckets (the exporter
 /// renders summaries without them, which cannot be aggregated across instances) and, when
 /// `listen` is given, serves `/metrics` there. Call from inside a tokio runtime.
+#[cfg(feature = "prometheus")]
 pub fn install_prometheus(
     listen: Option<std::net::SocketAddr>,
 ) -> Result<PrometheusHandle, BuildError> {

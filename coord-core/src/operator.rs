@@ -3,7 +3,7 @@
 //!
 //! [`Operator`] (from [`Coordinator::operator`]) works in the coordinator's namespace and logs
 //! every destructive call; it reaches the provider only through the contract's
-//! [`Operations`] and [`IdempotencyStore::purge`](crate::provider::IdempotencyStore::purge).
+//! [`Operations`](crate::provider::Operations) and [`IdempotencyStore::purge`](crate::provider::IdempotencyStore::purge).
 //! Everything here takes and returns [`CallKey`]s, shown as `operation:parts`: the form
 //! errors, call reports and log lines print, and the form a listing yields, so an operator can
 //! paste any of them back into [`Operator::lock`], [`Operator::release_lock`] or

@@ -10,7 +10,7 @@ pub enum OnBackendError {
     #[default]
     FailClosed,
     /// Run the body without the guard that failed, log a warning and count it in
-    /// [`Metrics::fail_open_runs`](crate::Metrics::fail_open_runs). For work where running
+    /// [`Metrics::fail_open_runs`](crate::telemetry::Metrics::fail_open_runs). For work where running
     /// twice is cheaper than not running.
     FailOpen,
 }
@@ -61,7 +61,7 @@ pub enum OnMissingKey {
     #[default]
     Fail,
     /// Run the body without the idempotency layer (no claim, no record), count it in
-    /// [`Metrics::unprotected_runs`](crate::Metrics::unprotected_runs) and report
+    /// [`Metrics::unprotected_runs`](crate::telemetry::Metrics::unprotected_runs) and report
     /// `IdempotencyOutcome::Unprotected`.
     RunUnprotected,
 }

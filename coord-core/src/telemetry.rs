@@ -9,7 +9,7 @@
 //! | name | kind | labels | what |
 //! |---|---|---|---|
 //! | `coord_calls_total` | counter | `layer`, `op`, `outcome` | calls per layer and outcome: idempotency `executed`, `replayed`, `in_flight`, `key_reused`, `failed_open`, `backend_error`, `lost`, `outcome_unknown`, `not_stored`, `missing_key`, `unprotected`, `shut_down`; cache `hit`, `miss`, `stale` (an entry that did not decode), `error` (the shared tier failed; a miss); single_flight `led`, `joined`, `took_over`, and for `scope = "cluster"` (counted again for the instance's local leader) `cluster_led`, `cluster_joined`, `cluster_took_over`, `failed_open`; lock `acquired`, `contended`, `not_acquired`, `reentrant`, `failed_open`, `backend_error`, `lost`, `shut_down` |
-//! | `coord_backend_errors_total` | counter | `layer`, `op`, `kind` | backend faults by [`BackendErrorKind`](crate::BackendErrorKind) (`unavailable`, `timeout`, ...) |
+//! | `coord_backend_errors_total` | counter | `layer`, `op`, `kind` | backend faults by [`BackendErrorKind`](crate::provider::BackendErrorKind) (`unavailable`, `timeout`, ...) |
 //! | `coord_lock_wait_seconds` | histogram | `op` | from asking for a lock to getting it or giving up |
 //! | `coord_lock_hold_seconds` | histogram | `op` | from getting a lock to releasing it |
 //! | `coord_body_duration_seconds` | histogram | `op` | how long the annotated body ran (not counting replays or joins) |

@@ -86,7 +86,7 @@ impl<S> IdempotencyLayerBuilder<S> {
 
     /// Whether a guarded request without a key is refused (`400`, problem type
     /// `missing-key`). Default `true`. With `false`, such a request runs without
-    /// idempotency and is counted in [`Metrics::unprotected`].
+    /// idempotency and is counted in [`Metrics::unprotected`](crate::Metrics::unprotected).
     pub fn require_key(mut self, required: bool) -> Self {
         self.config.require_key = required;
         self
@@ -131,7 +131,7 @@ impl<S> IdempotencyLayerBuilder<S> {
     /// coordinator's default, itself [`OnBackendError::FailClosed`] unless set:
     /// `503 Service Unavailable` with `Retry-After`, problem type `backend-unavailable`, and the
     /// handler does not run. [`OnBackendError::FailOpen`] runs the handler without
-    /// idempotency, counted in [`Metrics::failed_open`] (and the coordinator's metrics).
+    /// idempotency, counted in [`Metrics::failed_open`](crate::Metrics::failed_open) (and the coordinator's metrics).
     pub fn on_backend_error(mut self, policy: OnBackendError) -> Self {
         self.config.on_backend_error = policy;
         self

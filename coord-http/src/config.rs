@@ -81,7 +81,7 @@ impl fmt::Debug for Remember {
 }
 
 /// What happens when a response that would be remembered has a body longer than
-/// [`max_stored_body`](IdempotencyLayerBuilder::max_stored_body).
+/// [`max_stored_body`](crate::IdempotencyLayerBuilder::max_stored_body).
 ///
 /// Either way the client of the request that ran gets the whole response, and nothing is
 /// stored half: a record holds a body's every byte or none of them.

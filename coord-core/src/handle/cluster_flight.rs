@@ -23,7 +23,7 @@ use crate::telemetry::OpTelemetry;
 /// The same layer as `#[single_flight(scope = "cluster")]`: the calls of this instance
 /// coalesce first, then one leader across instances claims the flight for `lease` (renewed
 /// while its body runs) and the others receive its outcome. Nothing is remembered after the
-/// hand-over ([`CLUSTER_FLIGHT_HAND_OVER`](crate::CLUSTER_FLIGHT_HAND_OVER)): a call that
+/// hand-over ([`CLUSTER_FLIGHT_HAND_OVER`](crate::handle::CLUSTER_FLIGHT_HAND_OVER)): a call that
 /// starts after the flight ended runs again. A leader that is cancelled or crashes is replaced
 /// by exactly one waiting instance, at once or after its lease. It is an optimisation, not a
 /// promise that the body runs once: use [`Coordinator::idempotent`] for that.

@@ -6,7 +6,7 @@
 //!
 //! * the **local** tier, a bounded moka cache per operation in this process, found through the
 //!   operation's static spec (like its metric keys), keyed by the call key;
-//! * the **shared** tier, the provider's [`CacheStore`](crate::CacheStore), seen by every
+//! * the **shared** tier, the provider's [`CacheStore`](crate::provider::CacheStore), seen by every
 //!   process sharing the provider, holding values encoded with the coordinator's codec.
 //!
 //! `two_tier` reads the local tier first, then the shared one, and keeps what it read from the

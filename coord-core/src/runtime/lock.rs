@@ -128,7 +128,7 @@ pub(crate) async fn acquire_lock(
     Acquired::Granted(guard, outcome, waited)
 }
 
-/// A held lock: from [`Lock::acquire`](crate::Lock::acquire), or inside a `#[distributed_lock]`
+/// A held lock: from [`Lock::acquire`](crate::handle::Lock::acquire), or inside a `#[distributed_lock]`
 /// call.
 ///
 /// Dropping the guard releases the lock in the background (owner-checked, retried until the

@@ -671,37 +671,6 @@ mod tests {
     }
 
     #[test]
-    fn error_replies_map_to_kinds() {
-        let kind = |reply: &str| Fault::Server(reply.to_owned()).into_backend("test").kind();
-        assert_eq!(
-            kind("OOM command not allowed when used memory > 'maxmemory'."),
-            BackendErrorKind::OutOfMemory
-        );
-        assert_eq!(
-            kind("WRONGTYPE Operation against a key holding the wrong kind of value"),
-            BackendErrorKind::Corrupt
-        );
-        assert_eq!(
-            kind("ERR coord: the record has no state"),
-            BackendErrorKind::Corrupt
-        );
-        // Other `ERR` replies (a Lua runtime error, a refused argument) are not about the data.
-        assert_eq!(
-            kind("ERR user_script:3: attempt to compare nil with number"),
-            BackendErrorKind::Protocol
-        );
-        assert_eq!(
-            kind("ERR invalid expire time in 'set' command"),
-            BackendErrorKind::Protocol
-        );
-        assert_eq!(
-            kind("LOADING Redis is loading"),
-            BackendErrorKind::Unavailable
-        );
-        assert_eq!(kind("NOPERM no permissions"), BackendErrorKind::Config);
-    }
-
-    #[test]
     fn tokens_are_32_lowercase_hex() {
         assert!(is_token(OwnerToken::new().to_string().as_bytes()));
         assert!(!is_token(b"not-a-token"));

@@ -19,7 +19,7 @@ use coord_core::{BackendError, BackendErrorKind};
 
 #[cfg(feature = "tls")]
 use crate::config::Pem;
-use crate::config::{Client, Options, Target, TlsOptions, Topology, scrub};
+use crate::config::{Client, Options, Target, TlsMaterial, Topology, scrub};
 use crate::server_checks::{self, CheckOptions, ServerWatch};
 use crate::transport::{Command, Fault, Reply, Transport};
 use crate::waiters::Hub;
@@ -203,19 +203,7 @@ impl std::fmt::Debug for RedisProviderBuilder {
 impl RedisProviderBuilder {
     fn new(topology: Topology) -> RedisProviderBuilder {
         RedisProviderBuilder {
-            options: Options {
-                topology,
-                command_timeout: Duration::from_secs(1),
-                pool_size: 1,
-                client: Client::default(),
-                client_chosen: false,
-                username: None,
-                password: None,
-                database: None,
-                data_node_tls: None,
-                tls: TlsOptions::default(),
-                allow_eviction: false,
-            },
+            options: Options::new(topology),
         }
     }
 
@@ -487,7 +475,7 @@ async fn connect_transport(
     client: Client,
     options: &Options,
     target: Target,
-    tls: &crate::config::TlsMaterial,
+    tls: &TlsMaterial,
     watch: Arc<ServerWatch>,
 ) -> Result<Arc<dyn Transport>, Fault> {
     match client {

@@ -333,40 +333,6 @@ fn server_name(server: &Server) -> String {
     }
 }
 
-/// Where `client` connects, without credentials.
-pub(crate) fn describe_client(client: &FredClient) -> String {
-    let list = |hosts: &[Server]| {
-        hosts
-            .iter()
-            .map(|s| display_parts(&s.host, s.port))
-            .collect::<Vec<_>>()
-            .join(",")
-    };
-    match &client.client_config().server {
-        ServerConfig::Centralized { server } => display_parts(&server.host, server.port),
-        ServerConfig::Clustered { hosts, .. } => format!("cluster seeds {}", list(hosts)),
-        ServerConfig::Sentinel {
-            hosts,
-            service_name,
-            ..
-        } => format!("master `{service_name}` via sentinels {}", list(hosts)),
-        ServerConfig::Unix { path } => display_socket(path),
-    }
-}
-
-/// The passwords `client` was configured with.
-pub(crate) fn client_secrets(client: &FredClient) -> Vec<String> {
-    let config = client.client_config();
-    let mut out: Vec<String> = config.password.into_iter().collect();
-    if let ServerConfig::Sentinel {
-        password: Some(p), ..
-    } = config.server
-    {
-        out.push(p);
-    }
-    out
-}
-
 struct Fred {
     slots: Vec<FredSlot>,
     next: AtomicUsize,

@@ -42,7 +42,7 @@ use super::{
     Command, ErrorCode, Fault, NodeReplies, Reply, ServerError, Subscriber, SubscriberEvents,
     Transport,
 };
-use crate::config::{Address, Options, Place, Target, TlsMaterial, display_parts, display_socket};
+use crate::config::{Address, Options, Place, Target, TlsMaterial};
 use crate::server_checks::{ServerWatch, info_server};
 
 /// Connects as `options` say, to `target`, reporting every node's run id to `watch`.
@@ -243,17 +243,6 @@ fn certificates(tls: &TlsMaterial) -> TlsCertificates {
             client_key: key.clone(),
         }),
         root_cert: tls.ca.clone(),
-    }
-}
-
-/// Where `client` connects, without credentials.
-pub(crate) fn describe_client(client: &redis::Client) -> String {
-    match client.get_connection_info().addr() {
-        ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => {
-            display_parts(host, *port)
-        }
-        ConnectionAddr::Unix(path) => display_socket(path),
-        _ => "<redis-rs client>".to_owned(),
     }
 }
 

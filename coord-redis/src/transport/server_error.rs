@@ -120,6 +120,7 @@ impl ServerError {
     /// Reads the whole text of an error reply (`CODE message`), for client libraries that
     /// hand over only the text. `None` when the text does not start with an error code (an
     /// upper-case word): it is then the library's own message, not the server's.
+    #[cfg_attr(not(feature = "fred"), allow(dead_code))] // fred's errors carry only text
     pub(crate) fn from_reply_text(text: &str) -> Option<ServerError> {
         let text = text.trim_start();
         let (code, message) = text.split_once(char::is_whitespace).unwrap_or((text, ""));

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use coord_core::{BackendError, BackendErrorKind, CallKey, OwnerToken};
 
-use super::*;
+use super::{Inner, MAX_MILLIS};
 use crate::config::scrub;
 use crate::encode::TokenText;
 use crate::scripts::Script;

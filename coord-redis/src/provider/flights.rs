@@ -17,8 +17,8 @@ use coord_core::{
 };
 use tokio::time::Instant;
 
-use super::commands::*;
-use super::*;
+use super::commands::{millis, parse_token};
+use super::{Inner, RedisProvider};
 use crate::encode::{Decimal, TokenText};
 use crate::keys::Names;
 use crate::scripts;

@@ -8,11 +8,11 @@ use coord_core::{
 };
 use tokio::time::Instant;
 
-use super::commands::*;
-use super::*;
+use super::commands::{is_own, is_token, millis};
+use super::{BACKSTOP_CAP, FENCE_RETENTION_FLOOR, Inner, MAX_MILLIS, RedisProvider};
 use crate::encode::{Decimal, TokenText};
 use crate::keys::Names;
-use crate::scripts::{self};
+use crate::scripts;
 use crate::transport::{Command, Reply};
 use crate::waiters::{Cue, Look, Wake};
 

@@ -1,5 +1,6 @@
 //! The idempotency half of the contract: claim, complete, abandon, wait, renew, purge.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use coord_core::{
@@ -8,9 +9,9 @@ use coord_core::{
 };
 use tokio::time::Instant;
 
-use super::commands::*;
+use super::commands::{millis, parse_token};
 use super::locks::renew_outcome;
-use super::*;
+use super::{Inner, MAX_MILLIS, RedisProvider, server_time};
 use crate::encode::{Decimal, TokenText};
 use crate::keys::Names;
 use crate::scripts::{self, Script};

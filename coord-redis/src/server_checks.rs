@@ -220,7 +220,7 @@ pub(crate) async fn report(transport: &dyn Transport) -> Result<ServerReport, Fa
                 }
                 None => report.config_error = Some("unreadable CONFIG GET reply".to_owned()),
             },
-            Err(Fault::Server(text)) => report.config_error = Some(text),
+            Err(Fault::Server(err)) => report.config_error = Some(err.to_string()),
             Err(other) => return Err(other),
         }
     }
@@ -337,14 +337,14 @@ pub(crate) async fn check_at_connect(
     for (node, reply) in replies {
         let reply = match reply {
             Ok(reply) => reply,
-            Err(Fault::Server(text)) => {
+            Err(Fault::Server(err)) => {
                 // `CONFIG` renamed away (`ERR unknown command`) or refused by the ACL
                 // (`NOPERM`): managed services do both. Say once what could not be checked.
                 if !warned_config.swap(true, Ordering::Relaxed) {
                     tracing::warn!(
                         address,
                         node = %node,
-                        error = %text,
+                        error = %err,
                         "coord-redis: cannot read the server's settings (CONFIG GET is not \
                          permitted), so coord could not check that `maxmemory-policy` is \
                          `noeviction`: under memory pressure any other policy lets Redis delete \

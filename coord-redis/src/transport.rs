@@ -13,6 +13,9 @@ use coord_core::provider::{BackendErrorKind, BoxFuture};
 pub(crate) mod fred_client;
 #[cfg(feature = "redis-client")]
 pub(crate) mod redis_rs;
+mod server_error;
+
+pub(crate) use server_error::{ErrorCode, ServerError};
 
 /// Most arguments any coord command has (`EVALSHA sha numkeys` plus keys and script
 /// arguments included).
@@ -93,9 +96,8 @@ pub(crate) enum Fault {
     Unavailable(String),
     /// No answer in time.
     Timeout(String),
-    /// The server answered with an error reply; the text starts with its code
-    /// (`WRONGTYPE ...`, `NOSCRIPT ...`).
-    Server(String),
+    /// The server answered with an error reply.
+    Server(ServerError),
     /// A reply coord cannot read.
     Protocol(String),
     /// The connection settings are wrong.
@@ -105,50 +107,24 @@ pub(crate) enum Fault {
 impl Fault {
     /// True for `NOSCRIPT`: the server does not have the script cached.
     pub(crate) fn is_noscript(&self) -> bool {
-        matches!(self, Fault::Server(text) if text.starts_with("NOSCRIPT"))
+        matches!(self, Fault::Server(err) if *err.code() == ErrorCode::NoScript)
     }
 
-    /// True for the Cluster error replies that prove the command was not executed (`MOVED`:
-    /// another node owns the slot; `TRYAGAIN`, `CLUSTERDOWN`: refused for now). Sending such
-    /// a command again cannot run it twice.
+    /// True for the Cluster error replies that prove the command was not executed (see
+    /// [`ServerError::not_executed`]). Sending such a command again cannot run it twice.
     pub(crate) fn not_executed(&self) -> bool {
-        match self {
-            Fault::Server(text) => {
-                let code = text.split_whitespace().next().unwrap_or("");
-                matches!(code, "MOVED" | "TRYAGAIN" | "CLUSTERDOWN")
-            }
-            _ => false,
-        }
+        matches!(self, Fault::Server(err) if err.not_executed())
     }
 
-    /// The provider-level error. Error replies that say "not now" (loading, failover, cluster
-    /// reconfiguration, a busy script) are availability problems; `OOM` (a server at its
-    /// `maxmemory` under `noeviction`) is [`BackendErrorKind::OutOfMemory`], which goes away
-    /// once memory is freed; `WRONGTYPE` (a coord key holding another Redis type) and the
-    /// `ERR coord: ...` replies of coord's scripts (a value coord did not write) are
-    /// [`BackendErrorKind::Corrupt`]; any other error reply is a protocol problem.
+    /// The provider-level error, `context: text`. An error reply's kind is
+    /// [`ServerError::backend_kind`]'s.
     pub(crate) fn into_backend(self, context: &str) -> BackendError {
         let (kind, text) = match self {
             Fault::Unavailable(t) => (BackendErrorKind::Unavailable, t),
             Fault::Timeout(t) => (BackendErrorKind::Timeout, t),
             Fault::Protocol(t) => (BackendErrorKind::Protocol, t),
             Fault::Config(t) => (BackendErrorKind::Config, t),
-            Fault::Server(t) => {
-                let mut words = t.split_whitespace();
-                let code = words.next().unwrap_or("");
-                let kind = match code {
-                    "LOADING" | "BUSY" | "MASTERDOWN" | "READONLY" | "CLUSTERDOWN" | "TRYAGAIN"
-                    | "NOREPLICAS" | "MOVED" | "ASK" | "UNBLOCKED" => BackendErrorKind::Unavailable,
-                    "NOAUTH" | "WRONGPASS" | "NOPERM" => BackendErrorKind::Config,
-                    "OOM" => BackendErrorKind::OutOfMemory,
-                    "WRONGTYPE" => BackendErrorKind::Corrupt,
-                    // Only coord's own scripts answer `ERR coord:`, and only for state they
-                    // refuse; a Lua runtime error or a rejected argument stays `Protocol`.
-                    "ERR" if words.next() == Some("coord:") => BackendErrorKind::Corrupt,
-                    _ => BackendErrorKind::Protocol,
-                };
-                (kind, t)
-            }
+            Fault::Server(err) => (err.backend_kind(), err.to_string()),
         };
         BackendError::new(kind, format!("{context}: {text}"))
     }

@@ -1,4 +1,5 @@
-//! Local waiter queues over the one shared subscriber connection.
+//! Local waiter queues over the one shared subscriber connection, and the loop every wait
+//! runs over them ([`Hub::wait`], in `wait_loop`).
 //!
 //! A provider has one subscriber connection, opened the first time something waits. Each
 //! channel someone waits on is subscribed once, however many tasks wait on it, and
@@ -23,6 +24,10 @@ use coord_core::provider::BackendErrorKind;
 use tokio::sync::{Notify, mpsc, watch};
 
 use crate::transport::{Subscriber, SubscriberEvents, Transport};
+
+mod wait_loop;
+
+pub(crate) use wait_loop::{Cue, Look};
 
 /// How a channel's waiters are woken.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,7 +55,7 @@ struct Waiter {
 
 /// Why a waiter woke.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Woken {
+enum Woken {
     /// A message arrived on the channel (or the waiter became head of its queue).
     Message,
     /// The subscriber reconnected: a message may have been missed, or nothing happened.
@@ -137,10 +142,13 @@ impl SubscriberEvents for Events {
 pub(crate) struct Hub {
     shared: Arc<Shared>,
     ops: OnceLock<mpsc::UnboundedSender<Op>>,
+    /// The command timeout: bounds each subscription change.
     timeout: Duration,
 }
 
 impl Hub {
+    /// Queues whose subscription changes are each bounded by `timeout` (the provider's
+    /// command timeout).
     pub(crate) fn new(timeout: Duration) -> Hub {
         Hub {
             shared: Arc::new(Shared::default()),
@@ -174,7 +182,7 @@ impl Hub {
     /// Joins the queue of `channel`, subscribing first if nobody here listens to it yet.
     /// Resolves once the subscription is confirmed, so a message published after this returns
     /// is seen. Fails if the subscription cannot be made within `limit`.
-    pub(crate) async fn join(
+    async fn join(
         &self,
         transport: &Arc<dyn Transport>,
         channel: String,
@@ -237,7 +245,7 @@ impl Hub {
 }
 
 /// A place in a channel's queue. Dropping it leaves the queue.
-pub(crate) struct Ticket {
+struct Ticket {
     shared: Arc<Shared>,
     ops: mpsc::UnboundedSender<Op>,
     channel: String,
@@ -246,7 +254,7 @@ pub(crate) struct Ticket {
 
 impl Ticket {
     /// True while this waiter is the first in its queue.
-    pub(crate) fn is_head(&self) -> bool {
+    fn is_head(&self) -> bool {
         let map = self.shared.channels();
         map.get(&self.channel)
             .and_then(|ch| ch.waiters.front())
@@ -254,7 +262,7 @@ impl Ticket {
     }
 
     /// Resolves on the next wake-up (or at once if one arrived since the last call).
-    pub(crate) async fn woken(&self) -> Woken {
+    async fn woken(&self) -> Woken {
         self.waiter.notify.notified().await;
         if self.waiter.resynced.swap(false, Ordering::Relaxed) {
             Woken::Resync

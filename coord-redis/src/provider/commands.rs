@@ -5,7 +5,7 @@ use std::time::Duration;
 use coord_core::provider::{BackendErrorKind, OwnerToken};
 use coord_core::{BackendError, CallKey};
 
-use super::*;
+use super::{Inner, MAX_MILLIS};
 use crate::config::scrub;
 use crate::encode::TokenText;
 use crate::scripts::Script;

@@ -16,13 +16,13 @@ use coord_core::provider::{BoxFuture, FlightClaim, FlightStore, FlightWait, Owne
 use coord_core::{BackendError, CallKey};
 use tokio::time::Instant;
 
-use super::commands::*;
-use super::*;
+use super::commands::{millis, parse_token};
+use super::{Inner, RedisProvider};
 use crate::encode::{Decimal, TokenText};
 use crate::keys::Names;
 use crate::scripts;
 use crate::transport::Reply;
-use crate::waiters::Wake;
+use crate::waiters::{Cue, Look, Wake};
 
 impl Inner {
     async fn flight_wait(
@@ -38,31 +38,25 @@ impl Inner {
         let token = TokenText::new(leader);
         let leader_text = std::str::from_utf8(token.as_ref()).unwrap_or_default();
         let outcome = names.flight_outcome(leader_text);
-        let joining = self
-            .hub
-            .join(&self.transport, claim.clone(), Wake::All, self.timeout);
-        let ticket = match deadline {
-            Some(deadline) => match tokio::time::timeout_at(deadline, joining).await {
-                Ok(ticket) => ticket?,
-                Err(_) => return Ok(FlightWait::Expired),
-            },
-            None => joining.await?,
-        };
-        loop {
+        let (claim_key, outcome_key, token_text) = (&claim, &outcome, &token);
+        // Read after every wake-up and reconnection; the claim settles by message, or lapses
+        // at its expiry (server time, read as a remaining duration, so no clocks are
+        // compared): read again then.
+        let peek = move |_: Cue| async move {
             let reply = self
                 .eval(
                     &scripts::FLIGHT_PEEK,
-                    &[&claim, &outcome],
-                    &[token.as_ref()],
+                    &[claim_key, outcome_key],
+                    &[token_text.as_ref()],
                     key,
                 )
                 .await?;
             let lease_left = match reply {
                 Reply::Array(items) => match items.as_slice() {
                     [Reply::Int(1), Reply::Data(bytes)] => {
-                        return Ok(FlightWait::Finished(bytes.clone()));
+                        return Ok(Look::Done(FlightWait::Finished(bytes.clone())));
                     }
-                    [Reply::Int(0)] => return Ok(FlightWait::Vacant),
+                    [Reply::Int(0)] => return Ok(Look::Done(FlightWait::Vacant)),
                     [Reply::Int(2), Reply::Int(ms)] if *ms >= 0 => *ms as u64,
                     // A claim without an expiry is not one coord wrote.
                     [Reply::Int(2), Reply::Int(_)] => {
@@ -76,29 +70,18 @@ impl Inner {
                 },
                 _ => return Err(self.protocol("flight wait", key, "unexpected script reply")),
             };
-            let now = Instant::now();
-            if deadline.is_some_and(|d| now >= d) {
-                return Ok(FlightWait::Expired);
-            }
-            // The claim settles by message, or lapses at its expiry (server time, read as a
-            // remaining duration, so no clocks are compared): look again then.
-            let lapse = now.checked_add(Duration::from_millis(lease_left + 1));
-            let until = match (lapse, deadline) {
-                (Some(l), Some(d)) => Some(l.min(d)),
-                (l, d) => l.or(d),
-            };
-            let sleep = async {
-                match until {
-                    Some(until) => tokio::time::sleep_until(until).await,
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                // A message or a reconnection: either way, read again.
-                _ = ticket.woken() => {}
-                () = sleep => {}
-            }
-        }
+            Ok(Look::Pending(Some(Duration::from_millis(lease_left + 1))))
+        };
+        self.hub
+            .wait(
+                &self.transport,
+                claim.clone(),
+                Wake::All,
+                deadline,
+                FlightWait::Expired,
+                peek,
+            )
+            .await
     }
 }
 

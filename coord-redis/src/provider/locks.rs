@@ -8,13 +8,13 @@ use coord_core::provider::{
 use coord_core::{BackendError, CallKey, FencingToken, LossCause};
 use tokio::time::Instant;
 
-use super::commands::*;
-use super::*;
+use super::commands::{is_own, is_token, millis};
+use super::{BACKSTOP_CAP, FENCE_RETENTION_FLOOR, Inner, MAX_MILLIS, RedisProvider};
 use crate::encode::{Decimal, TokenText};
 use crate::keys::Names;
-use crate::scripts::{self};
+use crate::scripts;
 use crate::transport::{Command, Reply};
-use crate::waiters::Wake;
+use crate::waiters::{Cue, Look, Wake};
 
 /// Which attempt at a lock this is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -202,49 +202,25 @@ impl Inner {
             Attempt::Held(_) => {}
         }
 
-        // Listen before retrying, so a release between our attempt and the subscription
-        // is seen by the retry, and one after it by the message. A wait that ends while the
-        // subscription is still being made ends as a refusal.
-        let joining = self
-            .hub
-            .join(&self.transport, lock.to_owned(), Wake::Head, self.timeout);
-        let ticket = match deadline {
-            Some(deadline) => match tokio::time::timeout_at(deadline, joining).await {
-                Ok(ticket) => ticket?,
-                Err(_) => return Ok(None),
-            },
-            None => joining.await?,
+        // The first waiting attempt found the lock held; from here on a retry also marks the
+        // holder's token as waited for, so its release publishes. The backstop is the
+        // holder's remaining lease (capped, with jitter).
+        let retry = move |_: Cue| async move {
+            Ok(match self.try_lock(attempt, TryMode::Watching).await? {
+                Attempt::Won(fence) => Look::Done(Some(grant(fence, true))),
+                Attempt::Held(pttl) => Look::Pending(Some(backstop_after(pttl))),
+            })
         };
-        loop {
-            let pttl = match self.try_lock(attempt, TryMode::Watching).await? {
-                Attempt::Won(fence) => return Ok(Some(grant(fence, true))),
-                Attempt::Held(pttl) => pttl,
-            };
-            let now = Instant::now();
-            if deadline.is_some_and(|d| now >= d) {
-                return Ok(None);
-            }
-            // Only the head keeps a backstop timer; the others wait their turn (they are
-            // woken when they become head).
-            let backstop = ticket.is_head().then(|| now + backstop_after(pttl));
-            let until = match (backstop, deadline) {
-                (Some(b), Some(d)) => Some(b.min(d)),
-                (b, d) => b.or(d),
-            };
-            let sleep = async {
-                match until {
-                    Some(until) => tokio::time::sleep_until(until).await,
-                    None => std::future::pending().await,
-                }
-            };
-            // Woken, the backstop fired, or the deadline came: look again either way. The
-            // attempt at the deadline is the last one (the check above ends the loop), and a
-            // timer that fires early (tokio caps very distant ones) only costs an attempt.
-            tokio::select! {
-                _ = ticket.woken() => {}
-                _ = sleep => {}
-            }
-        }
+        self.hub
+            .wait(
+                &self.transport,
+                lock.to_owned(),
+                Wake::Head,
+                deadline,
+                None,
+                retry,
+            )
+            .await
     }
 }
 

@@ -20,7 +20,7 @@ use coord_core::provider::BackendErrorKind;
 
 #[cfg(feature = "tls")]
 use crate::config::Pem;
-use crate::config::{Client, Options, Target, TlsOptions, Topology, scrub};
+use crate::config::{Client, Options, Target, TlsMaterial, Topology, scrub};
 use crate::server_checks::{self, CheckOptions, ServerWatch};
 use crate::transport::{Command, Fault, Reply, Transport};
 use crate::waiters::Hub;
@@ -204,19 +204,7 @@ impl std::fmt::Debug for RedisProviderBuilder {
 impl RedisProviderBuilder {
     fn new(topology: Topology) -> RedisProviderBuilder {
         RedisProviderBuilder {
-            options: Options {
-                topology,
-                command_timeout: Duration::from_secs(1),
-                pool_size: 1,
-                client: Client::default(),
-                client_chosen: false,
-                username: None,
-                password: None,
-                database: None,
-                data_node_tls: None,
-                tls: TlsOptions::default(),
-                allow_eviction: false,
-            },
+            options: Options::new(topology),
         }
     }
 
@@ -488,7 +476,7 @@ async fn connect_transport(
     client: Client,
     options: &Options,
     target: Target,
-    tls: &crate::config::TlsMaterial,
+    tls: &TlsMaterial,
     watch: Arc<ServerWatch>,
 ) -> Result<Arc<dyn Transport>, Fault> {
     match client {
@@ -669,37 +657,6 @@ mod tests {
         assert_eq!(parse_token(&text.as_bytes()[..31]), None);
         assert_eq!(parse_token(text.to_uppercase().as_bytes()), None);
         assert_eq!(parse_token(b"+0123456789abcdef0123456789abcde"), None);
-    }
-
-    #[test]
-    fn error_replies_map_to_kinds() {
-        let kind = |reply: &str| Fault::Server(reply.to_owned()).into_backend("test").kind();
-        assert_eq!(
-            kind("OOM command not allowed when used memory > 'maxmemory'."),
-            BackendErrorKind::OutOfMemory
-        );
-        assert_eq!(
-            kind("WRONGTYPE Operation against a key holding the wrong kind of value"),
-            BackendErrorKind::Corrupt
-        );
-        assert_eq!(
-            kind("ERR coord: the record has no state"),
-            BackendErrorKind::Corrupt
-        );
-        // Other `ERR` replies (a Lua runtime error, a refused argument) are not about the data.
-        assert_eq!(
-            kind("ERR user_script:3: attempt to compare nil with number"),
-            BackendErrorKind::Protocol
-        );
-        assert_eq!(
-            kind("ERR invalid expire time in 'set' command"),
-            BackendErrorKind::Protocol
-        );
-        assert_eq!(
-            kind("LOADING Redis is loading"),
-            BackendErrorKind::Unavailable
-        );
-        assert_eq!(kind("NOPERM no permissions"), BackendErrorKind::Config);
     }
 
     #[test]

@@ -31,10 +31,11 @@ use coord_core::provider::{
 use coord_core::{BackendError, CallKey, FencingToken};
 
 use super::commands::parse_token;
-use super::*;
+use super::{Inner, RedisProvider};
+use crate::config::scrub;
 use crate::keys::Names;
 use crate::scripts;
-use crate::server_checks::ServerReport;
+use crate::server_checks::{self, ServerReport};
 use crate::transport::{Command, Reply};
 
 /// `SCAN`'s `COUNT`: the same for every call, so a batch sent again covers the same slots.

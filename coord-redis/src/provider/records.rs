@@ -1,5 +1,6 @@
 //! The idempotency half of the contract: claim, complete, abandon, wait, renew, purge.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use coord_core::provider::{
@@ -9,14 +10,14 @@ use coord_core::provider::{
 use coord_core::{BackendError, CallKey};
 use tokio::time::Instant;
 
-use super::commands::*;
+use super::commands::{millis, parse_token};
 use super::locks::renew_outcome;
-use super::*;
+use super::{Inner, MAX_MILLIS, RedisProvider, server_time};
 use crate::encode::{Decimal, TokenText};
 use crate::keys::Names;
 use crate::scripts::{self, Script};
 use crate::transport::Reply;
-use crate::waiters::{Wake, Woken};
+use crate::waiters::{Cue, Look, Wake};
 
 fn fingerprint(value: &[u8]) -> Option<Option<Fingerprint>> {
     match value.len() {
@@ -148,26 +149,27 @@ impl Inner {
         }
         // `None`: no end (a timeout too long to represent): wait until the marker settles.
         let deadline = Instant::now().checked_add(timeout);
-        let names = Names::of(key);
-        let record = names.record();
-        let joining = self
-            .hub
-            .join(&self.transport, record.clone(), Wake::All, self.timeout);
-        let ticket = match deadline {
-            Some(deadline) => match tokio::time::timeout_at(deadline, joining).await {
-                Ok(ticket) => ticket?,
-                Err(_) => return Ok(()),
-            },
-            None => joining.await?,
-        };
-        loop {
-            let reply = self.eval(&scripts::PROBE, &[&record], &[], key).await?;
+        let record = Names::of(key).record();
+        let record_name = &record;
+        let probe = move |cue: Cue| async move {
+            match cue {
+                Cue::Subscribed => {}
+                // A message on a record's channel is its settling; the marker's lapse or the
+                // deadline ends the wait too.
+                Cue::Message | Cue::Timer => return Ok(Look::Done(())),
+                // A reconnection, not a settle: look again, unless the wait is over.
+                Cue::Resync if deadline.is_some_and(|d| Instant::now() >= d) => {
+                    return Ok(Look::Done(()));
+                }
+                Cue::Resync => {}
+            }
+            let reply = self.eval(&scripts::PROBE, &[record_name], &[], key).await?;
             let remaining = match reply {
                 Reply::Array(items) => match items.as_slice() {
-                    [Reply::Int(0)] => return Ok(()),
-                    [Reply::Int(1), Reply::Data(st)] if st == b"c" => return Ok(()),
+                    [Reply::Int(0)] => return Ok(Look::Done(())),
+                    [Reply::Int(1), Reply::Data(st)] if st == b"c" => return Ok(Look::Done(())),
                     // A kept marker whose lease has ended is abandoned: nothing is in flight.
-                    [Reply::Int(3), Reply::Int(ms)] if *ms <= 0 => return Ok(()),
+                    [Reply::Int(3), Reply::Int(ms)] if *ms <= 0 => return Ok(Look::Done(())),
                     [Reply::Int(2 | 3), Reply::Int(ms)] if *ms > 0 => *ms,
                     // A marker that lapses this very millisecond.
                     [Reply::Int(2), Reply::Int(_)] => 0,
@@ -183,27 +185,20 @@ impl Inner {
             };
             // The marker settles by message, or lapses at its expiry (server time, read as a
             // remaining duration, so no clocks are compared).
-            let lapse = Instant::now().checked_add(Duration::from_millis(remaining as u64 + 1));
-            let until = match (lapse, deadline) {
-                (Some(l), Some(d)) => Some(l.min(d)),
-                (l, d) => l.or(d),
-            };
-            let sleep = async {
-                match until {
-                    Some(until) => tokio::time::sleep_until(until).await,
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                woken = ticket.woken() => match woken {
-                    Woken::Message => return Ok(()),
-                    // A reconnection, not a settle: look again.
-                    Woken::Resync if deadline.is_none_or(|d| Instant::now() < d) => continue,
-                    Woken::Resync => return Ok(()),
-                },
-                _ = sleep => return Ok(()),
-            }
-        }
+            Ok(Look::Pending(Some(Duration::from_millis(
+                remaining as u64 + 1,
+            ))))
+        };
+        self.hub
+            .wait(
+                &self.transport,
+                record.clone(),
+                Wake::All,
+                deadline,
+                (),
+                probe,
+            )
+            .await
     }
 }
 

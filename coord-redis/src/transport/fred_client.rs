@@ -33,7 +33,9 @@ use fred::types::config::Options as FredOptions;
 use fred::types::{ClusterHash, ConnectHandle, CustomCommand};
 use tokio::sync::{broadcast, watch};
 
-use super::{Command, Fault, NodeReplies, Reply, Subscriber, SubscriberEvents, Transport};
+use super::{
+    Command, Fault, NodeReplies, Reply, ServerError, Subscriber, SubscriberEvents, Transport,
+};
 use crate::config::{Address, Options, Place, Target, TlsMaterial, display_parts, display_socket};
 use crate::server_checks::{ServerWatch, info_server};
 
@@ -331,40 +333,6 @@ fn server_name(server: &Server) -> String {
     }
 }
 
-/// Where `client` connects, without credentials.
-pub(crate) fn describe_client(client: &FredClient) -> String {
-    let list = |hosts: &[Server]| {
-        hosts
-            .iter()
-            .map(|s| display_parts(&s.host, s.port))
-            .collect::<Vec<_>>()
-            .join(",")
-    };
-    match &client.client_config().server {
-        ServerConfig::Centralized { server } => display_parts(&server.host, server.port),
-        ServerConfig::Clustered { hosts, .. } => format!("cluster seeds {}", list(hosts)),
-        ServerConfig::Sentinel {
-            hosts,
-            service_name,
-            ..
-        } => format!("master `{service_name}` via sentinels {}", list(hosts)),
-        ServerConfig::Unix { path } => display_socket(path),
-    }
-}
-
-/// The passwords `client` was configured with.
-pub(crate) fn client_secrets(client: &FredClient) -> Vec<String> {
-    let config = client.client_config();
-    let mut out: Vec<String> = config.password.into_iter().collect();
-    if let ServerConfig::Sentinel {
-        password: Some(p), ..
-    } = config.server
-    {
-        out.push(p);
-    }
-    out
-}
-
 struct Fred {
     slots: Vec<FredSlot>,
     next: AtomicUsize,
@@ -574,7 +542,7 @@ impl Transport for Fred {
                     client.with_options(&options).custom(name, args).await;
                 match value.map_err(fault).and_then(reply) {
                     Ok(reply) => out.push((node, Ok(reply))),
-                    Err(Fault::Server(text)) => out.push((node, Err(Fault::Server(text)))),
+                    Err(Fault::Server(err)) => out.push((node, Err(Fault::Server(err)))),
                     Err(other) => return Err(other),
                 }
             }
@@ -627,33 +595,27 @@ fn reply(value: Value) -> Result<Reply, Fault> {
 }
 
 fn fault(err: Error) -> Fault {
-    let text = err.details().to_owned();
+    let text = err.details();
+    let unavailable = || Fault::Unavailable(format!("{:?}: {text}", err.kind()));
     match err.kind() {
-        ErrorKind::Timeout => Fault::Timeout(text),
-        ErrorKind::Config | ErrorKind::Url | ErrorKind::Auth => Fault::Config(text),
-        ErrorKind::Protocol | ErrorKind::Parse => Fault::Protocol(text),
-        // Error replies from the server keep their text, code first.
+        ErrorKind::Timeout => Fault::Timeout(text.to_owned()),
+        ErrorKind::Config | ErrorKind::Url | ErrorKind::Auth => Fault::Config(text.to_owned()),
+        ErrorKind::Protocol | ErrorKind::Parse => Fault::Protocol(text.to_owned()),
+        // fred hands an error reply over as its text, code first: it is read here, once.
         ErrorKind::InvalidArgument
         | ErrorKind::InvalidCommand
         | ErrorKind::Unknown
         | ErrorKind::NotFound
-            if looks_like_reply(&text) =>
-        {
-            Fault::Server(text)
-        }
-        ErrorKind::Cluster if looks_like_reply(&text) => Fault::Server(text),
+        | ErrorKind::Cluster => match ServerError::from_reply_text(text) {
+            Some(reply) => Fault::Server(reply),
+            None => unavailable(),
+        },
         // A `MOVED`/`ASK` reply fred did not follow (`max_redirections = 0`).
-        ErrorKind::Routing if text.starts_with("Too many redirections") => {
-            Fault::Server(format!("MOVED or ASK, not followed: {text}"))
-        }
-        _ => Fault::Unavailable(format!("{:?}: {text}", err.kind())),
+        ErrorKind::Routing if text.starts_with("Too many redirections") => Fault::Server(
+            ServerError::new("MOVED", &format!("or ASK, not followed: {text}")),
+        ),
+        _ => unavailable(),
     }
-}
-
-/// An error reply starts with an upper-case code (`WRONGTYPE`, `NOSCRIPT`, `ERR`).
-fn looks_like_reply(text: &str) -> bool {
-    let code = text.split_whitespace().next().unwrap_or("");
-    !code.is_empty() && code.bytes().all(|b| b.is_ascii_uppercase() || b == b'_')
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -38,8 +38,11 @@ use redis::{
 use redis::{ClientTlsConfig, TlsCertificates, TlsMode};
 use tokio::sync::watch;
 
-use super::{Command, Fault, NodeReplies, Reply, Subscriber, SubscriberEvents, Transport};
-use crate::config::{Address, Options, Place, Target, TlsMaterial, display_parts, display_socket};
+use super::{
+    Command, ErrorCode, Fault, NodeReplies, Reply, ServerError, Subscriber, SubscriberEvents,
+    Transport,
+};
+use crate::config::{Address, Options, Place, Target, TlsMaterial};
 use crate::server_checks::{ServerWatch, info_server};
 
 /// Connects as `options` say, to `target`, reporting every node's run id to `watch`.
@@ -243,17 +246,6 @@ fn certificates(tls: &TlsMaterial) -> TlsCertificates {
     }
 }
 
-/// Where `client` connects, without credentials.
-pub(crate) fn describe_client(client: &redis::Client) -> String {
-    match client.get_connection_info().addr() {
-        ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => {
-            display_parts(host, *port)
-        }
-        ConnectionAddr::Unix(path) => display_socket(path),
-        _ => "<redis-rs client>".to_owned(),
-    }
-}
-
 struct RedisRs {
     conns: Conns,
     next: AtomicUsize,
@@ -299,7 +291,7 @@ impl Transport for RedisRs {
                             })?;
                             Ok(vec![(node, Ok(reply))])
                         }
-                        Err(Fault::Server(text)) => Ok(vec![(node, Err(Fault::Server(text)))]),
+                        Err(Fault::Server(err)) => Ok(vec![(node, Err(Fault::Server(err)))]),
                         Err(other) => Err(other),
                     }
                 }
@@ -377,20 +369,28 @@ fn reply(value: Value) -> Result<Reply, Fault> {
         Value::Array(items) | Value::Set(items) => {
             Reply::Array(items.into_iter().map(reply).collect::<Result<_, _>>()?)
         }
-        Value::ServerError(err) => {
-            return Err(Fault::Server(format!(
-                "{} {}",
-                err.code(),
-                err.details().unwrap_or("")
-            )));
-        }
+        Value::ServerError(err) => return Err(server_error(&err)),
         other => return Err(Fault::Protocol(format!("unexpected reply {other:?}"))),
     })
 }
 
+/// An error reply, as redis-rs hands it over (code and details apart).
+fn server_error(err: &redis::ServerError) -> Fault {
+    Fault::Server(ServerError::new(err.code(), err.details().unwrap_or("")))
+}
+
 fn fault(err: RedisError) -> Fault {
-    if let Some(code) = err.code() {
-        return Fault::Server(format!("{code} {}", err.detail().unwrap_or("")));
+    // An error reply, whether redis-rs knows its code or not. A pipeline reports its first
+    // failing command.
+    if err.code().is_some() || err.kind() == ErrorKind::Extension {
+        if let Some(errors) = err.clone().into_server_errors()
+            && let Some((_, first)) = errors.first()
+        {
+            return server_error(first);
+        }
+        if let Some(code) = err.code() {
+            return Fault::Server(ServerError::new(code, err.detail().unwrap_or("")));
+        }
     }
     if err.is_timeout() {
         return Fault::Timeout(err.to_string());
@@ -400,21 +400,8 @@ fn fault(err: RedisError) -> Fault {
             Fault::Config(err.to_string())
         }
         ErrorKind::Parse | ErrorKind::UnexpectedReturnType => Fault::Protocol(err.to_string()),
-        ErrorKind::Extension => {
-            // An error reply with a code redis-rs does not know (`WRONGTYPE`, a script
-            // error). Pipelines report their first failing command here.
-            if let Some(errors) = err.clone().into_server_errors()
-                && let Some((_, first)) = errors.first()
-            {
-                return Fault::Server(format!(
-                    "{} {}",
-                    first.code(),
-                    first.details().unwrap_or("")
-                ));
-            }
-            Fault::Server(err.to_string())
-        }
-        ErrorKind::Server(_) => Fault::Server(err.to_string()),
+        // An error kind for replies, without a reply in it.
+        ErrorKind::Extension | ErrorKind::Server(_) => Fault::Protocol(err.to_string()),
         _ => Fault::Unavailable(err.to_string()),
     }
 }
@@ -424,10 +411,10 @@ fn fault(err: RedisError) -> Fault {
 fn stale(fault: &Fault) -> bool {
     match fault {
         Fault::Unavailable(_) | Fault::Timeout(_) => true,
-        Fault::Server(text) => {
-            let code = text.split_whitespace().next().unwrap_or("");
-            matches!(code, "READONLY" | "MASTERDOWN" | "LOADING")
-        }
+        Fault::Server(err) => matches!(
+            err.code(),
+            ErrorCode::ReadOnly | ErrorCode::MasterDown | ErrorCode::Loading
+        ),
         _ => false,
     }
 }
@@ -552,8 +539,8 @@ impl Slot {
                 }
             }
             // `INFO` refused (an ACL): this node's restarts go unnoticed, commands still work.
-            Err(Fault::Server(text)) => {
-                tracing::debug!(node, error = %text, "coord-redis: INFO server refused");
+            Err(Fault::Server(err)) => {
+                tracing::debug!(node, error = %err, "coord-redis: INFO server refused");
             }
             Err(other) => return Err(other),
         }

@@ -11,18 +11,17 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use dashmap::DashMap;
 use tokio::time::Instant;
 
-use crate::{Attempt, Claim, Completion, LockTable, RecordStore, Renewal};
+use crate::{Attempt, LockTable, RecordStore};
 
 use coord_contract::CallKey;
 use coord_contract::{BackendError, BackendErrorKind};
 use coord_contract::{
     BoxFuture, CacheEntry, CacheStore, ClaimOutcome, ClaimRequest, CompleteOutcome,
-    CompleteRequest, FencingToken, Fingerprint, IdempotencyStore, LockGrant, LockProvider,
-    LockRequest, LossCause, OwnerToken, ReleaseOutcome, RenewOutcome,
+    CompleteRequest, IdempotencyStore, LockGrant, LockProvider, LockRequest, OwnerToken,
+    ReleaseOutcome, RenewOutcome,
 };
 use coord_contract::{
-    Cursor, ForcedRelease, ListRequest, LockHolder, LockInfo, Operations, Page, RecordInfo,
-    RecordStatus, Waiters,
+    Cursor, ForcedRelease, ListRequest, LockHolder, LockInfo, Operations, Page, RecordInfo, Waiters,
 };
 
 /// Coordination within this process: leases, fencing, FIFO hand-off and idempotency records
@@ -33,7 +32,7 @@ use coord_contract::{
 /// installed. Never returns a backend error.
 ///
 /// Every duration in a request is accepted, from zero to [`Duration::MAX`]: deadlines
-/// saturate at about a century, so a lease, keep or retention of `Duration::MAX` lasts as
+/// saturate at about thirty years, so a lease, keep or retention of `Duration::MAX` lasts as
 /// long as the process, and a wait of `Duration::MAX` waits until the lock is granted or the
 /// `acquire` future is dropped. A zero lease or retention makes state that has already
 /// expired.
@@ -89,30 +88,27 @@ impl LockProvider for MemoryProvider {
         &'a self,
         req: LockRequest<'a>,
     ) -> BoxFuture<'a, Result<Option<LockGrant>, BackendError>> {
-        let grant = |g: crate::Grant| LockGrant {
-            fencing_token: g.fencing_token.map(FencingToken::new),
-            contended: g.contended,
-            lease_began: Some(g.granted_at),
-        };
-        let (owner, lease, wait, fenced) = (req.owner.as_u128(), req.lease, req.wait, req.fenced);
-        match self
-            .locks
-            .attempt_shared(req.key.shared(), owner, lease, wait, fenced)
-        {
-            // The common grant (first attempt, unfenced) is one constant: the runtime times the
-            // lease from just before the attempt, which is never later than it began.
-            Attempt::Granted(g) if g.fencing_token.is_none() && !g.contended => {
-                Box::pin(ReadyWith(|| {
-                    Ok(Some(LockGrant {
-                        fencing_token: None,
-                        contended: false,
-                        lease_began: None,
-                    }))
+        let attempt =
+            self.locks
+                .attempt_shared(req.key.shared(), req.owner, req.lease, req.wait, req.fenced);
+        match attempt {
+            // The common grant (first attempt, unfenced) is one constant, so its answer boxes
+            // without allocating: the runtime times the lease from just before the attempt,
+            // which is never later than it began.
+            Attempt::Granted(LockGrant {
+                fencing_token: None,
+                contended: false,
+                ..
+            }) => Box::pin(ReadyWith(|| {
+                Ok(Some(LockGrant {
+                    fencing_token: None,
+                    contended: false,
+                    lease_began: None,
                 }))
-            }
-            Attempt::Granted(g) => Box::pin(std::future::ready(Ok(Some(grant(g))))),
+            })),
+            Attempt::Granted(grant) => Box::pin(std::future::ready(Ok(Some(grant)))),
             Attempt::Held => Box::pin(ReadyWith(|| Ok(None))),
-            Attempt::Queued(waiter) => Box::pin(async move { Ok(waiter.wait().await.map(grant)) }),
+            Attempt::Queued(waiter) => Box::pin(async move { Ok(waiter.wait().await) }),
         }
     }
 
@@ -121,10 +117,10 @@ impl LockProvider for MemoryProvider {
         key: &'a CallKey,
         owner: OwnerToken,
     ) -> BoxFuture<'a, Result<ReleaseOutcome, BackendError>> {
-        if self.locks.release(key.qualified(), owner.as_u128()) {
-            Box::pin(ReadyWith(|| Ok(ReleaseOutcome::Released)))
-        } else {
-            Box::pin(ReadyWith(|| Ok(ReleaseOutcome::NotHeld)))
+        // One zero-sized future per answer, so that boxing it allocates nothing.
+        match self.locks.release(key.qualified(), owner) {
+            ReleaseOutcome::Released => Box::pin(ReadyWith(|| Ok(ReleaseOutcome::Released))),
+            ReleaseOutcome::NotHeld => Box::pin(ReadyWith(|| Ok(ReleaseOutcome::NotHeld))),
         }
     }
 
@@ -134,13 +130,13 @@ impl LockProvider for MemoryProvider {
         owner: OwnerToken,
         lease: Duration,
     ) -> BoxFuture<'a, Result<RenewOutcome, BackendError>> {
-        let outcome = renew_outcome(self.locks.renew(key.qualified(), owner.as_u128(), lease));
+        let outcome = self.locks.renew(key.qualified(), owner, lease);
         Box::pin(std::future::ready(Ok(outcome)))
     }
 
     fn release_detached(self: Arc<Self>, key: CallKey, owner: OwnerToken, _lease_left: Duration) {
         // Release is synchronous here: do it now rather than on another task.
-        self.locks.release(key.qualified(), owner.as_u128());
+        self.locks.release(key.qualified(), owner);
     }
 }
 
@@ -157,48 +153,18 @@ impl<T, M: Fn() -> T + Unpin> Future for ReadyWith<M> {
     }
 }
 
-fn renew_outcome(renewal: Renewal) -> RenewOutcome {
-    match renewal {
-        Renewal::Renewed => RenewOutcome::Renewed,
-        Renewal::TakenByOther => RenewOutcome::Lost(LossCause::TakenByOther),
-        Renewal::Expired => RenewOutcome::Lost(LossCause::Expired),
-    }
-}
-
 impl IdempotencyStore for MemoryProvider {
     fn claim<'a>(
         &'a self,
         req: ClaimRequest<'a>,
     ) -> BoxFuture<'a, Result<ClaimOutcome, BackendError>> {
-        let found = self.records.claim(
+        let outcome = self.records.claim(
             req.key.qualified(),
-            req.owner.as_u128(),
+            req.owner,
             req.in_flight_lease,
-            req.fingerprint.map(|f| f.0),
+            req.fingerprint,
             req.keep_abandoned_for,
         );
-        let outcome = match found {
-            Claim::Claimed => ClaimOutcome::Claimed,
-            Claim::InFlight {
-                fingerprint,
-                remaining,
-            } => ClaimOutcome::InFlight {
-                fingerprint: fingerprint.map(Fingerprint),
-                remaining,
-            },
-            Claim::Abandoned { fingerprint } => ClaimOutcome::Abandoned {
-                fingerprint: fingerprint.map(Fingerprint),
-            },
-            Claim::Completed {
-                payload,
-                fingerprint,
-                age,
-            } => ClaimOutcome::Completed {
-                payload,
-                fingerprint: fingerprint.map(Fingerprint),
-                age: Some(age),
-            },
-        };
         Box::pin(std::future::ready(Ok(outcome)))
     }
 
@@ -206,20 +172,13 @@ impl IdempotencyStore for MemoryProvider {
         &'a self,
         req: CompleteRequest<'a>,
     ) -> BoxFuture<'a, Result<CompleteOutcome, BackendError>> {
-        let outcome = match self.records.complete(
+        let outcome = self.records.complete(
             req.key.qualified(),
-            req.owner.as_u128(),
+            req.owner,
             req.payload,
             req.retention,
-            req.fingerprint.map(|f| f.0),
-        ) {
-            Completion::Stored => CompleteOutcome::Stored,
-            Completion::StoredWithoutMarker => CompleteOutcome::StoredWithoutMarker,
-            Completion::Superseded { other, completed } => CompleteOutcome::Superseded {
-                other: Some(OwnerToken::from_u128(other)),
-                completed,
-            },
-        };
+            req.fingerprint,
+        );
         Box::pin(std::future::ready(Ok(outcome)))
     }
 
@@ -228,7 +187,7 @@ impl IdempotencyStore for MemoryProvider {
         key: &'a CallKey,
         owner: OwnerToken,
     ) -> BoxFuture<'a, Result<bool, BackendError>> {
-        let done = self.records.abandon(key.qualified(), owner.as_u128());
+        let done = self.records.abandon(key.qualified(), owner);
         Box::pin(std::future::ready(Ok(done)))
     }
 
@@ -249,7 +208,7 @@ impl IdempotencyStore for MemoryProvider {
         owner: OwnerToken,
         lease: Duration,
     ) -> BoxFuture<'a, Result<RenewOutcome, BackendError>> {
-        let outcome = renew_outcome(self.records.renew(key.qualified(), owner.as_u128(), lease));
+        let outcome = self.records.renew(key.qualified(), owner, lease);
         Box::pin(std::future::ready(Ok(outcome)))
     }
 
@@ -258,7 +217,7 @@ impl IdempotencyStore for MemoryProvider {
     }
 
     fn abandon_detached(self: Arc<Self>, key: CallKey, owner: OwnerToken, _lease_left: Duration) {
-        self.records.abandon(key.qualified(), owner.as_u128());
+        self.records.abandon(key.qualified(), owner);
     }
 }
 
@@ -276,11 +235,11 @@ impl Operations for MemoryProvider {
             Some(view) => LockInfo::new(
                 key.clone(),
                 Some(LockHolder::new(
-                    OwnerToken::from_u128(view.owner),
+                    view.owner,
                     view.lease_left,
                     Waiters::Counted(view.waiters),
                 )),
-                view.fencing_token.map(FencingToken::new),
+                view.fencing_token,
             ),
             None => LockInfo::new(key.clone(), None, None),
         };
@@ -294,12 +253,8 @@ impl Operations for MemoryProvider {
         let info = self.records.inspect(key.qualified()).map(|view| {
             RecordInfo::new(
                 key.clone(),
-                match view.status {
-                    crate::RecordStatus::InFlight => RecordStatus::InFlight,
-                    crate::RecordStatus::Abandoned => RecordStatus::Abandoned,
-                    crate::RecordStatus::Completed => RecordStatus::Completed,
-                },
-                Some(OwnerToken::from_u128(view.owner)),
+                view.status,
+                Some(view.owner),
                 Some(view.age),
                 view.lease_left,
                 view.expires_in,
@@ -328,12 +283,7 @@ impl Operations for MemoryProvider {
         &'a self,
         key: &'a CallKey,
     ) -> BoxFuture<'a, Result<ForcedRelease, BackendError>> {
-        let outcome = match self.locks.force_release(key.qualified()) {
-            Some(owner) => ForcedRelease::Released {
-                owner: OwnerToken::from_u128(owner),
-            },
-            None => ForcedRelease::NotHeld,
-        };
+        let outcome = self.locks.force_release(key.qualified());
         Box::pin(std::future::ready(Ok(outcome)))
     }
 }

@@ -1,4 +1,6 @@
-//! The in-process provider: coord's contract over the `coord-memory` engine.
+//! The in-process provider: the contract's traits over the lock table, the record store, the
+//! cache map and the flight table. The engine answers in the contract's own types, so each
+//! method calls it and returns its answer.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -29,7 +31,8 @@ use coord_contract::{
 ///
 /// Exclusion and at-most-once hold among the tasks of this process only. Chosen with
 /// `Coordinator::builder().memory()`, and used as the fallback when no coordinator is
-/// installed. Never returns a backend error.
+/// installed. Never reports a backend fault: the one error it returns is a
+/// [`BackendErrorKind::Config`] error for a listing cursor it did not make.
 ///
 /// Every duration in a request is accepted, from zero to [`Duration::MAX`]: deadlines
 /// saturate at about thirty years, so a lease, keep or retention of `Duration::MAX` lasts as
@@ -387,6 +390,10 @@ impl CacheStore for MemoryProvider {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use coord_contract::{Fingerprint, LossCause, RecordStatus};
+
+    const LEASE: Duration = Duration::from_secs(30);
+    const DAY: Duration = Duration::from_secs(86_400);
 
     #[test]
     fn constant_answers_box_without_allocating() {
@@ -492,5 +499,107 @@ mod tests {
         assert_eq!(released, ReleaseOutcome::Released);
         let again = provider.release(&key, owner).await.unwrap();
         assert_eq!(again, ReleaseOutcome::NotHeld);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn lock_answers_are_the_engines_own() {
+        let provider = MemoryProvider::new();
+        let key = CallKey::builder("mp", "op").finish();
+        let (first, second) = (OwnerToken::new(), OwnerToken::new());
+        let began = Instant::now();
+        let fenced = LockRequest {
+            key: &key,
+            owner: first,
+            lease: LEASE,
+            wait: Duration::ZERO,
+            fenced: true,
+        };
+        let grant = provider.acquire(fenced).await.unwrap().expect("free");
+        assert!(grant.fencing_token.is_some());
+        assert!(!grant.contended);
+        assert_eq!(grant.lease_began, Some(began), "a fenced grant says when");
+        assert_eq!(
+            provider.renew(&key, second, LEASE).await.unwrap(),
+            RenewOutcome::Lost(LossCause::TakenByOther)
+        );
+        let info = provider.inspect_lock(&key).await.unwrap();
+        let holder = info.holder.expect("held");
+        assert_eq!(holder.owner, first);
+        assert_eq!(holder.waiters, Waiters::Counted(0));
+        assert_eq!(info.fencing_token, grant.fencing_token);
+        assert_eq!(
+            provider.force_release(&key).await.unwrap(),
+            ForcedRelease::Released { owner: first }
+        );
+        assert_eq!(
+            provider.renew(&key, first, LEASE).await.unwrap(),
+            RenewOutcome::Lost(LossCause::Expired)
+        );
+        assert_eq!(
+            provider.force_release(&key).await.unwrap(),
+            ForcedRelease::NotHeld
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn record_answers_are_the_engines_own() {
+        let provider = MemoryProvider::new();
+        let key = CallKey::builder("mp", "op").finish();
+        let (first, second) = (OwnerToken::new(), OwnerToken::new());
+        let print = Some(Fingerprint([9; 16]));
+        let claim = |owner| ClaimRequest {
+            key: &key,
+            owner,
+            in_flight_lease: LEASE,
+            fingerprint: print,
+            keep_abandoned_for: None,
+        };
+        let complete = |owner| CompleteRequest {
+            key: &key,
+            owner,
+            payload: Arc::from(&b"ok"[..]),
+            retention: DAY,
+            fingerprint: None,
+        };
+        assert_eq!(
+            provider.claim(claim(first)).await.unwrap(),
+            ClaimOutcome::Claimed
+        );
+        assert_eq!(
+            provider.renew_marker(&key, second, LEASE).await.unwrap(),
+            RenewOutcome::Lost(LossCause::TakenByOther)
+        );
+        assert_eq!(
+            provider.complete(complete(second)).await.unwrap(),
+            CompleteOutcome::Superseded {
+                other: Some(first),
+                completed: false
+            }
+        );
+        assert_eq!(
+            provider.complete(complete(first)).await.unwrap(),
+            CompleteOutcome::Stored
+        );
+        tokio::time::advance(Duration::from_secs(3)).await;
+        assert_eq!(
+            provider.claim(claim(second)).await.unwrap(),
+            ClaimOutcome::Completed {
+                payload: Arc::from(&b"ok"[..]),
+                fingerprint: print,
+                age: Some(Duration::from_secs(3)),
+            },
+            "the in-process store always knows a record's age"
+        );
+        let record = provider.inspect_record(&key).await.unwrap().expect("kept");
+        assert_eq!(record.status, RecordStatus::Completed);
+        assert_eq!(record.owner, Some(first));
+        assert_eq!(record.age, Some(Duration::from_secs(3)));
+        assert_eq!(record.payload_bytes, Some(2));
+        assert!(record.has_fingerprint);
+        assert_eq!(
+            provider.renew_marker(&key, first, LEASE).await.unwrap(),
+            RenewOutcome::Lost(LossCause::Expired),
+            "a completed marker is no longer renewable"
+        );
     }
 }

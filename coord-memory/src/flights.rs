@@ -1,5 +1,5 @@
 //! Cluster-scope single-flight in the in-process provider: claims and hand-overs in a map, so
-//! that two coordinators over one [`MemoryProvider`] share flights as two instances over one
+//! that two coordinators over one `MemoryProvider` share flights as two instances over one
 //! Redis would.
 
 use std::collections::HashMap;
@@ -9,7 +9,6 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::provider::MemoryProvider;
 use coord_contract::BackendError;
 use coord_contract::CallKey;
 use coord_contract::time::deadline_after;
@@ -62,7 +61,8 @@ impl FlightTable {
     }
 }
 
-impl FlightStore for MemoryProvider {
+/// The table is the flight store; `MemoryProvider` hands its flight calls to it.
+impl FlightStore for FlightTable {
     fn flight_claim<'a>(
         &'a self,
         key: &'a CallKey,
@@ -70,7 +70,7 @@ impl FlightStore for MemoryProvider {
         lease: Duration,
     ) -> BoxFuture<'a, Result<FlightClaim, BackendError>> {
         let now = Instant::now();
-        let mut flights = self.flights.lock();
+        let mut flights = self.lock();
         let claim = match flights.live_claim(key, now) {
             Some((leader, ends)) if leader != owner => FlightClaim::Joined {
                 leader,
@@ -94,7 +94,7 @@ impl FlightStore for MemoryProvider {
         lease: Duration,
     ) -> BoxFuture<'a, Result<bool, BackendError>> {
         let now = Instant::now();
-        let mut flights = self.flights.lock();
+        let mut flights = self.lock();
         let renewed = match flights.live_claim(key, now) {
             Some((leader, _)) if leader == owner => {
                 flights
@@ -115,7 +115,7 @@ impl FlightStore for MemoryProvider {
         hand_over: Duration,
     ) -> BoxFuture<'a, Result<bool, BackendError>> {
         let now = Instant::now();
-        let mut flights = self.flights.lock();
+        let mut flights = self.lock();
         let finished = match flights.live_claim(key, now) {
             Some((leader, _)) if leader == owner => {
                 flights.claims.remove(key);
@@ -132,7 +132,7 @@ impl FlightStore for MemoryProvider {
                 .is_some_and(|(_, ends)| *ends > now),
         };
         drop(flights);
-        self.flights.changed.notify_waiters();
+        self.changed.notify_waiters();
         Box::pin(std::future::ready(Ok(finished)))
     }
 
@@ -142,7 +142,7 @@ impl FlightStore for MemoryProvider {
         owner: OwnerToken,
     ) -> BoxFuture<'a, Result<bool, BackendError>> {
         let now = Instant::now();
-        let mut flights = self.flights.lock();
+        let mut flights = self.lock();
         let abandoned = match flights.live_claim(key, now) {
             Some((leader, _)) if leader == owner => {
                 flights.claims.remove(key);
@@ -151,7 +151,7 @@ impl FlightStore for MemoryProvider {
             _ => false,
         };
         drop(flights);
-        self.flights.changed.notify_waiters();
+        self.changed.notify_waiters();
         Box::pin(std::future::ready(Ok(abandoned)))
     }
 
@@ -164,12 +164,12 @@ impl FlightStore for MemoryProvider {
         Box::pin(async move {
             let deadline = deadline_after(Instant::now(), timeout);
             loop {
-                let changed = self.flights.changed.notified();
+                let changed = self.changed.notified();
                 tokio::pin!(changed);
                 changed.as_mut().enable();
                 let now = Instant::now();
                 let lease_ends = {
-                    let flights = self.flights.lock();
+                    let flights = self.lock();
                     if let Some((bytes, ends)) = flights.outcomes.get(&(key.clone(), leader)) {
                         if *ends > now {
                             return Ok(FlightWait::Finished(bytes.to_vec()));

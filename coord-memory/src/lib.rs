@@ -1,23 +1,62 @@
-//! In-process lease locks and idempotency records.
+//! coord's in-process provider: lease locks, idempotency records, the shared cache tier and
+//! cluster-scope single-flight, held in this process's memory.
 //!
-//! This crate is the engine behind coord's in-process provider (`coord_core::MemoryProvider`,
-//! chosen with `Coordinator::builder().memory()`). It holds state for one process only; it
-//! knows nothing of coord's keys or errors, and never fails: every operation is a short
-//! critical section on one key.
+//! [`MemoryProvider`] implements every trait of coord's provider contract (the `coord-contract`
+//! crate): [`LockProvider`], [`IdempotencyStore`], [`CacheStore`], [`FlightStore`] and
+//! [`Operations`]. Applications reach it through `coord-core` (`Coordinator::builder().memory()`,
+//! the fallback when no coordinator is installed, and `coord_core::memory::MemoryProvider`).
+//!
+//! The engine underneath speaks the contract's own types ([`OwnerToken`] owners,
+//! [`Fingerprint`]s, [`FencingToken`]s, [`LockGrant`], [`RenewOutcome`], [`ClaimOutcome`],
+//! [`CompleteOutcome`], ...), so the provider's trait methods call it and return its answers as
+//! they are:
 //!
 //! * [`LockTable`]: leases keyed on the exact key (no striping: two keys never share a lock),
 //!   fencing tokens, waiters woken one at a time by direct hand-off on release.
 //! * [`RecordStore`]: in-flight markers and completed outcomes in a moka cache with per-entry
 //!   expiry.
 //!
+//! # What it promises
+//!
+//! * **State for one process only.** Exclusion, at-most-once and single-flight hold among the
+//!   tasks of this process that share one provider, never across processes: use a networked
+//!   provider (coord-redis) for that.
+//! * **Never a backend error.** Every operation is a short critical section on one key and
+//!   cannot fail; the one error it reports is a [`BackendErrorKind::Config`] for a listing
+//!   cursor it did not make. Clean-ups the contract lets run in the background (a detached
+//!   release or abandon) are done at once, inline.
+//! * **Exact expiry.** Leases, keep periods, retentions and cache TTLs are measured on tokio's
+//!   clock at every read (so tests can pause and advance it): nothing expired is ever served,
+//!   even before the memory is reclaimed.
+//! * **Bounded memory.** A lock entry lives only while its key is held or waited for; records
+//!   leave by expiry, completion, abandonment or purge (never by eviction, which would break
+//!   at-most-once); expired cache entries and flights are swept as new ones are written.
+//!
 //! # Durations
 //!
 //! Every `Duration` this crate accepts (leases, waits, keep and retention periods, timeouts)
 //! may be anything from zero to [`Duration::MAX`]; none makes an operation panic or hang.
 //! Deadlines are computed with [`deadline_after`], which saturates: a duration longer than
-//! [`FAR_FUTURE`] (about a century) means "for as long as this process can run". A lease or
+//! [`FAR_FUTURE`] (about thirty years) means "for as long as this process can run". A lease or
 //! retention of zero produces state that has already expired; a wait of zero is one attempt.
 //! No arithmetic that could overflow runs while a map shard or a cache entry is locked.
+//!
+//! [`Duration::MAX`]: std::time::Duration::MAX
+//! [`deadline_after`]: coord_contract::time::deadline_after
+//! [`FAR_FUTURE`]: coord_contract::time::FAR_FUTURE
+//! [`LockProvider`]: coord_contract::LockProvider
+//! [`IdempotencyStore`]: coord_contract::IdempotencyStore
+//! [`CacheStore`]: coord_contract::CacheStore
+//! [`FlightStore`]: coord_contract::FlightStore
+//! [`Operations`]: coord_contract::Operations
+//! [`OwnerToken`]: coord_contract::OwnerToken
+//! [`Fingerprint`]: coord_contract::Fingerprint
+//! [`FencingToken`]: coord_contract::FencingToken
+//! [`LockGrant`]: coord_contract::LockGrant
+//! [`RenewOutcome`]: coord_contract::RenewOutcome
+//! [`ClaimOutcome`]: coord_contract::ClaimOutcome
+//! [`CompleteOutcome`]: coord_contract::CompleteOutcome
+//! [`BackendErrorKind::Config`]: coord_contract::BackendErrorKind::Config
 
 mod flights;
 mod locks;
@@ -26,20 +65,6 @@ mod records;
 
 pub(crate) use coord_contract::time::{FAR_FUTURE, deadline_after};
 
-pub use locks::{Attempt, Grant, LockTable, LockView, Waiter};
+pub use locks::{Attempt, LockTable, LockView, Waiter};
 pub use provider::MemoryProvider;
-pub use records::{Claim, Completion, RecordStatus, RecordStore, RecordView};
-
-/// What renewing a lease (of a lock, or of an in-flight marker) found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Renewal {
-    /// The caller's lease now ends `lease` from the moment of renewal.
-    Renewed,
-    /// The caller no longer holds the key: another owner's live state is there now (a live
-    /// lock or marker, a marker kept as abandoned, or a completed record).
-    TakenByOther,
-    /// The caller no longer holds the key and nobody else does either: it is free, its state
-    /// was removed, the caller's own lease lapsed, or (for records) the caller's marker was
-    /// already completed.
-    Expired,
-}
+pub use records::{RecordStore, RecordView};

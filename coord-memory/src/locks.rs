@@ -10,38 +10,41 @@ use dashmap::mapref::entry::Entry;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use crate::{Renewal, deadline_after};
+use coord_contract::{
+    FencingToken, ForcedRelease, LockGrant, LossCause, OwnerToken, ReleaseOutcome, RenewOutcome,
+};
 
-/// A lock granted to a caller.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Grant {
-    /// The fencing token, for fenced requests.
-    pub fencing_token: Option<u64>,
-    /// True when the lock was granted after waiting for another holder.
-    pub contended: bool,
-    /// When the lease began (the table's clock, tokio's `Instant`).
-    pub granted_at: Instant,
+use crate::deadline_after;
+
+/// The grant of a lease that began at `now` (the table's clock, tokio's `Instant`): the engine
+/// always knows when, so `lease_began` is always given.
+fn granted(fencing_token: Option<FencingToken>, contended: bool, now: Instant) -> LockGrant {
+    LockGrant {
+        fencing_token,
+        contended,
+        lease_began: Some(now),
+    }
 }
 
 struct Queued {
     id: u64,
-    owner: u128,
+    owner: OwnerToken,
     lease: Duration,
     fenced: bool,
-    handoff: oneshot::Sender<Grant>,
+    handoff: oneshot::Sender<LockGrant>,
 }
 
 struct LockEntry {
-    owner: u128,
+    owner: OwnerToken,
     expires_at: Instant,
     waiters: VecDeque<Queued>,
     /// The newest fencing token minted for this entry (a later unfenced grant keeps it), for
     /// [`LockTable::inspect`].
-    fence: Option<u64>,
+    fence: Option<FencingToken>,
 }
 
 impl LockEntry {
-    fn new(owner: u128, expires_at: Instant, fence: Option<u64>) -> LockEntry {
+    fn new(owner: OwnerToken, expires_at: Instant, fence: Option<FencingToken>) -> LockEntry {
         LockEntry {
             owner,
             expires_at,
@@ -51,7 +54,7 @@ impl LockEntry {
     }
 
     /// Gives the lock to `owner` until `expires_at`, minted `token` when fenced.
-    fn grant(&mut self, owner: u128, expires_at: Instant, token: Option<u64>) {
+    fn grant(&mut self, owner: OwnerToken, expires_at: Instant, token: Option<FencingToken>) {
         self.owner = owner;
         self.expires_at = expires_at;
         if token.is_some() {
@@ -103,8 +106,8 @@ struct WaiterGuard<'a> {
     table: &'a LockTable,
     key: &'a str,
     id: u64,
-    owner: u128,
-    handoff: Option<oneshot::Receiver<Grant>>,
+    owner: OwnerToken,
+    handoff: Option<oneshot::Receiver<LockGrant>>,
 }
 
 impl WaiterGuard<'_> {
@@ -150,10 +153,12 @@ impl LockTable {
         self.entries.is_empty()
     }
 
-    fn mint(&self, fenced: bool) -> Option<u64> {
+    fn mint(&self, fenced: bool) -> Option<FencingToken> {
         // Saturating: the counter cannot reach `u64::MAX` in practice (centuries of mints),
         // but this runs under a shard lock, where even an unreachable panic is not allowed.
-        fenced.then(|| self.fence.fetch_add(1, Ordering::Relaxed).saturating_add(1))
+        fenced.then(|| {
+            FencingToken::new(self.fence.fetch_add(1, Ordering::Relaxed).saturating_add(1))
+        })
     }
 
     /// Takes `key` for `owner` for `lease`, waiting up to `wait` (zero: one attempt).
@@ -161,11 +166,11 @@ impl LockTable {
     pub async fn acquire(
         &self,
         key: &str,
-        owner: u128,
+        owner: OwnerToken,
         lease: Duration,
         wait: Duration,
         fenced: bool,
-    ) -> Option<Grant> {
+    ) -> Option<LockGrant> {
         match self.attempt(key, owner, lease, wait, fenced) {
             Attempt::Granted(grant) => Some(grant),
             Attempt::Held => None,
@@ -179,7 +184,7 @@ impl LockTable {
     pub fn attempt<'a>(
         &'a self,
         key: &'a str,
-        owner: u128,
+        owner: OwnerToken,
         lease: Duration,
         wait: Duration,
         fenced: bool,
@@ -192,7 +197,7 @@ impl LockTable {
     pub fn attempt_shared<'a>(
         &'a self,
         key: &'a Arc<str>,
-        owner: u128,
+        owner: OwnerToken,
         lease: Duration,
         wait: Duration,
         fenced: bool,
@@ -204,7 +209,7 @@ impl LockTable {
         &'a self,
         key: &'a str,
         owned: impl FnOnce() -> Arc<str>,
-        owner: u128,
+        owner: OwnerToken,
         lease: Duration,
         wait: Duration,
         fenced: bool,
@@ -219,22 +224,14 @@ impl LockTable {
             Entry::Vacant(slot) => {
                 let fencing_token = self.mint(fenced);
                 slot.insert(LockEntry::new(owner, lease_end, fencing_token));
-                return Attempt::Granted(Grant {
-                    fencing_token,
-                    contended: false,
-                    granted_at: now,
-                });
+                return Attempt::Granted(granted(fencing_token, false, now));
             }
             Entry::Occupied(mut slot) => {
                 let lock = slot.get_mut();
                 if lock.expires_at <= now {
                     let fencing_token = self.mint(fenced);
                     lock.grant(owner, lease_end, fencing_token);
-                    return Attempt::Granted(Grant {
-                        fencing_token,
-                        contended: false,
-                        granted_at: now,
-                    });
+                    return Attempt::Granted(granted(fencing_token, false, now));
                 }
                 if wait.is_zero() {
                     return Attempt::Held;
@@ -273,20 +270,20 @@ impl LockTable {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LockView {
     /// The holder.
-    pub owner: u128,
+    pub owner: OwnerToken,
     /// Time left on its lease.
     pub lease_left: Duration,
     /// Callers queued for the lock.
     pub waiters: usize,
     /// The newest fencing token minted for the key since it was last free (the holder's own
     /// when its acquisition was fenced), if any.
-    pub fencing_token: Option<u64>,
+    pub fencing_token: Option<FencingToken>,
 }
 
 /// The result of [`LockTable::attempt`].
 pub enum Attempt<'a> {
     /// The lock is the caller's.
-    Granted(Grant),
+    Granted(LockGrant),
     /// Held by someone else, and the caller asked for one attempt only.
     Held,
     /// Held by someone else; the caller is queued.
@@ -305,7 +302,7 @@ pub struct Waiter<'a> {
 
 impl Waiter<'_> {
     /// Waits for the hand-off, the holder's lease to end, or the deadline.
-    pub async fn wait(self) -> Option<Grant> {
+    pub async fn wait(self) -> Option<LockGrant> {
         let Waiter {
             mut guard,
             mut holder_expires,
@@ -341,7 +338,7 @@ impl LockTable {
         guard: &mut WaiterGuard<'_>,
         terms: WaitTerms,
         holder_expires: &mut Instant,
-    ) -> Option<Grant> {
+    ) -> Option<LockGrant> {
         let WaitTerms {
             lease,
             fenced,
@@ -385,11 +382,7 @@ impl LockTable {
                 let fencing_token = self.mint(fenced);
                 lock.grant(owner, lease_end, fencing_token);
                 guard.handoff = None;
-                return Some(Grant {
-                    fencing_token,
-                    contended: true,
-                    granted_at: now,
-                });
+                return Some(granted(fencing_token, true, now));
             }
             if now >= deadline {
                 lock.waiters.retain(|w| w.id != id);
@@ -404,10 +397,10 @@ impl LockTable {
     fn try_take_after_wait(
         &self,
         key: &str,
-        owner: u128,
+        owner: OwnerToken,
         lease: Duration,
         fenced: bool,
-    ) -> Option<Grant> {
+    ) -> Option<LockGrant> {
         let now = Instant::now();
         let lease_end = deadline_after(now, lease);
         let fencing_token = match self.entries.entry(Arc::from(key)) {
@@ -426,34 +419,39 @@ impl LockTable {
                 fencing_token
             }
         };
-        Some(Grant {
-            fencing_token,
-            contended: true,
-            granted_at: now,
-        })
+        Some(granted(fencing_token, true, now))
     }
 
-    /// Frees `key` if `owner` holds it. Returns `true` when `owner` held it with time left;
-    /// `false` when it was not `owner`'s, or its lease had already lapsed (in which case the
-    /// stale entry is cleaned up all the same).
-    pub fn release(&self, key: &str, owner: u128) -> bool {
-        self.free(key, Some(owner))
-            .is_some_and(|(_, was_live)| was_live)
+    /// Frees `key` if `owner` holds it, handing it to the longest-waiting caller.
+    ///
+    /// [`ReleaseOutcome::Released`] when `owner` held it with time left;
+    /// [`ReleaseOutcome::NotHeld`] when it was not `owner`'s, or its lease had already lapsed
+    /// (in which case the stale entry is cleaned up all the same). Idempotent.
+    pub fn release(&self, key: &str, owner: OwnerToken) -> ReleaseOutcome {
+        match self.free(key, Some(owner)) {
+            Some((_, true)) => ReleaseOutcome::Released,
+            _ => ReleaseOutcome::NotHeld,
+        }
     }
 
     /// Frees `key` whoever holds it, as its holder's release would: the longest-waiting caller
-    /// gets the lock, and with no one waiting the entry goes. Returns the owner whose live lease
-    /// was ended, or `None` when nobody held the key (a lapsed entry is cleaned up all the
-    /// same). An operator's tool: the holder is not told, and finds out at its next renewal.
-    pub fn force_release(&self, key: &str) -> Option<u128> {
-        self.free(key, None)
-            .and_then(|(owner, was_live)| was_live.then_some(owner))
+    /// gets the lock, and with no one waiting the entry goes. Answers
+    /// [`ForcedRelease::Released`] with the owner whose live lease was ended, or
+    /// [`ForcedRelease::NotHeld`] when nobody held the key (a lapsed entry is cleaned up all the
+    /// same); never [`ForcedRelease::RemovedCorrupt`], as nothing but this table writes its
+    /// entries. An operator's tool: the holder is not told, and finds out at its next renewal.
+    /// The fencing counter is left alone.
+    pub fn force_release(&self, key: &str) -> ForcedRelease {
+        match self.free(key, None) {
+            Some((owner, true)) => ForcedRelease::Released { owner },
+            _ => ForcedRelease::NotHeld,
+        }
     }
 
     /// Frees `key` when `owner` holds it (any owner when `None`), handing it to the first
     /// waiter still waiting. Returns the owner it was taken from and whether its lease had
     /// time left; `None` when there was no entry, or it was another owner's.
-    fn free(&self, key: &str, owner: Option<u128>) -> Option<(u128, bool)> {
+    fn free(&self, key: &str, owner: Option<OwnerToken>) -> Option<(OwnerToken, bool)> {
         let now = Instant::now();
         let ours = |lock: &LockEntry| owner.is_none_or(|owner| lock.owner == owner);
         loop {
@@ -471,11 +469,7 @@ impl LockTable {
             let was = (lock.owner, lock.expires_at > now);
             while let Some(waiter) = lock.waiters.pop_front() {
                 let fencing_token = self.mint(waiter.fenced);
-                let grant = Grant {
-                    fencing_token,
-                    contended: true,
-                    granted_at: now,
-                };
+                let grant = granted(fencing_token, true, now);
                 if waiter.handoff.send(grant).is_ok() {
                     // Saturating, so it cannot panic under the shard lock.
                     lock.grant(
@@ -519,23 +513,23 @@ impl LockTable {
 
     /// Extends `owner`'s lease on `key` to `lease` from now.
     ///
-    /// [`Renewal::TakenByOther`] when another owner holds the key now (its lease has time
-    /// left); [`Renewal::Expired`] when nobody does: `owner` released it, its lease lapsed
-    /// (even if a lapsed entry of someone else is still in the table), or the key was never
-    /// held. A lapsed lease is never revived, even for its own owner: a waiter may be about to
-    /// take it.
-    pub fn renew(&self, key: &str, owner: u128, lease: Duration) -> Renewal {
+    /// [`RenewOutcome::Renewed`] when `owner` holds it; lost to [`LossCause::TakenByOther`]
+    /// when another owner holds the key now (its lease has time left), to
+    /// [`LossCause::Expired`] when nobody does: `owner` released it, its lease lapsed (even if
+    /// a lapsed entry of someone else is still in the table), or the key was never held. A
+    /// lapsed lease is never revived, even for its own owner: a waiter may be about to take it.
+    pub fn renew(&self, key: &str, owner: OwnerToken, lease: Duration) -> RenewOutcome {
         let now = Instant::now();
         let lease_end = deadline_after(now, lease);
         match self.entries.get_mut(key) {
             Some(mut lock) if lock.expires_at > now => {
                 if lock.owner != owner {
-                    return Renewal::TakenByOther;
+                    return RenewOutcome::Lost(LossCause::TakenByOther);
                 }
                 lock.expires_at = lease_end;
-                Renewal::Renewed
+                RenewOutcome::Renewed
             }
-            _ => Renewal::Expired,
+            _ => RenewOutcome::Lost(LossCause::Expired),
         }
     }
 }
@@ -544,6 +538,11 @@ impl LockTable {
 mod tests {
     use super::*;
 
+    /// The owner numbered `n`: tests name owners by small numbers.
+    fn owner(n: u128) -> OwnerToken {
+        OwnerToken::from_u128(n)
+    }
+
     const LEASE: Duration = Duration::from_secs(30);
 
     #[tokio::test]
@@ -551,20 +550,20 @@ mod tests {
         let table = LockTable::new();
         assert!(
             table
-                .acquire("k", 1, LEASE, Duration::ZERO, false)
+                .acquire("k", owner(1), LEASE, Duration::ZERO, false)
                 .await
                 .is_some()
         );
         assert!(
             table
-                .acquire("k", 2, LEASE, Duration::ZERO, false)
+                .acquire("k", owner(2), LEASE, Duration::ZERO, false)
                 .await
                 .is_none()
         );
-        assert!(table.release("k", 1));
+        assert_eq!(table.release("k", owner(1)), ReleaseOutcome::Released);
         assert!(
             table
-                .acquire("k", 2, LEASE, Duration::ZERO, false)
+                .acquire("k", owner(2), LEASE, Duration::ZERO, false)
                 .await
                 .is_some()
         );
@@ -574,12 +573,12 @@ mod tests {
     async fn release_is_owner_scoped_and_idempotent() {
         let table = LockTable::new();
         table
-            .acquire("k", 1, LEASE, Duration::ZERO, false)
+            .acquire("k", owner(1), LEASE, Duration::ZERO, false)
             .await
             .unwrap();
-        assert!(!table.release("k", 2));
-        assert!(table.release("k", 1));
-        assert!(!table.release("k", 1));
+        assert_eq!(table.release("k", owner(2)), ReleaseOutcome::NotHeld);
+        assert_eq!(table.release("k", owner(1)), ReleaseOutcome::Released);
+        assert_eq!(table.release("k", owner(1)), ReleaseOutcome::NotHeld);
         assert!(table.is_empty());
     }
 
@@ -587,51 +586,64 @@ mod tests {
     async fn expired_holder_loses_the_lock() {
         let table = LockTable::new();
         table
-            .acquire("k", 1, Duration::from_secs(1), Duration::ZERO, false)
+            .acquire("k", owner(1), Duration::from_secs(1), Duration::ZERO, false)
             .await
             .unwrap();
         tokio::time::advance(Duration::from_millis(1001)).await;
         assert!(
             table
-                .acquire("k", 2, LEASE, Duration::ZERO, false)
+                .acquire("k", owner(2), LEASE, Duration::ZERO, false)
                 .await
                 .is_some()
         );
-        assert!(
-            !table.release("k", 1),
+        assert_eq!(
+            table.release("k", owner(1)),
+            ReleaseOutcome::NotHeld,
             "the lapsed holder must not free the new one"
         );
-        assert_eq!(table.renew("k", 1, LEASE), Renewal::TakenByOther);
-        assert!(table.release("k", 2));
-        assert_eq!(table.renew("k", 2, LEASE), Renewal::Expired);
+        assert_eq!(
+            table.renew("k", owner(1), LEASE),
+            RenewOutcome::Lost(LossCause::TakenByOther)
+        );
+        assert_eq!(table.release("k", owner(2)), ReleaseOutcome::Released);
+        assert_eq!(
+            table.renew("k", owner(2), LEASE),
+            RenewOutcome::Lost(LossCause::Expired)
+        );
     }
 
     #[tokio::test(start_paused = true)]
     async fn waiter_takes_over_when_holder_lease_ends() {
         let table = LockTable::new();
         table
-            .acquire("k", 1, Duration::from_secs(2), Duration::ZERO, false)
+            .acquire("k", owner(1), Duration::from_secs(2), Duration::ZERO, false)
             .await
             .unwrap();
         let started = Instant::now();
         let grant = table
-            .acquire("k", 2, LEASE, Duration::from_secs(10), false)
-            .await;
-        assert!(grant.unwrap().contended);
+            .acquire("k", owner(2), LEASE, Duration::from_secs(10), false)
+            .await
+            .unwrap();
+        assert!(grant.contended);
         assert_eq!(started.elapsed(), Duration::from_secs(2));
+        assert_eq!(
+            grant.lease_began,
+            Some(started + Duration::from_secs(2)),
+            "the engine reports when the lease began: when the holder's ended"
+        );
     }
 
     #[tokio::test]
     async fn release_hands_off_to_the_first_waiter_only() {
         let table = Arc::new(LockTable::new());
         table
-            .acquire("k", 1, LEASE, Duration::ZERO, false)
+            .acquire("k", owner(1), LEASE, Duration::ZERO, false)
             .await
             .unwrap();
         let first = tokio::spawn({
             let t = table.clone();
             async move {
-                t.acquire("k", 2, LEASE, Duration::from_secs(30), false)
+                t.acquire("k", owner(2), LEASE, Duration::from_secs(30), false)
                     .await
             }
         });
@@ -639,18 +651,18 @@ mod tests {
         let second = tokio::spawn({
             let t = table.clone();
             async move {
-                t.acquire("k", 3, LEASE, Duration::from_millis(300), false)
+                t.acquire("k", owner(3), LEASE, Duration::from_millis(300), false)
                     .await
             }
         });
         tokio::time::sleep(Duration::from_millis(20)).await;
-        table.release("k", 1);
+        table.release("k", owner(1));
         assert!(first.await.unwrap().is_some());
         assert!(
             second.await.unwrap().is_none(),
             "one release wakes one waiter"
         );
-        assert!(table.release("k", 2));
+        assert_eq!(table.release("k", owner(2)), ReleaseOutcome::Released);
         assert!(table.is_empty());
     }
 
@@ -658,13 +670,13 @@ mod tests {
     async fn cancelled_waiter_passes_a_handed_lock_on() {
         let table = Arc::new(LockTable::new());
         table
-            .acquire("k", 1, LEASE, Duration::ZERO, false)
+            .acquire("k", owner(1), LEASE, Duration::ZERO, false)
             .await
             .unwrap();
         let cancelled = tokio::spawn({
             let t = table.clone();
             async move {
-                t.acquire("k", 2, LEASE, Duration::from_secs(30), false)
+                t.acquire("k", owner(2), LEASE, Duration::from_secs(30), false)
                     .await
             }
         });
@@ -672,16 +684,16 @@ mod tests {
         let patient = tokio::spawn({
             let t = table.clone();
             async move {
-                t.acquire("k", 3, LEASE, Duration::from_secs(30), false)
+                t.acquire("k", owner(3), LEASE, Duration::from_secs(30), false)
                     .await
             }
         });
         tokio::time::sleep(Duration::from_millis(20)).await;
         cancelled.abort();
         let _ = cancelled.await;
-        table.release("k", 1);
+        table.release("k", owner(1));
         assert!(patient.await.unwrap().is_some());
-        assert!(table.release("k", 3));
+        assert_eq!(table.release("k", owner(3)), ReleaseOutcome::Released);
         assert!(table.is_empty());
     }
 
@@ -689,17 +701,17 @@ mod tests {
     async fn fencing_tokens_increase_and_exist_only_when_fenced() {
         let table = LockTable::new();
         let a = table
-            .acquire("k", 1, LEASE, Duration::ZERO, true)
+            .acquire("k", owner(1), LEASE, Duration::ZERO, true)
             .await
             .unwrap();
-        table.release("k", 1);
+        table.release("k", owner(1));
         let b = table
-            .acquire("k", 2, LEASE, Duration::ZERO, true)
+            .acquire("k", owner(2), LEASE, Duration::ZERO, true)
             .await
             .unwrap();
-        table.release("k", 2);
+        table.release("k", owner(2));
         let c = table
-            .acquire("k", 3, LEASE, Duration::ZERO, false)
+            .acquire("k", owner(3), LEASE, Duration::ZERO, false)
             .await
             .unwrap();
         assert!(a.fencing_token.unwrap() < b.fencing_token.unwrap());
@@ -708,44 +720,61 @@ mod tests {
     #[tokio::test]
     async fn renew_tells_a_taken_lock_from_a_free_one() {
         let table = LockTable::new();
-        assert_eq!(table.renew("k", 1, LEASE), Renewal::Expired, "never held");
+        assert_eq!(
+            table.renew("k", owner(1), LEASE),
+            RenewOutcome::Lost(LossCause::Expired),
+            "never held"
+        );
         table
-            .acquire("k", 1, LEASE, Duration::ZERO, false)
+            .acquire("k", owner(1), LEASE, Duration::ZERO, false)
             .await
             .unwrap();
-        assert_eq!(table.renew("k", 2, LEASE), Renewal::TakenByOther);
-        assert_eq!(table.renew("k", 1, Duration::MAX), Renewal::Renewed);
-        assert!(table.release("k", 1));
-        assert_eq!(table.renew("k", 1, LEASE), Renewal::Expired, "released");
+        assert_eq!(
+            table.renew("k", owner(2), LEASE),
+            RenewOutcome::Lost(LossCause::TakenByOther)
+        );
+        assert_eq!(
+            table.renew("k", owner(1), Duration::MAX),
+            RenewOutcome::Renewed
+        );
+        assert_eq!(table.release("k", owner(1)), ReleaseOutcome::Released);
+        assert_eq!(
+            table.renew("k", owner(1), LEASE),
+            RenewOutcome::Lost(LossCause::Expired),
+            "released"
+        );
     }
 
     #[tokio::test]
     async fn zero_and_huge_leases_neither_panic_nor_misbehave() {
         let table = LockTable::new();
         let zero = table
-            .acquire("k", 1, Duration::ZERO, Duration::ZERO, true)
+            .acquire("k", owner(1), Duration::ZERO, Duration::ZERO, true)
             .await;
         assert!(zero.is_some());
         assert!(
             table
-                .acquire("k", 2, Duration::MAX, Duration::ZERO, true)
+                .acquire("k", owner(2), Duration::MAX, Duration::ZERO, true)
                 .await
                 .is_some(),
             "a zero lease leaves the lock free at once"
         );
-        assert_eq!(table.renew("k", 1, LEASE), Renewal::TakenByOther);
+        assert_eq!(
+            table.renew("k", owner(1), LEASE),
+            RenewOutcome::Lost(LossCause::TakenByOther)
+        );
         assert!(
             table
-                .acquire("k", 3, LEASE, Duration::from_micros(1), false)
+                .acquire("k", owner(3), LEASE, Duration::from_micros(1), false)
                 .await
                 .is_none(),
             "a Duration::MAX lease holds"
         );
         assert_eq!(
-            table.renew("k", 2, Duration::from_millis(u64::MAX)),
-            Renewal::Renewed
+            table.renew("k", owner(2), Duration::from_millis(u64::MAX)),
+            RenewOutcome::Renewed
         );
-        assert!(table.release("k", 2));
+        assert_eq!(table.release("k", owner(2)), ReleaseOutcome::Released);
         assert!(table.is_empty());
     }
 
@@ -753,13 +782,13 @@ mod tests {
     async fn a_forever_wait_waits_is_granted_and_leaves_no_deadlock_when_cancelled() {
         let table = Arc::new(LockTable::new());
         table
-            .acquire("k", 1, LEASE, Duration::ZERO, false)
+            .acquire("k", owner(1), LEASE, Duration::ZERO, false)
             .await
             .unwrap();
         // Cancelled: the queued waiter's clean-up must not lock up the key's shard.
         let cancelled = tokio::time::timeout(
             Duration::from_millis(200),
-            table.acquire("k", 2, LEASE, Duration::MAX, false),
+            table.acquire("k", owner(2), LEASE, Duration::MAX, false),
         )
         .await;
         assert!(
@@ -768,18 +797,18 @@ mod tests {
         );
         let patient = tokio::spawn({
             let t = table.clone();
-            async move { t.acquire("k", 3, LEASE, Duration::MAX, true).await }
+            async move { t.acquire("k", owner(3), LEASE, Duration::MAX, true).await }
         });
         tokio::time::sleep(Duration::from_millis(100)).await;
         assert!(!patient.is_finished());
-        assert!(table.release("k", 1));
+        assert_eq!(table.release("k", owner(1)), ReleaseOutcome::Released);
         let grant = tokio::time::timeout(Duration::from_secs(10), patient)
             .await
             .expect("the release hands the lock to the forever waiter")
             .unwrap()
             .expect("granted, not refused");
         assert!(grant.contended && grant.fencing_token.is_some());
-        assert!(table.release("k", 3));
+        assert_eq!(table.release("k", owner(3)), ReleaseOutcome::Released);
         assert!(table.is_empty());
     }
 
@@ -787,12 +816,12 @@ mod tests {
     async fn a_forever_waiter_takes_over_when_the_holder_lease_ends() {
         let table = LockTable::new();
         table
-            .acquire("k", 1, Duration::from_secs(2), Duration::ZERO, false)
+            .acquire("k", owner(1), Duration::from_secs(2), Duration::ZERO, false)
             .await
             .unwrap();
         let started = Instant::now();
         let grant = table
-            .acquire("k", 2, Duration::MAX, Duration::MAX, false)
+            .acquire("k", owner(2), Duration::MAX, Duration::MAX, false)
             .await;
         assert!(grant.is_some());
         assert_eq!(started.elapsed(), Duration::from_secs(2));
@@ -803,25 +832,25 @@ mod tests {
         let table = Arc::new(LockTable::new());
         assert_eq!(table.inspect("k"), None, "never held");
         let grant = table
-            .acquire("k", 1, Duration::from_secs(10), Duration::ZERO, true)
+            .acquire("k", owner(1), Duration::from_secs(10), Duration::ZERO, true)
             .await
             .unwrap();
         tokio::time::advance(Duration::from_secs(4)).await;
         let waiter = tokio::spawn({
             let t = table.clone();
-            async move { t.acquire("k", 2, LEASE, LEASE, false).await }
+            async move { t.acquire("k", owner(2), LEASE, LEASE, false).await }
         });
         tokio::task::yield_now().await;
         let seen = table.inspect("k").expect("held");
-        assert_eq!(seen.owner, 1);
+        assert_eq!(seen.owner, owner(1));
         assert_eq!(seen.lease_left, Duration::from_secs(6));
         assert_eq!(seen.waiters, 1);
         assert_eq!(seen.fencing_token, grant.fencing_token);
         assert_eq!(table.held_keys(), vec![Arc::<str>::from("k")]);
-        assert!(table.release("k", 1));
+        assert_eq!(table.release("k", owner(1)), ReleaseOutcome::Released);
         waiter.await.unwrap().expect("handed over");
         let seen = table.inspect("k").expect("held by the waiter");
-        assert_eq!((seen.owner, seen.waiters), (2, 0));
+        assert_eq!((seen.owner, seen.waiters), (owner(2), 0));
         assert_eq!(
             seen.fencing_token, grant.fencing_token,
             "an unfenced grant keeps the newest token minted for the key"
@@ -834,22 +863,42 @@ mod tests {
     #[tokio::test]
     async fn force_release_frees_any_holder_and_hands_over_to_a_waiter() {
         let table = Arc::new(LockTable::new());
-        assert_eq!(table.force_release("k"), None, "nothing held");
+        assert_eq!(
+            table.force_release("k"),
+            ForcedRelease::NotHeld,
+            "nothing held"
+        );
         table
-            .acquire("k", 1, LEASE, Duration::ZERO, false)
+            .acquire("k", owner(1), LEASE, Duration::ZERO, false)
             .await
             .unwrap();
         let waiter = tokio::spawn({
             let t = table.clone();
-            async move { t.acquire("k", 2, LEASE, LEASE, false).await }
+            async move { t.acquire("k", owner(2), LEASE, LEASE, false).await }
         });
         tokio::time::sleep(Duration::from_millis(20)).await;
-        assert_eq!(table.force_release("k"), Some(1));
+        assert_eq!(
+            table.force_release("k"),
+            ForcedRelease::Released { owner: owner(1) }
+        );
         assert!(waiter.await.unwrap().is_some(), "the waiter got the lock");
-        assert!(!table.release("k", 1), "the old holder no longer holds it");
-        assert_eq!(table.renew("k", 1, LEASE), Renewal::TakenByOther);
-        assert_eq!(table.force_release("k"), Some(2));
+        assert_eq!(
+            table.release("k", owner(1)),
+            ReleaseOutcome::NotHeld,
+            "the old holder no longer holds it"
+        );
+        assert_eq!(
+            table.renew("k", owner(1), LEASE),
+            RenewOutcome::Lost(LossCause::TakenByOther)
+        );
+        assert_eq!(
+            table.force_release("k"),
+            ForcedRelease::Released { owner: owner(2) }
+        );
         assert!(table.is_empty(), "no waiter: the entry goes");
-        assert_eq!(table.renew("k", 2, LEASE), Renewal::Expired);
+        assert_eq!(
+            table.renew("k", owner(2), LEASE),
+            RenewOutcome::Lost(LossCause::Expired)
+        );
     }
 }

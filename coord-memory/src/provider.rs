@@ -1,4 +1,6 @@
-//! The in-process provider: coord's contract over the `coord-memory` engine.
+//! The in-process provider: the contract's traits over the lock table, the record store, the
+//! cache map and the flight table. The engine answers in the contract's own types, so each
+//! method calls it and returns its answer.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -11,29 +13,30 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use dashmap::DashMap;
 use tokio::time::Instant;
 
-use crate::{Attempt, Claim, Completion, LockTable, RecordStore, Renewal};
+use crate::{Attempt, LockTable, RecordStore};
 
 use coord_contract::CallKey;
 use coord_contract::{BackendError, BackendErrorKind};
 use coord_contract::{
     BoxFuture, CacheEntry, CacheStore, ClaimOutcome, ClaimRequest, CompleteOutcome,
-    CompleteRequest, FencingToken, Fingerprint, IdempotencyStore, LockGrant, LockProvider,
-    LockRequest, LossCause, OwnerToken, ReleaseOutcome, RenewOutcome,
+    CompleteRequest, IdempotencyStore, LockGrant, LockProvider, LockRequest, OwnerToken,
+    ReleaseOutcome, RenewOutcome,
 };
 use coord_contract::{
-    Cursor, ForcedRelease, ListRequest, LockHolder, LockInfo, Operations, Page, RecordInfo,
-    RecordStatus, Waiters,
+    Cursor, ForcedRelease, ListRequest, LockHolder, LockInfo, Operations, Page, RecordInfo, Waiters,
 };
+use coord_contract::{FlightClaim, FlightStore, FlightWait};
 
 /// Coordination within this process: leases, fencing, FIFO hand-off and idempotency records
 /// held in memory.
 ///
 /// Exclusion and at-most-once hold among the tasks of this process only. Chosen with
 /// `Coordinator::builder().memory()`, and used as the fallback when no coordinator is
-/// installed. Never returns a backend error.
+/// installed. Never reports a backend fault: the one error it returns is a
+/// [`BackendErrorKind::Config`] error for a listing cursor it did not make.
 ///
 /// Every duration in a request is accepted, from zero to [`Duration::MAX`]: deadlines
-/// saturate at about a century, so a lease, keep or retention of `Duration::MAX` lasts as
+/// saturate at about thirty years, so a lease, keep or retention of `Duration::MAX` lasts as
 /// long as the process, and a wait of `Duration::MAX` waits until the lock is granted or the
 /// `acquire` future is dropped. A zero lease or retention makes state that has already
 /// expired.
@@ -89,30 +92,27 @@ impl LockProvider for MemoryProvider {
         &'a self,
         req: LockRequest<'a>,
     ) -> BoxFuture<'a, Result<Option<LockGrant>, BackendError>> {
-        let grant = |g: crate::Grant| LockGrant {
-            fencing_token: g.fencing_token.map(FencingToken::new),
-            contended: g.contended,
-            lease_began: Some(g.granted_at),
-        };
-        let (owner, lease, wait, fenced) = (req.owner.as_u128(), req.lease, req.wait, req.fenced);
-        match self
-            .locks
-            .attempt_shared(req.key.shared(), owner, lease, wait, fenced)
-        {
-            // The common grant (first attempt, unfenced) is one constant: the runtime times the
-            // lease from just before the attempt, which is never later than it began.
-            Attempt::Granted(g) if g.fencing_token.is_none() && !g.contended => {
-                Box::pin(ReadyWith(|| {
-                    Ok(Some(LockGrant {
-                        fencing_token: None,
-                        contended: false,
-                        lease_began: None,
-                    }))
+        let attempt =
+            self.locks
+                .attempt_shared(req.key.shared(), req.owner, req.lease, req.wait, req.fenced);
+        match attempt {
+            // The common grant (first attempt, unfenced) is one constant, so its answer boxes
+            // without allocating: the runtime times the lease from just before the attempt,
+            // which is never later than it began.
+            Attempt::Granted(LockGrant {
+                fencing_token: None,
+                contended: false,
+                ..
+            }) => Box::pin(ReadyWith(|| {
+                Ok(Some(LockGrant {
+                    fencing_token: None,
+                    contended: false,
+                    lease_began: None,
                 }))
-            }
-            Attempt::Granted(g) => Box::pin(std::future::ready(Ok(Some(grant(g))))),
+            })),
+            Attempt::Granted(grant) => Box::pin(std::future::ready(Ok(Some(grant)))),
             Attempt::Held => Box::pin(ReadyWith(|| Ok(None))),
-            Attempt::Queued(waiter) => Box::pin(async move { Ok(waiter.wait().await.map(grant)) }),
+            Attempt::Queued(waiter) => Box::pin(async move { Ok(waiter.wait().await) }),
         }
     }
 
@@ -121,10 +121,10 @@ impl LockProvider for MemoryProvider {
         key: &'a CallKey,
         owner: OwnerToken,
     ) -> BoxFuture<'a, Result<ReleaseOutcome, BackendError>> {
-        if self.locks.release(key.qualified(), owner.as_u128()) {
-            Box::pin(ReadyWith(|| Ok(ReleaseOutcome::Released)))
-        } else {
-            Box::pin(ReadyWith(|| Ok(ReleaseOutcome::NotHeld)))
+        // One zero-sized future per answer, so that boxing it allocates nothing.
+        match self.locks.release(key.qualified(), owner) {
+            ReleaseOutcome::Released => Box::pin(ReadyWith(|| Ok(ReleaseOutcome::Released))),
+            ReleaseOutcome::NotHeld => Box::pin(ReadyWith(|| Ok(ReleaseOutcome::NotHeld))),
         }
     }
 
@@ -134,13 +134,13 @@ impl LockProvider for MemoryProvider {
         owner: OwnerToken,
         lease: Duration,
     ) -> BoxFuture<'a, Result<RenewOutcome, BackendError>> {
-        let outcome = renew_outcome(self.locks.renew(key.qualified(), owner.as_u128(), lease));
+        let outcome = self.locks.renew(key.qualified(), owner, lease);
         Box::pin(std::future::ready(Ok(outcome)))
     }
 
     fn release_detached(self: Arc<Self>, key: CallKey, owner: OwnerToken, _lease_left: Duration) {
         // Release is synchronous here: do it now rather than on another task.
-        self.locks.release(key.qualified(), owner.as_u128());
+        self.locks.release(key.qualified(), owner);
     }
 }
 
@@ -157,48 +157,18 @@ impl<T, M: Fn() -> T + Unpin> Future for ReadyWith<M> {
     }
 }
 
-fn renew_outcome(renewal: Renewal) -> RenewOutcome {
-    match renewal {
-        Renewal::Renewed => RenewOutcome::Renewed,
-        Renewal::TakenByOther => RenewOutcome::Lost(LossCause::TakenByOther),
-        Renewal::Expired => RenewOutcome::Lost(LossCause::Expired),
-    }
-}
-
 impl IdempotencyStore for MemoryProvider {
     fn claim<'a>(
         &'a self,
         req: ClaimRequest<'a>,
     ) -> BoxFuture<'a, Result<ClaimOutcome, BackendError>> {
-        let found = self.records.claim(
+        let outcome = self.records.claim(
             req.key.qualified(),
-            req.owner.as_u128(),
+            req.owner,
             req.in_flight_lease,
-            req.fingerprint.map(|f| f.0),
+            req.fingerprint,
             req.keep_abandoned_for,
         );
-        let outcome = match found {
-            Claim::Claimed => ClaimOutcome::Claimed,
-            Claim::InFlight {
-                fingerprint,
-                remaining,
-            } => ClaimOutcome::InFlight {
-                fingerprint: fingerprint.map(Fingerprint),
-                remaining,
-            },
-            Claim::Abandoned { fingerprint } => ClaimOutcome::Abandoned {
-                fingerprint: fingerprint.map(Fingerprint),
-            },
-            Claim::Completed {
-                payload,
-                fingerprint,
-                age,
-            } => ClaimOutcome::Completed {
-                payload,
-                fingerprint: fingerprint.map(Fingerprint),
-                age: Some(age),
-            },
-        };
         Box::pin(std::future::ready(Ok(outcome)))
     }
 
@@ -206,20 +176,13 @@ impl IdempotencyStore for MemoryProvider {
         &'a self,
         req: CompleteRequest<'a>,
     ) -> BoxFuture<'a, Result<CompleteOutcome, BackendError>> {
-        let outcome = match self.records.complete(
+        let outcome = self.records.complete(
             req.key.qualified(),
-            req.owner.as_u128(),
+            req.owner,
             req.payload,
             req.retention,
-            req.fingerprint.map(|f| f.0),
-        ) {
-            Completion::Stored => CompleteOutcome::Stored,
-            Completion::StoredWithoutMarker => CompleteOutcome::StoredWithoutMarker,
-            Completion::Superseded { other, completed } => CompleteOutcome::Superseded {
-                other: Some(OwnerToken::from_u128(other)),
-                completed,
-            },
-        };
+            req.fingerprint,
+        );
         Box::pin(std::future::ready(Ok(outcome)))
     }
 
@@ -228,7 +191,7 @@ impl IdempotencyStore for MemoryProvider {
         key: &'a CallKey,
         owner: OwnerToken,
     ) -> BoxFuture<'a, Result<bool, BackendError>> {
-        let done = self.records.abandon(key.qualified(), owner.as_u128());
+        let done = self.records.abandon(key.qualified(), owner);
         Box::pin(std::future::ready(Ok(done)))
     }
 
@@ -249,7 +212,7 @@ impl IdempotencyStore for MemoryProvider {
         owner: OwnerToken,
         lease: Duration,
     ) -> BoxFuture<'a, Result<RenewOutcome, BackendError>> {
-        let outcome = renew_outcome(self.records.renew(key.qualified(), owner.as_u128(), lease));
+        let outcome = self.records.renew(key.qualified(), owner, lease);
         Box::pin(std::future::ready(Ok(outcome)))
     }
 
@@ -258,7 +221,7 @@ impl IdempotencyStore for MemoryProvider {
     }
 
     fn abandon_detached(self: Arc<Self>, key: CallKey, owner: OwnerToken, _lease_left: Duration) {
-        self.records.abandon(key.qualified(), owner.as_u128());
+        self.records.abandon(key.qualified(), owner);
     }
 }
 
@@ -276,11 +239,11 @@ impl Operations for MemoryProvider {
             Some(view) => LockInfo::new(
                 key.clone(),
                 Some(LockHolder::new(
-                    OwnerToken::from_u128(view.owner),
+                    view.owner,
                     view.lease_left,
                     Waiters::Counted(view.waiters),
                 )),
-                view.fencing_token.map(FencingToken::new),
+                view.fencing_token,
             ),
             None => LockInfo::new(key.clone(), None, None),
         };
@@ -294,12 +257,8 @@ impl Operations for MemoryProvider {
         let info = self.records.inspect(key.qualified()).map(|view| {
             RecordInfo::new(
                 key.clone(),
-                match view.status {
-                    crate::RecordStatus::InFlight => RecordStatus::InFlight,
-                    crate::RecordStatus::Abandoned => RecordStatus::Abandoned,
-                    crate::RecordStatus::Completed => RecordStatus::Completed,
-                },
-                Some(OwnerToken::from_u128(view.owner)),
+                view.status,
+                Some(view.owner),
                 Some(view.age),
                 view.lease_left,
                 view.expires_in,
@@ -328,12 +287,7 @@ impl Operations for MemoryProvider {
         &'a self,
         key: &'a CallKey,
     ) -> BoxFuture<'a, Result<ForcedRelease, BackendError>> {
-        let outcome = match self.locks.force_release(key.qualified()) {
-            Some(owner) => ForcedRelease::Released {
-                owner: OwnerToken::from_u128(owner),
-            },
-            None => ForcedRelease::NotHeld,
-        };
+        let outcome = self.locks.force_release(key.qualified());
         Box::pin(std::future::ready(Ok(outcome)))
     }
 }
@@ -434,9 +388,61 @@ impl CacheStore for MemoryProvider {
     }
 }
 
+/// Cluster-scope flights live in the provider's flight table (`flights.rs`).
+impl FlightStore for MemoryProvider {
+    fn flight_claim<'a>(
+        &'a self,
+        key: &'a CallKey,
+        owner: OwnerToken,
+        lease: Duration,
+    ) -> BoxFuture<'a, Result<FlightClaim, BackendError>> {
+        self.flights.flight_claim(key, owner, lease)
+    }
+
+    fn flight_renew<'a>(
+        &'a self,
+        key: &'a CallKey,
+        owner: OwnerToken,
+        lease: Duration,
+    ) -> BoxFuture<'a, Result<bool, BackendError>> {
+        self.flights.flight_renew(key, owner, lease)
+    }
+
+    fn flight_finish<'a>(
+        &'a self,
+        key: &'a CallKey,
+        owner: OwnerToken,
+        outcome: &'a [u8],
+        hand_over: Duration,
+    ) -> BoxFuture<'a, Result<bool, BackendError>> {
+        self.flights.flight_finish(key, owner, outcome, hand_over)
+    }
+
+    fn flight_abandon<'a>(
+        &'a self,
+        key: &'a CallKey,
+        owner: OwnerToken,
+    ) -> BoxFuture<'a, Result<bool, BackendError>> {
+        self.flights.flight_abandon(key, owner)
+    }
+
+    fn flight_wait<'a>(
+        &'a self,
+        key: &'a CallKey,
+        leader: OwnerToken,
+        timeout: Duration,
+    ) -> BoxFuture<'a, Result<FlightWait, BackendError>> {
+        self.flights.flight_wait(key, leader, timeout)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use coord_contract::{Fingerprint, LossCause, RecordStatus};
+
+    const LEASE: Duration = Duration::from_secs(30);
+    const DAY: Duration = Duration::from_secs(86_400);
 
     #[test]
     fn constant_answers_box_without_allocating() {
@@ -542,5 +548,107 @@ mod tests {
         assert_eq!(released, ReleaseOutcome::Released);
         let again = provider.release(&key, owner).await.unwrap();
         assert_eq!(again, ReleaseOutcome::NotHeld);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn lock_answers_are_the_engines_own() {
+        let provider = MemoryProvider::new();
+        let key = CallKey::builder("mp", "op").finish();
+        let (first, second) = (OwnerToken::new(), OwnerToken::new());
+        let began = Instant::now();
+        let fenced = LockRequest {
+            key: &key,
+            owner: first,
+            lease: LEASE,
+            wait: Duration::ZERO,
+            fenced: true,
+        };
+        let grant = provider.acquire(fenced).await.unwrap().expect("free");
+        assert!(grant.fencing_token.is_some());
+        assert!(!grant.contended);
+        assert_eq!(grant.lease_began, Some(began), "a fenced grant says when");
+        assert_eq!(
+            provider.renew(&key, second, LEASE).await.unwrap(),
+            RenewOutcome::Lost(LossCause::TakenByOther)
+        );
+        let info = provider.inspect_lock(&key).await.unwrap();
+        let holder = info.holder.expect("held");
+        assert_eq!(holder.owner, first);
+        assert_eq!(holder.waiters, Waiters::Counted(0));
+        assert_eq!(info.fencing_token, grant.fencing_token);
+        assert_eq!(
+            provider.force_release(&key).await.unwrap(),
+            ForcedRelease::Released { owner: first }
+        );
+        assert_eq!(
+            provider.renew(&key, first, LEASE).await.unwrap(),
+            RenewOutcome::Lost(LossCause::Expired)
+        );
+        assert_eq!(
+            provider.force_release(&key).await.unwrap(),
+            ForcedRelease::NotHeld
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn record_answers_are_the_engines_own() {
+        let provider = MemoryProvider::new();
+        let key = CallKey::builder("mp", "op").finish();
+        let (first, second) = (OwnerToken::new(), OwnerToken::new());
+        let print = Some(Fingerprint([9; 16]));
+        let claim = |owner| ClaimRequest {
+            key: &key,
+            owner,
+            in_flight_lease: LEASE,
+            fingerprint: print,
+            keep_abandoned_for: None,
+        };
+        let complete = |owner| CompleteRequest {
+            key: &key,
+            owner,
+            payload: Arc::from(&b"ok"[..]),
+            retention: DAY,
+            fingerprint: None,
+        };
+        assert_eq!(
+            provider.claim(claim(first)).await.unwrap(),
+            ClaimOutcome::Claimed
+        );
+        assert_eq!(
+            provider.renew_marker(&key, second, LEASE).await.unwrap(),
+            RenewOutcome::Lost(LossCause::TakenByOther)
+        );
+        assert_eq!(
+            provider.complete(complete(second)).await.unwrap(),
+            CompleteOutcome::Superseded {
+                other: Some(first),
+                completed: false
+            }
+        );
+        assert_eq!(
+            provider.complete(complete(first)).await.unwrap(),
+            CompleteOutcome::Stored
+        );
+        tokio::time::advance(Duration::from_secs(3)).await;
+        assert_eq!(
+            provider.claim(claim(second)).await.unwrap(),
+            ClaimOutcome::Completed {
+                payload: Arc::from(&b"ok"[..]),
+                fingerprint: print,
+                age: Some(Duration::from_secs(3)),
+            },
+            "the in-process store always knows a record's age"
+        );
+        let record = provider.inspect_record(&key).await.unwrap().expect("kept");
+        assert_eq!(record.status, RecordStatus::Completed);
+        assert_eq!(record.owner, Some(first));
+        assert_eq!(record.age, Some(Duration::from_secs(3)));
+        assert_eq!(record.payload_bytes, Some(2));
+        assert!(record.has_fingerprint);
+        assert_eq!(
+            provider.renew_marker(&key, first, LEASE).await.unwrap(),
+            RenewOutcome::Lost(LossCause::Expired),
+            "a completed marker is no longer renewable"
+        );
     }
 }

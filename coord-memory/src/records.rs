@@ -9,13 +9,17 @@ use moka::sync::Cache;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::{FAR_FUTURE, Renewal, deadline_after};
+use coord_contract::{
+    ClaimOutcome, CompleteOutcome, Fingerprint, LossCause, OwnerToken, RecordStatus, RenewOutcome,
+};
+
+use crate::{FAR_FUTURE, deadline_after};
 
 #[derive(Clone)]
 enum Record {
     InFlight {
-        owner: u128,
-        fingerprint: Option<[u8; 16]>,
+        owner: OwnerToken,
+        fingerprint: Option<Fingerprint>,
         lease: Duration,
         expires_at: Instant,
         /// Keep the marker this long past its lease if it is never completed.
@@ -30,9 +34,9 @@ enum Record {
     Completed {
         /// The owner whose completion stored this record: a resent completion of the same
         /// owner is recognised, and a late one of another owner is told who won.
-        owner: u128,
+        owner: OwnerToken,
         payload: Arc<[u8]>,
-        fingerprint: Option<[u8; 16]>,
+        fingerprint: Option<Fingerprint>,
         retention: Duration,
         expires_at: Instant,
         /// When the outcome was stored.
@@ -71,7 +75,7 @@ impl Record {
     /// as absent (a marker past its lease and not kept, a kept marker past its keep period, a
     /// completed record past its retention). moka expires entries too, but on its own clock
     /// and lazily; this check keeps the store exact (and testable with tokio's paused clock).
-    fn held(&self, now: Instant) -> Option<(u128, Held)> {
+    fn held(&self, now: Instant) -> Option<(OwnerToken, Held)> {
         match self {
             Record::InFlight {
                 owner,
@@ -125,70 +129,13 @@ impl Expiry<Box<str>, Record> for RecordExpiry {
     }
 }
 
-/// What a claim found.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Claim {
-    /// The caller now owns an in-flight marker (a new one, or the live one it already owned).
-    Claimed,
-    /// An earlier marker lapsed without completion and was kept: the outcome is unknown.
-    Abandoned {
-        /// The fingerprint stored with the marker.
-        fingerprint: Option<[u8; 16]>,
-    },
-    /// Someone else's marker is in flight.
-    InFlight {
-        /// The fingerprint stored with the marker.
-        fingerprint: Option<[u8; 16]>,
-        /// Time left on its lease.
-        remaining: Duration,
-    },
-    /// A completed outcome is stored.
-    Completed {
-        /// The stored outcome.
-        payload: Arc<[u8]>,
-        /// The fingerprint stored with it.
-        fingerprint: Option<[u8; 16]>,
-        /// How long ago the outcome was stored.
-        age: Duration,
-    },
-}
-
-/// What a completion found (see [`RecordStore::complete`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Completion {
-    /// The owner's marker (live, or lapsed and kept) became the completed record, or the
-    /// owner's completion was already stored.
-    Stored,
-    /// No record was there (the marker lapsed, or was purged): the completed record was
-    /// created with the fingerprint given to `complete`.
-    StoredWithoutMarker,
-    /// Another owner's marker or completed record is there; nothing was changed.
-    Superseded {
-        /// That owner.
-        other: u128,
-        /// Whether that owner has completed.
-        completed: bool,
-    },
-}
-
-/// What a record is, for an operator (see [`RecordStore::inspect`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum RecordStatus {
-    /// An in-flight marker within its lease.
-    InFlight,
-    /// A marker past its lease, kept (claimed with a keep period): the outcome is unknown.
-    Abandoned,
-    /// A completed outcome within its retention.
-    Completed,
-}
-
 /// One record as [`RecordStore::inspect`] found it, measured by the store's clock.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecordView {
     /// What the record is.
     pub status: RecordStatus,
     /// The marker's owner, or the owner whose completion stored the outcome.
-    pub owner: u128,
+    pub owner: OwnerToken,
     /// Time since the claim that made the marker (in flight or abandoned), or since the
     /// outcome was stored (completed).
     pub age: Duration,
@@ -262,9 +209,9 @@ impl RecordStore {
 
     /// Claims `key` for `owner` with an in-flight marker, or reports the record there. With
     /// `keep_abandoned_for`, a marker that lapses without completion is kept that long and
-    /// reported as [`Claim::Abandoned`].
+    /// reported as [`ClaimOutcome::Abandoned`].
     ///
-    /// A claim by the owner of the live marker (a resent claim) answers [`Claim::Claimed`]
+    /// A claim by the owner of the live marker (a resent claim) answers [`ClaimOutcome::Claimed`]
     /// and refreshes the lease to `lease` from now: whichever send the caller timed its lease
     /// from, the marker then lives at least that long. The marker's fingerprint and waiters
     /// are kept. A marker of `owner` that has lapsed is not revived: kept, it is reported as
@@ -272,11 +219,11 @@ impl RecordStore {
     pub fn claim(
         &self,
         key: &str,
-        owner: u128,
+        owner: OwnerToken,
         lease: Duration,
-        fingerprint: Option<[u8; 16]>,
+        fingerprint: Option<Fingerprint>,
         keep_abandoned_for: Option<Duration>,
-    ) -> Claim {
+    ) -> ClaimOutcome {
         let now = Instant::now();
         let expires_at = deadline_after(now, lease);
         let kept_until = keep_abandoned_for.map(|keep| deadline_after(expires_at, keep));
@@ -290,7 +237,7 @@ impl RecordStore {
             settled,
             since,
         };
-        let mut found = Claim::Claimed;
+        let mut found = ClaimOutcome::Claimed;
         let mut lapsed = None;
         self.cache.entry(key.into()).and_compute_with(|existing| {
             let Some(record) = existing.map(|e| e.into_value()) else {
@@ -307,7 +254,7 @@ impl RecordStore {
                     },
                 ) if holder == owner => Op::Put(fresh(stored, settled, since)),
                 (Some((_, Held::Kept)), Record::InFlight { fingerprint, .. }) => {
-                    found = Claim::Abandoned { fingerprint };
+                    found = ClaimOutcome::Abandoned { fingerprint };
                     Op::Nop
                 }
                 (
@@ -318,7 +265,7 @@ impl RecordStore {
                         ..
                     },
                 ) => {
-                    found = Claim::InFlight {
+                    found = ClaimOutcome::InFlight {
                         fingerprint,
                         remaining: held_until.saturating_duration_since(now),
                     };
@@ -333,10 +280,10 @@ impl RecordStore {
                         ..
                     },
                 ) => {
-                    found = Claim::Completed {
+                    found = ClaimOutcome::Completed {
                         payload,
                         fingerprint,
-                        age: now.saturating_duration_since(since),
+                        age: Some(now.saturating_duration_since(since)),
                     };
                     Op::Nop
                 }
@@ -355,23 +302,23 @@ impl RecordStore {
     /// Stores `payload` as the outcome of `key` for `retention`, per coord's contract:
     ///
     /// * `owner`'s marker, live or lapsed and kept, becomes the completed record, with the
-    ///   fingerprint given at claim time: [`Completion::Stored`].
-    /// * `owner`'s own completed record (a resent completion): [`Completion::Stored`], and the
+    ///   fingerprint given at claim time: [`CompleteOutcome::Stored`].
+    /// * `owner`'s own completed record (a resent completion): [`CompleteOutcome::Stored`], and the
     ///   record is left as the first completion stored it (retention is not extended).
     /// * No record, or only a lapsed one (whoever's it was): the completed record is created
-    ///   with `fingerprint`: [`Completion::StoredWithoutMarker`].
+    ///   with `fingerprint`: [`CompleteOutcome::StoredWithoutMarker`].
     /// * Another owner's live or kept marker, or completed record:
-    ///   [`Completion::Superseded`], and nothing changes.
+    ///   [`CompleteOutcome::Superseded`], and nothing changes.
     ///
     /// Waiters on the replaced marker are woken.
     pub fn complete(
         &self,
         key: &str,
-        owner: u128,
+        owner: OwnerToken,
         payload: Arc<[u8]>,
         retention: Duration,
-        fingerprint: Option<[u8; 16]>,
-    ) -> Completion {
+        fingerprint: Option<Fingerprint>,
+    ) -> CompleteOutcome {
         let now = Instant::now();
         let expires_at = deadline_after(now, retention);
         let completed = |payload, fingerprint| Record::Completed {
@@ -382,7 +329,7 @@ impl RecordStore {
             expires_at,
             since: now,
         };
-        let mut outcome = Completion::StoredWithoutMarker;
+        let mut outcome = CompleteOutcome::StoredWithoutMarker;
         let mut settled = None;
         self.cache.entry(key.into()).and_compute_with(|existing| {
             let record = existing.map(|e| e.into_value());
@@ -396,17 +343,17 @@ impl RecordStore {
                     }),
                     Some((holder, Held::Live | Held::Kept)),
                 ) if holder == owner => {
-                    outcome = Completion::Stored;
+                    outcome = CompleteOutcome::Stored;
                     settled = Some(waiters);
                     Op::Put(completed(payload, stored))
                 }
                 (_, Some((holder, Held::Completed))) if holder == owner => {
-                    outcome = Completion::Stored;
+                    outcome = CompleteOutcome::Stored;
                     Op::Nop
                 }
                 (_, Some((other, held))) => {
-                    outcome = Completion::Superseded {
-                        other,
+                    outcome = CompleteOutcome::Superseded {
+                        other: Some(other),
                         completed: held == Held::Completed,
                     };
                     Op::Nop
@@ -424,14 +371,15 @@ impl RecordStore {
     /// Extends `owner`'s live marker at `key` to `lease` from now (and its keep period, if
     /// kept, from the new end of lease).
     ///
-    /// [`Renewal::TakenByOther`] when another owner's live or kept marker, or completed
-    /// record, is there; [`Renewal::Expired`] when `owner`'s marker lapsed (kept or not), was
-    /// completed, abandoned or purged, or the key holds nothing live. A lapsed marker is never
-    /// revived.
-    pub fn renew(&self, key: &str, owner: u128, lease: Duration) -> Renewal {
+    /// [`RenewOutcome::Renewed`] while `owner`'s marker is live. Lost to
+    /// [`LossCause::TakenByOther`] when another owner's live or kept marker, or completed
+    /// record, is there; to [`LossCause::Expired`] when `owner`'s marker lapsed (kept or not),
+    /// was completed, abandoned or purged, or the key holds nothing live. A lapsed marker is
+    /// never revived.
+    pub fn renew(&self, key: &str, owner: OwnerToken, lease: Duration) -> RenewOutcome {
         let now = Instant::now();
         let expires_at = deadline_after(now, lease);
-        let mut outcome = Renewal::Expired;
+        let mut outcome = RenewOutcome::Lost(LossCause::Expired);
         self.cache.entry(key.into()).and_compute_with(|existing| {
             let record = existing.map(|e| e.into_value());
             let held = record.as_ref().and_then(|r| r.held(now));
@@ -446,7 +394,7 @@ impl RecordStore {
                     }),
                     Some((holder, Held::Live)),
                 ) if holder == owner => {
-                    outcome = Renewal::Renewed;
+                    outcome = RenewOutcome::Renewed;
                     Op::Put(Record::InFlight {
                         owner,
                         fingerprint,
@@ -460,7 +408,7 @@ impl RecordStore {
                     })
                 }
                 (_, Some((holder, _))) if holder != owner => {
-                    outcome = Renewal::TakenByOther;
+                    outcome = RenewOutcome::Lost(LossCause::TakenByOther);
                     Op::Nop
                 }
                 _ => Op::Nop,
@@ -470,7 +418,7 @@ impl RecordStore {
     }
 
     /// Removes the marker at `key` if `owner` holds it (live, or lapsed and kept).
-    pub fn abandon(&self, key: &str, owner: u128) -> bool {
+    pub fn abandon(&self, key: &str, owner: OwnerToken) -> bool {
         let now = Instant::now();
         let mut settled = None;
         self.cache.entry(key.into()).and_compute_with(|existing| {
@@ -592,6 +540,11 @@ mod tests {
     const LEASE: Duration = Duration::from_secs(30);
     const DAY: Duration = Duration::from_secs(86_400);
 
+    /// The owner numbered `n`: tests name owners by small numbers.
+    fn owner(n: u128) -> OwnerToken {
+        OwnerToken::from_u128(n)
+    }
+
     fn done(payload: &'static [u8]) -> Arc<[u8]> {
         Arc::from(payload)
     }
@@ -600,32 +553,34 @@ mod tests {
     async fn claim_complete_replay() {
         let store = RecordStore::new();
         assert_eq!(
-            store.claim("k", 1, LEASE, Some([7; 16]), None),
-            Claim::Claimed
+            store.claim("k", owner(1), LEASE, Some(Fingerprint([7; 16])), None),
+            ClaimOutcome::Claimed
         );
-        match store.claim("k", 2, LEASE, None, None) {
-            Claim::InFlight { fingerprint, .. } => assert_eq!(fingerprint, Some([7; 16])),
+        match store.claim("k", owner(2), LEASE, None, None) {
+            ClaimOutcome::InFlight { fingerprint, .. } => {
+                assert_eq!(fingerprint, Some(Fingerprint([7; 16])))
+            }
             other => panic!("expected the marker in flight, got {other:?}"),
         }
         assert_eq!(
-            store.complete("k", 2, done(b"x"), DAY, None),
-            Completion::Superseded {
-                other: 1,
+            store.complete("k", owner(2), done(b"x"), DAY, None),
+            CompleteOutcome::Superseded {
+                other: Some(owner(1)),
                 completed: false
             },
             "only the owner completes"
         );
         assert_eq!(
-            store.complete("k", 1, done(b"ok"), DAY, Some([1; 16])),
-            Completion::Stored
+            store.complete("k", owner(1), done(b"ok"), DAY, Some(Fingerprint([1; 16]))),
+            CompleteOutcome::Stored
         );
         assert_eq!(
-            store.complete("k", 1, done(b"resent"), DAY, None),
-            Completion::Stored,
+            store.complete("k", owner(1), done(b"resent"), DAY, None),
+            CompleteOutcome::Stored,
             "a resent completion is stored, once"
         );
-        match store.claim("k", 3, LEASE, None, None) {
-            Claim::Completed {
+        match store.claim("k", owner(3), LEASE, None, None) {
+            ClaimOutcome::Completed {
                 payload,
                 fingerprint,
                 ..
@@ -633,16 +588,16 @@ mod tests {
                 assert_eq!(&*payload, b"ok", "the first completion stays");
                 assert_eq!(
                     fingerprint,
-                    Some([7; 16]),
+                    Some(Fingerprint([7; 16])),
                     "the claim's fingerprint survives completion"
                 );
             }
             other => panic!("expected a completed record, got {other:?}"),
         }
         assert_eq!(
-            store.complete("k", 2, done(b"x"), DAY, None),
-            Completion::Superseded {
-                other: 1,
+            store.complete("k", owner(2), done(b"x"), DAY, None),
+            CompleteOutcome::Superseded {
+                other: Some(owner(1)),
                 completed: true
             }
         );
@@ -651,29 +606,42 @@ mod tests {
     #[tokio::test]
     async fn abandon_frees_the_key_for_the_owner_only() {
         let store = RecordStore::new();
-        store.claim("k", 1, LEASE, None, None);
-        assert!(!store.abandon("k", 2));
-        assert!(store.abandon("k", 1));
-        assert!(!store.abandon("k", 1));
-        assert_eq!(store.claim("k", 2, LEASE, None, None), Claim::Claimed);
+        store.claim("k", owner(1), LEASE, None, None);
+        assert!(!store.abandon("k", owner(2)));
+        assert!(store.abandon("k", owner(1)));
+        assert!(!store.abandon("k", owner(1)));
+        assert_eq!(
+            store.claim("k", owner(2), LEASE, None, None),
+            ClaimOutcome::Claimed
+        );
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_resent_claim_is_claimed_and_refreshes_the_lease() {
         let store = RecordStore::new();
-        store.claim("k", 1, Duration::from_secs(10), Some([5; 16]), None);
-        tokio::time::advance(Duration::from_secs(8)).await;
-        assert_eq!(
-            store.claim("k", 1, Duration::from_secs(10), None, None),
-            Claim::Claimed
+        store.claim(
+            "k",
+            owner(1),
+            Duration::from_secs(10),
+            Some(Fingerprint([5; 16])),
+            None,
         );
         tokio::time::advance(Duration::from_secs(8)).await;
-        match store.claim("k", 2, LEASE, None, None) {
-            Claim::InFlight {
+        assert_eq!(
+            store.claim("k", owner(1), Duration::from_secs(10), None, None),
+            ClaimOutcome::Claimed
+        );
+        tokio::time::advance(Duration::from_secs(8)).await;
+        match store.claim("k", owner(2), LEASE, None, None) {
+            ClaimOutcome::InFlight {
                 fingerprint,
                 remaining,
             } => {
-                assert_eq!(fingerprint, Some([5; 16]), "the first fingerprint stays");
+                assert_eq!(
+                    fingerprint,
+                    Some(Fingerprint([5; 16])),
+                    "the first fingerprint stays"
+                );
                 assert_eq!(
                     remaining,
                     Duration::from_secs(2),
@@ -687,15 +655,24 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_lapsed_marker_is_claimed_over_and_its_late_owner_is_superseded() {
         let store = RecordStore::new();
-        store.claim("k", 1, Duration::from_secs(1), None, None);
+        store.claim("k", owner(1), Duration::from_secs(1), None, None);
         tokio::time::advance(Duration::from_millis(1001)).await;
-        assert_eq!(store.renew("k", 1, LEASE), Renewal::Expired);
-        assert_eq!(store.claim("k", 2, LEASE, None, None), Claim::Claimed);
-        assert_eq!(store.renew("k", 1, LEASE), Renewal::TakenByOther);
         assert_eq!(
-            store.complete("k", 1, done(b"late"), DAY, None),
-            Completion::Superseded {
-                other: 2,
+            store.renew("k", owner(1), LEASE),
+            RenewOutcome::Lost(LossCause::Expired)
+        );
+        assert_eq!(
+            store.claim("k", owner(2), LEASE, None, None),
+            ClaimOutcome::Claimed
+        );
+        assert_eq!(
+            store.renew("k", owner(1), LEASE),
+            RenewOutcome::Lost(LossCause::TakenByOther)
+        );
+        assert_eq!(
+            store.complete("k", owner(1), done(b"late"), DAY, None),
+            CompleteOutcome::Superseded {
+                other: Some(owner(2)),
                 completed: false
             }
         );
@@ -704,69 +681,105 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_lapsed_marker_nobody_claimed_is_completed_with_the_given_fingerprint() {
         let store = RecordStore::new();
-        store.claim("k", 1, Duration::from_secs(1), Some([1; 16]), None);
+        store.claim(
+            "k",
+            owner(1),
+            Duration::from_secs(1),
+            Some(Fingerprint([1; 16])),
+            None,
+        );
         tokio::time::advance(Duration::from_millis(1001)).await;
         assert_eq!(
-            store.complete("k", 1, done(b"late"), DAY, Some([2; 16])),
-            Completion::StoredWithoutMarker
+            store.complete(
+                "k",
+                owner(1),
+                done(b"late"),
+                DAY,
+                Some(Fingerprint([2; 16]))
+            ),
+            CompleteOutcome::StoredWithoutMarker
         );
         assert_eq!(
-            store.claim("k", 2, LEASE, None, None),
-            Claim::Completed {
+            store.claim("k", owner(2), LEASE, None, None),
+            ClaimOutcome::Completed {
                 payload: done(b"late"),
-                fingerprint: Some([2; 16]),
-                age: Duration::ZERO,
+                fingerprint: Some(Fingerprint([2; 16])),
+                age: Some(Duration::ZERO),
             }
         );
         tokio::time::advance(Duration::from_millis(250)).await;
         assert!(
             matches!(
-                store.claim("k", 2, LEASE, None, None),
-                Claim::Completed { age, .. } if age == Duration::from_millis(250)
+                store.claim("k", owner(2), LEASE, None, None),
+                ClaimOutcome::Completed { age, .. } if age == Some(Duration::from_millis(250))
             ),
             "the age counts from the completion"
         );
         assert_eq!(
-            store.complete("k", 1, done(b"late"), DAY, Some([2; 16])),
-            Completion::Stored,
+            store.complete(
+                "k",
+                owner(1),
+                done(b"late"),
+                DAY,
+                Some(Fingerprint([2; 16]))
+            ),
+            CompleteOutcome::Stored,
             "the owner's resend after creating the record"
         );
-        assert_eq!(store.renew("k", 1, LEASE), Renewal::Expired);
+        assert_eq!(
+            store.renew("k", owner(1), LEASE),
+            RenewOutcome::Lost(LossCause::Expired)
+        );
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_kept_abandoned_marker_blocks_claims_until_purged() {
         let store = RecordStore::new();
         let keep = Some(DAY);
-        store.claim("k", 1, Duration::from_secs(1), Some([3; 16]), keep);
+        store.claim(
+            "k",
+            owner(1),
+            Duration::from_secs(1),
+            Some(Fingerprint([3; 16])),
+            keep,
+        );
         tokio::time::advance(Duration::from_millis(1001)).await;
         assert_eq!(
-            store.claim("k", 2, LEASE, None, keep),
-            Claim::Abandoned {
-                fingerprint: Some([3; 16])
+            store.claim("k", owner(2), LEASE, None, keep),
+            ClaimOutcome::Abandoned {
+                fingerprint: Some(Fingerprint([3; 16]))
             }
         );
         assert_eq!(
-            store.claim("k", 1, LEASE, None, keep),
-            Claim::Abandoned {
-                fingerprint: Some([3; 16])
+            store.claim("k", owner(1), LEASE, None, keep),
+            ClaimOutcome::Abandoned {
+                fingerprint: Some(Fingerprint([3; 16]))
             },
             "a lapsed marker is not revived by its owner's claim"
         );
-        assert_eq!(store.renew("k", 1, LEASE), Renewal::Expired);
-        assert_eq!(store.renew("k", 2, LEASE), Renewal::TakenByOther);
         assert_eq!(
-            store.complete("k", 1, done(b"late"), DAY, None),
-            Completion::Stored,
+            store.renew("k", owner(1), LEASE),
+            RenewOutcome::Lost(LossCause::Expired)
+        );
+        assert_eq!(
+            store.renew("k", owner(2), LEASE),
+            RenewOutcome::Lost(LossCause::TakenByOther)
+        );
+        assert_eq!(
+            store.complete("k", owner(1), done(b"late"), DAY, None),
+            CompleteOutcome::Stored,
             "a late owner still records"
         );
         assert!(matches!(
-            store.claim("k", 2, LEASE, None, keep),
-            Claim::Completed { .. }
+            store.claim("k", owner(2), LEASE, None, keep),
+            ClaimOutcome::Completed { .. }
         ));
         assert!(store.purge("k"));
         assert!(!store.purge("k"));
-        assert_eq!(store.claim("k", 2, LEASE, None, keep), Claim::Claimed);
+        assert_eq!(
+            store.claim("k", owner(2), LEASE, None, keep),
+            ClaimOutcome::Claimed
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -774,32 +787,38 @@ mod tests {
         let store = RecordStore::new();
         store.claim(
             "k",
-            1,
+            owner(1),
             Duration::from_secs(1),
             None,
             Some(Duration::from_secs(5)),
         );
         tokio::time::advance(Duration::from_secs(4)).await;
         assert!(matches!(
-            store.claim("k", 2, LEASE, None, None),
-            Claim::Abandoned { .. }
+            store.claim("k", owner(2), LEASE, None, None),
+            ClaimOutcome::Abandoned { .. }
         ));
         tokio::time::advance(Duration::from_secs(3)).await;
-        assert_eq!(store.claim("k", 2, LEASE, None, None), Claim::Claimed);
+        assert_eq!(
+            store.claim("k", owner(2), LEASE, None, None),
+            ClaimOutcome::Claimed
+        );
     }
 
     #[tokio::test(start_paused = true)]
     async fn completed_records_expire_after_their_retention() {
         let store = RecordStore::new();
-        store.claim("k", 1, LEASE, None, None);
-        store.complete("k", 1, done(b"v"), Duration::from_secs(5), None);
+        store.claim("k", owner(1), LEASE, None, None);
+        store.complete("k", owner(1), done(b"v"), Duration::from_secs(5), None);
         tokio::time::advance(Duration::from_secs(4)).await;
         assert!(matches!(
-            store.claim("k", 2, LEASE, None, None),
-            Claim::Completed { .. }
+            store.claim("k", owner(2), LEASE, None, None),
+            ClaimOutcome::Completed { .. }
         ));
         tokio::time::advance(Duration::from_secs(2)).await;
-        assert_eq!(store.claim("k", 2, LEASE, None, None), Claim::Claimed);
+        assert_eq!(
+            store.claim("k", owner(2), LEASE, None, None),
+            ClaimOutcome::Claimed
+        );
     }
 
     #[tokio::test]
@@ -807,22 +826,25 @@ mod tests {
         let store = RecordStore::new();
         let zero = Some(Duration::ZERO);
         assert_eq!(
-            store.claim("k", 1, Duration::ZERO, None, zero),
-            Claim::Claimed
+            store.claim("k", owner(1), Duration::ZERO, None, zero),
+            ClaimOutcome::Claimed
         );
         assert_eq!(
-            store.claim("k", 2, Duration::ZERO, None, zero),
-            Claim::Claimed,
+            store.claim("k", owner(2), Duration::ZERO, None, zero),
+            ClaimOutcome::Claimed,
             "a zero lease (kept for zero) lapses at once"
         );
-        assert_eq!(store.renew("k", 2, Duration::ZERO), Renewal::Expired);
         assert_eq!(
-            store.complete("k", 1, done(b"v"), Duration::ZERO, None),
-            Completion::StoredWithoutMarker
+            store.renew("k", owner(2), Duration::ZERO),
+            RenewOutcome::Lost(LossCause::Expired)
         );
         assert_eq!(
-            store.claim("k", 3, LEASE, None, None),
-            Claim::Claimed,
+            store.complete("k", owner(1), done(b"v"), Duration::ZERO, None),
+            CompleteOutcome::StoredWithoutMarker
+        );
+        assert_eq!(
+            store.claim("k", owner(3), LEASE, None, None),
+            ClaimOutcome::Claimed,
             "a zero retention keeps nothing"
         );
         let started = std::time::Instant::now();
@@ -834,14 +856,17 @@ mod tests {
     async fn sub_millisecond_durations_do_not_panic() {
         let store = RecordStore::new();
         let us = Duration::from_micros(1);
-        store.claim("k", 1, us, None, Some(us));
-        store.claim("k", 1, us, None, Some(us));
-        store.renew("k", 1, us);
-        store.complete("k", 1, done(b"v"), us, None);
+        store.claim("k", owner(1), us, None, Some(us));
+        store.claim("k", owner(1), us, None, Some(us));
+        store.renew("k", owner(1), us);
+        store.complete("k", owner(1), done(b"v"), us, None);
         store.wait_settled("k", us).await;
-        store.abandon("k", 1);
+        store.abandon("k", owner(1));
         store.purge("k");
-        assert_eq!(store.claim("k", 2, LEASE, None, None), Claim::Claimed);
+        assert_eq!(
+            store.claim("k", owner(2), LEASE, None, None),
+            ClaimOutcome::Claimed
+        );
     }
 
     #[tokio::test]
@@ -852,33 +877,36 @@ mod tests {
         {
             let store = RecordStore::new();
             let key = format!("k{i}");
-            assert_eq!(store.claim(&key, 1, huge, None, Some(huge)), Claim::Claimed);
             assert_eq!(
-                store.claim(&key, 1, huge, None, Some(huge)),
-                Claim::Claimed,
+                store.claim(&key, owner(1), huge, None, Some(huge)),
+                ClaimOutcome::Claimed
+            );
+            assert_eq!(
+                store.claim(&key, owner(1), huge, None, Some(huge)),
+                ClaimOutcome::Claimed,
                 "a resend with a huge lease"
             );
-            assert_eq!(store.renew(&key, 1, huge), Renewal::Renewed);
-            match store.claim(&key, 2, LEASE, None, None) {
-                Claim::InFlight { remaining, .. } => assert!(remaining > 365 * DAY),
+            assert_eq!(store.renew(&key, owner(1), huge), RenewOutcome::Renewed);
+            match store.claim(&key, owner(2), LEASE, None, None) {
+                ClaimOutcome::InFlight { remaining, .. } => assert!(remaining > 365 * DAY),
                 other => panic!("expected the marker in flight, got {other:?}"),
             }
             // Times out immediately (zero), then for a long wait, settles on completion.
             store.wait_settled(&key, Duration::ZERO).await;
             assert_eq!(
-                store.complete(&key, 1, done(b"v"), huge, None),
-                Completion::Stored
+                store.complete(&key, owner(1), done(b"v"), huge, None),
+                CompleteOutcome::Stored
             );
             store.wait_settled(&key, huge).await;
             assert_eq!(store.len(), 1, "the record survives moka's maintenance");
             assert!(matches!(
-                store.claim(&key, 2, LEASE, None, None),
-                Claim::Completed { .. }
+                store.claim(&key, owner(2), LEASE, None, None),
+                ClaimOutcome::Completed { .. }
             ));
             assert!(store.purge(&key));
             assert_eq!(
-                store.complete(&key, 1, done(b"again"), huge, None),
-                Completion::StoredWithoutMarker,
+                store.complete(&key, owner(1), done(b"again"), huge, None),
+                CompleteOutcome::StoredWithoutMarker,
                 "after a purge the record is created again"
             );
         }
@@ -887,7 +915,7 @@ mod tests {
     #[tokio::test]
     async fn waiters_wake_on_completion() {
         let store = Arc::new(RecordStore::new());
-        store.claim("k", 1, LEASE, None, None);
+        store.claim("k", owner(1), LEASE, None, None);
         let waiter = tokio::spawn({
             let s = store.clone();
             async move {
@@ -897,7 +925,7 @@ mod tests {
             }
         });
         tokio::time::sleep(Duration::from_millis(50)).await;
-        store.complete("k", 1, done(b"v"), DAY, None);
+        store.complete("k", owner(1), done(b"v"), DAY, None);
         let waited = waiter.await.unwrap();
         assert!(
             waited < Duration::from_secs(10),
@@ -909,19 +937,19 @@ mod tests {
     async fn inspect_reports_state_age_and_time_left() {
         let store = RecordStore::new();
         assert_eq!(store.inspect("k"), None);
-        store.claim("k", 1, LEASE, Some([1; 16]), Some(DAY));
+        store.claim("k", owner(1), LEASE, Some(Fingerprint([1; 16])), Some(DAY));
         tokio::time::advance(Duration::from_secs(10)).await;
         let seen = store.inspect("k").expect("in flight");
         assert_eq!(seen.status, RecordStatus::InFlight);
-        assert_eq!(seen.owner, 1);
+        assert_eq!(seen.owner, owner(1));
         assert_eq!(seen.age, Duration::from_secs(10));
         assert_eq!(seen.lease_left, Some(Duration::from_secs(20)));
         assert_eq!(seen.expires_in, Duration::from_secs(20) + DAY);
         assert!(seen.has_fingerprint);
         assert_eq!(seen.payload_len, None);
         assert_eq!(
-            store.claim("k", 1, LEASE, None, Some(DAY)),
-            Claim::Claimed,
+            store.claim("k", owner(1), LEASE, None, Some(DAY)),
+            ClaimOutcome::Claimed,
             "a resent claim"
         );
         assert_eq!(
@@ -937,7 +965,7 @@ mod tests {
             seen.expires_in, DAY,
             "kept for a day past the lease, which the resent claim restarted"
         );
-        store.complete("k", 1, done(b"abc"), DAY, None);
+        store.complete("k", owner(1), done(b"abc"), DAY, None);
         tokio::time::advance(Duration::from_secs(5)).await;
         let seen = store.inspect("k").expect("completed");
         assert_eq!(seen.status, RecordStatus::Completed);
@@ -950,7 +978,7 @@ mod tests {
         assert_eq!(seen.expires_in, DAY - Duration::from_secs(5));
         assert!(seen.has_fingerprint, "the claim's fingerprint is kept");
         assert_eq!(store.keys(), vec![Arc::<str>::from("k")]);
-        store.claim("lapses", 2, Duration::from_secs(1), None, None);
+        store.claim("lapses", owner(2), Duration::from_secs(1), None, None);
         tokio::time::advance(Duration::from_secs(2)).await;
         assert_eq!(
             store.inspect("lapses"),

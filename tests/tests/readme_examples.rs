@@ -45,6 +45,12 @@ use std::fmt::Write as _;
 use std::fs;
 use std::path::{Path, PathBuf};
 
+// Compiled here as well as in every example file, so that `cargo fmt`, clippy and a plain
+// `cargo test` see the prelude; the examples use most of it, this file none.
+#[allow(dead_code, unused_imports)]
+#[path = "../readme/prelude.rs"]
+mod prelude;
+
 /// How a block is wrapped, from the words after `rust` on its fence.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Context {

@@ -30,7 +30,7 @@ async fn cold(client: Client) -> Coordinator {
 
 /// How many times each layer is swept: where a call suspends depends on timing (a reply can be
 /// in before the claim is polled again), so repeated sweeps meet more of its awaits.
-const ROUNDS: usize = 5;
+const ROUNDS: usize = 20;
 
 async fn sweep_cold(client: Client) {
     for layer in Layer::ALL {

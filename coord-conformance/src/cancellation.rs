@@ -331,9 +331,7 @@ async fn check_left_nothing(
             let _ = guard.release().await;
         }
         Layer::ProcessFlight => {
-            let next = c
-                .single_flight(key.clone())
-                .run(|| async move { polls });
+            let next = c.single_flight(key.clone()).run(|| async move { polls });
             let got = completes(at, "the next flight", next).await;
             assert_eq!(got, polls, "{}: the next flight answered another run", at());
         }
@@ -343,9 +341,7 @@ async fn check_left_nothing(
             eventually(at, "the cluster flight is vacant", || async {
                 match store.flight_claim(key, probe, LEASE).await {
                     Ok(FlightClaim::Claimed) => Ok(()),
-                    Ok(FlightClaim::Joined { leader, .. }) => {
-                        Err(format!("still led by {leader}"))
-                    }
+                    Ok(FlightClaim::Joined { leader, .. }) => Err(format!("still led by {leader}")),
                     Err(e) => Err(format!("claiming: {e}")),
                 }
             })

@@ -97,8 +97,17 @@ where
             assert_eq!(retry.status, StatusCode::CREATED, "{}", at("the retry"));
         }
         if let Ok(reply) = &first {
-            assert_eq!(reply.status, StatusCode::CREATED, "{}", at("the first reply"));
-            assert!(retry.replayed(), "{}", at("an answered request must replay"));
+            assert_eq!(
+                reply.status,
+                StatusCode::CREATED,
+                "{}",
+                at("the first reply")
+            );
+            assert!(
+                retry.replayed(),
+                "{}",
+                at("an answered request must replay")
+            );
         }
     }
     stages

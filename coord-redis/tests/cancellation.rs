@@ -60,4 +60,3 @@ async fn cold_calls_dropped_at_every_await_leave_nothing_redis_rs() {
 async fn cold_calls_dropped_at_every_await_leave_nothing_fred() {
     sweep_cold(Client::Fred).await;
 }
-

@@ -73,9 +73,15 @@ async fn child() {
     let mut cutoffs = Cutoffs(seed | 1);
     let mut dropped = 0;
     for k in 0..KEYS {
-        dropped += tokio::time::timeout(cutoffs.next(), idem_rerun(&c, k)).await.is_err() as u32;
-        dropped += tokio::time::timeout(cutoffs.next(), idem_fail(&c, k)).await.is_err() as u32;
-        dropped += tokio::time::timeout(cutoffs.next(), locked(&c, k)).await.is_err() as u32;
+        dropped += tokio::time::timeout(cutoffs.next(), idem_rerun(&c, k))
+            .await
+            .is_err() as u32;
+        dropped += tokio::time::timeout(cutoffs.next(), idem_fail(&c, k))
+            .await
+            .is_err() as u32;
+        dropped += tokio::time::timeout(cutoffs.next(), locked(&c, k))
+            .await
+            .is_err() as u32;
     }
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let mut blocked = Vec::new();

@@ -5,7 +5,7 @@
 //! Each case sweeps its layers twice on the coordinator it is given: first as it comes (the
 //! provider's first calls, its pooled connections not yet used), then warm, after calls that
 //! completed. A provider's tests sweep cold processes too, with a new provider per drop point,
-//! through [`sweep`](crate::cancellation::sweep) directly.
+//! through [`crate::cancellation::sweep`] directly.
 
 use coord_core::{Coordinator, OnAbandoned};
 

@@ -72,14 +72,16 @@ where
             (Err(_), _, 0) => stages.inside_handler += 1,
             (Err(_), _, _) => stages.after_handler += 1,
         }
-        // Kept only for a handler that started, under "fail": its effects are unknown.
-        let may_keep = policy == OnAbandoned::Fail && runs >= 1 && first.is_err();
         let started = Instant::now();
         let retry = loop {
             let reply = Req::post(&server, "/charge", &key).send(&client).await;
             if reply.status != StatusCode::CONFLICT {
                 break reply;
             }
+            // Kept only for a handler that started, under "fail": its effects are unknown. (Read
+            // now: a refused retry runs nothing, so any run is the first request's, however
+            // late a loaded server dispatched it.)
+            let may_keep = policy == OnAbandoned::Fail && first.is_err() && app.runs() >= 1;
             let problem = reply.problem();
             if may_keep && (problem == "in-flight" || problem == "outcome-unknown") {
                 break reply;

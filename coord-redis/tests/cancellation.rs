@@ -39,7 +39,6 @@ async fn sweep_cold(client: Client) {
             let tag = format!("cold{round}");
             let s: Sweep = sweep(layer, &tag, |_| cold(client)).await;
             assert!(s.drop_points > 0, "{layer:?}: no drop point was swept");
-            assert_eq!(s.keys_left_blocked, 0);
             calls += s.drop_points;
             in_body += s.dropped_in_body;
         }

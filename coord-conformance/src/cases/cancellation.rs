@@ -22,7 +22,6 @@ async fn sweep_twice(c: &Coordinator, layers: &[Layer]) {
                 s.drop_points > 0,
                 "{layer:?}: the call completed at its first poll; no drop point was swept"
             );
-            assert_eq!(s.keys_left_blocked, 0);
         }
     }
 }

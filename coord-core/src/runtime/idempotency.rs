@@ -2,7 +2,6 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -102,13 +101,12 @@ where
     );
     // Listed for shutdown's report while the body runs and its outcome is stored.
     let _registered = call.coordinator.lifecycle().register_marker(hold.clone());
-    // Set on the body's first poll. Declared before the guard, which reads it when dropped.
-    let body_started = AtomicBool::new(false);
     // Clears the marker if the call stops before settling it (cancelled or panicked), so
     // duplicates are not blocked until its lease ends. Under `on_abandoned = "fail"` only until
     // the body starts: a body stopped half-way may have had effects, so its marker is left to
     // lapse into an abandoned record (`OutcomeUnknown`), never cleared for a duplicate to run
-    // again; a call dropped before its body was first polled did nothing, and leaves nothing.
+    // again; a call dropped before its body was first polled (while a lock was awaited, say)
+    // did nothing, and leaves nothing.
     let mut marker = LeaseGuard::new(
         LeaseStore::Marker(store),
         &call.key,
@@ -117,12 +115,8 @@ where
     )
     .held_as(&hold);
     if spec.on_abandoned == OnAbandoned::Fail {
-        marker = marker.until_set(&body_started);
+        marker = marker.until_set(call.body_started());
     }
-    let body = async {
-        body_started.store(true, Ordering::Release);
-        body.await
-    };
     let output = if spec.renew.is_some() || spec.on_lost.is_some() {
         let renewal = spec
             .renew

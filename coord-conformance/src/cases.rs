@@ -14,6 +14,7 @@
 
 pub mod attributes;
 pub mod cache_store;
+pub mod cancellation;
 pub mod cluster_flights;
 pub mod completion_outcomes;
 pub mod fencing;
@@ -39,6 +40,10 @@ pub use cache_store::{
     cache_keys_of_other_operations_and_parts_do_not_collide,
     cache_set_replaces_the_value_and_the_ttl,
     cache_set_then_get_returns_the_bytes_and_the_ttl_left,
+};
+pub use cancellation::{
+    cancellation_cached_shared_leaves_nothing, cancellation_flights_leave_nothing_registered,
+    cancellation_idempotent_leaves_no_marker, cancellation_lock_leaves_no_holder,
 };
 pub use cluster_flights::{
     attribute_cluster_single_flight_runs_once_and_takes_over,

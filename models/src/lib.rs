@@ -56,6 +56,11 @@
 //!   (`delayed_requests`); a command sent on the same connection as the claim cannot
 //!   overtake it, so the cleanup should not switch connections while a claim may be
 //!   pending.
+//! * A call dropped before its body started (its claim in flight, or answered and the body
+//!   not yet polled) that leaves its marker makes, under `on_abandoned = "fail"`, an abandoned
+//!   record for a body that never ran ([`record::RecordBug::KeepMarkerOfUnstartedDrop`]): the
+//!   runtime arms the owner-checked clean-up before the claim can leave the process, and keeps
+//!   it armed under either mode until the body is first polled.
 //! * Abandoning the marker after the body was cancelled for a lost hold lets the next claim
 //!   run the body again ([`record::RecordBug::AbandonAfterLostHold`]): the model's protocol
 //!   leaves the record alone instead.

@@ -45,6 +45,13 @@
 //!    return `Ok`. *Superseded*, or giving up after errors: return `OutcomeNotStored`, never
 //!    `Ok`. After `Err`: `abandon` (retried on error), then return the body's error.
 //!
+//! **Dropped** ([`RecordModel::drops`]): the caller can drop the call's future while it claims
+//! (the claim sent or not) or before the body started: the runtime's clean-up, armed before the
+//! claim can leave the process, sends the owner-checked `abandon` (phase *Cleaning*, retried)
+//! under either `on_abandoned`, since no body ran. Dropped after the body started: under
+//! `"rerun"` the marker is abandoned; under `"fail"` it is left to lapse. Completion and the
+//! abandon after `Err` go on in the background: a drop there changes nothing.
+//!
 //! # Faults
 //!
 //! * Lost replies ([`RecordModel::lost_replies`]): any claim, complete or abandon either runs
@@ -139,6 +146,9 @@ pub enum RecordBug {
     /// the next claim runs the body again although the cancelled one may have had effects.
     /// Breaks [`AT_MOST_ONCE`].
     AbandonAfterLostHold,
+    /// A call dropped before its body started leaves its marker (the clean-up armed only once
+    /// the claim was answered, and not under `"fail"`). Breaks [`UNKNOWN_MEANS_STARTED`].
+    KeepMarkerOfUnstartedDrop,
     /// `complete` overwrites another owner's record. Breaks [`ONE_ANSWER`] under
     /// `on_abandoned = "rerun"` (under `"fail"` only one body ever runs, so there is no
     /// second answer to give).
@@ -169,6 +179,8 @@ pub struct RecordModel {
     /// Whether a started body can be cancelled because its hold was lost
     /// (`on_lost = "cancel"`).
     pub cancel_on_lost: bool,
+    /// Whether a caller can drop the call's future before its body finished.
+    pub drops: bool,
     /// A deliberate defect, or `None` for the protocol as specified.
     pub bug: Option<RecordBug>,
 }
@@ -187,6 +199,7 @@ impl RecordModel {
             data_loss: false,
             body_errors: true,
             cancel_on_lost: true,
+            drops: true,
             bug: None,
         }
     }
@@ -263,6 +276,8 @@ pub enum Outcome {
     CleanupUnconfirmed,
     /// The body was cancelled because the hold was lost (`LockLost`).
     Lost,
+    /// The caller dropped the call (its future) and left its marker as it was.
+    Dropped,
 }
 
 /// Where a client is in its call.
@@ -387,6 +402,11 @@ pub enum RecordAction {
         /// Which client.
         client: u8,
     },
+    /// The client's caller drops the call's future.
+    Drop {
+        /// Which client.
+        client: u8,
+    },
     /// The client crashes.
     Crash {
         /// Which client.
@@ -492,10 +512,16 @@ impl RecordModel {
                     // the body when it wakes: from the store's side that is the same window.
                     s.ghosts[key].running_lapse = true;
                 }
-                if !c.started && !matches!(c.phase, Phase::Done(Outcome::ClaimFailed)) {
+                if !c.started
+                    && !matches!(
+                        c.phase,
+                        Phase::Done(Outcome::ClaimFailed | Outcome::Dropped)
+                    )
+                {
                     // Crashed, stalled before starting, still cleaning up, or gave up
                     // cleaning: the owner never said its claim was settled. Returning
-                    // `ClaimFailed` with the marker still live is the one unexcused case.
+                    // `ClaimFailed`, or leaving a dropped call's marker behind, with the
+                    // marker still live are the unexcused cases.
                     s.ghosts[key].unstarted_lapse = true;
                 }
                 s.records[key] = match self.on_abandoned {
@@ -587,6 +613,9 @@ impl Model for RecordModel {
                     }
                 }
                 Phase::Done(_) | Phase::Crashed => continue,
+            }
+            if self.drops && matches!(c.phase, Phase::Claiming | Phase::Running) {
+                actions.push(RecordAction::Drop { client });
             }
             if self.crashes {
                 actions.push(RecordAction::Crash { client });
@@ -709,6 +738,30 @@ impl Model for RecordModel {
                     Phase::Abandoning
                 } else {
                     Phase::Done(Outcome::Lost)
+                };
+            }
+            RecordAction::Drop { client } => {
+                let c = &mut s.clients[usize::from(client)];
+                c.retrying = false;
+                c.phase = match (c.phase, c.started) {
+                    // Unstarted: nothing ran, so the marker (if the claim landed or lands) is
+                    // abandoned under either mode.
+                    (Phase::Claiming | Phase::Running, false)
+                        if self.has(RecordBug::KeepMarkerOfUnstartedDrop) =>
+                    {
+                        Phase::Done(Outcome::Dropped)
+                    }
+                    (Phase::Claiming | Phase::Running, false) => Phase::Cleaning,
+                    (Phase::Running, true) => match self.on_abandoned {
+                        // Stopped without an outcome, like a body that failed: the marker is
+                        // cleared so a retry runs it again (at least once, by design).
+                        OnAbandoned::Rerun => {
+                            c.body_failed = true;
+                            Phase::Abandoning
+                        }
+                        OnAbandoned::Fail => Phase::Done(Outcome::Dropped),
+                    },
+                    _ => return None,
                 };
             }
             RecordAction::Crash { client } => {

@@ -168,6 +168,38 @@ fn skipping_cleanup_after_a_lost_claim_breaks_unknown_means_started() {
     );
 }
 
+/// What the runtime did before the cancellation fix: a call dropped while its claim was in
+/// flight, or between the claim's answer and the body's start, left its marker, which then
+/// lapsed into an abandoned record under `"fail"` although no body ran.
+#[test]
+fn keeping_the_marker_of_a_call_dropped_before_its_body_breaks_unknown_means_started() {
+    let actions = assert_broken(
+        "record KeepMarkerOfUnstartedDrop",
+        RecordModel {
+            lost_replies: false,
+            crashes: false,
+            body_errors: false,
+            cancel_on_lost: false,
+            ..model(
+                OnAbandoned::Fail,
+                2,
+                Some(RecordBug::KeepMarkerOfUnstartedDrop),
+            )
+        },
+        UNKNOWN_MEANS_STARTED,
+    );
+    assert!(
+        actions
+            .iter()
+            .any(|a| matches!(a, RecordAction::Drop { .. }))
+    );
+    assert!(
+        !actions
+            .iter()
+            .any(|a| matches!(a, RecordAction::StartBody { .. }))
+    );
+}
+
 /// Under `on_abandoned = "fail"` only one body runs, so the defect cannot show there; the
 /// fail-mode run below checks exactly that, and the rerun-mode run finds the counterexample.
 #[test]

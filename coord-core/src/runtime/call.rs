@@ -1,6 +1,7 @@
 //! One intercepted call: its spec, key, coordinator, span and report.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tracing::Instrument;
@@ -38,6 +39,8 @@ pub struct Call<'c> {
     pub(crate) lock: Option<LockSpec>,
     /// The spec names a profile the coordinator does not have.
     unknown_profile: bool,
+    /// The annotated body was polled: from here on it may have had effects.
+    body_started: AtomicBool,
 }
 
 impl<'c> Call<'c> {
@@ -99,6 +102,7 @@ impl<'c> Call<'c> {
             idempotency,
             lock,
             unknown_profile,
+            body_started: AtomicBool::new(false),
         }
     }
 
@@ -134,12 +138,20 @@ impl<'c> Call<'c> {
         }
     }
 
-    /// Runs the annotated body itself, timing it for `coord_body_duration_seconds`.
+    /// Runs the annotated body itself, timing it for `coord_body_duration_seconds`, and marks
+    /// it started (see [`Call::body_started`]) when first polled.
     pub async fn body<F: Future>(&self, body: F) -> F::Output {
+        self.body_started.store(true, Ordering::Release);
         let started = std::time::Instant::now();
         let output = body.await;
         self.telemetry().body(started.elapsed());
         output
+    }
+
+    /// Set once the annotated body was first polled; before that, whatever the layers around
+    /// it did (a claim, a lock wait, a cache lookup), the body cannot have had effects.
+    pub(crate) fn body_started(&self) -> &AtomicBool {
+        &self.body_started
     }
 
     fn report(&self, f: impl FnOnce(&mut CallReport)) {

@@ -221,18 +221,27 @@ where
     let owner = OwnerToken::new();
     let mut took_over = false;
     loop {
+        // Armed before the claim is first polled, so before the command can leave the process:
+        // a claim whose answer this call never reads (dropped mid-claim, or a fault that may
+        // hide a claim that landed) is given up, so the other instances do not wait a whole
+        // lease for a body that runs nowhere (owner-checked, so harmless if it never landed).
+        let mut guard = ClaimGuard {
+            store: store.clone(),
+            key: call.key.clone(),
+            owner,
+            lease: spec.lease,
+            armed: true,
+            answered: false,
+        };
         let claim = match store.flight_claim(&call.key, owner, spec.lease).await {
             Ok(claim) => claim,
             Err(err) => {
-                // The claim may have landed with its reply lost: give it up in the background,
-                // so the other instances do not wait a whole lease for a body that runs
-                // elsewhere or not at all (owner-checked, so harmless if it never landed).
-                if err.kind() != crate::provider::BackendErrorKind::Config {
-                    abandon_detached(&store, &call.key, owner, spec.lease);
-                }
+                guard.armed = err.kind() != crate::provider::BackendErrorKind::Config;
+                drop(guard);
                 return degrade(call, err, body).await;
             }
         };
+        guard.answered = true;
         let (leader, lease_left) = match claim {
             FlightClaim::Claimed => {
                 call.record_flight(if took_over {
@@ -240,9 +249,12 @@ where
                 } else {
                     FlightOutcome::ClusterLed
                 });
-                return lead(call, store, owner, spec, &errors, body).await;
+                return lead(call, store, guard, owner, spec, &errors, body).await;
             }
-            FlightClaim::Joined { leader, lease_left } => (leader, lease_left),
+            FlightClaim::Joined { leader, lease_left } => {
+                guard.armed = false;
+                (leader, lease_left)
+            }
         };
         // Wait at most what is left of the leader's lease (and a little, for the store's clock
         // to agree that it ended), then look again: a leader that renews is still there, one
@@ -281,24 +293,34 @@ where
     }
 }
 
-/// Gives the claim up in the background if the leader stops before handing over (its caller
-/// was cancelled, or the body panicked), so a follower takes over at once.
+/// Gives the claim up in the background if the call stops before handing over: its claim was
+/// dropped or failed before the answer was read, its caller was cancelled while leading, or
+/// the body panicked; so a follower takes over at once.
 struct ClaimGuard {
     store: Arc<dyn FlightStore>,
     key: CallKey,
     owner: OwnerToken,
     lease: Duration,
     armed: bool,
+    /// Whether the claim's answer was read. Before that, an abandon that finds nothing proves
+    /// nothing (the claim may still land), so it is retried until one removes the claim.
+    answered: bool,
 }
 
 impl Drop for ClaimGuard {
     fn drop(&mut self) {
-        if self.armed {
+        if !self.armed {
+            return;
+        }
+        if self.answered {
             abandon_detached(&self.store, &self.key, self.owner, self.lease);
+        } else {
+            abandon_until_removed(&self.store, &self.key, self.owner, self.lease);
         }
     }
 }
 
+/// Gives the claim up, owner-checked, in the background; done at the first answer.
 fn abandon_detached(
     store: &Arc<dyn FlightStore>,
     key: &CallKey,
@@ -317,9 +339,30 @@ fn abandon_detached(
     );
 }
 
+/// Gives up a claim whose answer was never read: retried, with backoff, until an abandon
+/// removes it or a lease has passed (a claim cannot outlive its lease, however late it lands).
+fn abandon_until_removed(
+    store: &Arc<dyn FlightStore>,
+    key: &CallKey,
+    owner: OwnerToken,
+    lease: Duration,
+) {
+    let store = store.clone();
+    spawn_retried(
+        "giving up an unanswered single-flight claim",
+        key.clone(),
+        lease,
+        move |key| {
+            let store = store.clone();
+            async move { store.flight_abandon(&key, owner).await }
+        },
+    );
+}
+
 async fn lead<R, F>(
     call: &Call<'_>,
     store: Arc<dyn FlightStore>,
+    mut guard: ClaimGuard,
     owner: OwnerToken,
     spec: ClusterFlightSpec,
     errors: &ErrorForm<R>,
@@ -329,13 +372,6 @@ where
     R: ClusterOutput,
     F: Future<Output = R>,
 {
-    let mut guard = ClaimGuard {
-        store: store.clone(),
-        key: call.key.clone(),
-        owner,
-        lease: spec.lease,
-        armed: true,
-    };
     let output = renewing(call, &store, owner, spec.lease, body).await;
     guard.armed = false;
 

@@ -102,9 +102,11 @@ where
     // Listed for shutdown's report while the body runs and its outcome is stored.
     let _registered = call.coordinator.lifecycle().register_marker(hold.clone());
     // Clears the marker if the call stops before settling it (cancelled or panicked), so
-    // duplicates are not blocked until its lease ends. Not armed under `on_abandoned = "fail"`:
-    // a body stopped half-way may have had effects, so its marker is left to lapse into an
-    // abandoned record (`OutcomeUnknown`), never cleared for a duplicate to run again.
+    // duplicates are not blocked until its lease ends. Under `on_abandoned = "fail"` only until
+    // the body starts: a body stopped half-way may have had effects, so its marker is left to
+    // lapse into an abandoned record (`OutcomeUnknown`), never cleared for a duplicate to run
+    // again; a call dropped before its body was first polled (while a lock was awaited, say)
+    // did nothing, and leaves nothing.
     let mut marker = LeaseGuard::new(
         LeaseStore::Marker(store),
         &call.key,
@@ -112,7 +114,9 @@ where
         spec.in_flight_lease,
     )
     .held_as(&hold);
-    marker.set_armed(spec.on_abandoned == OnAbandoned::Rerun);
+    if spec.on_abandoned == OnAbandoned::Fail {
+        marker = marker.until_set(call.body_started());
+    }
     let output = if spec.renew.is_some() || spec.on_lost.is_some() {
         let renewal = spec
             .renew
@@ -351,6 +355,17 @@ where
     }
     loop {
         let sent_at = tokio::time::Instant::now();
+        // Armed before the claim is first polled, so before the command can leave the process
+        // on any path (a pooled connection's first use, a dial or redial, a script load): if
+        // this future is dropped before the answer is in, or the answer is a fault that may
+        // hide a landed claim, the claim is cleared, owner-checked, whatever became of it.
+        let mut unanswered = UnansweredClaim {
+            store,
+            key,
+            owner,
+            lease: spec.in_flight_lease,
+            armed: true,
+        };
         let found = store
             .claim(ClaimRequest {
                 key,
@@ -364,11 +379,16 @@ where
             })
             .await;
         let found = match found {
-            Ok(found) => found,
+            Ok(found) => {
+                // Answered: a claim is the marker guard's from here on, anything else left
+                // nothing of ours behind.
+                unanswered.armed = false;
+                found
+            }
             Err(err) => {
-                if err.kind().is_transient() {
-                    clear_unanswered_claim(store, call.key.clone(), owner, spec.in_flight_lease);
-                }
+                // Only a transient fault can hide a claim that landed; the guard clears it.
+                unanswered.armed = err.kind().is_transient();
+                drop(unanswered);
                 return backend_fault(call, spec.on_backend_error, err);
             }
         };
@@ -435,9 +455,30 @@ where
     }
 }
 
+/// A claim sent (or about to be) whose answer this call will never read: its future was
+/// dropped mid-claim (a timeout around the call, a client that disconnected), or it failed
+/// with a fault that may hide a claim that landed. Dropped armed, it clears the claim.
+struct UnansweredClaim<'a> {
+    store: &'a Arc<dyn IdempotencyStore>,
+    key: &'a CallKey,
+    owner: OwnerToken,
+    lease: Duration,
+    armed: bool,
+}
+
+impl Drop for UnansweredClaim<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            clear_unanswered_claim(self.store, self.key.clone(), self.owner, self.lease);
+        }
+    }
+}
+
 /// A claim whose reply never came may have landed, or may still land (it can sit in a frozen
-/// server or a slow network): clear it, owner-checked, so the key is free at once rather than
-/// blocked (or, under `on_abandoned = "fail"`, reported unknown) for a body that never ran.
+/// server or a slow network, or in a client's queue): clear it, owner-checked, so the key is
+/// free at once rather than blocked (or, under `on_abandoned = "fail"`, reported unknown) for a
+/// body that never ran. The abandon deletes the marker also when it was claimed to be kept as
+/// abandoned: no body ran under it.
 ///
 /// An abandon that finds nothing proves nothing (the claim may land after it), so this keeps
 /// trying, with backoff, until one removes our marker or the marker's lease has passed since

@@ -6,6 +6,7 @@
 //! holds through the handle API.)
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use crate::provider::CallKey;
@@ -36,6 +37,9 @@ pub(crate) struct LeaseGuard<'a> {
     /// Once the lease is held: its local end, which bounds the clean-up more tightly.
     hold: Option<&'a Hold>,
     armed: bool,
+    /// When set: the guard stands down once this flag is (the work it guards has started, and
+    /// what is left of it is no longer this guard's to clear).
+    stand_down: Option<&'a AtomicBool>,
 }
 
 impl<'a> LeaseGuard<'a> {
@@ -53,18 +57,22 @@ impl<'a> LeaseGuard<'a> {
             bound,
             hold: None,
             armed: true,
+            stand_down: None,
         }
+    }
+
+    /// Frees the lease only until `started` is set: for a lease whose holder must keep it once
+    /// its work began (an in-flight marker under `on_abandoned = "fail"`), but that no work
+    /// can have used before.
+    pub(crate) fn until_set(mut self, started: &'a AtomicBool) -> LeaseGuard<'a> {
+        self.stand_down = Some(started);
+        self
     }
 
     /// Bounds the clean-up by `hold`'s remaining lease from now on.
     pub(crate) fn held_as(mut self, hold: &'a Hold) -> LeaseGuard<'a> {
         self.hold = Some(hold);
         self
-    }
-
-    /// Arms or disarms the guard.
-    pub(crate) fn set_armed(&mut self, armed: bool) {
-        self.armed = armed;
     }
 
     /// The call settles the lease itself from here on.
@@ -75,7 +83,11 @@ impl<'a> LeaseGuard<'a> {
 
 impl Drop for LeaseGuard<'_> {
     fn drop(&mut self) {
-        if !self.armed {
+        if !self.armed
+            || self
+                .stand_down
+                .is_some_and(|started| started.load(Ordering::Acquire))
+        {
             return;
         }
         let left = self.hold.map_or(self.bound, Hold::lease_left);

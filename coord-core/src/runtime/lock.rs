@@ -225,7 +225,17 @@ impl LockGuard {
         }
         let hold = &self.hold;
         let provider = self.coordinator.lock_provider();
+        // Dropped while the release is in flight (its command may not have left the process
+        // yet): the release is finished in the background, owner-checked.
+        let mut in_flight = LeaseGuard::new(
+            LeaseStore::Lock(provider),
+            &hold.key,
+            hold.owner(),
+            hold.lease(),
+        )
+        .held_as(hold);
         let released = provider.release(&hold.key, hold.owner()).await;
+        in_flight.disarm();
         match &released {
             Ok(ReleaseOutcome::Released) => {}
             Ok(ReleaseOutcome::NotHeld) => {

@@ -1,0 +1,369 @@
+//! The cancellation harness: drops a call after exactly N polls, for N = 1, 2, … until the call
+//! completes on its own, and checks after each drop that nothing of the call is left behind.
+//!
+//! A future dropped at an `.await` is how a call is cancelled in Rust: a `tokio::time::timeout`
+//! around it that fires, a `select!` that takes another branch, an HTTP server dropping the
+//! handler of a client that disconnected. Every `.await` of a call is a point where that can
+//! happen, and every one must leave the key usable. [`poll_then_drop`] makes the drop points
+//! enumerable: the call is polled N times (each poll after a real wake-up, so the call is at
+//! its N-th suspension point: a connection being dialled, a command sent and its reply not in,
+//! a script being loaded, a body half-way), then dropped. [`sweep`] walks N upwards for one
+//! [`Layer`] and, after each drop and a short settle, checks:
+//!
+//! * the key is free: the lock can be taken, the idempotent call runs or replays (never
+//!   `InFlight` or `OutcomeUnknown` unless the body had started under `on_abandoned = "fail"`),
+//!   a flight's next call runs at once, the cluster flight's claim can be taken by another
+//!   owner;
+//! * [`Coordinator::active_renewals`] is back to 0;
+//! * the provider's own state, read through its [`Operations`](coord_core::provider::Operations),
+//!   holds nothing of the call: no lock holder, no record (a completed one when the body had
+//!   finished and its outcome was stored past the drop, an in-flight or abandoned one only
+//!   when the body had started under `on_abandoned = "fail"`, as documented).
+//!
+//! Clean-ups after a drop run in the background (they cannot block a `Drop`), so "free" is
+//! checked as "free within [`SETTLE_LIMIT`]": a generous bound far below the 30 s leases the
+//! harness uses, so a key left blocked until its lease ends is caught, and a loaded machine
+//! does not make the check flaky.
+
+use std::future::Future;
+use std::pin::pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::Poll;
+use std::time::{Duration, Instant};
+
+use coord_core::handle::CacheScope;
+use coord_core::provider::{FlightClaim, OwnerToken, RecordStatus};
+use coord_core::{CallKey, CoordError, Coordinator, OnAbandoned};
+
+/// The lease of every lock, marker and flight claim the harness makes: long enough that a key
+/// left blocked until its lease ends cannot pass for one cleaned up.
+pub const LEASE: Duration = Duration::from_secs(30);
+
+/// How long after a drop the harness lets background clean-ups run before a key that is still
+/// not free counts as left behind.
+pub const SETTLE_LIMIT: Duration = Duration::from_secs(5);
+
+/// The most drop points a sweep tries before it fails: a call that never completes on its own
+/// within this many polls is a hang, not a long call.
+pub const MAX_POLLS: usize = 10_000;
+
+/// Polls `fut` until it completes or until it has been polled `polls` times, then drops it.
+/// Returns its output if it completed within those polls, `None` if it was dropped.
+///
+/// Each poll after the first happens when the future's waker fires, as under any executor, so
+/// the N-th drop point is the N-th place the call really suspends. `polls` of 0 counts as 1.
+pub async fn poll_then_drop<F: Future>(fut: F, polls: usize) -> Option<F::Output> {
+    let mut fut = pin!(fut);
+    let mut left = polls.max(1);
+    std::future::poll_fn(|cx| match fut.as_mut().poll(cx) {
+        Poll::Ready(output) => Poll::Ready(Some(output)),
+        Poll::Pending => {
+            left -= 1;
+            if left == 0 {
+                Poll::Ready(None)
+            } else {
+                Poll::Pending
+            }
+        }
+    })
+    .await
+}
+
+/// A layer the harness drives, with the options that change what a drop can leave behind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Layer {
+    /// `#[idempotent]` with this `on_abandoned`, and marker renewal when `renewing`.
+    Idempotent {
+        /// What a duplicate gets after a body was stopped half-way.
+        on_abandoned: OnAbandoned,
+        /// Whether the in-flight marker is renewed while the body runs.
+        renewing: bool,
+    },
+    /// `#[distributed_lock]`, with renewal when `renewing`.
+    Lock {
+        /// Whether the lock is renewed while the body runs.
+        renewing: bool,
+    },
+    /// `#[single_flight]` (process scope).
+    ProcessFlight,
+    /// `#[single_flight(scope = "cluster")]`.
+    ClusterFlight,
+    /// `#[cached(scope = "shared")]`.
+    CachedShared,
+}
+
+impl Layer {
+    /// Every layer and option combination the harness knows.
+    pub const ALL: [Layer; 9] = [
+        Layer::Idempotent {
+            on_abandoned: OnAbandoned::Rerun,
+            renewing: false,
+        },
+        Layer::Idempotent {
+            on_abandoned: OnAbandoned::Fail,
+            renewing: false,
+        },
+        Layer::Idempotent {
+            on_abandoned: OnAbandoned::Rerun,
+            renewing: true,
+        },
+        Layer::Idempotent {
+            on_abandoned: OnAbandoned::Fail,
+            renewing: true,
+        },
+        Layer::Lock { renewing: false },
+        Layer::Lock { renewing: true },
+        Layer::ProcessFlight,
+        Layer::ClusterFlight,
+        Layer::CachedShared,
+    ];
+
+    fn operation(self) -> &'static str {
+        match self {
+            Layer::Idempotent { .. } => "cancellation.idempotent",
+            Layer::Lock { .. } => "cancellation.lock",
+            Layer::ProcessFlight => "cancellation.flight",
+            Layer::ClusterFlight => "cancellation.cluster_flight",
+            Layer::CachedShared => "cancellation.cached",
+        }
+    }
+}
+
+/// What one [`sweep`] did. A sweep that finds a key left blocked panics, so every returned
+/// sweep left nothing behind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Sweep {
+    /// The layer swept.
+    pub layer: Layer,
+    /// Calls dropped, one per drop point (N = 1 ..= `drop_points`).
+    pub drop_points: usize,
+    /// Of those, calls dropped after their body had started.
+    pub dropped_in_body: usize,
+}
+
+/// Sweeps the drop points of one call of `layer`: for N = 1, 2, …, a call on a new key (from
+/// the coordinator `coordinator_for(N)` returns) is dropped after N polls; after each drop the
+/// key and the coordinator are checked as the [module docs](self) say. Ends at the first N at
+/// which the call completes on its own, and returns the counts.
+///
+/// `coordinator_for` decides cold or warm: a new coordinator over a new provider per N sweeps
+/// the drop points of a process's first call; one coordinator for every N, after a call that
+/// completed, sweeps a warm one. Keys are the layer's operation with the variant, `tag` and N as
+/// parts, so sweeps of different variants or `tag`s can share a namespace.
+///
+/// # Panics
+///
+/// With a message naming the layer, N and what was left behind, when a drop leaves anything
+/// behind, or when the call has not completed on its own after [`MAX_POLLS`] polls.
+pub async fn sweep<M, MF>(layer: Layer, tag: &str, mut coordinator_for: M) -> Sweep
+where
+    M: FnMut(usize) -> MF,
+    MF: Future<Output = Coordinator>,
+{
+    let mut sweep = Sweep {
+        layer,
+        drop_points: 0,
+        dropped_in_body: 0,
+    };
+    for polls in 1..=MAX_POLLS {
+        let c = coordinator_for(polls).await;
+        let variant = format!("{layer:?}");
+        let key = c
+            .key(layer.operation())
+            .part(&variant)
+            .part(tag)
+            .part(&polls)
+            .finish();
+        let started = Arc::new(AtomicBool::new(false));
+        let call = one_call(&c, layer, key.clone(), started.clone());
+        if poll_then_drop(call, polls).await.is_some() {
+            return sweep;
+        }
+        sweep.drop_points += 1;
+        let in_body = started.load(Ordering::SeqCst);
+        if in_body {
+            sweep.dropped_in_body += 1;
+        }
+        let at = || format!("{layer:?} dropped after {polls} poll(s) (body started: {in_body})");
+        check_left_nothing(&c, layer, &key, in_body, polls, &at).await;
+    }
+    panic!("{layer:?}: the call did not complete on its own within {MAX_POLLS} polls");
+}
+
+/// The call under test: its body marks that it started, suspends once (a drop point inside the
+/// body), and answers `Ok`.
+async fn one_call(c: &Coordinator, layer: Layer, key: CallKey, started: Arc<AtomicBool>) {
+    let body = move || async move {
+        started.store(true, Ordering::SeqCst);
+        tokio::task::yield_now().await;
+        Ok::<u64, CoordError>(7)
+    };
+    let _ = match layer {
+        Layer::Idempotent {
+            on_abandoned,
+            renewing,
+        } => {
+            let mut call = c
+                .idempotent(key)
+                .in_flight_lease(LEASE)
+                .on_abandoned(on_abandoned);
+            if renewing {
+                call = call.renew(LEASE / 3);
+            }
+            call.run(body).await
+        }
+        Layer::Lock { renewing } => {
+            let mut call = c.lock(key).lease(LEASE);
+            if renewing {
+                call = call.renew(LEASE / 3);
+            }
+            call.run(body).await
+        }
+        Layer::ProcessFlight => c.single_flight(key).run(body).await,
+        Layer::ClusterFlight => c.single_flight(key).cluster().lease(LEASE).run(body).await,
+        Layer::CachedShared => {
+            c.cached(key)
+                .scope(CacheScope::Shared)
+                .ttl(LEASE)
+                .run(body)
+                .await
+        }
+    };
+}
+
+/// Waits until `check` passes, for at most [`SETTLE_LIMIT`]; panics with its last complaint.
+async fn eventually<C, CF>(at: &(dyn Fn() -> String + Sync), what: &str, mut check: C)
+where
+    C: FnMut() -> CF,
+    CF: Future<Output = Result<(), String>>,
+{
+    let until = Instant::now() + SETTLE_LIMIT;
+    loop {
+        match check().await {
+            Ok(()) => return,
+            Err(why) if Instant::now() >= until => panic!(
+                "{}: {what} was not the case {SETTLE_LIMIT:?} after the drop: {why}",
+                at()
+            ),
+            Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
+    }
+}
+
+/// A new call with the key must complete within [`SETTLE_LIMIT`].
+async fn completes<F: Future>(at: &(dyn Fn() -> String + Sync), what: &str, fut: F) -> F::Output {
+    match tokio::time::timeout(SETTLE_LIMIT, fut).await {
+        Ok(output) => output,
+        Err(_) => panic!(
+            "{}: {what} did not answer within {SETTLE_LIMIT:?}: the key was left blocked",
+            at()
+        ),
+    }
+}
+
+async fn check_left_nothing(
+    c: &Coordinator,
+    layer: Layer,
+    key: &CallKey,
+    in_body: bool,
+    polls: usize,
+    at: &(dyn Fn() -> String + Sync),
+) {
+    eventually(at, "no renewal registered", || async {
+        match c.active_renewals() {
+            0 => Ok(()),
+            n => Err(format!("{n} renewals still registered")),
+        }
+    })
+    .await;
+    match layer {
+        Layer::Idempotent { on_abandoned, .. } => {
+            // Kept (in flight, then abandoned) only for a body stopped half-way under "fail".
+            let may_keep = in_body && on_abandoned == OnAbandoned::Fail;
+            eventually(at, "no record but what the docs allow", || async {
+                let info = c
+                    .operations()
+                    .inspect_record(key)
+                    .await
+                    .map_err(|e| format!("inspecting the record: {e}"))?;
+                match info.map(|i| i.status) {
+                    None | Some(RecordStatus::Completed) => Ok(()),
+                    Some(RecordStatus::InFlight | RecordStatus::Abandoned) if may_keep => Ok(()),
+                    Some(status) => Err(format!("the record is {status}")),
+                }
+            })
+            .await;
+            let again = c
+                .idempotent(key.clone())
+                .in_flight_lease(LEASE)
+                .on_abandoned(on_abandoned)
+                .run(|| async { Ok::<u64, CoordError>(7) });
+            match completes(at, "the next idempotent call", again).await {
+                Ok(7) => {}
+                Err(CoordError::InFlight { .. } | CoordError::OutcomeUnknown { .. })
+                    if may_keep => {}
+                other => panic!("{}: the next idempotent call answered {other:?}", at()),
+            }
+        }
+        Layer::Lock { .. } => {
+            eventually(at, "the lock has no holder", || async {
+                let info = c
+                    .operations()
+                    .inspect_lock(key)
+                    .await
+                    .map_err(|e| format!("inspecting the lock: {e}"))?;
+                match info.holder {
+                    None => Ok(()),
+                    Some(holder) => Err(format!("held by {:?}", holder.owner)),
+                }
+            })
+            .await;
+            let guard = completes(at, "taking the lock", c.lock(key.clone()).try_acquire())
+                .await
+                .unwrap_or_else(|e| panic!("{}: taking the lock failed: {e}", at()))
+                .unwrap_or_else(|| panic!("{}: the lock was not free", at()));
+            let _ = guard.release().await;
+        }
+        Layer::ProcessFlight => {
+            let next = c.single_flight(key.clone()).run(|| async move { polls });
+            let got = completes(at, "the next flight", next).await;
+            assert_eq!(got, polls, "{}: the next flight answered another run", at());
+        }
+        Layer::ClusterFlight => {
+            let store = c.flight_store();
+            let probe = OwnerToken::new();
+            eventually(at, "the cluster flight is vacant", || async {
+                match store.flight_claim(key, probe, LEASE).await {
+                    Ok(FlightClaim::Claimed) => Ok(()),
+                    Ok(FlightClaim::Joined { leader, .. }) => Err(format!("still led by {leader}")),
+                    Err(e) => Err(format!("claiming: {e}")),
+                }
+            })
+            .await;
+            let _ = store.flight_abandon(key, probe).await;
+            let next = c
+                .single_flight(key.clone())
+                .cluster()
+                .lease(LEASE)
+                .run(|| async { Ok::<u64, CoordError>(8) });
+            match completes(at, "the next cluster flight", next).await {
+                Ok(8) => {}
+                other => panic!("{}: the next cluster flight answered {other:?}", at()),
+            }
+        }
+        Layer::CachedShared => {
+            let next = c
+                .cached(key.clone())
+                .scope(CacheScope::Shared)
+                .ttl(LEASE)
+                .run(|| async { Ok::<u64, CoordError>(7) });
+            match completes(at, "the next cached call", next).await {
+                Ok(7) => {}
+                other => panic!("{}: the next cached call answered {other:?}", at()),
+            }
+        }
+    }
+}

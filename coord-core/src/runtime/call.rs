@@ -1,7 +1,8 @@
 //! One intercepted call: its spec, key, coordinator, span and report.
 
 use std::future::Future;
-use std::time::Duration;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
 
 use tracing::Instrument;
 use tracing::field::Empty;
@@ -38,6 +39,10 @@ pub struct Call<'c> {
     pub(crate) lock: Option<LockSpec>,
     /// The spec names a profile the coordinator does not have.
     unknown_profile: bool,
+    /// When the annotated body returned, once it has: what the cache layer counts an entry's
+    /// life from, whatever happened between the body and the cache (a stall of this process,
+    /// a release awaited by the lock layer).
+    body_returned: OnceLock<Instant>,
 }
 
 impl<'c> Call<'c> {
@@ -99,6 +104,7 @@ impl<'c> Call<'c> {
             idempotency,
             lock,
             unknown_profile,
+            body_returned: OnceLock::new(),
         }
     }
 
@@ -136,10 +142,18 @@ impl<'c> Call<'c> {
 
     /// Runs the annotated body itself, timing it for `coord_body_duration_seconds`.
     pub async fn body<F: Future>(&self, body: F) -> F::Output {
-        let started = std::time::Instant::now();
+        let started = Instant::now();
         let output = body.await;
-        self.telemetry().body(started.elapsed());
+        let returned = Instant::now();
+        self.telemetry()
+            .body(returned.saturating_duration_since(started));
+        let _ = self.body_returned.set(returned);
         output
+    }
+
+    /// When this call's body returned, if it ran in this call.
+    pub(crate) fn body_returned(&self) -> Option<Instant> {
+        self.body_returned.get().copied()
     }
 
     fn report(&self, f: impl FnOnce(&mut CallReport)) {
@@ -185,6 +199,12 @@ impl<'c> Call<'c> {
     /// Records why a hold was lost.
     pub(crate) fn record_loss(&self, cause: crate::provider::LossCause) {
         self.span.record("coord.loss_cause", cause.as_str());
+    }
+
+    /// Records in the report that the lock was lost (or its lease ran out) before the body
+    /// returned.
+    pub(crate) fn record_lock_lost(&self, cause: crate::provider::LossCause) {
+        self.report(|r| r.lock_lost = Some(cause));
     }
 
     /// Records the class of error a call answers with (OpenTelemetry's `error.type`).

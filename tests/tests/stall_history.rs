@@ -189,3 +189,34 @@ fn a_renewing_hold_in_a_sigstopped_process_ends_in_lock_lost() {
         "a renewing hold whose process was stopped past its lease ends in LockLost (Expired)"
     );
 }
+
+#[coord_core::idempotent(key_from = "id", coordinator = coord, name = "stalls.marker", in_flight_lease = "1s", renew = true)]
+async fn marked_work(coord: &Coordinator, id: u32) -> Result<u32, CoordError> {
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    Ok(id)
+}
+
+/// An `#[idempotent]` call renewing its in-flight marker, whose runtime is blocked 2 s past the
+/// marker's 1 s lease while the body awaits, ends in `LockLost { cause: Expired }`: a
+/// duplicate may have run meanwhile, so the body's outcome is not stored as if it ran alone.
+#[test]
+fn a_renewing_marker_stalled_past_its_lease_ends_in_lock_lost() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let outcome = runtime.block_on(async {
+        let c = Coordinator::builder().memory().build().unwrap();
+        tokio::spawn(async {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            std::thread::sleep(STALL);
+        });
+        marked_work(&c, 1).await
+    });
+    match outcome {
+        Err(CoordError::LockLost { cause, .. }) => {
+            assert_eq!(cause, coord_core::LossCause::Expired);
+        }
+        other => panic!("a marker stalled past its lease must end in LockLost, got {other:?}"),
+    }
+}

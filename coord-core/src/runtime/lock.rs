@@ -3,7 +3,6 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use crate::error::CoordError;
@@ -16,7 +15,7 @@ use crate::runtime::held;
 use crate::runtime::lease_guard::{LeaseGuard, LeaseStore};
 use crate::runtime::lifecycle::Registered;
 use crate::runtime::outcome::GuardedResult;
-use crate::runtime::renewal::{Hold, HoldKind, Registration};
+use crate::runtime::renewal::{Hold, HoldKind, Registration, lease_checked};
 use crate::runtime::spec::LockSpec;
 use crate::runtime::state::Coordinator;
 
@@ -390,19 +389,9 @@ pub(crate) async fn run_guarded<F: Future>(
         return Some(held::scope(hold, body).await);
     }
     let watched = hold.clone();
-    let body = held::scope(hold.clone(), body);
+    let body = held::scope(hold, body);
     tokio::pin!(body);
-    let checked = std::future::poll_fn(|cx| {
-        if hold.check_lease() && cancel_on_loss {
-            return Poll::Ready(None);
-        }
-        match body.as_mut().poll(cx) {
-            // Blocking code inside the body can outlast the lease within this one poll.
-            Poll::Ready(_) if cancel_on_loss && hold.check_lease() => Poll::Ready(None),
-            Poll::Ready(output) => Poll::Ready(Some(output)),
-            Poll::Pending => Poll::Pending,
-        }
-    });
+    let checked = lease_checked(&watched, cancel_on_loss, body);
     let driver = async {
         match renewal {
             Some(registration) => registration.keep_driver_alive().await,

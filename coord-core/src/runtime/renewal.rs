@@ -18,8 +18,11 @@
 //! is lost, `Expired`, because `is_held()` may already have said so.
 
 use std::collections::{BTreeSet, HashMap};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::Poll;
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -283,6 +286,32 @@ impl Hold {
 /// `d` in nanoseconds, saturating at `u64::MAX` (about 584 years: never, for a lease).
 fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// `body`, polled only while `hold` stands: the check of [`Hold::check_lease`] before every
+/// poll (one clock read). With `cancel`, a lost hold answers `None` without polling the body
+/// again, and so does a body that completes in a poll during which the lease ran out
+/// (blocking code inside it); without, the hold is marked lost (`is_held()` false,
+/// `lock_lost()` resolved) before the poll, and the body's output is returned.
+///
+/// After a stall of the process the body's pending await and the loss become ready in the
+/// same wake-up: this is what makes the loss win.
+pub(crate) fn lease_checked<'a, F: Future + 'a>(
+    hold: &'a Hold,
+    cancel: bool,
+    body: Pin<&'a mut F>,
+) -> impl Future<Output = Option<F::Output>> + 'a {
+    let mut body = body;
+    std::future::poll_fn(move |cx| {
+        if hold.check_lease() && cancel {
+            return Poll::Ready(None);
+        }
+        match body.as_mut().poll(cx) {
+            Poll::Ready(_) if cancel && hold.check_lease() => Poll::Ready(None),
+            Poll::Ready(output) => Poll::Ready(Some(output)),
+            Poll::Pending => Poll::Pending,
+        }
+    })
 }
 
 struct Entry {

@@ -4,7 +4,8 @@
 //!
 //! Every ttl is counted from the moment it refers to, not from when this call got round to
 //! writing: an entry the body produced lives `ttl` from the body's return (a stall of the
-//! process between the two shortens what is written, down to nothing), and a local copy of a
+//! process between the two shortens what is written, down to nothing; a call that joined
+//! another's run counts from its own miss, which came first), and a local copy of a
 //! shared entry lives no longer than the shared entry's remaining life as of the read's sending.
 
 use std::time::Instant;
@@ -73,18 +74,17 @@ where
     }
     call.record_cache(outcome);
 
+    // A call that did not run the body itself (it joined a flight) counts its answer from
+    // this moment, which is no later than the leader's return: never too long a life.
+    let missed_at = Instant::now();
     let output = body.await;
     if !(output.is_ok() || spec.cache_err) {
         return output;
     }
     // The answer is as old as the body's return: what passed since (a stall, the lock layer's
     // release) is taken off every ttl written.
-    let now = Instant::now();
-    let since = call
-        .body_returned()
-        .map_or(std::time::Duration::ZERO, |at| {
-            now.saturating_duration_since(at)
-        });
+    let answered_at = call.body_returned().unwrap_or(missed_at);
+    let since = Instant::now().saturating_duration_since(answered_at);
     if let Some(tier) = local {
         tier.insert(
             call.key.clone(),

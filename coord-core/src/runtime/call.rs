@@ -147,11 +147,15 @@ impl<'c> Call<'c> {
         let returned = Instant::now();
         self.telemetry()
             .body(returned.saturating_duration_since(started));
-        let _ = self.body_returned.set(returned);
+        // Only the cache layer reads it: other operations keep their hot path as it was.
+        if self.spec.cache.is_some() {
+            let _ = self.body_returned.set(returned);
+        }
         output
     }
 
-    /// When this call's body returned, if it ran in this call.
+    /// When this call's body returned, if it ran in this call (recorded for cached operations
+    /// only).
     pub(crate) fn body_returned(&self) -> Option<Instant> {
         self.body_returned.get().copied()
     }

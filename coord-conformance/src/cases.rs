@@ -24,6 +24,7 @@ pub mod lock_exclusion;
 pub mod lock_ownership;
 pub mod operations_api;
 pub mod record_age;
+pub mod stalls;
 
 mod deadlines;
 mod durations;
@@ -85,3 +86,9 @@ pub use operations_api::{
     operations_operator_acts_on_pasted_keys,
 };
 pub use record_age::idempotency_replay_reports_the_record_age;
+pub use stalls::{
+    stall_cache_local_serves_nothing_older_than_its_ttl,
+    stall_cache_shared_serves_nothing_older_than_its_ttl,
+    stall_cache_two_tier_serves_nothing_older_than_its_ttl, stall_renewing_lock_ends_in_lock_lost,
+    stall_signalled_lock_shows_and_reports_the_loss, stall_unrenewed_lock_reports_the_lapse,
+};

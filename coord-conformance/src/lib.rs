@@ -71,6 +71,7 @@
 //! | [`cluster_flights`](cases::cluster_flights) | `flight_claim_is_exclusive_and_owner_scoped`, `flight_finish_hands_over_and_is_fenced`, `flight_abandon_and_lapse_make_the_flight_vacant`, `attribute_cluster_single_flight_runs_once_and_takes_over` | [`FlightStore`](coord_core::provider::FlightStore): one leader per key, resendable by it; renew, finish and abandon only by the leader; waiters woken by finish and abandon without polling (also one arriving after the finish); a lapsed claim is vacant at its lease's end and its late finish refused; the hand-over kept for its time only; through `#[single_flight(scope = "cluster")]`, one run for concurrent calls, a new run afterwards, and takeover of a silent leader |
 //! | [`cache_store`](cases::cache_store) | `cache_set_then_get_returns_the_bytes_and_the_ttl_left`, `cache_entry_is_absent_after_its_ttl`, `cache_delete_removes_the_entry`, `cache_keys_of_other_operations_and_parts_do_not_collide`, `cache_set_replaces_the_value_and_the_ttl`, `cache_is_separate_from_locks_and_records`, `cache_extreme_ttls_are_accepted` | [`CacheStore`](coord_core::provider::CacheStore): entries read back byte for byte with no more time left than their ttl, and never after it; a delete removes and says whether there was an entry; a set replaces value and ttl; keys of other operations, parts and namespaces, and locks and records at the same key, never collide; zero, 1 µs, `u64::MAX` ms and `Duration::MAX` ttls are accepted, tiny ones expire and huge ones neither expire early nor wrap around |
 //! | [`cancellation`](cases::cancellation) | `cancellation_idempotent_leaves_no_marker`, `cancellation_lock_leaves_no_holder`, `cancellation_flights_leave_nothing_registered`, `cancellation_cached_shared_leaves_nothing` | a call dropped after N polls, for every N until it completes, leaves its key free, no renewal registered and nothing in the provider but what the docs allow, for every layer (the harness: [`cancellation`](mod@cancellation)) |
+//! | [`stalls`](cases::stalls) | `stall_renewing_lock_ends_in_lock_lost`, `stall_signalled_lock_shows_and_reports_the_loss`, `stall_unrenewed_lock_reports_the_lapse`, `stall_cache_local_serves_nothing_older_than_its_ttl`, `stall_cache_shared_serves_nothing_older_than_its_ttl`, `stall_cache_two_tier_serves_nothing_older_than_its_ttl` | time when the caller's process stalls (its runtime's thread blocked 2 s): a renewing lock stalled past its lease ends in `LockLost { cause: Expired }`, `on_lost = "signal"` and unrenewed locks report the lapse, and no cache scope serves an answer older than its ttl |
 //!
 //! [`cases()`] lists them all; each is also a plain `pub async fn` in its module, and in
 //! [`cases`](mod@cases) itself, callable on its own while bisecting a failure.
@@ -466,7 +467,13 @@ macro_rules! __with_case_names {
             cancellation_idempotent_leaves_no_marker,
             cancellation_lock_leaves_no_holder,
             cancellation_flights_leave_nothing_registered,
-            cancellation_cached_shared_leaves_nothing
+            cancellation_cached_shared_leaves_nothing,
+            stall_renewing_lock_ends_in_lock_lost,
+            stall_signalled_lock_shows_and_reports_the_loss,
+            stall_unrenewed_lock_reports_the_lapse,
+            stall_cache_local_serves_nothing_older_than_its_ttl,
+            stall_cache_shared_serves_nothing_older_than_its_ttl,
+            stall_cache_two_tier_serves_nothing_older_than_its_ttl
         }
     };
 }

@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::provider::CallKey;
 use crate::provider::FencingToken;
+use crate::provider::LossCause;
 
 /// What the idempotency layer did with a call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -182,12 +183,25 @@ pub struct CallReport {
     /// clock. `None` for a call that did not replay, or when the backend does not know (a
     /// record written by a version of coord that did not store write times).
     pub replay_age: Option<std::time::Duration>,
+    /// Set when the call's lock was lost, or its lease ran out on the local clock, before the
+    /// body returned, with why: the body was cancelled (`lock` is
+    /// [`LockOutcome::Lost`] and the call answered `CoordError::LockLost`), or it ran on to its
+    /// end (`on_lost = "signal"`, or a lock without renewal, whose outcome the call returned):
+    /// the section may not have been exclusive throughout. A stalled process (a blocking call
+    /// on the runtime, a pause, SIGSTOP) is the usual reason, with cause `Expired`.
+    pub lock_lost: Option<LossCause>,
 }
 
 impl CallReport {
     /// True when the result was replayed from a stored outcome and the body did not run.
     pub fn replayed(&self) -> bool {
         self.idempotency == Some(IdempotencyOutcome::Replayed)
+    }
+
+    /// True when the call's lock was lost or its lease ran out before the body returned (see
+    /// [`CallReport::lock_lost`]).
+    pub fn lock_lapsed(&self) -> bool {
+        self.lock_lost.is_some()
     }
 
     /// True when the body ran but its outcome could not be stored: a retry may not replay it.

@@ -296,6 +296,7 @@ fn lock_index(outcome: LockOutcome) -> usize {
 pub struct Metrics {
     fail_open: AtomicU64,
     lapsed_releases: AtomicU64,
+    lapsed_holds: AtomicU64,
     unprotected: AtomicU64,
     not_stored: AtomicU64,
 }
@@ -304,6 +305,15 @@ impl Metrics {
     /// How many calls ran unguarded because the backend failed under `fail_open`.
     pub fn fail_open_runs(&self) -> u64 {
         self.fail_open.load(Ordering::Relaxed)
+    }
+
+    /// How many `#[distributed_lock]` bodies returned their outcome after their lock was lost
+    /// or its lease had run out on the local clock (`on_lost = "signal"`, or no renewal; the
+    /// process stalled, or the body outran its lease): sections that may not have been
+    /// exclusive throughout. Each is also logged at warn and reported in the call's
+    /// [`CallReport::lock_lost`](crate::CallReport::lock_lost).
+    pub fn lapsed_holds(&self) -> u64 {
+        self.lapsed_holds.load(Ordering::Relaxed)
     }
 
     /// How many locks were found already lapsed at release: sections that were not exclusive
@@ -333,6 +343,10 @@ impl Metrics {
 
     pub(crate) fn count_fail_open(&self) {
         self.fail_open.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn count_lapsed_hold(&self) {
+        self.lapsed_holds.fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn count_lapsed_release(&self) {

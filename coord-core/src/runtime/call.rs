@@ -1,8 +1,9 @@
 //! One intercepted call: its spec, key, coordinator, span and report.
 
 use std::future::Future;
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tracing::Instrument;
 use tracing::field::Empty;
@@ -41,6 +42,10 @@ pub struct Call<'c> {
     unknown_profile: bool,
     /// The annotated body was polled: from here on it may have had effects.
     body_started: AtomicBool,
+    /// When the annotated body returned, once it has: what the cache layer counts an entry's
+    /// life from, whatever happened between the body and the cache (a stall of this process,
+    /// a release awaited by the lock layer).
+    body_returned: OnceLock<Instant>,
 }
 
 impl<'c> Call<'c> {
@@ -103,6 +108,7 @@ impl<'c> Call<'c> {
             lock,
             unknown_profile,
             body_started: AtomicBool::new(false),
+            body_returned: OnceLock::new(),
         }
     }
 
@@ -142,9 +148,15 @@ impl<'c> Call<'c> {
     /// it started (see [`Call::body_started`]) when first polled.
     pub async fn body<F: Future>(&self, body: F) -> F::Output {
         self.body_started.store(true, Ordering::Release);
-        let started = std::time::Instant::now();
+        let started = Instant::now();
         let output = body.await;
-        self.telemetry().body(started.elapsed());
+        let returned = Instant::now();
+        self.telemetry()
+            .body(returned.saturating_duration_since(started));
+        // Only the cache layer reads it: other operations keep their hot path as it was.
+        if self.spec.cache.is_some() {
+            let _ = self.body_returned.set(returned);
+        }
         output
     }
 
@@ -152,6 +164,12 @@ impl<'c> Call<'c> {
     /// it did (a claim, a lock wait, a cache lookup), the body cannot have had effects.
     pub(crate) fn body_started(&self) -> &AtomicBool {
         &self.body_started
+    }
+
+    /// When this call's body returned, if it ran in this call (recorded for cached operations
+    /// only).
+    pub(crate) fn body_returned(&self) -> Option<Instant> {
+        self.body_returned.get().copied()
     }
 
     fn report(&self, f: impl FnOnce(&mut CallReport)) {
@@ -197,6 +215,12 @@ impl<'c> Call<'c> {
     /// Records why a hold was lost.
     pub(crate) fn record_loss(&self, cause: crate::provider::LossCause) {
         self.span.record("coord.loss_cause", cause.as_str());
+    }
+
+    /// Records in the report that the lock was lost (or its lease ran out) before the body
+    /// returned.
+    pub(crate) fn record_lock_lost(&self, cause: crate::provider::LossCause) {
+        self.report(|r| r.lock_lost = Some(cause));
     }
 
     /// Records the class of error a call answers with (OpenTelemetry's `error.type`).

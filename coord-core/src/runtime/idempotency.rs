@@ -23,7 +23,7 @@ use crate::runtime::call::Call;
 use crate::runtime::detach::DetachOnDrop;
 use crate::runtime::lease_guard::{LeaseGuard, LeaseStore};
 use crate::runtime::outcome::GuardedResult;
-use crate::runtime::renewal::{Hold, HoldKind, Registration, Renewer};
+use crate::runtime::renewal::{Hold, HoldKind, Registration, Renewer, lease_checked};
 use crate::runtime::spec::IdempotencySpec;
 
 /// The one place fingerprints are compared. A record stored without a fingerprint (the
@@ -260,9 +260,11 @@ async fn run_marked<F: Future>(
     };
     tokio::pin!(driver);
     let cancel_on_loss = on_lost == Some(OnLost::Cancel);
+    // The marker's lease is checked before each poll of the body: after a stall, its loss wins.
+    let checked = lease_checked(hold, cancel_on_loss, body);
     tokio::select! {
         biased;
-        output = &mut body => Some(output),
+        output = checked => output,
         _ = hold.lost(), if cancel_on_loss => None,
         _ = &mut driver => None,
     }

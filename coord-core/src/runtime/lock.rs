@@ -15,7 +15,7 @@ use crate::runtime::held;
 use crate::runtime::lease_guard::{LeaseGuard, LeaseStore};
 use crate::runtime::lifecycle::Registered;
 use crate::runtime::outcome::GuardedResult;
-use crate::runtime::renewal::{Hold, HoldKind, Registration};
+use crate::runtime::renewal::{Hold, HoldKind, Registration, lease_checked};
 use crate::runtime::spec::LockSpec;
 use crate::runtime::state::Coordinator;
 
@@ -208,14 +208,19 @@ impl LockGuard {
     /// throughout; counted and logged). A backend error means the release may or may not have
     /// landed: it is retried in the background until the lease is over.
     pub async fn release(mut self) -> Result<bool, CoordError> {
-        match self.settle().await {
+        match self.settle(false).await {
             Ok(outcome) => Ok(outcome == ReleaseOutcome::Released),
             Err(err) => Err(CoordError::Backend(err.with_key(&self.hold.key))),
         }
     }
 
     /// Stops renewing, then releases; a release that failed is handed to the background.
-    async fn settle(&mut self) -> Result<ReleaseOutcome, crate::BackendError> {
+    /// `lapse_reported`: the call logged the lapse already, so a release finding the lock gone
+    /// is only counted.
+    async fn settle(
+        &mut self,
+        lapse_reported: bool,
+    ) -> Result<ReleaseOutcome, crate::BackendError> {
         // Stop renewing before releasing, so no renewal can outlive the unlock.
         drop(self.renewal.take());
         self.armed = false;
@@ -238,6 +243,9 @@ impl LockGuard {
         in_flight.disarm();
         match &released {
             Ok(ReleaseOutcome::Released) => {}
+            Ok(ReleaseOutcome::NotHeld) if lapse_reported => {
+                self.coordinator.metrics().count_lapsed_release();
+            }
             Ok(ReleaseOutcome::NotHeld) => {
                 self.coordinator.metrics().count_lapsed_release();
                 tracing::warn!(
@@ -320,23 +328,62 @@ where
         // unreachable. Answer at once; the owner-checked release (a no-op if the lock moved
         // on) finishes in the background: the guard, still armed, hands it off on drop.
         drop(guard);
+        let cause = hold.loss_cause();
         call.record_lock(LockOutcome::Lost, hold.fencing_token);
-        call.record_loss(hold.loss_cause());
+        call.record_loss(cause);
+        call.record_lock_lost(cause);
         return R::from_coord_error(CoordError::LockLost {
             key: call.key.clone(),
             held_for: hold.held_for(),
-            cause: hold.loss_cause(),
+            cause,
         });
     };
     // Whatever the release found, the body's outcome stands: a lapsed lease is counted and
-    // logged, a failed release is retried in the background.
-    call.telemetry().lock_hold(hold.held_for());
-    let _ = guard.settle().await;
+    // logged, a failed release is retried in the background. One clock read serves the hold
+    // time and the lapse check.
+    let returned_at = tokio::time::Instant::now();
+    let held_for = hold.held_for_at(returned_at);
+    call.telemetry().lock_hold(held_for);
+    let lapsed = hold.lapsed_at(returned_at);
+    if lapsed {
+        report_lapse(call, &hold, spec, held_for);
+    }
+    let _ = guard.settle(lapsed).await;
     output
 }
 
-/// Runs `body` as the holder of `hold`. With `OnLost::Cancel`, the body is dropped at its next
-/// await once the hold is lost, and `None` is returned.
+/// The body returned after its hold was lost or its lease ran out on the local clock
+/// (`on_lost = "signal"`, or no renewal): its outcome stands, as documented, but the section
+/// may not have been exclusive throughout. Reported in the `CallReport`, counted, and logged
+/// once (a lease that ran out unnoticed; a loss was logged when it was noticed).
+fn report_lapse(call: &Call<'_>, hold: &Hold, spec: &LockSpec, held_for: Duration) {
+    let noticed = hold.is_lost();
+    if !noticed {
+        hold.mark_lost_quietly(LossCause::Expired);
+        tracing::warn!(
+            key = %hold.key,
+            lease = ?spec.lease,
+            body_ran_for = ?held_for,
+            renewing = spec.renew.is_some(),
+            "coord: the lock's lease ran out before the body returned; the body ran to its end and its outcome stands, but the section was not exclusive throughout"
+        );
+    }
+    let cause = hold.loss_cause();
+    call.coordinator.metrics().count_lapsed_hold();
+    call.record_loss(cause);
+    call.record_lock_lost(cause);
+}
+
+/// Runs `body` as the holder of `hold`. With `OnLost::Cancel`, the body is not polled again
+/// once the hold is lost, and `None` is returned.
+///
+/// A renewing or cancelling hold checks its lease on the local clock before every poll of the
+/// body (one clock read): after a stall of this process (a blocking call on the runtime, a
+/// pause, SIGSTOP) the body's pending await and the loss become ready in the same wake-up, and
+/// the loss must win. With `Cancel` the body is then not polled again, and a body that
+/// completes in a poll during which the lease ran out (blocking code inside it) is answered
+/// `None` too; with `Signal` the hold is marked lost first (`is_held()` false, `lock_lost()`
+/// resolved) and the body is polled as it chose.
 ///
 /// While a renewal is registered, the renewal task is watched beside the body and restarted on
 /// this runtime if it is gone.
@@ -354,6 +401,7 @@ pub(crate) async fn run_guarded<F: Future>(
     let watched = hold.clone();
     let body = held::scope(hold, body);
     tokio::pin!(body);
+    let checked = lease_checked(&watched, cancel_on_loss, body);
     let driver = async {
         match renewal {
             Some(registration) => registration.keep_driver_alive().await,
@@ -363,7 +411,7 @@ pub(crate) async fn run_guarded<F: Future>(
     tokio::pin!(driver);
     tokio::select! {
         biased;
-        output = &mut body => Some(output),
+        output = checked => output,
         _ = watched.lost(), if cancel_on_loss => None,
         _ = &mut driver => None,
     }

@@ -10,10 +10,19 @@
 //! that a whole lease passed since the last renewal the backend confirmed (the backend is
 //! unreachable or slow, so the lease may have ended there). Both are reported through the
 //! hold's [`Hold::lost`] future.
+//!
+//! A lease is counted from the moment it refers to, never from when this process got round to
+//! looking: a renewal confirms a lease from the moment it was sent, and a renewal sent after
+//! the lease had already run out on the local clock (the process stalled: a blocking call on
+//! the runtime, a pause, SIGSTOP) does not revive it, whatever the backend answers: the hold
+//! is lost, `Expired`, because `is_held()` may already have said so.
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::Poll;
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -46,9 +55,15 @@ pub(crate) struct Hold {
     owner: OwnerToken,
     lease: Duration,
     acquired_at: Instant,
-    /// When the lease ends at the latest, by the local clock: the send time of the last
-    /// confirmed acquisition or renewal plus the lease.
-    valid_until: Mutex<Instant>,
+    /// When the lease ends at the latest, by the local clock, in nanoseconds after
+    /// `acquired_at`: the send time of the last confirmed acquisition or renewal plus the
+    /// lease (`u64::MAX`: beyond any instant this process will see). An atomic, so that the
+    /// check after every body reads it without a lock.
+    valid_for: AtomicU64,
+    /// A renewal was sent while the lease still ran and has not been confirmed yet: if the
+    /// lease runs out now, the backend did not answer in time (`BackendUnreachable`), rather
+    /// than this process not asking in time (`Expired`).
+    renewal_unconfirmed: AtomicBool,
     lost: AtomicBool,
     /// Set by whoever gives the lease back (the call settling it, or shutdown): the other one
     /// then leaves it alone.
@@ -76,7 +91,8 @@ impl Hold {
             owner,
             lease,
             acquired_at,
-            valid_until: Mutex::new(deadline_after(acquired_at, lease)),
+            valid_for: AtomicU64::new(nanos(lease)),
+            renewal_unconfirmed: AtomicBool::new(false),
             lost: AtomicBool::new(false),
             handed_back: AtomicBool::new(false),
             cause: Mutex::new(None),
@@ -101,7 +117,9 @@ impl Hold {
 
     /// How long until the lease ends by the local clock, as last confirmed.
     pub(crate) fn lease_left(&self) -> Duration {
-        self.valid_until().saturating_duration_since(Instant::now())
+        let valid_for = self.valid_for.load(Ordering::Acquire);
+        let since = nanos(self.acquired_at.elapsed());
+        Duration::from_nanos(valid_for.saturating_sub(since))
     }
 
     /// How long the hold has lasted.
@@ -109,21 +127,79 @@ impl Hold {
         self.acquired_at.elapsed()
     }
 
+    /// How long the hold had lasted at `now`.
+    pub(crate) fn held_for_at(&self, now: Instant) -> Duration {
+        now.saturating_duration_since(self.acquired_at)
+    }
+
     /// True while the hold is not known to be lost.
     pub(crate) fn is_held(&self) -> bool {
-        !self.lost.load(Ordering::Acquire) && Instant::now() < self.valid_until()
+        !self.lost.load(Ordering::Acquire) && !self.lease_over_at(Instant::now())
     }
 
+    /// True if the lease (as last confirmed) is over at `now` by the local clock.
+    fn lease_over_at(&self, now: Instant) -> bool {
+        nanos(now.saturating_duration_since(self.acquired_at))
+            >= self.valid_for.load(Ordering::Acquire)
+    }
+
+    /// The end of the lease as last confirmed, by the local clock.
     fn valid_until(&self) -> Instant {
-        *self.valid_until.lock().unwrap_or_else(|e| e.into_inner())
+        let valid_for = Duration::from_nanos(self.valid_for.load(Ordering::Acquire));
+        deadline_after(self.acquired_at, valid_for)
     }
 
-    pub(crate) fn confirm(&self, sent_at: Instant) {
-        let mut until = self.valid_until.lock().unwrap_or_else(|e| e.into_inner());
-        let renewed = deadline_after(sent_at, self.lease);
-        if renewed > *until {
-            *until = renewed;
+    /// True if the hold is known lost, or its lease was over at `now` on the local clock:
+    /// a body that returns at `now` may not have been alone for all of its run.
+    pub(crate) fn lapsed_at(&self, now: Instant) -> bool {
+        self.lost.load(Ordering::Acquire) || self.lease_over_at(now)
+    }
+
+    /// The check before each poll of a renewing hold's body (one clock read): true if the hold
+    /// is lost, marking it lost now if a whole lease passed since the last confirmed renewal
+    /// (or since the acquisition was sent). After a stall of this process the renewal task and
+    /// the body wake together; this is what keeps the body from running on a lapsed lease.
+    pub(crate) fn check_lease(&self) -> bool {
+        if self.lost.load(Ordering::Acquire) {
+            return true;
         }
+        if !self.lease_over_at(Instant::now()) {
+            return false;
+        }
+        self.mark_lost(self.lapse_cause());
+        true
+    }
+
+    /// Why a lease that ran out on the local clock was lost: a renewal sent in time and never
+    /// confirmed means the backend did not answer (`BackendUnreachable`); otherwise nobody asked
+    /// in time, this process stalled or does not renew (`Expired`).
+    fn lapse_cause(&self) -> LossCause {
+        if self.renewal_unconfirmed.load(Ordering::Acquire) {
+            LossCause::BackendUnreachable
+        } else {
+            LossCause::Expired
+        }
+    }
+
+    /// Notes that a renewal is being sent at `sent_at`.
+    pub(crate) fn renewal_sent(&self, sent_at: Instant) {
+        if !self.lease_over_at(sent_at) {
+            self.renewal_unconfirmed.store(true, Ordering::Release);
+        }
+    }
+
+    /// The backend confirmed the renewal sent at `sent_at`: the lease now runs a whole lease
+    /// from then. A renewal sent after the lease had run out on the local clock revives
+    /// nothing: the hold is lost (`Expired`), since `is_held()` may have said so meanwhile.
+    pub(crate) fn confirm(&self, sent_at: Instant) {
+        if self.lease_over_at(sent_at) {
+            self.mark_lost(LossCause::Expired);
+            return;
+        }
+        let renewed = nanos(sent_at.saturating_duration_since(self.acquired_at))
+            .saturating_add(nanos(self.lease));
+        self.valid_for.fetch_max(renewed, Ordering::AcqRel);
+        self.renewal_unconfirmed.store(false, Ordering::Release);
     }
 
     /// Why the hold was lost. A hold whose lease simply ran out on the local clock, without a
@@ -150,14 +226,29 @@ impl Hold {
         true
     }
 
+    /// True once the hold is known lost (not merely past its lease on the clock).
+    pub(crate) fn is_lost(&self) -> bool {
+        self.lost.load(Ordering::Acquire)
+    }
+
+    /// Marks the hold lost with `cause` (the first cause stays) and logs it once.
     pub(crate) fn mark_lost(&self, cause: LossCause) {
+        self.set_lost(cause, true);
+    }
+
+    /// Marks the hold lost without logging: the caller logs it with more to say.
+    pub(crate) fn mark_lost_quietly(&self, cause: LossCause) {
+        self.set_lost(cause, false);
+    }
+
+    fn set_lost(&self, cause: LossCause, log: bool) {
         {
             let mut slot = self.cause.lock().unwrap_or_else(|e| e.into_inner());
             if slot.is_none() {
                 *slot = Some(cause);
             }
         }
-        if !self.lost.swap(true, Ordering::AcqRel) {
+        if !self.lost.swap(true, Ordering::AcqRel) && log {
             tracing::warn!(
                 key = %self.key,
                 held_for = ?self.held_for(),
@@ -190,6 +281,37 @@ impl Hold {
             }
         }
     }
+}
+
+/// `d` in nanoseconds, saturating at `u64::MAX` (about 584 years: never, for a lease).
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// `body`, polled only while `hold` stands: the check of [`Hold::check_lease`] before every
+/// poll (one clock read). With `cancel`, a lost hold answers `None` without polling the body
+/// again, and so does a body that completes in a poll during which the lease ran out
+/// (blocking code inside it); without, the hold is marked lost (`is_held()` false,
+/// `lock_lost()` resolved) before the poll, and the body's output is returned.
+///
+/// After a stall of the process the body's pending await and the loss become ready in the
+/// same wake-up: this is what makes the loss win.
+pub(crate) fn lease_checked<'a, F: Future + 'a>(
+    hold: &'a Hold,
+    cancel: bool,
+    body: Pin<&'a mut F>,
+) -> impl Future<Output = Option<F::Output>> + 'a {
+    let mut body = body;
+    std::future::poll_fn(move |cx| {
+        if hold.check_lease() && cancel {
+            return Poll::Ready(None);
+        }
+        match body.as_mut().poll(cx) {
+            Poll::Ready(_) if cancel && hold.check_lease() => Poll::Ready(None),
+            Poll::Ready(output) => Poll::Ready(Some(output)),
+            Poll::Pending => Poll::Pending,
+        }
+    })
 }
 
 struct Entry {
@@ -426,6 +548,7 @@ async fn run(shared: Arc<Shared>) {
                 let shared = shared.clone();
                 in_flight.push(async move {
                     let sent_at = Instant::now();
+                    hold.renewal_sent(sent_at);
                     let outcome = renew_once(&shared, &hold).await;
                     (id, hold, sent_at, outcome, interval)
                 });

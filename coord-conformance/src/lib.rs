@@ -89,9 +89,9 @@
 //! ## Time
 //!
 //! The cases wait on real clocks: leases are let lapse, waiters are left waiting. Against the
-//! in-process provider the whole suite takes about 45 s run one case after another (the stall and cancellation
-//! cases add about 20 s)
-//! ([`run_all`]; the slowest case, `lock_release_wakes_one_waiter`, about 2 s) and a few
+//! in-process provider the whole suite takes about 45 s run one case after another (the
+//! stall and cancellation cases add about 20 s; [`run_all`]; the slowest case,
+//! `lock_release_wakes_one_waiter`, about 2 s) and a few
 //! seconds under `cargo test`, which runs cases in parallel; a provider over a network adds its
 //! round trips. A single case is given [`CASE_TIMEOUT`] before it counts as failed (hung).
 //!

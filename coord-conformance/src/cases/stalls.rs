@@ -3,7 +3,7 @@
 //! when the stalled process got round to looking.
 //!
 //! Each case runs the call on a current-thread runtime of its own, where a second task blocks
-//! the thread for [`STALL`] at a chosen moment: everything on that runtime (the body, the
+//! the thread for `STALL` (2 s) at a chosen moment: everything on that runtime (the body, the
 //! renewal task, the cache layer) stops at once, as in a stalled process. Whatever the
 //! provider runs on other runtimes (connections made by the caller of the kit) keeps going,
 //! as a server would.

@@ -8,7 +8,7 @@
 //!
 //! The Redis layout checked here is the one documented for the Redis provider: call key
 //! `ns:op:parts` lives at `ns:<kind>:{op:parts}`, and Redis hashes only the text between the
-//! first `{` and the next `}`. The Redis-side test (`coord-redis/tests/bad_inputs.rs`) checks
+//! first `{` and the next `}`. The Redis-side test (`coord-redis/tests/redis/bad_inputs.rs`) checks
 //! the names a real server ends up with.
 //!
 //! Non-UTF-8 bytes: every string key part is `&str`/`String`/`char` (there is no bytes key

@@ -1,5 +1,5 @@
 //! A stalled holder never returns `Ok` from a renewing lock it lost, with the in-process
-//! provider (the Redis runs are in `coord-redis/tests/stalls.rs`; the single-call cases for
+//! provider (the Redis runs are in `coord-redis/tests/redis/stalls.rs`; the single-call cases for
 //! every provider are the conformance kit's `stalls` module).
 //!
 //! * `renewing_holds_that_returned_ok_held_throughout`: three "processes" (threads, each with a

@@ -4,7 +4,7 @@
 //! millisecond, at most the provider's cap of 2^46 ms); an unbounded wait lasts until it is
 //! granted or dropped, and dropping it leaves the provider working.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -24,7 +24,7 @@
 //! | 4 `duplicate_heavy_load_under_connection_kills` | 8 tasks × up to 400 calls over 50 live keys (a fresh 50 every second), connections killed every 200 ms | `Ok`, or typed errors (counts printed) | for every key with an `Ok`: a replay of that first `Ok`; all `Ok`s of a key equal | measured: 1 per key |
 //! | 4 `duplicate_heavy_load_under_kills_and_freezes` | same, every eighth fault a 500 ms freeze | as above | as above | measured: 1 per key |
 
-mod support;
+use crate::support;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};

@@ -3,7 +3,7 @@
 //! garbage into a grant, a fencing token or a replay. Clearing the key (purge, or `DEL`)
 //! makes the call key usable again. One table of corrupt states, run for every client.
 
-mod support;
+use crate::support;
 
 use coord_core::CallKey;
 use std::sync::Arc;

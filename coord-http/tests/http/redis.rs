@@ -2,7 +2,7 @@
 //! loopback port), with each Redis client compiled in: every case of `support/cases.rs`, two
 //! servers sharing one Redis, and Redis unreachable or killed mid-request.
 
-mod support;
+use crate::support;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};

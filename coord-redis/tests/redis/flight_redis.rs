@@ -2,7 +2,7 @@
 //! Redis, followers that lose their subscriber connection, hand-overs that do not decode, and
 //! values coord did not write.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -1,7 +1,7 @@
 //! Handlers that return coord's errors through `HttpError` (feature `axum`): each error
 //! answers with its documented status and problem type, over a real HTTP server and client.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

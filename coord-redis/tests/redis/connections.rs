@@ -2,7 +2,7 @@
 //! that connection behind (the next call goes out on a fresh one), and no command is sent
 //! twice behind the caller's back.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -1,7 +1,7 @@
 //! Providers built from an application's own client: a redis-rs `Client` (its settings,
 //! TLS included), a fred client or pool (shared, not duplicated).
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -5,7 +5,7 @@
 
 #![cfg(feature = "tls")]
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! The layer's semantics against the in-process provider, through a real HTTP server and
 //! client. Each case is a row of the crate docs' table (see `support/cases.rs`).
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -260,7 +260,7 @@ fn the_namespace_defaults_to_the_binarys_name() {
     // This test binary's file name (cargo names it after the test target, plus a hash).
     let exe = std::env::current_exe().unwrap();
     let stem = exe.file_stem().unwrap().to_string_lossy().into_owned();
-    assert!(stem.starts_with("config_env"), "{stem}");
+    assert!(stem.starts_with("integration"), "{stem}");
     if std::env::var_os("COORD_NAMESPACE").is_none() {
         assert_eq!(default_namespace(), stem);
         let c = Coordinator::builder().memory().build().unwrap();

@@ -5,7 +5,7 @@
 //! * round trips: the provider talks through a proxy that delays everything the client sends
 //!   by `DELAY`. One round trip takes a little over `DELAY`; two take over twice that.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

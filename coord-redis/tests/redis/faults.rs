@@ -1,6 +1,6 @@
 //! Faults: unreachable, frozen, killed and restarted servers; values coord did not write.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -2,7 +2,7 @@
 //! Printed (run with `--nocapture`, ideally `--release`); asserted only loosely, since debug
 //! builds on a shared machine are slow.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

@@ -21,7 +21,7 @@
 //!
 //! Values coord did not write under its keys are the table in `corrupt_state.rs`.
 
-mod support;
+use crate::support;
 
 use coord_core::CallKey;
 use std::future::Future;

@@ -1,6 +1,6 @@
 //! Redis Cluster and Sentinel, for every client.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

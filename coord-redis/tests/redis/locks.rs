@@ -1,6 +1,6 @@
 //! Lock semantics against a real redis-server, for every client.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

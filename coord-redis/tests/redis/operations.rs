@@ -5,7 +5,7 @@
 //! without exceeding its page size, skipping or repeating a key; on a Cluster it scans every
 //! master; and the server report reads the settings `coord check` judges.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::time::Duration;

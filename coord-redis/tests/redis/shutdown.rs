@@ -1,7 +1,7 @@
 //! `Coordinator::shutdown` against a real redis-server: the locks this process holds are
 //! deleted from the server at once, not left to their leases.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

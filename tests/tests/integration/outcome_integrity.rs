@@ -4,7 +4,7 @@
 //!
 //! Each test states the caller's result, what a duplicate gets afterwards and how many times
 //! the body ran. The same promises are checked against a real `redis-server` in
-//! `coord-redis/tests/outcome_faults.rs`.
+//! `coord-redis/tests/redis/outcome_faults.rs`.
 
 use coord_core::CallKey;
 use std::sync::Arc;

@@ -2,7 +2,7 @@
 //! at `ns:cache:{op:parts}` with a server-side TTL; two-tier reads go to Redis only past the
 //! local TTL; a value coord cannot decode is a miss, never an error.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};

@@ -1,6 +1,6 @@
 //! Idempotency records against a real redis-server, for every client.
 
-mod support;
+use crate::support;
 
 use coord_core::CallKey;
 use std::sync::Arc;

@@ -10,8 +10,6 @@
 //! The last is the focused form of a recorded-history property; the general history checker
 //! is a separate piece of work.
 
-mod support;
-
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

@@ -10,7 +10,7 @@
 //! is retried until it stops answering `409 in-flight` or a generous bound passes (the lease is
 //! 30 s, so a key left blocked cannot pass for one freed).
 
-mod support;
+use crate::support;
 
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};

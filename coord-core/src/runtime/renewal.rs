@@ -122,6 +122,11 @@ impl Hold {
         Duration::from_nanos(valid_for.saturating_sub(since))
     }
 
+    /// When the lease began, by the local clock.
+    pub(crate) fn acquired_at(&self) -> Instant {
+        self.acquired_at
+    }
+
     /// How long the hold has lasted.
     pub(crate) fn held_for(&self) -> Duration {
         self.acquired_at.elapsed()

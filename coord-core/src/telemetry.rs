@@ -227,20 +227,44 @@ impl CallTelemetry<'_> {
         count(slot.get_or_init(|| call_key("lock", self.op, outcome.as_str())));
     }
 
+    /// A lock granted after `waited`: the outcome counted and the wait observed, with one
+    /// look-up of the recorder.
+    pub(crate) fn lock_granted(&self, outcome: LockOutcome, waited: Elapsed) {
+        let counted = self.keys.lock[lock_index(outcome)]
+            .get_or_init(|| call_key("lock", self.op, outcome.as_str()));
+        let observed = self
+            .keys
+            .lock_wait
+            .get_or_init(|| op_key(LOCK_WAIT, self.op));
+        metrics::with_recorder(|r| {
+            r.register_counter(counted, &METADATA).increment(1);
+            r.register_histogram(observed, &METADATA).record(waited);
+        });
+    }
+
+    /// A locked body that ran for `ran`, its lock held for `held`: both observed with one
+    /// look-up of the recorder.
+    pub(crate) fn locked_body(&self, ran: Elapsed, held: Elapsed) {
+        let body = self
+            .keys
+            .body
+            .get_or_init(|| op_key(BODY_DURATION, self.op));
+        let hold = self
+            .keys
+            .lock_hold
+            .get_or_init(|| op_key(LOCK_HOLD, self.op));
+        metrics::with_recorder(|r| {
+            r.register_histogram(body, &METADATA).record(ran);
+            r.register_histogram(hold, &METADATA).record(held);
+        });
+    }
+
     pub(crate) fn lock_wait(&self, waited: Elapsed) {
         let key = self
             .keys
             .lock_wait
             .get_or_init(|| op_key(LOCK_WAIT, self.op));
         observe(key, waited);
-    }
-
-    pub(crate) fn lock_hold(&self, held: Elapsed) {
-        let key = self
-            .keys
-            .lock_hold
-            .get_or_init(|| op_key(LOCK_HOLD, self.op));
-        observe(key, held);
     }
 
     pub(crate) fn body(&self, ran: Elapsed) {

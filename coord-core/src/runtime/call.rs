@@ -176,8 +176,12 @@ impl<'c> Call<'c> {
         returned: tokio::time::Instant,
     ) {
         self.telemetry().body(Elapsed::Between(started, returned));
-        // The cache layer times an entry's life on the system clock, which a test pausing
-        // tokio's does not stop: read it, as `Call::body` does.
+        self.note_body_returned();
+    }
+
+    /// For the cache layer, which times an entry's life from it: the body returned now (on the
+    /// system clock, which a test pausing tokio's does not stop, as `Call::body` reads it).
+    fn note_body_returned(&self) {
         if self.spec.cache.is_some() {
             let _ = self.body_returned.set(Instant::now());
         }
@@ -226,6 +230,43 @@ impl<'c> Call<'c> {
         self.span_record("single_flight", outcome.as_str());
         self.telemetry().flight(outcome);
         self.report(|r| r.flight = Some(outcome));
+    }
+
+    /// Records a granted lock: its outcome, fencing token and how long taking it took.
+    pub(crate) fn record_lock_granted(
+        &self,
+        outcome: LockOutcome,
+        token: Option<FencingToken>,
+        waited: Elapsed,
+    ) {
+        if !self.span.is_disabled() {
+            self.span
+                .record("coord.lock.wait_ms", waited.get().as_secs_f64() * 1000.0);
+            self.span.record("lock", outcome.as_str());
+            if let Some(token) = token {
+                self.span.record("fencing_token", token.get());
+            }
+        }
+        self.telemetry().lock_granted(outcome, waited);
+        self.report(|r| {
+            r.lock = Some(outcome);
+            r.fencing_token = token;
+        });
+    }
+
+    /// Records that a locked body ran from `started` to `returned`, its lock held since
+    /// `held_from` (tokio's clock, which is the system's unless a test paused it).
+    pub(crate) fn record_locked_body(
+        &self,
+        held_from: tokio::time::Instant,
+        started: tokio::time::Instant,
+        returned: tokio::time::Instant,
+    ) {
+        self.telemetry().locked_body(
+            Elapsed::Between(started, returned),
+            Elapsed::Between(held_from, returned),
+        );
+        self.note_body_returned();
     }
 
     /// Records how long the lock took (or was waited for before giving up).

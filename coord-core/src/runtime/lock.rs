@@ -389,47 +389,61 @@ where
             return output;
         }
     };
-    call.record_lock_wait(grant.waited);
-    call.record_lock(grant.outcome, grant.hold.fencing_token);
-    let granted_at = grant.granted_at;
+    // Taken apart at once, so the call's future keeps no room for the grant as a whole.
+    let Grant {
+        hold,
+        renewal,
+        outcome,
+        waited,
+        granted_at,
+    } = grant;
+    call.record_lock_granted(outcome, hold.fencing_token, waited);
     let mut held = CallHold {
         coordinator: call.coordinator,
-        hold: grant.hold,
-        renewal: grant.renewal,
+        hold,
+        renewal,
         armed: true,
     };
     let hold = &held.hold;
     let body = ListedWhileWaiting::new(call.coordinator.lifecycle(), hold, body);
     let output = run_guarded(hold.clone(), spec.on_lost, held.renewal.as_ref(), body).await;
-    let Some(output) = output else {
+    if output.is_none() {
         // The hold is lost: the lock is probably someone else's by now and the backend may be
         // unreachable. Answer at once; the owner-checked release (a no-op if the lock moved
         // on) finishes in the background: the hold, still armed, hands it off on drop.
         let hold = hold.clone();
         drop(held);
-        let cause = hold.loss_cause();
-        call.record_lock(LockOutcome::Lost, hold.fencing_token);
-        call.record_loss(cause);
-        call.record_lock_lost(cause);
-        return R::from_coord_error(CoordError::LockLost {
-            key: call.key.clone(),
-            held_for: hold.held_for(),
-            cause,
-        });
-    };
+        return R::from_coord_error(lock_lost(call, &hold));
+    }
     // Whatever the release found, the body's outcome stands: a lapsed lease is counted and
     // logged, a failed release is retried in the background. One clock read serves the body's
     // end, the hold time and the lapse check.
     let returned_at = Instant::now();
-    call.record_body(granted_at, returned_at);
-    call.telemetry()
-        .lock_hold(Elapsed::Between(hold.acquired_at(), returned_at));
+    call.record_locked_body(hold.acquired_at(), granted_at, returned_at);
     let lapsed = hold.lapsed_at(returned_at);
     if lapsed {
         report_lapse(call, hold, spec, hold.held_for_at(returned_at));
     }
     let _ = held.settle(lapsed).await;
+    // Kept in its `Option` until here (checked above), so the future holds one copy of it.
+    let Some(output) = output else {
+        unreachable!("a lost hold answered above")
+    };
     output
+}
+
+/// The answer of a call whose hold was lost while its body ran (the body was cancelled),
+/// recorded.
+fn lock_lost(call: &Call<'_>, hold: &Hold) -> CoordError {
+    let cause = hold.loss_cause();
+    call.record_lock(LockOutcome::Lost, hold.fencing_token);
+    call.record_loss(cause);
+    call.record_lock_lost(cause);
+    CoordError::LockLost {
+        key: call.key.clone(),
+        held_for: hold.held_for(),
+        cause,
+    }
 }
 
 /// The body returned after its hold was lost or its lease ran out on the local clock

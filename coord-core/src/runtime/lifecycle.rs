@@ -110,6 +110,7 @@ impl Lifecycle {
     }
 
     pub(crate) fn register_lock(self: &Arc<Self>, hold: Arc<Hold>) -> Registered {
+        hold.mark_listed();
         Registered {
             slot: self.locks.insert(hold),
             lifecycle: self.clone(),

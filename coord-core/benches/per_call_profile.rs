@@ -6,7 +6,8 @@
 //! valgrind --tool=callgrind <the bench binary> lock 20000
 //! ```
 //!
-//! Cases (`sizes` prints the size of each case's future instead): `plain`, `dashmap` (the DashMap-of-leases baseline), `lock`, `flight`, `replay`.
+//! Cases (`sizes` prints the size of each case's future instead; `ratios <rounds>` measures
+//! wall time in interleaved rounds, see [`interleaved_ratios`]): `plain`, `dashmap` (the DashMap-of-leases baseline), `lock`, `flight`, `replay`.
 //! Each call runs in its own `block_on` on a current-thread runtime, as in `memory_overhead`,
 //! after 1000 calls of warm-up. Two runs with different iteration counts give the cost of one
 //! call as the difference of their totals divided by the difference of the counts, free of
@@ -48,6 +49,10 @@ fn main() {
         );
         return;
     }
+    if case == "ratios" {
+        interleaved_ratios(&rt, &service, &leases, iterations);
+        return;
+    }
     let mut owner = 0u128;
     let mut one = |rt: &tokio::runtime::Runtime| -> u64 {
         match case {
@@ -71,4 +76,63 @@ fn main() {
         sum = sum.wrapping_add(one(&rt));
     }
     println!("{case}: {iterations} calls after {WARM_UP} of warm-up (checksum {sum})");
+}
+
+/// Wall time per call of each case, measured in short rounds that alternate between the cases
+/// (so a neighbour's load hits every case alike), and the median over the rounds of each
+/// case's ratio to the DashMap-of-leases baseline of the same round.
+fn interleaved_ratios(
+    rt: &tokio::runtime::Runtime,
+    service: &Service,
+    leases: &LeaseMap,
+    rounds: u64,
+) {
+    const CALLS: u32 = 20_000;
+    let mut owner = 0u128;
+    let mut per_call = |case: &str| -> f64 {
+        let started = std::time::Instant::now();
+        for _ in 0..CALLS {
+            let out = match case {
+                "dashmap" => {
+                    owner += 1;
+                    rt.block_on(leases.locked(1, owner))
+                }
+                "lock" => rt.block_on(service.locked(1)),
+                "replay" => rt.block_on(service.once(1)),
+                _ => rt.block_on(service.plain(1)),
+            };
+            std::hint::black_box(out.expect("an uncontended call succeeds"));
+        }
+        started.elapsed().as_nanos() as f64 / f64::from(CALLS)
+    };
+    let cases = ["plain", "dashmap", "lock", "replay"];
+    let mut times: Vec<Vec<f64>> = vec![Vec::new(); cases.len()];
+    for round in 0..rounds.max(1) {
+        // Alternate the order each round: no case always runs right after another.
+        let order: Vec<usize> = if round % 2 == 0 {
+            (0..cases.len()).collect()
+        } else {
+            (0..cases.len()).rev().collect()
+        };
+        for i in order {
+            times[i].push(per_call(cases[i]));
+        }
+    }
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let baseline = &times[1];
+    for (i, case) in cases.iter().enumerate() {
+        let ratios: Vec<f64> = times[i]
+            .iter()
+            .zip(baseline)
+            .map(|(t, b)| t / b)
+            .collect();
+        println!(
+            "{case:8} median {:8.1} ns/call   median ratio to dashmap {:.2}x",
+            median(times[i].clone()),
+            median(ratios)
+        );
+    }
 }

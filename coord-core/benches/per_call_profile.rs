@@ -80,7 +80,9 @@ fn main() {
 
 /// Wall time per call of each case, measured in short rounds that alternate between the cases
 /// (so a neighbour's load hits every case alike), and the median over the rounds of each
-/// case's ratio to the DashMap-of-leases baseline of the same round.
+/// case's ratio to the DashMap-of-leases baseline of the same round. Two rows take the lock
+/// call apart: `key` builds a call key like the lock's, `provider` takes and releases the lock
+/// through the provider contract, without the attribute.
 fn interleaved_ratios(
     rt: &tokio::runtime::Runtime,
     service: &Service,
@@ -89,6 +91,10 @@ fn interleaved_ratios(
 ) {
     const CALLS: u32 = 20_000;
     let mut owner = 0u128;
+    let provider = service.coord.lock_provider().clone();
+    let key = coord_core::CallKey::builder("bench", "bench.provider")
+        .part(&1u64)
+        .finish();
     let mut per_call = |case: &str| -> f64 {
         let started = std::time::Instant::now();
         for _ in 0..CALLS {
@@ -97,6 +103,30 @@ fn interleaved_ratios(
                     owner += 1;
                     rt.block_on(leases.locked(1, owner))
                 }
+                // Building a call key like the lock's, alone.
+                "key" => rt.block_on(async {
+                    let built = coord_core::CallKey::builder("bench", "bench.lock")
+                        .part(&1u64)
+                        .finish();
+                    std::hint::black_box(built);
+                    Ok(1)
+                }),
+                // The in-process provider's acquire and release through the contract, alone.
+                "provider" => rt.block_on(async {
+                    let owner = coord_core::provider::OwnerToken::new();
+                    let granted = provider
+                        .acquire(coord_core::provider::LockRequest {
+                            key: &key,
+                            owner,
+                            lease: std::time::Duration::from_secs(30),
+                            wait: std::time::Duration::ZERO,
+                            fenced: false,
+                        })
+                        .await;
+                    assert!(matches!(granted, Ok(Some(_))));
+                    let _ = provider.release(&key, owner).await;
+                    Ok(1)
+                }),
                 "lock" => rt.block_on(service.locked(1)),
                 "replay" => rt.block_on(service.once(1)),
                 _ => rt.block_on(service.plain(1)),
@@ -105,7 +135,7 @@ fn interleaved_ratios(
         }
         started.elapsed().as_nanos() as f64 / f64::from(CALLS)
     };
-    let cases = ["plain", "dashmap", "lock", "replay"];
+    let cases = ["plain", "dashmap", "key", "provider", "lock", "replay"];
     let mut times: Vec<Vec<f64>> = vec![Vec::new(); cases.len()];
     for round in 0..rounds.max(1) {
         // Alternate the order each round: no case always runs right after another.

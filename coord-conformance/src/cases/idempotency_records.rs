@@ -27,6 +27,7 @@ pub async fn idempotency_claim_complete_replay(c: Coordinator) {
         in_flight_lease: LONG,
         fingerprint: fp,
         keep_abandoned_for: None,
+        transactional: false,
     };
     assert_eq!(s.claim(req(a)).await.unwrap(), ClaimOutcome::Claimed);
     match s.claim(req(b)).await.unwrap() {
@@ -79,6 +80,7 @@ pub async fn idempotency_abandon_and_lapse(c: Coordinator) {
         in_flight_lease: lease,
         fingerprint: None,
         keep_abandoned_for: None,
+        transactional: false,
     };
     assert_eq!(s.claim(req(a, LONG)).await.unwrap(), ClaimOutcome::Claimed);
     assert!(!s.abandon(&k, b).await.unwrap());
@@ -111,6 +113,7 @@ pub async fn idempotency_abandoned_marker_is_kept_on_request(c: Coordinator) {
         in_flight_lease: lease,
         fingerprint: fp,
         keep_abandoned_for: Some(LONG),
+        transactional: false,
     };
     assert_eq!(
         s.claim(req(a, Duration::from_millis(200))).await.unwrap(),
@@ -161,6 +164,7 @@ pub async fn idempotency_wait_settled_wakes_on_completion(c: Coordinator) {
         in_flight_lease: LONG,
         fingerprint: None,
         keep_abandoned_for: None,
+        transactional: false,
     })
     .await
     .unwrap();

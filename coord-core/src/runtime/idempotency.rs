@@ -378,6 +378,7 @@ where
                     OnAbandoned::Rerun => None,
                     OnAbandoned::Fail => Some(spec.retention),
                 },
+                transactional: false,
             })
             .await;
         let found = match found {

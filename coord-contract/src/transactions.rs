@@ -108,27 +108,13 @@ pub trait OutcomeTransaction: Send {
     /// Makes this transaction unable to commit, saying why (the reason may be shown in the
     /// database's error and the wrapper's commit error). An `Err` means the transaction could
     /// not be reached (its connection broke), which leaves it unable to commit too.
-    fn set_rollback_only<'a>(&'a mut self, reason: &'a str)
-    -> BoxFuture<'a, Result<(), BackendError>>;
-}
-
-impl<T: OutcomeTransaction + ?Sized> OutcomeTransaction for &mut T {
-    fn complete_in_transaction<'a>(
-        &'a mut self,
-        req: CompleteRequest<'a>,
-    ) -> BoxFuture<'a, Result<TransactionalCompletion, BackendError>> {
-        (**self).complete_in_transaction(req)
-    }
-
     fn set_rollback_only<'a>(
         &'a mut self,
         reason: &'a str,
-    ) -> BoxFuture<'a, Result<(), BackendError>> {
-        (**self).set_rollback_only(reason)
-    }
+    ) -> BoxFuture<'a, Result<(), BackendError>>;
 }
 
-impl<T: OutcomeTransaction + ?Sized> OutcomeTransaction for Box<T> {
+impl<T: OutcomeTransaction + ?Sized> OutcomeTransaction for &mut T {
     fn complete_in_transaction<'a>(
         &'a mut self,
         req: CompleteRequest<'a>,

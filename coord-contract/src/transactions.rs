@@ -84,6 +84,9 @@ impl TransactionalCompletion {
 ///   the store's own connection, the markers it wrote completions for when its transaction
 ///   rolls back or is dropped, so a retry runs at once rather than after the lease.
 ///
+/// What each failure leaves (for the caller, a duplicate and the database) is tabled in the
+/// documentation of `coord_core::handle::TransactionRun` and in RELIABILITY.md.
+///
 /// What is not promised: that the application commits. A completion written here is a
 /// record only once the application's `COMMIT` succeeds; a commit whose reply is lost leaves
 /// the application unsure, but the database consistent (the record and the effects, or

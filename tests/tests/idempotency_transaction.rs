@@ -547,6 +547,40 @@ async fn a_call_dropped_mid_body_abandons_its_marker_at_once() {
     );
 }
 
+#[idempotent(key_from = "key", coordinator = c, name = "tx.panics", transaction = "tx")]
+async fn panics(
+    c: &Coordinator,
+    tx: &mut BufferedTransaction,
+    key: &str,
+) -> Result<u64, CoordError> {
+    tx.write(key);
+    panic!("the body panicked");
+}
+
+#[tokio::test]
+async fn a_body_that_panics_leaves_the_key_free_and_nothing_committed() {
+    let c = coordinator("tx-panic");
+    let db = Database::default();
+    let task = tokio::spawn({
+        let (c, db) = (c.clone(), db.clone());
+        async move {
+            let mut tx = BufferedTransaction::begin(&c, &db);
+            let _ = panics(&c, &mut tx, "k").await;
+        }
+    });
+    assert!(task.await.unwrap_err().is_panic());
+    assert!(
+        db.rows().is_empty(),
+        "the transaction was dropped with the task"
+    );
+    let key = c.key("tx.panics").part("k").finish();
+    assert_eq!(
+        c.operations().inspect_record(&key).await.unwrap(),
+        None,
+        "the marker was abandoned while unwinding"
+    );
+}
+
 #[tokio::test]
 async fn a_provider_without_transactional_claims_is_refused_before_the_body_even_fail_open() {
     // The instrumented provider keeps the contract's default: no transactional claims.

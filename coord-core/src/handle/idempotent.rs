@@ -299,20 +299,25 @@ pub enum TransactionStep<'c, T> {
 ///
 /// # What each failure leaves
 ///
-/// For providers that write records in the caller's transaction (PostgreSQL). "The marker
-/// lapses": a duplicate gets [`CoordError::InFlight`] (or waits, with `wait`) until the
-/// marker's lease ends, then runs; a transactional marker never becomes an abandoned record.
+/// The same for `#[idempotent(transaction = "tx")]` (where "the caller gets" is what the
+/// function returns) and for this handle (what [`complete_in`](TransactionRun::complete_in)
+/// returns, or the body's own error after [`abandon`](TransactionRun::abandon)), with a
+/// provider that writes records in the caller's transaction (PostgreSQL). A duplicate is a
+/// later call with the same key, in a transaction of its own.
 ///
 /// | what failed | what the caller gets | what a duplicate gets | what the database holds |
 /// |---|---|---|---|
-/// | the body returned an error | the body's error (after `abandon`) | runs again at once | the marker is removed; the transaction holds what the body wrote, and the caller decides (roll back) |
-/// | the caller rolled back after `complete_in` | what the rollback returns | runs again once the marker lapses (at once if the provider's transaction abandons on rollback) | nothing of the call: no record, no effects |
-/// | the body panicked, or the call was dropped | the panic, or nothing | runs again at once (the run token abandons on drop) | nothing committed, if the transaction is rolled back or dropped |
-/// | the process was killed before the commit | nothing | runs again once the marker lapses | nothing: the database rolled the transaction back |
-/// | the commit failed | the commit's error | the replay if the commit landed, else runs again once the marker lapses | the record and the effects, or neither: never one without the other |
-/// | the marker lapsed during the body and another caller took the key | [`CoordError::TransactionRollbackOnly`] (`Superseded`) from `complete_in`; the commit fails | the other caller's outcome, once it commits | only the other caller's record and effects |
-/// | the outcome cannot be encoded | `TransactionRollbackOnly` (`Codec`); the transaction is marked rollback-only | runs again at once | nothing of the call |
-/// | replay | the stored outcome ([`TransactionStep::Replay`]) | the same | unchanged: the replay never touches the transaction |
+/// | nothing: the caller commits | `Ok(v)` | `Ok(v)`, replayed; its own transaction is not touched | the body's writes and the record, committed together |
+/// | the body returned an error | the body's error; the marker is abandoned on the provider's own connection | a fresh run, at once | no record; the body's writes in the transaction are the caller's (roll back, as for any error) |
+/// | the caller rolled back after `Ok` | what the rollback returns | `InFlight` (or a wait) until the marker's lease ends, then a fresh run; at once when the provider's transaction abandons its markers on rollback | nothing of the call |
+/// | the body panicked, or the call was dropped | the panic, or nothing | a fresh run, at once: the marker is abandoned in the background | nothing, once the transaction is rolled back (dropping it does) |
+/// | the process was killed before the commit | nothing | `InFlight` until the marker's lease ends, then a fresh run: a lapsed transactional marker is absent, never `OutcomeUnknown` | nothing: the database rolled the transaction back |
+/// | the commit failed | the commit's error (the outcome is unknown to the caller only) | the replay if the commit landed, else a fresh run once the lease ends | the writes and the record, or neither: never one without the other |
+/// | the marker lapsed during the body and another caller took the key | `CoordError::TransactionRollbackOnly` (`Superseded`); the transaction can no longer commit | the other caller's outcome, once it commits | only the other caller's writes and record |
+/// | the marker was gone at the completion (purged, reaped, or the transaction is of another database) | `TransactionRollbackOnly` (`MarkerMissing`); the transaction can no longer commit | a fresh run | nothing of the call |
+/// | writing the record failed | `TransactionRollbackOnly` (`Backend`); the transaction can no longer commit | a fresh run once the marker is abandoned (after the rollback) | nothing of the call |
+/// | the outcome cannot be encoded | `TransactionRollbackOnly` (`Codec`); coord marks the transaction rollback-only | a fresh run, at once | nothing of the call |
+/// | a replay | the stored outcome | the same | unchanged: a replay never touches the transaction |
 #[must_use = "complete the run in the transaction with `complete_in`, or `abandon` it; dropped, the claim is abandoned and the transaction must be rolled back"]
 pub struct TransactionRun<'c, T> {
     coordinator: &'c Coordinator,

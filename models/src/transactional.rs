@@ -49,6 +49,9 @@
 //!    protects the database, not the caller's discipline), or rolls back. A commit whose
 //!    reply is lost may or may not have committed (`CommitFailed`).
 //!
+//! A body stopped because its marker was lost (`renew` with `on_lost = "cancel"`) dooms its
+//! transaction as a failed check does; it is not modelled apart.
+//!
 //! **Dropped** ([`TxModel::drops`]): the call's future dropped before the commit: the
 //! transaction is rolled back with it and the run token abandons the marker. **Crashed**
 //! ([`TxModel::crashes`]): the transaction rolls back (the database sees the connection die);

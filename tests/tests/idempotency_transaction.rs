@@ -729,6 +729,54 @@ async fn a_renewed_marker_outlives_a_long_body_and_a_trait_object_transaction_wo
     tx.commit().await.unwrap();
 }
 
+#[idempotent(
+    key_from = "key",
+    coordinator = c,
+    name = "tx.renewed",
+    transaction = "tx",
+    in_flight_lease = "300ms",
+    renew = true
+)]
+async fn renewed_until_lost(
+    c: &Coordinator,
+    tx: &mut BufferedTransaction,
+    key: &str,
+    written: Arc<Notify>,
+) -> Result<u64, CoordError> {
+    tx.write(format!("half of {key}"));
+    written.notify_one();
+    std::future::pending::<()>().await;
+    Ok(1)
+}
+
+#[tokio::test]
+async fn a_body_stopped_because_its_marker_was_lost_leaves_the_transaction_unable_to_commit() {
+    let c = coordinator("tx-lost");
+    let db = Database::default();
+    let written = Arc::new(Notify::new());
+    let call = tokio::spawn({
+        let (c, db, written) = (c.clone(), db.clone(), written.clone());
+        async move {
+            let mut tx = BufferedTransaction::begin(&c, &db);
+            let out = renewed_until_lost(&c, &mut tx, "k", written).await;
+            (out, tx.calls(), tx.commit().await)
+        }
+    });
+    written.notified().await;
+    // The marker disappears under the running body (an operator's purge): its renewal finds
+    // it gone, and the body is stopped.
+    let key = c.key("tx.renewed").part("k").finish();
+    assert!(c.idempotency_store().purge(&key).await.unwrap());
+    let (out, calls, commit) = tokio::time::timeout(Duration::from_secs(10), call)
+        .await
+        .expect("the loss stops the body")
+        .unwrap();
+    assert!(matches!(out, Err(CoordError::LockLost { .. })), "{out:?}");
+    assert_eq!(calls, vec!["rollback_only"], "half a run must not commit");
+    assert!(matches!(commit, Err(CommitError::RollbackOnly(_))));
+    assert!(db.rows().is_empty());
+}
+
 #[tokio::test]
 async fn the_handle_form_claims_runs_completes_and_replays() {
     let c = coordinator("tx-handle");

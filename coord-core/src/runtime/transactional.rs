@@ -50,6 +50,9 @@ pub enum TransactionalStep<R> {
 #[must_use = "a claimed marker is settled by `complete_in`; dropped, it is abandoned"]
 pub struct MarkedRun {
     marker: Option<Marker>,
+    /// The body was stopped because the marker was lost (`on_lost = "cancel"`): whatever it
+    /// wrote in the transaction is half a run, and must not commit.
+    stopped: bool,
 }
 
 /// The in-flight marker a transactional call owns.
@@ -92,7 +95,12 @@ where
 {
     let (owner, claimed_at, fingerprint) = match admit(call, fingerprint, true).await {
         Admission::Answer(answer) => return TransactionalStep::Answer(answer),
-        Admission::Unguarded => return TransactionalStep::Run(MarkedRun { marker: None }),
+        Admission::Unguarded => {
+            return TransactionalStep::Run(MarkedRun {
+                marker: None,
+                stopped: false,
+            });
+        }
         Admission::Owned {
             owner,
             claimed_at,
@@ -124,6 +132,7 @@ where
             _registered: registered,
             armed: true,
         }),
+        stopped: false,
     })
 }
 
@@ -149,17 +158,20 @@ impl MarkedRun {
         if marker.renewal.is_none() && marker.on_lost.is_none() {
             return body.await;
         }
-        match run_marked(&marker.hold, marker.on_lost, marker.renewal.as_ref(), body).await {
+        let output = run_marked(&marker.hold, marker.on_lost, marker.renewal.as_ref(), body).await;
+        match output {
             Some(output) => output,
             None => {
                 let hold = &marker.hold;
                 call.record_idempotency(IdempotencyOutcome::Lost);
                 call.record_loss(hold.loss_cause());
-                R::from_coord_error(CoordError::LockLost {
+                let err = CoordError::LockLost {
                     key: call.key.clone(),
                     held_for: hold.held_for(),
                     cause: hold.loss_cause(),
-                })
+                };
+                self.stopped = true;
+                R::from_coord_error(err)
             }
         }
     }
@@ -167,7 +179,9 @@ impl MarkedRun {
     /// Settles the marker with the body's `output`: an `Err` abandons it (on the store's own
     /// connection; the key is free for a retry) and is returned as is; an `Ok` is written as
     /// the completed record **in `tx`** and returned, or, when it cannot be written there,
-    /// [`CoordError::TransactionRollbackOnly`] is returned and `tx` can no longer commit.
+    /// [`CoordError::TransactionRollbackOnly`] is returned and `tx` can no longer commit. A body
+    /// stopped because its marker was lost also leaves `tx` unable to commit: its writes are
+    /// half a run.
     pub async fn complete_in<R>(
         self,
         call: &Call<'_>,
@@ -181,6 +195,14 @@ impl MarkedRun {
         let Some(marker) = self.marker else {
             return output;
         };
+        if self.stopped {
+            if let Err(err) = tx
+                .set_rollback_only("coord: the in-flight marker was lost and the body was stopped")
+                .await
+            {
+                tracing::warn!(key = %call.key, error = %err, "coord: marking the transaction rollback-only failed (a transaction that cannot be reached cannot commit either)");
+            }
+        }
         let Some(ok) = output.ok_ref() else {
             marker.abandon().await;
             return output;

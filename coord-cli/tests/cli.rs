@@ -364,6 +364,7 @@ async fn listings_page_and_show_every_record_state() {
                 },
                 fingerprint: None,
                 keep_abandoned_for: Some(Duration::from_secs(600)),
+                transactional: false,
             })
             .await
             .unwrap();

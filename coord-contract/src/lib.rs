@@ -16,6 +16,7 @@
 //! | [`CacheStore`] | byte values with a time to live | `#[cached(scope = "shared" \| "two_tier")]` |
 //! | [`FlightStore`] | leased flight claims and short hand-overs | `#[single_flight(scope = "cluster")]` |
 //! | [`Operations`] | nothing new: reads and forced releases of the state above | `Coordinator::operator`, the `coord` CLI |
+//! | [`OutcomeTransaction`] | nothing: the application's open transaction, able to write a completed record in it | `#[idempotent(transaction = "tx")]`, `Idempotent::claim_in_transaction` |
 //!
 //! Every method has a default only where a provider may reasonably lack the capability
 //! (cache, flights, operations, marker renewal, purge); the default then answers a
@@ -52,6 +53,7 @@ mod operations;
 mod records;
 pub mod time;
 mod tokens;
+mod transactions;
 
 pub use cache::{CacheEntry, CacheStore};
 pub use call_key::{CallKey, CallKeyBuilder, InvalidCallKey};
@@ -68,6 +70,7 @@ pub use records::{
 };
 pub use time::Deadline;
 pub use tokens::{FencingToken, OwnerToken};
+pub use transactions::{OutcomeTransaction, TransactionalCompletion};
 
 /// A provider that serves every layer that needs shared state, and the operations API: what a
 /// coordinator is built from. Implemented automatically for any type that implements the five

@@ -62,6 +62,18 @@ pub struct ClaimRequest<'a> {
     /// completion, and claims report [`ClaimOutcome::Abandoned`] (at-most-once); only
     /// [`IdempotencyStore::purge`] or expiry removes it.
     pub keep_abandoned_for: Option<Duration>,
+    /// The outcome will be written inside the application's own database transaction
+    /// (through an [`OutcomeTransaction`](crate::OutcomeTransaction)), not by
+    /// [`IdempotencyStore::complete`]. The runtime sends it only to a store whose
+    /// [`IdempotencyStore::transactional_claims`] is true.
+    ///
+    /// A transactional marker whose lease lapsed counts as **absent**, even under
+    /// `keep_abandoned_for`: the next claim succeeds and no claim ever reports
+    /// [`ClaimOutcome::Abandoned`] for it. Its outcome is known, not unknown: the body's
+    /// effects commit only together with the completed record, and a holder whose marker was
+    /// taken over can no longer commit (the completion's owner check fails inside its
+    /// transaction), so nothing of the lapsed run is in the database.
+    pub transactional: bool,
 }
 
 /// One request to store the outcome of a claimed call.
@@ -188,6 +200,16 @@ pub trait IdempotencyStore: Send + Sync + 'static {
         ))))
     }
 
+    /// Whether this store takes transactional claims ([`ClaimRequest::transactional`]):
+    /// it applies their lapse rule, and some [`OutcomeTransaction`](crate::OutcomeTransaction)
+    /// writes completions into the database it keeps its records in. The runtime refuses a
+    /// transactional call, before its body runs, on a store that answers `false` (the default),
+    /// whatever the backend-fault policy: the outcome could not be written with the body's
+    /// effects.
+    fn transactional_claims(&self) -> bool {
+        false
+    }
+
     /// Abandons `owner`'s marker at `key` in the background: called when the owner of a marker
     /// was dropped (cancelled or panicked), when a claim failed in a way that may have landed
     /// (its reply was lost: the key must not stay blocked for a body that never ran), and when
@@ -248,6 +270,10 @@ impl<P: IdempotencyStore> IdempotencyStore for Arc<P> {
 
     fn purge<'a>(&'a self, key: &'a CallKey) -> BoxFuture<'a, Result<bool, BackendError>> {
         (**self).purge(key)
+    }
+
+    fn transactional_claims(&self) -> bool {
+        (**self).transactional_claims()
     }
 
     fn abandon_detached(self: Arc<Self>, key: CallKey, owner: OwnerToken, lease_left: Duration) {

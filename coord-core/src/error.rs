@@ -119,6 +119,18 @@ pub enum CoordError {
         /// The call's key.
         key: CallKey,
     },
+    /// `#[idempotent(transaction = ..)]` (or `Idempotent::claim_in_transaction`): the body
+    /// returned `Ok`, and its outcome could **not** be written in the caller's transaction,
+    /// which is now unable to commit. Roll it back: nothing of it commits, the body's effects
+    /// included (the provider's transaction makes a `COMMIT` fail or turn into a rollback).
+    /// Retrying the whole transaction is safe when [`is_retryable`](CoordError::is_retryable)
+    /// says so: it replays the other caller's outcome, waits for it, or runs again.
+    TransactionRollbackOnly {
+        /// The call's key.
+        key: CallKey,
+        /// Why the outcome could not be written.
+        cause: RollbackCause,
+    },
 }
 
 impl CoordError {
@@ -137,7 +149,8 @@ impl CoordError {
             | CoordError::OutcomeNotStored { key, .. }
             | CoordError::Codec { key, .. }
             | CoordError::UnknownProfile { key, .. }
-            | CoordError::LeaderFailed { key } => Some(key),
+            | CoordError::LeaderFailed { key }
+            | CoordError::TransactionRollbackOnly { key, .. } => Some(key),
             CoordError::MissingKey { .. } => None,
             CoordError::Backend(err) => err.key(),
         }
@@ -158,6 +171,7 @@ impl CoordError {
             CoordError::Codec { .. } => "codec",
             CoordError::ShutDown { .. } => "shut_down",
             CoordError::LeaderFailed { .. } => "leader_failed",
+            CoordError::TransactionRollbackOnly { .. } => "transaction_rollback_only",
             CoordError::Backend(err) => match err.kind() {
                 BackendErrorKind::Unavailable => "backend.unavailable",
                 BackendErrorKind::Timeout => "backend.timeout",
@@ -177,7 +191,9 @@ impl CoordError {
     ///
     /// `OutcomeNotStored` is not retryable (the body ran: a blind retry may repeat its effects),
     /// nor is a backend error of kind [`BackendErrorKind::Corrupt`] or
-    /// [`BackendErrorKind::Config`], which need an operator.
+    /// [`BackendErrorKind::Config`], which need an operator. `TransactionRollbackOnly` is
+    /// retryable (in a new transaction, once this one is rolled back) when another caller took
+    /// the key over or the backend fault was transient: nothing of the failed run committed.
     pub fn is_retryable(&self) -> bool {
         match self {
             CoordError::LockNotAcquired { .. }
@@ -185,6 +201,11 @@ impl CoordError {
             | CoordError::LockLost { .. }
             | CoordError::ShutDown { .. } => true,
             CoordError::Backend(err) => err.kind().is_transient(),
+            CoordError::TransactionRollbackOnly { cause, .. } => match cause {
+                RollbackCause::Superseded { .. } => true,
+                RollbackCause::Backend(err) => err.kind().is_transient(),
+                RollbackCause::MarkerMissing | RollbackCause::Codec(_) => false,
+            },
             _ => false,
         }
     }
@@ -257,6 +278,10 @@ impl fmt::Display for CoordError {
                 f,
                 "the single-flight leader of `{key}` on another instance failed with an error that cannot be handed over; this call did not run"
             ),
+            CoordError::TransactionRollbackOnly { key, cause } => write!(
+                f,
+                "the outcome of `{key}` could not be written in the caller's transaction ({cause}); the transaction cannot commit: roll it back"
+            ),
         }
     }
 }
@@ -267,6 +292,10 @@ impl std::error::Error for CoordError {
             CoordError::Backend(err) => Some(err),
             CoordError::OutcomeNotStored {
                 cause: NotStoredCause::Backend(err),
+                ..
+            } => Some(err),
+            CoordError::TransactionRollbackOnly {
+                cause: RollbackCause::Backend(err),
                 ..
             } => Some(err),
             _ => None,
@@ -308,6 +337,53 @@ impl fmt::Display for NotStoredCause {
                 "another caller claimed the key after this call's marker was lost: the body ran twice",
             ),
             NotStoredCause::Codec(message) => {
+                write!(f, "the outcome cannot be encoded for storage: {message}")
+            }
+        }
+    }
+}
+
+/// Why the outcome of a transactional call was not written in the caller's transaction, in
+/// [`CoordError::TransactionRollbackOnly`]. In every case the transaction can no longer commit.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum RollbackCause {
+    /// The in-flight marker lapsed while the body ran and another caller claimed the key: its
+    /// run is the one that counts, and this one must not commit beside it.
+    Superseded {
+        /// The other owner, when the backend records it.
+        other: Option<OwnerToken>,
+        /// Whether that other caller had already completed.
+        completed: bool,
+    },
+    /// The transaction saw no record at the key: the marker was purged or reaped while the
+    /// body ran, the transaction belongs to another database than the coordinator's provider,
+    /// or (under `REPEATABLE READ` or `SERIALIZABLE`) its snapshot was taken before the claim.
+    MarkerMissing,
+    /// Writing in the transaction failed (which leaves it unable to commit).
+    Backend(BackendError),
+    /// The outcome cannot be represented by the coordinator's codec (or would not decode back
+    /// into its type); the transaction was marked rollback-only by coord.
+    Codec(String),
+}
+
+impl fmt::Display for RollbackCause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RollbackCause::Superseded {
+                other: Some(other), ..
+            } => write!(
+                f,
+                "the in-flight marker lapsed during the body and another caller (owner {other}) claimed the key"
+            ),
+            RollbackCause::Superseded { other: None, .. } => f.write_str(
+                "the in-flight marker lapsed during the body and another caller claimed the key",
+            ),
+            RollbackCause::MarkerMissing => f.write_str(
+                "the transaction sees no in-flight marker at the key (purged or reaped during the body, a transaction of another database than the coordinator's, or a snapshot older than the claim)",
+            ),
+            RollbackCause::Backend(err) => write!(f, "{err}"),
+            RollbackCause::Codec(message) => {
                 write!(f, "the outcome cannot be encoded for storage: {message}")
             }
         }

@@ -95,7 +95,7 @@ pub use coord_macros::{cached, distributed_lock, idempotent, single_flight};
 pub use codec::Codec;
 pub use config::{ConfigError, CoordConfig, Profile};
 pub use coordinator::CoordinatorBuilder;
-pub use error::{BuildError, CoordError, NotStoredCause};
+pub use error::{BuildError, CoordError, NotStoredCause, RollbackCause};
 pub use policy::{OnAbandoned, OnBackendError, OnLost, OnMissingKey, OnStoreError};
 pub use provider::{BackendError, CallKey, FencingToken, KeyPart, LossCause};
 pub use report::{CallReport, observe};
@@ -128,6 +128,7 @@ pub mod __private {
     };
     pub use crate::runtime::spec::Written;
     pub use crate::runtime::spec::{IdempotencySpec, LockSpec, OpSpec};
+    pub use crate::runtime::transactional::{MarkedRun, TransactionalStep, claim_in_transaction};
     pub use crate::telemetry::OpTelemetry;
     pub use core::time::Duration;
 

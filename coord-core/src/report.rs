@@ -30,7 +30,11 @@ pub enum IdempotencyOutcome {
     /// `CoordError::OutcomeUnknown`.
     OutcomeUnknown,
     /// The body ran and returned `Ok`, but its outcome could not be stored: the caller got
-    /// `CoordError::OutcomeNotStored`, or (with `on_store_error = "return_ok"`) the `Ok`.
+    /// `CoordError::OutcomeNotStored`, or (with `on_store_error = "return_ok"`) the `Ok`; or,
+    /// for an outcome written in the caller's transaction (`transaction = ".."`),
+    /// `CoordError::TransactionRollbackOnly`, and nothing of the call commits (this one is not
+    /// counted in `Metrics::outcomes_not_stored`, which counts runs whose effects stand
+    /// without a record).
     NotStored,
     /// A key part was absent (`None`) and the call was refused: `CoordError::MissingKey`.
     MissingKey,

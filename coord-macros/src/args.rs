@@ -36,6 +36,11 @@ impl Errors {
         self.0
     }
 
+    /// How many errors were pushed so far.
+    pub(crate) fn count(&self) -> usize {
+        self.0.as_ref().map_or(0, |all| all.into_iter().count())
+    }
+
     /// All the errors, with `last` after them.
     pub(crate) fn then(self, last: syn::Error) -> syn::Error {
         match self.0 {
@@ -373,6 +378,7 @@ fn parse_value(spec: &OptionSpec, value: &Expr) -> syn::Result<Setting<Value>> {
         ValueKind::OperationName => parse_name(value, option)?.map(Value::Name),
         ValueKind::Renew => parse_renew(value, option)?.map(Value::Renew),
         ValueKind::ProfileName => parse_profile(value, option)?.map(Value::Name),
+        ValueKind::Parameter => parse_parameter(value, option)?.map(Value::Paths),
     })
 }
 
@@ -527,6 +533,27 @@ fn parse_paths(value: &Expr, option: &str) -> syn::Result<Setting<Vec<KeyPath>>>
         .collect::<Vec<_>>()
         .join(", ");
     Ok(Setting::new(paths, value, canonical))
+}
+
+/// One parameter of the function, by name (`"tx"` or `tx`): no field of one, no list. Held
+/// as a one-path list, so the signature check of `key_from` applies to it as written.
+fn parse_parameter(value: &Expr, option: &str) -> syn::Result<Setting<Vec<KeyPath>>> {
+    let one = format!("`{option}` takes the name of one parameter, as in `{option} = \"tx\"`");
+    if matches!(value, Expr::Array(_)) {
+        return Err(syn::Error::new_spanned(value, format!("{one}, not a list")));
+    }
+    let path = parse_path(value, option).map_err(|_| syn::Error::new_spanned(value, &one))?;
+    if !path.members.is_empty() {
+        return Err(syn::Error::new_spanned(
+            &path.tokens,
+            format!(
+                "{one}, not a field of one (`{}`): take the transaction as a parameter of its own",
+                path.text()
+            ),
+        ));
+    }
+    let canonical = path.text();
+    Ok(Setting::new(vec![path], value, canonical))
 }
 
 fn path_forms(option: &str) -> String {

@@ -195,7 +195,7 @@ fn layered(stack: &Stack, site: &ReturnSite, body: TokenStream) -> TokenStream {
     let mut layered = body;
     for (index, kind) in present.iter().enumerate() {
         let step = match kind {
-            Kind::Idempotent => idempotency::wrap(site, layered),
+            Kind::Idempotent => idempotency::wrap(stack.idempotency.as_ref(), site, layered),
             Kind::Cached => cache::wrap(stack.cache.as_ref(), site, layered),
             Kind::SingleFlight => single_flight::wrap(stack.cluster_flight.as_ref(), site, layered),
             Kind::DistributedLock => lock::wrap(site, layered),

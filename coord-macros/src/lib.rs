@@ -111,6 +111,35 @@ use crate::options::Kind;
 ///   the body runs, so keyless calls never share one record; `run_unprotected` runs the body
 ///   without this layer and counts it in `Coordinator::metrics().unprotected_runs()`. Default
 ///   `"fail"`.
+/// * `transaction = "tx"`: write the outcome **in the caller's database transaction**, the
+///   parameter `tx` (a `&mut` reference to a transaction of the provider's database, such as
+///   `coord_postgres::Transaction`), instead of on the provider's own connection: the record
+///   then commits if and only if the body's writes in `tx` commit. The key is claimed first, on
+///   the provider's connection, so duplicates see it at once; the body uses `tx` as written;
+///   then the completion is written in `tx`, owner-checked inside it. If that fails (the
+///   marker lapsed during the body and another caller took the key, or the write failed), the
+///   call returns `CoordError::TransactionRollbackOnly` and `tx` can no longer commit: roll it
+///   back. A replay never touches `tx`; an `Err` from the body frees the key as usual. Needs a
+///   provider that takes transactional claims (others refuse the call before the body, even
+///   under `fail_open`); cannot go with `on_abandoned = "fail"` (a transactional run never
+///   leaves an unknown outcome) or `on_store_error = "return_ok"`. What each failure leaves is
+///   tabled in `coord_core::handle::TransactionRun`.
+///
+/// ```
+/// # use coord_core::provider::{BackendError, BoxFuture, CompleteRequest, OutcomeTransaction, TransactionalCompletion};
+/// # use coord_core::{CoordError, idempotent};
+/// # struct Transaction;
+/// # impl OutcomeTransaction for Transaction {
+/// #     fn complete_in_transaction<'a>(&'a mut self, _: CompleteRequest<'a>) -> BoxFuture<'a, Result<TransactionalCompletion, BackendError>> { Box::pin(async { Ok(TransactionalCompletion::Written) }) }
+/// #     fn set_rollback_only<'a>(&'a mut self, _: &'a str) -> BoxFuture<'a, Result<(), BackendError>> { Box::pin(async { Ok(()) }) }
+/// # }
+/// # impl Transaction { async fn insert_charge(&mut self, _: &str, cents: u64) -> Result<u64, CoordError> { Ok(cents) } }
+/// #[idempotent(key_from = "order_id", transaction = "tx")]
+/// async fn charge(tx: &mut Transaction, order_id: &str, cents: u64) -> Result<u64, CoordError> {
+///     // the charge row and the idempotency record commit together, or not at all
+///     tx.insert_charge(order_id, cents).await
+/// }
+/// ```
 #[proc_macro_attribute]
 pub fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
     expand::expand_stack(Kind::Idempotent, args.into(), item.into()).into()

@@ -1,8 +1,10 @@
 //! The validated model of one function's coord attributes: which layers it has, and the key,
 //! name, coordinator and crate path they share.
 
+use proc_macro2::Span;
 use syn::ext::IdentExt;
-use syn::{Expr, FnArg, Ident, Pat, Path, Signature};
+use syn::spanned::Spanned;
+use syn::{Expr, FnArg, Ident, Pat, Path, Signature, Type};
 
 use crate::args::{self, Args, Errors, KeyPath, Renew, Setting, Value};
 use crate::options::PROFILE;
@@ -10,7 +12,7 @@ use crate::options::{
     self, Abandoned, CACHE_ERR, COORDINATOR, CRATE, FENCED, FINGERPRINT, IN_FLIGHT_LEASE, KEY_FROM,
     Kind, LEASE, LOCAL_TTL, Lost, MAX_CAPACITY, MissingKey, NAME, ON_ABANDONED, ON_BACKEND_ERROR,
     ON_LOST, ON_MISSING_KEY, ON_STORE_ERROR, OptionSpec, Policy, RECORD_KEY, RENEW, RETENTION,
-    SCOPE, Scope, StoreError, TTL, WAIT,
+    SCOPE, Scope, StoreError, TRANSACTION, TTL, WAIT,
 };
 use crate::options::{FLIGHT_LEASE, FLIGHT_SCOPE, FlightScope};
 
@@ -33,6 +35,20 @@ pub(crate) struct IdempotencyLayer {
     pub(crate) on_missing_key: MissingKey,
     /// The run-time `Written` flags of the options given rather than defaulted.
     pub(crate) written: Vec<&'static str>,
+    /// `transaction = "tx"`: the outcome is written in this parameter's transaction.
+    pub(crate) transaction: Option<TransactionParam>,
+}
+
+/// The parameter named by `transaction`: a `&mut` reference to the caller's transaction.
+pub(crate) struct TransactionParam {
+    /// The parameter's name as declared, with the user's span: the body's uses of it resolve
+    /// to the generated rebinding of the same name.
+    pub(crate) ident: Ident,
+    /// Declared `mut tx: ..`: the rebinding is `mut` too.
+    pub(crate) mutable: bool,
+    /// Where the parameter's type is written: a type that is not a transaction coord can write
+    /// in is reported there.
+    pub(crate) ty_span: Span,
 }
 
 /// Renewal and loss handling of one lease (a lock, or an in-flight marker).
@@ -241,6 +257,7 @@ impl Stack {
             let fingerprint = layer.paths(&FINGERPRINT).unwrap_or_default().to_vec();
             check_paths(&fingerprint, FINGERPRINT.name, sig, &mut errors);
             let in_flight_lease_ms = layer.millis(&IN_FLIGHT_LEASE).unwrap_or_default();
+            let transaction = transaction_param(layer, sig, &mut errors);
             IdempotencyLayer {
                 retention_ms: layer.millis(&RETENTION).unwrap_or_default(),
                 in_flight_lease_ms,
@@ -252,6 +269,7 @@ impl Stack {
                 on_store_error: layer.choice(&ON_STORE_ERROR).unwrap_or(StoreError::Error),
                 on_missing_key: layer.choice(&ON_MISSING_KEY).unwrap_or(MissingKey::Fail),
                 written: written_flags(layer),
+                transaction,
             }
         });
 
@@ -303,6 +321,103 @@ impl Stack {
             profile,
             cluster_flight,
         })
+    }
+}
+
+/// Resolves `transaction = "tx"` against the signature: it names a parameter, declared by name,
+/// whose type is a `&mut` reference; and the options that decide what becomes of an unstored
+/// outcome do not contradict writing it in the transaction. Every mistake is pushed.
+fn transaction_param(
+    layer: &Args,
+    sig: &Signature,
+    errors: &mut Errors,
+) -> Option<TransactionParam> {
+    layer.written(&TRANSACTION)?;
+    let path = layer.paths(&TRANSACTION)?.first()?;
+    let option = TRANSACTION.name;
+    if let Some(policy) = layer.written(&ON_ABANDONED) {
+        if layer.choice(&ON_ABANDONED) == Some(Abandoned::Fail) {
+            errors.push(policy.error(format!(
+                "`{} = \"fail\"` cannot go with `{option}`: a marker whose outcome is written in the \
+                 transaction never leaves an unknown outcome (its run commits with its record, or not \
+                 at all), so a lapsed one is simply free; remove `{}`",
+                ON_ABANDONED.name, ON_ABANDONED.name
+            )));
+        }
+    }
+    if let Some(policy) = layer.written(&ON_STORE_ERROR) {
+        if layer.choice(&ON_STORE_ERROR) == Some(StoreError::ReturnOk) {
+            errors.push(policy.error(format!(
+                "`{} = \"return_ok\"` cannot go with `{option}`: an outcome that could not be written \
+                 in the transaction leaves it unable to commit, so the `Ok` would be a lie; the \
+                 caller gets `CoordError::TransactionRollbackOnly` and rolls back",
+                ON_STORE_ERROR.name
+            )));
+        }
+    }
+    let before = errors.count();
+    check_paths(std::slice::from_ref(path), option, sig, errors);
+    if errors.count() > before {
+        return None;
+    }
+    let root = path.root.unraw().to_string();
+    let needs = "a parameter that is a `&mut` reference to the transaction (such as \
+                 `tx: &mut Transaction<'_>`), which the body uses and coord writes the outcome in \
+                 afterwards";
+    for input in &sig.inputs {
+        match input {
+            FnArg::Receiver(receiver) if root == "self" => {
+                errors.push(syn::Error::new_spanned(
+                    receiver,
+                    format!("`{option}` names the receiver `self`; it must name {needs}"),
+                ));
+                return None;
+            }
+            FnArg::Typed(typed) => {
+                let Pat::Ident(pat) = &*typed.pat else {
+                    continue;
+                };
+                if pat.ident.unraw() != root {
+                    continue;
+                }
+                if !is_mut_reference(&typed.ty) {
+                    errors.push(syn::Error::new_spanned(
+                        &typed.ty,
+                        format!(
+                            "`{option}` names `{root}`, whose type is not a `&mut` reference; it \
+                             must name {needs}"
+                        ),
+                    ));
+                    return None;
+                }
+                if pat.by_ref.is_some() || pat.subpat.is_some() {
+                    errors.push(syn::Error::new_spanned(
+                        pat,
+                        format!(
+                            "`{option}` names `{root}`: bind it by name alone (`{root}: &mut ..`)"
+                        ),
+                    ));
+                    return None;
+                }
+                return Some(TransactionParam {
+                    ident: pat.ident.clone(),
+                    mutable: pat.mutability.is_some(),
+                    ty_span: typed.ty.span(),
+                });
+            }
+            FnArg::Receiver(_) => {}
+        }
+    }
+    None
+}
+
+/// `&mut T`, looking through the invisible groups and parentheses a macro may leave around it.
+fn is_mut_reference(ty: &Type) -> bool {
+    match ty {
+        Type::Reference(reference) => reference.mutability.is_some(),
+        Type::Group(group) => is_mut_reference(&group.elem),
+        Type::Paren(paren) => is_mut_reference(&paren.elem),
+        _ => false,
     }
 }
 

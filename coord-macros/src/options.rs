@@ -79,6 +79,8 @@ pub(crate) enum ValueKind {
     Renew,
     /// A profile name in a string.
     ProfileName,
+    /// One parameter of the function, by name: `"tx"` or `tx`.
+    Parameter,
 }
 
 /// One option: everything the macros know about it.
@@ -323,6 +325,15 @@ pub(crate) const ON_MISSING_KEY: OptionSpec = OptionSpec {
     default: Some("\"fail\""),
     doc: "what a call does when a part of its key is `None`",
 };
+pub(crate) const TRANSACTION: OptionSpec = OptionSpec {
+    name: "transaction",
+    attributes: IDEMPOTENT,
+    value: ValueKind::Parameter,
+    example: "\"tx\"",
+    // Without it, the outcome is stored by the provider on its own connection.
+    default: None,
+    doc: "the `&mut` transaction parameter the outcome is written in, with the body's effects",
+};
 
 pub(crate) const TTL: OptionSpec = OptionSpec {
     name: "ttl",
@@ -404,6 +415,7 @@ pub(crate) static OPTIONS: &[&OptionSpec] = &[
     &ON_ABANDONED,
     &ON_STORE_ERROR,
     &ON_MISSING_KEY,
+    &TRANSACTION,
     &TTL,
     &SCOPE,
     &MAX_CAPACITY,
@@ -476,6 +488,7 @@ mod tests {
                 | (ValueKind::OperationName, Value::Name(_))
                 | (ValueKind::Renew, Value::Renew(_))
                 | (ValueKind::ProfileName, Value::Name(_))
+                | (ValueKind::Parameter, Value::Paths(_))
         )
     }
 

@@ -162,12 +162,19 @@ impl IdempotencyStore for MemoryProvider {
         &'a self,
         req: ClaimRequest<'a>,
     ) -> BoxFuture<'a, Result<ClaimOutcome, BackendError>> {
+        // A transactional marker that lapses is absent, kept or not: nothing of its run can
+        // have committed without the completed record (see `ClaimRequest::transactional`).
+        let keep_abandoned_for = if req.transactional {
+            None
+        } else {
+            req.keep_abandoned_for
+        };
         let outcome = self.records.claim_shared(
             req.key.shared(),
             req.owner,
             req.in_flight_lease,
             req.fingerprint,
-            req.keep_abandoned_for,
+            keep_abandoned_for,
         );
         Box::pin(std::future::ready(Ok(outcome)))
     }
@@ -218,6 +225,14 @@ impl IdempotencyStore for MemoryProvider {
 
     fn purge<'a>(&'a self, key: &'a CallKey) -> BoxFuture<'a, Result<bool, BackendError>> {
         Box::pin(std::future::ready(Ok(self.records.purge(key.qualified()))))
+    }
+
+    /// Transactional claims are taken (with their lapse rule), so that the runtime's
+    /// transactional path can be exercised in-process; this provider has no database, so the
+    /// only transactions that complete here are test doubles built over it. A real database
+    /// transaction paired with this provider finds no marker at completion and cannot commit.
+    fn transactional_claims(&self) -> bool {
+        true
     }
 
     fn abandon_detached(self: Arc<Self>, key: CallKey, owner: OwnerToken, _lease_left: Duration) {
@@ -602,6 +617,7 @@ mod tests {
             in_flight_lease: LEASE,
             fingerprint: print,
             keep_abandoned_for: None,
+            transactional: false,
         };
         let complete = |owner| CompleteRequest {
             key: &key,
@@ -649,6 +665,44 @@ mod tests {
             provider.renew_marker(&key, first, LEASE).await.unwrap(),
             RenewOutcome::Lost(LossCause::Expired),
             "a completed marker is no longer renewable"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lapsed_transactional_marker_is_absent_even_when_kept() {
+        let provider = MemoryProvider::new();
+        assert!(provider.transactional_claims());
+        let key = CallKey::builder("mp", "tx").finish();
+        let (first, second) = (OwnerToken::new(), OwnerToken::new());
+        let claim = |owner, transactional| ClaimRequest {
+            key: &key,
+            owner,
+            in_flight_lease: LEASE,
+            fingerprint: None,
+            keep_abandoned_for: Some(DAY),
+            transactional,
+        };
+        assert_eq!(
+            provider.claim(claim(first, true)).await.unwrap(),
+            ClaimOutcome::Claimed
+        );
+        tokio::time::advance(LEASE + Duration::from_millis(1)).await;
+        assert_eq!(
+            provider.claim(claim(second, true)).await.unwrap(),
+            ClaimOutcome::Claimed,
+            "the lapsed transactional marker counts as absent, not abandoned"
+        );
+        tokio::time::advance(LEASE + Duration::from_millis(1)).await;
+        assert_eq!(
+            provider.claim(claim(first, false)).await.unwrap(),
+            ClaimOutcome::Claimed,
+            "a lapsed transactional marker is absent to any claim"
+        );
+        tokio::time::advance(LEASE + Duration::from_millis(1)).await;
+        assert_eq!(
+            provider.claim(claim(second, false)).await.unwrap(),
+            ClaimOutcome::Abandoned { fingerprint: None },
+            "the same request without the flag keeps its lapsed marker"
         );
     }
 }

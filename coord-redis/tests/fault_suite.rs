@@ -1349,6 +1349,7 @@ fn claim(key: &CallKey, owner: OwnerToken) -> ClaimRequest<'_> {
         in_flight_lease: Duration::from_secs(60),
         fingerprint: Some(Fingerprint([7; 16])),
         keep_abandoned_for: None,
+        transactional: false,
     }
 }
 

@@ -9,6 +9,10 @@
 //! * [`flight`]: the cluster flight protocol behind `#[single_flight(scope = "cluster")]`
 //!   (claim, renew, fenced finish with per-leader hand-overs, abandon, crashes, lease expiry,
 //!   takeover).
+//! * [`transactional`]: the record protocol of `#[idempotent(transaction = "tx")]` (the claim
+//!   on the store's connection, the completion written and row-locked in the caller's
+//!   transaction, commit, rollback, lost commit replies, crashes, drops, lease expiry,
+//!   takeover, a reaper).
 //!
 //! Each module's documentation states the protocol rules the model follows, written so a
 //! reader can hold them against the providers and the runtime, and the properties checked.
@@ -22,7 +26,7 @@
 //! 3 ticks of clock for the lock), chosen so that each check runs in seconds; bugs that
 //! need more actors or longer histories are out of reach. Each property also has a test that
 //! runs the same checker on a deliberately broken variant ([`record::RecordBug`],
-//! [`lock::LockBug`], [`flight::FlightBug`]) and expects a counterexample, which shows the property can fail; and the
+//! [`lock::LockBug`], [`flight::FlightBug`], [`transactional::TxBug`]) and expects a counterexample, which shows the property can fail; and the
 //! `sometimes` properties show that the interesting situations (an overlap after expiry, an
 //! `OutcomeUnknown`, a rerun) are reached at all.
 //!
@@ -79,3 +83,4 @@
 pub mod flight;
 pub mod lock;
 pub mod record;
+pub mod transactional;

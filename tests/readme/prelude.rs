@@ -201,3 +201,37 @@ impl IntoResponse for PaymentError {
         }
     }
 }
+
+/// Stands for a provider's wrapper of the application's open database transaction (the
+/// PostgreSQL provider's `Transaction`), in which `#[idempotent(transaction = ..)]` writes the
+/// completed record.
+pub struct Transaction<'c> {
+    rows: &'c mut Vec<String>,
+}
+
+impl Transaction<'_> {
+    /// The application's own write, in the transaction.
+    pub async fn insert_charge(&mut self, order_id: &str, cents: u64) -> Result<(), PaymentError> {
+        self.rows.push(format!("{order_id} {cents}"));
+        Ok(())
+    }
+}
+
+impl coord_core::provider::OutcomeTransaction for Transaction<'_> {
+    fn complete_in_transaction<'a>(
+        &'a mut self,
+        _: coord_core::provider::CompleteRequest<'a>,
+    ) -> coord_core::provider::BoxFuture<
+        'a,
+        Result<coord_core::provider::TransactionalCompletion, coord_core::BackendError>,
+    > {
+        Box::pin(async { Ok(coord_core::provider::TransactionalCompletion::Written) })
+    }
+
+    fn set_rollback_only<'a>(
+        &'a mut self,
+        _: &'a str,
+    ) -> coord_core::provider::BoxFuture<'a, Result<(), coord_core::BackendError>> {
+        Box::pin(async { Ok(()) })
+    }
+}

@@ -27,6 +27,7 @@ pub async fn idempotency_claim_complete_replay(c: Coordinator) {
         in_flight_lease: LONG,
         fingerprint: fp,
         keep_abandoned_for: None,
+        transactional: false,
     };
     assert_eq!(s.claim(req(a)).await.unwrap(), ClaimOutcome::Claimed);
     match s.claim(req(b)).await.unwrap() {
@@ -79,6 +80,7 @@ pub async fn idempotency_abandon_and_lapse(c: Coordinator) {
         in_flight_lease: lease,
         fingerprint: None,
         keep_abandoned_for: None,
+        transactional: false,
     };
     assert_eq!(s.claim(req(a, LONG)).await.unwrap(), ClaimOutcome::Claimed);
     assert!(!s.abandon(&k, b).await.unwrap());
@@ -111,6 +113,7 @@ pub async fn idempotency_abandoned_marker_is_kept_on_request(c: Coordinator) {
         in_flight_lease: lease,
         fingerprint: fp,
         keep_abandoned_for: Some(LONG),
+        transactional: false,
     };
     assert_eq!(
         s.claim(req(a, Duration::from_millis(200))).await.unwrap(),
@@ -161,6 +164,7 @@ pub async fn idempotency_wait_settled_wakes_on_completion(c: Coordinator) {
         in_flight_lease: LONG,
         fingerprint: None,
         keep_abandoned_for: None,
+        transactional: false,
     })
     .await
     .unwrap();
@@ -276,4 +280,44 @@ pub async fn idempotency_renew_marker_reports_why_the_marker_was_lost(c: Coordin
         RenewOutcome::Lost(LossCause::Expired),
         "a completed marker is no longer in flight"
     );
+}
+
+/// A transactional marker (`ClaimRequest::transactional`) that lapses is absent even under
+/// `keep_abandoned_for`: the next claim is `Claimed`, never `Abandoned`, and the lapsed owner's
+/// late completion on the store's own connection is `Superseded`. A store that does not take
+/// transactional claims (`transactional_claims` is false: the runtime never sends it one)
+/// passes without being asked.
+pub async fn idempotency_transactional_marker_lapses_to_absent(c: Coordinator) {
+    let s = c.idempotency_store();
+    if !s.transactional_claims() {
+        return;
+    }
+    let k = key(&c, "transactional");
+    let fp = Some(Fingerprint([6; 16]));
+    let (a, b) = (OwnerToken::new(), OwnerToken::new());
+    let req = |owner, lease| ClaimRequest {
+        transactional: true,
+        ..claim_req(&k, owner, lease, fp, Some(LONG))
+    };
+    assert_eq!(s.claim(req(a, SHORT)).await.unwrap(), ClaimOutcome::Claimed);
+    assert!(
+        matches!(
+            s.claim(req(b, LONG)).await.unwrap(),
+            ClaimOutcome::InFlight { fingerprint, .. } if fingerprint == fp
+        ),
+        "a live transactional marker is in flight like any other"
+    );
+    tokio::time::sleep(PAST_SHORT).await;
+    assert_eq!(
+        s.claim(req(b, LONG)).await.unwrap(),
+        ClaimOutcome::Claimed,
+        "a lapsed transactional marker is absent, not abandoned, even when kept"
+    );
+    assert!(
+        !complete_stored(&**s, &k, a, Arc::from(&b"late"[..]), LONG)
+            .await
+            .unwrap(),
+        "the lapsed owner's late completion does not replace the new claim"
+    );
+    assert!(s.abandon(&k, b).await.unwrap());
 }

@@ -44,6 +44,7 @@ pub(super) fn claim_req(
         in_flight_lease,
         fingerprint,
         keep_abandoned_for,
+        transactional: false,
     }
 }
 

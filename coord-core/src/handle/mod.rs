@@ -4,7 +4,7 @@
 //!
 //! | handle | from | the attribute it mirrors |
 //! |---|---|---|
-//! | [`Idempotent`] | [`Coordinator::idempotent`](crate::Coordinator::idempotent) | `#[idempotent]` |
+//! | [`Idempotent`] (in a transaction: [`TransactionStep`], [`TransactionRun`]) | [`Coordinator::idempotent`](crate::Coordinator::idempotent) | `#[idempotent]` (`transaction = "tx"`) |
 //! | [`Lock`] (held: [`LockGuard`](crate::LockGuard)) | [`Coordinator::lock`](crate::Coordinator::lock) | `#[distributed_lock]` |
 //! | [`SingleFlight`] | [`Coordinator::single_flight`](crate::Coordinator::single_flight) | `#[single_flight]` |
 //! | [`ClusterFlight`] | [`SingleFlight::cluster`] | `#[single_flight(scope = "cluster")]` |
@@ -24,6 +24,6 @@ pub use crate::runtime::cluster_flight::{
 pub use crate::runtime::flight::open_flights;
 pub use cached::Cached;
 pub use cluster_flight::ClusterFlight;
-pub use idempotent::Idempotent;
+pub use idempotent::{Idempotent, TransactionRun, TransactionStep};
 pub use lock::Lock;
 pub use single_flight::SingleFlight;

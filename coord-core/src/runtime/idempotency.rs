@@ -10,10 +10,10 @@ use std::time::Duration;
 
 use crate::error::{CoordError, NotStoredCause};
 use crate::policy::{OnAbandoned, OnBackendError, OnLost, OnMissingKey, OnStoreError};
-use crate::provider::BackendError;
 use crate::provider::CallKey;
 use crate::provider::background::spawn_retried;
 use crate::provider::time::deadline_after;
+use crate::provider::{BackendError, BackendErrorKind};
 use crate::provider::{
     ClaimOutcome, ClaimRequest, CompleteOutcome, CompleteRequest, Fingerprint, IdempotencyStore,
     OwnerToken,
@@ -48,6 +48,86 @@ enum Claim<R> {
     Unguarded,
 }
 
+/// What the layer decided before the body: answer without it, run it without the layer, or
+/// run it as the owner of a fresh in-flight marker. Shared by the plain and the transactional
+/// form, so both refuse, replay and wait alike.
+pub(crate) enum Admission<R> {
+    /// A replay or a refusal: the body does not run.
+    Answer(R),
+    /// Run the body without the layer (`fail_open`, `on_missing_key = "run_unprotected"`).
+    Unguarded,
+    /// The key is claimed: the body runs as the owner of its marker.
+    Owned {
+        owner: OwnerToken,
+        /// When the claim was sent (the marker's lease began no earlier).
+        claimed_at: tokio::time::Instant,
+        fingerprint: Option<Fingerprint>,
+    },
+}
+
+/// Everything before the body: the profile, the key, the fingerprint, the claim (with its
+/// waits and replays). `transactional` claims are refused on a store that does not take them,
+/// whatever the backend-fault policy: running the body unguarded would write its effects with
+/// no record to match.
+pub(crate) async fn admit<R>(
+    call: &Call<'_>,
+    fingerprint: Option<Result<Fingerprint, String>>,
+    transactional: bool,
+) -> Admission<R>
+where
+    R: GuardedResult,
+    R::Ok: DeserializeOwned,
+{
+    if let Some(err) = call.profile_error() {
+        return Admission::Answer(R::from_coord_error(err));
+    }
+    let spec = call
+        .idempotency
+        .as_ref()
+        .expect("the macro emits an idempotency spec with #[idempotent]");
+    let store = call.coordinator.idempotency_store();
+    if transactional && !store.transactional_claims() {
+        let err = CoordError::Backend(
+            BackendError::new(
+                BackendErrorKind::Config,
+                "this coordinator's provider cannot write idempotency records in a database transaction (it does not take transactional claims); use the provider whose records live in the transaction's database",
+            )
+            .with_key(&call.key),
+        );
+        call.record_idempotency(IdempotencyOutcome::BackendError);
+        call.record_error(&err);
+        return Admission::Answer(R::from_coord_error(err));
+    }
+    if let Some(part) = call.absent_part {
+        return match missing_key(call, spec, part) {
+            Ok(()) => Admission::Unguarded,
+            Err(err) => Admission::Answer(R::from_coord_error(err)),
+        };
+    }
+    let fingerprint = match fingerprint.transpose() {
+        Ok(fp) => fp,
+        Err(message) => {
+            return Admission::Answer(R::from_coord_error(CoordError::Codec {
+                key: call.key.clone(),
+                message: format!("fingerprint parameters did not serialize: {message}"),
+            }));
+        }
+    };
+    let owner = OwnerToken::new();
+    match claim(call, store, owner, fingerprint, transactional).await {
+        Claim::Answer(answer) => Admission::Answer(answer),
+        Claim::Unguarded => Admission::Unguarded,
+        Claim::Owned(claimed_at) => {
+            call.record_idempotency(IdempotencyOutcome::Executed);
+            Admission::Owned {
+                owner,
+                claimed_at,
+                fingerprint,
+            }
+        }
+    }
+}
+
 /// Runs `body` at most once per key within the retention period, replaying a stored success.
 pub async fn idempotent<R, F>(
     call: &Call<'_>,
@@ -59,34 +139,17 @@ where
     R::Ok: Serialize + DeserializeOwned,
     F: Future<Output = R>,
 {
-    if let Some(err) = call.profile_error() {
-        return R::from_coord_error(err);
-    }
-    let spec = call
-        .idempotency
-        .as_ref()
-        .expect("the macro emits an idempotency spec with #[idempotent]");
-    if let Some(part) = call.absent_part {
-        return missing_key(call, spec, part, body).await;
-    }
-    let fingerprint = match fingerprint.transpose() {
-        Ok(fp) => fp,
-        Err(message) => {
-            return R::from_coord_error(CoordError::Codec {
-                key: call.key.clone(),
-                message: format!("fingerprint parameters did not serialize: {message}"),
-            });
-        }
+    let (owner, claimed_at, fingerprint) = match admit(call, fingerprint, false).await {
+        Admission::Answer(answer) => return answer,
+        Admission::Unguarded => return body.await,
+        Admission::Owned {
+            owner,
+            claimed_at,
+            fingerprint,
+        } => (owner, claimed_at, fingerprint),
     };
+    let spec = call.idempotency.as_ref().expect("admitted with a spec");
     let store = call.coordinator.idempotency_store();
-    let owner = OwnerToken::new();
-
-    let claimed_at = match claim(call, store, owner, fingerprint).await {
-        Claim::Answer(answer) => return answer,
-        Claim::Unguarded => return body.await,
-        Claim::Owned(sent_at) => sent_at,
-    };
-    call.record_idempotency(IdempotencyOutcome::Executed);
 
     // The marker as a lease: renewed while the body runs when asked, and while completion
     // retries in any case; its local end bounds how long completion keeps trying.
@@ -143,18 +206,8 @@ where
     // From here on the work is done: settling the record must survive the caller dropping us.
     marker.disarm();
     let Some(ok) = output.ok_ref() else {
-        // A failure leaves no trace: free the key for a retry. If the abandon cannot be
-        // confirmed it is retried in the background until the marker's lease ends.
-        let store = Arc::clone(store);
-        let hold = hold.clone();
-        DetachOnDrop::new(async move {
-            if let Err(err) = store.abandon(&hold.key, hold.owner()).await {
-                tracing::warn!(key = %hold.key, error = %err, "coord: clearing the in-flight marker failed; retrying in the background");
-                let (key, owner, left) = (hold.key.clone(), hold.owner(), hold.lease_left());
-                store.abandon_detached(key, owner, left);
-            }
-        })
-        .await;
+        // A failure leaves no trace: free the key for a retry.
+        abandon_marker(Arc::clone(store), hold.clone()).await;
         return output;
     };
     // Encode, and decode back before storing: a record that could not be replayed is never
@@ -192,21 +245,31 @@ where
     }
 }
 
-/// A key part was `None`: refuse, or run without the layer, as the operation chose.
-async fn missing_key<R, F>(
+/// Clears the marker `hold` of a call whose body failed, owner-checked, so the key is free
+/// for a retry; survives the caller dropping the call. If the abandon cannot be confirmed it
+/// is retried in the background until the marker's lease ends.
+pub(crate) async fn abandon_marker(store: Arc<dyn IdempotencyStore>, hold: Arc<Hold>) {
+    DetachOnDrop::new(async move {
+        if let Err(err) = store.abandon(&hold.key, hold.owner()).await {
+            tracing::warn!(key = %hold.key, error = %err, "coord: clearing the in-flight marker failed; retrying in the background");
+            let (key, owner, left) = (hold.key.clone(), hold.owner(), hold.lease_left());
+            store.abandon_detached(key, owner, left);
+        }
+    })
+    .await;
+}
+
+/// A key part was `None`: refuse (the error), or run without the layer (`Ok`), as the
+/// operation chose.
+fn missing_key(
     call: &Call<'_>,
     spec: &IdempotencySpec,
     part: Option<&'static str>,
-    body: F,
-) -> R
-where
-    R: GuardedResult,
-    F: Future<Output = R>,
-{
+) -> Result<(), CoordError> {
     match spec.on_missing_key {
         OnMissingKey::Fail => {
             call.record_idempotency(IdempotencyOutcome::MissingKey);
-            R::from_coord_error(CoordError::MissingKey {
+            Err(CoordError::MissingKey {
                 op: call.spec.name.to_owned(),
                 part: part.map(str::to_owned),
             })
@@ -219,7 +282,7 @@ where
                 part,
                 "coord: idempotency key absent; running without idempotency (on_missing_key = run_unprotected)"
             );
-            body.await
+            Ok(())
         }
     }
 }
@@ -245,7 +308,7 @@ fn not_stored<R: GuardedResult>(
 }
 
 /// Runs the body as the holder of the marker `hold`, watching for its loss as `on_lost` says.
-async fn run_marked<F: Future>(
+pub(crate) async fn run_marked<F: Future>(
     hold: &Arc<Hold>,
     on_lost: Option<OnLost>,
     renewal: Option<&Registration>,
@@ -338,6 +401,7 @@ async fn claim<R>(
     store: &Arc<dyn IdempotencyStore>,
     owner: OwnerToken,
     fingerprint: Option<Fingerprint>,
+    transactional: bool,
 ) -> Claim<R>
 where
     R: GuardedResult,
@@ -381,6 +445,7 @@ where
                     OnAbandoned::Rerun => None,
                     OnAbandoned::Fail => Some(spec.retention),
                 },
+                transactional,
             })
             .await;
         let found = match found {

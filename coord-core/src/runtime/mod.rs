@@ -17,3 +17,4 @@ pub(crate) mod renewal;
 pub(crate) mod settings;
 pub(crate) mod spec;
 pub(crate) mod state;
+pub(crate) mod transactional;

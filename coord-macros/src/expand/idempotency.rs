@@ -1,13 +1,15 @@
 //! The `#[idempotent]` layer: its spec, the fingerprint of the parameters it checks a reused
 //! key against, and its step, the outermost.
 
-use proc_macro2::TokenStream;
+use proc_macro2::{Span, TokenStream};
 use quote::{quote, quote_spanned};
+use syn::Ident;
 
 use super::call::borrow_path;
 use super::function::{Locals, ReturnSite};
+use super::spans::{respan, with_span};
 use super::spec_values::{lease_policy, millis, policy, written};
-use crate::model::IdempotencyLayer;
+use crate::model::{IdempotencyLayer, TransactionParam};
 use crate::options::{Abandoned, MissingKey, StoreError};
 
 /// The `idempotency` field of the `OpSpec`: an `Option<IdempotencySpec>`.
@@ -74,7 +76,14 @@ pub(super) fn fingerprint(
 }
 
 /// The layer's step around `inner`.
-pub(super) fn wrap(site: &ReturnSite, inner: TokenStream) -> TokenStream {
+pub(super) fn wrap(
+    layer: Option<&IdempotencyLayer>,
+    site: &ReturnSite,
+    inner: TokenStream,
+) -> TokenStream {
+    if let Some(param) = layer.and_then(|layer| layer.transaction.as_ref()) {
+        return wrap_in_transaction(param, site, inner);
+    }
     let ReturnSite {
         at,
         krate,
@@ -84,5 +93,57 @@ pub(super) fn wrap(site: &ReturnSite, inner: TokenStream) -> TokenStream {
     } = site;
     quote_spanned! {*at=>
         #krate::__private::idempotent(#call, #fingerprint, #inner)
+    }
+}
+
+/// The step of `transaction = "tx"`: claim; on a replay or refusal, answer without the body;
+/// else run `inner` with `tx` lent to it (a reborrow under the same name, which ends with the
+/// body), then write the outcome in `tx` itself. `tx` is coerced to the transaction trait
+/// object at its own type, so a type coord cannot write in is reported on the parameter.
+fn wrap_in_transaction(
+    param: &TransactionParam,
+    site: &ReturnSite,
+    inner: TokenStream,
+) -> TokenStream {
+    let ReturnSite {
+        at,
+        krate,
+        call,
+        fingerprint,
+        ..
+    } = site;
+    let tx = &param.ident;
+    let mutable = param.mutable.then(|| quote!(mut));
+    let as_transaction = {
+        let krate_at = respan(krate.clone(), param.ty_span);
+        let object = with_span(&Ident::new("__coord_tx", Span::call_site()), *at);
+        // A parameter declared `mut` is borrowed as such (a `&mut &mut T` is a transaction
+        // too), so its `mut` is used and does not warn: the body's assignments go to the
+        // rebinding.
+        let source = if param.mutable {
+            quote_spanned!(param.ty_span=> &mut #tx)
+        } else {
+            quote_spanned!(param.ty_span=> #tx)
+        };
+        quote_spanned! {param.ty_span=>
+            let #object: &mut dyn #krate_at::provider::OutcomeTransaction = #source;
+        }
+    };
+    let object = with_span(&Ident::new("__coord_tx", Span::call_site()), *at);
+    quote_spanned! {*at=>
+        async {
+            match #krate::__private::claim_in_transaction(#call, #fingerprint).await {
+                #krate::__private::TransactionalStep::Answer(__coord_answer) => __coord_answer,
+                #krate::__private::TransactionalStep::Run(mut __coord_run) => {
+                    let __coord_output = __coord_run.body(#call, {
+                        #[allow(unused_variables, unused_mut)]
+                        let #mutable #tx = &mut *#tx;
+                        #inner
+                    }).await;
+                    #as_transaction
+                    __coord_run.complete_in(#call, #object, __coord_output).await
+                }
+            }
+        }
     }
 }

@@ -19,7 +19,7 @@ fn position(haystack: &str, needle: &str) -> usize {
 /// layer alone and all four together, every cache scope, the cluster flight, no return
 /// type, an `impl` return type, a method, a coordinator expression, a renamed crate,
 /// inner attributes and taken-in sibling paths.
-const SNAPSHOTS: [(&str, Kind, &str, &str); 10] = [
+const SNAPSHOTS: [(&str, Kind, &str, &str); 12] = [
     (
         "idempotent_every_option",
         Kind::Idempotent,
@@ -88,6 +88,20 @@ const SNAPSHOTS: [(&str, Kind, &str, &str); 10] = [
         Kind::DistributedLock,
         "",
         "async fn rebuild(&mut self) -> Result<(), CoordError> { Ok(()) }",
+    ),
+    (
+        "idempotent_in_transaction",
+        Kind::Idempotent,
+        "key_from = \"order_id\", fingerprint = \"cents\", transaction = \"tx\", renew = true",
+        "async fn charge(&self, tx: &mut Transaction<'_>, order_id: String, cents: u64) \
+         -> Result<u64, E> { tx.insert(&order_id, cents).await }",
+    ),
+    (
+        "idempotent_in_transaction_with_lock",
+        Kind::DistributedLock,
+        "lease = \"10s\"",
+        "#[idempotent(key_from = id, transaction = tx)] \
+         async fn f(mut tx: &mut dyn OutcomeTransaction, id: u64) -> Result<u64, E> { Ok(id) }",
     ),
 ];
 

@@ -200,6 +200,7 @@ async fn records_of_older_versions_read_with_unknowns(client: Client) {
         in_flight_lease: LONG,
         fingerprint: None,
         keep_abandoned_for: None,
+        transactional: false,
     })
     .await
     .unwrap();

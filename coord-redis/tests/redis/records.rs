@@ -64,6 +64,7 @@ async fn claim_complete_and_replay(client: Client) {
         in_flight_lease: LONG,
         fingerprint: fp,
         keep_abandoned_for: None,
+        transactional: false,
     };
     assert_eq!(s.claim(req(a)).await.unwrap(), ClaimOutcome::Claimed);
     match s.claim(req(b)).await.unwrap() {
@@ -233,6 +234,7 @@ async fn binary_payloads_round_trip(client: Client) {
         in_flight_lease: LONG,
         fingerprint: fp,
         keep_abandoned_for: None,
+        transactional: false,
     };
     s.claim(req.clone()).await.unwrap();
     let payload: Vec<u8> = (0..=255u8).chain([0, 0, b'\r', b'\n']).collect();
@@ -379,6 +381,7 @@ async fn abandoned_marker_is_kept_on_request(client: Client) {
         in_flight_lease: lease,
         fingerprint: fp,
         keep_abandoned_for: Some(Duration::from_secs(60)),
+        transactional: false,
     };
     assert_eq!(
         s.claim(req(a, Duration::from_millis(300))).await.unwrap(),
@@ -586,6 +589,7 @@ async fn a_resent_claim_of_the_live_marker_is_claimed_again(client: Client) {
             in_flight_lease: LONG,
             fingerprint: Some(Fingerprint([3; 16])),
             keep_abandoned_for: keep,
+            transactional: false,
         };
         assert_eq!(s.claim(req(a)).await.unwrap(), ClaimOutcome::Claimed);
         let before = server.command(&["HGETALL", &record]);

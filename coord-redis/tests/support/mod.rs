@@ -106,6 +106,7 @@ pub fn claim(key: &CallKey, owner: OwnerToken, lease: Duration) -> ClaimRequest<
         in_flight_lease: lease,
         fingerprint: None,
         keep_abandoned_for: None,
+        transactional: false,
     }
 }
 

@@ -392,6 +392,7 @@ async fn request(field: Field, d: Duration) -> String {
         in_flight_lease: lease,
         fingerprint: None,
         keep_abandoned_for: None,
+        transactional: false,
     };
     let complete = |owner, retention| CompleteRequest {
         key: &k,

@@ -93,6 +93,7 @@ async fn a_crashed_callers_marker_expires_with_its_lease() {
             in_flight_lease: Duration::from_millis(300),
             fingerprint: None,
             keep_abandoned_for: None,
+            transactional: false,
         })
         .await
         .unwrap();
@@ -170,6 +171,7 @@ async fn claimable(c: &Coordinator, op: &str, part: &str) -> bool {
             in_flight_lease: Duration::from_secs(1),
             fingerprint: None,
             keep_abandoned_for: None,
+            transactional: false,
         })
         .await
         .unwrap();
@@ -276,6 +278,7 @@ async fn an_abandoned_call_is_not_rerun_under_on_abandoned_fail() {
             in_flight_lease: Duration::from_millis(200),
             fingerprint: None,
             keep_abandoned_for: Some(Duration::from_secs(60)),
+            transactional: false,
         })
         .await
         .unwrap();
@@ -314,6 +317,7 @@ async fn an_abandoned_call_is_rerun_by_default() {
             in_flight_lease: Duration::from_millis(200),
             fingerprint: None,
             keep_abandoned_for: None,
+            transactional: false,
         })
         .await
         .unwrap();

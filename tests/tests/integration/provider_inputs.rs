@@ -170,6 +170,7 @@ async fn superseded_names_the_other_owner() {
         in_flight_lease: lease,
         fingerprint: None,
         keep_abandoned_for: None,
+        transactional: false,
     };
     let complete = |owner| CompleteRequest {
         key: &k,

@@ -18,6 +18,7 @@ mod config_runtime;
 mod conformance_memory;
 mod handle_api;
 mod idempotency_layer;
+mod idempotency_transaction;
 mod lease_renewal;
 mod lock_layer;
 mod macro_shapes;

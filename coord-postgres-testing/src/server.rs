@@ -267,13 +267,19 @@ impl PostgresServer {
     /// stay open, nothing is answered, new connections get no answer.
     pub fn pause(&self) {
         let pid = self.pid().expect("the server is running");
-        assert!(signal_server(pid, libc::SIGSTOP), "SIGSTOP to postgres failed");
+        assert!(
+            signal_server(pid, libc::SIGSTOP),
+            "SIGSTOP to postgres failed"
+        );
     }
 
     /// Thaws a paused server (SIGCONT to all of it).
     pub fn resume(&self) {
         let pid = self.pid().expect("the server is running");
-        assert!(signal_server(pid, libc::SIGCONT), "SIGCONT to postgres failed");
+        assert!(
+            signal_server(pid, libc::SIGCONT),
+            "SIGCONT to postgres failed"
+        );
     }
 
     /// Kills the whole server at once (SIGKILL to the postmaster and every backend), as a
@@ -411,7 +417,10 @@ impl PostgresServer {
 
     /// Creates database `name` (owned by the superuser).
     pub fn create_database(&self, name: &str) {
-        self.sql(&format!("CREATE DATABASE \"{}\"", name.replace('"', "\"\"")));
+        self.sql(&format!(
+            "CREATE DATABASE \"{}\"",
+            name.replace('"', "\"\"")
+        ));
     }
 
     /// The server's log so far (warnings and errors).

@@ -15,7 +15,12 @@ fn a_server_keeps_commits_across_a_kill_and_restart() {
     assert_eq!(server.port(), port, "the same port after a restart");
     assert_eq!(server.sql("SELECT v FROM t"), "7", "commits survive a kill");
     assert!(server.unix_url().contains("host="), "{}", server.unix_url());
-    assert!(server.socket_dir().join(format!(".s.PGSQL.{port}")).exists());
+    assert!(
+        server
+            .socket_dir()
+            .join(format!(".s.PGSQL.{port}"))
+            .exists()
+    );
 }
 
 #[test]

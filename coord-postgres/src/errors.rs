@@ -55,17 +55,18 @@ pub(crate) fn breaks_connection(err: &tokio_postgres::Error) -> bool {
         Some(db) => {
             matches!(db.code().code(), "57P01" | "57P02" | "57P03")
                 || db.code().code().starts_with("08")
-                || matches!(
-                    db.severity(),
-                    "FATAL" | "PANIC"
-                )
+                || matches!(db.severity(), "FATAL" | "PANIC")
         }
         None => true,
     }
 }
 
 /// `err` as a backend error, described as `what` at `address` (which holds no password).
-pub(crate) fn backend_error(err: &tokio_postgres::Error, what: &str, address: &str) -> BackendError {
+pub(crate) fn backend_error(
+    err: &tokio_postgres::Error,
+    what: &str,
+    address: &str,
+) -> BackendError {
     let kind = kind_of(err);
     let detail = match err.as_db_error() {
         Some(db) => format!("{} ({}): {}", db.severity(), db.code().code(), db.message()),
@@ -73,9 +74,9 @@ pub(crate) fn backend_error(err: &tokio_postgres::Error, what: &str, address: &s
     };
     let hint = match kind {
         BackendErrorKind::Config
-            if err
-                .as_db_error()
-                .is_some_and(|db| matches!(db.code().code(), "3F000" | "42P01" | "42883" | "42703")) =>
+            if err.as_db_error().is_some_and(|db| {
+                matches!(db.code().code(), "3F000" | "42P01" | "42883" | "42703")
+            }) =>
         {
             "; coord's tables are missing or older than this version: run `coord migrate` or \
              `PostgresProvider::migrate`"

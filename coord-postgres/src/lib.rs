@@ -4,7 +4,9 @@
 
 #![warn(missing_docs)]
 
+mod connection;
 mod errors;
+mod from_config;
 mod provider;
 mod schema;
 mod sql;
@@ -13,6 +15,7 @@ mod sweeper;
 mod tls;
 mod waiters;
 
+pub use from_config::{coordinator_from_config, coordinator_from_env};
 pub use provider::{
     ConnectError, MAX_KEY_BYTES, PostgresProvider, PostgresProviderBuilder, URL_ENV,
 };

@@ -150,7 +150,10 @@ pub(crate) async fn read_version(
         return Ok(None);
     }
     let row = client
-        .query_one(&format!("SELECT coalesce(max(version), 0) FROM {table}"), &[])
+        .query_one(
+            &format!("SELECT coalesce(max(version), 0) FROM {table}"),
+            &[],
+        )
         .await?;
     Ok(Some(u32::try_from(row.get::<_, i32>(0)).unwrap_or(0)))
 }
@@ -242,7 +245,16 @@ mod tests {
         for ok in ["coord", "coord_2", "_x", "a"] {
             assert!(valid_schema_name(ok), "{ok}");
         }
-        for bad in ["", "Coord", "1x", "a-b", "a b", "pg_x", "a\"b", &"x".repeat(64)] {
+        for bad in [
+            "",
+            "Coord",
+            "1x",
+            "a-b",
+            "a b",
+            "pg_x",
+            "a\"b",
+            &"x".repeat(64),
+        ] {
             assert!(!valid_schema_name(bad), "{bad}");
         }
     }

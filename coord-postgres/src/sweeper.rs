@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use coord_core::BackendError;
 
-use crate::provider::Inner;
+use crate::connection::Link;
 
 /// Rows deleted per statement.
 const BATCH: usize = 500;
@@ -21,7 +21,7 @@ const BATCHES_PER_ROUND: usize = 20;
 
 /// Starts the sweeper on the current runtime: every `every` (jittered by up to a quarter),
 /// until the provider is dropped.
-pub(crate) fn start(inner: Weak<Inner>, every: Duration) {
+pub(crate) fn start(link: Weak<Link>, statements: Vec<String>, every: Duration) {
     if tokio::runtime::Handle::try_current().is_err() {
         return;
     }
@@ -30,9 +30,9 @@ pub(crate) fn start(inner: Weak<Inner>, every: Duration) {
             let spread = (every.as_millis() as u64 / 4).max(1);
             let pause = every + Duration::from_millis(rand::random_range(0..spread));
             tokio::time::sleep(pause).await;
-            let Some(inner) = inner.upgrade() else { return };
+            let Some(link) = link.upgrade() else { return };
             for _ in 0..BATCHES_PER_ROUND {
-                match sweep_once(&inner, BATCH).await {
+                match sweep_once(&link, &statements, BATCH).await {
                     Ok(n) if n >= BATCH as u64 => continue,
                     Ok(_) => break,
                     Err(err) => {
@@ -47,12 +47,16 @@ pub(crate) fn start(inner: Weak<Inner>, every: Duration) {
 
 /// One batch on every table: deletes at most `batch` expired rows from each, and returns how
 /// many it deleted in all.
-pub(crate) async fn sweep_once(inner: &Inner, batch: usize) -> Result<u64, BackendError> {
+pub(crate) async fn sweep_once(
+    link: &Link,
+    statements: &[String],
+    batch: usize,
+) -> Result<u64, BackendError> {
     let limit = batch.clamp(1, 100_000) as i64;
     let mut swept = 0u64;
-    for statement in &inner.sql.sweep {
-        let rows = inner
-            .query_any(statement, &[&limit], "sweeping expired rows")
+    for statement in statements {
+        let rows = link
+            .query(statement, &[&limit], "sweeping expired rows")
             .await?;
         let n: i64 = rows.first().and_then(|r| r.try_get(0).ok()).unwrap_or(0);
         swept += n.max(0) as u64;

@@ -19,7 +19,8 @@ fn config_error(message: String) -> BackendError {
 }
 
 fn read(path: &Path, what: &str) -> Result<Vec<u8>, BackendError> {
-    std::fs::read(path).map_err(|e| config_error(format!("reading the {what} {}: {e}", path.display())))
+    std::fs::read(path)
+        .map_err(|e| config_error(format!("reading the {what} {}: {e}", path.display())))
 }
 
 /// The connector for `settings`.

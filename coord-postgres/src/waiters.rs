@@ -26,7 +26,11 @@ use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 use tokio_postgres::AsyncMessage;
 
-use crate::provider::{RECHECK_CAP, Settings, Tls};
+use crate::connection::{Settings, Tls};
+
+/// The longest a waiter sleeps before looking again when no notification comes (a lost one,
+/// a holder that crashed and lets its lease run out, a listening connection that dropped).
+pub(crate) const RECHECK_CAP: Duration = Duration::from_secs(1);
 
 /// How often the listening connection is checked with a round trip: a connection to a
 /// frozen or vanished server may stay open without delivering anything.
@@ -507,9 +511,15 @@ mod tests {
     #[test]
     fn rechecks_are_capped_and_after_the_lapse() {
         let d = recheck_after(Some(Duration::from_millis(200)));
-        assert!(d > Duration::from_millis(200) && d < Duration::from_millis(220), "{d:?}");
+        assert!(
+            d > Duration::from_millis(200) && d < Duration::from_millis(220),
+            "{d:?}"
+        );
         let d = recheck_after(Some(Duration::from_secs(60)));
-        assert!(d > RECHECK_CAP && d < RECHECK_CAP + Duration::from_millis(70), "{d:?}");
+        assert!(
+            d > RECHECK_CAP && d < RECHECK_CAP + Duration::from_millis(70),
+            "{d:?}"
+        );
         assert!(recheck_after(None) > RECHECK_CAP);
         assert!(recheck_after(Some(Duration::ZERO)) >= Duration::from_millis(1));
     }

@@ -80,7 +80,12 @@ impl CacheStore for PostgresProvider {
         Box::pin(async move {
             let inner = &*self.inner;
             let rows = inner
-                .query(&inner.sql.cache_delete, &[&key.qualified()], "cache delete", key)
+                .query(
+                    &inner.sql.cache_delete,
+                    &[&key.qualified()],
+                    "cache delete",
+                    key,
+                )
                 .await?;
             let row = inner.one(&rows, "cache delete", key)?;
             inner.get(row, 0, "cache delete", key)

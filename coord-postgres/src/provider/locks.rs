@@ -67,7 +67,10 @@ impl Inner {
         }
     }
 
-    async fn acquire_waiting(&self, req: &LockRequest<'_>) -> Result<Option<LockGrant>, BackendError> {
+    async fn acquire_waiting(
+        &self,
+        req: &LockRequest<'_>,
+    ) -> Result<Option<LockGrant>, BackendError> {
         // `None`: a wait too long to represent: until granted or dropped.
         let deadline = Instant::now().checked_add(req.wait);
         match self.try_lock(req, false).await? {

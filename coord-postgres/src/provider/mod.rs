@@ -10,35 +10,27 @@ mod locks;
 mod operations;
 mod records;
 
-use std::str::FromStr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use coord_core::provider::BackendErrorKind;
 use coord_core::{BackendError, CallKey};
-use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use deadpool_postgres::Pool;
+use tokio_postgres::Row;
 use tokio_postgres::config::SslMode;
 use tokio_postgres::types::{FromSql, ToSql};
-use tokio_postgres::{NoTls, Row};
 
-use crate::errors::{backend_error, breaks_connection};
+use crate::connection::{Link, MAX_MILLIS, Settings, Tls, describe, parse_url, pool_error};
+use crate::errors::backend_error;
 use crate::schema::{self, DEFAULT_SCHEMA, MigrationReport, SchemaError};
 use crate::sql::Statements;
 use crate::sweeper;
 #[cfg(feature = "tls")]
 use crate::tls::TlsSettings;
-use crate::waiters::Hub;
+use crate::waiters::{Hub, ListenerSettings};
 
 /// The environment variable [`PostgresProvider::from_env`] reads.
 pub const URL_ENV: &str = "COORD_POSTGRES_URL";
-
-/// The longest lease, retention or keep period written: 2^46 ms, about 2230 years (far inside
-/// what `timestamptz` holds, and exact as a double).
-pub(crate) const MAX_MILLIS: u64 = 1 << 46;
-
-/// The longest a waiter sleeps before looking again when no notification comes (a lost one,
-/// a holder that crashed and lets its lease run out, a listening connection that dropped).
-pub(crate) const RECHECK_CAP: Duration = Duration::from_secs(1);
 
 /// The longest command timeout a provider uses.
 const MAX_COMMAND_TIMEOUT: Duration = Duration::from_secs(3600);
@@ -63,7 +55,7 @@ pub struct PostgresProvider {
 }
 
 pub(crate) struct Inner {
-    pub(crate) pool: Pool,
+    pub(crate) link: Arc<Link>,
     pub(crate) sql: Statements,
     /// The notification channel (one per schema).
     pub(crate) channel: String,
@@ -151,7 +143,9 @@ impl From<BackendError> for ConnectError {
 impl From<ConnectError> for BackendError {
     fn from(err: ConnectError) -> Self {
         match err {
-            ConnectError::Schema(err) => BackendError::new(BackendErrorKind::Config, err.to_string()),
+            ConnectError::Schema(err) => {
+                BackendError::new(BackendErrorKind::Config, err.to_string())
+            }
             ConnectError::Backend(err) => err,
         }
     }
@@ -279,7 +273,9 @@ impl PostgresProviderBuilder {
 
     fn validate(&self) -> Result<(), BackendError> {
         if self.command_timeout.is_zero() {
-            return Err(config_error("the command timeout must be greater than zero"));
+            return Err(config_error(
+                "the command timeout must be greater than zero",
+            ));
         }
         if self.pool_size == 0 || self.pool_size > MAX_POOL_SIZE {
             return Err(config_error(format!(
@@ -323,7 +319,10 @@ impl PostgresProviderBuilder {
             // The server cancels a statement that runs past the command timeout (the client
             // stops waiting then too); an idle transaction never holds rows.
             let ms = self.command_timeout.as_millis().max(1);
-            let ours = format!("-c statement_timeout={ms} -c idle_in_transaction_session_timeout={}", ms.saturating_mul(10));
+            let ours = format!(
+                "-c statement_timeout={ms} -c idle_in_transaction_session_timeout={}",
+                ms.saturating_mul(10)
+            );
             let options = match config.get_options() {
                 Some(theirs) if !theirs.trim().is_empty() => format!("{theirs} {ours}"),
                 _ => ours,
@@ -372,7 +371,10 @@ impl PostgresProviderBuilder {
         let settings = self.settings(&url, Purpose::Listener)?;
         let what = "migrating coord's schema";
         let work = async {
-            let mut client = settings.connect_one().await.map_err(|e| backend_error(&e, what, &settings.address))?;
+            let mut client = settings
+                .connect_one()
+                .await
+                .map_err(|e| backend_error(&e, what, &settings.address))?;
             schema::migrate(&mut client, &self.schema)
                 .await
                 .map_err(|e| backend_error(&e, what, &settings.address))
@@ -402,9 +404,10 @@ impl PostgresProviderBuilder {
                 let pool = pool_settings.pool(self.pool_size, self.command_timeout)?;
                 (pool, self.settings(url, Purpose::Listener)?)
             }
-            Source::Pool { pool, listener_url } => {
-                (pool.clone(), self.settings(listener_url, Purpose::Listener)?)
-            }
+            Source::Pool { pool, listener_url } => (
+                pool.clone(),
+                self.settings(listener_url, Purpose::Listener)?,
+            ),
         };
         let address = listener.address.clone();
         let timeout = self.command_timeout;
@@ -452,10 +455,22 @@ impl PostgresProviderBuilder {
             }
         };
         let channel = channel_name(&self.schema);
-        let inner = Arc::new(Inner {
+        let sweeps = sql.sweep.to_vec();
+        let link = Arc::new(Link {
             pool,
+            timeout,
+            address: address.clone(),
+        });
+        let inner = Arc::new(Inner {
+            link: link.clone(),
             sql,
-            hub: Hub::new(listener.into_listener(channel.clone()), timeout),
+            hub: Hub::new(
+                ListenerSettings {
+                    settings: listener,
+                    channel: channel.clone(),
+                },
+                timeout,
+            ),
             channel,
             schema: self.schema.clone(),
             timeout,
@@ -463,7 +478,7 @@ impl PostgresProviderBuilder {
             clock,
         });
         if let Some(every) = self.sweep_interval {
-            sweeper::start(Arc::downgrade(&inner), every);
+            sweeper::start(Arc::downgrade(&link), sweeps, every);
         }
         Ok(PostgresProvider { inner })
     }
@@ -473,116 +488,6 @@ impl PostgresProviderBuilder {
 enum Purpose {
     Pool,
     Listener,
-}
-
-/// How connections are secured.
-#[derive(Clone)]
-pub(crate) enum Tls {
-    None,
-    #[cfg(feature = "tls")]
-    Rustls(tokio_postgres_rustls::MakeRustlsConnect),
-}
-
-/// Settings for connections: tokio-postgres's, the TLS connector, and the address to name in
-/// errors.
-pub(crate) struct Settings {
-    pub(crate) config: tokio_postgres::Config,
-    pub(crate) tls: Tls,
-    pub(crate) address: String,
-}
-
-impl Settings {
-    fn pool(&self, size: usize, timeout: Duration) -> Result<Pool, BackendError> {
-        let manager_config = ManagerConfig {
-            recycling_method: RecyclingMethod::Fast,
-        };
-        let manager = match &self.tls {
-            Tls::None => Manager::from_config(self.config.clone(), NoTls, manager_config),
-            #[cfg(feature = "tls")]
-            Tls::Rustls(tls) => Manager::from_config(self.config.clone(), tls.clone(), manager_config),
-        };
-        Pool::builder(manager)
-            .max_size(size)
-            .runtime(Runtime::Tokio1)
-            .wait_timeout(Some(timeout))
-            .create_timeout(Some(timeout))
-            .recycle_timeout(Some(timeout))
-            .build()
-            .map_err(|e| config_error(format!("making the connection pool: {e}")))
-    }
-
-    /// One connection of its own, its connection task spawned.
-    pub(crate) async fn connect_one(&self) -> Result<tokio_postgres::Client, tokio_postgres::Error> {
-        match &self.tls {
-            Tls::None => {
-                let (client, connection) = self.config.connect(NoTls).await?;
-                tokio::spawn(async move {
-                    let _ = connection.await;
-                });
-                Ok(client)
-            }
-            #[cfg(feature = "tls")]
-            Tls::Rustls(tls) => {
-                let (client, connection) = self.config.connect(tls.clone()).await?;
-                tokio::spawn(async move {
-                    let _ = connection.await;
-                });
-                Ok(client)
-            }
-        }
-    }
-
-    fn into_listener(self, channel: String) -> crate::waiters::ListenerSettings {
-        crate::waiters::ListenerSettings {
-            settings: self,
-            channel,
-        }
-    }
-}
-
-/// The URL as tokio-postgres reads it. libpq's `sslmode=verify-ca` and `verify-full`, which
-/// tokio-postgres does not know, are read as `require`: coord's TLS always verifies the
-/// certificate chain and the host name, as `verify-full` does.
-fn parse_url(url: &str) -> Result<tokio_postgres::Config, BackendError> {
-    let text = url
-        .trim()
-        .replace("sslmode=verify-full", "sslmode=require")
-        .replace("sslmode=verify-ca", "sslmode=require");
-    tokio_postgres::Config::from_str(&text).map_err(|e| {
-        config_error(format!(
-            "the PostgreSQL URL is not valid ({e}): use postgres://user[:password]@host[:port]/database[?sslmode=..] \
-             or the key=value form (host=.. dbname=..)"
-        ))
-    })
-}
-
-/// `host:port/database` (hosts and ports joined by commas), never the password.
-fn describe(config: &tokio_postgres::Config) -> String {
-    use tokio_postgres::config::Host;
-    let hosts: Vec<String> = config
-        .get_hosts()
-        .iter()
-        .map(|h| match h {
-            Host::Tcp(name) => name.clone(),
-            Host::Unix(path) => format!("unix:{}", path.display()),
-        })
-        .collect();
-    let hosts = if hosts.is_empty() {
-        "localhost".to_owned()
-    } else {
-        hosts.join(",")
-    };
-    let ports: Vec<String> = config.get_ports().iter().map(u16::to_string).collect();
-    let port = if ports.is_empty() {
-        "5432".to_owned()
-    } else {
-        ports.join(",")
-    };
-    let db = config
-        .get_dbname()
-        .or(config.get_user())
-        .unwrap_or("postgres");
-    format!("{hosts}:{port}/{db}")
 }
 
 /// The notification channel of `schema`: short, a valid identifier, distinct per schema.
@@ -613,53 +518,6 @@ pub(crate) fn wake_payload(kind: &str, key: &CallKey) -> String {
     )
 }
 
-/// The error of a pool that gave no connection.
-pub(crate) fn pool_error(
-    err: &deadpool_postgres::PoolError,
-    what: &str,
-    address: &str,
-    timeout: Duration,
-) -> BackendError {
-    use deadpool_postgres::PoolError;
-    match err {
-        PoolError::Timeout(_) => BackendError::new(
-            BackendErrorKind::Timeout,
-            format!("{what} at {address}: no connection within {timeout:?} (the server is slow or unreachable, or every pooled connection is busy)"),
-        ),
-        PoolError::Backend(err) => backend_error(err, what, address),
-        PoolError::Closed => BackendError::new(
-            BackendErrorKind::Unavailable,
-            format!("{what} at {address}: the connection pool is closed"),
-        ),
-        other => BackendError::new(
-            BackendErrorKind::Unavailable,
-            format!("{what} at {address}: {other}"),
-        ),
-    }
-}
-
-/// A pooled connection that leaves the pool for good when dropped, unless given back: a
-/// statement that timed out, was cancelled (its caller's future dropped) or broke its
-/// connection may still have an answer on its way, which the next statement would read
-/// instead of its own, so that connection is closed rather than reused.
-struct Checkout(Option<deadpool_postgres::Object>);
-
-impl Checkout {
-    fn give_back(mut self) {
-        // Dropping the object returns it to the pool.
-        drop(self.0.take());
-    }
-}
-
-impl Drop for Checkout {
-    fn drop(&mut self) {
-        if let Some(object) = self.0.take() {
-            // Closes the connection (its task is aborted with it).
-            drop(deadpool_postgres::Object::take(object));
-        }
-    }
-}
-
 impl Inner {
     /// Runs one statement (prepared once per connection) and returns its rows. Everything,
     /// from taking a pooled connection to reading the last row, is bounded by the command
@@ -685,48 +543,14 @@ impl Inner {
             .map_err(|e| e.with_key(key))
     }
 
-    /// [`Inner::query`] for statements about no key (listings, the sweeper, the clock).
+    /// [`Inner::query`] for statements about no key (listings, the clock).
     pub(crate) async fn query_any(
         &self,
         sql: &str,
         params: &[&(dyn ToSql + Sync)],
         what: &str,
     ) -> Result<Vec<Row>, BackendError> {
-        let run = async {
-            let object = self
-                .pool
-                .get()
-                .await
-                .map_err(|e| pool_error(&e, what, &self.address, self.timeout))?;
-            let checkout = Checkout(Some(object));
-            let client = checkout.0.as_ref().expect("checked out");
-            let outcome = match client.prepare_cached(sql).await {
-                Ok(statement) => client.query(&statement, params).await,
-                Err(err) => Err(err),
-            };
-            match outcome {
-                Ok(rows) => {
-                    checkout.give_back();
-                    Ok(rows)
-                }
-                Err(err) => {
-                    if !breaks_connection(&err) && !client.is_closed() {
-                        checkout.give_back();
-                    }
-                    Err(backend_error(&err, what, &self.address))
-                }
-            }
-        };
-        match tokio::time::timeout(self.timeout, run).await {
-            Ok(outcome) => outcome,
-            Err(_) => Err(BackendError::new(
-                BackendErrorKind::Timeout,
-                format!(
-                    "{what} at {}: no answer within {:?}",
-                    self.address, self.timeout
-                ),
-            )),
-        }
+        self.link.query(sql, params, what).await
     }
 
     /// A column of a row, or a `Protocol` error naming the statement.
@@ -903,7 +727,7 @@ impl PostgresProvider {
     /// Deletes rows past their expiry now, as the sweeper does (at most `batch` rows per
     /// table), and returns how many it deleted.
     pub async fn sweep(&self, batch: usize) -> Result<u64, BackendError> {
-        sweeper::sweep_once(&self.inner, batch).await
+        sweeper::sweep_once(&self.inner.link, &self.inner.sql.sweep, batch).await
     }
 }
 
@@ -935,7 +759,8 @@ mod tests {
 
     #[test]
     fn urls_are_read_by_tokio_postgres_without_their_passwords_in_the_address() {
-        let config = parse_url("postgres://u:secret@db.internal:6543/app?sslmode=verify-full").unwrap();
+        let config =
+            parse_url("postgres://u:secret@db.internal:6543/app?sslmode=verify-full").unwrap();
         assert_eq!(config.get_ssl_mode(), SslMode::Require);
         let address = describe(&config);
         assert_eq!(address, "db.internal:6543/app");

@@ -20,7 +20,10 @@ use super::{Inner, PostgresProvider, from_ms, owner_of, wake_payload};
 fn cursor_after(op_key: &str) -> Cursor {
     Cursor::new(format!(
         "p.{}",
-        op_key.bytes().map(|b| format!("{b:02x}")).collect::<String>()
+        op_key
+            .bytes()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
     ))
 }
 
@@ -50,9 +53,8 @@ impl Inner {
         let fence: Option<i64> = self.get(row, 1, what, key)?;
         let waited: bool = self.get(row, 2, what, key)?;
         let left: i64 = self.get(row, 3, what, key)?;
-        let holder = (left > 0).then(|| {
-            LockHolder::new(owner_of(owner), from_ms(left), Waiters::Flagged(waited))
-        });
+        let holder = (left > 0)
+            .then(|| LockHolder::new(owner_of(owner), from_ms(left), Waiters::Flagged(waited)));
         Ok(LockInfo::new(
             key.clone(),
             holder,
@@ -82,7 +84,10 @@ impl Inner {
             _ => {
                 return Err(BackendError::new(
                     BackendErrorKind::Corrupt,
-                    format!("{what} at {}: the record has an unknown state", self.address),
+                    format!(
+                        "{what} at {}: the record has an unknown state",
+                        self.address
+                    ),
                 )
                 .with_key(key));
             }
@@ -212,7 +217,9 @@ impl Operations for PostgresProvider {
     ) -> BoxFuture<'a, Result<Page<CallKey>, BackendError>> {
         Box::pin(async move {
             let inner = &*self.inner;
-            inner.list(&inner.sql.record_list, req, "list records").await
+            inner
+                .list(&inner.sql.record_list, req, "list records")
+                .await
         })
     }
 

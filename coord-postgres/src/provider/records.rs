@@ -17,7 +17,9 @@ use coord_core::{BackendError, CallKey};
 use tokio::time::Instant;
 
 use super::locks::renew_outcome;
-use super::{Inner, MAX_MILLIS, PostgresProvider, from_ms, millis, owner_of, uuid_of, wake_payload};
+use super::{
+    Inner, MAX_MILLIS, PostgresProvider, from_ms, millis, owner_of, uuid_of, wake_payload,
+};
 use crate::waiters::{Cue, Look, Wake};
 
 /// How many times a statement is sent again when the key's row changed under it (another
@@ -68,7 +70,14 @@ impl Inner {
             let rows = self
                 .query(
                     &self.sql.record_claim,
-                    &[&key.qualified(), &owner, &lease, &fp, &keep, &Some(not_after)],
+                    &[
+                        &key.qualified(),
+                        &owner,
+                        &lease,
+                        &fp,
+                        &keep,
+                        &Some(not_after),
+                    ],
                     "claim",
                     key,
                 )
@@ -130,8 +139,9 @@ impl Inner {
                 Some("completed") => {
                     let payload: Option<Vec<u8>> = self.get(row, 5, "claim", key)?;
                     let age: Option<i64> = self.get(row, 8, "claim", key)?;
-                    let payload = payload
-                        .ok_or_else(|| self.protocol("claim", key, "a completed record without a payload"))?;
+                    let payload = payload.ok_or_else(|| {
+                        self.protocol("claim", key, "a completed record without a payload")
+                    })?;
                     Ok(ClaimOutcome::Completed {
                         payload: Arc::from(payload),
                         fingerprint,

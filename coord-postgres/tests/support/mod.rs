@@ -15,7 +15,7 @@ use coord_postgres_testing::PostgresServer;
 /// called from inside another runtime).
 pub fn block_on<F>(fut: F) -> F::Output
 where
-    F: std::future::Future + Send + 'static,
+    F: Future + Send + 'static,
     F::Output: Send + 'static,
 {
     std::thread::spawn(move || {

@@ -62,7 +62,7 @@ fn candidates() -> Vec<PathBuf> {
                 Some((version, e.path().join("bin")))
             })
             .collect();
-        versions.sort_by(|a, b| b.0.cmp(&a.0));
+        versions.sort_by_key(|v| std::cmp::Reverse(v.0));
         dirs.extend(versions.into_iter().map(|(_, dir)| dir));
     }
     if let Some(path) = std::env::var_os("PATH") {

@@ -34,7 +34,7 @@ pub(crate) fn signal_server(postmaster: u32, sig: libc::c_int) -> bool {
     // The postmaster is our unreaped child, so its pid is its own. A child's pid is read
     // from /proc an instant before it is signalled; a backend that exits in between could in
     // principle have its pid reused, a race a test harness accepts.
-    let delivered = match sig {
+    match sig {
         libc::SIGCONT => {
             for child in children(postmaster) {
                 unsafe { libc::kill(child as libc::pid_t, sig) };
@@ -53,8 +53,7 @@ pub(crate) fn signal_server(postmaster: u32, sig: libc::c_int) -> bool {
             }
         }
         _ => unsafe { libc::kill(pm, sig) == 0 },
-    };
-    delivered
+    }
 }
 
 /// The processes whose parent is `parent`, from /proc.

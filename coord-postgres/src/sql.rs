@@ -554,3 +554,30 @@ const SWEEP: &str = "WITH doomed AS (
 ),
 gone AS (DELETE FROM {s}.{table} t USING doomed WHERE t.ctid = doomed.ctid RETURNING 1)
 SELECT count(*) AS swept FROM gone";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schema;
+
+    /// Every statement parses, plans and type-checks against the tables the migrations make
+    /// (and uses a parameter type per placeholder the provider binds).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn every_statement_prepares_against_the_migrated_schema() {
+        let server = tokio::task::spawn_blocking(coord_postgres_testing::PostgresServer::start)
+            .await
+            .unwrap();
+        let (mut client, connection) =
+            tokio_postgres::connect(&server.url(), tokio_postgres::NoTls)
+                .await
+                .unwrap();
+        tokio::spawn(connection);
+        schema::migrate(&mut client, "prep").await.unwrap().unwrap();
+        let statements = Statements::new(&schema::quoted("prep"));
+        for text in statements.all() {
+            if let Err(err) = client.prepare(text).await {
+                panic!("{err:?}\n{text}");
+            }
+        }
+    }
+}

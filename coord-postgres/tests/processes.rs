@@ -247,6 +247,9 @@ fn charge_everywhere(server: &PostgresServer) -> Result<(), String> {
     Ok(())
 }
 
+/// One scenario against the shared server: `Err` says what went wrong.
+type Scenario = fn(&PostgresServer) -> Result<(), String>;
+
 fn main() {
     if let Ok(role) = std::env::var(ROLE) {
         tokio::runtime::Builder::new_multi_thread()
@@ -273,7 +276,7 @@ fn main() {
          INSERT INTO witness (slot) VALUES (0), (1); \
          CREATE TABLE runs (order_id text NOT NULL, pid int NOT NULL)",
     );
-    let scenarios: [(&str, fn(&PostgresServer) -> Result<(), String>); 2] = [
+    let scenarios: [(&str, Scenario); 2] = [
         ("contend_with_a_fencing_witness", contend),
         ("idempotent_across_processes", charge_everywhere),
     ];

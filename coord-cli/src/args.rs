@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-/// Inspect and operate coord's locks and idempotency records in Redis, and check a Redis
-/// deployment for coord.
+/// Inspect and operate coord's locks and idempotency records in Redis or PostgreSQL, check a
+/// Redis deployment for coord, and create or upgrade coord's tables in PostgreSQL.
 ///
 /// Keys are given and printed in coord's shown form, `operation:parts` (for example
 /// `payments.charge:order-7`): the form coord's errors, call reports and log lines print.
@@ -30,13 +30,43 @@ Exit codes:
   0  done (check: no failure; warnings allowed)
   1  check: at least one check failed
   2  bad usage or input: arguments, URL, credentials, namespace, a key coord never prints, a cursor
-  3  Redis unreachable, too slow, or answering with an error
+  3  Redis or PostgreSQL unreachable, too slow, or answering with an error
   4  corrupt state under coord's keys (a value coord did not write)
   5  a destructive command was not confirmed (declined, or no --yes without a terminal)";
 
-/// Where Redis is and how to talk to it.
+/// Where Redis (or PostgreSQL) is and how to talk to it.
 #[derive(Debug, Args)]
 pub struct Connection {
+    /// PostgreSQL URL (`postgres://user[:password]@host[:port]/database[?sslmode=..]`, or
+    /// `?host=/path/to/socket/dir` for a Unix socket): work on coord's tables there instead of
+    /// Redis. Needed by `migrate`.
+    #[arg(
+        long,
+        env = "COORD_POSTGRES_URL",
+        hide_env_values = true,
+        global = true
+    )]
+    pub postgres_url: Option<String>,
+
+    /// The schema holding coord's tables in PostgreSQL (default: `coord`).
+    #[arg(
+        long,
+        env = "COORD_POSTGRES_SCHEMA",
+        value_name = "SCHEMA",
+        global = true
+    )]
+    pub postgres_schema: Option<String>,
+
+    /// For PostgreSQL over TLS: trust the CA certificates in this PEM file instead of the
+    /// system's.
+    #[arg(
+        long,
+        env = "COORD_POSTGRES_TLS_CA_FILE",
+        value_name = "FILE",
+        global = true
+    )]
+    pub postgres_ca: Option<std::path::PathBuf>,
+
     /// Redis URL (`redis://[user[:password]@]host[:port][/db]`). With --cluster or --sentinel,
     /// a comma-separated list of seed or Sentinel nodes.
     #[arg(long, env = "COORD_REDIS_URL", hide_env_values = true, global = true)]
@@ -71,7 +101,7 @@ pub struct Connection {
     #[arg(long, value_name = "FILE", global = true, requires = "tls_cert")]
     pub tls_key: Option<std::path::PathBuf>,
 
-    /// The bound on every Redis call (`500ms`, `2s`, `1m`).
+    /// The bound on every Redis call or PostgreSQL statement (`500ms`, `2s`, `1m`).
     #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_duration, global = true)]
     pub timeout: Duration,
 }
@@ -110,6 +140,13 @@ pub enum Command {
     /// persistence and clock skew, on every data node, with a verdict. Exits 1 when a check
     /// fails.
     Check,
+
+    /// Create coord's tables in PostgreSQL, or bring them up to this version (--postgres-url,
+    /// --postgres-schema): applies the migrations the schema lacks, in one transaction, and
+    /// says from which version to which. Run it as a role that may create the schema's
+    /// tables; safe to run again, and from two places at once. Exits 2 when the tables are
+    /// newer than this `coord` knows.
+    Migrate,
 }
 
 #[derive(Debug, Subcommand)]

@@ -1,10 +1,11 @@
-//! `coord`: the operator's command-line tool for coord over Redis.
+//! `coord`: the operator's command-line tool for coord over Redis or PostgreSQL.
 //!
 //! See `coord --help` (and the README's "Operating coord") for the commands, their output and
 //! the exit codes.
 
 mod args;
 mod check;
+mod migrate;
 mod ops;
 mod render;
 
@@ -14,6 +15,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use coord_core::provider::BackendErrorKind;
 use coord_core::{BackendError, Coordinator};
+use coord_postgres::PostgresProvider;
 use coord_redis::RedisProvider;
 
 use args::{Cli, Command, Connection};
@@ -115,7 +117,7 @@ fn init_logging() {
         .or_else(|_| std::env::var("RUST_LOG"))
         .ok()
         .and_then(|spec| EnvFilter::try_new(spec).ok())
-        .unwrap_or_else(|| EnvFilter::new("warn,coord_redis=error"));
+        .unwrap_or_else(|| EnvFilter::new("warn,coord_redis=error,coord_postgres=error"));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
@@ -130,6 +132,11 @@ async fn run(cli: Cli) -> Result<Exit, Failure> {
         command,
     } = cli;
     match command {
+        Command::Migrate => migrate::run(&connection, json).await,
+        Command::Check if postgres_url(&connection).is_some() => Err(Failure::usage(
+            "`coord check` checks a Redis deployment; for PostgreSQL, `coord migrate` creates or \
+             upgrades coord's tables and says which version they are at",
+        )),
         Command::Check => check::run(&connection, json).await,
         Command::Locks(cmd) => {
             let coordinator = coordinator(&connection).await?;
@@ -187,6 +194,47 @@ pub async fn connect(connection: &Connection) -> Result<RedisProvider, Failure> 
     Ok(provider)
 }
 
+/// The PostgreSQL URL given, if any.
+pub fn postgres_url(connection: &Connection) -> Option<&str> {
+    connection
+        .postgres_url
+        .as_deref()
+        .map(str::trim)
+        .filter(|url| !url.is_empty())
+}
+
+/// A PostgreSQL provider builder from the connection options.
+pub fn postgres_builder(
+    connection: &Connection,
+    url: &str,
+) -> coord_postgres::PostgresProviderBuilder {
+    let mut builder = PostgresProvider::builder(url)
+        .command_timeout(connection.timeout)
+        .application_name("coord-cli")
+        .sweep_interval(None);
+    if let Some(schema) = &connection.postgres_schema {
+        builder = builder.schema(schema.trim());
+    }
+    if let Some(ca) = &connection.postgres_ca {
+        builder = builder.tls_ca_file(ca);
+    }
+    builder
+}
+
+impl From<coord_postgres::ConnectError> for Failure {
+    fn from(err: coord_postgres::ConnectError) -> Failure {
+        match err {
+            coord_postgres::ConnectError::Schema(err) => Failure {
+                code: Exit::Usage,
+                kind: "schema",
+                message: err.to_string(),
+            },
+            coord_postgres::ConnectError::Backend(err) => Failure::from(err),
+            other => Failure::from(BackendError::from(other)),
+        }
+    }
+}
+
 async fn coordinator(connection: &Connection) -> Result<Coordinator, Failure> {
     let namespace = connection
         .namespace
@@ -199,12 +247,25 @@ async fn coordinator(connection: &Connection) -> Result<Coordinator, Failure> {
             )
         })?
         .to_owned();
-    let provider = connect(connection).await?;
-    Coordinator::builder()
-        .namespace(namespace)
-        .provider(provider)
-        .build()
-        .map_err(|e| Failure::usage(e.to_string()))
+    let builder = Coordinator::builder().namespace(namespace);
+    let builder = match postgres_url(connection) {
+        Some(url) => {
+            if connection
+                .url
+                .as_deref()
+                .is_some_and(|u| !u.trim().is_empty())
+            {
+                return Err(Failure::usage(
+                    "both a Redis URL (--url, COORD_REDIS_URL) and a PostgreSQL URL \
+                     (--postgres-url, COORD_POSTGRES_URL) are set: give the one the \
+                     application uses",
+                ));
+            }
+            builder.provider(postgres_builder(connection, url).connect().await?)
+        }
+        None => builder.provider(connect(connection).await?),
+    };
+    builder.build().map_err(|e| Failure::usage(e.to_string()))
 }
 
 /// Asks on the terminal before a destructive step, unless `yes`. Without a terminal on stdin

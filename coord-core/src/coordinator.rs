@@ -260,16 +260,17 @@ impl CoordinatorBuilder {
 impl Coordinator {
     /// The in-process coordinator a configuration describes: validated, with its namespace,
     /// defaults and profiles. A configuration with no provider logs the in-process warning
-    /// once per process (naming the fix); one naming Redis, Sentinel or Cluster is
+    /// once per process (naming the fix); one naming Redis, Sentinel, Cluster or PostgreSQL is
     /// [`ConfigError::ProviderNeedsBackendCrate`], never a silent fall back to memory.
     pub fn from_config(config: &CoordConfig) -> Result<Coordinator, ConfigError> {
         config.validate()?;
         match &config.provider {
             None => warn_in_process_once(
                 "no provider configured; using the in-process provider, so locks, single-flight \
-                 and idempotency hold within this process only. Set COORD_REDIS_URL (or \
-                 `provider` in the configuration) and build with \
-                 `coord_redis::coordinator_from_config`",
+                 and idempotency hold within this process only. Set COORD_REDIS_URL or \
+                 COORD_POSTGRES_URL (or `provider` in the configuration) and build with \
+                 `coord_redis::coordinator_from_config` or \
+                 `coord_postgres::coordinator_from_config`",
             ),
             Some(ProviderConfig::Memory) => {}
             Some(ProviderConfig::Redis { .. }) => {
@@ -280,6 +281,9 @@ impl Coordinator {
             }
             Some(ProviderConfig::Cluster { .. }) => {
                 return Err(ConfigError::ProviderNeedsBackendCrate { kind: "cluster" });
+            }
+            Some(ProviderConfig::Postgres { .. }) => {
+                return Err(ConfigError::ProviderNeedsBackendCrate { kind: "postgres" });
             }
         }
         Ok(Coordinator::builder().configure(config).memory().build()?)

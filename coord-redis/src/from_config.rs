@@ -15,7 +15,8 @@ use crate::provider::{RedisProvider, RedisProviderBuilder};
 /// With no provider configured, this is the in-process coordinator and one warning per
 /// process says so and names the fix (set `COORD_REDIS_URL`, or `provider` in the
 /// configuration): coordination then holds within this process only. `kind = "memory"`
-/// chooses the in-process provider without the warning.
+/// chooses the in-process provider without the warning. `kind = "postgres"` is refused
+/// ([`ConfigError::ProviderNeedsBackendCrate`], naming `coord_postgres::coordinator_from_config`).
 ///
 /// The configuration is validated first ([`ConfigError::Invalid`]); a connection failure is
 /// [`ConfigError::Backend`]. The coordinator is returned, not installed.
@@ -48,6 +49,9 @@ pub async fn coordinator_from_config(config: &CoordConfig) -> Result<Coordinator
         }
         Some(ProviderConfig::Cluster { urls, tls }) => {
             with_tls(RedisProvider::cluster(urls.iter().cloned()), tls)?
+        }
+        Some(ProviderConfig::Postgres { .. }) => {
+            return Err(ConfigError::ProviderNeedsBackendCrate { kind: "postgres" });
         }
         Some(_) => {
             return Err(ConfigError::Invalid {

@@ -17,6 +17,9 @@ const SENTINEL_SERVICE: &str = "COORD_REDIS_SENTINEL_SERVICE_NAME";
 const SENTINEL_USERNAME: &str = "COORD_REDIS_SENTINEL_USERNAME";
 const SENTINEL_PASSWORD: &str = "COORD_REDIS_SENTINEL_PASSWORD";
 const CLUSTER_URLS: &str = "COORD_REDIS_CLUSTER_URLS";
+const POSTGRES_URL: &str = "COORD_POSTGRES_URL";
+const POSTGRES_SCHEMA: &str = "COORD_POSTGRES_SCHEMA";
+const POSTGRES_CA_FILE: &str = "COORD_POSTGRES_TLS_CA_FILE";
 const COMMAND_TIMEOUT: &str = "COORD_COMMAND_TIMEOUT";
 const PROFILE_PREFIX: &str = "COORD_PROFILE_";
 
@@ -25,8 +28,8 @@ const PROFILE_PREFIX: &str = "COORD_PROFILE_";
 /// `WAIT`, `RETENTION`, `IN_FLIGHT_LEASE`, `RENEW`, `ON_BACKEND_ERROR` and `<NAME>` the
 /// profile's name in capitals (`COORD_PROFILE_BULK_JOBS_WAIT` sets `profiles.bulk_jobs.wait`).
 ///
-/// At most one of `COORD_REDIS_URL`, `COORD_REDIS_SENTINEL_URLS` and
-/// `COORD_REDIS_CLUSTER_URLS` may be set; none means the in-process provider. Lists are
+/// At most one of `COORD_REDIS_URL`, `COORD_REDIS_SENTINEL_URLS`, `COORD_REDIS_CLUSTER_URLS`
+/// and `COORD_POSTGRES_URL` may be set; none means the in-process provider. Lists are
 /// comma-separated.
 pub const ENV_VARIABLES: &[(&str, &str)] = &[
     (NAMESPACE, "namespace"),
@@ -39,6 +42,9 @@ pub const ENV_VARIABLES: &[(&str, &str)] = &[
     (SENTINEL_USERNAME, "provider.username (Sentinel data nodes)"),
     (SENTINEL_PASSWORD, "provider.password (Sentinel data nodes)"),
     (CLUSTER_URLS, "provider = cluster, its urls"),
+    (POSTGRES_URL, "provider = postgres, its url"),
+    (POSTGRES_SCHEMA, "provider.schema (PostgreSQL)"),
+    (POSTGRES_CA_FILE, "provider.tls.ca_file (PostgreSQL)"),
     (COMMAND_TIMEOUT, "command_timeout"),
     ("COORD_LEASE", "defaults.lease"),
     ("COORD_WAIT", "defaults.wait"),
@@ -149,6 +155,9 @@ where
     let mut sentinel_username = None;
     let mut sentinel_password = None;
     let mut cluster_urls = None;
+    let mut postgres_url = None;
+    let mut postgres_schema = None;
+    let mut postgres_ca = None;
     // Sorted, so the first error reported does not depend on the environment's order.
     let mut pairs: Vec<(String, OsString)> = Vec::new();
     for (key, value) in vars {
@@ -175,6 +184,9 @@ where
             SENTINEL_USERNAME => sentinel_username = Some(value.to_owned()),
             SENTINEL_PASSWORD => sentinel_password = Some(value.to_owned()),
             CLUSTER_URLS => cluster_urls = Some(list(value)),
+            POSTGRES_URL => postgres_url = Some(value.trim().to_owned()),
+            POSTGRES_SCHEMA => postgres_schema = Some(value.trim().to_owned()),
+            POSTGRES_CA_FILE => postgres_ca = Some(PathBuf::from(value)),
             COMMAND_TIMEOUT => config.command_timeout = Some(duration(name, value)?),
             _ => {
                 if let Some(field) = name
@@ -200,7 +212,7 @@ where
                     check_profile_name(&profile).map_err(|why| bad(name, why))?;
                     let entry = config.profiles.entry(profile).or_default();
                     set_field(entry, field, name, value)?;
-                } else if name.starts_with("COORD_REDIS_") {
+                } else if name.starts_with("COORD_REDIS_") || name.starts_with("COORD_POSTGRES_") {
                     let hint = likely_meant(name)
                         .map(|known| format!("; did you mean {known}?"))
                         .unwrap_or_default();
@@ -225,6 +237,7 @@ where
         (REDIS_URL, redis_url.is_some()),
         (SENTINEL_URLS, sentinel_urls.is_some()),
         (CLUSTER_URLS, cluster_urls.is_some()),
+        (POSTGRES_URL, postgres_url.is_some()),
     ];
     let set: Vec<&str> = chosen.iter().filter(|(_, s)| *s).map(|(n, _)| *n).collect();
     if set.len() > 1 {
@@ -233,7 +246,35 @@ where
             format!("{} is set too: set one of them, for one provider", set[0]),
         ));
     }
-    config.provider = if let Some(url) = redis_url {
+    if postgres_url.is_none() {
+        let stray = [
+            (POSTGRES_SCHEMA, postgres_schema.is_some()),
+            (POSTGRES_CA_FILE, postgres_ca.is_some()),
+        ];
+        if let Some((name, _)) = stray.iter().find(|(_, set)| *set) {
+            return Err(bad(
+                name,
+                format!("applies to a PostgreSQL provider, and {POSTGRES_URL} is not set"),
+            ));
+        }
+    }
+    config.provider = if let Some(url) = postgres_url {
+        if tls.is_some() {
+            return Err(bad(
+                TLS_CA_FILE,
+                format!("applies to a Redis provider; for PostgreSQL set {POSTGRES_CA_FILE}"),
+            ));
+        }
+        let tls = postgres_ca.map(|ca_file| TlsFiles {
+            ca_file: Some(ca_file),
+            ..TlsFiles::default()
+        });
+        Some(ProviderConfig::Postgres {
+            url,
+            schema: postgres_schema,
+            tls,
+        })
+    } else if let Some(url) = redis_url {
         Some(ProviderConfig::Redis { url, tls })
     } else if let Some(urls) = sentinel_urls {
         let Some(service_name) = sentinel_service else {

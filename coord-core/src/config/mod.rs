@@ -89,7 +89,8 @@ pub struct CoordConfig {
     /// [`default_namespace`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
-    /// Bound on every round trip to a remote backend (Redis). `None`: the provider's default.
+    /// Bound on every round trip to a remote backend (Redis, PostgreSQL). `None`: the
+    /// provider's default.
     /// The in-process provider has no round trips and ignores it.
     #[serde(with = "optional_duration", skip_serializing_if = "Option::is_none")]
     pub command_timeout: Option<Duration>,
@@ -141,9 +142,21 @@ pub enum ProviderConfig {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         tls: Option<TlsFiles>,
     },
+    /// PostgreSQL (built by `coord_postgres::coordinator_from_config`).
+    Postgres {
+        /// The server's URL (`postgres://user:password@host:port/database?sslmode=..`, a Unix
+        /// socket with `?host=/path/to/dir`, or the `key=value` form), credentials included.
+        url: String,
+        /// The schema holding coord's tables; `None`: `coord`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        schema: Option<String>,
+        /// Certificates for TLS connections; `None`: the system's CA store.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tls: Option<TlsFiles>,
+    },
 }
 
-/// PEM files for TLS connections to Redis.
+/// PEM files for TLS connections to Redis or PostgreSQL.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct TlsFiles {
@@ -211,10 +224,11 @@ pub enum ConfigError {
         /// What is wrong, and the fix.
         reason: String,
     },
-    /// The configuration names a Redis provider and the function called builds only the
-    /// in-process one (coord-core cannot build Redis). Use `coord_redis::coordinator_from_config`.
+    /// The configuration names a provider the function called cannot build: coord-core
+    /// builds only the in-process one. Use `coord_redis::coordinator_from_config` (Redis,
+    /// Sentinel, Cluster) or `coord_postgres::coordinator_from_config` (PostgreSQL).
     ProviderNeedsBackendCrate {
-        /// `redis`, `sentinel` or `cluster`.
+        /// `redis`, `sentinel`, `cluster` or `postgres`.
         kind: &'static str,
     },
     /// Connecting to the configured backend failed.
@@ -232,6 +246,12 @@ impl fmt::Display for ConfigError {
             ConfigError::Variable { variable, reason } => {
                 write!(f, "invalid environment variable {variable}: {reason}")
             }
+            ConfigError::ProviderNeedsBackendCrate { kind: "postgres" } => write!(
+                f,
+                "the configuration names a `postgres` provider, which this function cannot \
+                 build: use `coord_postgres::coordinator_from_config` (or \
+                 `coordinator_from_env`) from the coord-postgres crate"
+            ),
             ConfigError::ProviderNeedsBackendCrate { kind } => write!(
                 f,
                 "the configuration names a `{kind}` provider, which coord-core cannot build: use \
@@ -335,6 +355,21 @@ impl CoordConfig {
             {
                 return Err(invalid("provider.urls", "lists no seed node"));
             }
+            Some(ProviderConfig::Postgres { url, schema, .. }) => {
+                if url.trim().is_empty() {
+                    return Err(invalid("provider.url", "is empty: give the PostgreSQL URL"));
+                }
+                if let Some(schema) = schema.as_deref().filter(|s| !schema_is_valid(s)) {
+                    return Err(invalid(
+                        "provider.schema",
+                        format!(
+                            "{schema:?} is not a schema name coord uses: 1 to 63 lowercase ASCII \
+                             letters, digits and `_`, starting with a letter or `_`, not starting \
+                             with `pg_`"
+                        ),
+                    ));
+                }
+            }
             _ => {}
         }
         check_profile("defaults", &self.defaults)
@@ -392,6 +427,20 @@ pub(crate) fn sanitise_namespace(name: &str) -> Option<String> {
         })
         .collect();
     (!cleaned.trim_matches('_').is_empty()).then_some(cleaned)
+}
+
+/// The schema names coord-postgres accepts (the same rule it checks when connecting).
+fn schema_is_valid(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 63
+        && name
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+        && !name.starts_with("pg_")
 }
 
 pub(crate) fn namespace_is_valid(ns: &str) -> bool {

@@ -206,3 +206,29 @@ async fn cluster_and_sentinel_configurations_connect_their_topology() {
     })
     .await;
 }
+
+/// A PostgreSQL configuration is not built here: the error names the function that builds it.
+#[tokio::test]
+async fn a_postgres_configuration_is_refused_naming_coord_postgres() {
+    let config = CoordConfig {
+        provider: Some(ProviderConfig::Postgres {
+            url: "postgres://127.0.0.1:5432/app".into(),
+            schema: None,
+            tls: None,
+        }),
+        ..CoordConfig::default()
+    };
+    let err = coordinator_from_config(&config).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ConfigError::ProviderNeedsBackendCrate { kind: "postgres" }
+        ),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string()
+            .contains("coord_postgres::coordinator_from_config"),
+        "{err}"
+    );
+}

@@ -114,6 +114,9 @@ const TESTED: &[&str] = &[
     "COORD_REDIS_SENTINEL_USERNAME",
     "COORD_REDIS_SENTINEL_PASSWORD",
     "COORD_REDIS_CLUSTER_URLS",
+    "COORD_POSTGRES_URL",
+    "COORD_POSTGRES_SCHEMA",
+    "COORD_POSTGRES_TLS_CA_FILE",
 ];
 
 #[test]
@@ -161,6 +164,37 @@ fn sentinel_and_cluster_variables_pick_their_topology() {
         })
     );
     assert_eq!(read(&[]).unwrap(), CoordConfig::default());
+}
+
+#[test]
+fn postgres_variables_pick_postgres() {
+    let postgres = read(&[
+        ("COORD_POSTGRES_URL", "postgres://coord@db:5432/app"),
+        ("COORD_POSTGRES_SCHEMA", "coord_jobs"),
+        ("COORD_POSTGRES_TLS_CA_FILE", "pg-ca.pem"),
+    ])
+    .unwrap();
+    assert_eq!(
+        postgres.provider,
+        Some(ProviderConfig::Postgres {
+            url: "postgres://coord@db:5432/app".into(),
+            schema: Some("coord_jobs".into()),
+            tls: Some(TlsFiles {
+                ca_file: Some("pg-ca.pem".into()),
+                ..TlsFiles::default()
+            }),
+        })
+    );
+    let both = read(&[
+        ("COORD_POSTGRES_URL", "postgres://db/app"),
+        ("COORD_REDIS_CLUSTER_URLS", "redis://a:7000"),
+    ])
+    .unwrap_err();
+    assert!(both.to_string().contains("set one of them"), "{both}");
+    assert_eq!(
+        variable_of(read(&[("COORD_POSTGRES_SCHEMA", "coord")]).unwrap_err()),
+        "COORD_POSTGRES_SCHEMA"
+    );
 }
 
 #[test]

@@ -1,0 +1,99 @@
+//! Running commands as the server's account, signalling a server's whole process group, and
+//! finding a free port.
+
+use std::net::TcpListener;
+use std::os::unix::process::CommandExt;
+use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use crate::user::RunAs;
+
+/// The address every server binds and every test connection dials.
+pub(crate) const HOST: &str = "127.0.0.1";
+
+/// Runs `cmd` as `owner` (when this process is root).
+pub(crate) fn as_user(cmd: &mut Command, owner: Option<&RunAs>) {
+    if let Some(owner) = owner {
+        cmd.uid(owner.uid).gid(owner.gid);
+        // No HOME of root's: psql and initdb would try to read files there.
+        cmd.env("HOME", std::env::temp_dir());
+    }
+}
+
+/// Sends `sig` to the postmaster `postmaster` and to every process it started (backends and
+/// background workers, each of which PostgreSQL makes the leader of a session of its own, so
+/// one signal to the postmaster's group would miss them). Returns whether the postmaster got
+/// it.
+///
+/// `SIGSTOP` stops the postmaster first, so it forks nothing new while its children are
+/// stopped; `SIGKILL` stops it first too, then kills the children it has (they would be
+/// handed to another parent once it died), then it.
+pub(crate) fn signal_server(postmaster: u32, sig: libc::c_int) -> bool {
+    let pm = postmaster as libc::pid_t;
+    // SAFETY (every `kill` here): `kill` takes no pointers, so memory safety is not at stake.
+    // The postmaster is our unreaped child, so its pid is its own. A child's pid is read
+    // from /proc an instant before it is signalled; a backend that exits in between could in
+    // principle have its pid reused, a race a test harness accepts.
+    match sig {
+        libc::SIGCONT => {
+            for child in children(postmaster) {
+                unsafe { libc::kill(child as libc::pid_t, sig) };
+            }
+            unsafe { libc::kill(pm, sig) == 0 }
+        }
+        libc::SIGSTOP | libc::SIGKILL => {
+            let stopped = unsafe { libc::kill(pm, libc::SIGSTOP) == 0 };
+            for child in children(postmaster) {
+                unsafe { libc::kill(child as libc::pid_t, sig) };
+            }
+            if sig == libc::SIGKILL {
+                unsafe { libc::kill(pm, sig) == 0 }
+            } else {
+                stopped
+            }
+        }
+        _ => unsafe { libc::kill(pm, sig) == 0 },
+    }
+}
+
+/// The processes whose parent is `parent`, from /proc.
+fn children(parent: u32) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|stat| {
+                    // `pid (comm) state ppid ...`; comm may hold spaces and parentheses.
+                    let rest = &stat[stat.rfind(')')? + 1..];
+                    rest.split_whitespace().nth(1)?.parse::<u32>().ok()
+                })
+                == Some(parent)
+        })
+        .collect()
+}
+
+/// A port on 127.0.0.1 that is free now, never 5432.
+///
+/// Free now is not free later: another process may take it before the server binds it,
+/// which is why starting retries on a fresh port. Each test process starts its search at a
+/// base of its own (from its pid), so concurrent test binaries rarely collide.
+pub(crate) fn free_port() -> u16 {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let base = 21_000 + (std::process::id() % 400) * 50;
+    for _ in 0..20_000 {
+        let offset = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = (base + offset % 30_000) as u16;
+        if port == 5432 || port >= 55_000 {
+            continue;
+        }
+        if TcpListener::bind((HOST, port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port found on 127.0.0.1 for PostgreSQL");
+}

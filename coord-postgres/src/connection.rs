@@ -1,0 +1,234 @@
+//! Connections: settings as tokio-postgres reads them, TLS, the pool, and the one way a
+//! statement is sent ([`Link::query`]), bounded by the command timeout.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use coord_core::BackendError;
+use coord_core::provider::BackendErrorKind;
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{NoTls, Row};
+
+use crate::errors::{backend_error, breaks_connection};
+
+/// The longest lease, retention or keep period written: 2^46 ms, about 2230 years (far inside
+/// what `timestamptz` holds, and exact as a double).
+pub(crate) const MAX_MILLIS: u64 = 1 << 46;
+
+fn config_error(message: impl Into<String>) -> BackendError {
+    BackendError::new(BackendErrorKind::Config, message)
+}
+
+/// How connections are secured.
+#[derive(Clone)]
+pub(crate) enum Tls {
+    None,
+    #[cfg(feature = "tls")]
+    Rustls(tokio_postgres_rustls::MakeRustlsConnect),
+}
+
+/// Settings for connections: tokio-postgres's, the TLS connector, and the address to name in
+/// errors.
+pub(crate) struct Settings {
+    pub(crate) config: tokio_postgres::Config,
+    pub(crate) tls: Tls,
+    pub(crate) address: String,
+}
+
+impl Settings {
+    pub(crate) fn pool(&self, size: usize, timeout: Duration) -> Result<Pool, BackendError> {
+        let manager_config = ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        };
+        let manager = match &self.tls {
+            Tls::None => Manager::from_config(self.config.clone(), NoTls, manager_config),
+            #[cfg(feature = "tls")]
+            Tls::Rustls(tls) => {
+                Manager::from_config(self.config.clone(), tls.clone(), manager_config)
+            }
+        };
+        Pool::builder(manager)
+            .max_size(size)
+            .runtime(Runtime::Tokio1)
+            .wait_timeout(Some(timeout))
+            .create_timeout(Some(timeout))
+            .recycle_timeout(Some(timeout))
+            .build()
+            .map_err(|e| config_error(format!("making the connection pool: {e}")))
+    }
+
+    /// One connection of its own, its connection task spawned.
+    pub(crate) async fn connect_one(
+        &self,
+    ) -> Result<tokio_postgres::Client, tokio_postgres::Error> {
+        match &self.tls {
+            Tls::None => {
+                let (client, connection) = self.config.connect(NoTls).await?;
+                tokio::spawn(async move {
+                    let _ = connection.await;
+                });
+                Ok(client)
+            }
+            #[cfg(feature = "tls")]
+            Tls::Rustls(tls) => {
+                let (client, connection) = self.config.connect(tls.clone()).await?;
+                tokio::spawn(async move {
+                    let _ = connection.await;
+                });
+                Ok(client)
+            }
+        }
+    }
+}
+
+/// The URL as tokio-postgres reads it. libpq's `sslmode=verify-ca` and `verify-full`, which
+/// tokio-postgres does not know, are read as `require`: coord's TLS always verifies the
+/// certificate chain and the host name, as `verify-full` does.
+pub(crate) fn parse_url(url: &str) -> Result<tokio_postgres::Config, BackendError> {
+    let text = url
+        .trim()
+        .replace("sslmode=verify-full", "sslmode=require")
+        .replace("sslmode=verify-ca", "sslmode=require");
+    tokio_postgres::Config::from_str(&text).map_err(|e| {
+        config_error(format!(
+            "the PostgreSQL URL is not valid ({e}): use postgres://user[:password]@host[:port]/database[?sslmode=..] \
+             or the key=value form (host=.. dbname=..)"
+        ))
+    })
+}
+
+/// `host:port/database` (hosts and ports joined by commas), never the password.
+pub(crate) fn describe(config: &tokio_postgres::Config) -> String {
+    use tokio_postgres::config::Host;
+    let hosts: Vec<String> = config
+        .get_hosts()
+        .iter()
+        .map(|h| match h {
+            Host::Tcp(name) => name.clone(),
+            Host::Unix(path) => format!("unix:{}", path.display()),
+        })
+        .collect();
+    let hosts = if hosts.is_empty() {
+        "localhost".to_owned()
+    } else {
+        hosts.join(",")
+    };
+    let ports: Vec<String> = config.get_ports().iter().map(u16::to_string).collect();
+    let port = if ports.is_empty() {
+        "5432".to_owned()
+    } else {
+        ports.join(",")
+    };
+    let db = config
+        .get_dbname()
+        .or(config.get_user())
+        .unwrap_or("postgres");
+    format!("{hosts}:{port}/{db}")
+}
+
+/// The error of a pool that gave no connection.
+pub(crate) fn pool_error(
+    err: &deadpool_postgres::PoolError,
+    what: &str,
+    address: &str,
+    timeout: Duration,
+) -> BackendError {
+    use deadpool_postgres::PoolError;
+    match err {
+        PoolError::Timeout(_) => BackendError::new(
+            BackendErrorKind::Timeout,
+            format!(
+                "{what} at {address}: no connection within {timeout:?} (the server is slow or unreachable, or every pooled connection is busy)"
+            ),
+        ),
+        PoolError::Backend(err) => backend_error(err, what, address),
+        PoolError::Closed => BackendError::new(
+            BackendErrorKind::Unavailable,
+            format!("{what} at {address}: the connection pool is closed"),
+        ),
+        other => BackendError::new(
+            BackendErrorKind::Unavailable,
+            format!("{what} at {address}: {other}"),
+        ),
+    }
+}
+
+/// A pooled connection that leaves the pool for good when dropped, unless given back: a
+/// statement that timed out, was cancelled (its caller's future dropped) or broke its
+/// connection may still have an answer on its way, which the next statement would read
+/// instead of its own, so that connection is closed rather than reused.
+struct Checkout(Option<deadpool_postgres::Object>);
+
+impl Checkout {
+    fn give_back(mut self) {
+        // Dropping the object returns it to the pool.
+        drop(self.0.take());
+    }
+}
+
+impl Drop for Checkout {
+    fn drop(&mut self) {
+        if let Some(object) = self.0.take() {
+            // Closes the connection (its task is aborted with it).
+            drop(deadpool_postgres::Object::take(object));
+        }
+    }
+}
+
+/// Statements over a pool, each bounded by the command timeout.
+pub(crate) struct Link {
+    pub(crate) pool: Pool,
+    pub(crate) timeout: Duration,
+    /// `host:port/database`, never a password.
+    pub(crate) address: String,
+}
+
+impl Link {
+    /// Runs one statement (prepared once per connection) and returns its rows. Everything,
+    /// from taking a pooled connection to reading the last row, is bounded by the command
+    /// timeout; after a timeout, a cancellation or a broken connection, that connection is
+    /// closed rather than reused.
+    pub(crate) async fn query(
+        &self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+        what: &str,
+    ) -> Result<Vec<Row>, BackendError> {
+        let run = async {
+            let object = self
+                .pool
+                .get()
+                .await
+                .map_err(|e| pool_error(&e, what, &self.address, self.timeout))?;
+            let checkout = Checkout(Some(object));
+            let client = checkout.0.as_ref().expect("checked out");
+            let outcome = match client.prepare_cached(sql).await {
+                Ok(statement) => client.query(&statement, params).await,
+                Err(err) => Err(err),
+            };
+            match outcome {
+                Ok(rows) => {
+                    checkout.give_back();
+                    Ok(rows)
+                }
+                Err(err) => {
+                    if !breaks_connection(&err) && !client.is_closed() {
+                        checkout.give_back();
+                    }
+                    Err(backend_error(&err, what, &self.address))
+                }
+            }
+        };
+        match tokio::time::timeout(self.timeout, run).await {
+            Ok(outcome) => outcome,
+            Err(_) => Err(BackendError::new(
+                BackendErrorKind::Timeout,
+                format!(
+                    "{what} at {}: no answer within {:?}",
+                    self.address, self.timeout
+                ),
+            )),
+        }
+    }
+}

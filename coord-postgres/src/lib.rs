@@ -1,0 +1,142 @@
+//! # coord-postgres
+//!
+//! The PostgreSQL provider for coord: `#[distributed_lock]`, `#[idempotent]`, `#[cached]`
+//! (shared tier) and `#[single_flight(scope = "cluster")]` coordinating across every process
+//! that shares one PostgreSQL database, through any pooler, with leases measured by the
+//! server's clock.
+//!
+//! ```no_run
+//! use coord_core::Coordinator;
+//! use coord_postgres::PostgresProvider;
+//!
+//! # async fn start() -> Result<(), Box<dyn std::error::Error>> {
+//! // Once per database and version (or `coord migrate --postgres-url ...`):
+//! PostgresProvider::migrate("postgres://coord@db.internal/app").await?;
+//! let postgres = PostgresProvider::builder("postgres://coord@db.internal/app")
+//!     .command_timeout(std::time::Duration::from_millis(500))
+//!     .connect()
+//!     .await?;
+//! Coordinator::builder().namespace("billing").provider(postgres).install()?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! ## What it promises, fault by fault
+//!
+//! | what failed | what the caller gets | what a duplicate (or the next caller) gets |
+//! |---|---|---|
+//! | nothing | locks exclude; `#[idempotent]` runs the body once and replays its stored outcome (with its age) | the stored outcome |
+//! | a connection dropped or terminated mid-statement (`pg_terminate_backend`, a restarting pooler) | a `BackendError` of kind `Unavailable` for that statement; the runtime retries completion and renewal on a new connection, so an idempotent call still answers `Ok` when the outcome is stored | the stored outcome; a lock freed at once (the background release retries) |
+//! | no answer within the command timeout (a frozen server, a lock wait) | kind `Timeout`; the server cancels the statement too (`statement_timeout`, on the connections coord opens), and that connection is closed, never reused | a claim that executes after its caller gave up writes nothing (its not-after time, in the server's clock, has passed); an acquire whose reply was lost is released in the background |
+//! | the outcome could not be stored within the marker's lease | `CoordError::OutcomeNotStored` (or `Ok` with `on_store_error = "return_ok"`) | the outcome if the completion landed after all, else `OutcomeUnknown` (`on_abandoned = "fail"`) or a new run (`"rerun"`) |
+//! | the marker was gone at completion and nobody claimed since | `Ok` (stored without the marker, with the claim's fingerprint) | the stored outcome |
+//! | another caller claimed after the marker was lost | `CoordError::OutcomeNotStored { cause: DoubleRun }` | the other caller's outcome |
+//! | the server crashed and restarted (committed rows survive) | kind `Unavailable` until it is back; markers and locks committed before the crash are still there | the stored outcome; a lock held until its lease ends or its holder releases it |
+//! | every connection slot taken (`max_connections`) | kind `Unavailable` for a statement that needs a new connection; open pooled connections keep serving | as above |
+//! | a read-only server (a replica, `default_transaction_read_only`) | kind `Unavailable` before the body; completion retried within the lease | the stored outcome once writable |
+//! | the listening connection dropped | nothing: it is made again, and every waiter looks again; a notification lost meanwhile costs at most one re-check (about a second) | — |
+//! | a row of coord's tables that coord did not write | refused by the tables' checks when written; read as `Corrupt` or `Protocol`, never a grant or a replay | — |
+//!
+//! Not promised: exclusion across a failover to an asynchronous replica, or with
+//! `synchronous_commit = off` (an acknowledged write can be lost); fencing tokens after such a
+//! failover can repeat unless the sequence is advanced (see DEPLOYMENT.md). A lock is a lease:
+//! a holder that stalls past it can overlap its successor, which is what fencing tokens are
+//! for.
+//!
+//! ## Connecting
+//! [`PostgresProvider::builder`] takes whatever tokio-postgres reads: `postgres://` and
+//! `postgresql://` URLs (a Unix socket with `?host=/path/to/dir`), or the `key=value` form;
+//! `sslmode=disable|prefer|require` (libpq's `verify-ca` and `verify-full` are read as
+//! `require`: certificates and host names are always verified). With the `tls` feature (on by
+//! default) TLS is rustls with ring, trusting the system's CA store or
+//! [`tls_ca_file`](PostgresProviderBuilder::tls_ca_file). An application's own
+//! `deadpool_postgres::Pool` works too ([`PostgresProvider::from_pool`]).
+//! [`coordinator_from_config`] builds a coordinator from coord's configuration
+//! (`provider = { kind = "postgres", url = "..", schema = "..", tls = { ca_file = ".." } }`,
+//! or `COORD_POSTGRES_URL`).
+//!
+//! Passwords never appear in errors or `Debug` output (the provider's
+//! [`address`](PostgresProvider::address) is `host:port/database`).
+//!
+//! ## The schema
+//! coord's tables live in one schema (default `coord`), created and upgraded only by
+//! [`PostgresProviderBuilder::migrate`] (or [`PostgresProvider::migrate`], or `coord
+//! migrate`): versioned SQL migrations embedded in the crate, applied in one transaction and
+//! recorded in `schema_version`. Connecting checks the version and refuses a missing, older
+//! or newer schema with a [`SchemaError`] that says what to run; no statement a call sends
+//! changes the schema, so the provider's role needs only `SELECT`, `INSERT`, `UPDATE`,
+//! `DELETE` on the tables and `USAGE` on the sequence.
+//!
+//! | table | one row per | written by |
+//! |---|---|---|
+//! | `locks` | held lock: owner, fencing token, expiry, whether someone waits | acquire (`INSERT .. ON CONFLICT .. DO UPDATE .. WHERE` lapsed or own), renew and release (owner-checked) |
+//! | `records` | idempotency record: state, owner, fingerprint, payload, written at, lease end, expiry | claim (one statement that also reads what is there), completion, abandon, renew, purge |
+//! | `cache` | shared cache entry with its expiry | `cache_set` |
+//! | `flights`, `flight_outcomes` | cluster flight claim; a leader's outcome kept for the hand-over | flight claim, finish, abandon |
+//!
+//! Every expiry is computed by the statement that writes it from the server's clock
+//! (`clock_timestamp()`), and a row past it is absent to every statement; a sweeper task
+//! deletes such rows in small batches ([`PostgresProviderBuilder::sweep_interval`]). Keys are
+//! coord's call keys as text, at most [`MAX_KEY_BYTES`].
+//!
+//! ## Locks
+//! Acquire, release, renew and force-release are one statement each, owner-checked. Renewal
+//! only extends a live row the caller owns: it never creates or takes one. A fenced acquire
+//! takes its token from one sequence (`nextval`), so tokens strictly increase for every key.
+//!
+//! ## Waiting
+//! A waiter marks the holder's row as waited for; the release of a marked row calls
+//! `pg_notify` in the same statement (delivered on commit). One dedicated connection per
+//! provider (not from the pool) `LISTEN`s on the provider's channel and wakes, for a lock, the
+//! first waiter of this process (wake-one), for a record or a flight, every waiter. Payloads
+//! are a 64-bit hash of the key, never the key. The listening connection is health-checked
+//! and made again when it drops, and every waiter then looks again; each waiter also looks
+//! again at least every second (jittered), so a lost notification costs at most that.
+//!
+//! ## Idempotency records
+//! A claim is one statement: `INSERT .. ON CONFLICT .. DO UPDATE .. WHERE <expired>` plus a
+//! read of the row that was there, with a not-after time in the server's clock (a claim
+//! executed after its caller gave up writes nothing). Completion (one statement, `FOR
+//! UPDATE` on the key's row) turns the owner's marker into the record, creates the record when
+//! the marker is gone and nobody claimed since (`StoredWithoutMarker`), and otherwise reports
+//! the other owner (`Superseded`). `keep_abandoned_for` keeps a lapsed marker as an abandoned
+//! record; replays report the record's age. The records table has a `transactional` column
+//! and completion's SQL lives in one place, so that a later version can write the completion
+//! inside the application's own transaction.
+//!
+//! ## Features
+//! * `tls` (default): TLS with rustls on ring (no OpenSSL). Without it, `sslmode=require` is
+//!   refused at `connect` (kind `Config`) and the TLS builder methods do not exist.
+//!
+//! Throwaway PostgreSQL servers for tests (pause, kill and restart, terminate sessions,
+//! connection limits, read-only) are in the `coord-postgres-testing` crate.
+
+#![warn(missing_docs)]
+
+mod connection;
+mod errors;
+mod from_config;
+mod provider;
+mod schema;
+mod sql;
+mod sweeper;
+#[cfg(feature = "tls")]
+mod tls;
+mod waiters;
+
+pub use from_config::{coordinator_from_config, coordinator_from_env};
+pub use provider::{
+    ConnectError, MAX_KEY_BYTES, PostgresProvider, PostgresProviderBuilder, URL_ENV,
+};
+pub use schema::{DEFAULT_SCHEMA, MigrationReport, SCHEMA_VERSION, SchemaError};
+
+/// What the benchmarks need to run coord's own statements by hand beside the provider. Not
+/// part of the API: may change in any release.
+#[doc(hidden)]
+pub mod __bench {
+    /// The lock acquire and release statements as the provider sends them for `schema`.
+    pub fn lock_statements(schema: &str) -> (String, String) {
+        let statements = crate::sql::Statements::new(&crate::schema::quoted(schema));
+        (statements.lock_acquire, statements.lock_release)
+    }
+}

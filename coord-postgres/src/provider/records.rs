@@ -1,0 +1,332 @@
+//! The idempotency half of the contract: claim, complete, abandon, wait, renew, purge.
+//!
+//! Each step is one statement (see the `sql` module). Completion is written by the statement
+//! of [`completion_statement`](crate::sql::completion_statement), the one place an outcome is
+//! stored; it touches only the key's row, so the same statement can later run inside an
+//! application's own transaction (the records table's `transactional` column says which
+//! completions did).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use coord_core::provider::{
+    BackendErrorKind, BoxFuture, ClaimOutcome, ClaimRequest, CompleteOutcome, CompleteRequest,
+    Fingerprint, IdempotencyStore, OwnerToken, RenewOutcome,
+};
+use coord_core::{BackendError, CallKey};
+use tokio::time::Instant;
+
+use super::locks::renew_outcome;
+use super::{
+    Inner, MAX_MILLIS, PostgresProvider, from_ms, millis, owner_of, uuid_of, wake_payload,
+};
+use crate::waiters::{Cue, Look, Wake};
+
+/// How many times a statement is sent again when the key's row changed under it (another
+/// caller's write landed between its snapshot and its write); each send is replay-safe.
+const RACE_RETRIES: usize = 8;
+
+fn fingerprint_of(
+    inner: &Inner,
+    bytes: Option<Vec<u8>>,
+    key: &CallKey,
+) -> Result<Option<Fingerprint>, BackendError> {
+    match bytes {
+        None => Ok(None),
+        Some(bytes) => <[u8; 16]>::try_from(bytes.as_slice())
+            .map(|fp| Some(Fingerprint(fp)))
+            .map_err(|_| {
+                BackendError::new(
+                    BackendErrorKind::Corrupt,
+                    format!(
+                        "claim at {}: the record's fingerprint is not 16 bytes",
+                        inner.address
+                    ),
+                )
+                .with_key(key)
+            }),
+    }
+}
+
+impl Inner {
+    async fn claim(&self, req: ClaimRequest<'_>) -> Result<ClaimOutcome, BackendError> {
+        let key = req.key;
+        let owner = uuid_of(req.owner);
+        let lease = millis(req.in_flight_lease);
+        // Lease plus keep stays within what is written.
+        let keep = req
+            .keep_abandoned_for
+            .map(|d| millis(d).min(MAX_MILLIS as i64 - lease).max(1));
+        let fp: Option<&[u8]> = req.fingerprint.as_ref().map(|fp| &fp.0[..]);
+        // Past this instant (server clock) the claim must not take effect: by then this call
+        // has given up waiting for it, and a marker made now would belong to nobody.
+        let grace = self.timeout.max(Duration::from_millis(250));
+        let window = millis(self.timeout.saturating_mul(2).saturating_add(grace));
+        let mut remeasured = false;
+        let mut attempt = 0;
+        loop {
+            let sent = std::time::Instant::now();
+            let not_after = self.clock.now_ms().saturating_add(window);
+            let rows = self
+                .query(
+                    &self.sql.record_claim,
+                    &[
+                        &key.qualified(),
+                        &owner,
+                        &lease,
+                        &fp,
+                        &keep,
+                        &Some(not_after),
+                    ],
+                    "claim",
+                    key,
+                )
+                .await?;
+            let row = self.one(&rows, "claim", key)?;
+            let claimed: i64 = self.get(row, 0, "claim", key)?;
+            let in_time: bool = self.get(row, 1, "claim", key)?;
+            if !in_time {
+                if !remeasured && sent.elapsed() < self.timeout {
+                    // Refused as late though answered in time: the estimate of the server's
+                    // clock is off (its clock was stepped). Measure again, send once more.
+                    remeasured = true;
+                    tracing::warn!(key = %key, "coord-postgres: a claim came back refused as late although it was answered in time: the server's clock moved; measuring it again");
+                    self.remeasure_clock().await?;
+                    continue;
+                }
+                return Err(BackendError::new(
+                    BackendErrorKind::Timeout,
+                    "claim: the statement reached PostgreSQL after this call had given up on it; it was not applied",
+                )
+                .with_key(key));
+            }
+            if claimed == 1 {
+                return Ok(ClaimOutcome::Claimed);
+            }
+            let state: Option<String> = self.get(row, 2, "claim", key)?;
+            let expires_in: Option<i64> = self.get(row, 7, "claim", key)?;
+            let live = state.is_some() && expires_in.is_some_and(|ms| ms > 0);
+            if !live {
+                // No live record in the snapshot, yet the claim did not apply: another
+                // caller's write landed in between. Look again.
+                attempt += 1;
+                if attempt >= RACE_RETRIES {
+                    return Err(self.contended("claim", key));
+                }
+                continue;
+            }
+            let stored_owner: Option<uuid::Uuid> = self.get(row, 3, "claim", key)?;
+            let fingerprint = fingerprint_of(self, self.get(row, 4, "claim", key)?, key)?;
+            return match state.as_deref() {
+                Some("in_flight") => {
+                    let lease_left: Option<i64> = self.get(row, 6, "claim", key)?;
+                    match lease_left {
+                        Some(ms) if ms > 0 => {
+                            if stored_owner == Some(owner) {
+                                // A resend whose first send landed.
+                                Ok(ClaimOutcome::Claimed)
+                            } else {
+                                Ok(ClaimOutcome::InFlight {
+                                    fingerprint,
+                                    remaining: from_ms(ms),
+                                })
+                            }
+                        }
+                        // Past its lease but kept: abandoned.
+                        _ => Ok(ClaimOutcome::Abandoned { fingerprint }),
+                    }
+                }
+                Some("completed") => {
+                    let payload: Option<Vec<u8>> = self.get(row, 5, "claim", key)?;
+                    let age: Option<i64> = self.get(row, 8, "claim", key)?;
+                    let payload = payload.ok_or_else(|| {
+                        self.protocol("claim", key, "a completed record without a payload")
+                    })?;
+                    Ok(ClaimOutcome::Completed {
+                        payload: Arc::from(payload),
+                        fingerprint,
+                        age: age.map(from_ms),
+                    })
+                }
+                _ => Err(BackendError::new(
+                    BackendErrorKind::Corrupt,
+                    format!("claim at {}: the record has an unknown state", self.address),
+                )
+                .with_key(key)),
+            };
+        }
+    }
+
+    async fn complete(&self, req: CompleteRequest<'_>) -> Result<CompleteOutcome, BackendError> {
+        let key = req.key;
+        let owner = uuid_of(req.owner);
+        let retention = millis(req.retention);
+        let fp: Option<&[u8]> = req.fingerprint.as_ref().map(|fp| &fp.0[..]);
+        let payload: &[u8] = &req.payload;
+        let wake = wake_payload("record", key);
+        let transactional = false;
+        for _ in 0..RACE_RETRIES {
+            let rows = self
+                .query(
+                    &self.sql.record_complete,
+                    &[
+                        &key.qualified(),
+                        &owner,
+                        &payload,
+                        &retention,
+                        &fp,
+                        &transactional,
+                        &self.channel,
+                        &wake,
+                    ],
+                    "complete",
+                    key,
+                )
+                .await?;
+            let row = self.one(&rows, "complete", key)?;
+            let stored: i64 = self.get(row, 0, "complete", key)?;
+            let created: i64 = self.get(row, 1, "complete", key)?;
+            if stored == 1 {
+                return Ok(CompleteOutcome::Stored);
+            }
+            if created == 1 {
+                return Ok(CompleteOutcome::StoredWithoutMarker);
+            }
+            let state: Option<String> = self.get(row, 3, "complete", key)?;
+            let found: Option<uuid::Uuid> = self.get(row, 4, "complete", key)?;
+            let live: Option<bool> = self.get(row, 5, "complete", key)?;
+            if live != Some(true) {
+                // A concurrent writer created the row after this statement locked nothing.
+                continue;
+            }
+            let completed = state.as_deref() == Some("completed");
+            if found == Some(owner) {
+                if completed {
+                    // This very completion, sent again.
+                    return Ok(CompleteOutcome::Stored);
+                }
+                return Err(self.protocol("complete", key, "the owner's marker was not completed"));
+            }
+            return Ok(CompleteOutcome::Superseded {
+                other: found.map(owner_of),
+                completed,
+            });
+        }
+        Err(self.contended("complete", key))
+    }
+
+    async fn wait_settled(&self, key: &CallKey, timeout: Duration) -> Result<(), BackendError> {
+        if timeout.is_zero() {
+            return Ok(());
+        }
+        // `None`: no end (a timeout too long to represent): until the marker settles.
+        let deadline = Instant::now().checked_add(timeout);
+        let probe = move |_: Cue| async move {
+            let rows = self
+                .query(&self.sql.record_probe, &[&key.qualified()], "wait", key)
+                .await?;
+            match rows.first() {
+                // Nothing in flight: settled (completed, abandoned, lapsed or purged).
+                None => Ok(Look::Done(())),
+                Some(row) => {
+                    let left: Option<i64> = self.get(row, 0, "wait", key)?;
+                    Ok(Look::Pending(Some(from_ms(left.unwrap_or(0)))))
+                }
+            }
+        };
+        self.hub
+            .wait(wake_payload("record", key), Wake::All, deadline, (), probe)
+            .await
+    }
+
+    /// Runs a statement answering `(flag, ...)` and returns the flag.
+    async fn flag(
+        &self,
+        sql: &str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+        what: &str,
+        key: &CallKey,
+    ) -> Result<bool, BackendError> {
+        let rows = self.query(sql, params, what, key).await?;
+        let row = self.one(&rows, what, key)?;
+        self.get(row, 0, what, key)
+    }
+}
+
+impl IdempotencyStore for PostgresProvider {
+    fn claim<'a>(
+        &'a self,
+        req: ClaimRequest<'a>,
+    ) -> BoxFuture<'a, Result<ClaimOutcome, BackendError>> {
+        Box::pin(self.inner.claim(req))
+    }
+
+    fn complete<'a>(
+        &'a self,
+        req: CompleteRequest<'a>,
+    ) -> BoxFuture<'a, Result<CompleteOutcome, BackendError>> {
+        Box::pin(self.inner.complete(req))
+    }
+
+    fn abandon<'a>(
+        &'a self,
+        key: &'a CallKey,
+        owner: OwnerToken,
+    ) -> BoxFuture<'a, Result<bool, BackendError>> {
+        Box::pin(async move {
+            let inner = &*self.inner;
+            let wake = wake_payload("record", key);
+            inner
+                .flag(
+                    &inner.sql.record_abandon,
+                    &[&key.qualified(), &uuid_of(owner), &inner.channel, &wake],
+                    "abandon",
+                    key,
+                )
+                .await
+        })
+    }
+
+    fn wait_settled<'a>(
+        &'a self,
+        key: &'a CallKey,
+        timeout: Duration,
+    ) -> BoxFuture<'a, Result<(), BackendError>> {
+        Box::pin(self.inner.wait_settled(key, timeout))
+    }
+
+    fn renew_marker<'a>(
+        &'a self,
+        key: &'a CallKey,
+        owner: OwnerToken,
+        lease: Duration,
+    ) -> BoxFuture<'a, Result<RenewOutcome, BackendError>> {
+        Box::pin(async move {
+            let inner = &*self.inner;
+            let rows = inner
+                .query(
+                    &inner.sql.record_renew,
+                    &[&key.qualified(), &uuid_of(owner), &millis(lease)],
+                    "renew marker",
+                    key,
+                )
+                .await?;
+            renew_outcome(inner, &rows, "renew marker", key)
+        })
+    }
+
+    fn purge<'a>(&'a self, key: &'a CallKey) -> BoxFuture<'a, Result<bool, BackendError>> {
+        Box::pin(async move {
+            let inner = &*self.inner;
+            let wake = wake_payload("record", key);
+            inner
+                .flag(
+                    &inner.sql.record_purge,
+                    &[&key.qualified(), &inner.channel, &wake],
+                    "purge",
+                    key,
+                )
+                .await
+        })
+    }
+}

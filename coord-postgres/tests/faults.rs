@@ -1,0 +1,630 @@
+//! Faults of a real PostgreSQL server while coord works, each asserting what the caller gets,
+//! what a duplicate (or the next caller) gets afterwards, and how many times the body ran.
+//! Every case starts a server of its own; coord runs with a 300 ms command timeout.
+//!
+//! | Case (test) | What failed | The caller gets | A duplicate / the next caller gets | Body runs |
+//! |---|---|---|---|---|
+//! | `terminated_while_waiting_for_a_lock` | the waiter's pooled and listening connections terminated (`pg_terminate_backend`) while it waits | the lock, within ~1 s of the release (listener remade; re-check) | — | 1 |
+//! | `terminated_while_holding_a_renewed_lock` | the holder's connections terminated three times during a renewed hold (lease 1 s) | `Ok(v)`: renewals go on over new connections, the hold is never lost | the lock at once after the call | 1 |
+//! | `terminated_at_completion` | coord's connections terminated just before the body returns (5 keys) | `Ok(v)` (stored over a new connection) | replay of `v` | 1 each |
+//! | `paused_briefly_during_completion` | server frozen (SIGSTOP) 700 ms from the body's return (lease 3 s) | `Ok(v)` after the thaw (completion retried) | replay of `v` | 1 |
+//! | `paused_past_the_lease_during_completion` | server frozen 2.5 s from the body's return (lease 1 s, warm connection) | `OutcomeNotStored { cause: Backend(Timeout) }` | replay of `v`: the completion sent before the freeze ran on thaw | 1 |
+//! | `late_claim_does_nothing` | server frozen 1.5 s while a claim is sent: it executes after its not-after time | `Timeout` | no marker at the key (the statement ran and wrote nothing) | 0 |
+//! | `acquire_lost_to_a_frozen_server_is_released` | server frozen 800 ms while an acquire is sent (lease 20 s) | `Backend(Timeout)` | the lock soon after the thaw (background release), not after the lease | 0 |
+//! | `killed_and_restarted_while_the_body_runs` | server killed (SIGKILL) and restarted while the body runs | `Ok(v)`: the marker was committed, the completion finds it | replay of `v` | 1 |
+//! | `statement_timeout_ends_a_blocked_statement` | another session holds the key's row lock, so coord's statements block | `Backend(Timeout)`; the server cancelled the statement (nothing left waiting) | the body runs once the row is free | 0, then 1 |
+//! | `connection_limit_exhausted` | every connection slot taken by other sessions | a new provider: `Unavailable` naming the limit; a warm provider: `Ok` over its open connection, `Backend(Unavailable)` for calls that need another | once slots are free, everything works; no key ran twice | ≤ 1 per key |
+//! | `read_only_server` | `default_transaction_read_only` on, then off | `Backend(Unavailable)` before the body; during completion (500 ms): `Ok(v)` after it is writable again | replay of `v` | 0, then 1 |
+
+mod support;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use coord_core::provider::{
+    BackendErrorKind, ClaimRequest, IdempotencyStore, Operations, OwnerToken,
+};
+use coord_core::{CoordError, Coordinator, NotStoredCause, distributed_lock, idempotent, observe};
+use coord_postgres::PostgresProvider;
+use coord_postgres_testing::{PostgresServer, ServerOptions};
+
+/// Short, so faults turn into timeouts quickly.
+const TIMEOUT: Duration = Duration::from_millis(300);
+/// No call here may take longer than this, whatever the fault.
+const HANG: Duration = Duration::from_secs(20);
+
+/// A server of the test's own, migrated.
+async fn server_with(options: ServerOptions) -> PostgresServer {
+    let server = tokio::task::spawn_blocking(move || PostgresServer::start_configured(options))
+        .await
+        .unwrap();
+    PostgresProvider::migrate(&server.url())
+        .await
+        .expect("migrate");
+    server
+}
+
+async fn server() -> PostgresServer {
+    server_with(ServerOptions::new()).await
+}
+
+/// A provider named `app` (its connections' `application_name`) with the short timeout.
+async fn provider(url: &str, app: &str, pool: usize) -> PostgresProvider {
+    PostgresProvider::builder(url)
+        .command_timeout(TIMEOUT)
+        .application_name(app)
+        .pool_size(pool)
+        .connect()
+        .await
+        .expect("connect to the test server")
+}
+
+fn coordinator(provider: &PostgresProvider) -> Coordinator {
+    Coordinator::builder()
+        .namespace("faults")
+        .provider(provider.clone())
+        .build()
+        .expect("coordinator")
+}
+
+/// Runs one call, failing the test if it hangs.
+async fn bounded<T>(what: &str, call: impl Future<Output = T>) -> T {
+    tokio::time::timeout(HANG, call)
+        .await
+        .unwrap_or_else(|_| panic!("{what} hung"))
+}
+
+/// The body of the idempotent operations: counts its runs, answers differently on each run,
+/// and runs the injected fault just before it returns.
+#[derive(Default)]
+struct Body {
+    runs: AtomicUsize,
+    before_return: Mutex<Option<Box<dyn FnOnce() + Send>>>,
+    gate: Option<(tokio::sync::Notify, tokio::sync::Notify)>,
+}
+
+impl Body {
+    fn gated() -> Body {
+        Body {
+            gate: Some(Default::default()),
+            ..Body::default()
+        }
+    }
+
+    fn inject(&self, fault: impl FnOnce() + Send + 'static) {
+        *self.before_return.lock().unwrap() = Some(Box::new(fault));
+    }
+
+    fn runs(&self) -> usize {
+        self.runs.load(Ordering::SeqCst)
+    }
+
+    async fn run(&self) -> u64 {
+        let n = self.runs.fetch_add(1, Ordering::SeqCst) as u64 + 1;
+        if let Some((entered, proceed)) = &self.gate {
+            entered.notify_one();
+            proceed.notified().await;
+        }
+        let fault = self.before_return.lock().unwrap().take();
+        if let Some(fault) = fault {
+            // The fault talks to the server synchronously (psql, signals).
+            tokio::task::block_in_place(fault);
+        }
+        n * 100
+    }
+}
+
+#[idempotent(key_from = "id", coordinator = c, name = "pg.long", in_flight_lease = "3s", on_abandoned = "fail", on_backend_error = "fail_closed")]
+async fn long_op(c: &Coordinator, id: u32, body: &Body) -> Result<u64, CoordError> {
+    Ok(body.run().await)
+}
+
+#[idempotent(key_from = "id", coordinator = c, name = "pg.short", in_flight_lease = "1s", on_abandoned = "fail", on_backend_error = "fail_closed")]
+async fn short_op(c: &Coordinator, id: u32, body: &Body) -> Result<u64, CoordError> {
+    Ok(body.run().await)
+}
+
+#[distributed_lock(key_from = "id", coordinator = c, name = "pg.renewed", lease = "1s", renew = true, on_backend_error = "fail_closed")]
+async fn renewed(
+    c: &Coordinator,
+    id: u32,
+    hold: Duration,
+    terminate: &(dyn Fn() + Sync),
+) -> Result<u64, CoordError> {
+    let started = Instant::now();
+    let mut terminated = 0;
+    while started.elapsed() < hold {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        if terminated < 3 && started.elapsed() > Duration::from_millis(400 * (terminated + 1)) {
+            tokio::task::block_in_place(terminate);
+            terminated += 1;
+        }
+    }
+    Ok(7)
+}
+
+/// A claim with a long lease, kept when abandoned (so a marker left behind would show).
+fn req(key: &coord_core::CallKey) -> ClaimRequest<'_> {
+    ClaimRequest {
+        key,
+        owner: OwnerToken::new(),
+        in_flight_lease: Duration::from_secs(30),
+        fingerprint: None,
+        keep_abandoned_for: Some(Duration::from_secs(60)),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn terminated_while_waiting_for_a_lock() {
+    let server = server().await;
+    let holder = coordinator(&provider(&server.url(), "holder", 2).await);
+    let waiter_provider = provider(&server.url(), "waiter", 2).await;
+    let waiter = coordinator(&waiter_provider);
+    let key = holder.key("pg.wait").part("1").finish();
+    let guard = holder
+        .lock(key.clone())
+        .lease(Duration::from_secs(20))
+        .acquire()
+        .await
+        .expect("free");
+    let waiting = tokio::spawn({
+        let (waiter, key) = (waiter.clone(), key.clone());
+        async move {
+            let guard = waiter
+                .lock(key)
+                .lease(Duration::from_secs(20))
+                .wait(Duration::from_secs(15))
+                .acquire()
+                .await;
+            (guard, Instant::now())
+        }
+    });
+    // Let it listen and mark the holder as waited for, then cut every connection it has.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(waiter_provider.listener_connections(), 1);
+    let cut =
+        server.terminate_connections("waiter") + server.terminate_connections("waiter-listener");
+    assert!(cut >= 2, "the pool's and the listener's connections: {cut}");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let released_at = Instant::now();
+    assert!(guard.release().await.expect("release"));
+    let (granted, granted_at) = bounded("the waiter", waiting).await.unwrap();
+    let guard = granted.expect("the waiter gets the lock");
+    let after = granted_at.saturating_duration_since(released_at);
+    assert!(
+        after < Duration::from_secs(3),
+        "woken by the notification or the re-check, not the lease: {after:?}"
+    );
+    assert!(
+        waiter_provider.listener_connections() >= 2,
+        "the listening connection was made again"
+    );
+    drop(guard);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn terminated_while_holding_a_renewed_lock() {
+    let server = Arc::new(server().await);
+    let provider = provider(&server.url(), "renewer", 2).await;
+    let c = coordinator(&provider);
+    let cutter = server.clone();
+    let terminate = move || {
+        cutter.terminate_connections("renewer");
+    };
+    let result = bounded(
+        "the renewed hold",
+        renewed(&c, 1, Duration::from_millis(2500), &terminate),
+    )
+    .await;
+    assert_eq!(result.expect("the hold survives terminated connections"), 7);
+    // Released at the end: another owner takes it at once.
+    let other = coordinator(&provider);
+    let key = other.key("pg.renewed").part(&1u32).finish();
+    assert!(other.lock(key).try_acquire().await.unwrap().is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn terminated_at_completion() {
+    let server = Arc::new(server().await);
+    let provider = provider(&server.url(), "completer", 2).await;
+    let c = coordinator(&provider);
+    for id in 1..=5 {
+        let body = Body::default();
+        let cutter = server.clone();
+        body.inject(move || {
+            assert!(cutter.terminate_connections("completer") >= 1);
+        });
+        let (result, report) = bounded("the call", observe(long_op(&c, id, &body))).await;
+        assert_eq!(
+            result.unwrap(),
+            100,
+            "stored over a new connection ({report:?})"
+        );
+        let (again, report) = bounded("the duplicate", observe(long_op(&c, id, &body))).await;
+        assert_eq!(again.unwrap(), 100);
+        assert!(report.replayed(), "{report:?}");
+        assert_eq!(body.runs(), 1);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn paused_briefly_during_completion() {
+    let server = server().await;
+    let provider = provider(&server.url(), "coord", 2).await;
+    let c = coordinator(&provider);
+    let body = Body::default();
+    let server = Arc::new(server);
+    let thaw = Arc::new(Mutex::new(None));
+    let (handle, paused) = (thaw.clone(), server.clone());
+    body.inject(move || {
+        paused.pause();
+        let resumer = paused.clone();
+        *handle.lock().unwrap() = Some(std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(700));
+            resumer.resume();
+        }));
+    });
+    let started = Instant::now();
+    let (result, report) = bounded("the call", observe(long_op(&c, 1, &body))).await;
+    let took = started.elapsed();
+    thaw.lock()
+        .unwrap()
+        .take()
+        .expect("injected")
+        .join()
+        .unwrap();
+    assert_eq!(
+        result.unwrap(),
+        100,
+        "completion retried past the freeze ({report:?})"
+    );
+    assert!(
+        took >= Duration::from_millis(650) && took < Duration::from_secs(4),
+        "the caller waited for the thaw, not for the lease: {took:?}"
+    );
+    let (again, report) = bounded("the duplicate", observe(long_op(&c, 1, &body))).await;
+    assert_eq!(again.unwrap(), 100);
+    assert!(report.replayed(), "{report:?}");
+    assert_eq!(body.runs(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn paused_past_the_lease_during_completion() {
+    let server = Arc::new(server().await);
+    // One pooled connection, warmed by a first call: the completion's statement is prepared
+    // there, so it is sent whole before the freeze.
+    let provider = provider(&server.url(), "coord", 1).await;
+    let c = coordinator(&provider);
+    let warm = Body::default();
+    assert_eq!(short_op(&c, 1, &warm).await.unwrap(), 100);
+    let body = Body::default();
+    let paused = server.clone();
+    let thaw = Arc::new(Mutex::new(None));
+    let handle = thaw.clone();
+    body.inject(move || {
+        paused.pause();
+        let resumer = paused.clone();
+        *handle.lock().unwrap() = Some(std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(2500));
+            resumer.resume();
+        }));
+    });
+    let (result, report) = bounded("the call", observe(short_op(&c, 2, &body))).await;
+    assert!(
+        matches!(
+            &result,
+            Err(CoordError::OutcomeNotStored { cause: NotStoredCause::Backend(err), .. })
+                if err.kind() == BackendErrorKind::Timeout
+        ),
+        "the caller is told the outcome may not be stored: {result:?} ({report:?})"
+    );
+    thaw.lock()
+        .unwrap()
+        .take()
+        .expect("injected")
+        .join()
+        .unwrap();
+    let (again, report) = bounded("the duplicate", observe(short_op(&c, 2, &body))).await;
+    assert_eq!(
+        again.expect("the completion sent before the freeze ran on thaw"),
+        100,
+        "{report:?}"
+    );
+    assert!(report.replayed(), "{report:?}");
+    assert_eq!(body.runs(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn late_claim_does_nothing() {
+    let server = Arc::new(server().await);
+    let provider = provider(&server.url(), "coord", 1).await;
+    let c = coordinator(&provider);
+    let key = c.key("pg.late").part(&1u32).finish();
+    // Warm the one connection: the claim's statement is prepared there.
+    let warm = c.key("pg.late").part(&0u32).finish();
+    provider.claim(req(&warm)).await.expect("warm-up claim");
+    server.pause();
+    let resumer = server.clone();
+    let thaw = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(1500));
+        resumer.resume();
+    });
+    let err = provider
+        .claim(req(&key))
+        .await
+        .expect_err("the server is frozen");
+    assert_eq!(err.kind(), BackendErrorKind::Timeout, "{err:?}");
+    thaw.join().unwrap();
+    // The statement ran on thaw (its connection was closed under it, but the server had it
+    // whole), after its not-after time: it wrote nothing. No clean-up was asked for here.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        provider.inspect_record(&key).await.unwrap(),
+        None,
+        "a claim executed after its caller gave up leaves no marker"
+    );
+    assert_eq!(
+        server.sql("SELECT count(*) FROM coord.records"),
+        "1",
+        "only the warm-up's marker"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn acquire_lost_to_a_frozen_server_is_released() {
+    let server = Arc::new(server().await);
+    let provider = provider(&server.url(), "coord", 1).await;
+    let c = coordinator(&provider);
+    let key = c.key("pg.frozen").part(&1u32).finish();
+    // Warm the connection with the acquire's statement.
+    let warm = c.key("pg.frozen").part(&0u32).finish();
+    drop(c.lock(warm).acquire().await.unwrap());
+    server.pause();
+    let resumer = server.clone();
+    let thaw = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(800));
+        resumer.resume();
+    });
+    let result = c
+        .lock(key.clone())
+        .lease(Duration::from_secs(20))
+        .acquire()
+        .await;
+    assert!(
+        matches!(&result, Err(CoordError::Backend(err)) if err.kind() == BackendErrorKind::Timeout),
+        "{result:?}"
+    );
+    thaw.join().unwrap();
+    let thawed = Instant::now();
+    let other = coordinator(&provider);
+    let guard = bounded(
+        "another owner",
+        other.lock(key).wait(Duration::from_secs(15)).acquire(),
+    )
+    .await
+    .expect("another owner gets the lock");
+    assert!(
+        thawed.elapsed() < Duration::from_secs(5),
+        "freed by the background release, not the 20 s lease: {:?}",
+        thawed.elapsed()
+    );
+    drop(guard);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn killed_and_restarted_while_the_body_runs() {
+    let server = Arc::new(Mutex::new(server().await));
+    let url = server.lock().unwrap().url();
+    let provider = provider(&url, "coord", 2).await;
+    let c = coordinator(&provider);
+    let body = Arc::new(Body::gated());
+    let call = tokio::spawn({
+        let (c, body) = (c.clone(), body.clone());
+        async move { observe(long_op(&c, 1, &body)).await }
+    });
+    let (entered, proceed) = body.gate.as_ref().unwrap();
+    bounded("the body to start", entered.notified()).await;
+    let restarter = server.clone();
+    tokio::task::spawn_blocking(move || restarter.lock().unwrap().restart())
+        .await
+        .unwrap();
+    proceed.notify_one();
+    let (result, report) = bounded("the call", call).await.unwrap();
+    assert_eq!(
+        result.unwrap(),
+        100,
+        "the committed marker survived the crash; completion found it ({report:?})"
+    );
+    let (again, report) = bounded("the duplicate", observe(long_op(&c, 1, &body))).await;
+    assert_eq!(again.unwrap(), 100);
+    assert!(report.replayed(), "{report:?}");
+    assert_eq!(body.runs(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn statement_timeout_ends_a_blocked_statement() {
+    let server = server().await;
+    let provider = provider(&server.url(), "blocked", 2).await;
+    let c = coordinator(&provider);
+    let body = Body::default();
+    // Another session holds the row the claim must write.
+    let (blocker, connection) = tokio_postgres::connect(&server.url(), tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let key = c.key("pg.long").part(&1u32).finish();
+    blocker
+        .batch_execute(&format!(
+            "BEGIN; INSERT INTO coord.records (key, state, owner, written_at, lease_ends_at, expires_at) \
+             VALUES ('{}', 'in_flight', gen_random_uuid(), now(), now() - interval '1 hour', now() - interval '1 hour') \
+             ON CONFLICT DO NOTHING; SELECT 1 FROM coord.records WHERE key = '{}' FOR UPDATE;",
+            key.qualified(),
+            key.qualified()
+        ))
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let result = bounded("the blocked call", long_op(&c, 1, &body)).await;
+    assert!(
+        matches!(&result, Err(CoordError::Backend(err)) if err.kind() == BackendErrorKind::Timeout),
+        "{result:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(body.runs(), 0, "the body never ran");
+    // The server ended the statement: nothing of coord's still waits for the row.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let waiting = server.sql(
+        "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'blocked' \
+         AND wait_event_type = 'Lock'",
+    );
+    assert_eq!(
+        waiting, "0",
+        "a blocked statement outlived the command timeout"
+    );
+    blocker.batch_execute("ROLLBACK").await.unwrap();
+    assert_eq!(
+        bounded("the retry", long_op(&c, 1, &body)).await.unwrap(),
+        100
+    );
+    assert_eq!(body.runs(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn connection_limit_exhausted() {
+    // 8 slots, 3 of them for superusers: 5 for the application's role.
+    let server = server_with(ServerOptions::new().max_connections(8)).await;
+    server.sql(
+        "CREATE ROLE app LOGIN; GRANT USAGE ON SCHEMA coord TO app; \
+         GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA coord TO app; \
+         GRANT USAGE ON ALL SEQUENCES IN SCHEMA coord TO app",
+    );
+    let url = format!("postgres://app@127.0.0.1:{}/postgres", server.port());
+    let warm = provider(&url, "warm", 3).await;
+    let c = coordinator(&warm);
+    // Its one open connection (from connecting) stays; fill every other slot.
+    let mut fillers = Vec::new();
+    loop {
+        match tokio_postgres::connect(&url, tokio_postgres::NoTls).await {
+            Ok((client, connection)) => {
+                tokio::spawn(connection);
+                fillers.push(client);
+            }
+            Err(err) => {
+                assert!(
+                    err.to_string().contains("too many") || err.as_db_error().is_some(),
+                    "{err}"
+                );
+                break;
+            }
+        }
+        assert!(fillers.len() < 10, "the limit was not reached");
+    }
+    let err = PostgresProvider::builder(&url)
+        .command_timeout(TIMEOUT)
+        .connect()
+        .await
+        .expect_err("no slot for a new provider");
+    let err = coord_core::BackendError::from(err);
+    assert_eq!(err.kind(), BackendErrorKind::Unavailable, "{err:?}");
+    assert!(err.message().contains("53300"), "names the limit: {err}");
+
+    // The warm provider: one call at a time, its open connection keeps serving.
+    for id in 0..3u32 {
+        let body = Body::default();
+        assert_eq!(
+            bounded("a call at the limit", long_op(&c, id, &body))
+                .await
+                .unwrap(),
+            100
+        );
+    }
+    // Several at once: a call that needs another connection fails as unavailable (before its
+    // body, or at completion); none runs a key twice.
+    let bodies: Vec<Arc<Body>> = (10..16).map(|_| Arc::new(Body::default())).collect();
+    let calls: Vec<_> = bodies
+        .iter()
+        .enumerate()
+        .map(|(i, body)| {
+            let (c, body) = (c.clone(), body.clone());
+            tokio::spawn(async move { long_op(&c, 10 + i as u32, &body).await })
+        })
+        .collect();
+    let mut outcomes = Vec::new();
+    for call in calls {
+        let outcome = bounded("a call at the limit", call).await.unwrap();
+        match &outcome {
+            Ok(100) => {}
+            Err(CoordError::Backend(err))
+            | Err(CoordError::OutcomeNotStored {
+                cause: NotStoredCause::Backend(err),
+                ..
+            }) => {
+                assert_eq!(err.kind(), BackendErrorKind::Unavailable, "{err:?}")
+            }
+            other => panic!("unexpected: {other:?}"),
+        }
+        outcomes.push(outcome);
+    }
+    drop(fillers);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for (i, (body, first)) in bodies.iter().zip(&outcomes).enumerate() {
+        let again = bounded("after the limit", long_op(&c, 10 + i as u32, body)).await;
+        match first {
+            // Stored: replayed. Refused before the body: runs now, once.
+            Ok(_) | Err(CoordError::Backend(_)) => assert_eq!(again.unwrap(), 100),
+            // Not stored: the marker says the outcome is unknown, unless the completion
+            // landed after all; never a second run.
+            _ => assert!(
+                matches!(again, Ok(100) | Err(CoordError::OutcomeUnknown { .. })),
+                "{again:?}"
+            ),
+        }
+        assert_eq!(body.runs(), 1, "key {i} ran once");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn read_only_server() {
+    let server = Arc::new(server().await);
+    let provider = provider(&server.url(), "coord", 2).await;
+    let c = coordinator(&provider);
+    let body = Body::default();
+    tokio::task::block_in_place(|| server.set_read_only(true));
+    let refused = bounded("a call on a read-only server", long_op(&c, 1, &body)).await;
+    assert!(
+        matches!(&refused, Err(CoordError::Backend(err)) if err.kind() == BackendErrorKind::Unavailable),
+        "{refused:?}"
+    );
+    assert_eq!(body.runs(), 0, "refused before the body");
+    let key = c.key("pg.ro").part(&1u32).finish();
+    let lock = c.lock(key.clone()).try_acquire().await;
+    assert!(
+        matches!(&lock, Err(CoordError::Backend(err)) if err.kind() == BackendErrorKind::Unavailable),
+        "{lock:?}"
+    );
+    tokio::task::block_in_place(|| server.set_read_only(false));
+
+    // Read-only for 500 ms from the body's return (lease 3 s): completion is retried.
+    let switch = server.clone();
+    body.inject(move || {
+        switch.set_read_only(true);
+        let back = switch.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(500));
+            back.set_read_only(false);
+        });
+    });
+    let (result, report) = bounded("the call", observe(long_op(&c, 1, &body))).await;
+    assert_eq!(result.unwrap(), 100, "{report:?}");
+    let (again, report) = bounded("the duplicate", observe(long_op(&c, 1, &body))).await;
+    assert_eq!(again.unwrap(), 100);
+    assert!(report.replayed(), "{report:?}");
+    assert_eq!(body.runs(), 1);
+}

@@ -1,0 +1,301 @@
+//! Coordination across real processes against one real PostgreSQL server: 8 processes of 16
+//! tasks each contend for two hot locks, with a witness table that counts overlapping holders
+//! and refuses writes whose fencing token is not newer than the last one it accepted; and the
+//! same processes call one idempotent operation on shared keys.
+//!
+//! This test binary has its own `main` (`harness = false`): run without `COORD_TEST_ROLE` it
+//! starts a server and runs the scenarios, each of which re-runs this same binary as child
+//! processes with `COORD_TEST_ROLE` set to the part they play. It ends with the line
+//! `processes: N passed, M failed` and a non-zero exit status when anything failed.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use coord_core::{CoordError, Coordinator, distributed_lock, fencing_token, idempotent};
+use coord_postgres::PostgresProvider;
+use coord_postgres_testing::PostgresServer;
+
+const ROLE: &str = "COORD_TEST_ROLE";
+const PROCESSES: usize = 8;
+const TASKS: usize = 16;
+/// Lock sections per task (alternating between the two hot keys).
+const ROUNDS: usize = 4;
+/// Keys of the idempotent operation every process calls.
+const ORDERS: usize = 24;
+
+// ---------------------------------------------------------------- child processes
+
+/// One section under the lock of `slot`: enter (counting an overlap if someone else is
+/// inside), offer the fencing token to the witness (counting a refusal if it is not newer than
+/// the newest it accepted), leave.
+#[distributed_lock(key_from = "slot", coordinator = c, name = "proc.contend", lease = "10s", wait = "60s", fenced = true)]
+async fn contend_once(
+    c: &Coordinator,
+    slot: i32,
+    witness: &tokio_postgres::Client,
+) -> Result<(), CoordError> {
+    let token = fencing_token().expect("a fenced lock has a token").get() as i64;
+    witness
+        .execute(
+            "UPDATE witness SET holders = holders + 1, entries = entries + 1, \
+             overlapped = overlapped + (holders > 0)::int, \
+             refused = refused + (last_token >= $2)::int, \
+             last_token = greatest(last_token, $2) WHERE slot = $1",
+            &[&slot, &token],
+        )
+        .await
+        .expect("witness enter");
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    witness
+        .execute(
+            "UPDATE witness SET holders = holders - 1 WHERE slot = $1",
+            &[&slot],
+        )
+        .await
+        .expect("witness leave");
+    Ok(())
+}
+
+#[idempotent(key_from = "order", coordinator = c, name = "proc.charge", wait = "30s")]
+async fn charge(
+    c: &Coordinator,
+    order: &str,
+    witness: &tokio_postgres::Client,
+) -> Result<String, CoordError> {
+    witness
+        .execute(
+            "INSERT INTO runs (order_id, pid) VALUES ($1, $2)",
+            &[&order, &(std::process::id() as i32)],
+        )
+        .await
+        .expect("witness run");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    Ok(format!("receipt-by-pid-{}", std::process::id()))
+}
+
+async fn child(role: &str) {
+    let url = std::env::var("COORD_TEST_URL").expect("COORD_TEST_URL");
+    let ns = std::env::var("COORD_TEST_NS").expect("COORD_TEST_NS");
+    let provider = PostgresProvider::builder(&url)
+        .pool_size(6)
+        .command_timeout(Duration::from_secs(5))
+        .connect()
+        .await
+        .expect("connect");
+    let c = Coordinator::builder()
+        .namespace(ns)
+        .provider(provider)
+        .build()
+        .expect("coordinator");
+    let (witness, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .expect("witness connection");
+    tokio::spawn(connection);
+    let witness = std::sync::Arc::new(witness);
+    match role {
+        "contend" => {
+            let tasks: Vec<_> = (0..TASKS)
+                .map(|task| {
+                    let (c, witness) = (c.clone(), witness.clone());
+                    tokio::spawn(async move {
+                        for round in 0..ROUNDS {
+                            let slot = ((task + round) % 2) as i32;
+                            contend_once(&c, slot, &witness)
+                                .await
+                                .expect("the lock within its wait");
+                        }
+                    })
+                })
+                .collect();
+            for task in tasks {
+                task.await.expect("task");
+            }
+            println!("DONE");
+        }
+        "charge" => {
+            let tasks: Vec<_> = (0..TASKS)
+                .map(|task| {
+                    let (c, witness) = (c.clone(), witness.clone());
+                    tokio::spawn(async move {
+                        let mut lines = Vec::new();
+                        for order in (task..ORDERS).step_by(TASKS.min(ORDERS)) {
+                            let order = format!("order-{order}");
+                            let receipt = charge(&c, &order, &witness).await.expect("charged");
+                            lines.push(format!("RECEIPT {order} {receipt}"));
+                        }
+                        // Every task also charges order-0, the hottest key.
+                        let receipt = charge(&c, "order-0", &witness).await.expect("charged");
+                        lines.push(format!("RECEIPT order-0 {receipt}"));
+                        lines
+                    })
+                })
+                .collect();
+            for task in tasks {
+                for line in task.await.expect("task") {
+                    println!("{line}");
+                }
+            }
+        }
+        other => panic!("unknown role {other}"),
+    }
+}
+
+// ---------------------------------------------------------------- the parent
+
+fn spawn(role: &str, url: &str, ns: &str) -> Child {
+    Command::new(std::env::current_exe().expect("own path"))
+        .env(ROLE, role)
+        .env("COORD_TEST_URL", url)
+        .env("COORD_TEST_NS", ns)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn a child process")
+}
+
+/// Waits for every child and returns their stdout lines; fails if one failed or took longer
+/// than `limit`.
+fn collect(children: Vec<Child>, limit: Duration) -> Result<Vec<String>, String> {
+    let deadline = Instant::now() + limit;
+    let mut lines = Vec::new();
+    for mut child in children {
+        let stdout = child.stdout.take().expect("piped");
+        let reader = std::thread::spawn(move || {
+            BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+                .collect::<Vec<_>>()
+        });
+        loop {
+            match child.try_wait().expect("wait") {
+                Some(status) if status.success() => break,
+                Some(status) => return Err(format!("a child process failed: {status}")),
+                None if Instant::now() > deadline => {
+                    let _ = child.kill();
+                    return Err(format!("a child process did not finish within {limit:?}"));
+                }
+                None => std::thread::sleep(Duration::from_millis(20)),
+            }
+        }
+        lines.extend(reader.join().expect("reader"));
+    }
+    Ok(lines)
+}
+
+fn contend(server: &PostgresServer) -> Result<(), String> {
+    let url = server.url();
+    let children: Vec<Child> = (0..PROCESSES)
+        .map(|_| spawn("contend", &url, "procs"))
+        .collect();
+    let started = Instant::now();
+    let lines = collect(children, Duration::from_secs(120))?;
+    let done = lines.iter().filter(|l| *l == "DONE").count();
+    if done != PROCESSES {
+        return Err(format!("{done} of {PROCESSES} processes finished"));
+    }
+    let row =
+        server.sql("SELECT sum(entries), sum(overlapped), sum(refused), sum(holders) FROM witness");
+    let numbers: Vec<i64> = row.split('|').map(|n| n.parse().unwrap_or(-1)).collect();
+    let expected = (PROCESSES * TASKS * ROUNDS) as i64;
+    println!(
+        "contend: {} sections by {PROCESSES} processes x {TASKS} tasks on 2 keys in {:.1?}: {} overlaps, {} stale tokens",
+        numbers[0],
+        started.elapsed(),
+        numbers[1],
+        numbers[2]
+    );
+    if numbers != [expected, 0, 0, 0] {
+        return Err(format!(
+            "expected {expected} sections, no overlap, no stale token, nobody inside: {row}"
+        ));
+    }
+    Ok(())
+}
+
+fn charge_everywhere(server: &PostgresServer) -> Result<(), String> {
+    let url = server.url();
+    let children: Vec<Child> = (0..PROCESSES)
+        .map(|_| spawn("charge", &url, "procs"))
+        .collect();
+    let lines = collect(children, Duration::from_secs(120))?;
+    let mut receipts: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for line in lines.iter().filter_map(|l| l.strip_prefix("RECEIPT ")) {
+        let (order, receipt) = line.split_once(' ').expect("order and receipt");
+        receipts
+            .entry(order.to_owned())
+            .or_default()
+            .push(receipt.to_owned());
+    }
+    if receipts.len() != ORDERS {
+        return Err(format!("{} orders answered of {ORDERS}", receipts.len()));
+    }
+    for (order, answers) in &receipts {
+        if answers.iter().any(|a| a != &answers[0]) {
+            return Err(format!("{order} was answered differently: {answers:?}"));
+        }
+    }
+    let runs = server.sql("SELECT count(*), count(DISTINCT order_id) FROM runs");
+    println!(
+        "charge: {} calls from {PROCESSES} processes on {ORDERS} keys: runs, distinct keys = {runs}",
+        receipts.values().map(Vec::len).sum::<usize>()
+    );
+    if runs != format!("{ORDERS}|{ORDERS}") {
+        return Err(format!("each key must run once: {runs}"));
+    }
+    Ok(())
+}
+
+/// One scenario against the shared server: `Err` says what went wrong.
+type Scenario = fn(&PostgresServer) -> Result<(), String>;
+
+fn main() {
+    if let Ok(role) = std::env::var(ROLE) {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("runtime")
+            .block_on(child(&role));
+        return;
+    }
+    let started = Instant::now();
+    let server = PostgresServer::start();
+    let url = server.url();
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+        .block_on(PostgresProvider::migrate(&url))
+        .expect("migrate");
+    server.sql(
+        "CREATE TABLE witness (slot int PRIMARY KEY, holders int NOT NULL DEFAULT 0, \
+         entries int NOT NULL DEFAULT 0, overlapped int NOT NULL DEFAULT 0, \
+         last_token bigint NOT NULL DEFAULT 0, refused int NOT NULL DEFAULT 0); \
+         INSERT INTO witness (slot) VALUES (0), (1); \
+         CREATE TABLE runs (order_id text NOT NULL, pid int NOT NULL)",
+    );
+    let scenarios: [(&str, Scenario); 2] = [
+        ("contend_with_a_fencing_witness", contend),
+        ("idempotent_across_processes", charge_everywhere),
+    ];
+    let (mut passed, mut failed) = (0, 0);
+    for (name, scenario) in scenarios {
+        match scenario(&server) {
+            Ok(()) => {
+                println!("test {name} ... ok");
+                passed += 1;
+            }
+            Err(why) => {
+                println!("test {name} ... FAILED: {why}");
+                failed += 1;
+            }
+        }
+    }
+    println!("(in {:.1?})", started.elapsed());
+    println!("processes: {passed} passed, {failed} failed");
+    if failed > 0 {
+        std::process::exit(1);
+    }
+}

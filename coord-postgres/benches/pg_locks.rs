@@ -272,6 +272,7 @@ async fn run(server: &PostgresServer, url: &str) {
                                 in_flight_lease: Duration::from_secs(30),
                                 fingerprint: None,
                                 keep_abandoned_for: None,
+                                transactional: false,
                             })
                             .await
                             .unwrap();

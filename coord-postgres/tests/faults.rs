@@ -152,6 +152,7 @@ fn req(key: &coord_core::CallKey) -> ClaimRequest<'_> {
         in_flight_lease: Duration::from_secs(30),
         fingerprint: None,
         keep_abandoned_for: Some(Duration::from_secs(60)),
+        transactional: false,
     }
 }
 

@@ -138,7 +138,7 @@ async fn main() {
     for call in calls {
         let (quote, report) = call.await.expect("quote task");
         assert!(quote.is_ok());
-        if report.flight == Some(FlightOutcome::Joined) {
+        if report.flight() == Some(FlightOutcome::Joined) {
             joined += 1;
         }
     }

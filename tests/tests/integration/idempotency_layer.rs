@@ -67,7 +67,7 @@ async fn a_duplicate_in_flight_is_refused_or_waits_and_replays() {
         matches!(refused, Err(CoordError::InFlight { .. })),
         "wait = 0s refuses: {refused:?}"
     );
-    assert_eq!(report.idempotency, Some(IdempotencyOutcome::InFlight));
+    assert_eq!(report.idempotency(), Some(IdempotencyOutcome::InFlight));
 
     let (waited, report) =
         observe(charge_waiting(&c, "k1", 10, runs.clone(), Duration::ZERO)).await;
@@ -196,7 +196,7 @@ async fn replays_are_reported_in_code() {
     let (first, report) = observe(record_after_body(&c, "k5", done.clone())).await;
     assert_eq!(first.unwrap(), 7);
     assert!(!report.replayed());
-    assert_eq!(report.idempotency, Some(IdempotencyOutcome::Executed));
+    assert_eq!(report.idempotency(), Some(IdempotencyOutcome::Executed));
     done.store(false, Ordering::SeqCst);
     let (second, report) = observe(record_after_body(&c, "k5", done.clone())).await;
     assert_eq!(second.unwrap(), 7);
@@ -233,7 +233,7 @@ async fn backend_faults_follow_the_policy() {
     let (out, report) = observe(lenient(&c, "k", ran.clone())).await;
     assert_eq!(out.unwrap(), 1);
     assert!(ran.load(Ordering::SeqCst));
-    assert_eq!(report.idempotency, Some(IdempotencyOutcome::FailedOpen));
+    assert_eq!(report.idempotency(), Some(IdempotencyOutcome::FailedOpen));
     assert_eq!(c.metrics().fail_open_runs(), 1);
 }
 
@@ -286,7 +286,7 @@ async fn an_abandoned_call_is_not_rerun_under_on_abandoned_fail() {
         matches!(out, Err(CoordError::OutcomeUnknown { .. })),
         "got {out:?}"
     );
-    assert_eq!(report.idempotency, Some(IdempotencyOutcome::OutcomeUnknown));
+    assert_eq!(report.idempotency(), Some(IdempotencyOutcome::OutcomeUnknown));
     assert_eq!(
         runs.load(Ordering::SeqCst),
         0,

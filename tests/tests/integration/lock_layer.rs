@@ -187,7 +187,7 @@ async fn backend_faults_follow_the_policy() {
         !ran.load(Ordering::SeqCst),
         "fail_closed must not run the body"
     );
-    assert_eq!(report.lock, Some(LockOutcome::BackendError));
+    assert_eq!(report.lock(), Some(LockOutcome::BackendError));
 
     let (out, report) = observe(open(&c, 1, ran.clone())).await;
     assert!(out.is_ok());
@@ -195,7 +195,7 @@ async fn backend_faults_follow_the_policy() {
         ran.load(Ordering::SeqCst),
         "fail_open runs the body unguarded"
     );
-    assert_eq!(report.lock, Some(LockOutcome::FailedOpen));
+    assert_eq!(report.lock(), Some(LockOutcome::FailedOpen));
     assert_eq!(c.metrics().fail_open_runs(), 1);
 
     // The builder default applies where the attribute says nothing.

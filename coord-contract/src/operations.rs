@@ -252,10 +252,11 @@ pub struct Page<T> {
 #[non_exhaustive]
 pub enum ForcedRelease {
     /// `owner` held the lock; now it does not. A waiter (if any) is woken and may take it at
-    /// once. The former holder is not told: it learns of the loss at its next renewal (or, if
-    /// it does not renew, never: its body may still be running, which is what fencing tokens
-    /// are for; the fencing counter is left as it was, so the next fenced holder's token is
-    /// greater than the former holder's).
+    /// once. The former holder is not told at once: it learns of the loss at its next renewal
+    /// ([`LossCause::ForceReleased`](crate::LossCause::ForceReleased)), or when it releases
+    /// ([`ReleaseOutcome::ForceReleased`](crate::ReleaseOutcome::ForceReleased)); until then its
+    /// body may still be running, which is what fencing tokens are for (the fencing counter is
+    /// left as it was, so the next fenced holder's token is greater than the former holder's).
     Released {
         /// The former holder.
         owner: OwnerToken,
@@ -282,7 +283,11 @@ pub enum ForcedRelease {
 /// * Listings follow [`Page`]'s promises, and never block the backend on a whole-keyspace
 ///   command (no Redis `KEYS`).
 /// * `force_release` frees the lock whoever holds it, as the holder's own release would (a
-///   waiter is woken), and leaves the fencing counter alone.
+///   waiter is woken), and leaves the fencing counter alone. A provider should remember the
+///   released owner (coord's providers keep a marker for the rest of the released lease plus
+///   [`FORCED_RELEASE_MEMORY`](crate::FORCED_RELEASE_MEMORY)) so that the former holder's
+///   release and renewal report a forced release rather than a lapse; one that does not makes
+///   the former holder report that it cannot tell the two apart.
 pub trait Operations: Send + Sync + 'static {
     /// The lock at `key`.
     fn inspect_lock<'a>(

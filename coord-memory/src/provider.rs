@@ -125,6 +125,9 @@ impl LockProvider for MemoryProvider {
         match self.locks.release(key.qualified(), owner) {
             ReleaseOutcome::Released => Box::pin(ReadyWith(|| Ok(ReleaseOutcome::Released))),
             ReleaseOutcome::NotHeld => Box::pin(ReadyWith(|| Ok(ReleaseOutcome::NotHeld))),
+            ReleaseOutcome::ForceReleased => {
+                Box::pin(ReadyWith(|| Ok(ReleaseOutcome::ForceReleased)))
+            }
         }
     }
 
@@ -582,7 +585,17 @@ mod tests {
         );
         assert_eq!(
             provider.renew(&key, first, LEASE).await.unwrap(),
-            RenewOutcome::Lost(LossCause::Expired)
+            RenewOutcome::Lost(LossCause::ForceReleased),
+            "the former holder is told its hold was forced free"
+        );
+        assert_eq!(
+            provider.release(&key, first).await.unwrap(),
+            ReleaseOutcome::ForceReleased
+        );
+        assert_eq!(
+            provider.renew(&key, second, LEASE).await.unwrap(),
+            RenewOutcome::Lost(LossCause::Expired),
+            "another owner is not"
         );
         assert_eq!(
             provider.force_release(&key).await.unwrap(),

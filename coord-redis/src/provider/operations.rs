@@ -25,14 +25,15 @@
 use std::time::Duration;
 
 use coord_core::provider::{
-    BackendErrorKind, BoxFuture, Cursor, ForcedRelease, ListRequest, LockHolder, LockInfo,
-    Operations, Page, RecordInfo, RecordStatus, Waiters,
+    BackendErrorKind, BoxFuture, Cursor, FORCED_RELEASE_MEMORY, ForcedRelease, ListRequest,
+    LockHolder, LockInfo, Operations, Page, RecordInfo, RecordStatus, Waiters,
 };
 use coord_core::{BackendError, CallKey, FencingToken};
 
-use super::commands::parse_token;
+use super::commands::{millis, parse_token};
 use super::{Inner, RedisProvider};
 use crate::config::scrub;
+use crate::encode::Decimal;
 use crate::keys::Names;
 use crate::scripts;
 use crate::server_checks::{self, ServerReport};
@@ -265,8 +266,14 @@ impl Inner {
 
     async fn force_release(&self, key: &CallKey) -> Result<ForcedRelease, BackendError> {
         let names = Names::of(key);
+        let memory = Decimal::new(millis(FORCED_RELEASE_MEMORY));
         let reply = self
-            .eval(&scripts::FORCE_RELEASE, &[&names.lock()], &[], key)
+            .eval(
+                &scripts::FORCE_RELEASE,
+                &[&names.lock(), &names.forced()],
+                &[memory.as_ref()],
+                key,
+            )
             .await?;
         let unexpected = || self.protocol("force release", key, "unexpected script reply");
         let Reply::Array(items) = reply else {

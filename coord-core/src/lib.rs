@@ -107,6 +107,7 @@ pub use shutdown::ShutdownReport;
 /// What the generated code calls. Not a public API.
 #[doc(hidden)]
 pub mod __private {
+    pub use crate::coordinator::{InProcessRoute, warn_in_process_once};
     pub use crate::fingerprint::FingerprintHasher;
     pub use crate::policy::{OnAbandoned, OnBackendError, OnLost, OnMissingKey, OnStoreError};
     pub use crate::provider::CallKeyBuilder;

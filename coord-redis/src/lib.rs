@@ -138,8 +138,9 @@
 //!   the policy and the fix), unless the builder says
 //!   [`allow_eviction(true)`](RedisProviderBuilder::allow_eviction): any other policy lets
 //!   Redis delete a held lock or an idempotency record under memory pressure;
-//! * persistence off (`appendonly no` and no `save` points) logs a warning: a restart forgets
-//!   every lock and record;
+//! * persistence off (`appendonly no` and no `save` points) logs a warning, once per process
+//!   for each server (a process connecting again is not told again): a restart forgets every
+//!   lock and record;
 //! * where `CONFIG` is disabled or not permitted (managed services, an ACL without
 //!   `+config`), one warning per provider says what could not be checked, and the provider
 //!   connects.

@@ -55,6 +55,8 @@ use crate::provider::BackendError;
 
 pub use env::ENV_VARIABLES;
 
+pub(crate) use env::{Unapplied, unapplied_variables};
+
 pub(crate) use duration::parse_duration;
 
 /// The namespace used when neither the configuration, the builder, `COORD_NAMESPACE` nor the
@@ -212,10 +214,19 @@ pub enum ConfigError {
         reason: String,
     },
     /// The configuration names a Redis provider and the function called builds only the
-    /// in-process one (coord-core cannot build Redis). Use `coord_redis::coordinator_from_config`.
+    /// in-process one (coord-core cannot build Redis): [`Coordinator::from_config`] (use
+    /// `coord_redis::coordinator_from_config`) or [`Coordinator::from_env`] (use
+    /// `coord_redis::coordinator_from_env`).
+    ///
+    /// [`Coordinator::from_config`]: crate::Coordinator::from_config
+    /// [`Coordinator::from_env`]: crate::Coordinator::from_env
     ProviderNeedsBackendCrate {
         /// `redis`, `sentinel` or `cluster`.
         kind: &'static str,
+        /// True when the provider was named by a `COORD_*` variable
+        /// ([`Coordinator::from_env`](crate::Coordinator::from_env)), false when by a
+        /// configuration ([`Coordinator::from_config`](crate::Coordinator::from_config)).
+        from_env: bool,
     },
     /// Connecting to the configured backend failed.
     Backend(BackendError),
@@ -232,11 +243,26 @@ impl fmt::Display for ConfigError {
             ConfigError::Variable { variable, reason } => {
                 write!(f, "invalid environment variable {variable}: {reason}")
             }
-            ConfigError::ProviderNeedsBackendCrate { kind } => write!(
+            ConfigError::ProviderNeedsBackendCrate {
+                kind,
+                from_env: true,
+            } => write!(
                 f,
-                "the configuration names a `{kind}` provider, which coord-core cannot build: use \
-                 `coord_redis::coordinator_from_config` (or `coordinator_from_env`) from the \
-                 coord-redis crate"
+                "{} is set, so the environment names a `{kind}` provider, and \
+                 `Coordinator::from_env` (coord-core alone) builds only the in-process \
+                 coordinator: call `{}::coordinator_from_env()` instead",
+                env::provider_variable(kind),
+                provider_crate(kind),
+            ),
+            ConfigError::ProviderNeedsBackendCrate {
+                kind,
+                from_env: false,
+            } => write!(
+                f,
+                "the configuration names a `{kind}` provider, and `Coordinator::from_config` \
+                 (coord-core alone) builds only the in-process coordinator: call \
+                 `{}::coordinator_from_config(&config)` instead",
+                provider_crate(kind),
             ),
             ConfigError::Backend(err) => {
                 write!(f, "could not connect the configured provider: {err}")
@@ -262,6 +288,14 @@ impl From<BuildError> for ConfigError {
             BuildError::InvalidSetting { field, reason } => ConfigError::Invalid { field, reason },
             other => ConfigError::Build(other),
         }
+    }
+}
+
+/// The crate that builds a coordinator for a provider `kind`.
+fn provider_crate(kind: &str) -> &'static str {
+    match kind {
+        "redis" | "sentinel" | "cluster" => "coord_redis",
+        _ => "the provider crate's",
     }
 }
 

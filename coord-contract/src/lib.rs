@@ -63,8 +63,8 @@ pub use locks::{
     RenewOutcome,
 };
 pub use operations::{
-    Cursor, ForcedRelease, ListRequest, LockHolder, LockInfo, MAX_PAGE, Operations, Page,
-    RecordInfo, RecordStatus, Waiters,
+    Cursor, ForcedRelease, ListRequest, LockHolder, LockInfo, MAX_PAGE, NamespaceListRequest,
+    Operations, Page, RecordInfo, RecordStatus, Waiters,
 };
 pub use records::{
     ClaimOutcome, ClaimRequest, CompleteOutcome, CompleteRequest, Fingerprint, IdempotencyStore,

@@ -230,6 +230,28 @@ impl ListRequest<'_> {
     }
 }
 
+/// One request for a page of keys of every operation of one namespace: what has state there,
+/// for an operator who does not know the operations' names yet.
+#[derive(Debug, Clone, Copy)]
+pub struct NamespaceListRequest<'a> {
+    /// A key in the namespace to list, such as `CallKey::builder(namespace, "any").finish()`:
+    /// only its namespace is read. Listed keys are made from it with [`CallKey::with_op_key`],
+    /// so none knows its operation for sure: [`CallKey::shown_operation`] reads it from the
+    /// shown form.
+    pub namespace: &'a CallKey,
+    /// `None` for the first page; then the previous page's [`Page::next`].
+    pub cursor: Option<&'a Cursor>,
+    /// The most keys the page may hold, as [`ListRequest::limit`].
+    pub limit: usize,
+}
+
+impl NamespaceListRequest<'_> {
+    /// [`NamespaceListRequest::limit`] brought into `1..=MAX_PAGE`.
+    pub fn page_size(&self) -> usize {
+        self.limit.clamp(1, MAX_PAGE)
+    }
+}
+
 /// One page of a listing.
 ///
 /// # Promised
@@ -328,6 +350,24 @@ pub trait Operations: Send + Sync + 'static {
     ) -> BoxFuture<'a, Result<ForcedRelease, BackendError>> {
         unsupported(key, "forcing a lock free")
     }
+
+    /// A page of the keys, of every operation of `req.namespace`, whose lock is held. Follows
+    /// [`Page`]'s promises.
+    fn list_namespace_locks<'a>(
+        &'a self,
+        req: NamespaceListRequest<'a>,
+    ) -> BoxFuture<'a, Result<Page<CallKey>, BackendError>> {
+        unsupported(req.namespace, "listing the locks of a namespace")
+    }
+
+    /// A page of the keys, of every operation of `req.namespace`, that have an idempotency
+    /// record. Follows [`Page`]'s promises.
+    fn list_namespace_records<'a>(
+        &'a self,
+        req: NamespaceListRequest<'a>,
+    ) -> BoxFuture<'a, Result<Page<CallKey>, BackendError>> {
+        unsupported(req.namespace, "listing the records of a namespace")
+    }
 }
 
 fn unsupported<'a, T: Send + 'a>(
@@ -376,5 +416,19 @@ impl<P: Operations> Operations for std::sync::Arc<P> {
         key: &'a CallKey,
     ) -> BoxFuture<'a, Result<ForcedRelease, BackendError>> {
         (**self).force_release(key)
+    }
+
+    fn list_namespace_locks<'a>(
+        &'a self,
+        req: NamespaceListRequest<'a>,
+    ) -> BoxFuture<'a, Result<Page<CallKey>, BackendError>> {
+        (**self).list_namespace_locks(req)
+    }
+
+    fn list_namespace_records<'a>(
+        &'a self,
+        req: NamespaceListRequest<'a>,
+    ) -> BoxFuture<'a, Result<Page<CallKey>, BackendError>> {
+        (**self).list_namespace_records(req)
     }
 }

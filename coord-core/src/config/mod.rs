@@ -408,7 +408,19 @@ pub fn default_namespace() -> String {
 /// The binary's file stem as a namespace, if there is a usable one.
 pub(crate) fn binary_namespace() -> Option<String> {
     let exe = std::env::current_exe().ok()?;
-    let stem = exe.file_stem()?.to_string_lossy();
+    namespace_for_binary(&exe.to_string_lossy())
+}
+
+/// The namespace a coordinator that was given none takes in a binary named `binary` (a file
+/// name or a path: `payflow`, `target/release/payflow`, `payflow.exe`), when `COORD_NAMESPACE`
+/// is not set either: its file stem, with every character a namespace cannot hold replaced by
+/// `_`, exactly as [`default_namespace`] does for the running binary. `None` when nothing
+/// usable is left (then the coordinator's namespace is [`FALLBACK_NAMESPACE`]).
+///
+/// This is how an operator's tool finds an application's keys from its binary's name
+/// (`coord --app payflow`).
+pub fn namespace_for_binary(binary: &str) -> Option<String> {
+    let stem = std::path::Path::new(binary).file_stem()?.to_string_lossy();
     sanitise_namespace(&stem)
 }
 

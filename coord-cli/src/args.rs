@@ -55,7 +55,12 @@ pub struct Connection {
     /// The application's binary name (`payflow`, or its path): its namespace is the one its
     /// coordinator takes when given none, COORD_NAMESPACE unset (the file stem, with `:`,
     /// braces and whitespace made `_`). For applications that do not set a namespace.
-    #[arg(long, value_name = "BINARY", global = true, conflicts_with = "namespace")]
+    #[arg(
+        long,
+        value_name = "BINARY",
+        global = true,
+        conflicts_with = "namespace"
+    )]
     pub app: Option<String>,
 
     /// The URL lists the seed nodes of a Redis Cluster.

@@ -282,8 +282,15 @@ async fn a_hold_forced_free_by_the_tool_is_reported_as_force_released() {
             .contains("no operation holds locks in namespace `payflow`"),
         "{via_app:?}"
     );
-    let both = coord(&url, "shop", &["--app", "payflow", "--namespace", "x", "locks", "list"]);
-    assert_eq!(both.code, 2, "--app and --namespace name it twice: {both:?}");
+    let both = coord(
+        &url,
+        "shop",
+        &["--app", "payflow", "--namespace", "x", "locks", "list"],
+    );
+    assert_eq!(
+        both.code, 2,
+        "--app and --namespace name it twice: {both:?}"
+    );
 }
 
 /// A record stored through coord is listed, shown and purged by the CLI: the Redis hash goes,

@@ -196,8 +196,7 @@ fn two_processes_share_a_lock_and_the_cli_shows_it() {
     second.finish();
     let done = second.expect("app: done");
     assert_eq!(
-        done,
-        "app: done key=first_hour::nightly:t-7 operation=first_hour::nightly lock=Contended",
+        done, "app: done key=first_hour::nightly:t-7 operation=first_hour::nightly lock=Contended",
         "the second process waited for the first"
     );
     first.wait();

@@ -356,7 +356,11 @@ mod tests {
     fn the_operation_is_read_back_from_the_shown_form() {
         for (op, parts, shown) in [
             ("app::jobs::nightly", &["t-7"][..], "app::jobs::nightly:t-7"),
-            ("payments.charge", &["order 7", "eu"][..], "payments.charge:order 7:eu"),
+            (
+                "payments.charge",
+                &["order 7", "eu"][..],
+                "payments.charge:order 7:eu",
+            ),
             ("app::nightly", &[][..], "app::nightly"),
             ("jobs/rebuild", &["a:b"][..], "jobs/rebuild:a%3Ab"),
         ] {
@@ -368,7 +372,11 @@ mod tests {
             assert_eq!(built.shown_operation(), op, "a built key knows it");
             let read = CallKey::from_op_key("ns", shown).unwrap();
             assert_eq!(read.operation(), None);
-            assert_eq!(read.shown_operation(), op, "and a key read from text finds it");
+            assert_eq!(
+                read.shown_operation(),
+                op,
+                "and a key read from text finds it"
+            );
         }
     }
 

@@ -199,7 +199,10 @@ impl CoordinatorBuilder {
             return;
         }
         let in_process = self.provider.as_ref().is_none_or(|p| p.in_process);
-        tracing::warn!("coord: {}", unapplied_message(&unapplied, self.configured, in_process, &self.profiles));
+        tracing::warn!(
+            "coord: {}",
+            unapplied_message(&unapplied, self.configured, in_process, &self.profiles)
+        );
     }
 }
 
@@ -395,7 +398,10 @@ impl Coordinator {
 
 /// [`Coordinator::from_config`] and [`Coordinator::from_env`]: `route` says which, for the
 /// warning and the error.
-fn in_process_from(config: &CoordConfig, route: InProcessRoute) -> Result<Coordinator, ConfigError> {
+fn in_process_from(
+    config: &CoordConfig,
+    route: InProcessRoute,
+) -> Result<Coordinator, ConfigError> {
     config.validate()?;
     let from_env = route == InProcessRoute::CoreFromEnv;
     let kind = match &config.provider {
@@ -450,7 +456,9 @@ impl InProcessRoute {
                  idempotency hold within this process only. To coordinate across processes, \
                  build with `coord_redis::coordinator_from_env()` and set COORD_REDIS_URL"
             }
-            _ => "the in-process coordinator was built: coordination holds within this process only",
+            _ => {
+                "the in-process coordinator was built: coordination holds within this process only"
+            }
         }
     }
 }

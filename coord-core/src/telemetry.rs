@@ -62,7 +62,10 @@ pub fn describe_metrics() {
         let counters: [(&'static str, &'static str); 3] = [
             (CALLS, "Calls per coord layer and outcome."),
             (BACKEND_ERRORS, "Coordination backend faults by kind."),
-            (HOLDS_LOST, "Leases (locks, in-flight markers) lost while held, by cause."),
+            (
+                HOLDS_LOST,
+                "Leases (locks, in-flight markers) lost while held, by cause.",
+            ),
         ];
         for (name, text) in counters {
             r.describe_counter(name.into(), Some(Unit::Count), text.into());

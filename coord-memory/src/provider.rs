@@ -23,8 +23,8 @@ use coord_contract::{
     ReleaseOutcome, RenewOutcome,
 };
 use coord_contract::{
-    Cursor, ForcedRelease, ListRequest, LockHolder, LockInfo, NamespaceListRequest, Operations, Page,
-    RecordInfo, Waiters,
+    Cursor, ForcedRelease, ListRequest, LockHolder, LockInfo, NamespaceListRequest, Operations,
+    Page, RecordInfo, Waiters,
 };
 use coord_contract::{FlightClaim, FlightStore, FlightWait};
 
@@ -277,7 +277,13 @@ impl Operations for MemoryProvider {
         &'a self,
         req: ListRequest<'a>,
     ) -> BoxFuture<'a, Result<Page<CallKey>, BackendError>> {
-        let page = page_of(self.locks.held_keys(), req.operation, true, req.cursor, req.page_size());
+        let page = page_of(
+            self.locks.held_keys(),
+            req.operation,
+            true,
+            req.cursor,
+            req.page_size(),
+        );
         Box::pin(std::future::ready(page))
     }
 
@@ -285,7 +291,13 @@ impl Operations for MemoryProvider {
         &'a self,
         req: ListRequest<'a>,
     ) -> BoxFuture<'a, Result<Page<CallKey>, BackendError>> {
-        let page = page_of(self.records.keys(), req.operation, true, req.cursor, req.page_size());
+        let page = page_of(
+            self.records.keys(),
+            req.operation,
+            true,
+            req.cursor,
+            req.page_size(),
+        );
         Box::pin(std::future::ready(page))
     }
 
@@ -293,7 +305,13 @@ impl Operations for MemoryProvider {
         &'a self,
         req: NamespaceListRequest<'a>,
     ) -> BoxFuture<'a, Result<Page<CallKey>, BackendError>> {
-        let page = page_of(self.locks.held_keys(), req.namespace, false, req.cursor, req.page_size());
+        let page = page_of(
+            self.locks.held_keys(),
+            req.namespace,
+            false,
+            req.cursor,
+            req.page_size(),
+        );
         Box::pin(std::future::ready(page))
     }
 
@@ -301,7 +319,13 @@ impl Operations for MemoryProvider {
         &'a self,
         req: NamespaceListRequest<'a>,
     ) -> BoxFuture<'a, Result<Page<CallKey>, BackendError>> {
-        let page = page_of(self.records.keys(), req.namespace, false, req.cursor, req.page_size());
+        let page = page_of(
+            self.records.keys(),
+            req.namespace,
+            false,
+            req.cursor,
+            req.page_size(),
+        );
         Box::pin(std::future::ready(page))
     }
 

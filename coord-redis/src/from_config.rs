@@ -1,9 +1,9 @@
 //! A coordinator from a [`CoordConfig`]: Redis, Sentinel or Cluster when the configuration
 //! names one, the in-process provider when it names none.
 
+use coord_core::__private::{InProcessRoute, warn_in_process_once};
 use coord_core::config::ProviderConfig;
 use coord_core::config::TlsFiles;
-use coord_core::__private::{InProcessRoute, warn_in_process_once};
 use coord_core::{ConfigError, CoordConfig, Coordinator};
 
 use crate::provider::{RedisProvider, RedisProviderBuilder};

@@ -93,10 +93,12 @@ fn every_route_says_what_it_did_and_what_to_do_next() {
     assert!(c.is_in_process_only());
     assert_eq!(
         new_warnings(&recorder, &mut seen),
-        ["coord: `Coordinator::from_env` built the in-process coordinator (no COORD_REDIS_URL \
+        [
+            "coord: `Coordinator::from_env` built the in-process coordinator (no COORD_REDIS_URL \
           is set, and coord-core alone connects no provider), so locks, single-flight and \
           idempotency hold within this process only. To coordinate across processes, build \
-          with `coord_redis::coordinator_from_env()` and set COORD_REDIS_URL"]
+          with `coord_redis::coordinator_from_env()` and set COORD_REDIS_URL"
+        ]
     );
 
     // coord-core alone with COORD_REDIS_URL set: refused, naming the variable and the call.
@@ -129,10 +131,12 @@ fn every_route_says_what_it_did_and_what_to_do_next() {
     assert!(c.is_in_process_only());
     assert_eq!(
         new_warnings(&recorder, &mut seen),
-        ["coord: `coordinator_from_env()` found none of COORD_REDIS_URL, \
+        [
+            "coord: `coordinator_from_env()` found none of COORD_REDIS_URL, \
           COORD_REDIS_SENTINEL_URLS and COORD_REDIS_CLUSTER_URLS set, so it built the \
           in-process coordinator: locks, single-flight and idempotency hold within this \
-          process only. Set COORD_REDIS_URL (redis://host:6379) in this process's environment"]
+          process only. Set COORD_REDIS_URL (redis://host:6379) in this process's environment"
+        ]
     );
 
     // coord-redis from a configuration without a provider: names what to add to it.
@@ -142,11 +146,13 @@ fn every_route_says_what_it_did_and_what_to_do_next() {
     assert!(c.is_in_process_only());
     assert_eq!(
         new_warnings(&recorder, &mut seen),
-        ["coord: the configuration given to `coordinator_from_config` names no provider, so \
+        [
+            "coord: the configuration given to `coordinator_from_config` names no provider, so \
           it built the in-process coordinator: locks, single-flight and idempotency hold \
           within this process only. Add `[provider]` with `kind = \"redis\"` and its `url` to \
           the configuration (or `kind = \"memory\"` to choose the in-process provider without \
-          this warning)"]
+          this warning)"
+        ]
     );
     let memory = CoordConfig {
         provider: Some(ProviderConfig::Memory),
@@ -179,11 +185,13 @@ fn every_route_says_what_it_did_and_what_to_do_next() {
         let c = Coordinator::builder().provider(redis).build().unwrap();
         assert_eq!(
             new_warnings(&recorder, &mut seen),
-            ["coord: COORD_PROFILE_NIGHTLY_LEASE, COORD_WAIT are set, but this coordinator \
+            [
+                "coord: COORD_PROFILE_NIGHTLY_LEASE, COORD_WAIT are set, but this coordinator \
               was built with `Coordinator::builder()`, which does not read COORD_* variables, \
               so they have no effect (a call naming profile `nightly` fails with \
               `UnknownProfile`). Build it with `coord_redis::coordinator_from_env().await?` \
-              instead, which applies them"]
+              instead, which applies them"
+            ]
         );
         let err = nightly(&c, "t-7").await.unwrap_err();
         assert!(matches!(err, CoordError::UnknownProfile { .. }), "{err:?}");
@@ -226,7 +234,10 @@ fn every_route_says_what_it_did_and_what_to_do_next() {
         let key = c.key("jobs.report").part("r").finish();
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         while c.operator().lock(&key).await.unwrap().holder.is_none() {
-            assert!(tokio::time::Instant::now() < deadline, "the first caller holds it");
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the first caller holds it"
+            );
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         let (second, seen_by_second) = observe(report(&c, "r", Duration::ZERO)).await;
@@ -238,6 +249,25 @@ fn every_route_says_what_it_did_and_what_to_do_next() {
         new_warnings(&recorder, &mut seen).is_empty(),
         "the documented route warns about nothing"
     );
+    // The builder finished without a provider, and a second install: each says what to do.
+    let err = Coordinator::builder().build().unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "`Coordinator::builder()` was finished without a provider: add `.provider(redis)` (or \
+         `.memory()` for one process), or build with `coord_redis::coordinator_from_env()`, \
+         which chooses it from COORD_REDIS_URL"
+    );
+    let memory_only = Coordinator::builder().memory().build().unwrap();
+    memory_only.clone().install().expect("the first install");
+    let err = memory_only.install().unwrap_err();
+    assert_eq!(err, coord_core::BuildError::AlreadyInstalled);
+    assert_eq!(
+        err.to_string(),
+        "a coordinator was installed already in this process, and only one can be: install \
+         once, at start-up (give other call sites their own coordinator with `coordinator = ..` \
+         or the handle API)"
+    );
+
     // The test server keeps nothing on disk: said once, although this process connected to
     // it four times.
     let persistence: Vec<String> = recorder

@@ -26,10 +26,12 @@ async fn the_fallback_warns_once_and_names_the_fix() {
     }
     assert_eq!(
         recorder.warnings(),
-        ["coord: no coordinator is installed, so this call and every later one use the \
+        [
+            "coord: no coordinator is installed, so this call and every later one use the \
           in-process provider: locks, single-flight and idempotency hold within this process \
           only. Install one at start-up, before the first call: \
-          `coord_redis::coordinator_from_env().await?.install()?` with COORD_REDIS_URL set"],
+          `coord_redis::coordinator_from_env().await?.install()?` with COORD_REDIS_URL set"
+        ],
         "exactly one warning per process, naming what happened and the fix"
     );
     assert!(Coordinator::current().is_in_process_only());

@@ -461,13 +461,10 @@ impl Operations for RedisProvider {
         &'a self,
         req: ListRequest<'a>,
     ) -> BoxFuture<'a, Result<Page<CallKey>, BackendError>> {
-        Box::pin(self.inner.list(
-            req.operation,
-            true,
-            req.cursor,
-            req.page_size(),
-            Kind::Lock,
-        ))
+        Box::pin(
+            self.inner
+                .list(req.operation, true, req.cursor, req.page_size(), Kind::Lock),
+        )
     }
 
     fn list_records<'a>(

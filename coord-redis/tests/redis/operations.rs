@@ -116,10 +116,23 @@ async fn a_namespace_listing_finds_every_operation_with_state(client: Client) {
         ("payments.charge", "o-1"),
     ] {
         let key = c.key(op).part(part).finish();
-        guards.push(c.lock(key).lease(Duration::from_secs(60)).acquire().await.unwrap());
+        guards.push(
+            c.lock(key)
+                .lease(Duration::from_secs(60))
+                .acquire()
+                .await
+                .unwrap(),
+        );
     }
     let elsewhere = other.key("app::jobs::nightly").part("t-9").finish();
-    guards.push(other.lock(elsewhere).lease(Duration::from_secs(60)).acquire().await.unwrap());
+    guards.push(
+        other
+            .lock(elsewhere)
+            .lease(Duration::from_secs(60))
+            .acquire()
+            .await
+            .unwrap(),
+    );
     let found = c.operator().lock_operations().await.unwrap();
     let found: Vec<(String, usize)> = found
         .into_iter()

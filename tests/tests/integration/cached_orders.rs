@@ -117,7 +117,8 @@ async fn every_written_order_nests_idempotency_cache_flight_lock() {
         assert_eq!(out.unwrap(), 7, "{order}");
         assert!(replay.replayed(), "{order}: a duplicate replays");
         assert_eq!(
-            replay.cache(), None,
+            replay.cache(),
+            None,
             "{order}: a replay never reaches the cache"
         );
 

@@ -183,7 +183,10 @@ async fn a_forced_release_is_reported_as_one_and_a_vanished_lock_names_both_caus
         .build()
         .unwrap();
     let key = lock_key(&c, "tests.forced", 1);
-    let (entered, go) = (Arc::new(tokio::sync::Notify::new()), Arc::new(tokio::sync::Notify::new()));
+    let (entered, go) = (
+        Arc::new(tokio::sync::Notify::new()),
+        Arc::new(tokio::sync::Notify::new()),
+    );
     let call = tokio::spawn({
         let (c, entered, go) = (c.clone(), entered.clone(), go.clone());
         async move { observe(held_until(&c, 1, entered, go)).await }
@@ -191,7 +194,10 @@ async fn a_forced_release_is_reported_as_one_and_a_vanished_lock_names_both_caus
     entered.notified().await;
     let released = c.operator().release_lock(&key, "alice").await.unwrap();
     assert!(
-        matches!(released, coord_core::provider::ForcedRelease::Released { .. }),
+        matches!(
+            released,
+            coord_core::provider::ForcedRelease::Released { .. }
+        ),
         "{released:?}"
     );
     go.notify_one();
@@ -208,17 +214,22 @@ async fn a_forced_release_is_reported_as_one_and_a_vanished_lock_names_both_caus
         .collect();
     assert_eq!(
         holder_side,
-        ["coord: an operator force-released this lock while the call held it (`coord locks \
+        [
+            "coord: an operator force-released this lock while the call held it (`coord locks \
           release` or `Operator::release_lock`), so the section was not exclusive from then \
           on; make the protected resource refuse stale writers with `fenced = true` and \
-          `fencing_token()`"],
+          `fencing_token()`"
+        ],
         "one warning, saying what happened, never a lapse"
     );
 
     // The lock vanishes without a marker (a backend that lost it, or a provider that keeps
     // none): the holder cannot tell a forced release from an expiry, and says both.
     let key = lock_key(&c, "tests.forced", 2);
-    let (entered, go) = (Arc::new(tokio::sync::Notify::new()), Arc::new(tokio::sync::Notify::new()));
+    let (entered, go) = (
+        Arc::new(tokio::sync::Notify::new()),
+        Arc::new(tokio::sync::Notify::new()),
+    );
     let call = tokio::spawn({
         let (c, entered, go) = (c.clone(), entered.clone(), go.clone());
         async move { observe(held_until(&c, 2, entered, go)).await }
@@ -234,11 +245,13 @@ async fn a_forced_release_is_reported_as_one_and_a_vanished_lock_names_both_caus
     assert_eq!(c.metrics().lapsed_releases(), 1);
     assert_eq!(
         recorder.warnings()[before..],
-        ["coord: the lock was gone when it was released although its lease had not run out \
+        [
+            "coord: the lock was gone when it was released although its lease had not run out \
           here: an operator force-released it, or it expired or was lost on the backend (a \
           clock running fast, a restart without persistence, an eviction, a failover); the two \
           cannot be told apart, and either way the section was not exclusive throughout; look \
-          for the operator's `force-released` log line to tell which"]
+          for the operator's `force-released` log line to tell which"
+        ]
     );
 }
 

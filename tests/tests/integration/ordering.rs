@@ -79,7 +79,8 @@ async fn a_replay_touches_no_lock_in_either_order() {
         assert!(report.replayed(), "{op}");
         assert_eq!(report.lock(), None, "{op}: a replay never reaches the lock");
         assert_eq!(
-            report.flight(), None,
+            report.flight(),
+            None,
             "{op}: a replay never reaches single-flight"
         );
         assert_eq!(

@@ -91,12 +91,20 @@ async fn the_readme_first_example_serves_a_retry_on_a_second_process() {
         let one = one.clone();
         async move { one.charge("order-7".into(), 1999).await }
     });
-    let key = two.coord.key(concat!(module_path!(), "::charge")).part("order-7").finish();
-    eventually("the first process runs the charge", Duration::from_secs(10), || {
-        let ops = two.coord.operator();
-        let key = key.clone();
-        async move { ops.record(&key).await.unwrap().is_some() }
-    })
+    let key = two
+        .coord
+        .key(concat!(module_path!(), "::charge"))
+        .part("order-7")
+        .finish();
+    eventually(
+        "the first process runs the charge",
+        Duration::from_secs(10),
+        || {
+            let ops = two.coord.operator();
+            let key = key.clone();
+            async move { ops.record(&key).await.unwrap().is_some() }
+        },
+    )
     .await;
     let (retry, report) = observe(two.charge("order-7".into(), 1999)).await;
     assert_eq!(retry.unwrap(), first.await.unwrap().unwrap());

@@ -50,9 +50,23 @@ enum Separators {
 }
 
 /// Bytes that never appear unescaped in a rendered part.
-fn needs_escape(b: u8) -> bool {
+const fn needs_escape(b: u8) -> bool {
     matches!(b, b':' | b'{' | b'}' | b'%') || b < 0x20 || b == 0x7f
 }
+
+/// [`needs_escape`] for every byte, and the same with `:` kept (segments): one lookup per byte
+/// on the path every call's key takes.
+const ESCAPED: [[bool; 256]; 2] = {
+    let mut table = [[false; 256]; 2];
+    let mut b = 0;
+    while b < 256 {
+        let escaped = needs_escape(b as u8);
+        table[0][b] = escaped;
+        table[1][b] = escaped && b != b':' as usize;
+        b += 1;
+    }
+    table
+};
 
 impl KeyWriter {
     /// Appends `text`, escaping `:`, `{`, `}`, `%` and control bytes as `%XX`.
@@ -64,10 +78,16 @@ impl KeyWriter {
     /// `:` when `separators` keeps it (operation names and namespaces, which may hold module
     /// paths).
     fn push_escaped(&mut self, text: &str, separators: Separators) {
-        let keep_colon = separators == Separators::Keep;
+        let escaped = &ESCAPED[usize::from(separators == Separators::Keep)];
+        let bytes = text.as_bytes();
+        // Most text needs no escaping: find the first byte that does before copying anything.
+        let Some(first) = bytes.iter().position(|&b| escaped[usize::from(b)]) else {
+            self.buf.push_str(text);
+            return;
+        };
         let mut start = 0;
-        for (i, &b) in text.as_bytes().iter().enumerate() {
-            if needs_escape(b) && !(keep_colon && b == b':') {
+        for (i, &b) in bytes.iter().enumerate().skip(first) {
+            if escaped[usize::from(b)] {
                 self.buf.push_str(&text[start..i]);
                 let _ = write!(self.buf, "%{b:02X}");
                 start = i + 1;
@@ -239,14 +259,29 @@ macro_rules! int_key_part {
 
 fn format_int(value: i128, buf: &mut [u8; 40]) -> &str {
     let negative = value < 0;
-    let mut magnitude = value.unsigned_abs();
+    let magnitude = value.unsigned_abs();
     let mut at = buf.len();
-    loop {
-        at -= 1;
-        buf[at] = b'0' + (magnitude % 10) as u8;
-        magnitude /= 10;
-        if magnitude == 0 {
-            break;
+    // 64-bit division where the value fits (every integer type but the 128-bit ones, always):
+    // dividing a `u128` is a library call per digit.
+    match u64::try_from(magnitude) {
+        Ok(mut small) => loop {
+            at -= 1;
+            buf[at] = b'0' + (small % 10) as u8;
+            small /= 10;
+            if small == 0 {
+                break;
+            }
+        },
+        Err(_) => {
+            let mut large = magnitude;
+            loop {
+                at -= 1;
+                buf[at] = b'0' + (large % 10) as u8;
+                large /= 10;
+                if large == 0 {
+                    break;
+                }
+            }
         }
     }
     if negative {

@@ -4,80 +4,19 @@
 //!
 //! Run: `cargo bench -p coord-core --bench memory_overhead`
 
-use std::time::{Duration, Instant};
+#[path = "support/per_call_cases.rs"]
+mod per_call_cases;
 
-use coord_core::{CoordError, Coordinator, distributed_lock, idempotent, single_flight};
 use criterion::{Criterion, criterion_group, criterion_main};
-use dashmap::DashMap;
-
-struct Service {
-    coord: Coordinator,
-}
-
-impl Service {
-    #[distributed_lock(key_from = "tenant", coordinator = self.coord, name = "bench.lock")]
-    async fn locked(&self, tenant: u64) -> Result<u64, CoordError> {
-        Ok(std::hint::black_box(tenant))
-    }
-
-    #[single_flight(key_from = "tenant")]
-    async fn coalesced(&self, tenant: u64) -> Result<u64, CoordError> {
-        Ok(std::hint::black_box(tenant))
-    }
-
-    #[idempotent(key_from = "tenant", coordinator = self.coord, name = "bench.idem")]
-    async fn once(&self, tenant: u64) -> Result<u64, CoordError> {
-        Ok(std::hint::black_box(tenant))
-    }
-
-    async fn plain(&self, tenant: u64) -> Result<u64, CoordError> {
-        Ok(std::hint::black_box(tenant))
-    }
-}
-
-/// The baseline lock: a lease per key in a DashMap, owner-checked release.
-struct LeaseMap {
-    leases: DashMap<String, (u128, Instant)>,
-}
-
-impl LeaseMap {
-    async fn locked(&self, tenant: u64, owner: u128) -> Result<u64, CoordError> {
-        let key = format!("bench:bench.lock:{tenant}");
-        let now = Instant::now();
-        let acquired = match self.leases.entry(key.clone()) {
-            dashmap::mapref::entry::Entry::Vacant(slot) => {
-                slot.insert((owner, now + Duration::from_secs(30)));
-                true
-            }
-            dashmap::mapref::entry::Entry::Occupied(mut slot) if slot.get().1 <= now => {
-                slot.insert((owner, now + Duration::from_secs(30)));
-                true
-            }
-            dashmap::mapref::entry::Entry::Occupied(_) => false,
-        };
-        assert!(acquired);
-        let out = std::hint::black_box(tenant);
-        self.leases
-            .remove_if(&key, |_, (holder, _)| *holder == owner);
-        Ok(out)
-    }
-}
+use per_call_cases::{LeaseMap, Service};
 
 fn overhead(c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
-    let service = Service {
-        coord: Coordinator::builder()
-            .namespace("bench")
-            .memory()
-            .build()
-            .unwrap(),
-    };
-    let leases = LeaseMap {
-        leases: DashMap::new(),
-    };
+    let service = Service::new();
+    let leases = LeaseMap::default();
     let mutex = tokio::sync::Mutex::new(0u64);
     rt.block_on(service.once(1)).unwrap();
 

@@ -120,7 +120,10 @@ impl Coordinator {
         self.lifecycle().is_shut_down()
     }
 
-    /// How many locks calls on this coordinator hold in this process right now.
+    /// How many locks calls on this coordinator hold in this process right now: locks taken
+    /// with the handle API, and `#[distributed_lock]` calls whose body has waited at least once.
+    /// A body that runs to its end without waiting is not counted: its call gives the lock back
+    /// in the same poll.
     pub fn locks_held(&self) -> usize {
         self.lifecycle().locks_held()
     }

@@ -26,7 +26,8 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use metrics::{Key, Label, Level, Metadata, SharedString, Unit};
+use metrics::{IntoF64, Key, Label, Level, Metadata, SharedString, Unit};
+use tokio::time::Instant;
 
 use crate::provider::{BackendError, LossCause};
 use crate::report::{CacheOutcome, FlightOutcome, IdempotencyOutcome, LockOutcome};
@@ -157,6 +158,33 @@ pub(crate) struct CallTelemetry<'c> {
     pub(crate) op: &'c str,
 }
 
+/// A length of time a histogram or a span field reports: two instants of tokio's clock (the
+/// system's, unless a test paused it), subtracted only when something records the value. With
+/// no recorder installed nothing asks, and the call does no duration arithmetic for metrics.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Elapsed {
+    /// From the first instant to the second (zero if the second is earlier).
+    Between(Instant, Instant),
+    /// Known already.
+    Known(Duration),
+}
+
+impl Elapsed {
+    /// The length.
+    pub(crate) fn get(self) -> Duration {
+        match self {
+            Elapsed::Between(from, to) => to.saturating_duration_since(from),
+            Elapsed::Known(length) => length,
+        }
+    }
+}
+
+impl IntoF64 for Elapsed {
+    fn into_f64(self) -> f64 {
+        self.get().as_secs_f64()
+    }
+}
+
 fn op_key(name: &'static str, op: &str) -> Key {
     Key::from_parts(
         name,
@@ -179,7 +207,9 @@ fn count(key: &Key) {
     metrics::with_recorder(|r| r.register_counter(key, &METADATA).increment(1));
 }
 
-fn observe(key: &Key, value: f64) {
+/// Records `value` into the histogram `key`; a value that must be computed (see [`Elapsed`]) is
+/// computed only if the recorder keeps the histogram.
+fn observe(key: &Key, value: impl IntoF64) {
     metrics::with_recorder(|r| r.register_histogram(key, &METADATA).record(value));
 }
 
@@ -204,28 +234,52 @@ impl CallTelemetry<'_> {
         count(slot.get_or_init(|| call_key("lock", self.op, outcome.as_str())));
     }
 
-    pub(crate) fn lock_wait(&self, waited: Duration) {
+    /// A lock granted after `waited`: the outcome counted and the wait observed, with one
+    /// look-up of the recorder.
+    pub(crate) fn lock_granted(&self, outcome: LockOutcome, waited: Elapsed) {
+        let counted = self.keys.lock[lock_index(outcome)]
+            .get_or_init(|| call_key("lock", self.op, outcome.as_str()));
+        let observed = self
+            .keys
+            .lock_wait
+            .get_or_init(|| op_key(LOCK_WAIT, self.op));
+        metrics::with_recorder(|r| {
+            r.register_counter(counted, &METADATA).increment(1);
+            r.register_histogram(observed, &METADATA).record(waited);
+        });
+    }
+
+    /// A locked body that ran for `ran`, its lock held for `held`: both observed with one
+    /// look-up of the recorder.
+    pub(crate) fn locked_body(&self, ran: Elapsed, held: Elapsed) {
+        let body = self
+            .keys
+            .body
+            .get_or_init(|| op_key(BODY_DURATION, self.op));
+        let hold = self
+            .keys
+            .lock_hold
+            .get_or_init(|| op_key(LOCK_HOLD, self.op));
+        metrics::with_recorder(|r| {
+            r.register_histogram(body, &METADATA).record(ran);
+            r.register_histogram(hold, &METADATA).record(held);
+        });
+    }
+
+    pub(crate) fn lock_wait(&self, waited: Elapsed) {
         let key = self
             .keys
             .lock_wait
             .get_or_init(|| op_key(LOCK_WAIT, self.op));
-        observe(key, waited.as_secs_f64());
+        observe(key, waited);
     }
 
-    pub(crate) fn lock_hold(&self, held: Duration) {
-        let key = self
-            .keys
-            .lock_hold
-            .get_or_init(|| op_key(LOCK_HOLD, self.op));
-        observe(key, held.as_secs_f64());
-    }
-
-    pub(crate) fn body(&self, ran: Duration) {
+    pub(crate) fn body(&self, ran: Elapsed) {
         let key = self
             .keys
             .body
             .get_or_init(|| op_key(BODY_DURATION, self.op));
-        observe(key, ran.as_secs_f64());
+        observe(key, ran);
     }
 
     pub(crate) fn record_size(&self, bytes: usize) {

@@ -13,8 +13,8 @@
 //!
 //! * [`LockTable`]: leases keyed on the exact key (no striping: two keys never share a lock),
 //!   fencing tokens, waiters woken one at a time by direct hand-off on release.
-//! * [`RecordStore`]: in-flight markers and completed outcomes in a moka cache with per-entry
-//!   expiry.
+//! * [`RecordStore`]: in-flight markers and completed outcomes keyed on the exact key, each
+//!   with its own expiry.
 //!
 //! # What it promises
 //!
@@ -30,7 +30,8 @@
 //!   even before the memory is reclaimed.
 //! * **Bounded memory.** A lock entry lives only while its key is held or waited for; records
 //!   leave by expiry, completion, abandonment or purge (never by eviction, which would break
-//!   at-most-once); expired cache entries and flights are swept as new ones are written.
+//!   at-most-once); lapsed records, expired cache entries and flights are swept as new ones
+//!   are written.
 //!
 //! # Durations
 //!
@@ -63,7 +64,7 @@ mod locks;
 mod provider;
 mod records;
 
-pub(crate) use coord_contract::time::{FAR_FUTURE, deadline_after};
+pub(crate) use coord_contract::time::deadline_after;
 
 pub use locks::{Attempt, LockTable, LockView, Waiter};
 pub use provider::MemoryProvider;

@@ -79,7 +79,7 @@ impl LockEntry {
 /// Any lease or wait is accepted: zero, sub-millisecond, [`Duration::MAX`] (deadlines
 /// saturate, see [`deadline_after`]). A zero lease grants a lock that is already free for the
 /// next caller; a wait of `Duration::MAX` waits until the lock is granted or the future is
-/// dropped. Deadlines are computed before a map shard is locked, and nothing that can panic
+/// dropped. Deadlines are computed while no map shard is locked, and nothing that can panic
 /// runs while one is.
 pub struct LockTable {
     entries: DashMap<Arc<str>, LockEntry>,
@@ -246,10 +246,10 @@ impl LockTable {
         fenced: bool,
     ) -> Attempt<'a> {
         let now = Instant::now();
-        // Both deadlines are computed before the shard is locked: an overflow panic under the
-        // entry guard would unwind into the waiter's clean-up, which locks the same shard.
+        // Deadlines are computed outside the shard lock (`deadline_after` saturates and cannot
+        // panic, but nothing beyond the table's own bookkeeping runs under the lock): the
+        // lease's end before it, the wait's end after it, and only for a caller that queues.
         let lease_end = deadline_after(now, lease);
-        let deadline = deadline_after(now, wait);
         let entry_key = owned();
         let (id, handoff, holder_expires) = match self.entries.entry(entry_key) {
             Entry::Vacant(slot) => {
@@ -281,6 +281,7 @@ impl LockTable {
         };
         // The shard is unlocked again before the guard exists, so the guard's clean-up can
         // never run while this thread holds the shard.
+        let deadline = deadline_after(now, wait);
         Attempt::Queued(Waiter {
             guard: WaiterGuard {
                 table: self,

@@ -166,8 +166,8 @@ impl IdempotencyStore for MemoryProvider {
         &'a self,
         req: ClaimRequest<'a>,
     ) -> BoxFuture<'a, Result<ClaimOutcome, BackendError>> {
-        let outcome = self.records.claim(
-            req.key.qualified(),
+        let outcome = self.records.claim_shared(
+            req.key.shared(),
             req.owner,
             req.in_flight_lease,
             req.fingerprint,
@@ -180,8 +180,8 @@ impl IdempotencyStore for MemoryProvider {
         &'a self,
         req: CompleteRequest<'a>,
     ) -> BoxFuture<'a, Result<CompleteOutcome, BackendError>> {
-        let outcome = self.records.complete(
-            req.key.qualified(),
+        let outcome = self.records.complete_shared(
+            req.key.shared(),
             req.owner,
             req.payload,
             req.retention,

@@ -1,11 +1,11 @@
 //! Idempotency records: in-flight markers with a lease, then completed outcomes.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use moka::Expiry;
-use moka::ops::compute::Op;
-use moka::sync::Cache;
+use dashmap::DashMap;
+use dashmap::mapref::entry::Entry;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -13,7 +13,7 @@ use coord_contract::{
     ClaimOutcome, CompleteOutcome, Fingerprint, LossCause, OwnerToken, RecordStatus, RenewOutcome,
 };
 
-use crate::{FAR_FUTURE, deadline_after};
+use crate::deadline_after;
 
 #[derive(Clone)]
 enum Record {
@@ -37,7 +37,6 @@ enum Record {
         owner: OwnerToken,
         payload: Arc<[u8]>,
         fingerprint: Option<Fingerprint>,
-        retention: Duration,
         expires_at: Instant,
         /// When the outcome was stored.
         since: Instant,
@@ -56,25 +55,11 @@ enum Held {
 }
 
 impl Record {
-    /// How long moka keeps the entry, from the moment it is written. Saturating and capped at
-    /// [`FAR_FUTURE`]: moka calls this while it holds its own locks, so it must never panic,
-    /// and must never hand moka a duration its clock cannot represent.
-    fn ttl(&self) -> Duration {
-        let ttl = match self {
-            Record::InFlight {
-                lease,
-                keep_abandoned_for,
-                ..
-            } => lease.saturating_add(keep_abandoned_for.unwrap_or_default()),
-            Record::Completed { retention, .. } => *retention,
-        };
-        ttl.min(FAR_FUTURE)
-    }
-
     /// The owner and state of this record at `now`, or `None` when it has lapsed and counts
     /// as absent (a marker past its lease and not kept, a kept marker past its keep period, a
-    /// completed record past its retention). moka expires entries too, but on its own clock
-    /// and lazily; this check keeps the store exact (and testable with tokio's paused clock).
+    /// completed record past its retention). Every operation checks it, so the store is exact
+    /// (and testable with tokio's paused clock) however late a lapsed record's memory is
+    /// reclaimed.
     fn held(&self, now: Instant) -> Option<(OwnerToken, Held)> {
         match self {
             Record::InFlight {
@@ -106,26 +91,49 @@ impl Record {
     }
 }
 
-struct RecordExpiry;
 
-impl Expiry<Box<str>, Record> for RecordExpiry {
-    fn expire_after_create(
-        &self,
-        _key: &Box<str>,
-        value: &Record,
-        _created_at: std::time::Instant,
-    ) -> Option<Duration> {
-        Some(value.ttl())
-    }
+/// What one step on a key does with the record there.
+enum Step {
+    /// Leave it as it is (or leave the key empty).
+    Keep,
+    /// Store this record at the key, replacing any there.
+    Put(Record),
+}
 
-    fn expire_after_update(
-        &self,
-        _key: &Box<str>,
-        value: &Record,
-        _updated_at: std::time::Instant,
-        _duration_until_expiry: Option<Duration>,
-    ) -> Option<Duration> {
-        Some(value.ttl())
+/// How a claim finds the record at its key when the claim changes nothing: a completed outcome,
+/// another owner's live marker, or a marker kept as abandoned. `None` when the claim writes a
+/// marker: the key is free (or its record lapsed), or the claim is a resend by the live
+/// marker's owner.
+fn claim_answer(record: &Record, owner: OwnerToken, now: Instant) -> Option<ClaimOutcome> {
+    match (record.held(now)?, record) {
+        ((holder, Held::Live), Record::InFlight { .. }) if holder == owner => None,
+        ((_, Held::Kept), Record::InFlight { fingerprint, .. }) => Some(ClaimOutcome::Abandoned {
+            fingerprint: *fingerprint,
+        }),
+        (
+            _,
+            Record::InFlight {
+                fingerprint,
+                expires_at,
+                ..
+            },
+        ) => Some(ClaimOutcome::InFlight {
+            fingerprint: *fingerprint,
+            remaining: expires_at.saturating_duration_since(now),
+        }),
+        (
+            _,
+            Record::Completed {
+                payload,
+                fingerprint,
+                since,
+                ..
+            },
+        ) => Some(ClaimOutcome::Completed {
+            payload: payload.clone(),
+            fingerprint: *fingerprint,
+            age: Some(now.saturating_duration_since(*since)),
+        }),
     }
 }
 
@@ -150,21 +158,36 @@ pub struct RecordView {
     pub has_fingerprint: bool,
 }
 
-/// Idempotency records in a moka cache with per-entry expiry: an in-flight marker lives for
+
+/// Lapsed records are swept once at least this many new keys were written since the last sweep
+/// (and at least as many as the store then held), so a sweep's cost is paid for by the writes
+/// that made it due.
+const SWEEP_AFTER_AT_LEAST: u64 = 1024;
+
+/// Idempotency records in a concurrent map keyed by the call key: an in-flight marker lives for
 /// its lease (plus its keep period, when kept), a completed outcome for its retention. Every
-/// operation on a key is atomic (moka's per-key compute). Waiters for a marker are woken when
-/// it is completed, abandoned, purged or claimed over after it lapsed.
+/// operation on a key is atomic (one step under the key's shard lock); a claim that finds a
+/// completed outcome, or a marker it only reports, takes the shard's read lock alone. Waiters
+/// for a marker are woken when it is completed, abandoned, purged or claimed over after it
+/// lapsed.
 ///
 /// The store is not bounded by count: evicting a record early would silently break
-/// at-most-once, so records leave only by expiry, completion, abandonment or purge.
+/// at-most-once, so records leave only by expiry, completion, abandonment or purge. A lapsed
+/// record counts as absent at once; its memory is reclaimed by a sweep that runs as new keys
+/// are written (after at least 1024 new keys, and at least as many as the store held at the
+/// previous sweep), or when its key is written again.
 ///
 /// Any duration is accepted (zero, sub-millisecond, [`Duration::MAX`]; see
 /// [`deadline_after`]): a zero lease makes a marker that has already lapsed, a zero retention
-/// a record that has already expired. Deadlines are computed before a key's compute step, and
-/// waiters are woken after it, so nothing that can panic or run foreign code runs while moka
-/// holds the key.
+/// a record that has already expired. Deadlines are computed before a key's step, and waiters
+/// are woken after it, so nothing that can panic or run foreign code runs while a shard is
+/// locked.
 pub struct RecordStore {
-    cache: Cache<Box<str>, Record>,
+    records: DashMap<Arc<str>, Record>,
+    /// New keys written so far.
+    written: AtomicU64,
+    /// The value of `written` at which the next sweep of lapsed records is due.
+    sweep_at: AtomicU64,
 }
 
 impl Default for RecordStore {
@@ -176,7 +199,7 @@ impl Default for RecordStore {
 impl std::fmt::Debug for RecordStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RecordStore")
-            .field("records", &self.cache.entry_count())
+            .field("records", &self.records.len())
             .finish()
     }
 }
@@ -191,20 +214,80 @@ impl RecordStore {
     /// An empty store.
     pub fn new() -> RecordStore {
         RecordStore {
-            cache: Cache::builder().expire_after(RecordExpiry).build(),
+            records: DashMap::new(),
+            written: AtomicU64::new(0),
+            sweep_at: AtomicU64::new(SWEEP_AFTER_AT_LEAST),
         }
     }
 
-    /// Records currently stored (moka's estimate; expired entries may linger until its next
-    /// maintenance run).
+    /// Records currently stored that have not lapsed.
     pub fn len(&self) -> u64 {
-        self.cache.run_pending_tasks();
-        self.cache.entry_count()
+        let now = Instant::now();
+        self.records
+            .iter()
+            .filter(|entry| entry.value().held(now).is_some())
+            .count() as u64
     }
 
     /// True when no records are stored.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Runs `step` on the record at `key` (`None`: none there) under the key's shard lock, and
+    /// returns the record it replaced.
+    fn step(
+        &self,
+        key: Arc<str>,
+        now: Instant,
+        step: impl FnOnce(Option<&Record>) -> Step,
+    ) -> Option<Record> {
+        let written = match self.records.entry(key) {
+            Entry::Occupied(mut slot) => {
+                return match step(Some(slot.get())) {
+                    Step::Keep => None,
+                    Step::Put(record) => Some(slot.insert(record)),
+                };
+            }
+            Entry::Vacant(slot) => match step(None) {
+                Step::Put(record) => {
+                    slot.insert(record);
+                    true
+                }
+                Step::Keep => false,
+            },
+        };
+        // The shard is unlocked here: a sweep locks every shard in turn.
+        if written {
+            self.note_written(now);
+        }
+        None
+    }
+
+    /// Counts a new key, and sweeps lapsed records once enough new keys were written.
+    fn note_written(&self, now: Instant) {
+        let written = self.written.fetch_add(1, Ordering::Relaxed) + 1;
+        let due = self.sweep_at.load(Ordering::Relaxed);
+        if written < due {
+            return;
+        }
+        // One writer sweeps; the others go on.
+        let next = written.saturating_add(SWEEP_AFTER_AT_LEAST);
+        if self
+            .sweep_at
+            .compare_exchange(due, next, Ordering::Relaxed, Ordering::Relaxed)
+            .is_err()
+        {
+            return;
+        }
+        // Lapsed records have no waiter left to wake: a waiter sleeps until the marker's lease
+        // ends at the latest, which is what made it lapse.
+        self.records.retain(|_, record| record.held(now).is_some());
+        let kept = self.records.len() as u64;
+        self.sweep_at.store(
+            written.saturating_add(kept.max(SWEEP_AFTER_AT_LEAST)),
+            Ordering::Relaxed,
+        );
     }
 
     /// Claims `key` for `owner` with an in-flight marker, or reports the record there. With
@@ -224,7 +307,54 @@ impl RecordStore {
         fingerprint: Option<Fingerprint>,
         keep_abandoned_for: Option<Duration>,
     ) -> ClaimOutcome {
+        self.claim_keyed(
+            key,
+            || Arc::from(key),
+            owner,
+            lease,
+            fingerprint,
+            keep_abandoned_for,
+        )
+    }
+
+    /// [`RecordStore::claim`] with the key already in a shared allocation, which a new record
+    /// then shares instead of copying.
+    pub fn claim_shared(
+        &self,
+        key: &Arc<str>,
+        owner: OwnerToken,
+        lease: Duration,
+        fingerprint: Option<Fingerprint>,
+        keep_abandoned_for: Option<Duration>,
+    ) -> ClaimOutcome {
+        self.claim_keyed(
+            key,
+            || Arc::clone(key),
+            owner,
+            lease,
+            fingerprint,
+            keep_abandoned_for,
+        )
+    }
+
+    fn claim_keyed(
+        &self,
+        key: &str,
+        shared: impl FnOnce() -> Arc<str>,
+        owner: OwnerToken,
+        lease: Duration,
+        fingerprint: Option<Fingerprint>,
+        keep_abandoned_for: Option<Duration>,
+    ) -> ClaimOutcome {
         let now = Instant::now();
+        // A replay, or a duplicate of a call in flight, only reads: under the read lock.
+        if let Some(answer) = self
+            .records
+            .get(key)
+            .and_then(|record| claim_answer(&record, owner, now))
+        {
+            return answer;
+        }
         let expires_at = deadline_after(now, lease);
         let kept_until = keep_abandoned_for.map(|keep| deadline_after(expires_at, keep));
         let fresh = |fingerprint, settled, since| Record::InFlight {
@@ -238,64 +368,35 @@ impl RecordStore {
             since,
         };
         let mut found = ClaimOutcome::Claimed;
-        let mut lapsed = None;
-        self.cache.entry(key.into()).and_compute_with(|existing| {
-            let Some(record) = existing.map(|e| e.into_value()) else {
-                return Op::Put(fresh(fingerprint, Arc::new(Notify::new()), now));
+        let replaced = self.step(shared(), now, |existing| {
+            let Some(record) = existing else {
+                return Step::Put(fresh(fingerprint, Arc::new(Notify::new()), now));
             };
-            match (record.held(now), record) {
-                (
-                    Some((holder, Held::Live)),
-                    Record::InFlight {
-                        fingerprint: stored,
-                        settled,
-                        since,
-                        ..
-                    },
-                ) if holder == owner => Op::Put(fresh(stored, settled, since)),
-                (Some((_, Held::Kept)), Record::InFlight { fingerprint, .. }) => {
-                    found = ClaimOutcome::Abandoned { fingerprint };
-                    Op::Nop
+            if let Some(answer) = claim_answer(record, owner, now) {
+                found = answer;
+                return Step::Keep;
+            }
+            match record {
+                // A resend by the live marker's owner: the marker is refreshed.
+                Record::InFlight {
+                    fingerprint: stored,
+                    settled,
+                    since,
+                    ..
+                } if record.held(now).is_some() => {
+                    Step::Put(fresh(*stored, Arc::clone(settled), *since))
                 }
-                (
-                    Some(_),
-                    Record::InFlight {
-                        fingerprint,
-                        expires_at: held_until,
-                        ..
-                    },
-                ) => {
-                    found = ClaimOutcome::InFlight {
-                        fingerprint,
-                        remaining: held_until.saturating_duration_since(now),
-                    };
-                    Op::Nop
-                }
-                (
-                    Some(_),
-                    Record::Completed {
-                        payload,
-                        fingerprint,
-                        since,
-                        ..
-                    },
-                ) => {
-                    found = ClaimOutcome::Completed {
-                        payload,
-                        fingerprint,
-                        age: Some(now.saturating_duration_since(since)),
-                    };
-                    Op::Nop
-                }
-                (None, record) => {
-                    // A lapsed record: its owner crashed or stalled. Anyone still waiting on
-                    // a lapsed marker is woken below.
-                    lapsed = record.into_settled();
-                    Op::Put(fresh(fingerprint, Arc::new(Notify::new()), now))
-                }
+                // A lapsed record: its owner crashed or stalled. Anyone still waiting on a
+                // lapsed marker is woken below.
+                _ => Step::Put(fresh(fingerprint, Arc::new(Notify::new()), now)),
             }
         });
-        wake(lapsed);
+        // The marker refreshed by a resend keeps its waiters: only a lapsed one's are woken.
+        if let Some(Record::InFlight { settled, .. }) = &replaced {
+            if replaced.as_ref().and_then(|r| r.held(now)).is_none() {
+                settled.notify_waiters();
+            }
+        }
         found
     }
 
@@ -319,52 +420,56 @@ impl RecordStore {
         retention: Duration,
         fingerprint: Option<Fingerprint>,
     ) -> CompleteOutcome {
+        self.complete_shared(&Arc::from(key), owner, payload, retention, fingerprint)
+    }
+
+    /// [`RecordStore::complete`] with the key already in a shared allocation, which a new
+    /// record then shares instead of copying.
+    pub fn complete_shared(
+        &self,
+        key: &Arc<str>,
+        owner: OwnerToken,
+        payload: Arc<[u8]>,
+        retention: Duration,
+        fingerprint: Option<Fingerprint>,
+    ) -> CompleteOutcome {
         let now = Instant::now();
         let expires_at = deadline_after(now, retention);
         let completed = |payload, fingerprint| Record::Completed {
             owner,
             payload,
             fingerprint,
-            retention,
             expires_at,
             since: now,
         };
         let mut outcome = CompleteOutcome::StoredWithoutMarker;
-        let mut settled = None;
-        self.cache.entry(key.into()).and_compute_with(|existing| {
-            let record = existing.map(|e| e.into_value());
-            let held = record.as_ref().and_then(|r| r.held(now));
-            match (record, held) {
+        let replaced = self.step(Arc::clone(key), now, |existing| {
+            match (existing, existing.and_then(|r| r.held(now))) {
                 (
                     Some(Record::InFlight {
                         fingerprint: stored,
-                        settled: waiters,
                         ..
                     }),
                     Some((holder, Held::Live | Held::Kept)),
                 ) if holder == owner => {
                     outcome = CompleteOutcome::Stored;
-                    settled = Some(waiters);
-                    Op::Put(completed(payload, stored))
+                    Step::Put(completed(payload, *stored))
                 }
                 (_, Some((holder, Held::Completed))) if holder == owner => {
                     outcome = CompleteOutcome::Stored;
-                    Op::Nop
+                    Step::Keep
                 }
                 (_, Some((other, held))) => {
                     outcome = CompleteOutcome::Superseded {
                         other: Some(other),
                         completed: held == Held::Completed,
                     };
-                    Op::Nop
+                    Step::Keep
                 }
-                (record, None) => {
-                    settled = record.and_then(Record::into_settled);
-                    Op::Put(completed(payload, fingerprint))
-                }
+                (_, None) => Step::Put(completed(payload, fingerprint)),
             }
         });
-        wake(settled);
+        wake(replaced.and_then(Record::into_settled));
         outcome
     }
 
@@ -379,59 +484,43 @@ impl RecordStore {
     pub fn renew(&self, key: &str, owner: OwnerToken, lease: Duration) -> RenewOutcome {
         let now = Instant::now();
         let expires_at = deadline_after(now, lease);
-        let mut outcome = RenewOutcome::Lost(LossCause::Expired);
-        self.cache.entry(key.into()).and_compute_with(|existing| {
-            let record = existing.map(|e| e.into_value());
-            let held = record.as_ref().and_then(|r| r.held(now));
-            match (record, held) {
-                (
-                    Some(Record::InFlight {
-                        fingerprint,
-                        keep_abandoned_for,
-                        settled,
-                        since,
-                        ..
-                    }),
-                    Some((holder, Held::Live)),
-                ) if holder == owner => {
-                    outcome = RenewOutcome::Renewed;
-                    Op::Put(Record::InFlight {
-                        owner,
-                        fingerprint,
-                        lease,
-                        expires_at,
-                        keep_abandoned_for,
-                        // Saturating, so nothing here can panic inside moka's compute step.
-                        kept_until: keep_abandoned_for.map(|keep| deadline_after(expires_at, keep)),
-                        settled,
-                        since,
-                    })
-                }
-                (_, Some((holder, _))) if holder != owner => {
-                    outcome = RenewOutcome::Lost(LossCause::TakenByOther);
-                    Op::Nop
-                }
-                _ => Op::Nop,
+        let Some(mut record) = self.records.get_mut(key) else {
+            return RenewOutcome::Lost(LossCause::Expired);
+        };
+        match (record.held(now), &mut *record) {
+            (
+                Some((holder, Held::Live)),
+                Record::InFlight {
+                    lease: held_lease,
+                    expires_at: held_until,
+                    keep_abandoned_for,
+                    kept_until,
+                    ..
+                },
+            ) if holder == owner => {
+                *held_lease = lease;
+                *held_until = expires_at;
+                // Saturating, so nothing here can panic under the shard lock.
+                *kept_until = keep_abandoned_for.map(|keep| deadline_after(expires_at, keep));
+                RenewOutcome::Renewed
             }
-        });
-        outcome
+            (Some((holder, _)), _) if holder != owner => {
+                RenewOutcome::Lost(LossCause::TakenByOther)
+            }
+            _ => RenewOutcome::Lost(LossCause::Expired),
+        }
     }
 
     /// Removes the marker at `key` if `owner` holds it (live, or lapsed and kept).
     pub fn abandon(&self, key: &str, owner: OwnerToken) -> bool {
         let now = Instant::now();
-        let mut settled = None;
-        self.cache.entry(key.into()).and_compute_with(|existing| {
-            let record = existing.map(|e| e.into_value());
-            let held = record.as_ref().and_then(|r| r.held(now));
-            match (record, held) {
-                (Some(record), Some((holder, Held::Live | Held::Kept))) if holder == owner => {
-                    settled = record.into_settled();
-                    Op::Remove
-                }
-                _ => Op::Nop,
-            }
+        let removed = self.records.remove_if(key, |_, record| {
+            matches!(
+                (record, record.held(now)),
+                (Record::InFlight { .. }, Some((holder, Held::Live | Held::Kept))) if holder == owner
+            )
         });
+        let settled = removed.and_then(|(_, record)| record.into_settled());
         let done = settled.is_some();
         wake(settled);
         done
@@ -441,7 +530,7 @@ impl RecordStore {
     /// there. Waiters on a removed marker are woken.
     pub fn purge(&self, key: &str) -> bool {
         let now = Instant::now();
-        let Some(removed) = self.cache.remove(key) else {
+        let Some((_, removed)) = self.records.remove(key) else {
             return false;
         };
         let was_held = removed.held(now).is_some();
@@ -454,10 +543,10 @@ impl RecordStore {
     /// Reads only.
     pub fn inspect(&self, key: &str) -> Option<RecordView> {
         let now = Instant::now();
-        let record = self.cache.get(key)?;
+        let record = self.records.get(key)?;
         let (_, held) = record.held(now)?;
         let left = |at: Instant| at.saturating_duration_since(now);
-        Some(match record {
+        Some(match &*record {
             Record::InFlight {
                 owner,
                 fingerprint,
@@ -471,10 +560,10 @@ impl RecordStore {
                 } else {
                     RecordStatus::InFlight
                 },
-                owner,
-                age: now.saturating_duration_since(since),
-                lease_left: (held == Held::Live).then(|| left(expires_at)),
-                expires_in: left(kept_until.unwrap_or(expires_at).max(expires_at)),
+                owner: *owner,
+                age: now.saturating_duration_since(*since),
+                lease_left: (held == Held::Live).then(|| left(*expires_at)),
+                expires_in: left(kept_until.unwrap_or(*expires_at).max(*expires_at)),
                 payload_len: None,
                 has_fingerprint: fingerprint.is_some(),
             },
@@ -487,10 +576,10 @@ impl RecordStore {
                 ..
             } => RecordView {
                 status: RecordStatus::Completed,
-                owner,
-                age: now.saturating_duration_since(since),
+                owner: *owner,
+                age: now.saturating_duration_since(*since),
                 lease_left: None,
-                expires_in: left(expires_at),
+                expires_in: left(*expires_at),
                 payload_len: Some(payload.len()),
                 has_fingerprint: fingerprint.is_some(),
             },
@@ -501,11 +590,25 @@ impl RecordStore {
     /// stored or removed while it is taken may or may not be in it.
     pub fn keys(&self) -> Vec<Arc<str>> {
         let now = Instant::now();
-        self.cache
+        self.records
             .iter()
-            .filter(|(_, record)| record.held(now).is_some())
-            .map(|(key, _)| Arc::from(&**key))
+            .filter(|entry| entry.value().held(now).is_some())
+            .map(|entry| Arc::clone(entry.key()))
             .collect()
+    }
+
+    /// The owner and waiters of the marker at `key`, and when its lease ends, while one is
+    /// live or kept (a completed or lapsed record, or none: `None`).
+    fn marker(&self, key: &str) -> Option<(OwnerToken, Arc<Notify>, Instant)> {
+        match &*self.records.get(key)? {
+            Record::InFlight {
+                owner,
+                settled,
+                expires_at,
+                ..
+            } => Some((*owner, Arc::clone(settled), *expires_at)),
+            Record::Completed { .. } => None,
+        }
     }
 
     /// Waits until the marker at `key` is completed, abandoned or lapsed, at most `timeout`
@@ -513,7 +616,7 @@ impl RecordStore {
     /// no live marker is there.
     pub async fn wait_settled(&self, key: &str, timeout: Duration) {
         let timeout_at = deadline_after(Instant::now(), timeout);
-        let Some(Record::InFlight { owner, settled, .. }) = self.cache.get(key) else {
+        let Some((owner, settled, _)) = self.marker(key) else {
             return;
         };
         let notified = settled.notified();
@@ -521,12 +624,12 @@ impl RecordStore {
         notified.as_mut().enable();
         // Re-read after registering, so a settle between the read and the registration is
         // not missed; the re-read also sees a lease extended by renewal meanwhile.
-        let expires_at = match self.cache.get(key) {
-            Some(Record::InFlight {
-                owner: now_owner,
-                expires_at,
-                ..
-            }) if now_owner == owner && expires_at > Instant::now() => expires_at,
+        let expires_at = match self.marker(key) {
+            Some((now_owner, _, expires_at))
+                if now_owner == owner && expires_at > Instant::now() =>
+            {
+                expires_at
+            }
             _ => return,
         };
         let _ = tokio::time::timeout_at(expires_at.min(timeout_at), notified).await;
@@ -870,6 +973,26 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn lapsed_records_are_swept_as_new_keys_are_written() {
+        let store = RecordStore::new();
+        store.complete("live", owner(1), done(b"kept"), DAY, None);
+        for i in 0..3000 {
+            store.complete(&format!("done{i}"), owner(1), done(b"v"), Duration::ZERO, None);
+            store.claim(&format!("marker{i}"), owner(2), Duration::ZERO, None, None);
+        }
+        assert!(
+            store.records.len() < 2 * SWEEP_AFTER_AT_LEAST as usize,
+            "6000 lapsed records written, {} still in memory",
+            store.records.len()
+        );
+        assert_eq!(store.len(), 1, "only the live record counts");
+        match store.claim("live", owner(3), LEASE, None, None) {
+            ClaimOutcome::Completed { payload, .. } => assert_eq!(&*payload, b"kept"),
+            other => panic!("a live record survives every sweep, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
     async fn huge_durations_saturate_instead_of_panicking() {
         for (i, huge) in [Duration::from_millis(u64::MAX), Duration::MAX]
             .into_iter()
@@ -898,7 +1021,7 @@ mod tests {
                 CompleteOutcome::Stored
             );
             store.wait_settled(&key, huge).await;
-            assert_eq!(store.len(), 1, "the record survives moka's maintenance");
+            assert_eq!(store.len(), 1, "the record survives a sweep");
             assert!(matches!(
                 store.claim(&key, owner(2), LEASE, None, None),
                 ClaimOutcome::Completed { .. }

@@ -134,9 +134,11 @@ impl Lock<'_> {
         // A guard stands for a held lock: a fault is always reported here.
         spec.on_backend_error = Some(OnBackendError::FailClosed);
         match acquire_lock(self.coordinator, &self.key, &spec).await {
-            Acquired::Granted(guard, _, _) => {
-                Ok(guard.released_on(tokio::runtime::Handle::try_current().ok()))
-            }
+            Acquired::Granted(grant) => Ok(LockGuard::new(
+                self.coordinator,
+                grant,
+                tokio::runtime::Handle::try_current().ok(),
+            )),
             Acquired::Refused(err, _) => Err(err),
             // Only `fail_open` runs unguarded, and it was overridden above.
             Acquired::Unguarded => unreachable!("fail_closed never runs unguarded"),

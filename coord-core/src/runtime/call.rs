@@ -21,7 +21,7 @@ use crate::report::{
 use crate::runtime::settings;
 use crate::runtime::spec::{IdempotencySpec, LockSpec, OpSpec};
 use crate::runtime::state::Coordinator;
-use crate::telemetry::CallTelemetry;
+use crate::telemetry::{CallTelemetry, Elapsed};
 
 /// One call in progress. The layers share it, so the key is derived once.
 pub struct Call<'c> {
@@ -146,18 +146,45 @@ impl<'c> Call<'c> {
 
     /// Runs the annotated body itself, timing it for `coord_body_duration_seconds`, and marks
     /// it started (see [`Call::body_started`]) when first polled.
+    ///
+    /// With `#[distributed_lock]` the lock layer, which wraps the body directly, times it
+    /// instead (see [`Call::record_body`]), from the clock reads it makes for the lock anyway.
     pub async fn body<F: Future>(&self, body: F) -> F::Output {
         self.body_started.store(true, Ordering::Release);
+        if self.spec.lock.is_some() {
+            return body.await;
+        }
         let started = Instant::now();
         let output = body.await;
         let returned = Instant::now();
-        self.telemetry()
-            .body(returned.saturating_duration_since(started));
+        self.telemetry().body(Elapsed::Between(
+            tokio::time::Instant::from_std(started),
+            tokio::time::Instant::from_std(returned),
+        ));
         // Only the cache layer reads it: other operations keep their hot path as it was.
         if self.spec.cache.is_some() {
             let _ = self.body_returned.set(returned);
         }
         output
+    }
+
+    /// Records that the body ran from `started` to `returned` (tokio's clock, which is the
+    /// system's unless a test paused it).
+    pub(crate) fn record_body(
+        &self,
+        started: tokio::time::Instant,
+        returned: tokio::time::Instant,
+    ) {
+        self.telemetry().body(Elapsed::Between(started, returned));
+        self.note_body_returned();
+    }
+
+    /// For the cache layer, which times an entry's life from it: the body returned now (on the
+    /// system clock, which a test pausing tokio's does not stop, as `Call::body` reads it).
+    fn note_body_returned(&self) {
+        if self.spec.cache.is_some() {
+            let _ = self.body_returned.set(Instant::now());
+        }
     }
 
     /// Set once the annotated body was first polled; before that, whatever the layers around
@@ -172,6 +199,15 @@ impl<'c> Call<'c> {
         self.body_returned.get().copied()
     }
 
+    /// Records `value` in the span's field `field`. A span nobody listens to (no subscriber, or
+    /// one that does not want it) is skipped outright: recording into it would still look the
+    /// field up by name among the span's eleven.
+    fn span_record(&self, field: &str, value: impl tracing::Value) {
+        if !self.span.is_disabled() {
+            self.span.record(field, value);
+        }
+    }
+
     fn report(&self, f: impl FnOnce(&mut CallReport)) {
         if let Some(sink) = &self.sink {
             f(&mut sink.lock().unwrap_or_else(|e| e.into_inner()));
@@ -179,42 +215,80 @@ impl<'c> Call<'c> {
     }
 
     pub(crate) fn record_idempotency(&self, outcome: IdempotencyOutcome) {
-        self.span.record("idempotency", outcome.as_str());
+        self.span_record("idempotency", outcome.as_str());
         self.telemetry().idempotency(outcome);
         self.report(|r| r.idempotency = Some(outcome));
     }
 
     pub(crate) fn record_cache(&self, outcome: CacheOutcome) {
-        self.span.record("cache", outcome.as_str());
+        self.span_record("cache", outcome.as_str());
         self.telemetry().cache(outcome);
         self.report(|r| r.cache = Some(outcome));
     }
 
     pub(crate) fn record_flight(&self, outcome: FlightOutcome) {
-        self.span.record("single_flight", outcome.as_str());
+        self.span_record("single_flight", outcome.as_str());
         self.telemetry().flight(outcome);
         self.report(|r| r.flight = Some(outcome));
     }
 
+    /// Records a granted lock: its outcome, fencing token and how long taking it took.
+    pub(crate) fn record_lock_granted(
+        &self,
+        outcome: LockOutcome,
+        token: Option<FencingToken>,
+        waited: Elapsed,
+    ) {
+        if !self.span.is_disabled() {
+            self.span
+                .record("coord.lock.wait_ms", waited.get().as_secs_f64() * 1000.0);
+            self.span.record("lock", outcome.as_str());
+            if let Some(token) = token {
+                self.span.record("fencing_token", token.get());
+            }
+        }
+        self.telemetry().lock_granted(outcome, waited);
+        self.report(|r| {
+            r.lock = Some(outcome);
+            r.fencing_token = token;
+        });
+    }
+
+    /// Records that a locked body ran from `started` to `returned`, its lock held since
+    /// `held_from` (tokio's clock, which is the system's unless a test paused it).
+    pub(crate) fn record_locked_body(
+        &self,
+        held_from: tokio::time::Instant,
+        started: tokio::time::Instant,
+        returned: tokio::time::Instant,
+    ) {
+        self.telemetry().locked_body(
+            Elapsed::Between(started, returned),
+            Elapsed::Between(held_from, returned),
+        );
+        self.note_body_returned();
+    }
+
     /// Records how long the lock took (or was waited for before giving up).
-    pub(crate) fn record_lock_wait(&self, waited: Duration) {
-        self.span
-            .record("coord.lock.wait_ms", waited.as_secs_f64() * 1000.0);
+    pub(crate) fn record_lock_wait(&self, waited: Elapsed) {
+        if !self.span.is_disabled() {
+            self.span
+                .record("coord.lock.wait_ms", waited.get().as_secs_f64() * 1000.0);
+        }
         self.telemetry().lock_wait(waited);
     }
 
     /// Records how old the stored outcome a replay answers with is, when the backend knows.
     pub(crate) fn record_replay_age(&self, age: Option<Duration>) {
         if let Some(age) = age {
-            self.span
-                .record("coord.replay.age_ms", age.as_secs_f64() * 1000.0);
+            self.span_record("coord.replay.age_ms", age.as_secs_f64() * 1000.0);
         }
         self.report(|r| r.replay_age = age);
     }
 
     /// Records why a hold was lost.
     pub(crate) fn record_loss(&self, cause: crate::provider::LossCause) {
-        self.span.record("coord.loss_cause", cause.as_str());
+        self.span_record("coord.loss_cause", cause.as_str());
     }
 
     /// Records in the report that the lock was lost (or its lease ran out) before the body
@@ -225,14 +299,14 @@ impl<'c> Call<'c> {
 
     /// Records the class of error a call answers with (OpenTelemetry's `error.type`).
     pub(crate) fn record_error(&self, err: &CoordError) {
-        self.span.record("error.type", err.kind_str());
+        self.span_record("error.type", err.kind_str());
     }
 
     pub(crate) fn record_lock(&self, outcome: LockOutcome, token: Option<FencingToken>) {
-        self.span.record("lock", outcome.as_str());
+        self.span_record("lock", outcome.as_str());
         self.telemetry().lock(outcome);
         if let Some(token) = token {
-            self.span.record("fencing_token", token.get());
+            self.span_record("fencing_token", token.get());
         }
         self.report(|r| {
             r.lock = Some(outcome);

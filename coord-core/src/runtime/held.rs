@@ -17,19 +17,17 @@ pub(crate) fn innermost() -> Option<Arc<Hold>> {
     HELD.try_with(|held| held.clone()).ok().flatten()
 }
 
-/// True when the current task holds the lock `key`.
-pub(crate) fn holds(key: &CallKey) -> bool {
-    HELD.try_with(|held| {
-        let mut at = held.as_deref();
-        while let Some(lock) = at {
-            if lock.key == *key {
-                return true;
-            }
-            at = lock.outer.as_deref();
+/// True when the chain of held locks starting at `innermost` (see [`innermost`]) holds the
+/// lock `key`.
+pub(crate) fn chain_holds(innermost: Option<&Hold>, key: &CallKey) -> bool {
+    let mut at = innermost;
+    while let Some(lock) = at {
+        if lock.key == *key {
+            return true;
         }
-        false
-    })
-    .unwrap_or(false)
+        at = lock.outer.as_deref();
+    }
+    false
 }
 
 /// Runs `body` with `hold` recorded as the innermost lock of the current task.

@@ -15,8 +15,8 @@ use crate::provider::CallKey;
 use crate::provider::background::spawn_retried;
 use crate::provider::time::deadline_after;
 use crate::provider::{
-    ClaimOutcome, ClaimRequest, CompleteOutcome, CompleteRequest, Deadline, Fingerprint,
-    IdempotencyStore, OwnerToken,
+    ClaimOutcome, ClaimRequest, CompleteOutcome, CompleteRequest, Fingerprint, IdempotencyStore,
+    OwnerToken,
 };
 use crate::report::IdempotencyOutcome;
 use crate::runtime::call::Call;
@@ -345,7 +345,9 @@ where
 {
     let spec = call.idempotency.as_ref().expect("checked by caller");
     let key = &call.key;
-    let deadline = Deadline::after(spec.wait);
+    // A duplicate in flight is waited for until `wait` after the first claim was sent, timed
+    // from the clock read that times the marker's lease: a replay reads the clock once.
+    let mut wait_until = None;
     let refuse = |outcome, err: CoordError| {
         call.record_idempotency(outcome);
         call.record_error(&err);
@@ -357,6 +359,7 @@ where
     }
     loop {
         let sent_at = tokio::time::Instant::now();
+        let wait_until = *wait_until.get_or_insert_with(|| deadline_after(sent_at, spec.wait));
         // Armed before the claim is first polled, so before the command can leave the process
         // on any path (a pooled connection's first use, a dial or redial, a script load): if
         // this future is dropped before the answer is in, or the answer is a fault that may
@@ -440,7 +443,7 @@ where
                 if let Err(err) = check_fingerprint(call, fingerprint, stored) {
                     return refuse(IdempotencyOutcome::KeyReused, err);
                 }
-                let left = deadline.remaining();
+                let left = wait_until.saturating_duration_since(tokio::time::Instant::now());
                 if left.is_zero() {
                     return refuse(
                         IdempotencyOutcome::InFlight,

@@ -2,8 +2,11 @@
 //! writes), and whether it is shutting down: the registry `Coordinator::shutdown` (in the
 //! front door's `shutdown.rs`) gives back.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 
 use tokio::sync::Notify;
 
@@ -107,6 +110,7 @@ impl Lifecycle {
     }
 
     pub(crate) fn register_lock(self: &Arc<Self>, hold: Arc<Hold>) -> Registered {
+        hold.mark_listed();
         Registered {
             slot: self.locks.insert(hold),
             lifecycle: self.clone(),
@@ -142,5 +146,52 @@ impl Lifecycle {
             }
             settled.await;
         }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// `body`, with the lock `hold` listed in `lifecycle` (for shutdown,
+    /// `Coordinator::locks_held` and the `coord_locks_held` gauge) from the first time the body
+    /// waits until it returns or is dropped: how a `#[distributed_lock]` call lists its lock.
+    ///
+    /// A body that runs to its end without waiting is never listed. Listing it would change
+    /// nothing: the call gives the lock back straight after, and shutdown never interrupts a
+    /// body (it releases the lock and tells the body, which can only notice at an await).
+    /// Listing takes the registry's mutex twice and updates the gauge twice, so a call that
+    /// never waits (an in-process section without I/O) does none of it.
+    pub(crate) struct ListedWhileWaiting<'a, F> {
+        #[pin]
+        body: F,
+        lifecycle: &'a Arc<Lifecycle>,
+        hold: &'a Arc<Hold>,
+        listed: Option<Registered>,
+    }
+}
+
+impl<'a, F> ListedWhileWaiting<'a, F> {
+    pub(crate) fn new(
+        lifecycle: &'a Arc<Lifecycle>,
+        hold: &'a Arc<Hold>,
+        body: F,
+    ) -> ListedWhileWaiting<'a, F> {
+        ListedWhileWaiting {
+            body,
+            lifecycle,
+            hold,
+            listed: None,
+        }
+    }
+}
+
+impl<F: Future> Future for ListedWhileWaiting<'_, F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = self.project();
+        let polled = this.body.poll(cx);
+        if polled.is_pending() && this.listed.is_none() {
+            *this.listed = Some(this.lifecycle.register_lock(Arc::clone(this.hold)));
+        }
+        polled
     }
 }

@@ -3,7 +3,11 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use futures_util::FutureExt;
+use futures_util::future::Either;
+use tokio::time::Instant;
 
 use crate::error::CoordError;
 use crate::policy::OnLost;
@@ -13,17 +17,30 @@ use crate::report::LockOutcome;
 use crate::runtime::call::{Call, backend_fault};
 use crate::runtime::held;
 use crate::runtime::lease_guard::{LeaseGuard, LeaseStore};
-use crate::runtime::lifecycle::Registered;
+use crate::runtime::lifecycle::{ListedWhileWaiting, Registered};
 use crate::runtime::outcome::GuardedResult;
 use crate::runtime::renewal::{Hold, HoldKind, Registration, lease_checked};
 use crate::runtime::spec::LockSpec;
 use crate::runtime::state::Coordinator;
+use crate::telemetry::Elapsed;
+
+/// A lock just granted, before anyone holds it as a guard: the attribute keeps it in a
+/// [`CallHold`], the handle API in a [`LockGuard`].
+pub(crate) struct Grant {
+    hold: Arc<Hold>,
+    renewal: Option<Registration>,
+    /// `Acquired` or `Contended`.
+    outcome: LockOutcome,
+    /// How long taking the lock took.
+    waited: Elapsed,
+    /// When the grant was in (this process's clock): what the attribute times its body from.
+    granted_at: Instant,
+}
 
 /// What one acquisition came to.
 pub(crate) enum Acquired {
-    /// The lock is held; the outcome is `Acquired` or `Contended`, and how long taking it
-    /// took.
-    Granted(LockGuard, LockOutcome, Duration),
+    /// The lock is held.
+    Granted(Grant),
     /// The call is refused: not acquired within `wait`, reentrant, or a backend fault under
     /// `fail_closed`.
     Refused(CoordError, LockOutcome),
@@ -35,12 +52,18 @@ pub(crate) enum Acquired {
 /// Takes the lock of `key` on the terms of `spec`. The one acquisition path of the attribute
 /// and the handle API. If this future is dropped while the acquire is in flight, the acquire
 /// (which may have landed) is released in the background.
+///
+/// Reads the clock before the attempt (the lease is timed from there, or from when the provider
+/// says it began), and once the grant is in when the call had to wait for it (the wait's end).
 pub(crate) async fn acquire_lock(
     coordinator: &Coordinator,
     key: &CallKey,
     spec: &LockSpec,
 ) -> Acquired {
-    if held::holds(key) {
+    // One look at the task's chain of held locks: the reentrancy check, and the node the new
+    // hold links to.
+    let outer = held::innermost();
+    if held::chain_holds(outer.as_deref(), key) {
         let err = CoordError::Reentrant { key: key.clone() };
         return Acquired::Refused(err, LockOutcome::Reentrant);
     }
@@ -55,15 +78,22 @@ pub(crate) async fn acquire_lock(
     // and attempts end within `wait`.
     let lease_bound = spec.lease.saturating_add(spec.wait);
     let mut pending = LeaseGuard::new(LeaseStore::Lock(provider), key, owner, lease_bound);
-    let acquired = provider
-        .acquire(LockRequest {
-            key,
-            owner,
-            lease: spec.lease,
-            wait: spec.wait,
-            fenced: spec.fenced,
-        })
-        .await;
+    let mut answer = provider.acquire(LockRequest {
+        key,
+        owner,
+        lease: spec.lease,
+        wait: spec.wait,
+        fenced: spec.fenced,
+    });
+    // Whether the provider answered in the first poll: then this call never waited for it.
+    let mut at_once = true;
+    let acquired = std::future::poll_fn(|cx| {
+        let polled = answer.as_mut().poll(cx);
+        at_once &= polled.is_ready();
+        polled
+    })
+    .await;
+    drop(answer);
     let grant = match acquired {
         Ok(Some(grant)) => grant,
         Ok(None) => {
@@ -85,21 +115,23 @@ pub(crate) async fn acquire_lock(
         }
     };
     pending.disarm();
-    // The lease began no earlier than the successful attempt was sent: for a first-attempt
-    // grant that is `started`; after waiting, the last attempt was just now. The time taken
-    // comes from the same clock reads (each read is a measurable part of an in-process call).
-    let (lease_from, waited) = match grant.lease_began {
-        Some(at) => (at, at.into_std().saturating_duration_since(started)),
-        None => {
-            let now = tokio::time::Instant::now();
-            let waited = now.into_std().saturating_duration_since(started);
-            if grant.contended {
-                (now, waited)
-            } else {
-                (tokio::time::Instant::from_std(started), waited)
-            }
-        }
+    // A first-attempt grant answered in the first poll (the in-process provider's, always)
+    // took only the provider's own work in this poll: it is timed as granted at `started`,
+    // which saves a clock read (as long as that whole attempt on a virtual machine). Any other
+    // grant kept this call waiting, and the wait's end is read.
+    let granted_at = if at_once && !grant.contended {
+        started
+    } else {
+        Instant::now()
     };
+    // The lease began no earlier than the successful attempt was sent: for a first-attempt
+    // grant that is `started`; after waiting, the last attempt was just now.
+    let lease_from = match grant.lease_began {
+        Some(at) => at,
+        None if grant.contended => granted_at,
+        None => started,
+    };
+    let waited = Elapsed::Between(started, grant.lease_began.unwrap_or(granted_at));
     let hold = Hold::new(
         HoldKind::Lock,
         key.clone(),
@@ -107,7 +139,7 @@ pub(crate) async fn acquire_lock(
         spec.lease,
         lease_from,
         grant.fencing_token,
-        held::innermost(),
+        outer,
     );
     let renewal = spec
         .renew
@@ -117,15 +149,65 @@ pub(crate) async fn acquire_lock(
     } else {
         LockOutcome::Acquired
     };
-    let guard = LockGuard {
-        coordinator: coordinator.clone(),
-        _registered: coordinator.lifecycle().register_lock(hold.clone()),
+    Acquired::Granted(Grant {
         hold,
         renewal,
-        runtime: None,
-        armed: true,
-    };
-    Acquired::Granted(guard, outcome, waited)
+        outcome,
+        waited,
+        granted_at,
+    })
+}
+
+/// Gives `hold` back after its holder stopped renewing it: owner-checked, and handed to the
+/// background if the release fails (or if this future is dropped while it is in flight).
+/// `lapse_reported`: the caller logged the lapse already, so a release finding the lock gone
+/// is only counted.
+async fn release_hold(
+    coordinator: &Coordinator,
+    hold: &Hold,
+    lapse_reported: bool,
+) -> Result<ReleaseOutcome, crate::BackendError> {
+    if !hold.hand_back() {
+        // Shutdown released it already (the hold reads as lost, cause `ShutDown`).
+        return Ok(ReleaseOutcome::Released);
+    }
+    let provider = coordinator.lock_provider();
+    // Dropped while the release is in flight (its command may not have left the process
+    // yet): the release is finished in the background, owner-checked.
+    let mut in_flight = LeaseGuard::new(
+        LeaseStore::Lock(provider),
+        &hold.key,
+        hold.owner(),
+        hold.lease(),
+    )
+    .held_as(hold);
+    let released = provider.release(&hold.key, hold.owner()).await;
+    in_flight.disarm();
+    match &released {
+        Ok(ReleaseOutcome::Released) => {}
+        Ok(gone @ (ReleaseOutcome::NotHeld | ReleaseOutcome::ForceReleased)) => {
+            gone_at_release(coordinator, hold, *gone, lapse_reported);
+        }
+        Err(err) => {
+            // The release may or may not have landed: retry it, owner-checked, in the
+            // background until it gets an answer or the lease has freed the lock anyway.
+            tracing::warn!(key = %hold.key, error = %err, "coord: releasing the lock failed; retrying in the background until the lease ends");
+            provider
+                .clone()
+                .release_detached(hold.key.clone(), hold.owner(), hold.lease());
+        }
+    }
+    released
+}
+
+/// Hands the release of `hold` to the background, unless its holder or shutdown gave it back
+/// already: for a hold dropped without being released.
+fn release_dropped(coordinator: &Coordinator, hold: &Hold) {
+    if !hold.hand_back() {
+        return;
+    }
+    let provider = coordinator.lock_provider().clone();
+    provider.release_detached(hold.key.clone(), hold.owner(), hold.lease_left());
 }
 
 /// A held lock: from [`Lock::acquire`](crate::handle::Lock::acquire), or inside a `#[distributed_lock]`
@@ -166,10 +248,21 @@ impl std::fmt::Debug for LockGuard {
 }
 
 impl LockGuard {
-    /// Releases on `runtime` when dropped outside one.
-    pub(crate) fn released_on(mut self, runtime: Option<tokio::runtime::Handle>) -> LockGuard {
-        self.runtime = runtime;
-        self
+    /// The guard of a lock the handle API took, listed for shutdown at once (the caller may
+    /// hold it across awaits); it releases on `runtime` when dropped outside one.
+    pub(crate) fn new(
+        coordinator: &Coordinator,
+        grant: Grant,
+        runtime: Option<tokio::runtime::Handle>,
+    ) -> LockGuard {
+        LockGuard {
+            coordinator: coordinator.clone(),
+            _registered: coordinator.lifecycle().register_lock(grant.hold.clone()),
+            hold: grant.hold,
+            renewal: grant.renewal,
+            runtime,
+            armed: true,
+        }
     }
 
     /// The locked key.
@@ -210,54 +303,18 @@ impl LockGuard {
     /// release may or may not have landed: it is retried in the background until the lease is
     /// over.
     pub async fn release(mut self) -> Result<bool, CoordError> {
-        match self.settle(false).await {
+        match self.settle().await {
             Ok(outcome) => Ok(outcome == ReleaseOutcome::Released),
             Err(err) => Err(CoordError::Backend(err.with_key(&self.hold.key))),
         }
     }
 
     /// Stops renewing, then releases; a release that failed is handed to the background.
-    /// `lapse_reported`: the call logged the lapse already, so a release finding the lock gone
-    /// is only counted.
-    async fn settle(
-        &mut self,
-        lapse_reported: bool,
-    ) -> Result<ReleaseOutcome, crate::BackendError> {
+    async fn settle(&mut self) -> Result<ReleaseOutcome, crate::BackendError> {
         // Stop renewing before releasing, so no renewal can outlive the unlock.
         drop(self.renewal.take());
         self.armed = false;
-        if !self.hold.hand_back() {
-            // Shutdown released it already (the hold reads as lost, cause `ShutDown`).
-            return Ok(ReleaseOutcome::Released);
-        }
-        let hold = &self.hold;
-        let provider = self.coordinator.lock_provider();
-        // Dropped while the release is in flight (its command may not have left the process
-        // yet): the release is finished in the background, owner-checked.
-        let mut in_flight = LeaseGuard::new(
-            LeaseStore::Lock(provider),
-            &hold.key,
-            hold.owner(),
-            hold.lease(),
-        )
-        .held_as(hold);
-        let released = provider.release(&hold.key, hold.owner()).await;
-        in_flight.disarm();
-        match &released {
-            Ok(ReleaseOutcome::Released) => {}
-            Ok(gone @ (ReleaseOutcome::NotHeld | ReleaseOutcome::ForceReleased)) => {
-                gone_at_release(&self.coordinator, hold, *gone, lapse_reported);
-            }
-            Err(err) => {
-                // The release may or may not have landed: retry it, owner-checked, in the
-                // background until it gets an answer or the lease has freed the lock anyway.
-                tracing::warn!(key = %hold.key, error = %err, "coord: releasing the lock failed; retrying in the background until the lease ends");
-                provider
-                    .clone()
-                    .release_detached(hold.key.clone(), hold.owner(), hold.lease());
-            }
-        }
-        released
+        release_hold(&self.coordinator, &self.hold, false).await
     }
 }
 
@@ -283,7 +340,7 @@ fn gone_at_release(
     let cause = match outcome {
         ReleaseOutcome::ForceReleased => LossCause::ForceReleased,
         _ if noticed => hold.loss_cause(),
-        _ if hold.lapsed_at(tokio::time::Instant::now()) => LossCause::Expired,
+        _ if hold.lapsed_at(Instant::now()) => LossCause::Expired,
         _ => LossCause::ForceReleasedOrExpired,
     };
     if cause == LossCause::ForceReleased {
@@ -334,25 +391,55 @@ fn gone_at_release(
 impl Drop for LockGuard {
     fn drop(&mut self) {
         drop(self.renewal.take());
-        if !self.armed || !self.hold.hand_back() {
+        if !self.armed {
             return;
         }
-        let provider = self.coordinator.lock_provider().clone();
-        let (key, owner, left) = (
-            self.hold.key.clone(),
-            self.hold.owner(),
-            self.hold.lease_left(),
-        );
         // Outside a runtime, hand the release to the runtime that acquired the lock.
         let _entered = match (&self.runtime, tokio::runtime::Handle::try_current()) {
             (Some(runtime), Err(_)) => Some(runtime.enter()),
             _ => None,
         };
-        provider.release_detached(key, owner, left);
+        release_dropped(&self.coordinator, &self.hold);
+    }
+}
+
+/// The lock of one `#[distributed_lock]` call while its body runs: it never leaves the call,
+/// so it borrows the coordinator, and it is listed for shutdown only once the body waits (see
+/// [`ListedWhileWaiting`]). Dropped unreleased (the call was cancelled, or the body
+/// panicked), it releases the lock in the background.
+struct CallHold<'c> {
+    coordinator: &'c Coordinator,
+    hold: Arc<Hold>,
+    renewal: Option<Registration>,
+    armed: bool,
+}
+
+impl CallHold<'_> {
+    /// Stops renewing, then releases; see [`release_hold`].
+    async fn settle(
+        &mut self,
+        lapse_reported: bool,
+    ) -> Result<ReleaseOutcome, crate::BackendError> {
+        drop(self.renewal.take());
+        self.armed = false;
+        release_hold(self.coordinator, &self.hold, lapse_reported).await
+    }
+}
+
+impl Drop for CallHold<'_> {
+    fn drop(&mut self) {
+        drop(self.renewal.take());
+        if self.armed {
+            release_dropped(self.coordinator, &self.hold);
+        }
     }
 }
 
 /// Runs `body` while holding the call's lock.
+///
+/// The lock is the innermost layer, so this layer times the body (see [`Call::body`]) with the
+/// clock reads it makes anyway: the body starts when the grant is in and ends at the read that
+/// also serves the hold time and the lapse check.
 pub async fn distributed_lock<R, F>(call: &Call<'_>, body: F) -> R
 where
     R: GuardedResult,
@@ -365,15 +452,11 @@ where
         .lock
         .as_ref()
         .expect("the macro emits a lock spec with #[distributed_lock]");
-    let mut guard = match acquire_lock(call.coordinator, &call.key, spec).await {
-        Acquired::Granted(guard, outcome, waited) => {
-            call.record_lock_wait(waited);
-            call.record_lock(outcome, guard.hold.fencing_token);
-            guard
-        }
+    let grant = match acquire_lock(call.coordinator, &call.key, spec).await {
+        Acquired::Granted(grant) => grant,
         Acquired::Refused(err, outcome) => {
             if let CoordError::LockNotAcquired { waited, .. } = &err {
-                call.record_lock_wait(*waited);
+                call.record_lock_wait(Elapsed::Known(*waited));
             }
             call.record_lock(outcome, None);
             call.record_error(&err);
@@ -381,47 +464,76 @@ where
         }
         Acquired::Unguarded => {
             call.record_lock(LockOutcome::FailedOpen, None);
-            return body.await;
+            let started = Instant::now();
+            let output = body.await;
+            call.record_body(started, Instant::now());
+            return output;
         }
     };
-    let hold = guard.hold.clone();
-    let output = run_guarded(hold.clone(), spec.on_lost, guard.renewal.as_ref(), body).await;
-    let Some(output) = output else {
+    // Taken apart at once, so the call's future keeps no room for the grant as a whole.
+    let Grant {
+        hold,
+        renewal,
+        outcome,
+        waited,
+        granted_at,
+    } = grant;
+    call.record_lock_granted(outcome, hold.fencing_token, waited);
+    let mut held = CallHold {
+        coordinator: call.coordinator,
+        hold,
+        renewal,
+        armed: true,
+    };
+    let hold = &held.hold;
+    let body = ListedWhileWaiting::new(call.coordinator.lifecycle(), hold, body);
+    let output = run_guarded(hold.clone(), spec.on_lost, held.renewal.as_ref(), body).await;
+    if output.is_none() {
         // The hold is lost: the lock is probably someone else's by now and the backend may be
         // unreachable. Answer at once; the owner-checked release (a no-op if the lock moved
-        // on) finishes in the background: the guard, still armed, hands it off on drop.
-        drop(guard);
-        let cause = hold.loss_cause();
-        call.record_lock(LockOutcome::Lost, hold.fencing_token);
-        call.record_loss(cause);
-        call.record_lock_lost(cause);
-        return R::from_coord_error(CoordError::LockLost {
-            key: call.key.clone(),
-            held_for: hold.held_for(),
-            cause,
-        });
-    };
+        // on) finishes in the background: the hold, still armed, hands it off on drop.
+        let hold = hold.clone();
+        drop(held);
+        return R::from_coord_error(lock_lost(call, &hold));
+    }
     // Whatever the release found, the body's outcome stands: a lapsed lease is counted and
-    // logged, a failed release is retried in the background. One clock read serves the hold
-    // time and the lapse check.
-    let returned_at = tokio::time::Instant::now();
-    let held_for = hold.held_for_at(returned_at);
-    call.telemetry().lock_hold(held_for);
+    // logged, a failed release is retried in the background. One clock read serves the body's
+    // end, the hold time and the lapse check.
+    let returned_at = Instant::now();
+    call.record_locked_body(hold.acquired_at(), granted_at, returned_at);
     let lapsed = hold.lapsed_at(returned_at);
     if lapsed {
-        report_lapse(call, &hold, spec, held_for);
+        report_lapse(call, hold, spec, hold.held_for_at(returned_at));
     }
-    let released = guard.settle(lapsed).await;
+    let released = held.settle(lapsed).await;
     if matches!(
         released,
         Ok(ReleaseOutcome::NotHeld | ReleaseOutcome::ForceReleased)
     ) {
         // Found gone at release: the report says why, as the release worked it out.
-        let cause = hold.loss_cause();
+        let cause = held.hold.loss_cause();
         call.record_loss(cause);
         call.record_lock_lost(cause);
     }
+    // Kept in its `Option` until here (checked above), so the future holds one copy of it.
+    let Some(output) = output else {
+        unreachable!("a lost hold answered above")
+    };
     output
+}
+
+/// The answer of a call whose hold was lost while its body ran (the body was cancelled),
+/// recorded.
+fn lock_lost(call: &Call<'_>, hold: &Hold) -> CoordError {
+    let cause = hold.loss_cause();
+    call.record_lock(LockOutcome::Lost, hold.fencing_token);
+    call.record_loss(cause);
+    call.record_lock_lost(cause);
+    CoordError::LockLost {
+        key: call.key.clone(),
+        held_for: hold.held_for(),
+        cause,
+    }
 }
 
 /// The body returned after its hold was lost or its lease ran out on the local clock
@@ -459,17 +571,31 @@ fn report_lapse(call: &Call<'_>, hold: &Hold, spec: &LockSpec, held_for: Duratio
 ///
 /// While a renewal is registered, the renewal task is watched beside the body and restarted on
 /// this runtime if it is gone.
-pub(crate) async fn run_guarded<F: Future>(
+pub(crate) fn run_guarded<'a, F: Future + 'a>(
     hold: Arc<Hold>,
     on_lost: Option<OnLost>,
+    renewal: Option<&'a Registration>,
+    body: F,
+) -> impl Future<Output = Option<F::Output>> + 'a {
+    let cancel_on_loss = on_lost == Some(OnLost::Cancel);
+    if renewal.is_none() && !cancel_on_loss {
+        // The common case: nothing to watch beside the body. Built here rather than awaited in
+        // an `async fn`, so the body is stored once, not once per wrapper.
+        return Either::Left(held::scope(hold, body).map(Some as fn(F::Output) -> _));
+    }
+    // Watching the hold beside the body takes a timer, a notification and the renewal task's
+    // watchdog: a few hundred bytes of state, boxed so that every other call's future does not
+    // carry them.
+    Either::Right(Box::pin(run_watched(hold, cancel_on_loss, renewal, body)))
+}
+
+/// [`run_guarded`] for a renewing or cancelling hold.
+async fn run_watched<F: Future>(
+    hold: Arc<Hold>,
+    cancel_on_loss: bool,
     renewal: Option<&Registration>,
     body: F,
 ) -> Option<F::Output> {
-    let cancel_on_loss = on_lost == Some(OnLost::Cancel);
-    if renewal.is_none() && !cancel_on_loss {
-        // The common case: nothing to watch beside the body.
-        return Some(held::scope(hold, body).await);
-    }
     let watched = hold.clone();
     let body = held::scope(hold, body);
     tokio::pin!(body);

@@ -68,6 +68,9 @@ pub(crate) struct Hold {
     /// Set by whoever gives the lease back (the call settling it, or shutdown): the other one
     /// then leaves it alone.
     handed_back: AtomicBool,
+    /// Set once the hold is listed for shutdown (see `Lifecycle`): until then nobody but its
+    /// holder can give it back.
+    listed: AtomicBool,
     /// Why the hold was lost, once it is.
     cause: Mutex<Option<LossCause>>,
     lost_notify: Notify,
@@ -95,6 +98,7 @@ impl Hold {
             renewal_unconfirmed: AtomicBool::new(false),
             lost: AtomicBool::new(false),
             handed_back: AtomicBool::new(false),
+            listed: AtomicBool::new(false),
             cause: Mutex::new(None),
             lost_notify: Notify::new(),
         })
@@ -120,6 +124,11 @@ impl Hold {
         let valid_for = self.valid_for.load(Ordering::Acquire);
         let since = nanos(self.acquired_at.elapsed());
         Duration::from_nanos(valid_for.saturating_sub(since))
+    }
+
+    /// When the lease began, by the local clock.
+    pub(crate) fn acquired_at(&self) -> Instant {
+        self.acquired_at
     }
 
     /// How long the hold has lasted.
@@ -213,7 +222,20 @@ impl Hold {
 
     /// Claims the giving back of this lease for the caller; false if it was claimed before.
     pub(crate) fn hand_back(&self) -> bool {
+        if !self.listed.load(Ordering::Acquire) {
+            // Never listed, so shutdown never saw it: only its holder's task touches the flag,
+            // and a plain read and write do (an atomic swap costs as much as a clock read on
+            // the path of every uncontended lock).
+            let first = !self.handed_back.load(Ordering::Relaxed);
+            self.handed_back.store(true, Ordering::Relaxed);
+            return first;
+        }
         !self.handed_back.swap(true, Ordering::AcqRel)
+    }
+
+    /// Notes that the hold is about to be listed for shutdown, which may then claim it.
+    pub(crate) fn mark_listed(&self) {
+        self.listed.store(true, Ordering::Release);
     }
 
     /// Claims the giving back for shutdown and marks the hold lost with

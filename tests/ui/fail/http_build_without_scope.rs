@@ -1,4 +1,4 @@
-// A layer built without saying whose keys are whose does not compile.
+// A layer built without saying whose keys are whose does not compile (coord-http).
 use coord_core::Coordinator;
 use coord_http::IdempotencyLayer;
 

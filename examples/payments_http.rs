@@ -7,8 +7,9 @@
 //!
 //! Keys are scoped by the `X-Tenant` header: another tenant sending the same key is charged
 //! on its own, never handed the first tenant's receipt. The tenant is stored only as a digest;
-//! `coord records list payments.http --scope acme` (with `COORD_NAMESPACE=payments-example`)
-//! finds its records.
+//! `coord --app payments_http records list payments.http --scope acme` finds its records (the
+//! example names no namespace, so it uses its binary's name, which `--app` computes the same
+//! way).
 //!
 //! ```sh
 //! curl -i -X POST localhost:3000/payments -H 'Idempotency-Key: order-1' -H 'X-Tenant: acme' \
@@ -18,23 +19,17 @@
 //! curl -s localhost:3000/payments/charges
 //! ```
 
-use coord_core::Coordinator;
-use coord_examples::payments::{NAMESPACE, app};
-use coord_redis::RedisProvider;
+use coord_examples::payments::app;
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let addr = std::env::var("COORD_HTTP_ADDR").unwrap_or_else(|_| "127.0.0.1:3000".to_owned());
-    let builder = Coordinator::builder().namespace(NAMESPACE);
-    let (coordinator, backend) = match std::env::var(coord_redis::URL_ENV) {
-        Ok(url) if !url.trim().is_empty() => {
-            let redis = RedisProvider::connect(url.trim()).await?;
-            (builder.provider(redis).build()?, "Redis")
-        }
-        _ => (
-            builder.memory().build()?,
-            "in-process (set COORD_REDIS_URL to share keys)",
-        ),
+    // Everything from the environment: COORD_REDIS_URL, and any COORD_NAMESPACE, COORD_WAIT, ...
+    let coordinator = coord_redis::coordinator_from_env().await?;
+    let backend = if coordinator.is_in_process_only() {
+        "in-process (set COORD_REDIS_URL to share keys)"
+    } else {
+        "Redis"
     };
     let (router, _) = app(coordinator);
     let listener = tokio::net::TcpListener::bind(&addr).await?;

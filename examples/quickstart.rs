@@ -2,16 +2,21 @@
 //!
 //! Run with `cargo run -p coord-examples --example quickstart`.
 //!
-//! Nothing is installed here, so coord uses the in-process provider and logs one warning
-//! saying so: exclusion holds within this process only. A service with several replicas
-//! installs a Redis coordinator at start-up instead (see the README).
+//! The coordinator comes from the environment, the way the README shows for production:
+//! `Coordinator::from_env()` is coord-core's form of `coord_redis::coordinator_from_env()`,
+//! and applies every `COORD_*` variable (`COORD_WAIT=2s cargo run ...` changes the waits).
+//! Without coord-redis it builds the in-process provider and logs one warning saying so:
+//! exclusion holds within this process only. A service with several replicas adds coord-redis
+//! and sets `COORD_REDIS_URL` (see the README).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use coord_core::report::FlightOutcome;
-use coord_core::{CoordError, distributed_lock, fencing_token, idempotent, observe, single_flight};
+use coord_core::{
+    CoordError, Coordinator, distributed_lock, fencing_token, idempotent, observe, single_flight,
+};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug)]
@@ -85,6 +90,10 @@ async fn main() {
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
         )
         .init();
+    Coordinator::from_env()
+        .expect("the COORD_* variables are well-formed")
+        .install()
+        .expect("installed once, before the first call");
     let service = Arc::new(Payments::default());
 
     println!("== #[idempotent]: a retried charge is answered from the stored receipt");
@@ -103,6 +112,11 @@ async fn main() {
         "retry:       {:?} (replayed: {})",
         retry.as_ref().map_err(|_| ()),
         report.replayed()
+    );
+    let key = report.key().expect("an intercepted call reports its key");
+    println!(
+        "the call's key: {key} (operation `{}`: no `name`, so the module path and the function)",
+        key.shown_operation()
     );
     let tampered = Order { cents: 1, ..order };
     match service.charge("order-7-try".into(), tampered).await {
@@ -138,7 +152,7 @@ async fn main() {
     for call in calls {
         let (quote, report) = call.await.expect("quote task");
         assert!(quote.is_ok());
-        if report.flight == Some(FlightOutcome::Joined) {
+        if report.flight() == Some(FlightOutcome::Joined) {
             joined += 1;
         }
     }

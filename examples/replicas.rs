@@ -5,14 +5,15 @@
 //! Uses the Redis at `COORD_REDIS_URL` if set; otherwise starts a private `redis-server` on a
 //! free loopback port for the demo (the binary must be installed). The example then starts
 //! three copies of itself, "replicas", which all try to rebuild the same tenants under
-//! `#[distributed_lock]` and all charge the same order under `#[idempotent]`.
+//! `#[distributed_lock]` and all charge the same order under `#[idempotent]`. Each replica is
+//! configured the way the README shows, only through its environment
+//! (`coord_redis::coordinator_from_env()`): `COORD_REDIS_URL` and `COORD_NAMESPACE`.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use coord_core::{CoordError, Coordinator, distributed_lock, fencing_token, idempotent, observe};
-use coord_redis::RedisProvider;
+use coord_core::{CoordError, distributed_lock, fencing_token, idempotent, observe};
 
 /// Rebuilds one tenant; one replica at a time per tenant, the others skip it.
 #[distributed_lock(
@@ -34,13 +35,13 @@ async fn charge(order: &str, replica: u32) -> Result<String, CoordError> {
     Ok(format!("charged {order} once, by replica {replica}"))
 }
 
-async fn replica(id: u32, url: &str, namespace: &str) {
-    let redis = RedisProvider::connect(url).await.expect("connect to Redis");
-    Coordinator::builder()
-        .namespace(namespace)
-        .provider(redis)
+async fn replica(id: u32) {
+    // COORD_REDIS_URL and COORD_NAMESPACE, set by the parent, are all the configuration.
+    coord_redis::coordinator_from_env()
+        .await
+        .expect("a Redis coordinator from the environment")
         .install()
-        .expect("install the Redis coordinator");
+        .expect("install it");
 
     for tenant in 1..=3 {
         match rebuild(tenant).await {
@@ -71,9 +72,7 @@ fn main() {
         .build()
         .expect("runtime");
     if let Ok(id) = std::env::var("REPLICA_ID") {
-        let url = std::env::var("COORD_REDIS_URL").expect("set by the parent");
-        let ns = std::env::var("DEMO_NAMESPACE").expect("set by the parent");
-        runtime.block_on(replica(id.parse().expect("replica id"), &url, &ns));
+        runtime.block_on(replica(id.parse().expect("replica id")));
         return;
     }
 
@@ -92,7 +91,7 @@ fn main() {
             Command::new(std::env::current_exe().expect("own path"))
                 .env("REPLICA_ID", id.to_string())
                 .env("COORD_REDIS_URL", &url)
-                .env("DEMO_NAMESPACE", &namespace)
+                .env("COORD_NAMESPACE", &namespace)
                 .stdout(Stdio::piped())
                 .spawn()
                 .expect("start a replica")

@@ -8,8 +8,13 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 /// Redis deployment for coord, and create or upgrade coord's tables in PostgreSQL.
 ///
 /// Keys are given and printed in coord's shown form, `operation:parts` (for example
-/// `payments.charge:order-7`): the form coord's errors, call reports and log lines print.
-/// Quote a key that holds a space.
+/// `payments.charge:order-7`, or `my_app::jobs::nightly:t-7` for an operation named by
+/// default after its module path and function): the form coord's errors, call reports and
+/// log lines print. The operation ends at the first single `:`. Quote a key that holds a
+/// space.
+///
+/// The application's namespace: --namespace, else --app (the application's binary name: the
+/// namespace its coordinator takes when given none), else COORD_NAMESPACE.
 #[derive(Debug, Parser)]
 #[command(name = "coord", version, after_help = EXIT_CODES)]
 pub struct Cli {
@@ -72,10 +77,21 @@ pub struct Connection {
     #[arg(long, env = "COORD_REDIS_URL", hide_env_values = true, global = true)]
     pub url: Option<String>,
 
-    /// The application's coord namespace (what its coordinator was built with). Needed by
-    /// `locks` and `records`.
-    #[arg(long, env = "COORD_NAMESPACE", global = true)]
+    /// The application's coord namespace (what its coordinator was built with; default:
+    /// --app, else the COORD_NAMESPACE variable). Needed by `locks` and `records`.
+    #[arg(long, global = true)]
     pub namespace: Option<String>,
+
+    /// The application's binary name (`payflow`, or its path): its namespace is the one its
+    /// coordinator takes when given none, COORD_NAMESPACE unset (the file stem, with `:`,
+    /// braces and whitespace made `_`). For applications that do not set a namespace.
+    #[arg(
+        long,
+        value_name = "BINARY",
+        global = true,
+        conflicts_with = "namespace"
+    )]
+    pub app: Option<String>,
 
     /// The URL lists the seed nodes of a Redis Cluster.
     #[arg(long, global = true, conflicts_with = "sentinel")]
@@ -151,7 +167,8 @@ pub enum Command {
 
 #[derive(Debug, Subcommand)]
 pub enum LockCommand {
-    /// The held locks of OPERATION, with holder, lease left, waiters and fencing token.
+    /// The held locks of OPERATION, with holder, lease left, waiters and fencing token; without
+    /// OPERATION, the operations that hold locks.
     List(ListArgs),
 
     /// One lock: held or free, by whom, for how long yet, waiters, fencing token.
@@ -167,7 +184,8 @@ pub enum LockCommand {
 
 #[derive(Debug, Subcommand)]
 pub enum RecordCommand {
-    /// The idempotency records of OPERATION, with state, age and time left.
+    /// The idempotency records of OPERATION, with state, age and time left; without OPERATION,
+    /// the operations that have records.
     List(RecordListArgs),
 
     /// One record: in flight, completed or abandoned, its owner, age, lease or retention
@@ -185,15 +203,17 @@ pub enum RecordCommand {
 
 #[derive(Debug, Args)]
 pub struct ListArgs {
-    /// The operation's name (the attribute's `name`, or its module path and function name).
-    pub operation: String,
+    /// The operation's name: the attribute's `name`, or by default its module path and
+    /// function name (`my_app::jobs::nightly`). Without it: every operation that has state in
+    /// the namespace, with how many keys.
+    pub operation: Option<String>,
 
     /// The most keys per page (1 to 1000).
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u16).range(1..=1000))]
     pub limit: u16,
 
     /// Continue a listing where the previous page ended (its `next` cursor).
-    #[arg(long, conflicts_with = "all")]
+    #[arg(long, conflicts_with = "all", requires = "operation")]
     pub cursor: Option<String>,
 
     /// Follow every page to the end instead of printing one.
@@ -211,7 +231,7 @@ pub struct RecordListArgs {
     /// the header's value), digested as the layer digests it. The value is never printed;
     /// the listing shows its digest. A page may then hold fewer records than --limit (use
     /// --all to see them all).
-    #[arg(long, value_name = "VALUE")]
+    #[arg(long, value_name = "VALUE", requires = "operation")]
     pub scope: Option<String>,
 }
 

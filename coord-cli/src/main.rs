@@ -159,7 +159,10 @@ pub async fn connect(connection: &Connection) -> Result<RedisProvider, Failure> 
         .map(str::trim)
         .filter(|url| !url.is_empty())
         .ok_or_else(|| {
-            Failure::usage("no Redis URL: set COORD_REDIS_URL or pass --url redis://host:port")
+            Failure::usage(
+                "no Redis to connect to: COORD_REDIS_URL is not set and --url was not given; \
+                 set COORD_REDIS_URL as the application has it, or pass --url redis://host:port",
+            )
         })?;
     let urls: Vec<&str> = url
         .split(',')
@@ -235,18 +238,35 @@ impl From<coord_postgres::ConnectError> for Failure {
     }
 }
 
+/// The application's namespace, as the application finds its own when its code names none:
+/// `--namespace`, else `--app` (the binary's name, made a namespace as coord-core does it),
+/// else `COORD_NAMESPACE`. Explicit options win over the environment, as everywhere in this
+/// tool.
+fn namespace(connection: &Connection) -> Result<String, Failure> {
+    if let Some(ns) = connection.namespace.as_deref().filter(|ns| !ns.is_empty()) {
+        return Ok(ns.to_owned());
+    }
+    if let Some(app) = &connection.app {
+        return coord_core::config::namespace_for_binary(app).ok_or_else(|| {
+            Failure::usage(format!(
+                "--app {app:?} names no binary to take a namespace from: pass the \
+                 application's binary name, as in `--app payflow`"
+            ))
+        });
+    }
+    match std::env::var("COORD_NAMESPACE") {
+        Ok(ns) if !ns.trim().is_empty() => Ok(ns),
+        _ => Err(Failure::usage(
+            "`coord locks` and `coord records` need the application's namespace, and none was \
+             given: pass --app <the application's binary name> (the namespace a coordinator \
+             takes when its code names none), or --namespace NS (or COORD_NAMESPACE) if the \
+             application sets one",
+        )),
+    }
+}
+
 async fn coordinator(connection: &Connection) -> Result<Coordinator, Failure> {
-    let namespace = connection
-        .namespace
-        .as_deref()
-        .filter(|ns| !ns.is_empty())
-        .ok_or_else(|| {
-            Failure::usage(
-                "no namespace: set COORD_NAMESPACE or pass --namespace (the application's \
-                 coordinator namespace)",
-            )
-        })?
-        .to_owned();
+    let namespace = namespace(connection)?;
     let builder = Coordinator::builder().namespace(namespace);
     let builder = match postgres_url(connection) {
         Some(url) => {

@@ -63,7 +63,7 @@ fn listing_exit(errors: &[BackendError]) -> Result<Exit, Failure> {
 fn footer(
     locks: bool,
     shown: usize,
-    args: &ListArgs,
+    operation: &str,
     scope: Option<&str>,
     next: &Option<Cursor>,
 ) -> String {
@@ -80,7 +80,7 @@ fn footer(
         out.push_str(&format!(
             "; more: coord {} list {}{} --cursor {next}",
             if locks { "locks" } else { "records" },
-            args.operation,
+            operation,
             // The value itself is never printed: the operator types it again.
             if scope.is_some() {
                 " --scope <VALUE>"
@@ -92,11 +92,62 @@ fn footer(
     out
 }
 
+/// `coord locks list` / `coord records list` without an operation: the operations that have
+/// such state, with how many keys each.
+async fn operations(c: &Coordinator, locks: bool, json: bool) -> Result<Exit, Failure> {
+    let operator = c.operator();
+    let found = if locks {
+        operator.lock_operations().await?
+    } else {
+        operator.record_operations().await?
+    };
+    let (noun, command) = if locks {
+        ("locks", "locks")
+    } else {
+        ("records", "records")
+    };
+    if json {
+        let rows: Vec<Value> = found
+            .iter()
+            .map(|op| json!({ "operation": op.operation, noun: op.keys }))
+            .collect();
+        let doc = json!({ "namespace": c.namespace(), "operations": rows });
+        println!("{doc:#}");
+        return Ok(Exit::Done);
+    }
+    println!("{}", render::operation_row_header(noun));
+    for op in &found {
+        println!("{}", render::operation_row(&op.operation, op.keys));
+    }
+    let what = if locks { "holds locks" } else { "has records" };
+    match found.first() {
+        None => println!(
+            "no operation {what} in namespace `{}` (is that the application's? see --app)",
+            c.namespace()
+        ),
+        Some(first) => println!(
+            "{} {} {what} in namespace `{}`; list one: coord {command} list {}",
+            found.len(),
+            if found.len() == 1 {
+                "operation"
+            } else {
+                "operations"
+            },
+            c.namespace(),
+            first.operation
+        ),
+    }
+    Ok(Exit::Done)
+}
+
 pub async fn locks(c: &Coordinator, cmd: LockCommand, json: bool) -> Result<Exit, Failure> {
     let operator = c.operator();
     match cmd {
         LockCommand::List(args) => {
-            let (limit, operation) = (usize::from(args.limit), args.operation.as_str());
+            let Some(operation) = args.operation.as_deref() else {
+                return operations(c, true, json).await;
+            };
+            let limit = usize::from(args.limit);
             let page = pages(&args, |cursor| async move {
                 operator.locks(operation, cursor.as_ref(), limit).await
             })
@@ -133,7 +184,7 @@ pub async fn locks(c: &Coordinator, cmd: LockCommand, json: bool) -> Result<Exit
                 for line in &lines {
                     println!("{line}");
                 }
-                println!("{}", footer(true, rows.len(), &args, None, &page.next));
+                println!("{}", footer(true, rows.len(), operation, None, &page.next));
             }
             listing_exit(&errors)
         }
@@ -211,7 +262,10 @@ pub async fn records(c: &Coordinator, cmd: RecordCommand, json: bool) -> Result<
     let operator = c.operator();
     match cmd {
         RecordCommand::List(RecordListArgs { list: args, scope }) => {
-            let (limit, operation) = (usize::from(args.limit), args.operation.as_str());
+            let Some(operation) = args.operation.as_deref() else {
+                return operations(c, false, json).await;
+            };
+            let limit = usize::from(args.limit);
             let mut page = pages(&args, |cursor| async move {
                 operator.records(operation, cursor.as_ref(), limit).await
             })
@@ -257,7 +311,7 @@ pub async fn records(c: &Coordinator, cmd: RecordCommand, json: bool) -> Result<
                 for line in &lines {
                     println!("{line}");
                 }
-                let footer = footer(false, rows.len(), &args, scope.as_deref(), &page.next);
+                let footer = footer(false, rows.len(), operation, scope.as_deref(), &page.next);
                 println!("{footer}");
             }
             listing_exit(&errors)

@@ -109,6 +109,16 @@ pub fn lock_row(info: &LockInfo) -> String {
     }
 }
 
+/// The header of a listing of operations: `noun` is what is counted (`locks`, `records`).
+pub fn operation_row_header(noun: &str) -> String {
+    format!("{:<48} {:>8}", "OPERATION", noun.to_ascii_uppercase())
+}
+
+/// One operation of such a listing, with how many keys.
+pub fn operation_row(operation: &str, keys: usize) -> String {
+    format!("{operation:<48} {keys:>8}")
+}
+
 /// A record as JSON: `key`, `exists`, `status`, `owner`, `age_ms`, `lease_left_ms`,
 /// `expires_in_ms`, `payload_bytes`, `has_fingerprint` (all but `key` and `exists` null when
 /// there is no record).

@@ -172,6 +172,34 @@ impl CallKey {
             .then(|| &self.full[self.shown_from as usize..self.op_end as usize])
     }
 
+    /// The operation name: [`CallKey::operation`] when the key knows it, else read from the
+    /// shown form as everything before the first single `:` (a `::` belongs to the name,
+    /// as in the module paths of default names: `app::jobs::nightly:t-7` is operation
+    /// `app::jobs::nightly` with the part `t-7`).
+    ///
+    /// Reading is exact for every name the attributes accept (ASCII letters, digits, `.`,
+    /// `_`, `-`, `/`, and `::` between module path segments), since a part never starts with
+    /// `:`; a name given to the handle API that holds a single `:` is cut there.
+    pub fn shown_operation(&self) -> &str {
+        if let Some(op) = self.operation() {
+            return op;
+        }
+        let shown = self.op_key();
+        let bytes = shown.as_bytes();
+        let mut i = 0;
+        while i < bytes.len() {
+            if bytes[i] == b':' {
+                if bytes.get(i + 1) == Some(&b':') {
+                    i += 2;
+                    continue;
+                }
+                return &shown[..i];
+            }
+            i += 1;
+        }
+        shown
+    }
+
     /// The whole key ([`CallKey::qualified`]) as a shared string, for in-process tables that
     /// keep it without copying.
     pub fn shared(&self) -> &Arc<str> {
@@ -323,6 +351,34 @@ impl std::error::Error for InvalidCallKey {}
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_operation_is_read_back_from_the_shown_form() {
+        for (op, parts, shown) in [
+            ("app::jobs::nightly", &["t-7"][..], "app::jobs::nightly:t-7"),
+            (
+                "payments.charge",
+                &["order 7", "eu"][..],
+                "payments.charge:order 7:eu",
+            ),
+            ("app::nightly", &[][..], "app::nightly"),
+            ("jobs/rebuild", &["a:b"][..], "jobs/rebuild:a%3Ab"),
+        ] {
+            let built = parts
+                .iter()
+                .fold(CallKey::builder("ns", op), |b, p| b.part(*p))
+                .finish();
+            assert_eq!(built.to_string(), shown);
+            assert_eq!(built.shown_operation(), op, "a built key knows it");
+            let read = CallKey::from_op_key("ns", shown).unwrap();
+            assert_eq!(read.operation(), None);
+            assert_eq!(
+                read.shown_operation(),
+                op,
+                "and a key read from text finds it"
+            );
+        }
+    }
 
     #[test]
     fn builder_and_shown_form_round_trip() {

@@ -60,10 +60,13 @@ pub use call_key::{CallKey, CallKeyBuilder, InvalidCallKey};
 pub use error::{BackendError, BackendErrorKind};
 pub use flights::{FlightClaim, FlightStore, FlightWait};
 pub use key_builder::{KeyPart, KeyWriter};
-pub use locks::{LockGrant, LockProvider, LockRequest, LossCause, ReleaseOutcome, RenewOutcome};
+pub use locks::{
+    FORCED_RELEASE_MEMORY, LockGrant, LockProvider, LockRequest, LossCause, ReleaseOutcome,
+    RenewOutcome,
+};
 pub use operations::{
-    Cursor, ForcedRelease, ListRequest, LockHolder, LockInfo, MAX_PAGE, Operations, Page,
-    RecordInfo, RecordStatus, Waiters,
+    Cursor, ForcedRelease, ListRequest, LockHolder, LockInfo, MAX_PAGE, NamespaceListRequest,
+    Operations, Page, RecordInfo, RecordStatus, Waiters,
 };
 pub use records::{
     ClaimOutcome, ClaimRequest, CompleteOutcome, CompleteRequest, Fingerprint, IdempotencyStore,

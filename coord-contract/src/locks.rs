@@ -41,19 +41,39 @@ pub struct LockGrant {
 pub enum ReleaseOutcome {
     /// The lock was ours and is now free.
     Released,
-    /// The lock was no longer ours: the lease lapsed (and perhaps someone else holds it now).
-    /// Nothing was changed.
+    /// The lock was no longer ours, and the provider does not know why: the lease lapsed, or
+    /// it was forced free longer ago than the provider remembers (see
+    /// [`ReleaseOutcome::ForceReleased`]), or the backend lost it (a restart without
+    /// persistence, an eviction, a failover). Someone else may hold it now. Nothing was
+    /// changed.
     NotHeld,
+    /// The lock was no longer ours because an operator forced it free while we held it
+    /// ([`Operations::force_release`](crate::Operations::force_release)). Someone else may
+    /// hold it now. Nothing was changed.
+    ///
+    /// A provider answers this while it remembers the forced release: coord's providers keep
+    /// a marker naming the released owner for the rest of the released lease plus
+    /// [`FORCED_RELEASE_MEMORY`]. Past that, or from a provider that keeps no marker, the
+    /// answer is [`ReleaseOutcome::NotHeld`].
+    ForceReleased,
 }
+
+/// How long past the end of the lease it cut short a forced release is remembered, so that the
+/// former holder's release or renewal can answer [`ReleaseOutcome::ForceReleased`] /
+/// [`LossCause::ForceReleased`] rather than a lapse: long enough for a holder whose body
+/// outran its lease by a little to still be told the truth, short enough that the marker is
+/// gone soon after nobody can ask any more.
+pub const FORCED_RELEASE_MEMORY: Duration = Duration::from_secs(60);
 
 /// What renewing a lease found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RenewOutcome {
     /// The lease now ends `lease` from the moment of renewal.
     Renewed,
-    /// The token is gone: the hold is lost, for the reason given ([`LossCause::TakenByOther`]
-    /// or [`LossCause::Expired`]; a provider never reports [`LossCause::BackendUnreachable`],
-    /// which the runtime decides on its own clock).
+    /// The token is gone: the hold is lost, for the reason given ([`LossCause::TakenByOther`],
+    /// [`LossCause::Expired`], or [`LossCause::ForceReleased`] while the provider remembers a
+    /// forced release of this owner's hold; a provider never reports
+    /// [`LossCause::BackendUnreachable`], which the runtime decides on its own clock).
     Lost(LossCause),
 }
 
@@ -72,16 +92,29 @@ pub enum LossCause {
     /// `Coordinator::shutdown` released the lock while the
     /// body still ran: the process is going away.
     ShutDown,
+    /// An operator forced the lock free while it was held (`coord locks release`,
+    /// `Operator::release_lock`): the provider remembered the forced release of this very
+    /// owner when the holder renewed or released.
+    ForceReleased,
+    /// The lock was gone when its holder released it, before its lease had run out by the
+    /// holder's clock, and the provider could not say why: an operator forced it free (longer
+    /// ago than the provider remembers, or with a provider that keeps no marker), or the
+    /// backend let it expire or lost it (a clock running fast, a restart without persistence,
+    /// an eviction, a failover). The two cannot be told apart here, so both are named.
+    ForceReleasedOrExpired,
 }
 
 impl LossCause {
-    /// A short, stable name: `taken_by_other`, `expired`, `backend_unreachable`, `shut_down`.
+    /// A short, stable name (a metric label and span value): `taken_by_other`, `expired`,
+    /// `backend_unreachable`, `shut_down`, `force_released`, `force_released_or_expired`.
     pub fn as_str(self) -> &'static str {
         match self {
             LossCause::TakenByOther => "taken_by_other",
             LossCause::Expired => "expired",
             LossCause::BackendUnreachable => "backend_unreachable",
             LossCause::ShutDown => "shut_down",
+            LossCause::ForceReleased => "force_released",
+            LossCause::ForceReleasedOrExpired => "force_released_or_expired",
         }
     }
 }
@@ -93,6 +126,10 @@ impl std::fmt::Display for LossCause {
             LossCause::Expired => "the lease expired before it was renewed",
             LossCause::BackendUnreachable => "the backend was unreachable for a whole lease",
             LossCause::ShutDown => "the coordinator shut down and released it",
+            LossCause::ForceReleased => "an operator force-released it",
+            LossCause::ForceReleasedOrExpired => {
+                "it was gone before its lease ran out here: an operator force-released it, or it expired or was lost on the backend"
+            }
         })
     }
 }

@@ -230,6 +230,28 @@ impl ListRequest<'_> {
     }
 }
 
+/// One request for a page of keys of every operation of one namespace: what has state there,
+/// for an operator who does not know the operations' names yet.
+#[derive(Debug, Clone, Copy)]
+pub struct NamespaceListRequest<'a> {
+    /// A key in the namespace to list, such as `CallKey::builder(namespace, "any").finish()`:
+    /// only its namespace is read. Listed keys are made from it with [`CallKey::with_op_key`],
+    /// so none knows its operation for sure: [`CallKey::shown_operation`] reads it from the
+    /// shown form.
+    pub namespace: &'a CallKey,
+    /// `None` for the first page; then the previous page's [`Page::next`].
+    pub cursor: Option<&'a Cursor>,
+    /// The most keys the page may hold, as [`ListRequest::limit`].
+    pub limit: usize,
+}
+
+impl NamespaceListRequest<'_> {
+    /// [`NamespaceListRequest::limit`] brought into `1..=MAX_PAGE`.
+    pub fn page_size(&self) -> usize {
+        self.limit.clamp(1, MAX_PAGE)
+    }
+}
+
 /// One page of a listing.
 ///
 /// # Promised
@@ -252,10 +274,11 @@ pub struct Page<T> {
 #[non_exhaustive]
 pub enum ForcedRelease {
     /// `owner` held the lock; now it does not. A waiter (if any) is woken and may take it at
-    /// once. The former holder is not told: it learns of the loss at its next renewal (or, if
-    /// it does not renew, never: its body may still be running, which is what fencing tokens
-    /// are for; the fencing counter is left as it was, so the next fenced holder's token is
-    /// greater than the former holder's).
+    /// once. The former holder is not told at once: it learns of the loss at its next renewal
+    /// ([`LossCause::ForceReleased`](crate::LossCause::ForceReleased)), or when it releases
+    /// ([`ReleaseOutcome::ForceReleased`](crate::ReleaseOutcome::ForceReleased)); until then its
+    /// body may still be running, which is what fencing tokens are for (the fencing counter is
+    /// left as it was, so the next fenced holder's token is greater than the former holder's).
     Released {
         /// The former holder.
         owner: OwnerToken,
@@ -282,7 +305,11 @@ pub enum ForcedRelease {
 /// * Listings follow [`Page`]'s promises, and never block the backend on a whole-keyspace
 ///   command (no Redis `KEYS`).
 /// * `force_release` frees the lock whoever holds it, as the holder's own release would (a
-///   waiter is woken), and leaves the fencing counter alone.
+///   waiter is woken), and leaves the fencing counter alone. A provider should remember the
+///   released owner (coord's providers keep a marker for the rest of the released lease plus
+///   [`FORCED_RELEASE_MEMORY`](crate::FORCED_RELEASE_MEMORY)) so that the former holder's
+///   release and renewal report a forced release rather than a lapse; one that does not makes
+///   the former holder report that it cannot tell the two apart.
 pub trait Operations: Send + Sync + 'static {
     /// The lock at `key`.
     fn inspect_lock<'a>(
@@ -322,6 +349,24 @@ pub trait Operations: Send + Sync + 'static {
         key: &'a CallKey,
     ) -> BoxFuture<'a, Result<ForcedRelease, BackendError>> {
         unsupported(key, "forcing a lock free")
+    }
+
+    /// A page of the keys, of every operation of `req.namespace`, whose lock is held. Follows
+    /// [`Page`]'s promises.
+    fn list_namespace_locks<'a>(
+        &'a self,
+        req: NamespaceListRequest<'a>,
+    ) -> BoxFuture<'a, Result<Page<CallKey>, BackendError>> {
+        unsupported(req.namespace, "listing the locks of a namespace")
+    }
+
+    /// A page of the keys, of every operation of `req.namespace`, that have an idempotency
+    /// record. Follows [`Page`]'s promises.
+    fn list_namespace_records<'a>(
+        &'a self,
+        req: NamespaceListRequest<'a>,
+    ) -> BoxFuture<'a, Result<Page<CallKey>, BackendError>> {
+        unsupported(req.namespace, "listing the records of a namespace")
     }
 }
 
@@ -371,5 +416,19 @@ impl<P: Operations> Operations for std::sync::Arc<P> {
         key: &'a CallKey,
     ) -> BoxFuture<'a, Result<ForcedRelease, BackendError>> {
         (**self).force_release(key)
+    }
+
+    fn list_namespace_locks<'a>(
+        &'a self,
+        req: NamespaceListRequest<'a>,
+    ) -> BoxFuture<'a, Result<Page<CallKey>, BackendError>> {
+        (**self).list_namespace_locks(req)
+    }
+
+    fn list_namespace_records<'a>(
+        &'a self,
+        req: NamespaceListRequest<'a>,
+    ) -> BoxFuture<'a, Result<Page<CallKey>, BackendError>> {
+        (**self).list_namespace_records(req)
     }
 }

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use coord_memory::MemoryProvider;
 
@@ -30,7 +30,17 @@ struct ChosenProvider {
     in_process: bool,
 }
 
-/// Builds a [`Coordinator`].
+/// Builds a [`Coordinator`] in code: every setting is what the code says.
+///
+/// This is the route for tests and for applications that configure coord entirely in code.
+/// It does not read the `COORD_*` variables (only `COORD_NAMESPACE`, when no namespace is
+/// given): an application configured from its environment or a file builds its coordinator
+/// with `coord_redis::coordinator_from_env()` / `coord_redis::coordinator_from_config`
+/// (or [`Coordinator::from_env`] / [`Coordinator::from_config`] in process), which apply
+/// `COORD_LEASE`, `COORD_WAIT`, `COORD_PROFILE_<NAME>_<FIELD>` and the rest. So that the two
+/// are never confused, [`build`](CoordinatorBuilder::build) logs one warning per process when
+/// such a variable is set to a value the coordinator it builds does not hold, naming the
+/// variables and the route that applies them.
 #[must_use]
 pub struct CoordinatorBuilder {
     namespace: Option<String>,
@@ -39,6 +49,8 @@ pub struct CoordinatorBuilder {
     on_backend_error: OnBackendError,
     defaults: Profile,
     profiles: BTreeMap<String, Profile>,
+    /// Set by [`CoordinatorBuilder::configure`]: the settings come from a configuration.
+    configured: bool,
 }
 
 impl fmt::Debug for CoordinatorBuilder {
@@ -104,7 +116,18 @@ impl CoordinatorBuilder {
 
     /// Finishes the coordinator. Fails on an invalid namespace, on a default or profile coord
     /// cannot honour ([`BuildError::InvalidSetting`]), or without a provider.
+    ///
+    /// Logs one warning per process when `COORD_*` variables of defaults or profiles
+    /// (`COORD_WAIT`, `COORD_PROFILE_PAYMENTS_WAIT`, ...) are set to values this coordinator
+    /// does not hold (see the type's docs): the variables are named, with what to do.
     pub fn build(self) -> Result<Coordinator, BuildError> {
+        self.warn_unapplied_variables();
+        self.build_inner()
+    }
+
+    /// [`build`](CoordinatorBuilder::build) without looking at the environment: for the
+    /// in-process fallback, which is not something the user built.
+    fn build_inner(self) -> Result<Coordinator, BuildError> {
         let namespace = self
             .namespace
             .unwrap_or_else(crate::config::default_namespace);
@@ -158,6 +181,90 @@ impl CoordinatorBuilder {
         coordinator.clone().install()?;
         Ok(coordinator)
     }
+
+    /// The one warning of [`build`](CoordinatorBuilder::build) about `COORD_*` variables the
+    /// coordinator will not apply.
+    fn warn_unapplied_variables(&self) {
+        static WARNED: AtomicBool = AtomicBool::new(false);
+        if WARNED.load(Ordering::Relaxed) {
+            return;
+        }
+        let unapplied = crate::config::unapplied_variables(
+            std::env::vars_os(),
+            &self.defaults,
+            &self.profiles,
+            self.on_backend_error,
+        );
+        if unapplied.is_empty() || WARNED.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        let in_process = self.provider.as_ref().is_none_or(|p| p.in_process);
+        tracing::warn!(
+            "coord: {}",
+            unapplied_message(&unapplied, self.configured, in_process, &self.profiles)
+        );
+    }
+}
+
+/// The text of the warning about `unapplied` variables (name, configuration field): what the
+/// user did (how the coordinator was built) and the one thing to do.
+pub(crate) fn unapplied_message(
+    unapplied: &[crate::config::Unapplied],
+    configured: bool,
+    in_process: bool,
+    profiles: &BTreeMap<String, Profile>,
+) -> String {
+    let names: Vec<&str> = unapplied.iter().map(|u| u.variable.as_str()).collect();
+    let (are, they_have, their) = if names.len() == 1 {
+        ("is", "it has", "its value")
+    } else {
+        ("are", "they have", "their values")
+    };
+    let missing_profiles: Vec<&str> = unapplied
+        .iter()
+        .filter_map(|u| u.profile.as_deref())
+        .filter(|p| !profiles.contains_key(*p))
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let consequence = match missing_profiles.as_slice() {
+        [] => String::new(),
+        [one] => format!(" (a call naming profile `{one}` fails with `UnknownProfile`)"),
+        many => format!(
+            " (a call naming profile {} fails with `UnknownProfile`)",
+            many.iter()
+                .map(|p| format!("`{p}`"))
+                .collect::<Vec<_>>()
+                .join(" or ")
+        ),
+    };
+    if configured {
+        let fields: Vec<&str> = unapplied.iter().map(|u| u.field.as_str()).collect();
+        format!(
+            "{} {are} set, but the configuration this coordinator was built from does not hold \
+             {their}, so {they_have} no effect{consequence}: a configuration read from a file or \
+             with figment does not read the flat COORD_* variables. Set {} in that configuration \
+             instead (or read it with `CoordConfig::from_env()`)",
+            names.join(", "),
+            fields
+                .iter()
+                .map(|f| format!("`{f}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    } else {
+        let route = if in_process {
+            "`Coordinator::from_env()?`"
+        } else {
+            "`coord_redis::coordinator_from_env().await?`"
+        };
+        format!(
+            "{} {are} set, but this coordinator was built with `Coordinator::builder()`, which \
+             does not read COORD_* variables, so {they_have} no effect{consequence}. Build it with \
+             {route} instead, which applies them",
+            names.join(", ")
+        )
+    }
 }
 
 fn validate_namespace(ns: &str) -> Result<(), BuildError> {
@@ -173,7 +280,8 @@ fn validate_namespace(ns: &str) -> Result<(), BuildError> {
 }
 
 static DEFAULT: OnceLock<Coordinator> = OnceLock::new();
-static FALLBACK_WARNED: AtomicBool = AtomicBool::new(false);
+/// Set when an intercepted call took the in-process fallback as the default.
+static FALLBACK_TAKEN: AtomicBool = AtomicBool::new(false);
 
 impl Coordinator {
     /// Starts a builder with the default namespace (`COORD_NAMESPACE`, else the binary's
@@ -187,32 +295,41 @@ impl Coordinator {
             on_backend_error: OnBackendError::FailClosed,
             defaults: Profile::default(),
             profiles: BTreeMap::new(),
+            configured: false,
         }
     }
 
     /// Makes this the coordinator every attribute without `coordinator = ..` uses.
     ///
     /// Succeeds once per process. It fails with [`BuildError::AlreadyInstalled`] when a
-    /// coordinator was installed before, or when an intercepted call already ran on the
-    /// in-process fallback (switching providers under running code would split its locks).
+    /// coordinator was installed before, and with [`BuildError::FallbackInUse`] when an
+    /// intercepted call already ran on the in-process fallback (switching providers under
+    /// running code would split its locks).
     pub fn install(self) -> Result<(), BuildError> {
-        DEFAULT.set(self).map_err(|_| BuildError::AlreadyInstalled)
+        DEFAULT.set(self).map_err(|_| {
+            if FALLBACK_TAKEN.load(Ordering::Acquire) {
+                BuildError::FallbackInUse
+            } else {
+                BuildError::AlreadyInstalled
+            }
+        })
     }
 
     /// The installed coordinator, or the in-process fallback when none is installed. The first
     /// use of the fallback logs one warning for the whole process.
     pub fn current() -> &'static Coordinator {
         DEFAULT.get_or_init(|| {
-            if !FALLBACK_WARNED.swap(true, Ordering::Relaxed) {
-                tracing::warn!(
-                    "coord: no coordinator installed; using the in-process provider, so locks, \
-                     single-flight and idempotency hold within this process only. Install one at \
-                     start-up, e.g. `Coordinator::builder().namespace(\"svc\").provider(redis).install()`"
-                );
-            }
+            FALLBACK_TAKEN.store(true, Ordering::Release);
+            warn_in_process_once(
+                InProcessRoute::Fallback,
+                "no coordinator is installed, so this call and every later one use the \
+                 in-process provider: locks, single-flight and idempotency hold within this \
+                 process only. Install one at start-up, before the first call: \
+                 `coord_redis::coordinator_from_env().await?.install()?` with COORD_REDIS_URL set",
+            );
             Coordinator::builder()
                 .memory()
-                .build()
+                .build_inner()
                 .expect("the in-process fallback always builds")
         })
     }
@@ -253,54 +370,113 @@ impl CoordinatorBuilder {
         }
         self.defaults = config.defaults;
         self.profiles = config.profiles.clone();
+        self.configured = true;
         self
     }
 }
 
 impl Coordinator {
     /// The in-process coordinator a configuration describes: validated, with its namespace,
-    /// defaults and profiles. A configuration with no provider logs the in-process warning
-    /// once per process (naming the fix); one naming Redis, Sentinel, Cluster or PostgreSQL is
-    /// [`ConfigError::ProviderNeedsBackendCrate`], never a silent fall back to memory.
+    /// defaults and profiles. A configuration with no provider logs one warning per process
+    /// saying the coordination is local and naming the crate that connects a provider; one
+    /// naming Redis, Sentinel, Cluster or PostgreSQL is
+    /// [`ConfigError::ProviderNeedsBackendCrate`], never a
+    /// silent fall back to memory. `kind = "memory"` chooses the in-process provider without
+    /// the warning.
     pub fn from_config(config: &CoordConfig) -> Result<Coordinator, ConfigError> {
-        config.validate()?;
-        match &config.provider {
-            None => warn_in_process_once(
-                "no provider configured; using the in-process provider, so locks, single-flight \
-                 and idempotency hold within this process only. Set COORD_REDIS_URL or \
-                 COORD_POSTGRES_URL (or `provider` in the configuration) and build with \
-                 `coord_redis::coordinator_from_config` or \
-                 `coord_postgres::coordinator_from_config`",
-            ),
-            Some(ProviderConfig::Memory) => {}
-            Some(ProviderConfig::Redis { .. }) => {
-                return Err(ConfigError::ProviderNeedsBackendCrate { kind: "redis" });
-            }
-            Some(ProviderConfig::Sentinel { .. }) => {
-                return Err(ConfigError::ProviderNeedsBackendCrate { kind: "sentinel" });
-            }
-            Some(ProviderConfig::Cluster { .. }) => {
-                return Err(ConfigError::ProviderNeedsBackendCrate { kind: "cluster" });
-            }
-            Some(ProviderConfig::Postgres { .. }) => {
-                return Err(ConfigError::ProviderNeedsBackendCrate { kind: "postgres" });
-            }
-        }
-        Ok(Coordinator::builder().configure(config).memory().build()?)
+        in_process_from(config, InProcessRoute::CoreFromConfig)
     }
 
-    /// [`Coordinator::from_config`] over [`CoordConfig::from_env`]: the `COORD_*` variables.
-    /// With `COORD_REDIS_URL` (or a Sentinel or Cluster variable) set, this is
-    /// [`ConfigError::ProviderNeedsBackendCrate`]: use `coord_redis::coordinator_from_env`.
+    /// [`Coordinator::from_config`] over [`CoordConfig::from_env`]: the in-process coordinator
+    /// with every `COORD_*` variable applied (`COORD_NAMESPACE`, `COORD_LEASE`, `COORD_WAIT`,
+    /// `COORD_PROFILE_<NAME>_<FIELD>`, ...). With `COORD_REDIS_URL` (or a Sentinel or Cluster
+    /// variable) set, this is [`ConfigError::ProviderNeedsBackendCrate`]: the same route with
+    /// Redis is `coord_redis::coordinator_from_env()`.
     pub fn from_env() -> Result<Coordinator, ConfigError> {
-        Coordinator::from_config(&CoordConfig::from_env()?)
+        in_process_from(&CoordConfig::from_env()?, InProcessRoute::CoreFromEnv)
     }
 }
 
-/// Logs `message` at warn, once per process, shared with the warning of the in-process
-/// fallback: a process learns once that its coordination is local.
-fn warn_in_process_once(message: &str) {
-    if !FALLBACK_WARNED.swap(true, Ordering::Relaxed) {
-        tracing::warn!("coord: {message}");
+/// [`Coordinator::from_config`] and [`Coordinator::from_env`]: `route` says which, for the
+/// warning and the error.
+fn in_process_from(
+    config: &CoordConfig,
+    route: InProcessRoute,
+) -> Result<Coordinator, ConfigError> {
+    config.validate()?;
+    let from_env = route == InProcessRoute::CoreFromEnv;
+    let kind = match &config.provider {
+        None => {
+            warn_in_process_once(route, route.message());
+            None
+        }
+        Some(ProviderConfig::Memory) => None,
+        Some(ProviderConfig::Redis { .. }) => Some("redis"),
+        Some(ProviderConfig::Sentinel { .. }) => Some("sentinel"),
+        Some(ProviderConfig::Cluster { .. }) => Some("cluster"),
+        Some(ProviderConfig::Postgres { .. }) => Some("postgres"),
+    };
+    if let Some(kind) = kind {
+        return Err(ConfigError::ProviderNeedsBackendCrate { kind, from_env });
     }
+    Ok(Coordinator::builder().configure(config).memory().build()?)
+}
+
+/// How an in-process coordinator came about, for its warning (one per route and process: a
+/// process learns once per mistake that its coordination is local).
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum InProcessRoute {
+    /// No coordinator installed: an intercepted call took the in-process fallback.
+    Fallback,
+    /// `Coordinator::from_config` with no provider configured.
+    CoreFromConfig,
+    /// `Coordinator::from_env` with no provider variable set.
+    CoreFromEnv,
+    /// A provider crate's `coordinator_from_config` with no provider configured.
+    ProviderFromConfig,
+    /// A provider crate's `coordinator_from_env` with no provider variable set.
+    ProviderFromEnv,
+}
+
+impl InProcessRoute {
+    /// The warning of coord-core's own routes; provider crates word theirs (they know their
+    /// variables).
+    fn message(self) -> &'static str {
+        match self {
+            InProcessRoute::CoreFromConfig => {
+                "`Coordinator::from_config` built the in-process coordinator (the configuration \
+                 names no provider), so locks, single-flight and idempotency hold within this \
+                 process only. To coordinate across processes, add `[provider]` (`kind = \
+                 \"redis\"`, `url = ..`) to the configuration and build with \
+                 `coord_redis::coordinator_from_config(&config)`"
+            }
+            InProcessRoute::CoreFromEnv => {
+                "`Coordinator::from_env` built the in-process coordinator (no COORD_REDIS_URL is \
+                 set, and coord-core alone connects no provider), so locks, single-flight and \
+                 idempotency hold within this process only. To coordinate across processes, \
+                 build with `coord_redis::coordinator_from_env()` and set COORD_REDIS_URL"
+            }
+            _ => {
+                "the in-process coordinator was built: coordination holds within this process only"
+            }
+        }
+    }
+}
+
+/// Logs `message` at warn, once per process for each `route`.
+///
+/// Not a public API: coord's provider crates call it (through `coord_core::__private`) to
+/// word the warning of their own route when a configuration names no provider.
+#[doc(hidden)]
+pub fn warn_in_process_once(route: InProcessRoute, message: &str) {
+    static WARNED: Mutex<Vec<InProcessRoute>> = Mutex::new(Vec::new());
+    let mut warned = WARNED.lock().unwrap_or_else(|e| e.into_inner());
+    if warned.contains(&route) {
+        return;
+    }
+    warned.push(route);
+    drop(warned);
+    tracing::warn!("coord: {message}");
 }

@@ -223,9 +223,13 @@ impl fmt::Display for CoordError {
                     "lock `{key}` is already held by this task; coord locks are not reentrant"
                 )
             }
-            CoordError::InFlight { key } => {
-                write!(f, "a call with idempotency key `{key}` is still in flight")
-            }
+            CoordError::InFlight { key } => write!(
+                f,
+                "a call with idempotency key `{key}` is still in flight, and this duplicate did \
+                 not wait for it (the operation's `wait`, `0s` unless set); nothing ran. Retry \
+                 later, or give the operation a `wait` (`wait = \"10s\"`) so a duplicate waits \
+                 and replays the outcome"
+            ),
             CoordError::KeyReused { key } => write!(
                 f,
                 "idempotency key `{key}` was already used with different parameters"
@@ -272,7 +276,12 @@ impl fmt::Display for CoordError {
             CoordError::Backend(err) => write!(f, "{err}"),
             CoordError::UnknownProfile { profile, key } => write!(
                 f,
-                "`{key}` names the profile {profile:?}, which the coordinator's configuration does not have; nothing ran (add `[profiles.{profile}]` to the configuration or fix the name)"
+                "`{key}` names the profile {profile:?}, which this coordinator was not given, so \
+                 nothing ran: give it the profile, as `[profiles.{profile}]` in its \
+                 configuration or as `COORD_PROFILE_{}_<FIELD>` variables read by \
+                 `coord_redis::coordinator_from_env()` (a coordinator from \
+                 `Coordinator::builder()` reads no variables)",
+                profile.to_ascii_uppercase()
             ),
             CoordError::LeaderFailed { key } => write!(
                 f,
@@ -399,9 +408,12 @@ pub enum BuildError {
     /// The namespace is empty or holds a character that would break key layout
     /// (`{`, `}`, `:`, whitespace or control characters).
     InvalidNamespace(String),
-    /// A process-wide default coordinator was already installed (or the in-process fallback was
-    /// already taken by a call). Install once, at start-up, before the first intercepted call.
+    /// A process-wide default coordinator was already installed. Install once, at start-up.
     AlreadyInstalled,
+    /// An intercepted call already ran on the in-process fallback (nothing was installed
+    /// then), so installing now would switch providers under running code and split its
+    /// locks. Install at start-up, before the first intercepted call.
+    FallbackInUse,
     /// A default or a profile holds a value coord cannot honour (a zero lease, a `renew` not
     /// shorter than its lease, a profile name that is not lowercase letters, digits and `_`).
     InvalidSetting {
@@ -416,14 +428,23 @@ impl fmt::Display for BuildError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             BuildError::NoProvider => f.write_str(
-                "no provider chosen: call `.memory()` or `.provider(..)` on the coordinator builder",
+                "`Coordinator::builder()` was finished without a provider: add `.provider(redis)` \
+                 (or `.memory()` for one process), or build with \
+                 `coord_redis::coordinator_from_env()`, which chooses it from COORD_REDIS_URL",
             ),
             BuildError::InvalidNamespace(ns) => write!(
                 f,
                 "invalid namespace {ns:?}: use a non-empty name without `{{`, `}}`, `:`, whitespace or control characters"
             ),
             BuildError::AlreadyInstalled => f.write_str(
-                "a default coordinator is already in place: install once at start-up, before the first intercepted call",
+                "a coordinator was installed already in this process, and only one can be: \
+                 install once, at start-up (give other call sites their own coordinator with \
+                 `coordinator = ..` or the handle API)",
+            ),
+            BuildError::FallbackInUse => f.write_str(
+                "an intercepted call already ran on the in-process fallback before this install, \
+                 and switching providers under running code would split its locks: install the \
+                 coordinator at start-up, before the first intercepted call",
             ),
             BuildError::InvalidSetting { field, reason } => {
                 write!(f, "invalid coordinator setting `{field}`: {reason}")

@@ -48,10 +48,20 @@
 //! newest it has seen. That, not the lock alone, makes the section safe.
 //!
 //! ## Providers
-//! Calls coordinate through the [`Coordinator`] installed with
-//! [`CoordinatorBuilder::install`], or the one passed with `coordinator = <expr>`. With none
-//! installed, the in-process provider is used and one warning is logged: exclusion then holds
-//! within this process only.
+//! Calls coordinate through the [`Coordinator`] installed at start-up, or the one passed with
+//! `coordinator = <expr>`. The route is the environment: `coord_redis::coordinator_from_env()`
+//! (Redis from `COORD_REDIS_URL`, every other `COORD_*` variable applied), or
+//! [`Coordinator::from_env`] in process; [`Coordinator::builder`] sets everything in code, for
+//! tests, and warns about `COORD_*` variables it does not apply. With none installed, the
+//! in-process provider is used and one warning is logged: exclusion then holds within this
+//! process only.
+//!
+//! ## Names
+//! An attribute without `name = ".."` names its operation after the module path and the
+//! function (`my_app::jobs::nightly`); keys show as `operation:parts`
+//! (`my_app::jobs::nightly:t-7`), the operation ending at the first single `:`. The call's
+//! [`CallReport::key`], the `op` field of its span and metrics, and `coord locks list` without
+//! an operation show it.
 //!
 //! ## Configuration
 //! [`CoordConfig`] (any serde source, or the `COORD_*` variables) gives a coordinator its
@@ -107,6 +117,7 @@ pub use shutdown::ShutdownReport;
 /// What the generated code calls. Not a public API.
 #[doc(hidden)]
 pub mod __private {
+    pub use crate::coordinator::{InProcessRoute, warn_in_process_once};
     pub use crate::fingerprint::FingerprintHasher;
     pub use crate::policy::{OnAbandoned, OnBackendError, OnLost, OnMissingKey, OnStoreError};
     pub use crate::provider::CallKeyBuilder;

@@ -9,11 +9,27 @@
 //! paste any of them back into [`Operator::lock`], [`Operator::release_lock`] or
 //! [`Operator::purge_record`] (through [`Operator::key`] or [`CallKey::from_op_key`]).
 
+use std::collections::{BTreeMap, BTreeSet};
+
 use crate::provider::{
-    BackendError, CallKey, Cursor, ForcedRelease, InvalidCallKey, ListRequest, LockInfo, Page,
-    RecordInfo,
+    BackendError, CallKey, Cursor, ForcedRelease, InvalidCallKey, ListRequest, LockInfo, MAX_PAGE,
+    NamespaceListRequest, Page, RecordInfo,
 };
 use crate::runtime::state::Coordinator;
+
+/// An operation that has state in a namespace, and how much: one row of
+/// [`Operator::lock_operations`] or [`Operator::record_operations`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct OperationState {
+    /// The operation's name as written into its keys, read back from the shown form
+    /// ([`CallKey::shown_operation`]): the attribute's `name`, or by default the module path
+    /// and the function name (`my_app::jobs::nightly`). What `coord locks list <operation>` and
+    /// [`Operator::locks`] take.
+    pub operation: String,
+    /// How many keys of the operation have that state (held locks, or records).
+    pub keys: usize,
+}
 
 /// An operator's handle on a coordinator's state, from [`Coordinator::operator`]: everything
 /// in the coordinator's namespace.
@@ -81,6 +97,57 @@ impl<'c> Operator<'c> {
             limit,
         };
         self.coordinator.operations().list_records(req).await
+    }
+
+    /// The operations of this namespace that hold at least one lock now, with how many, by
+    /// name: for an operator who does not know the operations' names yet (default names are
+    /// module paths). Follows every page of the namespace's listing, so it reads every lock key
+    /// of the namespace (Redis: `SCAN` with `MATCH`, never `KEYS`); a key listed twice by the
+    /// backend is counted once.
+    pub async fn lock_operations(&self) -> Result<Vec<OperationState>, BackendError> {
+        self.operations_with(true).await
+    }
+
+    /// The operations of this namespace that have idempotency records, with how many, like
+    /// [`Operator::lock_operations`].
+    pub async fn record_operations(&self) -> Result<Vec<OperationState>, BackendError> {
+        self.operations_with(false).await
+    }
+
+    async fn operations_with(&self, locks: bool) -> Result<Vec<OperationState>, BackendError> {
+        // Any operation name will do: only the namespace of this key is read.
+        let namespace = self.coordinator.key("operations").finish();
+        let operations = self.coordinator.operations();
+        let mut seen: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        let mut cursor: Option<Cursor> = None;
+        loop {
+            let req = NamespaceListRequest {
+                namespace: &namespace,
+                cursor: cursor.as_ref(),
+                limit: MAX_PAGE,
+            };
+            let page = if locks {
+                operations.list_namespace_locks(req).await?
+            } else {
+                operations.list_namespace_records(req).await?
+            };
+            for key in page.items {
+                seen.entry(key.shown_operation().to_owned())
+                    .or_default()
+                    .insert(key.op_key().to_owned());
+            }
+            match page.next {
+                Some(next) => cursor = Some(next),
+                None => break,
+            }
+        }
+        Ok(seen
+            .into_iter()
+            .map(|(operation, keys)| OperationState {
+                operation,
+                keys: keys.len(),
+            })
+            .collect())
     }
 
     /// Frees the lock at `key` whoever holds it (see [`ForcedRelease`] for what the former

@@ -166,37 +166,81 @@ impl LockOutcome {
 
 /// What coord did with one intercepted call, as returned by [`observe`].
 ///
+/// Read it through its methods: [`key`](CallReport::key), one per layer
+/// ([`idempotency`](CallReport::idempotency), [`cache`](CallReport::cache),
+/// [`flight`](CallReport::flight), [`lock`](CallReport::lock)), and the facts about the call
+/// ([`replayed`](CallReport::replayed), [`fencing_token`](CallReport::fencing_token),
+/// [`replay_age`](CallReport::replay_age), [`lock_lost`](CallReport::lock_lost)).
+///
 /// A layer the function does not have, or that the call never reached (a replay never reaches
-/// the lock), stays `None`.
+/// the lock), answers `None`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct CallReport {
-    /// The call's key (shown as `operation:parts`, like [`CoordError::key`](crate::CoordError::key)).
-    pub key: Option<CallKey>,
-    /// The idempotency layer's outcome.
-    pub idempotency: Option<IdempotencyOutcome>,
-    /// The cache layer's outcome.
-    pub cache: Option<CacheOutcome>,
-    /// The single-flight layer's outcome.
-    pub flight: Option<FlightOutcome>,
-    /// The lock layer's outcome.
-    pub lock: Option<LockOutcome>,
-    /// The fencing token of the lock, for fenced locks.
-    pub fencing_token: Option<FencingToken>,
-    /// For a replay: how long ago the outcome it answers with was stored, by the backend's
-    /// clock. `None` for a call that did not replay, or when the backend does not know (a
-    /// record written by a version of coord that did not store write times).
-    pub replay_age: Option<std::time::Duration>,
-    /// Set when the call's lock was lost, or its lease ran out on the local clock, before the
-    /// body returned, with why: the body was cancelled (`lock` is
-    /// [`LockOutcome::Lost`] and the call answered `CoordError::LockLost`), or it ran on to its
-    /// end (`on_lost = "signal"`, or a lock without renewal, whose outcome the call returned):
-    /// the section may not have been exclusive throughout. A stalled process (a blocking call
-    /// on the runtime, a pause, SIGSTOP) is the usual reason, with cause `Expired`.
-    pub lock_lost: Option<LossCause>,
+    pub(crate) key: Option<CallKey>,
+    pub(crate) idempotency: Option<IdempotencyOutcome>,
+    pub(crate) cache: Option<CacheOutcome>,
+    pub(crate) flight: Option<FlightOutcome>,
+    pub(crate) lock: Option<LockOutcome>,
+    pub(crate) fencing_token: Option<FencingToken>,
+    pub(crate) replay_age: Option<std::time::Duration>,
+    pub(crate) lock_lost: Option<LossCause>,
 }
 
 impl CallReport {
+    /// The call's key, shown as `operation:parts` like
+    /// [`CoordError::key`](crate::CoordError::key): the text `coord locks show` and
+    /// `coord records show` take. Its [`CallKey::operation`] is the operation name in force
+    /// (the attribute's `name`, or by default the module path and the function name,
+    /// `my_app::jobs::nightly`). `None` for a future that made no intercepted call.
+    pub fn key(&self) -> Option<&CallKey> {
+        self.key.as_ref()
+    }
+
+    /// The idempotency layer's outcome.
+    pub fn idempotency(&self) -> Option<IdempotencyOutcome> {
+        self.idempotency
+    }
+
+    /// The cache layer's outcome.
+    pub fn cache(&self) -> Option<CacheOutcome> {
+        self.cache
+    }
+
+    /// The single-flight layer's outcome.
+    pub fn flight(&self) -> Option<FlightOutcome> {
+        self.flight
+    }
+
+    /// The lock layer's outcome.
+    pub fn lock(&self) -> Option<LockOutcome> {
+        self.lock
+    }
+
+    /// The fencing token of the lock, for fenced locks.
+    pub fn fencing_token(&self) -> Option<FencingToken> {
+        self.fencing_token
+    }
+
+    /// For a replay: how long ago the outcome it answers with was stored, by the backend's
+    /// clock. `None` for a call that did not replay, or when the backend does not know (a
+    /// record written by a version of coord that did not store write times).
+    pub fn replay_age(&self) -> Option<std::time::Duration> {
+        self.replay_age
+    }
+
+    /// Set when the call's lock was lost, or its lease ran out on the local clock, before the
+    /// body returned, or was found gone when the call released it, with why: the body was
+    /// cancelled ([`lock`](CallReport::lock) is [`LockOutcome::Lost`] and the call answered
+    /// `CoordError::LockLost`), or it ran on to its end (`on_lost = "signal"`, or a lock
+    /// without renewal, whose outcome the call returned): the section may not have been
+    /// exclusive throughout. A stalled process (a blocking call on the runtime, a pause,
+    /// SIGSTOP) is the usual reason, with cause `Expired`; an operator's
+    /// `coord locks release` is `ForceReleased`.
+    pub fn lock_lost(&self) -> Option<LossCause> {
+        self.lock_lost
+    }
+
     /// True when the result was replayed from a stored outcome and the body did not run.
     pub fn replayed(&self) -> bool {
         self.idempotency == Some(IdempotencyOutcome::Replayed)

@@ -15,7 +15,8 @@ pub struct ShutdownReport {
     /// Locks this process held that shutdown released (their bodies see the hold lost with
     /// [`LossCause::ShutDown`]).
     pub released: Vec<CallKey>,
-    /// Locks whose lease had already lapsed when shutdown released them.
+    /// Locks that were no longer held when shutdown released them: their lease had lapsed, or
+    /// an operator had forced them free.
     pub lapsed: Vec<CallKey>,
     /// Locks whose release failed or timed out: the lease frees them.
     pub not_released: Vec<(CallKey, BackendError)>,
@@ -74,7 +75,11 @@ impl Coordinator {
                 tokio::time::timeout_at(end, provider.release(&hold.key, hold.owner())).await;
             match released {
                 Ok(Ok(ReleaseOutcome::Released)) => report.released.push(hold.key.clone()),
-                Ok(Ok(ReleaseOutcome::NotHeld)) => report.lapsed.push(hold.key.clone()),
+                // Not held any more: lapsed, or forced free by an operator. Either way it was
+                // no longer this process's to give back.
+                Ok(Ok(ReleaseOutcome::NotHeld | ReleaseOutcome::ForceReleased)) => {
+                    report.lapsed.push(hold.key.clone())
+                }
                 Ok(Err(err)) => report.not_released.push((hold.key.clone(), err)),
                 Err(_) => report.not_released.push((
                     hold.key.clone(),

@@ -10,6 +10,7 @@
 //! |---|---|---|---|
 //! | `coord_calls_total` | counter | `layer`, `op`, `outcome` | calls per layer and outcome: idempotency `executed`, `replayed`, `in_flight`, `key_reused`, `failed_open`, `backend_error`, `lost`, `outcome_unknown`, `not_stored`, `missing_key`, `unprotected`, `shut_down`; cache `hit`, `miss`, `stale` (an entry that did not decode), `error` (the shared tier failed; a miss); single_flight `led`, `joined`, `took_over`, and for `scope = "cluster"` (counted again for the instance's local leader) `cluster_led`, `cluster_joined`, `cluster_took_over`, `failed_open`; lock `acquired`, `contended`, `not_acquired`, `reentrant`, `failed_open`, `backend_error`, `lost`, `shut_down` |
 //! | `coord_backend_errors_total` | counter | `layer`, `op`, `kind` | backend faults by [`BackendErrorKind`](crate::provider::BackendErrorKind) (`unavailable`, `timeout`, ...) |
+//! | `coord_holds_lost_total` | counter | `hold`, `op`, `cause` | leases this process held and lost, once per hold: `hold` is `lock` or `in_flight` (an `#[idempotent]` marker), `cause` is [`LossCause::as_str`](crate::LossCause::as_str): `taken_by_other`, `expired`, `backend_unreachable`, `shut_down`, `force_released` (an operator's `coord locks release`), `force_released_or_expired` (gone before its lease ran out here, and the provider could not say why) |
 //! | `coord_lock_wait_seconds` | histogram | `op` | from asking for a lock to getting it or giving up |
 //! | `coord_lock_hold_seconds` | histogram | `op` | from getting a lock to releasing it |
 //! | `coord_body_duration_seconds` | histogram | `op` | how long the annotated body ran (not counting replays or joins) |
@@ -28,13 +29,15 @@ use std::time::Duration;
 use metrics::{IntoF64, Key, Label, Level, Metadata, SharedString, Unit};
 use tokio::time::Instant;
 
-use crate::provider::BackendError;
+use crate::provider::{BackendError, LossCause};
 use crate::report::{CacheOutcome, FlightOutcome, IdempotencyOutcome, LockOutcome};
 
 /// `coord_calls_total`.
 pub const CALLS: &str = "coord_calls_total";
 /// `coord_backend_errors_total`.
 pub const BACKEND_ERRORS: &str = "coord_backend_errors_total";
+/// `coord_holds_lost_total`.
+pub const HOLDS_LOST: &str = "coord_holds_lost_total";
 /// `coord_lock_wait_seconds`.
 pub const LOCK_WAIT: &str = "coord_lock_wait_seconds";
 /// `coord_lock_hold_seconds`.
@@ -57,9 +60,13 @@ static RENEWALS_ACTIVE_KEY: Key = Key::from_static_name(RENEWALS_ACTIVE);
 /// zero. Call it once after installing a recorder (descriptions sent before that go nowhere).
 pub fn describe_metrics() {
     metrics::with_recorder(|r| {
-        let counters: [(&'static str, &'static str); 2] = [
+        let counters: [(&'static str, &'static str); 3] = [
             (CALLS, "Calls per coord layer and outcome."),
             (BACKEND_ERRORS, "Coordination backend faults by kind."),
+            (
+                HOLDS_LOST,
+                "Leases (locks, in-flight markers) lost while held, by cause.",
+            ),
         ];
         for (name, text) in counters {
             r.describe_counter(name.into(), Some(Unit::Count), text.into());
@@ -297,6 +304,22 @@ pub(crate) fn backend_error(layer: &'static str, op: &str, err: &BackendError) {
     count(&key);
 }
 
+/// Counts a lease lost while held (the loss path, once per hold: the key is built here). The
+/// operation is the key's; a key read from text (no operation known) counts under its shown
+/// form's operation part up to the first separator.
+pub(crate) fn hold_lost(hold: &'static str, key: &crate::provider::CallKey, cause: LossCause) {
+    let op = key.operation().unwrap_or_else(|| key.op_key());
+    let key = Key::from_parts(
+        HOLDS_LOST,
+        vec![
+            Label::from_static_parts("hold", hold),
+            Label::new("op", SharedString::from(op.to_owned())),
+            Label::from_static_parts("cause", cause.as_str()),
+        ],
+    );
+    count(&key);
+}
+
 /// One more (or one fewer) lock held in this process.
 pub(crate) fn locks_held(delta: f64) {
     metrics::with_recorder(|r| {
@@ -350,6 +373,7 @@ fn lock_index(outcome: LockOutcome) -> usize {
 pub struct Metrics {
     fail_open: AtomicU64,
     lapsed_releases: AtomicU64,
+    force_released: AtomicU64,
     lapsed_holds: AtomicU64,
     unprotected: AtomicU64,
     not_stored: AtomicU64,
@@ -370,10 +394,23 @@ impl Metrics {
         self.lapsed_holds.load(Ordering::Relaxed)
     }
 
-    /// How many locks were found already lapsed at release: sections that were not exclusive
-    /// for their whole duration.
+    /// How many locks were found no longer held at release, for any reason but a forced
+    /// release the provider reported (those are [`Metrics::force_released_holds`]): a lease that
+    /// lapsed, or a lock that vanished in a way the provider could not explain. Sections that
+    /// were not exclusive for their whole duration.
     pub fn lapsed_releases(&self) -> u64 {
         self.lapsed_releases.load(Ordering::Relaxed)
+    }
+
+    /// How many locks held by this coordinator's calls and guards were found, when the call or
+    /// guard released them, to have been forced free by an operator while held (`coord locks
+    /// release`, `Operator::release_lock`). Each is logged at warn and reported as
+    /// `LossCause::ForceReleased` in the call's
+    /// [`CallReport::lock_lost`](crate::CallReport::lock_lost). (A renewing call cancelled
+    /// because its renewal found the lock forced free never releases it itself: it is counted
+    /// in `coord_holds_lost_total{cause="force_released"}`, like every loss.)
+    pub fn force_released_holds(&self) -> u64 {
+        self.force_released.load(Ordering::Relaxed)
     }
 
     /// How many `#[idempotent]` calls ran without the idempotency layer because a key part was
@@ -405,5 +442,9 @@ impl Metrics {
 
     pub(crate) fn count_lapsed_release(&self) {
         self.lapsed_releases.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn count_force_released(&self) {
+        self.force_released.fetch_add(1, Ordering::Relaxed);
     }
 }

@@ -296,7 +296,7 @@ where
     match result {
         Ok(stored) => match ran.take() {
             Some(response) => {
-                match report.idempotency {
+                match report.idempotency() {
                     Some(IdempotencyOutcome::FailedOpen) => metrics.count(Event::FailedOpen),
                     Some(IdempotencyOutcome::NotStored) => metrics.count(Event::NotStored),
                     _ if matches!(stored.body, StoredBody::TooLarge { .. }) => {}
@@ -310,7 +310,7 @@ where
             }
         },
         Err(Flow::Pass(response)) => {
-            if report.idempotency == Some(IdempotencyOutcome::FailedOpen) {
+            if report.idempotency() == Some(IdempotencyOutcome::FailedOpen) {
                 metrics.count(Event::FailedOpen);
             } else {
                 metrics.count(Event::NotRemembered);

@@ -11,7 +11,8 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use coord_contract::{
-    FencingToken, ForcedRelease, LockGrant, LossCause, OwnerToken, ReleaseOutcome, RenewOutcome,
+    FORCED_RELEASE_MEMORY, FencingToken, ForcedRelease, LockGrant, LossCause, OwnerToken,
+    ReleaseOutcome, RenewOutcome,
 };
 
 use crate::deadline_after;
@@ -82,8 +83,37 @@ impl LockEntry {
 /// runs while one is.
 pub struct LockTable {
     entries: DashMap<Arc<str>, LockEntry>,
+    /// Holds an operator forced free, remembered so that the former holder's release and
+    /// renewal can say so (see [`LockTable::force_release`]). Empty unless an operator forced
+    /// a lock free recently; nothing on the path of an ordinary acquire or release reads it.
+    forced: DashMap<Arc<str>, ForcedMarker>,
     fence: AtomicU64,
     waiter_ids: AtomicU64,
+}
+
+/// The owner whose live hold an operator forced free, and until when that is remembered.
+struct ForcedMarker {
+    owner: OwnerToken,
+    until: Instant,
+}
+
+/// What freeing an entry took away.
+struct Freed {
+    owner: OwnerToken,
+    /// When its lease would have ended.
+    expires_at: Instant,
+    /// Whether the lease had time left.
+    live: bool,
+}
+
+impl Freed {
+    fn of(lock: &LockEntry, now: Instant) -> Freed {
+        Freed {
+            owner: lock.owner,
+            expires_at: lock.expires_at,
+            live: lock.expires_at > now,
+        }
+    }
 }
 
 impl Default for LockTable {
@@ -138,6 +168,7 @@ impl LockTable {
     pub fn new() -> LockTable {
         LockTable {
             entries: DashMap::new(),
+            forced: DashMap::new(),
             fence: AtomicU64::new(0),
             waiter_ids: AtomicU64::new(0),
         }
@@ -426,11 +457,14 @@ impl LockTable {
     /// Frees `key` if `owner` holds it, handing it to the longest-waiting caller.
     ///
     /// [`ReleaseOutcome::Released`] when `owner` held it with time left;
-    /// [`ReleaseOutcome::NotHeld`] when it was not `owner`'s, or its lease had already lapsed
-    /// (in which case the stale entry is cleaned up all the same). Idempotent.
+    /// [`ReleaseOutcome::ForceReleased`] when an operator forced `owner`'s hold free (and that
+    /// is still remembered, see [`LockTable::force_release`]); [`ReleaseOutcome::NotHeld`]
+    /// when it was not `owner`'s, or its lease had already lapsed (in which case the stale
+    /// entry is cleaned up all the same). Idempotent.
     pub fn release(&self, key: &str, owner: OwnerToken) -> ReleaseOutcome {
         match self.free(key, Some(owner)) {
-            Some((_, true)) => ReleaseOutcome::Released,
+            Some(Freed { live: true, .. }) => ReleaseOutcome::Released,
+            _ if self.was_forced(key, owner) => ReleaseOutcome::ForceReleased,
             _ => ReleaseOutcome::NotHeld,
         }
     }
@@ -440,19 +474,62 @@ impl LockTable {
     /// [`ForcedRelease::Released`] with the owner whose live lease was ended, or
     /// [`ForcedRelease::NotHeld`] when nobody held the key (a lapsed entry is cleaned up all the
     /// same); never [`ForcedRelease::RemovedCorrupt`], as nothing but this table writes its
-    /// entries. An operator's tool: the holder is not told, and finds out at its next renewal.
-    /// The fencing counter is left alone.
+    /// entries. An operator's tool: the holder is not told, and finds out at its next renewal
+    /// or its release, which answer [`LossCause::ForceReleased`] /
+    /// [`ReleaseOutcome::ForceReleased`] for the rest of the released lease plus
+    /// [`FORCED_RELEASE_MEMORY`] (the table keeps a marker naming the released owner that
+    /// long). The fencing counter is left alone.
     pub fn force_release(&self, key: &str) -> ForcedRelease {
         match self.free(key, None) {
-            Some((owner, true)) => ForcedRelease::Released { owner },
+            Some(Freed {
+                owner,
+                expires_at,
+                live: true,
+            }) => {
+                self.remember_forced(key, owner, expires_at);
+                ForcedRelease::Released { owner }
+            }
             _ => ForcedRelease::NotHeld,
         }
     }
 
+    /// Remembers that `owner`'s hold of `key`, whose lease would have ended at `expires_at`,
+    /// was forced free; forgets every marker whose time is up (forced releases are rare, so
+    /// this sweep is what keeps the markers bounded).
+    fn remember_forced(&self, key: &str, owner: OwnerToken, expires_at: Instant) {
+        let now = Instant::now();
+        self.forced.retain(|_, marker| marker.until > now);
+        let until = deadline_after(expires_at, FORCED_RELEASE_MEMORY);
+        self.forced
+            .insert(Arc::from(key), ForcedMarker { owner, until });
+    }
+
+    /// True when an operator forced `owner`'s hold of `key` free and that is still
+    /// remembered. A marker whose time is up is removed on the way.
+    fn was_forced(&self, key: &str, owner: OwnerToken) -> bool {
+        if self.forced.is_empty() {
+            return false;
+        }
+        let now = Instant::now();
+        let found = self
+            .forced
+            .get(key)
+            .map(|marker| (marker.owner == owner, marker.until > now));
+        match found {
+            Some((ours, true)) => ours,
+            Some((_, false)) => {
+                self.forced.remove_if(key, |_, marker| marker.until <= now);
+                false
+            }
+            None => false,
+        }
+    }
+
     /// Frees `key` when `owner` holds it (any owner when `None`), handing it to the first
-    /// waiter still waiting. Returns the owner it was taken from and whether its lease had
-    /// time left; `None` when there was no entry, or it was another owner's.
-    fn free(&self, key: &str, owner: Option<OwnerToken>) -> Option<(OwnerToken, bool)> {
+    /// waiter still waiting. Returns the owner it was taken from, when its lease would have
+    /// ended and whether it had time left; `None` when there was no entry, or it was another
+    /// owner's.
+    fn free(&self, key: &str, owner: Option<OwnerToken>) -> Option<Freed> {
         let now = Instant::now();
         let ours = |lock: &LockEntry| owner.is_none_or(|owner| lock.owner == owner);
         loop {
@@ -461,13 +538,13 @@ impl LockTable {
                 .entries
                 .remove_if(key, |_, lock| ours(lock) && lock.waiters.is_empty())
             {
-                return Some((lock.owner, lock.expires_at > now));
+                return Some(Freed::of(&lock, now));
             }
             let mut lock = self.entries.get_mut(key)?;
             if !ours(&lock) {
                 return None;
             }
-            let was = (lock.owner, lock.expires_at > now);
+            let was = Freed::of(&lock, now);
             while let Some(waiter) = lock.waiters.pop_front() {
                 let fencing_token = self.mint(waiter.fenced);
                 let grant = granted(fencing_token, true, now);
@@ -514,24 +591,32 @@ impl LockTable {
 
     /// Extends `owner`'s lease on `key` to `lease` from now.
     ///
-    /// [`RenewOutcome::Renewed`] when `owner` holds it; lost to [`LossCause::TakenByOther`]
-    /// when another owner holds the key now (its lease has time left), to
-    /// [`LossCause::Expired`] when nobody does: `owner` released it, its lease lapsed (even if
-    /// a lapsed entry of someone else is still in the table), or the key was never held. A
-    /// lapsed lease is never revived, even for its own owner: a waiter may be about to take it.
+    /// [`RenewOutcome::Renewed`] when `owner` holds it; lost to [`LossCause::ForceReleased`]
+    /// when an operator forced `owner`'s hold free (while that is remembered, see
+    /// [`LockTable::force_release`]), whoever holds the key now; else to
+    /// [`LossCause::TakenByOther`] when another owner holds the key now (its lease has time
+    /// left), to [`LossCause::Expired`] when nobody does: `owner` released it, its lease lapsed
+    /// (even if a lapsed entry of someone else is still in the table), or the key was never
+    /// held. A lapsed lease is never revived, even for its own owner: a waiter may be about to
+    /// take it.
     pub fn renew(&self, key: &str, owner: OwnerToken, lease: Duration) -> RenewOutcome {
         let now = Instant::now();
         let lease_end = deadline_after(now, lease);
-        match self.entries.get_mut(key) {
+        let cause = match self.entries.get_mut(key) {
             Some(mut lock) if lock.expires_at > now => {
-                if lock.owner != owner {
-                    return RenewOutcome::Lost(LossCause::TakenByOther);
+                if lock.owner == owner {
+                    lock.expires_at = lease_end;
+                    return RenewOutcome::Renewed;
                 }
-                lock.expires_at = lease_end;
-                RenewOutcome::Renewed
+                LossCause::TakenByOther
             }
-            _ => RenewOutcome::Lost(LossCause::Expired),
+            _ => LossCause::Expired,
+        };
+        // The entry's guard is gone: the markers are never read under a lock of the table.
+        if self.was_forced(key, owner) {
+            return RenewOutcome::Lost(LossCause::ForceReleased);
         }
+        RenewOutcome::Lost(cause)
     }
 }
 
@@ -884,13 +969,19 @@ mod tests {
         );
         assert!(waiter.await.unwrap().is_some(), "the waiter got the lock");
         assert_eq!(
-            table.release("k", owner(1)),
-            ReleaseOutcome::NotHeld,
-            "the old holder no longer holds it"
+            table.renew("k", owner(1), LEASE),
+            RenewOutcome::Lost(LossCause::ForceReleased),
+            "the old holder's renewal is told why, though the waiter holds the key now"
         );
         assert_eq!(
-            table.renew("k", owner(1), LEASE),
-            RenewOutcome::Lost(LossCause::TakenByOther)
+            table.release("k", owner(1)),
+            ReleaseOutcome::ForceReleased,
+            "the old holder no longer holds it, and is told why"
+        );
+        assert_eq!(
+            table.renew("k", owner(3), LEASE),
+            RenewOutcome::Lost(LossCause::TakenByOther),
+            "an owner that was never forced out is not told so"
         );
         assert_eq!(
             table.force_release("k"),
@@ -899,7 +990,43 @@ mod tests {
         assert!(table.is_empty(), "no waiter: the entry goes");
         assert_eq!(
             table.renew("k", owner(2), LEASE),
-            RenewOutcome::Lost(LossCause::Expired)
+            RenewOutcome::Lost(LossCause::ForceReleased)
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_forced_release_is_remembered_for_the_lease_plus_a_minute_then_forgotten() {
+        let table = LockTable::new();
+        table
+            .acquire("k", owner(1), LEASE, Duration::ZERO, false)
+            .await
+            .unwrap();
+        assert_eq!(
+            table.force_release("k"),
+            ForcedRelease::Released { owner: owner(1) }
+        );
+        tokio::time::advance(LEASE + FORCED_RELEASE_MEMORY - Duration::from_millis(1)).await;
+        assert_eq!(table.release("k", owner(1)), ReleaseOutcome::ForceReleased);
+        assert_eq!(
+            table.release("k", owner(1)),
+            ReleaseOutcome::ForceReleased,
+            "a resent release gets the same answer"
+        );
+        tokio::time::advance(Duration::from_millis(2)).await;
+        assert_eq!(
+            table.release("k", owner(1)),
+            ReleaseOutcome::NotHeld,
+            "past its time the marker is forgotten: the release cannot tell why"
+        );
+        assert!(table.forced.is_empty(), "and removed");
+        // A lapsed lease forced "free" leaves no marker: nobody held it.
+        table
+            .acquire("j", owner(2), LEASE, Duration::ZERO, false)
+            .await
+            .unwrap();
+        tokio::time::advance(LEASE).await;
+        assert_eq!(table.force_release("j"), ForcedRelease::NotHeld);
+        assert_eq!(table.release("j", owner(2)), ReleaseOutcome::NotHeld);
+        assert!(table.forced.is_empty());
     }
 }

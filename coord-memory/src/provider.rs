@@ -23,7 +23,8 @@ use coord_contract::{
     ReleaseOutcome, RenewOutcome,
 };
 use coord_contract::{
-    Cursor, ForcedRelease, ListRequest, LockHolder, LockInfo, Operations, Page, RecordInfo, Waiters,
+    Cursor, ForcedRelease, ListRequest, LockHolder, LockInfo, NamespaceListRequest, Operations,
+    Page, RecordInfo, Waiters,
 };
 use coord_contract::{FlightClaim, FlightStore, FlightWait};
 
@@ -125,6 +126,9 @@ impl LockProvider for MemoryProvider {
         match self.locks.release(key.qualified(), owner) {
             ReleaseOutcome::Released => Box::pin(ReadyWith(|| Ok(ReleaseOutcome::Released))),
             ReleaseOutcome::NotHeld => Box::pin(ReadyWith(|| Ok(ReleaseOutcome::NotHeld))),
+            ReleaseOutcome::ForceReleased => {
+                Box::pin(ReadyWith(|| Ok(ReleaseOutcome::ForceReleased)))
+            }
         }
     }
 
@@ -288,14 +292,56 @@ impl Operations for MemoryProvider {
         &'a self,
         req: ListRequest<'a>,
     ) -> BoxFuture<'a, Result<Page<CallKey>, BackendError>> {
-        Box::pin(std::future::ready(page_of(self.locks.held_keys(), req)))
+        let page = page_of(
+            self.locks.held_keys(),
+            req.operation,
+            true,
+            req.cursor,
+            req.page_size(),
+        );
+        Box::pin(std::future::ready(page))
     }
 
     fn list_records<'a>(
         &'a self,
         req: ListRequest<'a>,
     ) -> BoxFuture<'a, Result<Page<CallKey>, BackendError>> {
-        Box::pin(std::future::ready(page_of(self.records.keys(), req)))
+        let page = page_of(
+            self.records.keys(),
+            req.operation,
+            true,
+            req.cursor,
+            req.page_size(),
+        );
+        Box::pin(std::future::ready(page))
+    }
+
+    fn list_namespace_locks<'a>(
+        &'a self,
+        req: NamespaceListRequest<'a>,
+    ) -> BoxFuture<'a, Result<Page<CallKey>, BackendError>> {
+        let page = page_of(
+            self.locks.held_keys(),
+            req.namespace,
+            false,
+            req.cursor,
+            req.page_size(),
+        );
+        Box::pin(std::future::ready(page))
+    }
+
+    fn list_namespace_records<'a>(
+        &'a self,
+        req: NamespaceListRequest<'a>,
+    ) -> BoxFuture<'a, Result<Page<CallKey>, BackendError>> {
+        let page = page_of(
+            self.records.keys(),
+            req.namespace,
+            false,
+            req.cursor,
+            req.page_size(),
+        );
+        Box::pin(std::future::ready(page))
     }
 
     fn force_release<'a>(
@@ -307,10 +353,16 @@ impl Operations for MemoryProvider {
     }
 }
 
-/// The page `req` asks for, out of `keys` (whole keys as the tables hold them).
-fn page_of(keys: Vec<Arc<str>>, req: ListRequest<'_>) -> Result<Page<CallKey>, BackendError> {
-    let op = req.operation;
-    let after = match req.cursor {
+/// A page of at most `size` keys after `cursor`, out of `keys` (whole keys as the tables hold
+/// them): the keys of `op`'s namespace, and with `only_op` only those of its operation.
+fn page_of(
+    keys: Vec<Arc<str>>,
+    op: &CallKey,
+    only_op: bool,
+    cursor: Option<&Cursor>,
+    size: usize,
+) -> Result<Page<CallKey>, BackendError> {
+    let after = match cursor {
         None => None,
         Some(cursor) => Some(read_cursor(cursor).ok_or_else(|| {
             BackendError::new(
@@ -327,10 +379,9 @@ fn page_of(keys: Vec<Arc<str>>, req: ListRequest<'_>) -> Result<Page<CallKey>, B
         .filter_map(|full| full.strip_prefix(prefix))
         .filter(|shown| after.as_deref().is_none_or(|after| *shown > after))
         .filter_map(|shown| op.with_op_key(shown).ok())
-        .filter(|key| key.is_of_operation(op.op_key()))
+        .filter(|key| !only_op || key.is_of_operation(op.op_key()))
         .collect();
     found.sort_unstable_by(|a, b| a.op_key().cmp(b.op_key()));
-    let size = req.page_size();
     let next = (found.len() > size).then(|| write_cursor(found[size - 1].op_key()));
     found.truncate(size);
     Ok(Page { items: found, next })
@@ -597,7 +648,17 @@ mod tests {
         );
         assert_eq!(
             provider.renew(&key, first, LEASE).await.unwrap(),
-            RenewOutcome::Lost(LossCause::Expired)
+            RenewOutcome::Lost(LossCause::ForceReleased),
+            "the former holder is told its hold was forced free"
+        );
+        assert_eq!(
+            provider.release(&key, first).await.unwrap(),
+            ReleaseOutcome::ForceReleased
+        );
+        assert_eq!(
+            provider.renew(&key, second, LEASE).await.unwrap(),
+            RenewOutcome::Lost(LossCause::Expired),
+            "another owner is not"
         );
         assert_eq!(
             provider.force_release(&key).await.unwrap(),

@@ -1,6 +1,7 @@
 //! A coordinator from a [`CoordConfig`]: PostgreSQL when the configuration names it, the
 //! in-process provider when it names none.
 
+use coord_core::__private::{InProcessRoute, warn_in_process_once};
 use coord_core::config::{ProviderConfig, TlsFiles};
 use coord_core::{ConfigError, CoordConfig, Coordinator};
 
@@ -30,9 +31,35 @@ use crate::provider::{PostgresProvider, PostgresProviderBuilder};
 /// # Ok(()) }
 /// ```
 pub async fn coordinator_from_config(config: &CoordConfig) -> Result<Coordinator, ConfigError> {
+    build(config, InProcessRoute::ProviderFromConfig).await
+}
+
+/// The warning of an in-process coordinator built by `route`.
+fn in_process_message(route: InProcessRoute) -> &'static str {
+    if route == InProcessRoute::ProviderFromEnv {
+        "`coord_postgres::coordinator_from_env()` found no COORD_POSTGRES_URL set, so it built \
+         the in-process coordinator: locks, single-flight and idempotency hold within this \
+         process only. Set COORD_POSTGRES_URL (postgres://user@host/db) in this process's \
+         environment"
+    } else {
+        "the configuration given to `coord_postgres::coordinator_from_config` names no provider, \
+         so it built the in-process coordinator: locks, single-flight and idempotency hold \
+         within this process only. Add `[provider]` with `kind = \"postgres\"` and its `url` to \
+         the configuration (or `kind = \"memory\"` to choose the in-process provider without \
+         this warning)"
+    }
+}
+
+async fn build(config: &CoordConfig, route: InProcessRoute) -> Result<Coordinator, ConfigError> {
     config.validate()?;
     let builder = match &config.provider {
-        None | Some(ProviderConfig::Memory) => return Coordinator::from_config(config),
+        None => {
+            warn_in_process_once(route, in_process_message(route));
+            return Ok(Coordinator::builder().configure(config).memory().build()?);
+        }
+        Some(ProviderConfig::Memory) => {
+            return Ok(Coordinator::builder().configure(config).memory().build()?);
+        }
         Some(ProviderConfig::Postgres { url, schema, tls }) => {
             let builder = PostgresProvider::builder(url.clone());
             let builder = match schema {
@@ -76,7 +103,7 @@ pub async fn coordinator_from_config(config: &CoordConfig) -> Result<Coordinator
 /// `COORD_POSTGRES_TLS_CA_FILE`; none of the provider variables, the in-process provider with
 /// its warning).
 pub async fn coordinator_from_env() -> Result<Coordinator, ConfigError> {
-    coordinator_from_config(&CoordConfig::from_env()?).await
+    build(&CoordConfig::from_env()?, InProcessRoute::ProviderFromEnv).await
 }
 
 /// Applies the TLS files; a client certificate without its key (or the reverse) is refused.

@@ -176,7 +176,10 @@ async fn other_kinds_are_refused_naming_the_crate_that_builds_them() {
     assert!(
         matches!(
             err,
-            ConfigError::ProviderNeedsBackendCrate { kind: "postgres" }
+            ConfigError::ProviderNeedsBackendCrate {
+                kind: "postgres",
+                ..
+            }
         ),
         "{err:?}"
     );

@@ -5,6 +5,7 @@
 //! | what                     | Redis name                        |
 //! |--------------------------|-----------------------------------|
 //! | lock                     | `ns:lock:{op:parts}`              |
+//! | forced-release marker    | `ns:lock-forced:{op:parts}`       |
 //! | fencing counter          | `ns:fence:{op:parts}`             |
 //! | idempotency record       | `ns:idem:{op:parts}`              |
 //! | cached answer            | `ns:cache:{op:parts}`             |
@@ -15,6 +16,10 @@
 //! on the channel named like the record key, a finished or abandoned flight on the channel
 //! named like its claim (channels are not keys: the names cannot clash). A hand-over is named
 //! after its leader's token (32 hex digits), so each flight's outcome has a name of its own.
+//!
+//! A forced-release marker holds the owner token of the last hold an operator forced free,
+//! for the rest of that lease plus a minute, so the former holder's release or renewal can
+//! report a forced release rather than a lapse.
 //!
 //! The braces are a Redis Cluster hash tag: every name of one call key hashes to the same slot,
 //! so a script may touch the lock and its fencing counter together. Call keys never contain
@@ -56,6 +61,11 @@ impl<'a> Names<'a> {
         self.name("lock")
     }
 
+    /// The marker naming the owner whose hold an operator forced free.
+    pub(crate) fn forced(&self) -> String {
+        self.name("lock-forced")
+    }
+
     pub(crate) fn fence(&self) -> String {
         self.name("fence")
     }
@@ -93,6 +103,7 @@ mod tests {
             .finish();
         let n = Names::of(&key);
         assert_eq!(n.lock(), "svc:lock:{charge:42:eu}");
+        assert_eq!(n.forced(), "svc:lock-forced:{charge:42:eu}");
         assert_eq!(n.fence(), "svc:fence:{charge:42:eu}");
         assert_eq!(n.record(), "svc:idem:{charge:42:eu}");
         assert_eq!(n.cache(), "svc:cache:{charge:42:eu}");

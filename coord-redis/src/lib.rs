@@ -5,18 +5,19 @@
 //! (a single server, a Sentinel-managed master, or Redis Cluster).
 //!
 //! ```no_run
-//! use coord_core::Coordinator;
-//! use coord_redis::RedisProvider;
-//!
 //! # async fn start() -> Result<(), Box<dyn std::error::Error>> {
-//! let redis = RedisProvider::builder("redis://127.0.0.1:6379")
-//!     .command_timeout(std::time::Duration::from_millis(500))
-//!     .connect()
-//!     .await?;
-//! Coordinator::builder().namespace("billing").provider(redis).install()?;
+//! // COORD_REDIS_URL=redis://127.0.0.1:6379, and any COORD_NAMESPACE, COORD_WAIT,
+//! // COORD_PROFILE_<NAME>_<FIELD>, ...: every COORD_* variable applies.
+//! coord_redis::coordinator_from_env().await?.install()?;
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! That is the route to take ([`coordinator_from_env`], or [`coordinator_from_config`] for a
+//! configuration file). Building the provider in code ([`RedisProvider::builder`]) and giving
+//! it to `Coordinator::builder().provider(..)` sets everything in code instead: that builder
+//! reads no `COORD_*` variable but `COORD_NAMESPACE`, and warns once when it finds durations or
+//! profiles set there that it does not apply.
 //!
 //! ## Connecting
 //! One server is named by a URL; the same forms are accepted whichever client library is in
@@ -138,8 +139,9 @@
 //!   the policy and the fix), unless the builder says
 //!   [`allow_eviction(true)`](RedisProviderBuilder::allow_eviction): any other policy lets
 //!   Redis delete a held lock or an idempotency record under memory pressure;
-//! * persistence off (`appendonly no` and no `save` points) logs a warning: a restart forgets
-//!   every lock and record;
+//! * persistence off (`appendonly no` and no `save` points) logs a warning, once per process
+//!   for each server (a process connecting again is not told again): a restart forgets every
+//!   lock and record;
 //! * where `CONFIG` is disabled or not permitted (managed services, an ACL without
 //!   `+config`), one warning per provider says what could not be checked, and the provider
 //!   connects.

@@ -164,11 +164,14 @@ pub(crate) static WAITING_ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     )
 });
 
-/// Owner-scoped release. KEYS: lock. ARGV: owner.
+/// Owner-scoped release. KEYS: lock, forced-release marker. ARGV: owner.
 ///
 /// Deletes the lock when the owner holds it, and publishes on the channel named like it when
-/// someone marked it as waited for: returns 1. Returns 0 when the lock is free or another
-/// token's; refuses a value coord did not write.
+/// someone marked it as waited for: returns 1. When it is not the owner's: returns 2 when the
+/// marker names the owner (an operator forced its hold free, see `FORCE_RELEASE`), else 0
+/// (the lock is free or another token's). Refuses a lock value coord did not write; the
+/// marker is only read, and only on the path where the lock is not the owner's, so an
+/// ordinary release costs what it did.
 pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         "release",
@@ -188,15 +191,19 @@ end
 if holder and not is_lock_value(holder) then
   return redis.error_reply('ERR coord: the lock key holds a value coord did not write')
 end
+if redis.call('GET', KEYS[2]) == ARGV[1] then
+  return 2
+end
 return 0
 "#
         ),
     )
 });
 
-/// Owner-scoped renewal (a waiter's mark stays). KEYS: lock. ARGV: owner, lease ms. Returns
-/// 1 when renewed, 0 when the lock is free, 2 when another token holds it; refuses a value
-/// coord did not write.
+/// Owner-scoped renewal (a waiter's mark stays). KEYS: lock, forced-release marker. ARGV:
+/// owner, lease ms. Returns 1 when renewed; when the lock is not the owner's, 3 when the marker
+/// names the owner (an operator forced its hold free), else 0 when the lock is free, 2 when
+/// another token holds it. Refuses a lock value coord did not write.
 pub(crate) static RENEW: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         "renew",
@@ -208,11 +215,14 @@ if holder == ARGV[1] or holder == ARGV[1] .. '*' then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return 1
 end
+if holder and not is_lock_value(holder) then
+  return redis.error_reply('ERR coord: the lock key holds a value coord did not write')
+end
+if redis.call('GET', KEYS[2]) == ARGV[1] then
+  return 3
+end
 if not holder then
   return 0
-end
-if not is_lock_value(holder) then
-  return redis.error_reply('ERR coord: the lock key holds a value coord did not write')
 end
 return 2
 "#
@@ -567,7 +577,8 @@ return {holder or false, pttl, fence or false}
     )
 });
 
-/// An operator's release: frees the lock whoever holds it. KEYS: lock.
+/// An operator's release: frees the lock whoever holds it. KEYS: lock, forced-release marker.
+/// ARGV: how long to remember the released owner past the end of its lease, ms.
 ///
 /// Returns `{0}` when the key is free, `{1, holder token}` when a holder's lock was deleted
 /// (and publishes on the lock's channel, whether or not a waiter marked it: a waiter that has
@@ -575,6 +586,11 @@ return {holder or false, pttl, fence or false}
 /// something coord did not write (another type, or a string that is not a lock value), which
 /// is deleted too: forcing the lock free is also how an operator clears a corrupt one. The
 /// fencing counter is left alone.
+///
+/// After freeing a holder's lock it writes the marker: the holder's token, expiring when the
+/// lease it cut short would have ended plus ARGV[1], so the former holder's `RELEASE` and
+/// `RENEW` can tell it that its hold was forced free rather than lapsed. A resend finds the
+/// key free and answers `{0}`, leaving the marker as it is.
 pub(crate) static FORCE_RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         "force_release",
@@ -590,12 +606,19 @@ if kind ~= 'string' then
   return {2}
 end
 local holder = redis.call('GET', KEYS[1])
+local left = redis.call('PTTL', KEYS[1])
 redis.call('DEL', KEYS[1])
 if not is_lock_value(holder) then
   return {2}
 end
 redis.call('PUBLISH', KEYS[1], '')
-return {1, string.sub(holder, 1, 32)}
+local owner = string.sub(holder, 1, 32)
+local keep = tonumber(ARGV[1])
+if left > 0 then
+  keep = keep + left
+end
+redis.call('SET', KEYS[2], owner, 'PX', keep)
+return {1, owner}
 "#
         ),
     )

@@ -371,6 +371,18 @@ pub(crate) async fn check_at_connect(
     Ok(())
 }
 
+/// True the first time this process warns that `node` keeps nothing on disk: a process that
+/// connects to the same server again (a second provider, a tool, a test) has been told.
+fn first_persistence_warning(node: &str) -> bool {
+    static WARNED: Mutex<Vec<String>> = Mutex::new(Vec::new());
+    let mut warned = WARNED.lock().unwrap_or_else(|e| e.into_inner());
+    if warned.iter().any(|n| n == node) {
+        return false;
+    }
+    warned.push(node.to_owned());
+    true
+}
+
 fn check_settings(
     settings: &Settings,
     options: CheckOptions,
@@ -405,7 +417,7 @@ fn check_settings(
             ));
         }
     }
-    if settings.persistence_off() {
+    if settings.persistence_off() && first_persistence_warning(node) {
         tracing::warn!(
             address,
             node,

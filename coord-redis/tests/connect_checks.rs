@@ -133,6 +133,15 @@ async fn noeviction_connects_and_missing_persistence_warns(client: Client) {
         "{}",
         warnings[0]
     );
+    // Connecting again (another provider, a tool, a restart of the application's client) says
+    // nothing new: the process has been told about this server.
+    let again = connect(volatile.url(), client).await.unwrap();
+    works(&again).await;
+    assert_eq!(
+        logged(volatile.port(), "persistence is off").len(),
+        1,
+        "once per process for each server"
+    );
 
     let durable = RedisServer::start_with(&["--appendonly", "yes"]);
     let p = connect(durable.url(), client).await.unwrap();

@@ -16,7 +16,8 @@ use coord_http::IdempotencyLayer;
 use serde::Deserialize;
 use serde_json::json;
 
-/// The namespace the example's records live in.
+/// The namespace the tests' instances of the service use (the example binary takes its own
+/// name, `payments_http`, as any application that names none).
 pub const NAMESPACE: &str = "payments-example";
 
 /// What one instance counts.

@@ -34,14 +34,13 @@ fn no_provider_warns_once_and_names_the_fix() {
         1,
         "exactly one warning per process: {warnings:?}"
     );
-    assert!(
-        warnings[0].contains("within this process only"),
-        "{}",
-        warnings[0]
-    );
-    assert!(
-        warnings[0].contains("COORD_REDIS_URL"),
-        "names the fix: {}",
-        warnings[0]
+    assert_eq!(
+        warnings[0],
+        "coord: `Coordinator::from_config` built the in-process coordinator (the configuration \
+         names no provider), so locks, single-flight and idempotency hold within this process \
+         only. To coordinate across processes, add `[provider]` (`kind = \"redis\"`, `url = \
+         ..`) to the configuration and build with \
+         `coord_redis::coordinator_from_config(&config)`",
+        "names what was called, what it means and what to do next"
     );
 }

@@ -24,27 +24,28 @@ async fn the_fallback_warns_once_and_names_the_fix() {
         assert_eq!(locked(i).await.unwrap(), i);
         assert_eq!(once(i).await.unwrap(), i);
     }
-    let warnings: Vec<String> = recorder
-        .warnings()
-        .into_iter()
-        .filter(|w| w.contains("no coordinator installed"))
-        .collect();
     assert_eq!(
-        warnings.len(),
-        1,
-        "exactly one warning per process: {warnings:?}"
+        recorder.warnings(),
+        [
+            "coord: no coordinator is installed, so this call and every later one use the \
+          in-process provider: locks, single-flight and idempotency hold within this process \
+          only. Install one at start-up, before the first call: \
+          `coord_redis::coordinator_from_env().await?.install()?` with COORD_REDIS_URL set"
+        ],
+        "exactly one warning per process, naming what happened and the fix"
     );
-    assert!(
-        warnings[0].contains("within this process only"),
-        "names the degradation"
-    );
-    assert!(warnings[0].contains("install"), "names the fix");
     assert!(Coordinator::current().is_in_process_only());
 
     let late = Coordinator::builder().memory().build().unwrap().install();
     assert_eq!(
         late,
-        Err(BuildError::AlreadyInstalled),
+        Err(BuildError::FallbackInUse),
         "installing after use must fail loudly"
+    );
+    assert_eq!(
+        late.unwrap_err().to_string(),
+        "an intercepted call already ran on the in-process fallback before this install, and \
+         switching providers under running code would split its locks: install the \
+         coordinator at start-up, before the first intercepted call"
     );
 }

@@ -45,7 +45,7 @@ async fn thousand_concurrent_callers_run_the_body_once() {
         let (runs, gate, joined) = (runs.clone(), gate.clone(), joined.clone());
         tasks.push(tokio::spawn(async move {
             let (out, report) = observe(quote("ACME", runs, gate)).await;
-            if report.flight == Some(FlightOutcome::Joined) {
+            if report.flight() == Some(FlightOutcome::Joined) {
                 joined.fetch_add(1, Ordering::SeqCst);
             }
             out
@@ -127,7 +127,7 @@ async fn a_dropped_leader_is_replaced_by_exactly_one_follower() {
     for f in followers {
         let (value, report) = f.await.unwrap();
         assert_eq!(value, 10, "no follower is stranded");
-        if report.flight == Some(FlightOutcome::TookOver) {
+        if report.flight() == Some(FlightOutcome::TookOver) {
             took_over += 1;
         }
     }

@@ -56,13 +56,13 @@ pub async fn idempotency_replay_reports_the_record_age(c: Coordinator) {
     let runs = Arc::new(AtomicU64::new(0));
     let (first, report) = coord_core::observe(receipt(&c, "aged-1", runs.clone())).await;
     first.unwrap();
-    assert_eq!(report.replay_age, None, "a call that ran replays nothing");
+    assert_eq!(report.replay_age(), None, "a call that ran replays nothing");
     tokio::time::sleep(PAUSE).await;
     let (again, report) = coord_core::observe(receipt(&c, "aged-1", runs.clone())).await;
     again.unwrap();
     assert!(report.replayed(), "the duplicate replays");
     let age = report
-        .replay_age
+        .replay_age()
         .expect("a replay reports the record's age");
     assert!(
         age + SLACK >= PAUSE && age < LONG,

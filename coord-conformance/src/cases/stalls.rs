@@ -142,7 +142,7 @@ pub async fn stall_signalled_lock_shows_and_reports_the_loss(c: Coordinator) {
         Err(err) => panic!("on_lost = \"signal\" lets the body finish; got {err:?}"),
     }
     assert_eq!(
-        report.lock_lost,
+        report.lock_lost(),
         Some(LossCause::Expired),
         "the call's report says the hold was lost: {report:?}"
     );
@@ -169,7 +169,7 @@ pub async fn stall_unrenewed_lock_reports_the_lapse(c: Coordinator) {
         "without renewal the body runs to its end, and is_held() tells it the lease ran out"
     );
     assert_eq!(
-        report.lock_lost,
+        report.lock_lost(),
         Some(LossCause::Expired),
         "the call's report says the lease lapsed before the body returned: {report:?}"
     );

@@ -64,6 +64,106 @@ const PROFILE_FIELDS: [&str; 6] = [
     "WAIT",
 ];
 
+/// The variable that names a provider of `kind` (for messages).
+pub(super) fn provider_variable(kind: &str) -> &'static str {
+    match kind {
+        "sentinel" => SENTINEL_URLS,
+        "cluster" => CLUSTER_URLS,
+        _ => REDIS_URL,
+    }
+}
+
+/// A `COORD_*` variable of the defaults or of a profile whose value a coordinator does not
+/// hold.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Unapplied {
+    /// The variable's name (`COORD_PROFILE_NIGHTLY_LEASE`).
+    pub(crate) variable: String,
+    /// The configuration field it sets (`profiles.nightly.lease`).
+    pub(crate) field: String,
+    /// The profile it belongs to, if any.
+    pub(crate) profile: Option<String>,
+}
+
+/// The variables among `vars` that [`read`] would apply to the defaults (`COORD_LEASE`, ...)
+/// or to a profile (`COORD_PROFILE_<NAME>_<FIELD>`) whose value `defaults`, `profiles` and the
+/// backend-fault `policy` do not hold, in name order: what a coordinator built without them
+/// ignores. A value that does not parse is never held.
+pub(crate) fn unapplied_variables<I, K, V>(
+    vars: I,
+    defaults: &Profile,
+    profiles: &std::collections::BTreeMap<String, Profile>,
+    policy: OnBackendError,
+) -> Vec<Unapplied>
+where
+    I: IntoIterator<Item = (K, V)>,
+    K: Into<OsString>,
+    V: Into<OsString>,
+{
+    let mut out = Vec::new();
+    for (name, value) in vars {
+        let (name, value) = (name.into(), value.into());
+        let Some(name) = name.to_str() else { continue };
+        if !name.starts_with("COORD_") {
+            continue;
+        }
+        let value = value.to_str().unwrap_or("");
+        let (profile, field) = if let Some(field) = name
+            .strip_prefix("COORD_")
+            .filter(|f| PROFILE_FIELDS.contains(f))
+        {
+            (None, field)
+        } else if let Some(rest) = name.strip_prefix(PROFILE_PREFIX) {
+            let Some((profile, field)) = PROFILE_FIELDS.iter().find_map(|field| {
+                rest.strip_suffix(field)
+                    .and_then(|p| p.strip_suffix('_'))
+                    .map(|p| (p.to_ascii_lowercase(), *field))
+            }) else {
+                continue;
+            };
+            (Some(profile), field)
+        } else {
+            continue;
+        };
+        // What the variable asks for, as the reader would apply it.
+        let mut wanted = Profile::default();
+        if set_field(&mut wanted, field, name, value).is_err() {
+            wanted = Profile::default();
+        }
+        let held = match &profile {
+            None => {
+                let mut held = *defaults;
+                held.on_backend_error = Some(defaults.on_backend_error.unwrap_or(policy));
+                held
+            }
+            Some(p) => profiles.get(p).copied().unwrap_or_default(),
+        };
+        let applied = wanted != Profile::default()
+            && match field {
+                "LEASE" => wanted.lease == held.lease,
+                "WAIT" => wanted.wait == held.wait,
+                "RETENTION" => wanted.retention == held.retention,
+                "IN_FLIGHT_LEASE" => wanted.in_flight_lease == held.in_flight_lease,
+                "RENEW" => wanted.renew == held.renew,
+                _ => wanted.on_backend_error == held.on_backend_error,
+            };
+        if !applied {
+            let field_name = field.to_ascii_lowercase();
+            let path = match &profile {
+                None => format!("defaults.{field_name}"),
+                Some(p) => format!("profiles.{p}.{field_name}"),
+            };
+            out.push(Unapplied {
+                variable: name.to_owned(),
+                field: path,
+                profile,
+            });
+        }
+    }
+    out.sort_by(|a, b| a.variable.cmp(&b.variable));
+    out
+}
+
 fn bad(variable: &str, reason: impl Into<String>) -> ConfigError {
     ConfigError::Variable {
         variable: variable.to_owned(),

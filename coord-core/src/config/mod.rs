@@ -55,6 +55,8 @@ use crate::provider::BackendError;
 
 pub use env::ENV_VARIABLES;
 
+pub(crate) use env::{Unapplied, unapplied_variables};
+
 pub(crate) use duration::parse_duration;
 
 /// The namespace used when neither the configuration, the builder, `COORD_NAMESPACE` nor the
@@ -225,11 +227,17 @@ pub enum ConfigError {
         reason: String,
     },
     /// The configuration names a provider the function called cannot build: coord-core
-    /// builds only the in-process one. Use `coord_redis::coordinator_from_config` (Redis,
-    /// Sentinel, Cluster) or `coord_postgres::coordinator_from_config` (PostgreSQL).
+    /// builds only the in-process one, and each provider crate builds only its own. Use
+    /// `coord_redis::coordinator_from_config` / `coordinator_from_env` (Redis, Sentinel,
+    /// Cluster) or `coord_postgres::coordinator_from_config` / `coordinator_from_env`
+    /// (PostgreSQL).
     ProviderNeedsBackendCrate {
         /// `redis`, `sentinel`, `cluster` or `postgres`.
         kind: &'static str,
+        /// True when the provider was named by a `COORD_*` variable
+        /// ([`Coordinator::from_env`](crate::Coordinator::from_env)), false when by a
+        /// configuration ([`Coordinator::from_config`](crate::Coordinator::from_config)).
+        from_env: bool,
     },
     /// Connecting to the configured backend failed.
     Backend(BackendError),
@@ -246,17 +254,44 @@ impl fmt::Display for ConfigError {
             ConfigError::Variable { variable, reason } => {
                 write!(f, "invalid environment variable {variable}: {reason}")
             }
-            ConfigError::ProviderNeedsBackendCrate { kind: "postgres" } => write!(
+            ConfigError::ProviderNeedsBackendCrate {
+                kind: "postgres",
+                from_env,
+            } => write!(
                 f,
-                "the configuration names a `postgres` provider, which this function cannot \
-                 build: use `coord_postgres::coordinator_from_config` (or \
-                 `coordinator_from_env`) from the coord-postgres crate"
+                "the {} names a `postgres` provider, which this function cannot build: call \
+                 `coord_postgres::{}` from the coord-postgres crate instead",
+                if *from_env {
+                    "environment (COORD_POSTGRES_URL)"
+                } else {
+                    "configuration"
+                },
+                if *from_env {
+                    "coordinator_from_env()"
+                } else {
+                    "coordinator_from_config(&config)"
+                },
             ),
-            ConfigError::ProviderNeedsBackendCrate { kind } => write!(
+            ConfigError::ProviderNeedsBackendCrate {
+                kind,
+                from_env: true,
+            } => write!(
                 f,
-                "the configuration names a `{kind}` provider, which coord-core cannot build: use \
-                 `coord_redis::coordinator_from_config` (or `coordinator_from_env`) from the \
-                 coord-redis crate"
+                "{} is set, so the environment names a `{kind}` provider, and \
+                 `Coordinator::from_env` (coord-core alone) builds only the in-process \
+                 coordinator: call `{}::coordinator_from_env()` instead",
+                env::provider_variable(kind),
+                provider_crate(kind),
+            ),
+            ConfigError::ProviderNeedsBackendCrate {
+                kind,
+                from_env: false,
+            } => write!(
+                f,
+                "the configuration names a `{kind}` provider, and `Coordinator::from_config` \
+                 (coord-core alone) builds only the in-process coordinator: call \
+                 `{}::coordinator_from_config(&config)` instead",
+                provider_crate(kind),
             ),
             ConfigError::Backend(err) => {
                 write!(f, "could not connect the configured provider: {err}")
@@ -282,6 +317,15 @@ impl From<BuildError> for ConfigError {
             BuildError::InvalidSetting { field, reason } => ConfigError::Invalid { field, reason },
             other => ConfigError::Build(other),
         }
+    }
+}
+
+/// The crate that builds a coordinator for a provider `kind`.
+fn provider_crate(kind: &str) -> &'static str {
+    match kind {
+        "redis" | "sentinel" | "cluster" => "coord_redis",
+        "postgres" => "coord_postgres",
+        _ => "the provider crate's",
     }
 }
 
@@ -409,7 +453,19 @@ pub fn default_namespace() -> String {
 /// The binary's file stem as a namespace, if there is a usable one.
 pub(crate) fn binary_namespace() -> Option<String> {
     let exe = std::env::current_exe().ok()?;
-    let stem = exe.file_stem()?.to_string_lossy();
+    namespace_for_binary(&exe.to_string_lossy())
+}
+
+/// The namespace a coordinator that was given none takes in a binary named `binary` (a file
+/// name or a path: `payflow`, `target/release/payflow`, `payflow.exe`), when `COORD_NAMESPACE`
+/// is not set either: its file stem, with every character a namespace cannot hold replaced by
+/// `_`, exactly as [`default_namespace`] does for the running binary. `None` when nothing
+/// usable is left (then the coordinator's namespace is [`FALLBACK_NAMESPACE`]).
+///
+/// This is how an operator's tool finds an application's keys from its binary's name
+/// (`coord --app payflow`).
+pub fn namespace_for_binary(binary: &str) -> Option<String> {
+    let stem = std::path::Path::new(binary).file_stem()?.to_string_lossy();
     sanitise_namespace(&stem)
 }
 

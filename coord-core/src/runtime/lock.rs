@@ -185,17 +185,8 @@ async fn release_hold(
     in_flight.disarm();
     match &released {
         Ok(ReleaseOutcome::Released) => {}
-        Ok(ReleaseOutcome::NotHeld) if lapse_reported => {
-            coordinator.metrics().count_lapsed_release();
-        }
-        Ok(ReleaseOutcome::NotHeld) => {
-            coordinator.metrics().count_lapsed_release();
-            tracing::warn!(
-                key = %hold.key,
-                held_for = ?hold.held_for(),
-                lease = ?hold.lease(),
-                "coord: the lock's lease lapsed before release; the section was not exclusive throughout"
-            );
+        Ok(gone @ (ReleaseOutcome::NotHeld | ReleaseOutcome::ForceReleased)) => {
+            gone_at_release(coordinator, hold, *gone, lapse_reported);
         }
         Err(err) => {
             // The release may or may not have landed: retry it, owner-checked, in the
@@ -305,10 +296,12 @@ impl LockGuard {
         self.hold.held_for()
     }
 
-    /// Releases the lock. `Ok(true)`: it was ours and is free now; `Ok(false)`: its lease had
-    /// lapsed (someone else may have held it meanwhile: the section was not exclusive
-    /// throughout; counted and logged). A backend error means the release may or may not have
-    /// landed: it is retried in the background until the lease is over.
+    /// Releases the lock. `Ok(true)`: it was ours and is free now; `Ok(false)`: it was not
+    /// ours any more (its lease had lapsed, or an operator forced it free: someone else may
+    /// have held it meanwhile, so the section was not exclusive throughout; counted and logged
+    /// with the cause, which [`LockGuard::lost`] then resolves with). A backend error means the
+    /// release may or may not have landed: it is retried in the background until the lease is
+    /// over.
     pub async fn release(mut self) -> Result<bool, CoordError> {
         match self.settle().await {
             Ok(outcome) => Ok(outcome == ReleaseOutcome::Released),
@@ -322,6 +315,76 @@ impl LockGuard {
         drop(self.renewal.take());
         self.armed = false;
         release_hold(&self.coordinator, &self.hold, false).await
+    }
+}
+
+/// The lock was not this hold's any more when it was given back. Says why as far as can be
+/// told, marks the hold lost with that cause (a forced release found here replaces a lapse the
+/// call noticed first: it came first), counts it and logs it once:
+///
+/// * the provider remembered an operator's forced release: `ForceReleased`;
+/// * the loss was noticed already (renewal found it, or the call reported the lapse): that
+///   cause, logged already;
+/// * the lease had run out on the local clock: `Expired`;
+/// * otherwise the lock vanished while the lease still ran here, which a forced release the
+///   provider no longer remembers and an expiry or loss on the backend both explain:
+///   `ForceReleasedOrExpired`, naming both.
+fn gone_at_release(
+    coordinator: &Coordinator,
+    hold: &Hold,
+    outcome: ReleaseOutcome,
+    lapse_reported: bool,
+) {
+    let noticed = hold.is_lost();
+    let forced_noticed = noticed && hold.loss_cause() == LossCause::ForceReleased;
+    let cause = match outcome {
+        ReleaseOutcome::ForceReleased => LossCause::ForceReleased,
+        _ if noticed => hold.loss_cause(),
+        _ if hold.lapsed_at(Instant::now()) => LossCause::Expired,
+        _ => LossCause::ForceReleasedOrExpired,
+    };
+    if cause == LossCause::ForceReleased {
+        coordinator.metrics().count_force_released();
+        hold.correct_cause(LossCause::ForceReleased);
+    } else {
+        coordinator.metrics().count_lapsed_release();
+        hold.mark_lost_quietly(cause);
+    }
+    if forced_noticed || (noticed && cause != LossCause::ForceReleased) {
+        // Renewal or the call's lapse check logged it with its cause already.
+        return;
+    }
+    match cause {
+        LossCause::ForceReleased => tracing::warn!(
+            key = %hold.key,
+            held_for = ?hold.held_for(),
+            lease = ?hold.lease(),
+            cause = cause.as_str(),
+            lease_also_ran_out = lapse_reported,
+            "coord: an operator force-released this lock while the call held it \
+             (`coord locks release` or `Operator::release_lock`), so the section was not \
+             exclusive from then on; make the protected resource refuse stale writers with \
+             `fenced = true` and `fencing_token()`"
+        ),
+        LossCause::Expired => tracing::warn!(
+            key = %hold.key,
+            held_for = ?hold.held_for(),
+            lease = ?hold.lease(),
+            cause = cause.as_str(),
+            "coord: the lock's lease ran out before it was released, so the section was not \
+             exclusive throughout; give it a `lease` longer than the work, or `renew` it"
+        ),
+        _ => tracing::warn!(
+            key = %hold.key,
+            held_for = ?hold.held_for(),
+            lease = ?hold.lease(),
+            cause = cause.as_str(),
+            "coord: the lock was gone when it was released although its lease had not run out \
+             here: an operator force-released it, or it expired or was lost on the backend (a \
+             clock running fast, a restart without persistence, an eviction, a failover); the \
+             two cannot be told apart, and either way the section was not exclusive \
+             throughout; look for the operator's `force-released` log line to tell which"
+        ),
     }
 }
 
@@ -353,7 +416,10 @@ struct CallHold<'c> {
 
 impl CallHold<'_> {
     /// Stops renewing, then releases; see [`release_hold`].
-    async fn settle(&mut self, lapse_reported: bool) -> Result<ReleaseOutcome, crate::BackendError> {
+    async fn settle(
+        &mut self,
+        lapse_reported: bool,
+    ) -> Result<ReleaseOutcome, crate::BackendError> {
         drop(self.renewal.take());
         self.armed = false;
         release_hold(self.coordinator, &self.hold, lapse_reported).await
@@ -439,7 +505,16 @@ where
     if lapsed {
         report_lapse(call, hold, spec, hold.held_for_at(returned_at));
     }
-    let _ = held.settle(lapsed).await;
+    let released = held.settle(lapsed).await;
+    if matches!(
+        released,
+        Ok(ReleaseOutcome::NotHeld | ReleaseOutcome::ForceReleased)
+    ) {
+        // Found gone at release: the report says why, as the release worked it out.
+        let cause = held.hold.loss_cause();
+        call.record_loss(cause);
+        call.record_lock_lost(cause);
+    }
     // Kept in its `Option` until here (checked above), so the future holds one copy of it.
     let Some(output) = output else {
         unreachable!("a lost hold answered above")

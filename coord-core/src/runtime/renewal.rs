@@ -263,6 +263,14 @@ impl Hold {
         self.set_lost(cause, false);
     }
 
+    /// Marks the hold lost with `cause` even if it was marked lost with another cause before:
+    /// for a cause that is found out later but happened first (a forced release the provider
+    /// reports at release, after the call saw the lease run out on its clock). Not logged.
+    pub(crate) fn correct_cause(&self, cause: LossCause) {
+        *self.cause.lock().unwrap_or_else(|e| e.into_inner()) = Some(cause);
+        self.set_lost(cause, false);
+    }
+
     fn set_lost(&self, cause: LossCause, log: bool) {
         {
             let mut slot = self.cause.lock().unwrap_or_else(|e| e.into_inner());
@@ -270,7 +278,15 @@ impl Hold {
                 *slot = Some(cause);
             }
         }
-        if !self.lost.swap(true, Ordering::AcqRel) && log {
+        let first = !self.lost.swap(true, Ordering::AcqRel);
+        if first {
+            let kind = match self.kind {
+                HoldKind::Lock => "lock",
+                HoldKind::Marker => "in_flight",
+            };
+            crate::telemetry::hold_lost(kind, &self.key, cause);
+        }
+        if first && log {
             tracing::warn!(
                 key = %self.key,
                 held_for = ?self.held_for(),

@@ -225,7 +225,7 @@ impl Inner {
 }
 
 /// Reads the reply of a renewal script: 1 renewed, 0 free or no longer ours, 2 another
-/// owner's.
+/// owner's, 3 forced free by an operator (locks only: the marker renewal never answers it).
 pub(super) fn renew_outcome(
     inner: &Inner,
     reply: Reply,
@@ -236,6 +236,7 @@ pub(super) fn renew_outcome(
         Reply::Int(1) => Ok(RenewOutcome::Renewed),
         Reply::Int(0) => Ok(RenewOutcome::Lost(LossCause::Expired)),
         Reply::Int(2) => Ok(RenewOutcome::Lost(LossCause::TakenByOther)),
+        Reply::Int(3) => Ok(RenewOutcome::Lost(LossCause::ForceReleased)),
         _ => Err(inner.protocol(what, key, "unexpected script reply")),
     }
 }
@@ -278,11 +279,17 @@ impl LockProvider for RedisProvider {
             let names = Names::of(key);
             let token = TokenText::new(owner);
             let reply = inner
-                .eval(&scripts::RELEASE, &[&names.lock()], &[token.as_ref()], key)
+                .eval(
+                    &scripts::RELEASE,
+                    &[&names.lock(), &names.forced()],
+                    &[token.as_ref()],
+                    key,
+                )
                 .await?;
             match reply {
                 Reply::Int(1) => Ok(ReleaseOutcome::Released),
                 Reply::Int(0) => Ok(ReleaseOutcome::NotHeld),
+                Reply::Int(2) => Ok(ReleaseOutcome::ForceReleased),
                 _ => Err(inner.protocol("release", key, "unexpected script reply")),
             }
         })
@@ -302,7 +309,7 @@ impl LockProvider for RedisProvider {
             let reply = inner
                 .eval(
                     &scripts::RENEW,
-                    &[&names.lock()],
+                    &[&names.lock(), &names.forced()],
                     &[token.as_ref(), lease.as_ref()],
                     key,
                 )

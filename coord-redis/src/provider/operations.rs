@@ -4,7 +4,8 @@
 //!
 //! # Listing
 //! A page scans the lock (`ns:lock:{..}`) or record (`ns:idem:{..}`) names of one operation
-//! with `SCAN cursor MATCH ns:kind:{op[:}]* COUNT 1000`, node after node (Cluster: every
+//! with `SCAN cursor MATCH ns:kind:{op[:}]* COUNT 1000` (of a whole namespace:
+//! `MATCH ns:kind:{*`), node after node (Cluster: every
 //! master, in address order), until the page is full, the nodes are done, or 32 `SCAN`s were
 //! sent (a sparse keyspace then yields short or empty pages with a cursor to go on). Names
 //! that are not exactly a key of the operation (another operation whose name starts the same,
@@ -25,14 +26,16 @@
 use std::time::Duration;
 
 use coord_core::provider::{
-    BackendErrorKind, BoxFuture, Cursor, ForcedRelease, ListRequest, LockHolder, LockInfo,
-    Operations, Page, RecordInfo, RecordStatus, Waiters,
+    BackendErrorKind, BoxFuture, Cursor, FORCED_RELEASE_MEMORY, ForcedRelease, ListRequest,
+    LockHolder, LockInfo, NamespaceListRequest, Operations, Page, RecordInfo, RecordStatus,
+    Waiters,
 };
 use coord_core::{BackendError, CallKey, FencingToken};
 
-use super::commands::parse_token;
+use super::commands::{millis, parse_token};
 use super::{Inner, RedisProvider};
 use crate::config::scrub;
+use crate::encode::Decimal;
 use crate::keys::Names;
 use crate::scripts;
 use crate::server_checks::{self, ServerReport};
@@ -265,8 +268,14 @@ impl Inner {
 
     async fn force_release(&self, key: &CallKey) -> Result<ForcedRelease, BackendError> {
         let names = Names::of(key);
+        let memory = Decimal::new(millis(FORCED_RELEASE_MEMORY));
         let reply = self
-            .eval(&scripts::FORCE_RELEASE, &[&names.lock()], &[], key)
+            .eval(
+                &scripts::FORCE_RELEASE,
+                &[&names.lock(), &names.forced()],
+                &[memory.as_ref()],
+                key,
+            )
             .await?;
         let unexpected = || self.protocol("force release", key, "unexpected script reply");
         let Reply::Array(items) = reply else {
@@ -282,13 +291,21 @@ impl Inner {
         }
     }
 
-    async fn list(&self, req: ListRequest<'_>, kind: Kind) -> Result<Page<CallKey>, BackendError> {
-        let op = req.operation;
+    /// A page of at most `size` keys after `cursor`: those of `op`'s namespace, and with
+    /// `only_op` only those of its operation.
+    async fn list(
+        &self,
+        op: &CallKey,
+        only_op: bool,
+        cursor: Option<&Cursor>,
+        size: usize,
+        kind: Kind,
+    ) -> Result<Page<CallKey>, BackendError> {
         let what = match kind {
             Kind::Lock => "listing locks",
             Kind::Record => "listing records",
         };
-        let mut state = match req.cursor {
+        let mut state = match cursor {
             None => ScanState::start(),
             Some(cursor) => ScanState::from_cursor(cursor).ok_or_else(|| {
                 BackendError::new(
@@ -299,12 +316,15 @@ impl Inner {
             })?,
         };
         let prefix = format!("{}:{}:{{", op.namespace(), kind.word());
-        let pattern = format!(
-            "{}{}[:}}]*",
-            glob_literal(&prefix),
-            glob_literal(op.op_key())
-        );
-        let size = req.page_size();
+        let pattern = if only_op {
+            format!(
+                "{}{}[:}}]*",
+                glob_literal(&prefix),
+                glob_literal(op.op_key())
+            )
+        } else {
+            format!("{}*", glob_literal(&prefix))
+        };
         let mut items: Vec<CallKey> = Vec::new();
         for _ in 0..SCANS_PER_PAGE {
             let cursor_text = state.cursor.to_string();
@@ -348,7 +368,7 @@ impl Inner {
                 .filter_map(|name| name.strip_prefix(&prefix)?.strip_suffix('}'))
                 .filter(|shown| state.after.as_deref().is_none_or(|after| *shown > after))
                 .filter_map(|shown| op.with_op_key(shown).ok())
-                .filter(|key| key.is_of_operation(op.op_key()))
+                .filter(|key| !only_op || key.is_of_operation(op.op_key()))
                 .collect();
             found.sort_unstable_by(|a, b| a.op_key().cmp(b.op_key()));
             found.dedup();
@@ -441,14 +461,23 @@ impl Operations for RedisProvider {
         &'a self,
         req: ListRequest<'a>,
     ) -> BoxFuture<'a, Result<Page<CallKey>, BackendError>> {
-        Box::pin(self.inner.list(req, Kind::Lock))
+        Box::pin(
+            self.inner
+                .list(req.operation, true, req.cursor, req.page_size(), Kind::Lock),
+        )
     }
 
     fn list_records<'a>(
         &'a self,
         req: ListRequest<'a>,
     ) -> BoxFuture<'a, Result<Page<CallKey>, BackendError>> {
-        Box::pin(self.inner.list(req, Kind::Record))
+        Box::pin(self.inner.list(
+            req.operation,
+            true,
+            req.cursor,
+            req.page_size(),
+            Kind::Record,
+        ))
     }
 
     fn force_release<'a>(
@@ -456,6 +485,32 @@ impl Operations for RedisProvider {
         key: &'a CallKey,
     ) -> BoxFuture<'a, Result<ForcedRelease, BackendError>> {
         Box::pin(self.inner.force_release(key))
+    }
+
+    fn list_namespace_locks<'a>(
+        &'a self,
+        req: NamespaceListRequest<'a>,
+    ) -> BoxFuture<'a, Result<Page<CallKey>, BackendError>> {
+        Box::pin(self.inner.list(
+            req.namespace,
+            false,
+            req.cursor,
+            req.page_size(),
+            Kind::Lock,
+        ))
+    }
+
+    fn list_namespace_records<'a>(
+        &'a self,
+        req: NamespaceListRequest<'a>,
+    ) -> BoxFuture<'a, Result<Page<CallKey>, BackendError>> {
+        Box::pin(self.inner.list(
+            req.namespace,
+            false,
+            req.cursor,
+            req.page_size(),
+            Kind::Record,
+        ))
     }
 }
 

@@ -504,6 +504,7 @@ async fn request(env: Env, field: Field, d: Duration) -> String {
             let released = match p.release(&k, a).await {
                 Ok(ReleaseOutcome::Released) => "released".to_owned(),
                 Ok(ReleaseOutcome::NotHeld) => "not held".to_owned(),
+                Ok(ReleaseOutcome::ForceReleased) => "force released".to_owned(),
                 Err(e) => format!("{e}"),
             };
             format!("{grant}{expiry}; {probe}; {released}")

@@ -61,7 +61,7 @@ fn call_key(c: &Coordinator, op: &str, id: u64) -> CallKey {
 
 async fn outcome<F: Future>(call: F) -> (F::Output, Option<CacheOutcome>) {
     let (out, report) = observe(call).await;
-    (out, report.cache)
+    (out, report.cache())
 }
 
 fn pttl(server: &RedisServer, name: &str) -> i64 {

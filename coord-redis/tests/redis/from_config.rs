@@ -222,7 +222,10 @@ async fn a_postgres_configuration_is_refused_naming_coord_postgres() {
     assert!(
         matches!(
             err,
-            ConfigError::ProviderNeedsBackendCrate { kind: "postgres" }
+            ConfigError::ProviderNeedsBackendCrate {
+                kind: "postgres",
+                ..
+            }
         ),
         "{err:?}"
     );

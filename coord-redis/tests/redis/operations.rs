@@ -23,9 +23,134 @@ per_client!(
     corrupt_state_is_reported_not_made_up,
     records_of_older_versions_read_with_unknowns,
     listing_pages_exactly_through_many_keys,
+    a_forced_release_is_remembered_for_its_former_holder,
+    a_namespace_listing_finds_every_operation_with_state,
 );
 
 const TOKEN: &str = "0123456789abcdef0123456789abcdef";
+
+/// `force_release` leaves a marker naming the released owner, in the lock's hash slot, for the
+/// rest of the released lease plus `FORCED_RELEASE_MEMORY`; the former holder's renewal and
+/// release read it (whoever holds the key since), and nobody else is told so.
+async fn a_forced_release_is_remembered_for_its_former_holder(client: Client) {
+    use coord_core::LossCause;
+    use coord_core::provider::{FORCED_RELEASE_MEMORY, ReleaseOutcome, RenewOutcome};
+
+    let server = RedisServer::start();
+    let p = provider(&server, client).await;
+    let k = key("ops-forced");
+    let (first, second) = (OwnerToken::new(), OwnerToken::new());
+    let lease = Duration::from_secs(60);
+    assert!(
+        p.acquire(lock(&k, first, lease, Duration::ZERO))
+            .await
+            .unwrap()
+            .is_some()
+    );
+    assert_eq!(
+        p.force_release(&k).await.unwrap(),
+        ForcedRelease::Released { owner: first }
+    );
+    let marker = redis_key(&k, "lock-forced");
+    let left = server.command(&["PTTL", &marker]).int().unwrap();
+    let most = (lease + FORCED_RELEASE_MEMORY).as_millis() as i64;
+    assert!(
+        left > most - 10_000 && left <= most,
+        "the marker lives the rest of the lease plus a minute: {left} ms"
+    );
+    // Someone else takes the key meanwhile: the former holder is still told the truth.
+    assert!(
+        p.acquire(lock(&k, second, lease, Duration::ZERO))
+            .await
+            .unwrap()
+            .is_some()
+    );
+    assert_eq!(
+        p.renew(&k, first, lease).await.unwrap(),
+        RenewOutcome::Lost(LossCause::ForceReleased)
+    );
+    assert_eq!(
+        p.release(&k, first).await.unwrap(),
+        ReleaseOutcome::ForceReleased
+    );
+    assert_eq!(
+        p.release(&k, first).await.unwrap(),
+        ReleaseOutcome::ForceReleased,
+        "a resend gets the same answer"
+    );
+    assert_eq!(
+        p.renew(&k, OwnerToken::new(), lease).await.unwrap(),
+        RenewOutcome::Lost(LossCause::TakenByOther),
+        "an owner that was never forced out is not told so"
+    );
+    assert_eq!(
+        p.release(&k, second).await.unwrap(),
+        ReleaseOutcome::Released,
+        "the new holder is untouched"
+    );
+    // Once the marker is gone, the release cannot tell why: it says only that it was not held.
+    server.command(&["DEL", &marker]);
+    assert_eq!(p.release(&k, first).await.unwrap(), ReleaseOutcome::NotHeld);
+}
+
+/// Without an operation, a listing of a namespace finds every operation's keys, and nothing of
+/// another namespace; the operator's summary counts them per operation, reading module-path
+/// names back whole.
+async fn a_namespace_listing_finds_every_operation_with_state(client: Client) {
+    let server = RedisServer::start();
+    let p = provider(&server, client).await;
+    let c = Coordinator::builder()
+        .namespace("svc")
+        .provider(p)
+        .build()
+        .unwrap();
+    let other = Coordinator::builder()
+        .namespace("other")
+        .provider(provider(&server, client).await)
+        .build()
+        .unwrap();
+    let mut guards = Vec::new();
+    for (op, part) in [
+        ("app::jobs::nightly", "t-1"),
+        ("app::jobs::nightly", "t-2"),
+        ("payments.charge", "o-1"),
+    ] {
+        let key = c.key(op).part(part).finish();
+        guards.push(
+            c.lock(key)
+                .lease(Duration::from_secs(60))
+                .acquire()
+                .await
+                .unwrap(),
+        );
+    }
+    let elsewhere = other.key("app::jobs::nightly").part("t-9").finish();
+    guards.push(
+        other
+            .lock(elsewhere)
+            .lease(Duration::from_secs(60))
+            .acquire()
+            .await
+            .unwrap(),
+    );
+    let found = c.operator().lock_operations().await.unwrap();
+    let found: Vec<(String, usize)> = found
+        .into_iter()
+        .map(|op| (op.operation, op.keys))
+        .collect();
+    assert_eq!(
+        found,
+        [
+            ("app::jobs::nightly".to_owned(), 2),
+            ("payments.charge".to_owned(), 1)
+        ]
+    );
+    assert_eq!(c.operator().record_operations().await.unwrap(), []);
+    for guard in guards {
+        guard.release().await.unwrap();
+    }
+    assert_eq!(c.operator().lock_operations().await.unwrap(), []);
+}
 
 fn set(server: &RedisServer, args: &[&str]) {
     let reply = server.command(args);

@@ -171,7 +171,7 @@ async fn bounded<T>(what: &str, call: impl Future<Output = T>) -> T {
 
 /// The server's record for the call `report` describes (its Redis hash), field by field.
 fn record(server: &RedisServer, report: &CallReport) -> BTreeMap<String, String> {
-    let key = report.key.as_ref().expect("the report names the key");
+    let key = report.key().expect("the report names the key");
     match server.command(&["HGETALL", &format!("{NS}:idem:{{{key}}}")]) {
         Resp::Array(items) => items
             .chunks(2)
@@ -301,7 +301,7 @@ async fn frozen_past_the_lease_case(client: Client, op: Op, warm: bool) {
     let (again, dup) = bounded("the duplicate", observe(call(op, &c, 1, &body))).await;
     println!(
         "1a {op:?} warm={warm} ({client:?}): record after thaw {stored:?}, duplicate {again:?} {:?}",
-        dup.idempotency
+        dup.idempotency()
     );
     if warm {
         // The caller was told "not stored", yet the completion it sent first landed late:
@@ -325,7 +325,7 @@ async fn frozen_past_the_lease_case(client: Client, op: Op, warm: bool) {
         Op::Rerun => {
             assert!(stored.is_empty(), "the marker lapsed: {stored:?}");
             assert_eq!(again.unwrap(), 200, "the duplicate runs again");
-            assert_eq!(dup.idempotency, Some(IdempotencyOutcome::Executed));
+            assert_eq!(dup.idempotency(), Some(IdempotencyOutcome::Executed));
             assert_eq!(body.runs(), 2, "at-least-once: the body ran twice");
             let (third, report) = bounded("the third call", observe(call(op, &c, 1, &body))).await;
             assert_eq!(third.unwrap(), 200, "the rerun's outcome is stored");
@@ -443,7 +443,7 @@ async fn restarted_and_claimed_by_another(client: Client) {
         107,
         "the marker is gone: the other caller runs"
     );
-    assert_eq!(report.idempotency, Some(IdempotencyOutcome::Executed));
+    assert_eq!(report.idempotency(), Some(IdempotencyOutcome::Executed));
     proceed.notify_one();
     let (result, report) = bounded("the call", call).await.unwrap();
     assert!(
@@ -573,7 +573,7 @@ async fn connections_killed_repeatedly_around_completion(client: Client) {
     for id in &not_stored {
         let (again, report) = bounded("the duplicate", observe(long_op(&c, *id, &body))).await;
         assert_ne!(
-            report.idempotency,
+            report.idempotency(),
             Some(IdempotencyOutcome::Executed),
             "call {id} ran again: {again:?}"
         );
@@ -627,7 +627,7 @@ async fn late_claim_case(client: Client, short: bool, frozen_for: Duration, free
         let (result, report) = bounded("a retry", observe(claim_call(short, &c, 1, &body))).await;
         match result {
             Ok(v) => {
-                assert_eq!(report.idempotency, Some(IdempotencyOutcome::Executed));
+                assert_eq!(report.idempotency(), Some(IdempotencyOutcome::Executed));
                 break v;
             }
             Err(e @ (CoordError::InFlight { .. } | CoordError::Backend(_))) => {
@@ -700,7 +700,7 @@ async fn release_lost(
     let returned = Instant::now();
     let key = kk(&format!(
         "{NS}:{}",
-        report.key.expect("the report names the key")
+        report.key().cloned().expect("the report names the key")
     ));
     let other = OwnerToken::new();
     loop {
@@ -777,7 +777,7 @@ async fn lock_acquire_lost_to_a_frozen_server(client: Client) {
     let thawed = Instant::now();
     let key = kk(&format!(
         "{NS}:{}",
-        report.key.expect("the report names the key")
+        report.key().cloned().expect("the report names the key")
     ));
     let other = OwnerToken::new();
     loop {
@@ -905,7 +905,7 @@ async fn duplicate_heavy_load(client: Client, freezes: bool) {
             }
         };
         if replay.as_ref().ok() != Some(&values[0]) || !report.replayed() {
-            lost.push((*id, values[0], replay, report.idempotency));
+            lost.push((*id, values[0], replay, report.idempotency()));
         }
     }
     let errors = std::mem::take(&mut *errors.lock().unwrap());

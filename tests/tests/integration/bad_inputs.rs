@@ -434,6 +434,7 @@ async fn request(field: Field, d: Duration) -> String {
             let released = match locks.release(&k, a).await {
                 Ok(ReleaseOutcome::Released) => "released",
                 Ok(ReleaseOutcome::NotHeld) => "not held",
+                Ok(ReleaseOutcome::ForceReleased) => "force released",
                 Err(_) => "error",
             };
             format!("{grant}; {probe}; {released}")

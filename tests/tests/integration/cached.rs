@@ -75,7 +75,7 @@ async fn failing_kept(c: &Coordinator, id: u64, runs: Runs) -> Result<u64, Strin
 /// Runs one call and reports what the cache did.
 async fn outcome<F: Future>(call: F) -> (F::Output, Option<CacheOutcome>) {
     let (out, report) = observe(call).await;
-    (out, report.cache)
+    (out, report.cache())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -335,16 +335,16 @@ async fn a_hit_reaches_neither_single_flight_nor_the_lock_in_any_written_order()
         };
         let (out, first) = observe(call(c.clone(), n.clone())).await;
         assert_eq!(out.unwrap(), 5);
-        assert_eq!(first.cache, Some(CacheOutcome::Miss));
-        assert_eq!(first.flight, Some(FlightOutcome::Led));
-        assert_eq!(first.lock, Some(LockOutcome::Acquired));
+        assert_eq!(first.cache(), Some(CacheOutcome::Miss));
+        assert_eq!(first.flight(), Some(FlightOutcome::Led));
+        assert_eq!(first.lock(), Some(LockOutcome::Acquired));
         assert_eq!(provider.acquires.load(Ordering::SeqCst), 1);
 
         let (out, second) = observe(call(c.clone(), n.clone())).await;
         assert_eq!(out.unwrap(), 5);
-        assert_eq!(second.cache, Some(CacheOutcome::Hit));
-        assert_eq!(second.flight, None, "a hit skips single-flight");
-        assert_eq!(second.lock, None, "a hit skips the lock");
+        assert_eq!(second.cache(), Some(CacheOutcome::Hit));
+        assert_eq!(second.flight(), None, "a hit skips single-flight");
+        assert_eq!(second.lock(), None, "a hit skips the lock");
         assert_eq!(provider.acquires.load(Ordering::SeqCst), 1);
         assert_eq!(n.load(Ordering::SeqCst), 1);
     }
@@ -362,18 +362,18 @@ async fn idempotency_sits_outside_the_cache() {
     let (_, c) = InstrumentedProvider::coordinator("cache-idem");
     let n = runs();
     let (_, first) = observe(idem_cached(&c, 1, n.clone())).await;
-    assert_eq!(first.idempotency, Some(IdempotencyOutcome::Executed));
-    assert_eq!(first.cache, Some(CacheOutcome::Miss));
+    assert_eq!(first.idempotency(), Some(IdempotencyOutcome::Executed));
+    assert_eq!(first.cache(), Some(CacheOutcome::Miss));
     // A replay answers before the cache is reached.
     let (out, second) = observe(idem_cached(&c, 1, n.clone())).await;
     assert_eq!(out.unwrap(), 1);
-    assert_eq!(second.idempotency, Some(IdempotencyOutcome::Replayed));
-    assert_eq!(second.cache, None);
+    assert_eq!(second.idempotency(), Some(IdempotencyOutcome::Replayed));
+    assert_eq!(second.cache(), None);
     // With the record gone, the cache answers and the body still does not run.
     assert!(c.purge_record(&key(&c, "t.cache.idem", 1)).await.unwrap());
     let (_, third) = observe(idem_cached(&c, 1, n.clone())).await;
-    assert_eq!(third.idempotency, Some(IdempotencyOutcome::Executed));
-    assert_eq!(third.cache, Some(CacheOutcome::Hit));
+    assert_eq!(third.idempotency(), Some(IdempotencyOutcome::Executed));
+    assert_eq!(third.cache(), Some(CacheOutcome::Hit));
     assert_eq!(n.load(Ordering::SeqCst), 1);
 }
 

@@ -105,19 +105,20 @@ async fn every_written_order_nests_idempotency_cache_flight_lock() {
         let (out, first) = observe(call(c.clone(), runs.clone())).await;
         assert_eq!(out.unwrap(), 7, "{order}");
         assert_eq!(
-            first.idempotency,
+            first.idempotency(),
             Some(IdempotencyOutcome::Executed),
             "{order}"
         );
-        assert_eq!(first.cache, Some(CacheOutcome::Miss), "{order}");
-        assert_eq!(first.flight, Some(FlightOutcome::Led), "{order}");
-        assert_eq!(first.lock, Some(LockOutcome::Acquired), "{order}");
+        assert_eq!(first.cache(), Some(CacheOutcome::Miss), "{order}");
+        assert_eq!(first.flight(), Some(FlightOutcome::Led), "{order}");
+        assert_eq!(first.lock(), Some(LockOutcome::Acquired), "{order}");
 
         let (out, replay) = observe(call(c.clone(), runs.clone())).await;
         assert_eq!(out.unwrap(), 7, "{order}");
         assert!(replay.replayed(), "{order}: a duplicate replays");
         assert_eq!(
-            replay.cache, None,
+            replay.cache(),
+            None,
             "{order}: a replay never reaches the cache"
         );
 
@@ -129,17 +130,17 @@ async fn every_written_order_nests_idempotency_cache_flight_lock() {
         let (out, hit) = observe(call(c.clone(), runs.clone())).await;
         assert_eq!(out.unwrap(), 7, "{order}");
         assert_eq!(
-            hit.idempotency,
+            hit.idempotency(),
             Some(IdempotencyOutcome::Executed),
             "{order}"
         );
         assert_eq!(
-            hit.cache,
+            hit.cache(),
             Some(CacheOutcome::Hit),
             "{order}: answered by the cache"
         );
-        assert_eq!(hit.flight, None, "{order}: a hit skips single-flight");
-        assert_eq!(hit.lock, None, "{order}: a hit skips the lock");
+        assert_eq!(hit.flight(), None, "{order}: a hit skips single-flight");
+        assert_eq!(hit.lock(), None, "{order}: a hit skips the lock");
         assert_eq!(runs.load(Ordering::SeqCst), 1, "{order}: the body ran once");
     }
 }

@@ -56,7 +56,7 @@ async fn concurrent_callers_on_two_instances_share_one_run() {
     for task in tasks {
         let (out, report) = task.await.expect("caller task");
         assert_eq!(out.expect("every caller gets the leader's value"), 400);
-        outcomes.push(report.flight);
+        outcomes.push(report.flight());
     }
     assert_eq!(runs.load(Ordering::SeqCst), 1, "one run for both instances");
     let count = |o: FlightOutcome| outcomes.iter().filter(|x| **x == Some(o)).count();
@@ -113,7 +113,7 @@ async fn a_serialisable_error_reaches_the_other_instance_as_itself() {
     };
     started.notified().await;
     let (follower, report) = observe(failing_quote(&b, "ACME", Arc::new(Notify::new()))).await;
-    assert_eq!(report.flight, Some(FlightOutcome::ClusterJoined));
+    assert_eq!(report.flight(), Some(FlightOutcome::ClusterJoined));
     let expected = Err(QuoteError::Upstream("ACME is down".to_owned()));
     assert_eq!(follower, expected);
     assert_eq!(leader.await.unwrap(), expected);
@@ -208,7 +208,7 @@ async fn a_cancelled_leader_is_replaced_by_exactly_one_follower_at_once() {
     for follower in followers {
         let (out, report) = follower.await.unwrap();
         assert_eq!(out.unwrap(), 4);
-        if report.flight == Some(FlightOutcome::ClusterTookOver) {
+        if report.flight() == Some(FlightOutcome::ClusterTookOver) {
             took_over += 1;
         }
     }
@@ -238,7 +238,7 @@ async fn a_silent_leader_is_replaced_after_its_lease() {
     let started = Instant::now();
     let (out, report) = observe(refresh(&a, "ACME", runs.clone())).await;
     assert_eq!(out.unwrap(), 400);
-    assert_eq!(report.flight, Some(FlightOutcome::ClusterTookOver));
+    assert_eq!(report.flight(), Some(FlightOutcome::ClusterTookOver));
     assert_eq!(runs.load(Ordering::SeqCst), 1);
     let waited = started.elapsed();
     assert!(
@@ -284,7 +284,7 @@ async fn backend_down_fail_open_keeps_the_process_flight_and_fail_closed_refuses
     for task in tasks {
         let (out, report) = task.await.unwrap();
         assert_eq!(out.unwrap(), 4);
-        if report.flight == Some(FlightOutcome::FailedOpen) {
+        if report.flight() == Some(FlightOutcome::FailedOpen) {
             failed_open += 1;
         }
     }
@@ -365,7 +365,7 @@ async fn a_claim_whose_reply_was_lost_is_given_up_so_others_do_not_wait_a_lease(
     let runs = Arc::new(AtomicUsize::new(0));
     let (out, report) = observe(counted(&open, "ACME", runs.clone())).await;
     assert_eq!(out.unwrap(), 4);
-    assert_eq!(report.flight, Some(FlightOutcome::FailedOpen));
+    assert_eq!(report.flight(), Some(FlightOutcome::FailedOpen));
     // The claim landed (its 10 s lease would hold the other instances up); it is given up in
     // the background, owner-checked.
     let key: CallKey = open
@@ -423,13 +423,13 @@ async fn a_leader_whose_lease_lapsed_keeps_its_outcome_and_its_late_hand_over_is
     tokio::time::sleep(Duration::from_millis(100)).await;
     let (follower, report) = call(b.clone(), runs.clone(), "second", 100).await;
     assert_eq!(
-        report.flight,
+        report.flight(),
         Some(FlightOutcome::ClusterTookOver),
         "the follower took over once the lease lapsed"
     );
     assert_eq!(follower.unwrap(), "second");
     let (late, report) = leader.await.unwrap();
-    assert_eq!(report.flight, Some(FlightOutcome::ClusterLed));
+    assert_eq!(report.flight(), Some(FlightOutcome::ClusterLed));
     assert_eq!(
         late.unwrap(),
         "first",

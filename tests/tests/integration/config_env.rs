@@ -319,14 +319,19 @@ fn from_config_never_falls_back_to_memory_when_redis_is_named() {
     assert!(
         matches!(
             err,
-            ConfigError::ProviderNeedsBackendCrate { kind: "redis" }
+            ConfigError::ProviderNeedsBackendCrate {
+                kind: "redis",
+                from_env: false
+            }
         ),
         "{err:?}"
     );
-    assert!(
-        err.to_string()
-            .contains("coord_redis::coordinator_from_config"),
-        "{err}"
+    assert_eq!(
+        err.to_string(),
+        "the configuration names a `redis` provider, and `Coordinator::from_config` \
+         (coord-core alone) builds only the in-process coordinator: call \
+         `coord_redis::coordinator_from_config(&config)` instead",
+        "names what was called and what to call instead"
     );
 }
 

@@ -40,8 +40,8 @@ async fn runs_once_and_replays_with_a_report() {
     };
     let (first, report) = call(runs.clone()).await;
     assert_eq!(first.unwrap(), 0);
-    assert_eq!(report.idempotency, Some(IdempotencyOutcome::Executed));
-    assert_eq!(report.key.unwrap().to_string(), "handle.charge:order-1");
+    assert_eq!(report.idempotency(), Some(IdempotencyOutcome::Executed));
+    assert_eq!(report.key().unwrap().to_string(), "handle.charge:order-1");
     let (second, report) = call(runs.clone()).await;
     assert_eq!(second.unwrap(), 0, "replayed, not run again");
     assert!(report.replayed());
@@ -126,7 +126,7 @@ async fn a_duplicate_in_flight_is_told_or_waits() {
         matches!(at_once, Err(CoordError::InFlight { .. })),
         "{at_once:?}"
     );
-    assert_eq!(report.idempotency, Some(IdempotencyOutcome::InFlight));
+    assert_eq!(report.idempotency(), Some(IdempotencyOutcome::InFlight));
     let waiting = {
         let c = c.clone();
         let key = key();

@@ -53,6 +53,65 @@ async fn charge_waiting(
     })
 }
 
+/// The README's first example, as two processes run it: each has its own coordinator over one
+/// shared provider (Redis in production), and the second gets a client's retry of a charge
+/// while the first still runs it. With the example's `wait = "10s"`, the retry waits and gets
+/// the first receipt; the charge runs once.
+struct Service {
+    coord: Coordinator,
+    charges: Arc<AtomicUsize>,
+}
+
+impl Service {
+    #[idempotent(key_from = "idempotency_key", retention = "24h", wait = "10s", coordinator = self.coord)]
+    async fn charge(&self, idempotency_key: String, cents: u64) -> Result<Receipt, CoordError> {
+        self.charges.fetch_add(1, Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        Ok(Receipt {
+            id: idempotency_key,
+            cents,
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_readme_first_example_serves_a_retry_on_a_second_process() {
+    let shared = Arc::new(coord_core::memory::MemoryProvider::new());
+    let charges = Arc::new(AtomicUsize::new(0));
+    let process = |shared: &Arc<coord_core::memory::MemoryProvider>| Service {
+        coord: Coordinator::builder()
+            .namespace("shop")
+            .provider(shared.clone())
+            .build()
+            .unwrap(),
+        charges: charges.clone(),
+    };
+    let (one, two) = (Arc::new(process(&shared)), process(&shared));
+    let first = tokio::spawn({
+        let one = one.clone();
+        async move { one.charge("order-7".into(), 1999).await }
+    });
+    let key = two
+        .coord
+        .key(concat!(module_path!(), "::charge"))
+        .part("order-7")
+        .finish();
+    eventually(
+        "the first process runs the charge",
+        Duration::from_secs(10),
+        || {
+            let ops = two.coord.operator();
+            let key = key.clone();
+            async move { ops.record(&key).await.unwrap().is_some() }
+        },
+    )
+    .await;
+    let (retry, report) = observe(two.charge("order-7".into(), 1999)).await;
+    assert_eq!(retry.unwrap(), first.await.unwrap().unwrap());
+    assert!(report.replayed(), "the retry waited and replayed");
+    assert_eq!(charges.load(Ordering::SeqCst), 1, "charged once");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_duplicate_in_flight_is_refused_or_waits_and_replays() {
     let (_, c) = InstrumentedProvider::coordinator("inflight");
@@ -63,11 +122,20 @@ async fn a_duplicate_in_flight_is_refused_or_waits_and_replays() {
     });
     tokio::time::sleep(Duration::from_millis(50)).await;
     let (refused, report) = observe(charge(&c, "k1", 10, runs.clone(), Duration::ZERO)).await;
+    let refused = refused.unwrap_err();
     assert!(
-        matches!(refused, Err(CoordError::InFlight { .. })),
+        matches!(refused, CoordError::InFlight { .. }),
         "wait = 0s refuses: {refused:?}"
     );
-    assert_eq!(report.idempotency, Some(IdempotencyOutcome::InFlight));
+    assert_eq!(
+        refused.to_string(),
+        "a call with idempotency key `tests.charge:k1` is still in flight, and this duplicate \
+         did not wait for it (the operation's `wait`, `0s` unless set); nothing ran. Retry \
+         later, or give the operation a `wait` (`wait = \"10s\"`) so a duplicate waits and \
+         replays the outcome",
+        "says why and how to wait"
+    );
+    assert_eq!(report.idempotency(), Some(IdempotencyOutcome::InFlight));
 
     let (waited, report) =
         observe(charge_waiting(&c, "k1", 10, runs.clone(), Duration::ZERO)).await;
@@ -198,7 +266,7 @@ async fn replays_are_reported_in_code() {
     let (first, report) = observe(record_after_body(&c, "k5", done.clone())).await;
     assert_eq!(first.unwrap(), 7);
     assert!(!report.replayed());
-    assert_eq!(report.idempotency, Some(IdempotencyOutcome::Executed));
+    assert_eq!(report.idempotency(), Some(IdempotencyOutcome::Executed));
     done.store(false, Ordering::SeqCst);
     let (second, report) = observe(record_after_body(&c, "k5", done.clone())).await;
     assert_eq!(second.unwrap(), 7);
@@ -235,7 +303,7 @@ async fn backend_faults_follow_the_policy() {
     let (out, report) = observe(lenient(&c, "k", ran.clone())).await;
     assert_eq!(out.unwrap(), 1);
     assert!(ran.load(Ordering::SeqCst));
-    assert_eq!(report.idempotency, Some(IdempotencyOutcome::FailedOpen));
+    assert_eq!(report.idempotency(), Some(IdempotencyOutcome::FailedOpen));
     assert_eq!(c.metrics().fail_open_runs(), 1);
 }
 
@@ -289,7 +357,10 @@ async fn an_abandoned_call_is_not_rerun_under_on_abandoned_fail() {
         matches!(out, Err(CoordError::OutcomeUnknown { .. })),
         "got {out:?}"
     );
-    assert_eq!(report.idempotency, Some(IdempotencyOutcome::OutcomeUnknown));
+    assert_eq!(
+        report.idempotency(),
+        Some(IdempotencyOutcome::OutcomeUnknown)
+    );
     assert_eq!(
         runs.load(Ordering::SeqCst),
         0,

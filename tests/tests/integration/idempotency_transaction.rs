@@ -90,7 +90,7 @@ async fn a_committed_outcome_is_replayed_without_touching_the_next_transaction()
 
     let mut tx = BufferedTransaction::begin(&c, &db);
     let (first, report) = observe(charge(&c, &mut tx, "k1", 10, &runs)).await;
-    assert_eq!(report.idempotency, Some(IdempotencyOutcome::Executed));
+    assert_eq!(report.idempotency(), Some(IdempotencyOutcome::Executed));
     assert_eq!(
         tx.completions(),
         1,
@@ -147,7 +147,7 @@ async fn before_the_commit_duplicates_see_the_claim_and_waiters_replay_after_it(
         matches!(refused, Err(CoordError::InFlight { .. })),
         "the claim is visible at once, outside the transaction: {refused:?}"
     );
-    assert_eq!(report.idempotency, Some(IdempotencyOutcome::InFlight));
+    assert_eq!(report.idempotency(), Some(IdempotencyOutcome::InFlight));
 
     gate.notify_one();
     done_rx.await.unwrap();
@@ -201,7 +201,7 @@ async fn a_rollback_leaves_no_record_and_the_next_call_runs_again() {
     let mut tx = BufferedTransaction::begin(&c, &db);
     let (out, report) = observe(charge(&c, &mut tx, "k", 10, &runs)).await;
     out.unwrap();
-    assert_eq!(report.idempotency, Some(IdempotencyOutcome::Executed));
+    assert_eq!(report.idempotency(), Some(IdempotencyOutcome::Executed));
     tx.commit().await.unwrap();
     assert_eq!(runs.load(Ordering::SeqCst), 2);
     assert_eq!(db.rows(), vec!["charge k 10".to_owned()]);
@@ -226,7 +226,7 @@ async fn a_process_killed_before_its_commit_leaves_a_marker_that_lapses_into_not
     let (out, report) = observe(charge(&c, &mut tx, "k", 10, &runs)).await;
     out.unwrap();
     assert_eq!(
-        report.idempotency,
+        report.idempotency(),
         Some(IdempotencyOutcome::Executed),
         "a lapsed transactional marker is absent, not an unknown outcome"
     );
@@ -370,7 +370,7 @@ async fn a_reused_key_with_other_parameters_is_refused_before_the_body() {
     let mut tx = BufferedTransaction::begin(&c, &db);
     let (out, report) = observe(charge(&c, &mut tx, "k", 11, &runs)).await;
     assert!(matches!(out, Err(CoordError::KeyReused { .. })), "{out:?}");
-    assert_eq!(report.idempotency, Some(IdempotencyOutcome::KeyReused));
+    assert_eq!(report.idempotency(), Some(IdempotencyOutcome::KeyReused));
     assert!(tx.calls().is_empty());
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 }
@@ -473,7 +473,7 @@ async fn an_outcome_that_cannot_be_encoded_marks_the_transaction_rollback_only()
         ),
         "{out:?}"
     );
-    assert_eq!(report.idempotency, Some(IdempotencyOutcome::NotStored));
+    assert_eq!(report.idempotency(), Some(IdempotencyOutcome::NotStored));
     assert_eq!(tx.calls(), vec!["rollback_only"]);
     assert!(matches!(
         tx.commit().await,
@@ -597,7 +597,7 @@ async fn a_provider_without_transactional_claims_is_refused_before_the_body_even
         }
         other => panic!("expected a Config backend error, got {other:?}"),
     }
-    assert_eq!(report.idempotency, Some(IdempotencyOutcome::BackendError));
+    assert_eq!(report.idempotency(), Some(IdempotencyOutcome::BackendError));
     assert_eq!(runs.load(Ordering::SeqCst), 0);
     assert_eq!(
         provider.claims.load(Ordering::SeqCst),

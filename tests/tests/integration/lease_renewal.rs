@@ -83,7 +83,7 @@ async fn a_lost_renewal_cancels_the_body_at_its_next_await() {
         started.elapsed() < Duration::from_millis(1100),
         "stopped at the first lost renewal"
     );
-    assert_eq!(report.lock, Some(LockOutcome::Lost));
+    assert_eq!(report.lock(), Some(LockOutcome::Lost));
     assert_eq!(c.active_renewals(), 0);
 }
 

@@ -152,6 +152,109 @@ async fn releasing_after_the_lease_lapsed_warns_and_frees_nobody() {
     assert_eq!(warned, 1, "exactly one warning: {:?}", recorder.warnings());
 }
 
+/// Holds its lock (30 s lease, no renewal) until `go`.
+#[distributed_lock(key_from = "id", coordinator = c, name = "tests.forced", lease = "30s")]
+async fn held_until(
+    c: &Coordinator,
+    id: u64,
+    entered: Arc<tokio::sync::Notify>,
+    go: Arc<tokio::sync::Notify>,
+) -> Result<(), CoordError> {
+    entered.notify_one();
+    go.notified().await;
+    Ok(())
+}
+
+/// What an application sees when an operator force-releases its lock (what `coord locks
+/// release` does, through `Operator::release_lock`) while the call holds it, without
+/// renewal: the call's outcome stands, and the release reports a forced release, not a lapse,
+/// in the report, the counters and one warning; and when the lock merely vanished (no marker
+/// to tell), a warning that names both explanations.
+#[tokio::test]
+async fn a_forced_release_is_reported_as_one_and_a_vanished_lock_names_both_causes() {
+    use coord_core::LossCause;
+    use tracing_subscriber::layer::SubscriberExt;
+    let recorder = SpanRecorder::default();
+    let _guard =
+        tracing::subscriber::set_default(tracing_subscriber::registry().with(recorder.clone()));
+    let c = Coordinator::builder()
+        .namespace("forced")
+        .memory()
+        .build()
+        .unwrap();
+    let key = lock_key(&c, "tests.forced", 1);
+    let (entered, go) = (
+        Arc::new(tokio::sync::Notify::new()),
+        Arc::new(tokio::sync::Notify::new()),
+    );
+    let call = tokio::spawn({
+        let (c, entered, go) = (c.clone(), entered.clone(), go.clone());
+        async move { observe(held_until(&c, 1, entered, go)).await }
+    });
+    entered.notified().await;
+    let released = c.operator().release_lock(&key, "alice").await.unwrap();
+    assert!(
+        matches!(
+            released,
+            coord_core::provider::ForcedRelease::Released { .. }
+        ),
+        "{released:?}"
+    );
+    go.notify_one();
+    let (outcome, report) = call.await.unwrap();
+    outcome.expect("the body's outcome stands");
+    assert_eq!(report.lock_lost(), Some(LossCause::ForceReleased));
+    assert_eq!(c.metrics().force_released_holds(), 1);
+    assert_eq!(c.metrics().lapsed_releases(), 0, "not counted as a lapse");
+    let holder_side: Vec<String> = recorder
+        .warnings()
+        .into_iter()
+        // The operator's own line (`Operator::release_lock` logs who asked) is the other one.
+        .filter(|w| !w.starts_with("coord: lock force-released by an operator"))
+        .collect();
+    assert_eq!(
+        holder_side,
+        [
+            "coord: an operator force-released this lock while the call held it (`coord locks \
+          release` or `Operator::release_lock`), so the section was not exclusive from then \
+          on; make the protected resource refuse stale writers with `fenced = true` and \
+          `fencing_token()`"
+        ],
+        "one warning, saying what happened, never a lapse"
+    );
+
+    // The lock vanishes without a marker (a backend that lost it, or a provider that keeps
+    // none): the holder cannot tell a forced release from an expiry, and says both.
+    let key = lock_key(&c, "tests.forced", 2);
+    let (entered, go) = (
+        Arc::new(tokio::sync::Notify::new()),
+        Arc::new(tokio::sync::Notify::new()),
+    );
+    let call = tokio::spawn({
+        let (c, entered, go) = (c.clone(), entered.clone(), go.clone());
+        async move { observe(held_until(&c, 2, entered, go)).await }
+    });
+    entered.notified().await;
+    let owner = c.operator().lock(&key).await.unwrap().holder.unwrap().owner;
+    c.lock_provider().release(&key, owner).await.unwrap();
+    let before = recorder.warnings().len();
+    go.notify_one();
+    let (outcome, report) = call.await.unwrap();
+    outcome.expect("the body's outcome stands");
+    assert_eq!(report.lock_lost(), Some(LossCause::ForceReleasedOrExpired));
+    assert_eq!(c.metrics().lapsed_releases(), 1);
+    assert_eq!(
+        recorder.warnings()[before..],
+        [
+            "coord: the lock was gone when it was released although its lease had not run out \
+          here: an operator force-released it, or it expired or was lost on the backend (a \
+          clock running fast, a restart without persistence, an eviction, a failover); the two \
+          cannot be told apart, and either way the section was not exclusive throughout; look \
+          for the operator's `force-released` log line to tell which"
+        ]
+    );
+}
+
 #[distributed_lock(key_from = "id", coordinator = c, name = "tests.faults")]
 async fn closed(
     c: &Coordinator,
@@ -187,7 +290,7 @@ async fn backend_faults_follow_the_policy() {
         !ran.load(Ordering::SeqCst),
         "fail_closed must not run the body"
     );
-    assert_eq!(report.lock, Some(LockOutcome::BackendError));
+    assert_eq!(report.lock(), Some(LockOutcome::BackendError));
 
     let (out, report) = observe(open(&c, 1, ran.clone())).await;
     assert!(out.is_ok());
@@ -195,7 +298,7 @@ async fn backend_faults_follow_the_policy() {
         ran.load(Ordering::SeqCst),
         "fail_open runs the body unguarded"
     );
-    assert_eq!(report.lock, Some(LockOutcome::FailedOpen));
+    assert_eq!(report.lock(), Some(LockOutcome::FailedOpen));
     assert_eq!(c.metrics().fail_open_runs(), 1);
 
     // The builder default applies where the attribute says nothing.

@@ -50,8 +50,8 @@ async fn mut_self_method_runs_the_body_under_the_lock() {
     let (result, report) = observe(counter.bump(2)).await;
     assert_eq!(result.unwrap(), 3);
     assert_eq!(counter.value, 3);
-    assert_eq!(report.lock, Some(LockOutcome::Acquired));
-    let key = report.key.expect("the call reports its key");
+    assert_eq!(report.lock(), Some(LockOutcome::Acquired));
+    let key = report.key().cloned().expect("the call reports its key");
     assert!(key.op_key().ends_with("::bump:7"), "{key}");
 }
 
@@ -69,13 +69,13 @@ async fn charge(request_id: String, cents: u64) -> Result<u64, AppError> {
 async fn stacked_layers_nest_idempotency_outermost() {
     let (first, report) = observe(charge("req-1".to_owned(), 500)).await;
     assert_eq!(first.unwrap(), 500);
-    assert_eq!(report.idempotency, Some(IdempotencyOutcome::Executed));
-    assert_eq!(report.lock, Some(LockOutcome::Acquired));
+    assert_eq!(report.idempotency(), Some(IdempotencyOutcome::Executed));
+    assert_eq!(report.lock(), Some(LockOutcome::Acquired));
 
     let (replay, report) = observe(charge("req-1".to_owned(), 500)).await;
     assert_eq!(replay.unwrap(), 500);
     assert!(report.replayed());
-    assert_eq!(report.lock, None, "a replay must not take the lock");
+    assert_eq!(report.lock(), None, "a replay must not take the lock");
     assert_eq!(CHARGES.load(Ordering::SeqCst), 1);
 }
 
@@ -109,14 +109,14 @@ async fn arc_self_single_flight_shares_one_run() {
     );
     assert_eq!(a.0.unwrap(), 4);
     assert_eq!(b.0.unwrap(), 4);
-    let outcomes = [a.1.flight, b.1.flight];
+    let outcomes = [a.1.flight(), b.1.flight()];
     assert!(outcomes.contains(&Some(FlightOutcome::Led)), "{outcomes:?}");
     assert!(
         outcomes.contains(&Some(FlightOutcome::Joined)),
         "{outcomes:?}"
     );
     assert_eq!(service.fetches.load(Ordering::SeqCst), 1);
-    let key = a.1.key.unwrap();
+    let key = a.1.key().cloned().unwrap();
     assert!(key.op_key().ends_with("::quote:ACME"), "{key}");
 }
 
@@ -143,7 +143,7 @@ async fn field_paths_question_mark_and_return() {
     };
     let (result, report) = observe(place(order("12"), 2)).await;
     assert_eq!(result.unwrap(), 24);
-    assert_eq!(report.key.unwrap().to_string(), "orders.place:42:2");
+    assert_eq!(report.key().unwrap().to_string(), "orders.place:42:2");
     assert!(matches!(
         place(order("x"), 3).await,
         Err(AppError::Parse(_))
@@ -164,8 +164,8 @@ async fn generated_futures_are_send() {
     let handle = tokio::spawn(observe(guarded("abc".to_owned())));
     let (result, report) = handle.await.unwrap();
     assert_eq!(result.unwrap(), 3);
-    assert_eq!(report.idempotency, Some(IdempotencyOutcome::Executed));
-    assert_eq!(report.lock, Some(LockOutcome::Acquired));
+    assert_eq!(report.idempotency(), Some(IdempotencyOutcome::Executed));
+    assert_eq!(report.lock(), Some(LockOutcome::Acquired));
 }
 
 #[single_flight(key_from = "id")]
@@ -180,13 +180,13 @@ async fn all_layers(id: String) -> Result<usize, AppError> {
 async fn all_three_layers_report() {
     let (result, report) = observe(all_layers("abcd".to_owned())).await;
     assert_eq!(result.unwrap(), 4);
-    assert_eq!(report.idempotency, Some(IdempotencyOutcome::Executed));
-    assert_eq!(report.flight, Some(FlightOutcome::Led));
-    assert_eq!(report.lock, Some(LockOutcome::Acquired));
+    assert_eq!(report.idempotency(), Some(IdempotencyOutcome::Executed));
+    assert_eq!(report.flight(), Some(FlightOutcome::Led));
+    assert_eq!(report.lock(), Some(LockOutcome::Acquired));
     let (again, report) = observe(all_layers("abcd".to_owned())).await;
     assert_eq!(again.unwrap(), 4);
     assert!(report.replayed());
-    assert_eq!((report.flight, report.lock), (None, None));
+    assert_eq!((report.flight(), report.lock()), (None, None));
 }
 
 #[distributed_lock(key_from = "id", fenced = true)]
@@ -198,5 +198,5 @@ async fn fenced(id: u32) -> Result<bool, CoordError> {
 async fn fenced_lock_exposes_a_token_to_the_body() {
     let (result, report) = observe(fenced(1)).await;
     assert!(result.unwrap());
-    assert!(report.fencing_token.is_some());
+    assert!(report.fencing_token().is_some());
 }

@@ -77,9 +77,10 @@ async fn a_replay_touches_no_lock_in_either_order() {
         let (replayed, report) = observe(call(c.clone(), runs.clone())).await;
         assert_eq!(replayed.unwrap(), 1, "{op}: the replay answered");
         assert!(report.replayed(), "{op}");
-        assert_eq!(report.lock, None, "{op}: a replay never reaches the lock");
+        assert_eq!(report.lock(), None, "{op}: a replay never reaches the lock");
         assert_eq!(
-            report.flight, None,
+            report.flight(),
+            None,
             "{op}: a replay never reaches single-flight"
         );
         assert_eq!(
@@ -123,9 +124,9 @@ async fn followers_share_the_leaders_run_without_touching_the_lock() {
             2,
             "with wait = 0s a second lock attempt would have failed"
         );
-        if report.flight == Some(FlightOutcome::Joined) {
+        if report.flight() == Some(FlightOutcome::Joined) {
             joined += 1;
-            assert_eq!(report.lock, None, "a follower never reaches the lock");
+            assert_eq!(report.lock(), None, "a follower never reaches the lock");
         }
     }
     assert_eq!(joined, 7);

@@ -270,7 +270,7 @@ async fn an_outcome_that_cannot_be_stored_is_an_error_and_the_duplicate_is_told_
         other => panic!("expected OutcomeNotStored, got {other:?}"),
     }
     assert!(report.outcome_not_stored());
-    assert_eq!(report.idempotency, Some(IdempotencyOutcome::NotStored));
+    assert_eq!(report.idempotency(), Some(IdempotencyOutcome::NotStored));
     assert!(
         p.completes.calls() >= 3,
         "retried while the marker could be ours"
@@ -430,7 +430,7 @@ async fn an_absent_key_is_refused_before_the_body_and_never_shared() {
         }
         other => panic!("expected MissingKey, got {other:?}"),
     }
-    assert_eq!(report.idempotency, Some(IdempotencyOutcome::MissingKey));
+    assert_eq!(report.idempotency(), Some(IdempotencyOutcome::MissingKey));
     assert_eq!(runs.load(Ordering::SeqCst), 0, "the body did not run");
     assert_eq!(p.claims.calls(), 0, "no record was touched");
     // A present key still works, and is not confused with the absent one.
@@ -454,7 +454,7 @@ async fn run_unprotected_runs_every_keyless_call_and_counts_it() {
     let runs = Arc::new(AtomicUsize::new(0));
     let (first, report) = observe(optional_key_open(&c, None, runs.clone())).await;
     assert_eq!(first.unwrap(), 0);
-    assert_eq!(report.idempotency, Some(IdempotencyOutcome::Unprotected));
+    assert_eq!(report.idempotency(), Some(IdempotencyOutcome::Unprotected));
     assert_eq!(
         optional_key_open(&c, None, runs.clone()).await.unwrap(),
         1,

@@ -122,13 +122,13 @@ async fn after_shutdown_new_work_is_refused_and_running_markers_are_reported() {
         refused.unwrap_err().is_retryable(),
         "another instance can take it"
     );
-    assert!(call.idempotency.is_some());
+    assert!(call.idempotency().is_some());
     let (locked, call) = observe(job(&c, 9, gate, Arc::default())).await;
     assert!(
         matches!(locked, Err(CoordError::ShutDown { .. })),
         "{locked:?}"
     );
-    assert_eq!(call.lock, Some(LockOutcome::ShutDown));
+    assert_eq!(call.lock(), Some(LockOutcome::ShutDown));
     let manual = c.lock(c.key("sd.manual").finish()).try_acquire().await;
     assert!(
         matches!(manual, Err(CoordError::ShutDown { .. })),

@@ -154,11 +154,7 @@ fn interleaved_ratios(
     };
     let baseline = &times[1];
     for (i, case) in cases.iter().enumerate() {
-        let ratios: Vec<f64> = times[i]
-            .iter()
-            .zip(baseline)
-            .map(|(t, b)| t / b)
-            .collect();
+        let ratios: Vec<f64> = times[i].iter().zip(baseline).map(|(t, b)| t / b).collect();
         println!(
             "{case:8} median {:8.1} ns/call   median ratio to dashmap {:.2}x",
             median(times[i].clone()),

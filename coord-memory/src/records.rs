@@ -91,7 +91,6 @@ impl Record {
     }
 }
 
-
 /// What one step on a key does with the record there.
 enum Step {
     /// Leave it as it is (or leave the key empty).
@@ -157,7 +156,6 @@ pub struct RecordView {
     /// Whether a fingerprint is stored with the record.
     pub has_fingerprint: bool,
 }
-
 
 /// Lapsed records are swept once at least this many new keys were written since the last sweep
 /// (and at least as many as the store then held), so a sweep's cost is paid for by the writes
@@ -977,7 +975,13 @@ mod tests {
         let store = RecordStore::new();
         store.complete("live", owner(1), done(b"kept"), DAY, None);
         for i in 0..3000 {
-            store.complete(&format!("done{i}"), owner(1), done(b"v"), Duration::ZERO, None);
+            store.complete(
+                &format!("done{i}"),
+                owner(1),
+                done(b"v"),
+                Duration::ZERO,
+                None,
+            );
             store.claim(&format!("marker{i}"), owner(2), Duration::ZERO, None, None);
         }
         assert!(

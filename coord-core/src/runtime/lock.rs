@@ -353,7 +353,10 @@ struct CallHold<'c> {
 
 impl CallHold<'_> {
     /// Stops renewing, then releases; see [`release_hold`].
-    async fn settle(&mut self, lapse_reported: bool) -> Result<ReleaseOutcome, crate::BackendError> {
+    async fn settle(
+        &mut self,
+        lapse_reported: bool,
+    ) -> Result<ReleaseOutcome, crate::BackendError> {
         drop(self.renewal.take());
         self.armed = false;
         release_hold(self.coordinator, &self.hold, lapse_reported).await

@@ -148,7 +148,7 @@ impl<'c> Call<'c> {
     /// it started (see [`Call::body_started`]) when first polled.
     ///
     /// With `#[distributed_lock]` the lock layer, which wraps the body directly, times it
-    /// instead (see [`Call::record_body`]), from the clock reads it makes for the lock anyway.
+    /// instead, from the clock reads it makes for the lock anyway.
     pub async fn body<F: Future>(&self, body: F) -> F::Output {
         self.body_started.store(true, Ordering::Release);
         if self.spec.lock.is_some() {

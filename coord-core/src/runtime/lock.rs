@@ -478,7 +478,8 @@ where
         waited,
         granted_at,
     } = grant;
-    call.record_lock_granted(outcome, hold.fencing_token, waited);
+    // Held before anything else runs (a metrics recorder is foreign code): from here on a
+    // panic or a drop releases the lock.
     let mut held = CallHold {
         coordinator: call.coordinator,
         hold,
@@ -486,6 +487,7 @@ where
         armed: true,
     };
     let hold = &held.hold;
+    call.record_lock_granted(outcome, hold.fencing_token, waited);
     let body = ListedWhileWaiting::new(call.coordinator.lifecycle(), hold, body);
     let output = run_guarded(hold.clone(), spec.on_lost, held.renewal.as_ref(), body).await;
     if output.is_none() {

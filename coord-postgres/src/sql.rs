@@ -49,6 +49,7 @@ macro_rules! ms_between {
 #[derive(Debug)]
 pub(crate) struct Statements {
     pub(crate) lock_acquire: String,
+    pub(crate) lock_mint: String,
     pub(crate) lock_release: String,
     pub(crate) lock_renew: String,
     pub(crate) lock_inspect: String,
@@ -80,6 +81,7 @@ impl Statements {
         let s = |text: &str| text.replace("{s}", schema);
         Statements {
             lock_acquire: s(LOCK_ACQUIRE),
+            lock_mint: s(LOCK_MINT),
             lock_release: s(LOCK_RELEASE),
             lock_renew: s(LOCK_RENEW),
             lock_inspect: s(LOCK_INSPECT),
@@ -112,6 +114,7 @@ impl Statements {
     pub(crate) fn all(&self) -> Vec<&str> {
         let mut all = vec![
             self.lock_acquire.as_str(),
+            &self.lock_mint,
             &self.lock_release,
             &self.lock_renew,
             &self.lock_inspect,
@@ -143,19 +146,25 @@ impl Statements {
 /// The server's clock in milliseconds since the Unix epoch.
 const SERVER_TIME: &str = "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint";
 
-/// Take a lock, or report who holds it. `$1` key, `$2` owner, `$3` lease ms, `$4` fenced,
-/// `$5` mark a holder found as waited for.
+/// Take a lock, or report who holds it. `$1` key, `$2` owner, `$3` lease ms, `$4` mark a
+/// holder found as waited for.
 ///
-/// The row is ours when it is absent, lapsed, or already ours (a resend: the lease restarts,
-/// a fenced one mints anew). Otherwise, with `$5`, the holder's row is marked `waited` (one
-/// write per holder). Returns one row: `(won, fence, left_ms)`: the fencing token when won,
-/// the holder's remaining lease when not; no row when the key was held by a row this
+/// The row is ours when it is absent, lapsed, or already ours (a resend: the lease restarts).
+/// Otherwise, with `$4`, the holder's row is marked `waited` (one write per holder). Returns
+/// one row: `(won, fence, left_ms)` (`fence` is always NULL here), the holder's remaining lease
+/// when not won; no row when the key was held by a row this
 /// statement's snapshot does not show yet (held; the remaining lease unknown).
+///
+/// The row is written without a fencing token: a fenced grant draws its token afterwards with
+/// [`LOCK_MINT`], once the row is ours. A token drawn here would be drawn before the row's lock
+/// is: a statement could draw 100, be overtaken by another that draws 101, takes the key,
+/// holds and releases it, and then insert its row with 100, a token older than one the
+/// resource has already seen (the multi-process witness caught exactly that).
 const LOCK_ACQUIRE: &str = concat!(
     "WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
 taken AS (
   INSERT INTO {s}.locks AS l (key, owner, fence, expires_at, waited)
-  SELECT $1::text, $2::uuid, CASE WHEN $4::boolean THEN nextval('{s}.fence_seq') END,
+  SELECT $1::text, $2::uuid, NULL::bigint,
          now.t + ",
     ms!("$3::bigint"),
     ", false
@@ -164,12 +173,12 @@ taken AS (
     owner = CASE WHEN l.expires_at <= (SELECT t FROM now) OR l.owner = excluded.owner
                  THEN excluded.owner ELSE l.owner END,
     fence = CASE WHEN l.expires_at <= (SELECT t FROM now) OR l.owner = excluded.owner
-                 THEN excluded.fence ELSE l.fence END,
+                 THEN NULL ELSE l.fence END,
     expires_at = CASE WHEN l.expires_at <= (SELECT t FROM now) OR l.owner = excluded.owner
                  THEN excluded.expires_at ELSE l.expires_at END,
     waited = NOT (l.expires_at <= (SELECT t FROM now) OR l.owner = excluded.owner)
   WHERE l.expires_at <= (SELECT t FROM now) OR l.owner = excluded.owner
-     OR ($5::boolean AND NOT l.waited)
+     OR ($4::boolean AND NOT l.waited)
   RETURNING l.owner = $2::uuid AS won, l.fence, l.expires_at
 )
 SELECT won, fence, ",
@@ -181,6 +190,15 @@ SELECT false, NULL, ",
     "
 FROM {s}.locks l WHERE l.key = $1::text AND NOT EXISTS (SELECT 1 FROM taken)"
 );
+
+/// Draw the fencing token of a lock just won. `$1` key, `$2` owner. Drawn while the owner
+/// holds the live lease: every earlier holder drew its token while it held the key, before
+/// this one could take it, and every later holder will draw after this lease ends, so tokens
+/// strictly increase in the order the key was held. Returns the token, or no row when the
+/// lease ended before the token was drawn (the grant is then not made).
+const LOCK_MINT: &str = "UPDATE {s}.locks SET fence = nextval('{s}.fence_seq')
+WHERE key = $1::text AND owner = $2::uuid AND expires_at > clock_timestamp()
+RETURNING fence";
 
 /// Release a lock. `$1` key, `$2` owner, `$3` channel, `$4` payload. Deletes the owner's row
 /// (a lapsed one too, as tidying); returns `(released, woke)`: whether the owner still held

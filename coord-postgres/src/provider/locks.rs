@@ -29,7 +29,7 @@ impl Inner {
         let rows = self
             .query(
                 &self.sql.lock_acquire,
-                &[&key.qualified(), &owner, &lease, &req.fenced, &watch],
+                &[&key.qualified(), &owner, &lease, &watch],
                 "acquire",
                 key,
             )
@@ -40,16 +40,28 @@ impl Inner {
         };
         let won: bool = self.get(row, 0, "acquire", key)?;
         if won {
-            let fence: Option<i64> = self.get(row, 1, "acquire", key)?;
-            if req.fenced && fence.is_none() {
-                return Err(self.protocol("acquire", key, "a fenced grant without a token"));
+            if !req.fenced {
+                return Ok(Attempt::Won(None));
             }
-            let fence = if req.fenced {
-                fence.map(|f| f.max(0) as u64)
-            } else {
-                None
+            // The token is drawn only now that the key is ours (see `LOCK_MINT`).
+            let minted = self
+                .query(
+                    &self.sql.lock_mint,
+                    &[&key.qualified(), &owner],
+                    "acquire",
+                    key,
+                )
+                .await?;
+            let Some(row) = minted.first() else {
+                // The lease ended before the token was drawn: no grant. The lapsed row is
+                // free to anyone, this owner's next attempt included.
+                return Ok(Attempt::Held(None));
             };
-            return Ok(Attempt::Won(fence));
+            let fence: Option<i64> = self.get(row, 0, "acquire", key)?;
+            let Some(fence) = fence else {
+                return Err(self.protocol("acquire", key, "a fenced grant without a token"));
+            };
+            return Ok(Attempt::Won(Some(fence.max(0) as u64)));
         }
         let left: Option<i64> = self.get(row, 2, "acquire", key)?;
         Ok(Attempt::Held(left.map(from_ms)))

@@ -100,9 +100,11 @@
 //! UPDATE` on the key's row) turns the owner's marker into the record, creates the record when
 //! the marker is gone and nobody claimed since (`StoredWithoutMarker`), and otherwise reports
 //! the other owner (`Superseded`). `keep_abandoned_for` keeps a lapsed marker as an abandoned
-//! record; replays report the record's age. The records table has a `transactional` column
-//! and completion's SQL lives in one place, so that a later version can write the completion
-//! inside the application's own transaction.
+//! record; replays report the record's age. Claims may be transactional
+//! (`transactional_claims()` is true): such a marker is stored with the records table's
+//! `transactional` column set, and once its lease lapses it counts as absent whatever the keep.
+//! Completion's SQL lives in one place, so that a later version can write the completion inside
+//! the application's own transaction; this version has no transaction wrapper yet.
 //!
 //! ## Features
 //! * `tls` (default): TLS with rustls on ring (no OpenSSL). Without it, `sslmode=require` is

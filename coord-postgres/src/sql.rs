@@ -257,7 +257,8 @@ ORDER BY key LIMIT $3::bigint";
 
 /// Claim an idempotency key, or read what is there. `$1` key, `$2` owner, `$3` lease ms,
 /// `$4` fingerprint, `$5` keep-when-abandoned ms (NULL: do not keep), `$6` not-after (server
-/// ms since the epoch; NULL: no limit).
+/// ms since the epoch; NULL: no limit), `$7` transactional (the marker is part of a caller's
+/// transaction: once its lease lapses it counts as absent, whatever the keep).
 ///
 /// A claim executing after its not-after time writes nothing (`in_time` false): its caller
 /// has given up on it. Otherwise the marker is written when no live record is there (absent,
@@ -279,13 +280,14 @@ claimed AS (
     ",
          now.t + ",
     ms!("($3::bigint + coalesce($5::bigint, 0))"),
-    ", false, false
+    ", false, $7::boolean
   FROM now WHERE now.in_time
   ON CONFLICT (key) DO UPDATE SET
     state = excluded.state, owner = excluded.owner, fingerprint = excluded.fingerprint,
     payload = NULL, written_at = excluded.written_at, lease_ends_at = excluded.lease_ends_at,
-    expires_at = excluded.expires_at, waited = false, transactional = false
+    expires_at = excluded.expires_at, waited = false, transactional = excluded.transactional
   WHERE r.expires_at <= excluded.written_at
+     OR (r.transactional AND r.state = 'in_flight' AND r.lease_ends_at <= excluded.written_at)
   RETURNING 1
 )
 SELECT (SELECT count(*) FROM claimed) AS claimed, now.in_time, r.state, r.owner, r.fingerprint,

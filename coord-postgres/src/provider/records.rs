@@ -77,6 +77,7 @@ impl Inner {
                         &fp,
                         &keep,
                         &Some(not_after),
+                        &req.transactional,
                     ],
                     "claim",
                     key,
@@ -259,6 +260,14 @@ impl IdempotencyStore for PostgresProvider {
         req: ClaimRequest<'a>,
     ) -> BoxFuture<'a, Result<ClaimOutcome, BackendError>> {
         Box::pin(self.inner.claim(req))
+    }
+
+    /// True: a transactional claim's marker is stored with the `transactional` column set and
+    /// counts as absent once its lease lapses, even under a keep (what
+    /// [`ClaimRequest::transactional`] asks). The completion inside the caller's own transaction
+    /// is not provided by this version of the crate.
+    fn transactional_claims(&self) -> bool {
+        true
     }
 
     fn complete<'a>(

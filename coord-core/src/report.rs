@@ -185,6 +185,7 @@ pub struct CallReport {
     pub(crate) fencing_token: Option<FencingToken>,
     pub(crate) replay_age: Option<std::time::Duration>,
     pub(crate) lock_lost: Option<LossCause>,
+    pub(crate) settling_in_background: bool,
 }
 
 impl CallReport {
@@ -255,6 +256,24 @@ impl CallReport {
     /// True when the body ran but its outcome could not be stored: a retry may not replay it.
     pub fn outcome_not_stored(&self) -> bool {
         self.idempotency == Some(IdempotencyOutcome::NotStored)
+    }
+
+    /// True when the call answered before its clean-up was settled, and the clean-up goes on
+    /// in the background: storing the outcome (an idempotent body's `Ok` whose completion
+    /// did not answer within the caller's attempts), clearing the in-flight marker of a failed
+    /// body, or releasing the lock. The caller's wait is bounded by its own deadlines (a few
+    /// command timeouts), not by the backend: a stalled server does not hold the caller for a
+    /// whole lease.
+    ///
+    /// What goes on is owner-checked and retried, on fresh commands, until it lands or the
+    /// lease it concerns has ended (then the lease has freed the key by itself). Promised: the
+    /// call's answer never claims more than was settled when it answered; an idempotent call
+    /// answers `CoordError::OutcomeNotStored` (or, under `on_store_error = "return_ok"`, its
+    /// `Ok` with [`CallReport::outcome_not_stored`] set), never a plain `Ok`. Not promised:
+    /// that the background work succeeds. A completion that lands later is replayed to
+    /// duplicates; one that does not leaves the marker to lapse, as `on_abandoned` says.
+    pub fn settling_in_background(&self) -> bool {
+        self.settling_in_background
     }
 }
 

@@ -377,6 +377,7 @@ pub struct Metrics {
     lapsed_holds: AtomicU64,
     unprotected: AtomicU64,
     not_stored: AtomicU64,
+    settling_in_background: AtomicU64,
 }
 
 impl Metrics {
@@ -422,6 +423,20 @@ impl Metrics {
     /// How many `#[idempotent]` bodies returned `Ok` whose outcome could not be stored.
     pub fn outcomes_not_stored(&self) -> u64 {
         self.not_stored.load(Ordering::Relaxed)
+    }
+
+    /// How many calls answered before their clean-up was settled and left it to the
+    /// background (see [`CallReport::settling_in_background`](crate::CallReport::settling_in_background)):
+    /// an outcome still being stored, a marker still being cleared, a lock still being
+    /// released when the backend did not answer within the caller's own deadlines. Counted
+    /// when the call hands the work over, whatever becomes of it; a steady rise means the
+    /// backend is stalled or unreachable.
+    pub fn settling_in_background(&self) -> u64 {
+        self.settling_in_background.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn count_settling_in_background(&self) {
+        self.settling_in_background.fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn count_unprotected(&self) {

@@ -7,8 +7,9 @@
 //! | `terminated_while_waiting_for_a_lock` | the waiter's pooled and listening connections terminated (`pg_terminate_backend`) while it waits | the lock, within ~1 s of the release (listener remade; re-check) | — | 1 |
 //! | `terminated_while_holding_a_renewed_lock` | the holder's connections terminated three times during a renewed hold (lease 1 s) | `Ok(v)`: renewals go on over new connections, the hold is never lost | the lock at once after the call | 1 |
 //! | `terminated_at_completion` | coord's connections terminated just before the body returns (5 keys) | `Ok(v)` (stored over a new connection) | replay of `v` | 1 each |
-//! | `paused_briefly_during_completion` | server frozen (SIGSTOP) 700 ms from the body's return (lease 3 s) | `Ok(v)` after the thaw (completion retried) | replay of `v` | 1 |
+//! | `paused_briefly_during_completion` | server frozen (SIGSTOP) 500 ms from the body's return (lease 3 s), inside the caller's three completion attempts | `Ok(v)` after the thaw (completion retried) | replay of `v` | 1 |
 //! | `paused_past_the_lease_during_completion` | server frozen 2.5 s from the body's return (lease 1 s, warm connection) | `OutcomeNotStored { cause: Backend(Timeout) }` | replay of `v`: the completion sent before the freeze ran on thaw | 1 |
+//! | `paused_during_completion_with_a_long_lease_bounds_the_caller` | server frozen 3 s from the body's return (lease 30 s) | `OutcomeNotStored { cause: Backend(Timeout) }` within 5 s (three command timeouts), `settling_in_background()` | replay of `v` once the background completion lands after the thaw | 1 |
 //! | `late_claim_does_nothing` | server frozen 1.5 s while a claim is sent: it executes after its not-after time | `Timeout` | no marker at the key (the statement ran and wrote nothing) | 0 |
 //! | `acquire_lost_to_a_frozen_server_is_released` | server frozen 800 ms while an acquire is sent (lease 20 s) | `Backend(Timeout)` | the lock soon after the thaw (background release), not after the lease | 0 |
 //! | `killed_and_restarted_while_the_body_runs` | server killed (SIGKILL) and restarted while the body runs | `Ok(v)`: the marker was committed, the completion finds it | replay of `v` | 1 |
@@ -113,6 +114,11 @@ impl Body {
         }
         n * 100
     }
+}
+
+#[idempotent(key_from = "id", coordinator = c, name = "pg.leased", in_flight_lease = "30s", on_abandoned = "fail", on_backend_error = "fail_closed")]
+async fn thirty_second_lease_op(c: &Coordinator, id: u32, body: &Body) -> Result<u64, CoordError> {
+    Ok(body.run().await)
 }
 
 #[idempotent(key_from = "id", coordinator = c, name = "pg.long", in_flight_lease = "3s", on_abandoned = "fail", on_backend_error = "fail_closed")]
@@ -264,7 +270,7 @@ async fn paused_briefly_during_completion() {
         paused.pause();
         let resumer = paused.clone();
         *handle.lock().unwrap() = Some(std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(700));
+            std::thread::sleep(Duration::from_millis(500));
             resumer.resume();
         }));
     });
@@ -283,7 +289,7 @@ async fn paused_briefly_during_completion() {
         "completion retried past the freeze ({report:?})"
     );
     assert!(
-        took >= Duration::from_millis(650) && took < Duration::from_secs(4),
+        took >= Duration::from_millis(450) && took < Duration::from_secs(4),
         "the caller waited for the thaw, not for the lease: {took:?}"
     );
     let (again, report) = bounded("the duplicate", observe(long_op(&c, 1, &body))).await;
@@ -627,5 +633,83 @@ async fn read_only_server() {
     let (again, report) = bounded("the duplicate", observe(long_op(&c, 1, &body))).await;
     assert_eq!(again.unwrap(), 100);
     assert!(report.replayed(), "{report:?}");
+    assert_eq!(body.runs(), 1);
+}
+
+/// The server frozen from the body's return for 3 s, with a 30 s in-flight lease: the caller
+/// waits for three completion attempts (a command timeout each), not for the lease, and is told
+/// its outcome is not stored (yet); the completion goes on in the background and lands after
+/// the thaw, so a duplicate replays the one run's answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn paused_during_completion_with_a_long_lease_bounds_the_caller() {
+    let server = Arc::new(server().await);
+    let provider = provider(&server.url(), "coord", 2).await;
+    let c = coordinator(&provider);
+    let body = Body::default();
+    let paused = server.clone();
+    let thaw = Arc::new(Mutex::new(None));
+    let handle = thaw.clone();
+    body.inject(move || {
+        paused.pause();
+        let resumer = paused.clone();
+        *handle.lock().unwrap() = Some(std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_secs(3));
+            resumer.resume();
+        }));
+    });
+    let started = Instant::now();
+    let (result, report) = bounded("the call", observe(thirty_second_lease_op(&c, 1, &body))).await;
+    let took = started.elapsed();
+    println!(
+        "paused during completion, lease 30 s: the caller answered after {took:?}: {result:?}"
+    );
+    assert!(
+        took < Duration::from_secs(5),
+        "the caller waits for its own deadlines (3 x {TIMEOUT:?} and backoff), not for the server: {took:?}"
+    );
+    assert!(
+        matches!(
+            &result,
+            Err(CoordError::OutcomeNotStored { cause: NotStoredCause::Backend(err), .. })
+                if matches!(err.kind(), BackendErrorKind::Timeout | BackendErrorKind::Unavailable)
+        ),
+        "the caller is told the outcome is not stored: {result:?} ({report:?})"
+    );
+    assert!(report.settling_in_background(), "{report:?}");
+    assert_eq!(c.metrics().settling_in_background(), 1);
+    thaw.lock()
+        .unwrap()
+        .take()
+        .expect("injected")
+        .join()
+        .unwrap();
+    let thawed = Instant::now();
+    // The background completion lands once the server answers; until then a duplicate finds
+    // the marker in flight.
+    let again = loop {
+        let (again, dup) = bounded(
+            "the duplicate",
+            observe(thirty_second_lease_op(&c, 1, &body)),
+        )
+        .await;
+        match again {
+            Err(CoordError::InFlight { .. }) if thawed.elapsed() < Duration::from_secs(10) => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            other => {
+                assert!(dup.replayed(), "{other:?} {dup:?}");
+                break other;
+            }
+        }
+    };
+    println!(
+        "paused during completion, lease 30 s: replayed {:?} after the thaw",
+        thawed.elapsed()
+    );
+    assert_eq!(
+        again.unwrap(),
+        100,
+        "the duplicate replays the one run's answer"
+    );
     assert_eq!(body.runs(), 1);
 }

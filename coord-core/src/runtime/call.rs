@@ -87,6 +87,7 @@ impl<'c> Call<'c> {
             "coord.lock.wait_ms" = Empty,
             "coord.loss_cause" = Empty,
             "coord.replay.age_ms" = Empty,
+            "coord.settling_in_background" = Empty,
             "error.type" = Empty,
         );
         if spec.record_key {
@@ -284,6 +285,14 @@ impl<'c> Call<'c> {
             self.span_record("coord.replay.age_ms", age.as_secs_f64() * 1000.0);
         }
         self.report(|r| r.replay_age = age);
+    }
+
+    /// Records that the call answers before its clean-up settled: the rest goes on in the
+    /// background. Shown in the report and counted.
+    pub(crate) fn record_settling_in_background(&self) {
+        self.span_record("coord.settling_in_background", true);
+        self.coordinator.metrics().count_settling_in_background();
+        self.report(|r| r.settling_in_background = true);
     }
 
     /// Records why a hold was lost.

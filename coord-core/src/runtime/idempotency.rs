@@ -207,7 +207,9 @@ where
     marker.disarm();
     let Some(ok) = output.ok_ref() else {
         // A failure leaves no trace: free the key for a retry.
-        abandon_marker(Arc::clone(store), hold.clone()).await;
+        if !abandon_marker(Arc::clone(store), hold.clone()).await {
+            call.record_settling_in_background();
+        }
         return output;
     };
     // Encode, and decode back before storing: a record that could not be replayed is never
@@ -221,6 +223,10 @@ where
     // Counted for shutdown, which gives completions time to finish, also when the caller
     // stopped waiting and the write goes on in the background.
     let completing = call.coordinator.lifecycle().completing();
+    // The caller waits for a few attempts only (each bounded by the provider's command
+    // timeout); if the store has not answered by then, the rest of the retries go on in the
+    // background and the caller learns now that its outcome is not stored (yet).
+    let (handed_over, caller_gave_up) = tokio::sync::oneshot::channel();
     let write = store_outcome(
         Arc::clone(store),
         call.coordinator.renewer().clone(),
@@ -228,13 +234,24 @@ where
         payload,
         spec.retention,
         fingerprint,
+        Some(handed_over),
     );
-    let stored = DetachOnDrop::new(async move {
+    let mut stored = DetachOnDrop::new(async move {
         let stored = write.await;
         drop(completing);
         stored
-    })
-    .await;
+    });
+    let stored = tokio::select! {
+        biased;
+        stored = &mut stored => stored,
+        Ok(last_error) = caller_gave_up => {
+            // Dropping the write hands it to the background, where it keeps trying while the
+            // marker can be ours.
+            drop(stored);
+            call.record_settling_in_background();
+            return not_stored(call, spec, output, NotStoredCause::Backend(last_error));
+        }
+    };
     match stored {
         Ok(CompleteOutcome::StoredWithoutMarker) => {
             tracing::warn!(key = %call.key, "coord: the in-flight marker was gone at completion (lease lapsed, evicted, or the server restarted); nobody had claimed the key, so the outcome was stored anyway");
@@ -245,18 +262,30 @@ where
     }
 }
 
+/// How many completion attempts a caller waits for before the outcome's write goes on in the
+/// background and the caller is answered (`OutcomeNotStored`). Each attempt is bounded by the
+/// provider's command timeout, so a caller waits about this many command timeouts (plus
+/// 75 ms of backoff) at most, whatever the server does.
+pub(crate) const CALLER_COMPLETION_ATTEMPTS: u32 = 3;
+
 /// Clears the marker `hold` of a call whose body failed, owner-checked, so the key is free
 /// for a retry; survives the caller dropping the call. If the abandon cannot be confirmed it
-/// is retried in the background until the marker's lease ends.
-pub(crate) async fn abandon_marker(store: Arc<dyn IdempotencyStore>, hold: Arc<Hold>) {
+/// is retried in the background until the marker's lease ends, and `false` is returned (the
+/// clean-up is not settled yet): one attempt, bounded by the provider's command timeout, is
+/// all the caller waits for.
+pub(crate) async fn abandon_marker(store: Arc<dyn IdempotencyStore>, hold: Arc<Hold>) -> bool {
     DetachOnDrop::new(async move {
-        if let Err(err) = store.abandon(&hold.key, hold.owner()).await {
-            tracing::warn!(key = %hold.key, error = %err, "coord: clearing the in-flight marker failed; retrying in the background");
-            let (key, owner, left) = (hold.key.clone(), hold.owner(), hold.lease_left());
-            store.abandon_detached(key, owner, left);
+        match store.abandon(&hold.key, hold.owner()).await {
+            Ok(_) => true,
+            Err(err) => {
+                tracing::warn!(key = %hold.key, error = %err, "coord: clearing the in-flight marker failed; retrying in the background");
+                let (key, owner, left) = (hold.key.clone(), hold.owner(), hold.lease_left());
+                store.abandon_detached(key, owner, left);
+                false
+            }
         }
     })
-    .await;
+    .await
 }
 
 /// A key part was `None`: refuse (the error), or run without the layer (`Ok`), as the
@@ -343,6 +372,9 @@ pub(crate) async fn run_marked<F: Future>(
 /// keep the caller (and the key) forever. A completion that finds the marker gone but the key
 /// unclaimed stores the record anyway (the provider does it in one step); one that finds
 /// another owner reports the double run.
+///
+/// `caller`: told the latest error once [`CALLER_COMPLETION_ATTEMPTS`] attempts failed and
+/// more are to come, so the caller can answer while this goes on without it.
 async fn store_outcome(
     store: Arc<dyn IdempotencyStore>,
     renewer: Renewer,
@@ -350,6 +382,7 @@ async fn store_outcome(
     payload: Arc<[u8]>,
     retention: Duration,
     fingerprint: Option<Fingerprint>,
+    mut caller: Option<tokio::sync::oneshot::Sender<BackendError>>,
 ) -> Result<CompleteOutcome, NotStoredCause> {
     let mut renewal = None;
     let mut backoff = Duration::from_millis(25);
@@ -377,14 +410,28 @@ async fn store_outcome(
                 );
                 return Err(NotStoredCause::DoubleRun { other });
             }
-            Ok(stored) => return Ok(stored),
+            Ok(stored) => {
+                if caller.is_none() {
+                    tracing::info!(key = %hold.key, attempts, "coord: the outcome was stored in the background after the caller was answered; duplicates replay it");
+                }
+                return Ok(stored);
+            }
             Err(err) => err,
         };
         let now = tokio::time::Instant::now();
         let give_up_at = *give_up_at.get_or_insert_with(|| deadline_after(now, hold.lease()));
         let exhausted = !hold.is_held() || now >= give_up_at;
         if !err.kind().is_transient() || (exhausted && attempts >= 3) {
+            if caller.is_none() {
+                tracing::warn!(key = %hold.key, error = %err, attempts, "coord: storing the outcome in the background failed until the in-flight marker could no longer be ours; it is not stored");
+            }
             return Err(NotStoredCause::Backend(err));
+        }
+        if attempts >= CALLER_COMPLETION_ATTEMPTS
+            && let Some(caller) = caller.take()
+        {
+            // The caller stops waiting here; if it is gone already, nothing is lost.
+            let _ = caller.send(err.clone());
         }
         if renewal.is_none() {
             let every = (hold.lease() / 3).max(Duration::from_millis(1));

@@ -305,7 +305,10 @@ impl LockGuard {
     pub async fn release(mut self) -> Result<bool, CoordError> {
         match self.settle().await {
             Ok(outcome) => Ok(outcome == ReleaseOutcome::Released),
-            Err(err) => Err(CoordError::Backend(err.with_key(&self.hold.key))),
+            Err(err) => {
+                self.coordinator.metrics().count_settling_in_background();
+                Err(CoordError::Backend(err.with_key(&self.hold.key)))
+            }
         }
     }
 
@@ -508,6 +511,11 @@ where
         report_lapse(call, hold, spec, hold.held_for_at(returned_at));
     }
     let released = held.settle(lapsed).await;
+    if released.is_err() {
+        // One release attempt (bounded by the provider's command timeout) is all the caller
+        // waits for; the rest is the background's, and the report says so.
+        call.record_settling_in_background();
+    }
     if matches!(
         released,
         Ok(ReleaseOutcome::NotHeld | ReleaseOutcome::ForceReleased)

@@ -13,6 +13,7 @@ mod support;
 
 mod bad_inputs;
 mod cache;
+mod caller_deadlines;
 mod cancellation;
 mod conformance;
 mod connections;

@@ -14,6 +14,8 @@ pub(crate) mod fred_client;
 #[cfg(feature = "redis-client")]
 pub(crate) mod redis_rs;
 mod server_error;
+#[cfg(feature = "redis-client")]
+mod wire;
 
 pub(crate) use server_error::{ErrorCode, ServerError};
 
@@ -94,6 +96,10 @@ pub(crate) enum Reply {
 pub(crate) enum Fault {
     /// No connection, or it broke.
     Unavailable(String),
+    /// No connection could take the command, and the client says so before writing any of it:
+    /// the command never left the process, so sending it again cannot run it twice. Reported
+    /// as `Unavailable` when it is final.
+    NotSent(String),
     /// No answer in time.
     Timeout(String),
     /// The server answered with an error reply.
@@ -120,7 +126,7 @@ impl Fault {
     /// [`ServerError::backend_kind`]'s.
     pub(crate) fn into_backend(self, context: &str) -> BackendError {
         let (kind, text) = match self {
-            Fault::Unavailable(t) => (BackendErrorKind::Unavailable, t),
+            Fault::Unavailable(t) | Fault::NotSent(t) => (BackendErrorKind::Unavailable, t),
             Fault::Timeout(t) => (BackendErrorKind::Timeout, t),
             Fault::Protocol(t) => (BackendErrorKind::Protocol, t),
             Fault::Config(t) => (BackendErrorKind::Config, t),
@@ -144,8 +150,10 @@ pub(crate) trait Transport: Send + Sync + 'static {
     /// Each command goes out once: no client library behind this trait resends a command on
     /// its own after it may have reached the server (a timeout, a connection that closed with
     /// the command in flight). Only replies that prove the command was not executed
-    /// (`MOVED`, `TRYAGAIN`, `CLUSTERDOWN` from a Cluster) are followed by a resend, within
-    /// the same timeout.
+    /// (`MOVED`, `TRYAGAIN`, `CLUSTERDOWN` from a Cluster), and failures that prove it never
+    /// left the process (its connection was closed, or known gone, before any byte of it was
+    /// written), are followed by a resend, within the same timeout (redis-rs: once, on a
+    /// fresh connection, which may take a second command timeout).
     ///
     /// After a call times out or its connection breaks, that connection is not used again:
     /// the next call goes out on a freshly made one, so it never queues behind a reply that

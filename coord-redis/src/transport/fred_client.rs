@@ -7,7 +7,10 @@
 //! position, so Cluster routing never depends on fred knowing the command.
 //!
 //! Each command is written once (`max_command_attempts = 1`): a command whose connection
-//! closes while it is in flight fails instead of being sent again after the reconnect. A
+//! closes while it is in flight fails instead of being sent again after the reconnect. A single
+//! command that fred fails because it had no connection to route it to (the server closed the
+//! connection and fred is making a new one: "Failed to route command.") was never written, and
+//! is sent again within the same command timeout once fred has reconnected. A
 //! command that times out leaves its client's connection behind: the slot is given a new
 //! client (new connections), and the old one is closed in the background, so the next call
 //! never queues behind the stuck reply.
@@ -455,7 +458,12 @@ async fn run_on(
         let (cmd, args) = custom(c);
         let _: () = pipeline.custom(cmd, args).await.map_err(fault)?;
     }
-    let values: Vec<Value> = pipeline.all().await.map_err(fault)?;
+    // A pipeline's commands are routed one by one: one of them finding no connection does not
+    // prove the others were not written.
+    let values: Vec<Value> = pipeline.all().await.map_err(|e| match fault(e) {
+        Fault::NotSent(why) => Fault::Unavailable(why),
+        other => other,
+    })?;
     values.into_iter().map(reply).collect()
 }
 
@@ -500,6 +508,16 @@ impl Transport for Fred {
                             if f.not_executed()
                                 && tokio::time::Instant::now() + pause < deadline =>
                         {
+                            tokio::time::sleep(pause).await;
+                            pause = (pause * 2).min(Duration::from_millis(100));
+                        }
+                        // Never written: fred had no connection for it (the server closed
+                        // it, and fred is making a new one). Sent again once fred has
+                        // reconnected, within the same timeout.
+                        Err(Fault::NotSent(why))
+                            if tokio::time::Instant::now() + pause < deadline =>
+                        {
+                            tracing::debug!(error = %why, "coord-redis: fred had no connection for the command; sending it again");
                             tokio::time::sleep(pause).await;
                             pause = (pause * 2).min(Duration::from_millis(100));
                         }
@@ -594,10 +612,18 @@ fn reply(value: Value) -> Result<Reply, Fault> {
     })
 }
 
+/// What fred answers a command it found no connection to write to: its connection was closed
+/// and not replaced yet. fred fails the command before writing any of it (each command is
+/// given one write attempt, and routing comes before the write).
+const NO_ROUTE: &str = "Failed to route command.";
+
 fn fault(err: Error) -> Fault {
     let text = err.details();
     let unavailable = || Fault::Unavailable(format!("{:?}: {text}", err.kind()));
     match err.kind() {
+        ErrorKind::Unknown if text == NO_ROUTE => {
+            Fault::NotSent(format!("{:?}: {text} (not sent)", err.kind()))
+        }
         ErrorKind::Timeout => Fault::Timeout(text.to_owned()),
         ErrorKind::Config | ErrorKind::Url | ErrorKind::Auth => Fault::Config(text.to_owned()),
         ErrorKind::Protocol | ErrorKind::Parse => Fault::Protocol(text.to_owned()),

@@ -6,6 +6,11 @@
 //!   dropped, and the next call dials again (asking Sentinel again, where there is one). The
 //!   call that dials is bounded by the command timeout as a whole; a call on a live
 //!   connection is bounded by the client's response timeout, with no timer of our own.
+//!   Plain TCP and Unix-socket connections are dialled here, on a socket that counts what it
+//!   wrote and refuses to write once the server has closed its end ([`wire`](super::wire)): a
+//!   command that failed because its connection was closed, and of which provably no byte was
+//!   written, is sent once more on a fresh connection (the first command after `CLIENT KILL`
+//!   or a restart). A command that may have reached the server is never sent again.
 //! * Cluster: a pool of cluster connections (slot routing and node connections are
 //!   redis-rs's), each call under one command timeout. redis-rs's own retries are off (it
 //!   would resend a command whose connection dropped after sending it); replies that prove a
@@ -38,6 +43,7 @@ use redis::{
 use redis::{ClientTlsConfig, TlsCertificates, TlsMode};
 use tokio::sync::watch;
 
+use super::wire::{Watched, Wire};
 use super::{
     Command, ErrorCode, Fault, NodeReplies, Reply, ServerError, Subscriber, SubscriberEvents,
     Transport,
@@ -410,7 +416,7 @@ fn fault(err: RedisError) -> Fault {
 /// or is no longer on the master.
 fn stale(fault: &Fault) -> bool {
     match fault {
-        Fault::Unavailable(_) | Fault::Timeout(_) => true,
+        Fault::Unavailable(_) | Fault::NotSent(_) | Fault::Timeout(_) => true,
         Fault::Server(err) => matches!(
             err.code(),
             ErrorCode::ReadOnly | ErrorCode::MasterDown | ErrorCode::Loading
@@ -454,7 +460,97 @@ impl SentinelShared {
 }
 
 /// The connection a slot holds, tagged with the dial that made it.
-type Current = Mutex<Option<(u64, MultiplexedConnection)>>;
+type Current = Mutex<Option<Live>>;
+
+/// One live connection of a slot: the dial that made it, the connection, and (for a socket
+/// dialled here) what its socket wrote.
+#[derive(Clone)]
+struct Live {
+    generation: u64,
+    conn: MultiplexedConnection,
+    wire: Option<Arc<Wire>>,
+    /// Stops the connection's driver once the last clone is gone (connections dialled here;
+    /// redis-rs's own dial manages its driver itself).
+    _driver: Option<Arc<DriverGuard>>,
+}
+
+/// Aborts a connection's driver task when dropped.
+struct DriverGuard(tokio::task::AbortHandle);
+
+impl Drop for DriverGuard {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Dials `client`'s address here when it is plain TCP or a Unix socket (so its writes can be
+/// watched), else through redis-rs. Bounded by the connection timeout in `config`, as
+/// redis-rs's own dial is.
+async fn dial(
+    client: &redis::Client,
+    config: &AsyncConnectionConfig,
+    timeout: Duration,
+) -> Result<Live, Fault> {
+    let info = client.get_connection_info();
+    let watched = async {
+        let (conn, wire, driver) = match info.addr() {
+            ConnectionAddr::Tcp(host, port) => {
+                let socket = tokio::net::TcpStream::connect((host.as_str(), *port))
+                    .await
+                    .map_err(|e| Fault::Unavailable(format!("connecting to {host}:{port}: {e}")))?;
+                socket
+                    .set_nodelay(true)
+                    .map_err(|e| Fault::Unavailable(e.to_string()))?;
+                let (stream, wire) = Watched::new(socket);
+                let (conn, driver) = MultiplexedConnection::new_with_config(
+                    info.redis_settings(),
+                    stream,
+                    config.clone(),
+                )
+                .await
+                .map_err(fault)?;
+                (conn, wire, tokio::spawn(driver))
+            }
+            #[cfg(unix)]
+            ConnectionAddr::Unix(path) => {
+                let socket = tokio::net::UnixStream::connect(path).await.map_err(|e| {
+                    Fault::Unavailable(format!("connecting to {}: {e}", path.display()))
+                })?;
+                let (stream, wire) = Watched::new(socket);
+                let (conn, driver) = MultiplexedConnection::new_with_config(
+                    info.redis_settings(),
+                    stream,
+                    config.clone(),
+                )
+                .await
+                .map_err(fault)?;
+                (conn, wire, tokio::spawn(driver))
+            }
+            _ => {
+                let conn = client
+                    .get_multiplexed_async_connection_with_config(config)
+                    .await
+                    .map_err(fault)?;
+                return Ok(Live {
+                    generation: 0,
+                    conn,
+                    wire: None,
+                    _driver: None,
+                });
+            }
+        };
+        Ok::<_, Fault>(Live {
+            generation: 0,
+            conn,
+            wire: Some(wire),
+            _driver: Some(Arc::new(DriverGuard(driver.abort_handle()))),
+        })
+    };
+    match tokio::time::timeout(timeout, watched).await {
+        Ok(dialled) => dialled,
+        Err(_) => Err(Fault::Timeout("no connection in time".to_owned())),
+    }
+}
 
 /// One multiplexed connection, dialled on demand and dropped when it goes bad.
 struct Slot {
@@ -496,14 +592,14 @@ impl Slot {
         self.node.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    fn cached(&self) -> Option<(u64, MultiplexedConnection)> {
+    fn cached(&self) -> Option<Live> {
         self.current
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
     }
 
-    async fn connection(&self) -> Result<(u64, MultiplexedConnection), Fault> {
+    async fn connection(&self) -> Result<Live, Fault> {
         if let Some(found) = self.cached() {
             return Ok(found);
         }
@@ -527,12 +623,10 @@ impl Slot {
         // RESP3: redis-rs reports a closed connection to the push sender only under RESP3.
         let client = resp3(&self.dialer.client().await?)?;
         let node = client.get_connection_info().addr().to_string();
-        let mut conn = client
-            .get_multiplexed_async_connection_with_config(&config)
-            .await
-            .map_err(fault)?;
+        let mut live = dial(&client, &config, self.timeout).await?;
+        live.generation = generation;
         // A new connection: is it still the same server process as before?
-        match exec(&mut conn, &[info_server()]).await {
+        match exec(&mut live.conn, &[info_server()]).await {
             Ok(replies) => {
                 if let Some(info) = replies.first() {
                     self.watch.observe_info(&node, info);
@@ -545,28 +639,41 @@ impl Slot {
             Err(other) => return Err(other),
         }
         *self.node.lock().unwrap_or_else(|e| e.into_inner()) = node;
-        *self.current.lock().unwrap_or_else(|e| e.into_inner()) = Some((generation, conn.clone()));
-        Ok((generation, conn))
+        *self.current.lock().unwrap_or_else(|e| e.into_inner()) = Some(live.clone());
+        Ok(live)
     }
 
     async fn exec(&self, cmds: &[Command<'_>]) -> Result<Vec<Reply>, Fault> {
-        let (generation, mut conn) = match self.cached() {
-            Some(found) => found,
-            // Dialling and the call share one command timeout.
-            None => {
-                let dialled = async {
-                    let (generation, mut conn) = self.connection().await?;
-                    let result = exec(&mut conn, cmds).await;
-                    Ok::<_, Fault>((generation, result))
-                };
-                let (generation, result) = match tokio::time::timeout(self.timeout, dialled).await {
-                    Ok(outcome) => outcome?,
-                    Err(_) => return Err(Fault::Timeout("no connection in time".to_owned())),
-                };
-                return self.check(generation, result);
-            }
+        let Some(mut live) = self.cached() else {
+            return self.dial_and_exec(cmds).await;
         };
-        let result = exec(&mut conn, cmds).await;
+        let written = live.wire.as_ref().map(|wire| wire.written());
+        let result = exec(&mut live.conn, cmds).await;
+        if let Err(Fault::Unavailable(why)) = &result
+            && let (Some(wire), Some(before)) = (&live.wire, written)
+            && wire.written() == before
+        {
+            // The connection broke, and not one byte went out on it since this command was
+            // handed over: the server never saw the command. Sent once more, on a fresh
+            // connection (a failure there is final).
+            tracing::debug!(error = %why, "coord-redis: the connection was closed before the command was written; sending it on a new connection");
+            forget(&self.current, live.generation);
+            return self.dial_and_exec(cmds).await;
+        }
+        self.check(live.generation, result)
+    }
+
+    /// Dials (unless another call just did) and sends `cmds`; both under one command timeout.
+    async fn dial_and_exec(&self, cmds: &[Command<'_>]) -> Result<Vec<Reply>, Fault> {
+        let dialled = async {
+            let mut live = self.connection().await?;
+            let result = exec(&mut live.conn, cmds).await;
+            Ok::<_, Fault>((live.generation, result))
+        };
+        let (generation, result) = match tokio::time::timeout(self.timeout, dialled).await {
+            Ok(outcome) => outcome?,
+            Err(_) => return Err(Fault::Timeout("no connection in time".to_owned())),
+        };
         self.check(generation, result)
     }
 
@@ -585,7 +692,17 @@ impl Slot {
     }
 }
 
-fn forget<C>(current: &Mutex<Option<(u64, C)>>, generation: u64) {
+fn forget(current: &Current, generation: u64) {
+    let mut current = current.lock().unwrap_or_else(|e| e.into_inner());
+    if current
+        .as_ref()
+        .is_some_and(|live| live.generation == generation)
+    {
+        *current = None;
+    }
+}
+
+fn forget_cluster(current: &Mutex<Option<(u64, ClusterConnection)>>, generation: u64) {
     let mut current = current.lock().unwrap_or_else(|e| e.into_inner());
     if current.as_ref().is_some_and(|(g, _)| *g == generation) {
         *current = None;
@@ -684,7 +801,7 @@ impl ClusterSlot {
         if let (Err(f), Some(generation)) = (&result, used)
             && stale(f)
         {
-            forget(&self.current, generation);
+            forget_cluster(&self.current, generation);
         }
         result
     }

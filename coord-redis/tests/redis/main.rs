@@ -29,6 +29,7 @@ mod locks;
 mod operations;
 mod outcome_faults;
 mod own_client;
+mod reconnect;
 mod records;
 mod round_trips;
 mod shutdown;

@@ -259,9 +259,9 @@ impl CallReport {
     }
 
     /// True when the call answered before its clean-up was settled, and the clean-up goes on
-    /// in the background: storing the outcome (an idempotent body's `Ok` whose completion
-    /// did not answer within the caller's attempts), clearing the in-flight marker of a failed
-    /// body, or releasing the lock. The caller's wait is bounded by its own deadlines (a few
+    /// in the background: storing the outcome (an idempotent body's `Ok` whose completion did
+    /// not land within the caller's three attempts and 750 ms), clearing the in-flight marker
+    /// of a failed body, or releasing the lock. The caller's wait is bounded by its own deadlines (a few
     /// command timeouts), not by the backend: a stalled server does not hold the caller for a
     /// whole lease.
     ///

@@ -226,7 +226,7 @@ where
     // The caller waits for a few attempts only (each bounded by the provider's command
     // timeout); if the store has not answered by then, the rest of the retries go on in the
     // background and the caller learns now that its outcome is not stored (yet).
-    let (handed_over, caller_gave_up) = tokio::sync::oneshot::channel();
+    let hand_over = Arc::new(HandOver::default());
     let write = store_outcome(
         Arc::clone(store),
         call.coordinator.renewer().clone(),
@@ -234,17 +234,27 @@ where
         payload,
         spec.retention,
         fingerprint,
-        Some(handed_over),
+        Some(hand_over.clone()),
     );
     let mut stored = DetachOnDrop::new(async move {
         let stored = write.await;
         drop(completing);
         stored
     });
+    // Waiting on a `Notify` rather than a channel: a write that ends on its own wakes nobody
+    // (a dropped sender would wake this task once more after the call returned, and whoever
+    // polls the task next would take that for a wake-up of its own).
+    let gave_up = hand_over.notify.notified();
     let stored = tokio::select! {
         biased;
         stored = &mut stored => stored,
-        Ok(last_error) = caller_gave_up => {
+        () = gave_up => {
+            let last_error = hand_over
+                .last_error
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take()
+                .expect("the write hands over its latest error before notifying");
             // Dropping the write hands it to the background, where it keeps trying while the
             // marker can be ours.
             drop(stored);
@@ -262,11 +272,26 @@ where
     }
 }
 
+/// How the outcome's write tells its caller that it stops waiting: the latest error, then a
+/// notification.
+#[derive(Default)]
+struct HandOver {
+    last_error: std::sync::Mutex<Option<BackendError>>,
+    notify: tokio::sync::Notify,
+}
+
 /// How many completion attempts a caller waits for before the outcome's write goes on in the
 /// background and the caller is answered (`OutcomeNotStored`). Each attempt is bounded by the
 /// provider's command timeout, so a caller waits about this many command timeouts (plus
-/// 75 ms of backoff) at most, whatever the server does.
+/// 75 ms of backoff), or [`CALLER_COMPLETION_FLOOR`] if that is longer, whatever the server
+/// does.
 pub(crate) const CALLER_COMPLETION_ATTEMPTS: u32 = 3;
+
+/// The least time a caller keeps trying to store its outcome, from the first attempt: attempts
+/// that fail fast (a read-only or restarting server answering at once) are given this long to
+/// succeed before the caller is answered. With the caller's attempts, the caller waits for
+/// `max(3 attempts, 750 ms)`; a stalled server's attempts last a command timeout each.
+pub(crate) const CALLER_COMPLETION_FLOOR: Duration = Duration::from_millis(750);
 
 /// Clears the marker `hold` of a call whose body failed, owner-checked, so the key is free
 /// for a retry; survives the caller dropping the call. If the abandon cannot be confirmed it
@@ -373,8 +398,9 @@ pub(crate) async fn run_marked<F: Future>(
 /// unclaimed stores the record anyway (the provider does it in one step); one that finds
 /// another owner reports the double run.
 ///
-/// `caller`: told the latest error once [`CALLER_COMPLETION_ATTEMPTS`] attempts failed and
-/// more are to come, so the caller can answer while this goes on without it.
+/// `caller`: told the latest error once [`CALLER_COMPLETION_ATTEMPTS`] attempts failed over at
+/// least [`CALLER_COMPLETION_FLOOR`] and more are to come, so the caller can answer while this
+/// goes on without it.
 async fn store_outcome(
     store: Arc<dyn IdempotencyStore>,
     renewer: Renewer,
@@ -382,12 +408,13 @@ async fn store_outcome(
     payload: Arc<[u8]>,
     retention: Duration,
     fingerprint: Option<Fingerprint>,
-    mut caller: Option<tokio::sync::oneshot::Sender<BackendError>>,
+    mut caller: Option<Arc<HandOver>>,
 ) -> Result<CompleteOutcome, NotStoredCause> {
     let mut renewal = None;
     let mut backoff = Duration::from_millis(25);
     let mut attempts = 0u32;
     let mut give_up_at = None;
+    let first_sent = tokio::time::Instant::now();
     loop {
         attempts += 1;
         let outcome = store
@@ -428,10 +455,13 @@ async fn store_outcome(
             return Err(NotStoredCause::Backend(err));
         }
         if attempts >= CALLER_COMPLETION_ATTEMPTS
+            && now.saturating_duration_since(first_sent) >= CALLER_COMPLETION_FLOOR
             && let Some(caller) = caller.take()
         {
-            // The caller stops waiting here; if it is gone already, nothing is lost.
-            let _ = caller.send(err.clone());
+            // The caller stops waiting here (a permit is kept if it is between polls); if it
+            // is gone already, nothing is lost.
+            *caller.last_error.lock().unwrap_or_else(|e| e.into_inner()) = Some(err.clone());
+            caller.notify.notify_one();
         }
         if renewal.is_none() {
             let every = (hold.lease() / 3).max(Duration::from_millis(1));

@@ -29,6 +29,7 @@ mod operations;
 mod outcome_faults;
 mod own_client;
 mod records;
+mod replica_acks;
 mod round_trips;
 mod shutdown;
 mod stalls;

@@ -9,7 +9,7 @@
 //! | maxmemory-policy | `noeviction` | not readable (`CONFIG` refused) | any other policy |
 //! | persistence | AOF or snapshots on | off, or not readable | |
 //! | clock | within 1 s of this host | more than 1 s apart | |
-//! | replication | a primary without replicas, or with `min-replicas-to-write` ≥ 1 and enough replicas in step | replicas but `min-replicas-to-write 0`; a replica lagging or not online; not readable | a replica (writes refused), or fewer replicas in step than `min-replicas-to-write` (writes refused now) |
+//! | replication (with `--replica-acks N`: warn when fewer than N replicas are in step) | a primary without replicas, or with `min-replicas-to-write` ≥ 1 and enough replicas in step | replicas but `min-replicas-to-write 0`; a replica lagging or not online; not readable | a replica (writes refused), or fewer replicas in step than `min-replicas-to-write` (writes refused now) |
 //!
 //! Why replication is judged: Redis replicates asynchronously. When the primary fails and a
 //! replica is promoted (Sentinel, Cluster), writes the old primary acknowledged but had not
@@ -64,7 +64,7 @@ fn finding(node: Option<&str>, check: &'static str, status: Status, detail: Stri
 }
 
 /// What coord thinks of one node's report.
-fn judge(node: &NodeReport) -> Vec<Finding> {
+fn judge(node: &NodeReport, replica_acks: Option<u32>) -> Vec<Finding> {
     let at = Some(node.node.as_str());
     let mut out = Vec::new();
     let (major, minor) = MIN_REDIS_VERSION;
@@ -150,7 +150,7 @@ fn judge(node: &NodeReport) -> Vec<Finding> {
         "{:+} ms (±{} ms) against this host",
         node.clock_offset_ms, node.clock_uncertainty_ms
     );
-    out.push(judge_replication(node));
+    out.push(judge_replication(node, replica_acks));
     out.push(if apart > CLOCK_WARN.as_millis() as u64 {
         finding(
             at,
@@ -169,7 +169,7 @@ fn judge(node: &NodeReport) -> Vec<Finding> {
 }
 
 /// What coord thinks of one node's replication (see the module's table).
-fn judge_replication(node: &NodeReport) -> Finding {
+fn judge_replication(node: &NodeReport, replica_acks: Option<u32>) -> Finding {
     let at = Some(node.node.as_str());
     let check = "replication";
     match node.is_primary() {
@@ -218,6 +218,24 @@ fn judge_replication(node: &NodeReport) -> Finding {
         .collect::<Vec<_>>()
         .join(", ");
     let required = node.min_replicas_to_write;
+    if let Some(asked) = replica_acks.filter(|&n| n as usize > in_step) {
+        return finding(
+            at,
+            check,
+            Status::Warn,
+            format!(
+                "`replica_acks({asked})` asks for more replicas than are in step here \
+                 ({in_step} of {}{}): every claim, grant and renewal waits out its timeout and \
+                 fails with `NotReplicated`",
+                node.replicas.len(),
+                if listed.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {listed}")
+                }
+            ),
+        );
+    }
     if node.replicas.is_empty() {
         return match required {
             Some(n) if n > 0 => finding(
@@ -288,7 +306,11 @@ fn judge_replication(node: &NodeReport) -> Finding {
     }
 }
 
-pub async fn run(connection: &Connection, json: bool) -> Result<Exit, Failure> {
+pub async fn run(
+    connection: &Connection,
+    json: bool,
+    replica_acks: Option<u32>,
+) -> Result<Exit, Failure> {
     let started = Instant::now();
     let mut findings = Vec::new();
     let mut nodes = Vec::new();
@@ -308,7 +330,7 @@ pub async fn run(connection: &Connection, json: bool) -> Result<Exit, Failure> {
             match provider.server_report().await {
                 Ok(report) => {
                     for node in &report.nodes {
-                        findings.extend(judge(node));
+                        findings.extend(judge(node, replica_acks));
                     }
                     nodes = report.nodes;
                 }

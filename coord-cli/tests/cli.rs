@@ -641,6 +641,29 @@ async fn check_reports_replication_and_min_replicas_to_write() {
     assert_eq!(replication(&run)["status"], "ok", "{run:?}");
     assert_eq!(run.json()["verdict"], "ok", "{run:?}");
 
+    // The application's `replica_acks`: one replica is enough for 1, not for 2.
+    let run = coord(
+        &primary.url(),
+        "",
+        &["--json", "check", "--replica-acks", "1"],
+    );
+    assert_eq!(replication(&run)["status"], "ok", "{run:?}");
+    let run = coord(
+        &primary.url(),
+        "",
+        &["--json", "check", "--replica-acks", "2"],
+    );
+    assert_eq!(run.code, 0, "a warning: {run:?}");
+    let finding = replication(&run);
+    assert_eq!(finding["status"], "warn", "{finding}");
+    assert!(
+        finding["detail"]
+            .as_str()
+            .unwrap()
+            .contains("replica_acks(2)"),
+        "{finding}"
+    );
+
     // A URL naming the replica: coord's writes would all be refused.
     let run = coord(&replica.url(), "", &["--json", "check"]);
     assert_eq!(run.code, 1, "{run:?}");

@@ -153,9 +153,15 @@ pub enum Command {
     Records(RecordCommand),
 
     /// Check a Redis deployment for coord: connectivity, server version, `maxmemory-policy`,
-    /// persistence and clock skew, on every data node, with a verdict. Exits 1 when a check
-    /// fails.
-    Check,
+    /// persistence, clock skew and replication, on every data node, with a verdict. Exits 1
+    /// when a check fails.
+    Check {
+        /// The `replica_acks` replica count the application asks for
+        /// (`RedisProviderBuilder::replica_acks`): warns when a primary has fewer replicas
+        /// in step, since every grant would then fail.
+        #[arg(long, value_name = "N")]
+        replica_acks: Option<u32>,
+    },
 
     /// Create coord's tables in PostgreSQL, or bring them up to this version (--postgres-url,
     /// --postgres-schema): applies the migrations the schema lacks, in one transaction, and

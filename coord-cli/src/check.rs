@@ -9,6 +9,15 @@
 //! | maxmemory-policy | `noeviction` | not readable (`CONFIG` refused) | any other policy |
 //! | persistence | AOF or snapshots on | off, or not readable | |
 //! | clock | within 1 s of this host | more than 1 s apart | |
+//! | replication (with `--replica-acks N`: warn when fewer than N replicas are in step) | a primary without replicas, or with `min-replicas-to-write` ≥ 1 and enough replicas in step | replicas but `min-replicas-to-write 0`; a replica lagging or not online; not readable | a replica (writes refused), or fewer replicas in step than `min-replicas-to-write` (writes refused now) |
+//!
+//! Why replication is judged: Redis replicates asynchronously. When the primary fails and a
+//! replica is promoted (Sentinel, Cluster), writes the old primary acknowledged but had not
+//! yet sent are gone: a lock granted there is free on the new primary, an idempotency record
+//! stored there is absent, and the operation can run twice. `min-replicas-to-write` makes a
+//! primary cut off from its replicas refuse writes (so a minority side cannot acknowledge
+//! what the majority will never see); its price is availability: with one replica, every
+//! write fails while that replica is away.
 
 use std::time::{Duration, Instant};
 
@@ -55,7 +64,7 @@ fn finding(node: Option<&str>, check: &'static str, status: Status, detail: Stri
 }
 
 /// What coord thinks of one node's report.
-fn judge(node: &NodeReport) -> Vec<Finding> {
+fn judge(node: &NodeReport, replica_acks: Option<u32>) -> Vec<Finding> {
     let at = Some(node.node.as_str());
     let mut out = Vec::new();
     let (major, minor) = MIN_REDIS_VERSION;
@@ -141,6 +150,7 @@ fn judge(node: &NodeReport) -> Vec<Finding> {
         "{:+} ms (±{} ms) against this host",
         node.clock_offset_ms, node.clock_uncertainty_ms
     );
+    out.push(judge_replication(node, replica_acks));
     out.push(if apart > CLOCK_WARN.as_millis() as u64 {
         finding(
             at,
@@ -158,7 +168,149 @@ fn judge(node: &NodeReport) -> Vec<Finding> {
     out
 }
 
-pub async fn run(connection: &Connection, json: bool) -> Result<Exit, Failure> {
+/// What coord thinks of one node's replication (see the module's table).
+fn judge_replication(node: &NodeReport, replica_acks: Option<u32>) -> Finding {
+    let at = Some(node.node.as_str());
+    let check = "replication";
+    match node.is_primary() {
+        None => {
+            return finding(
+                at,
+                check,
+                Status::Warn,
+                "not readable (INFO replication refused): check that replicas acknowledge \
+                 writes before a failover can promote them"
+                    .to_owned(),
+            );
+        }
+        Some(false) => {
+            return finding(
+                at,
+                check,
+                Status::Fail,
+                format!(
+                    "this node is a replica (role {}): it refuses coord's writes; point coord \
+                     at the primary, or use Sentinel or Cluster so it follows failovers",
+                    node.role.as_deref().unwrap_or("?")
+                ),
+            );
+        }
+        Some(true) => {}
+    }
+    let max_lag = node.min_replicas_max_lag.unwrap_or(10);
+    let in_step = node
+        .replicas
+        .iter()
+        .filter(|r| r.counts_for_writes(max_lag))
+        .count();
+    let listed = node
+        .replicas
+        .iter()
+        .map(|r| {
+            format!(
+                "{} {} lag {}",
+                r.address,
+                r.state,
+                r.lag_seconds
+                    .map_or_else(|| "?".to_owned(), |lag| format!("{lag} s"))
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    let required = node.min_replicas_to_write;
+    if let Some(asked) = replica_acks.filter(|&n| n as usize > in_step) {
+        return finding(
+            at,
+            check,
+            Status::Warn,
+            format!(
+                "`replica_acks({asked})` asks for more replicas than are in step here \
+                 ({in_step} of {}{}): every claim, grant and renewal waits out its timeout and \
+                 fails with `NotReplicated`",
+                node.replicas.len(),
+                if listed.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {listed}")
+                }
+            ),
+        );
+    }
+    if node.replicas.is_empty() {
+        return match required {
+            Some(n) if n > 0 => finding(
+                at,
+                check,
+                Status::Fail,
+                format!(
+                    "primary without replicas, but `min-replicas-to-write {n}`: every write is \
+                     refused (NOREPLICAS) until {n} replica(s) connect"
+                ),
+            ),
+            _ => finding(
+                at,
+                check,
+                Status::Ok,
+                "primary, no replicas (nothing to fail over to: a restart keeps what \
+                 persistence wrote)"
+                    .to_owned(),
+            ),
+        };
+    }
+    match required {
+        Some(n) if n as usize > in_step => finding(
+            at,
+            check,
+            Status::Fail,
+            format!(
+                "primary with {} replica(s) ({listed}), {in_step} in step within {max_lag} s, \
+                 but `min-replicas-to-write {n}`: writes are refused now (NOREPLICAS)",
+                node.replicas.len()
+            ),
+        ),
+        Some(0) | None => finding(
+            at,
+            check,
+            Status::Warn,
+            format!(
+                "primary with {} replica(s) ({listed}) and `min-replicas-to-write {}`: a \
+                 failover can lose writes this primary acknowledged (a granted lock, a stored \
+                 idempotency record), and a primary cut off from its replicas keeps \
+                 acknowledging them; set `min-replicas-to-write 1` and `min-replicas-max-lag \
+                 10` (with one replica, writes then fail while it is away; with two, one may \
+                 be lost without refusing writes)",
+                node.replicas.len(),
+                required.map_or_else(|| "unknown".to_owned(), |n| n.to_string())
+            ),
+        ),
+        Some(n) if in_step < node.replicas.len() => finding(
+            at,
+            check,
+            Status::Warn,
+            format!(
+                "primary with {} replica(s) ({listed}), `min-replicas-to-write {n}`: only \
+                 {in_step} in step within {max_lag} s",
+                node.replicas.len()
+            ),
+        ),
+        Some(n) => finding(
+            at,
+            check,
+            Status::Ok,
+            format!(
+                "primary with {} replica(s) ({listed}), `min-replicas-to-write {n}`, \
+                 `min-replicas-max-lag {max_lag}`",
+                node.replicas.len()
+            ),
+        ),
+    }
+}
+
+pub async fn run(
+    connection: &Connection,
+    json: bool,
+    replica_acks: Option<u32>,
+) -> Result<Exit, Failure> {
     let started = Instant::now();
     let mut findings = Vec::new();
     let mut nodes = Vec::new();
@@ -178,7 +330,7 @@ pub async fn run(connection: &Connection, json: bool) -> Result<Exit, Failure> {
             match provider.server_report().await {
                 Ok(report) => {
                     for node in &report.nodes {
-                        findings.extend(judge(node));
+                        findings.extend(judge(node, replica_acks));
                     }
                     nodes = report.nodes;
                 }
@@ -226,6 +378,15 @@ pub async fn run(connection: &Connection, json: bool) -> Result<Exit, Failure> {
                 "config_error": n.config_error,
                 "clock_offset_ms": n.clock_offset_ms,
                 "clock_uncertainty_ms": n.clock_uncertainty_ms,
+                "role": n.role,
+                "min_replicas_to_write": n.min_replicas_to_write,
+                "min_replicas_max_lag": n.min_replicas_max_lag,
+                "replicas": n.replicas.iter().map(|r| json!({
+                    "address": r.address,
+                    "state": r.state,
+                    "lag_seconds": r.lag_seconds,
+                    "offset": r.offset,
+                })).collect::<Vec<_>>(),
             })).collect::<Vec<_>>(),
         });
         println!("{doc:#}");

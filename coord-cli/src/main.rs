@@ -133,11 +133,11 @@ async fn run(cli: Cli) -> Result<Exit, Failure> {
     } = cli;
     match command {
         Command::Migrate => migrate::run(&connection, json).await,
-        Command::Check if postgres_url(&connection).is_some() => Err(Failure::usage(
+        Command::Check { .. } if postgres_url(&connection).is_some() => Err(Failure::usage(
             "`coord check` checks a Redis deployment; for PostgreSQL, `coord migrate` creates or \
              upgrades coord's tables and says which version they are at",
         )),
-        Command::Check => check::run(&connection, json).await,
+        Command::Check { replica_acks } => check::run(&connection, json, replica_acks).await,
         Command::Locks(cmd) => {
             let coordinator = coordinator(&connection).await?;
             ops::locks(&coordinator, cmd, json).await

@@ -572,6 +572,127 @@ async fn check_judges_the_server() {
     );
 }
 
+/// `check` reports each primary's replicas and judges `min-replicas-to-write`: replicas with
+/// the setting at 0 is a warning naming the fix; the setting with enough replicas in step is
+/// ok; the setting without them (writes refused now) fails; a URL naming a replica fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_reports_replication_and_min_replicas_to_write() {
+    let primary = RedisServer::start_with(&["--appendonly", "yes"]);
+    let port = primary.port().to_string();
+    let mut replica =
+        RedisServer::start_with(&["--appendonly", "yes", "--replicaof", "127.0.0.1", &port]);
+    // The replica is listed once its initial sync is done.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let info = primary
+            .command(&["INFO", "replication"])
+            .text()
+            .unwrap_or_default();
+        if info.contains("state=online") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the replica never came online: {info}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let replication = |run: &Run| -> Value {
+        run.json()["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["check"] == "replication")
+            .cloned()
+            .unwrap_or_else(|| panic!("no replication check: {run:?}"))
+    };
+
+    let run = coord(&primary.url(), "", &["--json", "check"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let doc = run.json();
+    assert_eq!(doc["verdict"], "warn", "{run:?}");
+    let node = &doc["nodes"][0];
+    assert_eq!(node["role"], "master");
+    assert_eq!(node["min_replicas_to_write"], 0);
+    assert_eq!(node["replicas"].as_array().unwrap().len(), 1, "{run:?}");
+    assert_eq!(
+        node["replicas"][0]["address"],
+        format!("127.0.0.1:{}", replica.port())
+    );
+    assert_eq!(node["replicas"][0]["state"], "online");
+    let finding = replication(&run);
+    assert_eq!(finding["status"], "warn", "{finding}");
+    let detail = finding["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("min-replicas-to-write 1") && detail.contains("failover"),
+        "the warning says what can be lost and the fix: {detail}"
+    );
+    let text = coord(&primary.url(), "", &["check"]);
+    assert!(
+        text.stdout
+            .lines()
+            .any(|l| l.contains("replication") && l.contains("WARN")),
+        "{text:?}"
+    );
+
+    set(&primary, &["CONFIG", "SET", "min-replicas-to-write", "1"]);
+    let run = coord(&primary.url(), "", &["--json", "check"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    assert_eq!(replication(&run)["status"], "ok", "{run:?}");
+    assert_eq!(run.json()["verdict"], "ok", "{run:?}");
+
+    // The application's `replica_acks`: one replica is enough for 1, not for 2.
+    let run = coord(
+        &primary.url(),
+        "",
+        &["--json", "check", "--replica-acks", "1"],
+    );
+    assert_eq!(replication(&run)["status"], "ok", "{run:?}");
+    let run = coord(
+        &primary.url(),
+        "",
+        &["--json", "check", "--replica-acks", "2"],
+    );
+    assert_eq!(run.code, 0, "a warning: {run:?}");
+    let finding = replication(&run);
+    assert_eq!(finding["status"], "warn", "{finding}");
+    assert!(
+        finding["detail"]
+            .as_str()
+            .unwrap()
+            .contains("replica_acks(2)"),
+        "{finding}"
+    );
+
+    // A URL naming the replica: coord's writes would all be refused.
+    let run = coord(&replica.url(), "", &["--json", "check"]);
+    assert_eq!(run.code, 1, "{run:?}");
+    let finding = replication(&run);
+    assert_eq!(finding["status"], "fail", "{finding}");
+    assert!(
+        finding["detail"].as_str().unwrap().contains("replica"),
+        "{finding}"
+    );
+
+    // The replica gone: the primary refuses writes now, and says so.
+    replica.kill();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let run = loop {
+        let run = coord(&primary.url(), "", &["--json", "check"]);
+        if run.code == 1 || Instant::now() > deadline {
+            break run;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(run.code, 1, "{run:?}");
+    let finding = replication(&run);
+    assert_eq!(finding["status"], "fail", "{finding}");
+    assert!(
+        finding["detail"].as_str().unwrap().contains("NOREPLICAS"),
+        "{finding}"
+    );
+}
+
 /// Bad input and corrupt state get their own exit codes, and no password is ever printed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_and_corrupt_state_have_their_exit_codes() {

@@ -26,11 +26,19 @@ pub enum BackendErrorKind {
     /// The backend is out of memory and refuses writes (Redis `OOM` under `noeviction`).
     /// Retryable once memory is freed.
     OutOfMemory,
+    /// The write was applied on the primary, but fewer replicas acknowledged it than the
+    /// provider was asked to wait for (Redis `WAIT`, see `RedisProviderBuilder::replica_acks`),
+    /// so a failover could lose it. The provider reports this only for writes that granted
+    /// something (a claim, a lock, a renewal, a completion): the caller treats the write as
+    /// failed and the runtime undoes a claim or a grant by its owner.
+    /// [`BackendError::replica_shortfall`] says how many replicas acknowledged and how many
+    /// were asked for. Retryable once the replicas are back.
+    NotReplicated,
 }
 
 impl BackendErrorKind {
     /// A short, stable name: `unavailable`, `timeout`, `protocol`, `config`, `corrupt`,
-    /// `out_of_memory` (the `kind` label of `coord_backend_errors_total`).
+    /// `out_of_memory`, `not_replicated` (the `kind` label of `coord_backend_errors_total`).
     pub fn as_str(self) -> &'static str {
         match self {
             BackendErrorKind::Unavailable => "unavailable",
@@ -39,19 +47,33 @@ impl BackendErrorKind {
             BackendErrorKind::Config => "config",
             BackendErrorKind::Corrupt => "corrupt",
             BackendErrorKind::OutOfMemory => "out_of_memory",
+            BackendErrorKind::NotReplicated => "not_replicated",
         }
     }
 
     /// True for faults that can go away by themselves (`Unavailable`, `Timeout`,
-    /// `OutOfMemory`); false for those that need a change (`Protocol`, `Config`, `Corrupt`).
+    /// `OutOfMemory`, `NotReplicated`); false for those that need a change (`Protocol`,
+    /// `Config`, `Corrupt`). A transient fault of a write may hide a write that landed, so the
+    /// runtime cleans up after it by owner.
     pub fn is_transient(self) -> bool {
         matches!(
             self,
             BackendErrorKind::Unavailable
                 | BackendErrorKind::Timeout
                 | BackendErrorKind::OutOfMemory
+                | BackendErrorKind::NotReplicated
         )
     }
+}
+
+/// How many replicas acknowledged a write, against how many were asked for: the detail of a
+/// [`BackendErrorKind::NotReplicated`] error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplicaShortfall {
+    /// Replicas that acknowledged the write within the wait.
+    pub acknowledged: u32,
+    /// Replicas the provider was asked to wait for.
+    pub asked: u32,
 }
 
 /// A fault of the coordination backend, as a provider reports it.
@@ -64,6 +86,7 @@ pub struct BackendError {
     message: String,
     key: Option<CallKey>,
     source: Option<Arc<dyn std::error::Error + Send + Sync>>,
+    shortfall: Option<ReplicaShortfall>,
 }
 
 impl BackendError {
@@ -74,7 +97,22 @@ impl BackendError {
             message: message.into(),
             key: None,
             source: None,
+            shortfall: None,
         }
+    }
+
+    /// A [`BackendErrorKind::NotReplicated`] error: `shortfall` says how many replicas
+    /// acknowledged and how many were asked for.
+    pub fn not_replicated(shortfall: ReplicaShortfall, message: impl Into<String>) -> Self {
+        let mut err = BackendError::new(BackendErrorKind::NotReplicated, message);
+        err.shortfall = Some(shortfall);
+        err
+    }
+
+    /// For a [`BackendErrorKind::NotReplicated`] error: the replicas that acknowledged and
+    /// those asked for. `None` for every other kind.
+    pub fn replica_shortfall(&self) -> Option<ReplicaShortfall> {
+        self.shortfall
     }
 
     /// Attaches the underlying error.
@@ -112,6 +150,7 @@ impl fmt::Debug for BackendError {
             .field("message", &self.message)
             .field("key", &self.key)
             .field("source", &self.source.as_ref().map(|s| s.to_string()))
+            .field("shortfall", &self.shortfall)
             .finish()
     }
 }

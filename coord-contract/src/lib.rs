@@ -57,7 +57,7 @@ mod transactions;
 
 pub use cache::{CacheEntry, CacheStore};
 pub use call_key::{CallKey, CallKeyBuilder, InvalidCallKey};
-pub use error::{BackendError, BackendErrorKind};
+pub use error::{BackendError, BackendErrorKind, ReplicaShortfall};
 pub use flights::{FlightClaim, FlightStore, FlightWait};
 pub use key_builder::{KeyPart, KeyWriter};
 pub use locks::{

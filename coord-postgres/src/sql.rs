@@ -191,13 +191,17 @@ SELECT false, NULL, ",
 FROM {s}.locks l WHERE l.key = $1::text AND NOT EXISTS (SELECT 1 FROM taken)"
 );
 
-/// Draw the fencing token of a lock just won. `$1` key, `$2` owner. Drawn while the owner
-/// holds the live lease: every earlier holder drew its token while it held the key, before
-/// this one could take it, and every later holder will draw after this lease ends, so tokens
-/// strictly increase in the order the key was held. Returns the token, or no row when the
-/// lease ended before the token was drawn (the grant is then not made).
+/// Draw the fencing token of a lock just won. `$1` key, `$2` owner. Drawn while the row
+/// names this owner (the update locks it): every earlier holder drew its token before this
+/// one could take the row over, and every later holder can take it over, and draw, only after
+/// this statement, so tokens strictly increase in the order the key was held. The check is on
+/// the owner alone, not on the lease: a lease that ran out between the acquire and this
+/// statement (a very short lease, a slow round trip) still gets its token, which is no
+/// different from a lease that runs out just after its grant, and the next holder's token is
+/// greater. Returns the token, or no row when another owner took the key over in between
+/// (the grant is then not made).
 const LOCK_MINT: &str = "UPDATE {s}.locks SET fence = nextval('{s}.fence_seq')
-WHERE key = $1::text AND owner = $2::uuid AND expires_at > clock_timestamp()
+WHERE key = $1::text AND owner = $2::uuid
 RETURNING fence";
 
 /// Release a lock. `$1` key, `$2` owner, `$3` channel, `$4` payload. Deletes the owner's row

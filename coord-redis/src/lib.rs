@@ -198,4 +198,4 @@ pub mod fence;
 pub use config::Client;
 pub use from_config::{coordinator_from_config, coordinator_from_env};
 pub use provider::{RedisProvider, RedisProviderBuilder, URL_ENV};
-pub use server_checks::{MIN_REDIS_VERSION, NodeReport, SAFE_POLICY, ServerReport};
+pub use server_checks::{MIN_REDIS_VERSION, NodeReport, ReplicaReport, SAFE_POLICY, ServerReport};

@@ -10,8 +10,9 @@
 //!   and reports it to a [`ServerWatch`]. A node whose run id changed was restarted (or
 //!   replaced): that is logged at error level once per change and counted.
 //! * **On request** ([`RedisProvider::server_report`](crate::RedisProvider::server_report),
-//!   what `coord check` prints): the same settings, the server version and each node's clock
-//!   against this host's, as a [`ServerReport`] to judge.
+//!   what `coord check` prints): the same settings, the server version, each node's clock
+//!   against this host's and its replication (role, connected replicas and their lag,
+//!   `min-replicas-to-write`), as a [`ServerReport`] to judge.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -142,6 +143,44 @@ pub struct NodeReport {
     /// How far off `clock_offset_ms` may be from measuring alone: half the round trip, in
     /// milliseconds.
     pub clock_uncertainty_ms: u64,
+    /// `role` from `INFO replication` (`master` or `slave`), when the node reports it.
+    pub role: Option<String>,
+    /// The replicas connected to this node, from `INFO replication` (empty for a node without
+    /// replicas, and when `INFO replication` could not be read).
+    pub replicas: Vec<ReplicaReport>,
+    /// `min-replicas-to-write` (the node refuses writes while fewer replicas are connected
+    /// with at most `min-replicas-max-lag` seconds of lag), when `CONFIG GET` is permitted.
+    pub min_replicas_to_write: Option<u32>,
+    /// `min-replicas-max-lag`, in seconds, when `CONFIG GET` is permitted.
+    pub min_replicas_max_lag: Option<u32>,
+}
+
+/// One replica connected to a data node, as that node sees it (`INFO replication`,
+/// `slaveN:` lines).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ReplicaReport {
+    /// `ip:port` the replica announced.
+    pub address: String,
+    /// The link state (`online` once the initial sync is done; `wait_bgsave`, `send_bulk`
+    /// before).
+    pub state: String,
+    /// Seconds since the replica last acknowledged the replication stream, as the primary
+    /// counts them (`lag`); `None` when not reported.
+    pub lag_seconds: Option<u64>,
+    /// How many bytes of the replication stream the replica has acknowledged (`offset`).
+    pub offset: Option<u64>,
+}
+
+impl ReplicaReport {
+    /// Whether the replica counts for `min-replicas-to-write`: online, and acknowledged
+    /// within `max_lag` seconds.
+    pub fn counts_for_writes(&self, max_lag: u32) -> bool {
+        self.state == "online"
+            && self
+                .lag_seconds
+                .is_some_and(|lag| lag <= u64::from(max_lag))
+    }
 }
 
 impl NodeReport {
@@ -156,9 +195,9 @@ impl NodeReport {
     /// when unknown.
     pub fn persistence_on(&self) -> Option<bool> {
         let settings = Settings {
-            maxmemory_policy: None,
             appendonly: self.appendonly.clone(),
             save: self.save.clone(),
+            ..Settings::default()
         };
         match (&self.appendonly, &self.save) {
             (Some(_), Some(_)) => Some(!settings.persistence_off()),
@@ -174,6 +213,37 @@ impl NodeReport {
         let minor: u32 = parts.next().unwrap_or("0").parse().ok()?;
         Some((major, minor) >= MIN_REDIS_VERSION)
     }
+
+    /// Whether this node is a primary (`role:master`); `None` when not reported.
+    pub fn is_primary(&self) -> Option<bool> {
+        self.role.as_deref().map(|r| r == "master")
+    }
+}
+
+/// The replicas of an `INFO replication` text: its `slaveN:ip=..,port=..,state=..,offset=..,
+/// lag=..` lines, in the order the server lists them. Lines it cannot read are skipped.
+pub(crate) fn replicas_in_info(text: &str) -> Vec<ReplicaReport> {
+    text.lines()
+        .filter_map(|line| {
+            let (name, value) = line.split_once(':')?;
+            let index = name.strip_prefix("slave")?;
+            if index.is_empty() || !index.bytes().all(|b| b.is_ascii_digit()) {
+                return None;
+            }
+            let field = |key: &str| {
+                value.trim().split(',').find_map(|pair| {
+                    let (k, v) = pair.split_once('=')?;
+                    (k == key).then_some(v)
+                })
+            };
+            Some(ReplicaReport {
+                address: format!("{}:{}", field("ip")?, field("port")?),
+                state: field("state").unwrap_or("unknown").to_owned(),
+                lag_seconds: field("lag").and_then(|v| v.parse().ok()),
+                offset: field("offset").and_then(|v| v.parse().ok()),
+            })
+        })
+        .collect()
 }
 
 /// Reads what a [`ServerReport`] holds from every node of `transport`: `INFO server`,
@@ -195,6 +265,10 @@ pub(crate) async fn report(transport: &dyn Transport) -> Result<ServerReport, Fa
             config_error: None,
             clock_offset_ms: 0,
             clock_uncertainty_ms: 0,
+            role: None,
+            replicas: Vec::new(),
+            min_replicas_to_write: None,
+            min_replicas_max_lag: None,
         })
     }
     for (node, reply) in transport.each_node(info_server()).await? {
@@ -204,11 +278,24 @@ pub(crate) async fn report(transport: &dyn Transport) -> Result<ServerReport, Fa
                 info_field(&text, "redis_version").map(str::to_owned);
         }
     }
+    for (node, reply) in transport
+        .each_node(Command::new("INFO").arg("replication"))
+        .await?
+    {
+        if let Ok(Reply::Data(text)) = reply {
+            let text = String::from_utf8_lossy(&text);
+            let report = entry(&mut nodes, &node);
+            report.role = info_field(&text, "role").map(str::to_owned);
+            report.replicas = replicas_in_info(&text);
+        }
+    }
     let get = Command::new("CONFIG")
         .arg("GET")
         .arg("maxmemory-policy")
         .arg("appendonly")
-        .arg("save");
+        .arg("save")
+        .arg("min-replicas-to-write")
+        .arg("min-replicas-max-lag");
     for (node, reply) in transport.each_node(get).await? {
         let report = entry(&mut nodes, &node);
         match reply {
@@ -217,6 +304,8 @@ pub(crate) async fn report(transport: &dyn Transport) -> Result<ServerReport, Fa
                     report.maxmemory_policy = settings.maxmemory_policy;
                     report.appendonly = settings.appendonly;
                     report.save = settings.save;
+                    report.min_replicas_to_write = settings.min_replicas_to_write;
+                    report.min_replicas_max_lag = settings.min_replicas_max_lag;
                 }
                 None => report.config_error = Some("unreadable CONFIG GET reply".to_owned()),
             },
@@ -284,6 +373,8 @@ struct Settings {
     maxmemory_policy: Option<String>,
     appendonly: Option<String>,
     save: Option<String>,
+    min_replicas_to_write: Option<u32>,
+    min_replicas_max_lag: Option<u32>,
 }
 
 impl Settings {
@@ -303,6 +394,8 @@ impl Settings {
                 b"maxmemory-policy" => out.maxmemory_policy = Some(value),
                 b"appendonly" => out.appendonly = Some(value),
                 b"save" => out.save = Some(value),
+                b"min-replicas-to-write" => out.min_replicas_to_write = value.parse().ok(),
+                b"min-replicas-max-lag" => out.min_replicas_max_lag = value.parse().ok(),
                 _ => {}
             }
         }
@@ -498,7 +591,49 @@ mod tests {
             config_error: None,
             clock_offset_ms: 0,
             clock_uncertainty_ms: 0,
+            role: None,
+            replicas: Vec::new(),
+            min_replicas_to_write: None,
+            min_replicas_max_lag: None,
         }
+    }
+
+    #[test]
+    fn replicas_are_read_from_info_replication() {
+        let text = "# Replication\r\nrole:master\r\nconnected_slaves:2\r\n\
+                    slave0:ip=127.0.0.1,port=7001,state=online,offset=4242,lag=0\r\n\
+                    slave1:ip=10.0.0.2,port=7002,state=wait_bgsave,offset=0,lag=12\r\n\
+                    slave_x:ip=1,port=2\r\nmaster_repl_offset:4242\r\n";
+        let replicas = replicas_in_info(text);
+        assert_eq!(replicas.len(), 2, "{replicas:?}");
+        assert_eq!(replicas[0].address, "127.0.0.1:7001");
+        assert_eq!(replicas[0].state, "online");
+        assert_eq!(replicas[0].lag_seconds, Some(0));
+        assert_eq!(replicas[0].offset, Some(4242));
+        assert!(replicas[0].counts_for_writes(10));
+        assert_eq!(replicas[1].lag_seconds, Some(12));
+        assert!(!replicas[1].counts_for_writes(10), "not online");
+        let lagging = ReplicaReport {
+            state: "online".to_owned(),
+            ..replicas[1].clone()
+        };
+        assert!(!lagging.counts_for_writes(10), "12 s behind a 10 s limit");
+        assert!(lagging.counts_for_writes(12));
+        assert_eq!(info_field(text, "role"), Some("master"));
+        assert!(replicas_in_info("role:master\r\nconnected_slaves:0\r\n").is_empty());
+    }
+
+    #[test]
+    fn replication_settings_are_parsed() {
+        let s = Settings::parse(&Reply::Array(vec![
+            data("min-replicas-to-write"),
+            data("1"),
+            data("min-replicas-max-lag"),
+            data("10"),
+        ]))
+        .unwrap();
+        assert_eq!(s.min_replicas_to_write, Some(1));
+        assert_eq!(s.min_replicas_max_lag, Some(10));
     }
 
     #[test]

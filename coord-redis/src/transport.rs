@@ -35,6 +35,9 @@ pub(crate) struct Command<'a> {
     len: usize,
     /// Index in `args` of the key that decides the slot (`None` for keyless commands).
     pub(crate) key_index: Option<usize>,
+    /// For a keyless command that must go where another command went (a `WAIT` after a
+    /// script, in one pipeline): that command's key.
+    route: Option<&'a [u8]>,
 }
 
 impl<'a> Command<'a> {
@@ -44,7 +47,22 @@ impl<'a> Command<'a> {
             args: [&[]; MAX_ARGS],
             len: 0,
             key_index: None,
+            route: None,
         }
+    }
+
+    /// Sends this keyless command to the node `other` goes to (Cluster), as the next command
+    /// of the same pipeline.
+    pub(crate) fn routed_as(mut self, other: &Command<'a>) -> Command<'a> {
+        self.route = other.route_key();
+        self
+    }
+
+    /// The key that decides where this command goes: its own, or the one it was routed as.
+    pub(crate) fn route_key(&self) -> Option<&'a [u8]> {
+        self.key_index
+            .and_then(|i| self.args().get(i).copied())
+            .or(self.route)
     }
 
     /// Appends the routing key.

@@ -53,8 +53,8 @@ impl Inner {
                 )
                 .await?;
             let Some(row) = minted.first() else {
-                // The lease ended before the token was drawn: no grant. The lapsed row is
-                // free to anyone, this owner's next attempt included.
+                // Another owner took the key over (our lease had ended) before the token was
+                // drawn: no grant.
                 return Ok(Attempt::Held(None));
             };
             let fence: Option<i64> = self.get(row, 0, "acquire", key)?;

@@ -52,6 +52,8 @@ pub(crate) struct Options {
     pub(crate) tls: TlsOptions,
     /// Connect even to servers whose `maxmemory-policy` may evict coord's keys.
     pub(crate) allow_eviction: bool,
+    /// Replicas that must acknowledge each granting write (`WAIT`), and for how long to wait.
+    pub(crate) replica_acks: Option<(u32, Duration)>,
 }
 
 /// What a transport connects to, checked and parsed.
@@ -107,6 +109,7 @@ impl Options {
             data_node_tls: None,
             tls: TlsOptions::default(),
             allow_eviction: false,
+            replica_acks: None,
         }
     }
 

@@ -2,10 +2,10 @@
 
 use std::time::Duration;
 
-use coord_core::provider::{BackendErrorKind, OwnerToken};
+use coord_core::provider::{BackendErrorKind, OwnerToken, ReplicaShortfall};
 use coord_core::{BackendError, CallKey};
 
-use super::{Inner, MAX_MILLIS};
+use super::{Inner, MAX_MILLIS, ReplicaAcks};
 use crate::config::scrub;
 use crate::encode::TokenText;
 use crate::scripts::Script;
@@ -80,6 +80,134 @@ impl Inner {
         }
     }
 
+    /// Runs a script that may grant something (a claim, a lock, a renewal, a completion),
+    /// followed, when the provider waits for replicas, by `WAIT` in the same round trip on the
+    /// same connection. Returns the script's reply and what `WAIT` found; the caller decides
+    /// from the reply whether it granted anything, and then asks [`Inner::replicated`].
+    pub(super) async fn eval_granting(
+        &self,
+        script: &Script,
+        keys: &[&str],
+        args: &[&[u8]],
+        key: &CallKey,
+    ) -> Result<(Reply, Acks), BackendError> {
+        let Some(acks) = &self.replica_acks else {
+            return Ok((self.eval(script, keys, args, key).await?, Acks(None)));
+        };
+        Box::pin(self.eval_waited(script, keys, args, key, acks)).await
+    }
+
+    async fn eval_waited(
+        &self,
+        script: &Script,
+        keys: &[&str],
+        args: &[&[u8]],
+        key: &CallKey,
+        acks: &ReplicaAcks,
+    ) -> Result<(Reply, Acks), BackendError> {
+        const NUMKEYS: [&str; 3] = ["0", "1", "2"];
+        let build = |name: &'static str, body| {
+            let mut cmd = Command::new(name).arg(body).arg(NUMKEYS[keys.len()]);
+            for (i, k) in keys.iter().enumerate() {
+                cmd = if i == 0 { cmd.key(k) } else { cmd.arg(*k) };
+            }
+            for a in args {
+                cmd = cmd.arg(*a);
+            }
+            cmd
+        };
+        let script_cmd = build("EVALSHA", &*script.sha);
+        let wait = acks.command(&script_cmd);
+        let first = self.transport.run(&[script_cmd, wait]).await;
+        let outcome = match first {
+            Err(fault) if fault.is_noscript() => {
+                let source = build("EVAL", script.source);
+                let wait = acks.command(&source);
+                self.transport.run(&[source, wait]).await
+            }
+            other => other,
+        };
+        let what = || format!("script `{}`", script.name);
+        match outcome {
+            Ok(replies) => self.split_acks(replies, &what(), key),
+            Err(fault) => Err(self.error(fault, &what(), key)),
+        }
+    }
+
+    /// Sends one command that may grant something, followed by `WAIT` when the provider
+    /// waits for replicas (see [`Inner::eval_granting`]); more commands may follow it in the
+    /// same round trip (`then`), their replies after the first.
+    pub(super) async fn run_granting(
+        &self,
+        cmd: Command<'_>,
+        then: Option<Command<'_>>,
+        key: &CallKey,
+    ) -> Result<(Vec<Reply>, Acks), BackendError> {
+        let Some(acks) = &self.replica_acks else {
+            let replies = match then {
+                Some(then) => self.run(&[cmd, then], key).await?,
+                None => self.run(&[cmd], key).await?,
+            };
+            return Ok((replies, Acks(None)));
+        };
+        let wait = acks.command(&cmd);
+        let mut replies = match then {
+            Some(then) => self.run(&[cmd, then, wait], key).await?,
+            None => self.run(&[cmd, wait], key).await?,
+        };
+        let seen = match replies.pop() {
+            Some(Reply::Int(n)) => n,
+            _ => return Err(self.protocol("WAIT", key, "unexpected reply")),
+        };
+        Ok((
+            replies,
+            Acks(Some(seen.clamp(0, i64::from(u32::MAX)) as u32)),
+        ))
+    }
+
+    fn split_acks(
+        &self,
+        mut replies: Vec<Reply>,
+        what: &str,
+        key: &CallKey,
+    ) -> Result<(Reply, Acks), BackendError> {
+        match (replies.pop(), replies.pop(), replies.is_empty()) {
+            (Some(Reply::Int(seen)), Some(reply), true) => {
+                Ok((reply, Acks(Some(seen.clamp(0, i64::from(u32::MAX)) as u32))))
+            }
+            _ => Err(self.protocol(what, key, "unexpected replies to a script and its WAIT")),
+        }
+    }
+
+    /// After a write that granted something: `Ok` when the provider does not wait for
+    /// replicas or enough of them acknowledged, else a `NotReplicated` error naming the
+    /// count seen and asked for.
+    pub(super) fn replicated(
+        &self,
+        acks: Acks,
+        what: &str,
+        key: &CallKey,
+    ) -> Result<(), BackendError> {
+        let (Some(seen), Some(asked)) = (acks.0, self.replica_acks.as_ref()) else {
+            return Ok(());
+        };
+        if seen >= asked.replicas {
+            return Ok(());
+        }
+        Err(BackendError::not_replicated(
+            ReplicaShortfall {
+                acknowledged: seen,
+                asked: asked.replicas,
+            },
+            format!(
+                "{what} at {}: only {seen} of {} replica(s) acknowledged the write within {:?} \
+                 (`replica_acks`); a failover could lose it, so it counts as failed",
+                self.address, asked.replicas, asked.timeout
+            ),
+        )
+        .with_key(key))
+    }
+
     /// State under one of coord's keys that coord did not write.
     pub(super) fn corrupt(&self, what: &str, key: &CallKey, detail: &str) -> BackendError {
         BackendError::new(
@@ -97,6 +225,21 @@ impl Inner {
         .with_key(key)
     }
 }
+
+impl ReplicaAcks {
+    /// `WAIT replicas timeout`, sent where `after` goes, right after it.
+    fn command<'a>(&'a self, after: &Command<'a>) -> Command<'a> {
+        Command::new("WAIT")
+            .arg(&self.replicas_arg)
+            .arg(&self.timeout_ms)
+            .routed_as(after)
+    }
+}
+
+/// What the `WAIT` after a granting write found: how many replicas acknowledged it, or
+/// `None` when the provider does not wait for replicas.
+#[must_use = "ask `Inner::replicated` whether the write counts"]
+pub(super) struct Acks(Option<u32>);
 
 /// Milliseconds for `PX`/`PEXPIRE`: rounded up (a sub-millisecond or zero lease is one
 /// millisecond, since Redis refuses zero), capped at [`MAX_MILLIS`].

@@ -97,8 +97,8 @@ impl FlightStore for RedisProvider {
             let token = TokenText::new(owner);
             let lease = Decimal::new(millis(lease));
             let claim = Names::of(key).flight();
-            let reply = inner
-                .eval(
+            let (reply, acks) = inner
+                .eval_granting(
                     &scripts::FLIGHT_CLAIM,
                     &[&claim],
                     &[token.as_ref(), lease.as_ref()],
@@ -107,7 +107,10 @@ impl FlightStore for RedisProvider {
                 .await?;
             match reply {
                 Reply::Array(items) => match items.as_slice() {
-                    [Reply::Int(1)] => Ok(FlightClaim::Claimed),
+                    [Reply::Int(1)] => {
+                        inner.replicated(acks, "flight claim", key)?;
+                        Ok(FlightClaim::Claimed)
+                    }
                     [Reply::Int(0), Reply::Data(holder), Reply::Int(ms)] => {
                         let leader = parse_token(holder).ok_or_else(|| {
                             inner.corrupt("flight claim", key, "the claim is not an owner token")
@@ -142,15 +145,19 @@ impl FlightStore for RedisProvider {
             let token = TokenText::new(owner);
             let lease = Decimal::new(millis(lease));
             let claim = Names::of(key).flight();
-            let reply = inner
-                .eval(
+            let (reply, acks) = inner
+                .eval_granting(
                     &scripts::FLIGHT_RENEW,
                     &[&claim],
                     &[token.as_ref(), lease.as_ref()],
                     key,
                 )
                 .await?;
-            flag(inner, reply, "flight renew", key)
+            let renewed = flag(inner, reply, "flight renew", key)?;
+            if renewed {
+                inner.replicated(acks, "flight renew", key)?;
+            }
+            Ok(renewed)
         })
     }
 

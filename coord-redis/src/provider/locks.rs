@@ -8,7 +8,7 @@ use coord_core::provider::{
 use coord_core::{BackendError, CallKey, FencingToken, LossCause};
 use tokio::time::Instant;
 
-use super::commands::{is_own, is_token, millis};
+use super::commands::{Acks, is_own, is_token, millis};
 use super::{BACKSTOP_CAP, FENCE_RETENTION_FLOOR, Inner, MAX_MILLIS, RedisProvider};
 use crate::encode::{Decimal, TokenText};
 use crate::keys::Names;
@@ -86,8 +86,8 @@ impl Inner {
         if fenced {
             let fence = names.fence();
             let fence_ms = millis(FENCE_RETENTION_FLOOR).max(lease_ms.saturating_mul(10));
-            let reply = self
-                .eval(
+            let (reply, acks) = self
+                .eval_granting(
                     &scripts::FENCED_ACQUIRE,
                     &[lock, &fence],
                     &[
@@ -99,18 +99,18 @@ impl Inner {
                     key,
                 )
                 .await?;
-            return self.scripted_attempt(reply, true, key);
+            return self.granted_attempt(self.scripted_attempt(reply, true, key)?, acks, key);
         }
         if mode == TryMode::Watching {
-            let reply = self
-                .eval(
+            let (reply, acks) = self
+                .eval_granting(
                     &scripts::WAITING_ACQUIRE,
                     &[lock],
                     &[token.as_ref(), lease.as_ref(), watch],
                     key,
                 )
                 .await?;
-            return self.scripted_attempt(reply, false, key);
+            return self.granted_attempt(self.scripted_attempt(reply, false, key)?, acks, key);
         }
         // SET .. NX .. GET answers with the current holder when the key is taken (and fails
         // with WRONGTYPE on a foreign value) in the same single command.
@@ -121,16 +121,14 @@ impl Inner {
             .arg("PX")
             .arg(&lease)
             .arg("GET");
-        let replies = if mode == TryMode::FirstOfWait {
-            self.run(&[set, Command::new("PTTL").key(lock)], key)
-                .await?
-        } else {
-            self.run(&[set], key).await?
-        };
+        let then = (mode == TryMode::FirstOfWait).then(|| Command::new("PTTL").key(lock));
+        let (replies, acks) = self.run_granting(set, then, key).await?;
         match &replies[0] {
-            Reply::Nil => Ok(Attempt::Won(None)),
+            Reply::Nil => self.granted_attempt(Attempt::Won(None), acks, key),
             // Our own token: an earlier send of this very SET landed (a client retry).
-            Reply::Data(holder) if is_own(holder, token) => Ok(Attempt::Won(None)),
+            Reply::Data(holder) if is_own(holder, token) => {
+                self.granted_attempt(Attempt::Won(None), acks, key)
+            }
             Reply::Data(holder) if is_token(holder) => {
                 let pttl = match replies.get(1) {
                     Some(Reply::Int(ms)) => Some(*ms),
@@ -164,6 +162,20 @@ impl Inner {
             },
             _ => Err(self.protocol("acquire", key, "unexpected script reply")),
         }
+    }
+
+    /// A won attempt counts only once enough replicas have it (when the provider waits for
+    /// replicas); the runtime releases a grant that fails here, by its owner.
+    fn granted_attempt(
+        &self,
+        attempt: Attempt,
+        acks: Acks,
+        key: &CallKey,
+    ) -> Result<Attempt, BackendError> {
+        if let Attempt::Won(_) = attempt {
+            self.replicated(acks, "acquire", key)?;
+        }
+        Ok(attempt)
     }
 
     fn foreign_lock(&self, key: &CallKey) -> BackendError {
@@ -306,15 +318,21 @@ impl LockProvider for RedisProvider {
             let names = Names::of(key);
             let token = TokenText::new(owner);
             let lease = Decimal::new(millis(lease));
-            let reply = inner
-                .eval(
+            let (reply, acks) = inner
+                .eval_granting(
                     &scripts::RENEW,
                     &[&names.lock(), &names.forced()],
                     &[token.as_ref(), lease.as_ref()],
                     key,
                 )
                 .await?;
-            renew_outcome(inner, reply, "renew", key)
+            let outcome = renew_outcome(inner, reply, "renew", key)?;
+            if outcome == RenewOutcome::Renewed {
+                // A renewal the replicas do not have would not survive a failover: it fails,
+                // so a holder cut off with a minority primary loses its hold within the lease.
+                inner.replicated(acks, "renew", key)?;
+            }
+            Ok(outcome)
         })
     }
 }

@@ -140,6 +140,16 @@ struct Inner {
     watch: Arc<ServerWatch>,
     /// An estimate of the server's clock, to give claims a not-after time in it.
     clock: ServerClock,
+    /// `WAIT` after each granting write: the replica count and the timeout in ms, as sent.
+    replica_acks: Option<ReplicaAcks>,
+}
+
+/// The `WAIT` sent after each granting write (see [`RedisProviderBuilder::replica_acks`]).
+struct ReplicaAcks {
+    replicas: u32,
+    replicas_arg: String,
+    timeout_ms: String,
+    timeout: Duration,
 }
 
 /// The server's clock as seen from here: its `TIME` at one local monotonic instant, moved on by
@@ -323,6 +333,43 @@ impl RedisProviderBuilder {
         self
     }
 
+    /// Makes every write that grants something wait until `replicas` replicas have it, for at
+    /// most `timeout`: an idempotency claim and completion, a lock grant (also a hand-over to
+    /// a waiter, which is a grant) and renewal, a cluster single-flight claim and renewal.
+    /// Default: off.
+    ///
+    /// Redis replicates asynchronously, so a failover can promote a replica that misses what
+    /// the old primary acknowledged: a granted lock becomes free, a stored record vanishes and
+    /// the operation runs twice. With this option the provider sends `WAIT replicas timeout`
+    /// after each such write, on the same connection, in the same round trip, and fewer
+    /// acknowledgements count as a failed write, a [`BackendError`] of kind
+    /// [`NotReplicated`](coord_core::provider::BackendErrorKind::NotReplicated) naming the
+    /// count seen and asked for ([`BackendError::replica_shortfall`]):
+    ///
+    /// | write | fewer replicas acknowledged | caller gets |
+    /// |---|---|---|
+    /// | claim | the marker is removed by its owner (the runtime's clean-up of a write that may have landed) | `NotReplicated` error (or the body unguarded under `on_backend_error = "fail_open"`) |
+    /// | lock grant | the lock is released by its owner | `NotReplicated` error |
+    /// | renewal | counts as failed: retried within the lease, then the hold is lost (`LockLost`) | the body is cancelled with the loss |
+    /// | completion | retried while the marker is ours, then given up | `OutcomeNotStored` |
+    ///
+    /// What it does not promise: `WAIT` proves the replicas received the write, not that it
+    /// survives every failover (a replica can itself fail before it is promoted, and without
+    /// `appendfsync always` on the replicas a crashed replica may have lost it). A primary cut
+    /// off from its replicas still accepts writes from other clients unless the server has
+    /// `min-replicas-to-write` set (`coord check` reports it). The price: one `WAIT` in each
+    /// granting round trip (the replication round trip is added to its latency; see
+    /// BENCHMARKS.md), and while fewer than `replicas` replicas are connected every grant
+    /// fails after `timeout`, so with one replica an outage of that replica is an outage of
+    /// coord's writes.
+    ///
+    /// `connect` refuses `replicas` of zero, a zero `timeout`, and a `timeout` not below the
+    /// command timeout (the `WAIT` shares the command's round trip and its bound).
+    pub fn replica_acks(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.options.replica_acks = Some((replicas, timeout));
+        self
+    }
+
     /// Connects, then checks the servers' settings. Gives up after three command timeouts.
     ///
     /// Fails with a [`BackendError`] of kind `Config` for bad settings, or
@@ -389,6 +436,12 @@ impl RedisProviderBuilder {
                 client,
                 watch,
                 clock,
+                replica_acks: options.replica_acks.map(|(replicas, timeout)| ReplicaAcks {
+                    replicas,
+                    replicas_arg: replicas.to_string(),
+                    timeout_ms: commands::millis(timeout).to_string(),
+                    timeout,
+                }),
             }),
         })
     }
@@ -432,6 +485,19 @@ fn validate(options: &Options) -> Result<(), BackendError> {
     }
     if options.pool_size == 0 {
         return config("the pool size must be at least one".to_owned());
+    }
+    if let Some((replicas, timeout)) = options.replica_acks {
+        if replicas == 0 {
+            return config(
+                "`replica_acks` needs at least one replica (leave it unset to not wait)".to_owned(),
+            );
+        }
+        if timeout.is_zero() || timeout >= options.command_timeout {
+            return config(format!(
+                "the `replica_acks` timeout must be above zero and below the command timeout                  ({:?}, got {timeout:?}): the `WAIT` shares the write's round trip, which the                  command timeout bounds",
+                options.command_timeout
+            ));
+        }
     }
     if options.pool_size > MAX_POOL_SIZE {
         return config(format!(

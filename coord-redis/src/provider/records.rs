@@ -54,8 +54,8 @@ impl Inner {
         let reply = loop {
             let not_after = self.clock.now_ms().saturating_add(window).max(0) as u64;
             let not_after = Decimal::new(not_after);
-            let reply = self
-                .eval(
+            let (reply, acks) = self
+                .eval_granting(
                     &scripts::CLAIM,
                     &[&names.record()],
                     &[
@@ -84,14 +84,21 @@ impl Inner {
                 self.clock.set(at, server_ms);
                 continue;
             }
-            break reply;
+            break (reply, acks);
         };
+        let (reply, acks) = reply;
         let corrupt = |detail: &str| self.corrupt("claim", key, detail);
         let Reply::Array(items) = reply else {
             return Err(corrupt("unexpected script reply"));
         };
         match items.as_slice() {
-            [Reply::Int(1)] => Ok(ClaimOutcome::Claimed),
+            [Reply::Int(1)] => {
+                // A marker the replicas do not have would vanish in a failover and let a
+                // duplicate run beside this call: the claim fails, and the runtime removes the
+                // marker by its owner.
+                self.replicated(acks, "claim", key)?;
+                Ok(ClaimOutcome::Claimed)
+            }
             [Reply::Int(3)] => Err(BackendError::new(
                 BackendErrorKind::Timeout,
                 "claim: the command reached Redis after this call had given up on it; it was not applied",
@@ -224,8 +231,8 @@ impl IdempotencyStore for RedisProvider {
                 Some(fp) => &fp.0,
                 None => &[],
             };
-            let reply = inner
-                .eval(
+            let (reply, acks) = inner
+                .eval_granting(
                     &scripts::COMPLETE,
                     &[&names.record()],
                     &[token.as_ref(), &req.payload, retention.as_ref(), fp],
@@ -237,8 +244,18 @@ impl IdempotencyStore for RedisProvider {
                 return Err(unexpected());
             };
             match items.as_slice() {
-                [Reply::Int(1)] => Ok(CompleteOutcome::Stored),
-                [Reply::Int(2)] => Ok(CompleteOutcome::StoredWithoutMarker),
+                // A record the replicas do not have is not stored as far as a failover goes:
+                // the runtime completes again (the script answers "stored" to a repeat by the
+                // same owner) and, while the replicas stay away, reports the outcome as not
+                // stored.
+                [Reply::Int(1)] => {
+                    inner.replicated(acks, "complete", key)?;
+                    Ok(CompleteOutcome::Stored)
+                }
+                [Reply::Int(2)] => {
+                    inner.replicated(acks, "complete", key)?;
+                    Ok(CompleteOutcome::StoredWithoutMarker)
+                }
                 [Reply::Int(0), other, Reply::Int(completed @ (0 | 1))] => {
                     let other = match other {
                         Reply::Data(token) => Some(parse_token(token).ok_or_else(|| {
@@ -288,15 +305,19 @@ impl IdempotencyStore for RedisProvider {
             let lease = Decimal::new(millis(lease));
             let inner = &*self.inner;
             let names = Names::of(key);
-            let reply = inner
-                .eval(
+            let (reply, acks) = inner
+                .eval_granting(
                     &scripts::RENEW_MARKER,
                     &[&names.record()],
                     &[token.as_ref(), lease.as_ref()],
                     key,
                 )
                 .await?;
-            renew_outcome(inner, reply, "renew marker", key)
+            let outcome = renew_outcome(inner, reply, "renew marker", key)?;
+            if outcome == RenewOutcome::Renewed {
+                inner.replicated(acks, "renew marker", key)?;
+            }
+            Ok(outcome)
         })
     }
 

@@ -471,7 +471,7 @@ fn custom(cmd: &Command<'_>) -> (CustomCommand, Vec<Value>) {
     // The slot is computed here: fred 10 honours only `ClusterHash::Custom` on a custom
     // command and otherwise hashes the first string argument, which for `EVALSHA` is the
     // script's SHA (a wrong node, a `MOVED` and a second round trip on every script call).
-    let hash = match cmd.key_index.and_then(|i| cmd.args().get(i)) {
+    let hash = match cmd.route_key() {
         Some(key) => ClusterHash::Custom(fred::util::redis_keyslot(key)),
         None => ClusterHash::Random,
     };

@@ -31,6 +31,7 @@ mod outcome_faults;
 mod own_client;
 mod reconnect;
 mod records;
+mod replica_acks;
 mod round_trips;
 mod shutdown;
 mod stalls;

@@ -135,6 +135,37 @@ impl Recorder {
         }));
     }
 
+    /// Like [`Recorder::invoke`], with the proposal made from the call's own id (so that an
+    /// answer names the call whose body produced it). Returns the proposal too.
+    pub fn invoke_proposing(
+        &self,
+        client: u32,
+        op: Op,
+        key: &str,
+        make: impl FnOnce(CallId) -> String,
+    ) -> (Invoked, String) {
+        let call = self.next_call();
+        let proposal = make(call);
+        self.push(Event::Invoke(Invoke {
+            at: now_ns(),
+            pid: self.inner.pid,
+            client,
+            call,
+            op,
+            key: key.to_owned(),
+            owner: None,
+            proposal: Some(proposal.clone()),
+            bound: None,
+        }));
+        let invoked = Invoked {
+            call,
+            client,
+            op,
+            key: key.to_owned(),
+        };
+        (invoked, proposal)
+    }
+
     /// Records any event (faults, resource events gathered elsewhere).
     pub fn push(&self, event: Event) {
         self.inner

@@ -156,6 +156,26 @@ fn data_loss_starts_a_new_epoch_and_unknown_outcomes_are_allowed() {
 }
 
 #[test]
+fn a_call_in_flight_across_a_data_loss_may_take_effect_after_it() {
+    let (w, x) = (call(1, 1), call(2, 1));
+    let events = vec![
+        invoke(0, w, Op::Idempotent, "k", Some("W")),
+        Event::Fault(Fault {
+            at: 1,
+            fault: "server-kill-wipe".into(),
+            start: true,
+            data_loss: true,
+        }),
+        effect(2, w, "k", EffectKind::Body),
+        done(3, w, Op::Idempotent, "k", Outcome::Ok, Some("W")),
+        invoke(4, x, Op::Idempotent, "k", Some("X")),
+        done(5, x, Op::Idempotent, "k", Outcome::Ok, Some("W")),
+    ];
+    let report = check(&events);
+    assert!(report.violations.is_empty(), "{report}");
+}
+
+#[test]
 fn flights_share_one_body_and_two_concurrent_bodies_fail() {
     let (a, b) = (call(1, 1), call(1, 2));
     let good = vec![

@@ -17,7 +17,7 @@
 //!   holds, blackholes or half-opens connections, and seeded schedules that combine several
 //!   faults in one run. Pausing, killing and restarting servers is left to the test (the
 //!   testing crates of each backend do that); the schedule says when.
-//! - **Checking** ([`check`]): decides each promise on the whole history and reports every
+//! - **Checking** ([`mod@check`]): decides each promise on the whole history and reports every
 //!   violation with the events that show it.
 //!
 //! [`planted`] wraps a provider with a deliberate bug, so that a test can show the checker

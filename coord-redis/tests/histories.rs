@@ -11,7 +11,8 @@
 //!    half-open and reset; server pause, kill and restart with and without its data; client
 //!    process pause). Every call is recorded (JSON lines, one file per process, merged with
 //!    what the protected resource witnessed), then checked: zero violations.
-//! 2. **planted bugs**: the same workload through a provider that grants locks without
+//! 2. **in process**: the same workload on the in-process provider, without faults.
+//! 3. **planted bugs**: the same workload through a provider that grants locks without
 //!    checking (all holders get token 1), and one that replays a fresh answer; the checker
 //!    must report violations for each, or it is not checking anything.
 //!
@@ -583,6 +584,34 @@ fn planted(client: Client, bug: PlantedBug, mix: Mix) -> Report {
     report
 }
 
+/// The same workload on the in-process provider (one process, no faults): zero violations.
+fn in_process() -> Report {
+    let witness = WitnessServer::start();
+    let rec = Recorder::new();
+    runtime().block_on(async {
+        let coord = Coordinator::builder()
+            .namespace("hist-memory")
+            .memory()
+            .build()
+            .expect("coordinator");
+        let until = Instant::now() + Duration::from_millis(2_500);
+        run_workers(coord, rec.clone(), witness.addr(), until, seed(), Mix::All).await;
+    });
+    let mut events = rec.events();
+    events.extend(witness.events());
+    let report = coord_history::check(&events);
+    println!("histories/memory: {report}");
+    assert!(
+        report.violations.is_empty(),
+        "in-process provider: {report}"
+    );
+    assert!(
+        report.total_calls() > 100,
+        "too few calls to judge: {report}"
+    );
+    report
+}
+
 fn main() {
     if std::env::var(ROLE).is_ok() {
         child();
@@ -629,6 +658,9 @@ fn main() {
             },
         );
     }
+    case("memory/zero_violations".into(), &|| {
+        in_process();
+    });
     println!(
         "histories: {passed} passed, {} failed in {:.1} s{}",
         failed.len(),

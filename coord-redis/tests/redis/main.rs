@@ -5,7 +5,7 @@
 //! Kept in binaries of their own: tests that set process-wide state (`env.rs` changes the
 //! environment, `connect_checks.rs` installs a global log subscriber) and the multi-process
 //! runs with their own `main` (`processes.rs`, `fresh_processes.rs`, `cluster_flight.rs`,
-//! `fault_suite.rs`).
+//! `fault_suite.rs`, `histories.rs`).
 
 #[macro_use]
 #[path = "../support/mod.rs"]

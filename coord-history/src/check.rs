@@ -1,0 +1,573 @@
+//! Deciding each promise on a whole history.
+//!
+//! | promise | judged on | violation |
+//! |---|---|---|
+//! | [`Promise::NoOverlap`] | the resource's fenced writes | two calls both had their `enter` and `exit` admitted, and the two spans overlap in the resource's order |
+//! | [`Promise::TokensGrow`] | the resource's admitted writes | an admitted token older than one admitted before for that key, or one token admitted for two calls |
+//! | [`Promise::AtMostOnce`] | the effects of idempotent bodies | two body effects for one key (within one data epoch) |
+//! | [`Promise::SameAnswer`] | idempotent calls' answers | the calls of one key are not linearizable as a write-once register (stateright's tester up to 8 calls a key, an exact direct check beyond), or a call answered what no body of that key produced |
+//! | [`Promise::FlightOnce`] | single-flight bodies and answers | two bodies of one key overlapped in one process, or a caller answered what no flight open during its call produced (open: from the body's start to its leader's return) |
+//! | [`Promise::CacheFresh`] | cached reads and source writes | a read answered a version that had been replaced for longer than its bound when the read began |
+//!
+//! Calls whose outcome is unknown (`info`) may have had their effect or not; the checks allow
+//! both. A fault with `data_loss` (the server restarted without its data) splits stored-state
+//! promises (at-most-once and answers) into epochs: each is judged within one epoch; a call
+//! that straddles the loss belongs to both sides, with its answer counted as unknown.
+//!
+//! Lock holds are judged at the resource, not as a linearizable mutex: a lease lock is not one
+//! by design (a holder paused past its lease still believes it holds; the Jepsen analyses of
+//! etcd and Redis locks conclude the same), and what it promises is that fencing keeps such a
+//! holder's writes out. Holds the clients believed they had at the same time show up as a
+//! figure only by the resource's refusals ([`Report::writes_refused`]), not as violations.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+
+use crate::event::{CallId, Complete, Effect, EffectKind, Event, Invoke, Op, Outcome, Phase};
+use crate::linearizable::{Call, linearizable};
+
+/// A promise the checker decides.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Promise {
+    /// No two admitted fenced holds of one key overlap at the resource.
+    NoOverlap,
+    /// Tokens admitted at the resource grow per key, each belonging to one holder.
+    TokensGrow,
+    /// An idempotent body's effect happens at most once per key.
+    AtMostOnce,
+    /// Every answer of an idempotent key is the first one stored (linearizable write-once).
+    SameAnswer,
+    /// A single-flight group runs its body at most once per flight.
+    FlightOnce,
+    /// A cached read is never older than its staleness bound.
+    CacheFresh,
+}
+
+/// One broken promise, with the events that show it.
+#[derive(Debug, Clone)]
+pub struct Violation {
+    pub promise: Promise,
+    pub key: String,
+    pub what: String,
+    pub events: Vec<Event>,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "{:?} on {}: {}", self.promise, self.key, self.what)?;
+        for e in &self.events {
+            writeln!(f, "    {}", e.to_line())?;
+        }
+        Ok(())
+    }
+}
+
+/// What a history held and what it broke.
+#[derive(Debug, Clone, Default)]
+pub struct Report {
+    /// Calls invoked, by kind.
+    pub calls: BTreeMap<String, usize>,
+    /// Completions by outcome (`ok`, `fail`, `info`), and calls never completed.
+    pub outcomes: BTreeMap<String, usize>,
+    /// Faults started, by kind.
+    pub faults: BTreeMap<String, usize>,
+    /// Fenced writes the resource admitted / refused.
+    pub writes_accepted: usize,
+    pub writes_refused: usize,
+    /// Body effects witnessed.
+    pub effects: usize,
+    /// The longest time from invocation to completion, in nanoseconds.
+    pub longest_call: u64,
+    /// The span of the history, first to last event, in nanoseconds.
+    pub span: u64,
+    pub violations: Vec<Violation>,
+}
+
+impl Report {
+    /// Calls invoked, all kinds.
+    pub fn total_calls(&self) -> usize {
+        self.calls.values().sum()
+    }
+
+    /// Faults started, all kinds.
+    pub fn total_faults(&self) -> usize {
+        self.faults.values().sum()
+    }
+
+    /// Violations of `promise`.
+    pub fn count(&self, promise: Promise) -> usize {
+        self.violations
+            .iter()
+            .filter(|v| v.promise == promise)
+            .count()
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "history: {} calls {:?}, outcomes {:?}, {} faults {:?}, resource writes {} admitted / {} refused, {} effects, longest call {} ms, span {} ms, {} violations",
+            self.total_calls(),
+            self.calls,
+            self.outcomes,
+            self.total_faults(),
+            self.faults,
+            self.writes_accepted,
+            self.writes_refused,
+            self.effects,
+            self.longest_call / 1_000_000,
+            self.span / 1_000_000,
+            self.violations.len()
+        )?;
+        for v in &self.violations {
+            write!(f, "  {v}")?;
+        }
+        Ok(())
+    }
+}
+
+fn op_name(op: Op) -> &'static str {
+    match op {
+        Op::Lock => "lock",
+        Op::Idempotent => "idempotent",
+        Op::SingleFlight => "single_flight",
+        Op::CacheRead => "cache_read",
+    }
+}
+
+/// One call with its completion, if it completed.
+struct Paired<'a> {
+    invoke: &'a Invoke,
+    complete: Option<&'a Complete>,
+}
+
+impl Paired<'_> {
+    fn end(&self) -> Option<u64> {
+        self.complete.map(|c| c.at)
+    }
+    fn ok_answer(&self) -> Option<&str> {
+        self.complete
+            .filter(|c| c.outcome == Outcome::Ok)
+            .and_then(|c| c.answer.as_deref())
+    }
+    fn events(&self) -> Vec<Event> {
+        let mut out = vec![Event::Invoke(self.invoke.clone())];
+        if let Some(c) = self.complete {
+            out.push(Event::Complete(c.clone()));
+        }
+        out
+    }
+}
+
+/// Decides every promise on `events` (in any order; several processes' histories may simply
+/// be concatenated).
+pub fn check(events: &[Event]) -> Report {
+    let mut report = Report::default();
+    let mut invokes: Vec<&Invoke> = Vec::new();
+    let mut completes: HashMap<CallId, &Complete> = HashMap::new();
+    let mut writes = Vec::new();
+    let mut effects: Vec<&Effect> = Vec::new();
+    let mut losses: Vec<u64> = Vec::new();
+    let mut sources: HashMap<&str, Vec<(u64, u64)>> = HashMap::new();
+    for e in events {
+        match e {
+            Event::Invoke(i) => {
+                *report.calls.entry(op_name(i.op).into()).or_default() += 1;
+                invokes.push(i);
+            }
+            Event::Complete(c) => {
+                let name = match c.outcome {
+                    Outcome::Ok => "ok",
+                    Outcome::Fail => "fail",
+                    Outcome::Info => "info",
+                };
+                *report.outcomes.entry(name.into()).or_default() += 1;
+                completes.insert(c.call, c);
+            }
+            Event::Resource(w) => {
+                if w.accepted {
+                    report.writes_accepted += 1;
+                } else {
+                    report.writes_refused += 1;
+                }
+                writes.push(w);
+            }
+            Event::Effect(x) => {
+                report.effects += 1;
+                effects.push(x);
+            }
+            Event::Fault(f) => {
+                if f.start {
+                    *report.faults.entry(f.fault.clone()).or_default() += 1;
+                    if f.data_loss {
+                        losses.push(f.at);
+                    }
+                }
+            }
+            Event::SourceWrite(s) => sources
+                .entry(s.key.as_str())
+                .or_default()
+                .push((s.at, s.version)),
+        }
+    }
+    losses.sort_unstable();
+    let first = events.iter().map(Event::at).min().unwrap_or(0);
+    let last = events.iter().map(Event::at).max().unwrap_or(0);
+    report.span = last - first;
+    let calls: Vec<Paired<'_>> = invokes
+        .iter()
+        .map(|i| Paired {
+            invoke: i,
+            complete: completes.get(&i.call).copied(),
+        })
+        .collect();
+    let never = calls.iter().filter(|c| c.complete.is_none()).count();
+    if never > 0 {
+        report.outcomes.insert("never_completed".into(), never);
+    }
+    report.longest_call = calls
+        .iter()
+        .filter_map(|c| c.end().map(|e| e.saturating_sub(c.invoke.at)))
+        .max()
+        .unwrap_or(0);
+
+    check_resource(&writes, &mut report);
+    check_idempotent(&calls, &effects, &losses, &mut report);
+    check_flights(&calls, &effects, &mut report);
+    check_cache(&calls, &sources, &mut report);
+    report
+}
+
+fn check_resource(writes: &[&crate::event::ResourceWrite], report: &mut Report) {
+    let mut by_key: BTreeMap<&str, Vec<&crate::event::ResourceWrite>> = BTreeMap::new();
+    for w in writes {
+        by_key.entry(w.key.as_str()).or_default().push(w);
+    }
+    for (key, mut ws) in by_key {
+        ws.sort_by_key(|w| w.seq);
+        // Tokens grow, each belonging to one holder.
+        let mut newest: Option<&crate::event::ResourceWrite> = None;
+        let mut reported = std::collections::HashSet::new();
+        for w in ws.iter().filter(|w| w.accepted) {
+            if let Some(prev) = newest {
+                if reported.contains(&w.call) {
+                    // One violation per offending holder.
+                } else if w.token < prev.token {
+                    reported.insert(w.call);
+                    report.violations.push(Violation {
+                        promise: Promise::TokensGrow,
+                        key: key.into(),
+                        what: format!("token {} admitted after token {}", w.token, prev.token),
+                        events: vec![Event::Resource(prev.clone()), Event::Resource((*w).clone())],
+                    });
+                } else if w.token == prev.token && w.call != prev.call {
+                    reported.insert(w.call);
+                    report.violations.push(Violation {
+                        promise: Promise::TokensGrow,
+                        key: key.into(),
+                        what: format!(
+                            "token {} admitted for two holders, calls {} and {}",
+                            w.token, prev.call, w.call
+                        ),
+                        events: vec![Event::Resource(prev.clone()), Event::Resource((*w).clone())],
+                    });
+                }
+            }
+            if newest.is_none_or(|p| w.token >= p.token) {
+                newest = Some(w);
+            }
+        }
+        // Admitted holds: both ends admitted.
+        let mut spans: BTreeMap<
+            CallId,
+            (
+                Option<&crate::event::ResourceWrite>,
+                Option<&crate::event::ResourceWrite>,
+            ),
+        > = BTreeMap::new();
+        for w in ws.iter().filter(|w| w.accepted) {
+            let span = spans.entry(w.call).or_default();
+            match w.phase {
+                Phase::Enter => span.0 = Some(w),
+                Phase::Exit => span.1 = Some(w),
+            }
+        }
+        let mut holds: Vec<(&crate::event::ResourceWrite, &crate::event::ResourceWrite)> = spans
+            .values()
+            .filter_map(|(a, b)| Some(((*a)?, (*b)?)))
+            .collect();
+        holds.sort_by_key(|(enter, _)| enter.seq);
+        for pair in holds.windows(2) {
+            let (a, b) = (pair[0], pair[1]);
+            if b.0.seq < a.1.seq {
+                report.violations.push(Violation {
+                    promise: Promise::NoOverlap,
+                    key: key.into(),
+                    what: format!(
+                        "holds of calls {} (token {}) and {} (token {}) overlap at the resource",
+                        a.0.call, a.0.token, b.0.call, b.0.token
+                    ),
+                    events: [a.0, a.1, b.0, b.1]
+                        .into_iter()
+                        .map(|w| Event::Resource(w.clone()))
+                        .collect(),
+                });
+            }
+        }
+    }
+}
+
+fn epoch(losses: &[u64], at: u64) -> usize {
+    losses.partition_point(|&l| l <= at)
+}
+
+fn check_idempotent(
+    calls: &[Paired<'_>],
+    effects: &[&Effect],
+    losses: &[u64],
+    report: &mut Report,
+) {
+    // At most one body effect per key and epoch.
+    let mut bodies: BTreeMap<(&str, usize), Vec<&Effect>> = BTreeMap::new();
+    for e in effects.iter().filter(|e| e.kind == EffectKind::Body) {
+        bodies
+            .entry((e.key.as_str(), epoch(losses, e.at)))
+            .or_default()
+            .push(e);
+    }
+    for ((key, _), runs) in &bodies {
+        if runs.len() > 1 {
+            report.violations.push(Violation {
+                promise: Promise::AtMostOnce,
+                key: (*key).into(),
+                what: format!(
+                    "the body ran {} times (calls {})",
+                    runs.len(),
+                    runs.iter()
+                        .map(|r| r.call.to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                events: runs.iter().map(|e| Event::Effect((*e).clone())).collect(),
+            });
+        }
+    }
+    // Answers: linearizable per key and epoch, and each produced by a body of that key.
+    let mut by_key: BTreeMap<(&str, usize), Vec<&Paired<'_>>> = BTreeMap::new();
+    // A call belongs to every epoch its span touches: one in flight across a data loss may
+    // take effect on either side of it (its answer then counts as unknown).
+    for c in calls.iter().filter(|c| c.invoke.op == Op::Idempotent) {
+        let first = epoch(losses, c.invoke.at);
+        let last = c.end().map_or(losses.len(), |end| epoch(losses, end));
+        for ep in first..=last {
+            by_key
+                .entry((c.invoke.key.as_str(), ep))
+                .or_default()
+                .push(c);
+        }
+    }
+    let proposals: HashMap<CallId, &str> = calls
+        .iter()
+        .filter_map(|c| Some((c.invoke.call, c.invoke.proposal.as_deref()?)))
+        .collect();
+    for ((key, ep), group) in by_key {
+        let ran: Vec<&str> = effects
+            .iter()
+            .filter(|e| e.kind == EffectKind::Body && e.key == key)
+            .filter_map(|e| proposals.get(&e.call).copied())
+            .collect();
+        let mut lin = Vec::new();
+        for c in &group {
+            let Some(proposal) = c.invoke.proposal.clone() else {
+                continue;
+            };
+            if c.complete.is_some_and(|x| x.outcome == Outcome::Fail) {
+                continue; // certainly no effect: not part of the register's history
+            }
+            let straddles = epoch(losses, c.invoke.at) != ep
+                || c.end().is_some_and(|end| epoch(losses, end) != ep);
+            let answer = if straddles {
+                None
+            } else {
+                c.ok_answer().map(str::to_owned)
+            };
+            if let Some(a) = &answer
+                && !ran.contains(&a.as_str())
+            {
+                report.violations.push(Violation {
+                    promise: Promise::SameAnswer,
+                    key: key.into(),
+                    what: format!(
+                        "call {} answered {a:?}, which no body of this key produced",
+                        c.invoke.call
+                    ),
+                    events: c.events(),
+                });
+            }
+            lin.push(Call {
+                start: c.invoke.at,
+                end: c.end(),
+                proposal,
+                answer,
+            });
+        }
+        if !linearizable(&lin) {
+            let answers: Vec<String> = lin.iter().filter_map(|c| c.answer.clone()).collect();
+            report.violations.push(Violation {
+                promise: Promise::SameAnswer,
+                key: key.into(),
+                what: format!(
+                    "the answers are not those of one stored outcome (not linearizable as a write-once record): {answers:?}"
+                ),
+                events: group.iter().flat_map(|c| c.events()).collect(),
+            });
+        }
+    }
+}
+
+/// A flight body's start and end effects, as far as seen.
+type FlightRun<'a> = (Option<&'a Effect>, Option<&'a Effect>);
+
+fn check_flights(calls: &[Paired<'_>], effects: &[&Effect], report: &mut Report) {
+    // Body runs per (process, key): start and end times, and the proposal they answer.
+    let proposals: HashMap<CallId, &str> = calls
+        .iter()
+        .filter_map(|c| Some((c.invoke.call, c.invoke.proposal.as_deref()?)))
+        .collect();
+    let mut runs: BTreeMap<(u32, &str), BTreeMap<CallId, FlightRun<'_>>> = BTreeMap::new();
+    for e in effects {
+        let slot = match e.kind {
+            EffectKind::FlightStart => 0,
+            EffectKind::FlightEnd => 1,
+            EffectKind::Body => continue,
+        };
+        let run = runs
+            .entry((e.call.pid(), e.key.as_str()))
+            .or_default()
+            .entry(e.call)
+            .or_default();
+        if slot == 0 {
+            run.0 = Some(e);
+        } else {
+            run.1 = Some(e);
+        }
+    }
+    for ((_, key), group) in &runs {
+        let mut spans: Vec<(u64, u64, &Effect)> = group
+            .values()
+            .filter_map(|(s, e)| {
+                let s = (*s)?;
+                Some((s.at, e.map_or(u64::MAX, |e| e.at), s))
+            })
+            .collect();
+        spans.sort_by_key(|s| s.0);
+        for pair in spans.windows(2) {
+            if pair[1].0 < pair[0].1 {
+                report.violations.push(Violation {
+                    promise: Promise::FlightOnce,
+                    key: (*key).into(),
+                    what: format!(
+                        "bodies of calls {} and {} ran at the same time in one process",
+                        pair[0].2.call, pair[1].2.call
+                    ),
+                    events: vec![
+                        Event::Effect(pair[0].2.clone()),
+                        Event::Effect(pair[1].2.clone()),
+                    ],
+                });
+            }
+        }
+    }
+    let leader_end: HashMap<CallId, u64> = calls
+        .iter()
+        .filter_map(|c| Some((c.invoke.call, c.end()?)))
+        .collect();
+    for c in calls.iter().filter(|c| c.invoke.op == Op::SingleFlight) {
+        let (Some(answer), Some(end)) = (c.ok_answer(), c.end()) else {
+            continue;
+        };
+        let fits = runs
+            .get(&(c.invoke.pid, c.invoke.key.as_str()))
+            .into_iter()
+            .flat_map(|g| g.iter())
+            .any(|(call, (s, _))| {
+                // A flight is open from its body's start until its leader's call returns
+                // (callers may join after the body's last effect, before the answer is out).
+                let open_until = leader_end.get(call).copied().unwrap_or(u64::MAX);
+                proposals.get(call) == Some(&answer)
+                    && s.is_some_and(|s| s.at <= end)
+                    && open_until >= c.invoke.at
+            });
+        if !fits {
+            report.violations.push(Violation {
+                promise: Promise::FlightOnce,
+                key: c.invoke.key.clone(),
+                what: format!(
+                    "call {} answered {answer:?}, from no body of its process running during the call",
+                    c.invoke.call
+                ),
+                events: c.events(),
+            });
+        }
+    }
+}
+
+fn check_cache(
+    calls: &[Paired<'_>],
+    sources: &HashMap<&str, Vec<(u64, u64)>>,
+    report: &mut Report,
+) {
+    for c in calls.iter().filter(|c| c.invoke.op == Op::CacheRead) {
+        let Some(answer) = c.ok_answer() else {
+            continue;
+        };
+        let bound = c.invoke.bound.unwrap_or(0);
+        let writes = sources
+            .get(c.invoke.key.as_str())
+            .map(Vec::as_slice)
+            .unwrap_or(&[]);
+        let Ok(version) = answer.parse::<u64>() else {
+            report.violations.push(Violation {
+                promise: Promise::CacheFresh,
+                key: c.invoke.key.clone(),
+                what: format!("call {} answered {answer:?}, not a version", c.invoke.call),
+                events: c.events(),
+            });
+            continue;
+        };
+        if !writes.iter().any(|(_, v)| *v == version) {
+            report.violations.push(Violation {
+                promise: Promise::CacheFresh,
+                key: c.invoke.key.clone(),
+                what: format!(
+                    "call {} read version {version}, which was never written",
+                    c.invoke.call
+                ),
+                events: c.events(),
+            });
+            continue;
+        }
+        // When the version read was first replaced.
+        let replaced = writes
+            .iter()
+            .filter(|(_, v)| *v > version)
+            .map(|(at, _)| *at)
+            .min();
+        if let Some(replaced) = replaced
+            && replaced.saturating_add(bound) < c.invoke.at
+        {
+            report.violations.push(Violation {
+                    promise: Promise::CacheFresh,
+                    key: c.invoke.key.clone(),
+                    what: format!(
+                        "call {} read version {version}, replaced {} ms before the read began (bound {} ms)",
+                        c.invoke.call,
+                        (c.invoke.at - replaced) / 1_000_000,
+                        bound / 1_000_000
+                    ),
+                    events: c.events(),
+                });
+        }
+    }
+}

@@ -1,0 +1,39 @@
+//! Recorded histories for coord's tests, checked against its promises: the Jepsen method on one
+//! machine.
+//!
+//! A run has three parts, each a module here:
+//!
+//! - **Recording** ([`recorder`], [`event`]): every call's invocation and completion, with a
+//!   monotonic timestamp (the same clock in every process of the machine), the process, the key,
+//!   the owner, the fencing token, the outcome (`ok`, `fail` when it certainly had no effect,
+//!   `info` when that is unknown) and the error kind. Histories are JSON lines, one [`Event`]
+//!   a line, so a failed run can be read and re-checked later (the `check` binary of this
+//!   crate does that).
+//! - **Witnessing** ([`witness`]): a protected resource that takes fenced writes and body
+//!   effects from every process over loopback TCP, and records what it saw, in its own order:
+//!   which fenced writes it accepted or refused, and every effect of a body. Promises about
+//!   fencing are judged where they matter, at the resource, not from what the clients believe.
+//! - **Faults** ([`nemesis`]): a TCP proxy between clients and a server that delays, drops,
+//!   holds, blackholes or half-opens connections, and seeded schedules that combine several
+//!   faults in one run. Pausing, killing and restarting servers is left to the test (the
+//!   testing crates of each backend do that); the schedule says when.
+//! - **Checking** ([`mod@check`]): decides each promise on the whole history and reports every
+//!   violation with the events that show it.
+//!
+//! [`planted`] wraps a provider with a deliberate bug, so that a test can show the checker
+//! fails when it should.
+//!
+//! This crate is test support: it is not published and promises nothing about compatibility.
+
+pub mod check;
+pub mod clock;
+pub mod event;
+mod linearizable;
+pub mod nemesis;
+pub mod planted;
+pub mod recorder;
+pub mod witness;
+
+pub use check::{Promise, Report, Violation, check};
+pub use event::{CallId, Complete, Effect, EffectKind, Event, Fault, Invoke, Op, Outcome, Phase};
+pub use recorder::{Recorder, read_jsonl, write_jsonl};

@@ -1,0 +1,173 @@
+//! A TCP proxy on 127.0.0.1 whose behaviour the test switches while clients use it.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+
+/// What the proxy does with the bytes and connections passing through it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Forwards everything.
+    Pass,
+    /// Forwards every chunk after this delay (each connection's chunks stay in order).
+    Delay(Duration),
+    /// Drops every byte both ways, silently; connections stay open. A partition, as the
+    /// clients see it.
+    Blackhole,
+    /// Keeps every byte back, and delivers it when the mode changes.
+    Hold,
+    /// Closes the server's side of every connection and leaves the client's side open and
+    /// silent: the client writes into a connection nobody reads. New connections are accepted
+    /// and left the same way. Healing does not revive such a connection.
+    HalfOpen,
+    /// Closes every connection and every new one at once (the client sees a reset or EOF).
+    Reset,
+}
+
+/// The proxy: listens on a free loopback port and forwards to `upstream`. Stops (closing
+/// everything) when dropped.
+#[derive(Debug)]
+pub struct Proxy {
+    addr: SocketAddr,
+    mode: watch::Sender<Mode>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Proxy {
+    /// Starts a proxy to `upstream` in [`Mode::Pass`], on the current tokio runtime.
+    pub async fn start(upstream: SocketAddr) -> std::io::Result<Proxy> {
+        let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
+        let addr = listener.local_addr()?;
+        let (mode, rx) = watch::channel(Mode::Pass);
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((client, _)) = listener.accept().await else {
+                    continue;
+                };
+                let rx = rx.clone();
+                tokio::spawn(connection(client, upstream, rx));
+            }
+        });
+        Ok(Proxy { addr, mode, task })
+    }
+
+    /// Where clients connect.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `redis://<addr>`, for Redis clients.
+    pub fn redis_url(&self) -> String {
+        format!("redis://{}", self.addr)
+    }
+
+    /// Switches the mode for every connection, open or new.
+    pub fn set(&self, mode: Mode) {
+        self.mode.send_replace(mode);
+    }
+
+    /// The current mode.
+    pub fn mode(&self) -> Mode {
+        *self.mode.borrow()
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.mode.send_replace(Mode::Reset);
+        self.task.abort();
+    }
+}
+
+async fn connection(mut client: TcpStream, upstream: SocketAddr, mut mode: watch::Receiver<Mode>) {
+    let _ = client.set_nodelay(true);
+    let now = *mode.borrow_and_update();
+    if now == Mode::Reset {
+        return;
+    }
+    let mut server = if now == Mode::HalfOpen {
+        None
+    } else {
+        match TcpStream::connect(upstream).await {
+            Ok(s) => {
+                let _ = s.set_nodelay(true);
+                Some(s)
+            }
+            Err(_) => return,
+        }
+    };
+    let mut cbuf = vec![0u8; 16 * 1024];
+    let mut sbuf = vec![0u8; 16 * 1024];
+    loop {
+        let from_server = async {
+            match server.as_mut() {
+                Some(s) => s.read(&mut sbuf).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            read = client.read(&mut cbuf) => {
+                let n = match read { Ok(0) | Err(_) => return, Ok(n) => n };
+                if !forward(&mut mode, &mut server, &cbuf[..n], true, &mut client).await {
+                    return;
+                }
+            }
+            read = from_server => {
+                let n = match read { Ok(0) | Err(_) => return, Ok(n) => n };
+                let chunk = sbuf[..n].to_vec();
+                if !forward(&mut mode, &mut server, &chunk, false, &mut client).await {
+                    return;
+                }
+            }
+            changed = mode.changed() => {
+                if changed.is_err() { return; }
+                match *mode.borrow_and_update() {
+                    Mode::Reset => return,
+                    Mode::HalfOpen => server = None,
+                    _ => {}
+                }
+            }
+        }
+    }
+}
+
+/// Forwards one chunk as the mode says; `false` when the connection is to be closed.
+async fn forward(
+    mode: &mut watch::Receiver<Mode>,
+    server: &mut Option<TcpStream>,
+    chunk: &[u8],
+    to_server: bool,
+    client: &mut TcpStream,
+) -> bool {
+    loop {
+        let now = *mode.borrow_and_update();
+        match now {
+            Mode::Reset => return false,
+            Mode::HalfOpen => {
+                *server = None;
+                return true;
+            }
+            Mode::Blackhole => return true,
+            Mode::Hold => {
+                if mode.changed().await.is_err() {
+                    return false;
+                }
+                continue;
+            }
+            Mode::Delay(d) => tokio::time::sleep(d).await,
+            Mode::Pass => {}
+        }
+        let written = if to_server {
+            match server.as_mut() {
+                Some(s) => s.write_all(chunk).await,
+                None => return true,
+            }
+        } else {
+            client.write_all(chunk).await
+        };
+        return written.is_ok();
+    }
+}

@@ -1,0 +1,146 @@
+//! Providers with a deliberate bug, to show that a history check fails when it should.
+//!
+//! [`Planted`] wraps any provider and passes everything through, except what its
+//! [`PlantedBug`] breaks. Never use it outside tests.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use coord_core::CallKey;
+use coord_core::provider::{
+    BackendError, BoxFuture, CacheStore, ClaimOutcome, ClaimRequest, CompleteOutcome,
+    CompleteRequest, FencingToken, FlightStore, IdempotencyStore, LockGrant, LockProvider,
+    LockRequest, Operations, OwnerToken, ReleaseOutcome, RenewOutcome,
+};
+
+/// The bug planted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PlantedBug {
+    /// Locks are granted without asking the backend, all with fencing token 1: two holders
+    /// at once, and a resource that checks tokens cannot tell them apart.
+    GrantWithoutCheck,
+    /// A completed record is reported as free: a replay runs the body again and answers
+    /// fresh instead of the stored answer.
+    FreshAnswerOnReplay,
+}
+
+/// `inner` with `bug` planted; every other operation goes to `inner` unchanged.
+#[derive(Debug, Clone)]
+pub struct Planted<P> {
+    inner: Arc<P>,
+    bug: PlantedBug,
+}
+
+impl<P> Planted<P> {
+    /// Wraps `inner`.
+    pub fn new(inner: P, bug: PlantedBug) -> Planted<P> {
+        Planted {
+            inner: Arc::new(inner),
+            bug,
+        }
+    }
+}
+
+impl<P: LockProvider> LockProvider for Planted<P> {
+    fn acquire<'a>(
+        &'a self,
+        req: LockRequest<'a>,
+    ) -> BoxFuture<'a, Result<Option<LockGrant>, BackendError>> {
+        if self.bug == PlantedBug::GrantWithoutCheck {
+            let fenced = req.fenced;
+            return Box::pin(async move {
+                Ok(Some(LockGrant {
+                    fencing_token: fenced.then(|| FencingToken::new(1)),
+                    contended: false,
+                    lease_began: Some(tokio::time::Instant::now()),
+                }))
+            });
+        }
+        self.inner.acquire(req)
+    }
+
+    fn release<'a>(
+        &'a self,
+        key: &'a CallKey,
+        owner: OwnerToken,
+    ) -> BoxFuture<'a, Result<ReleaseOutcome, BackendError>> {
+        if self.bug == PlantedBug::GrantWithoutCheck {
+            return Box::pin(async { Ok(ReleaseOutcome::Released) });
+        }
+        self.inner.release(key, owner)
+    }
+
+    fn renew<'a>(
+        &'a self,
+        key: &'a CallKey,
+        owner: OwnerToken,
+        lease: Duration,
+    ) -> BoxFuture<'a, Result<RenewOutcome, BackendError>> {
+        if self.bug == PlantedBug::GrantWithoutCheck {
+            return Box::pin(async { Ok(RenewOutcome::Renewed) });
+        }
+        self.inner.renew(key, owner, lease)
+    }
+}
+
+impl<P: IdempotencyStore> IdempotencyStore for Planted<P> {
+    fn claim<'a>(
+        &'a self,
+        req: ClaimRequest<'a>,
+    ) -> BoxFuture<'a, Result<ClaimOutcome, BackendError>> {
+        let bug = self.bug;
+        Box::pin(async move {
+            let outcome = self.inner.claim(req).await?;
+            Ok(match outcome {
+                ClaimOutcome::Completed { .. } if bug == PlantedBug::FreshAnswerOnReplay => {
+                    ClaimOutcome::Claimed
+                }
+                other => other,
+            })
+        })
+    }
+
+    fn complete<'a>(
+        &'a self,
+        req: CompleteRequest<'a>,
+    ) -> BoxFuture<'a, Result<CompleteOutcome, BackendError>> {
+        if self.bug == PlantedBug::FreshAnswerOnReplay {
+            // The record is already there: say the (fresh) outcome was stored.
+            return Box::pin(async move {
+                let _ = self.inner.complete(req).await?;
+                Ok(CompleteOutcome::Stored)
+            });
+        }
+        self.inner.complete(req)
+    }
+
+    fn abandon<'a>(
+        &'a self,
+        key: &'a CallKey,
+        owner: OwnerToken,
+    ) -> BoxFuture<'a, Result<bool, BackendError>> {
+        self.inner.abandon(key, owner)
+    }
+
+    fn wait_settled<'a>(
+        &'a self,
+        key: &'a CallKey,
+        timeout: Duration,
+    ) -> BoxFuture<'a, Result<(), BackendError>> {
+        self.inner.wait_settled(key, timeout)
+    }
+
+    fn renew_marker<'a>(
+        &'a self,
+        key: &'a CallKey,
+        owner: OwnerToken,
+        lease: Duration,
+    ) -> BoxFuture<'a, Result<RenewOutcome, BackendError>> {
+        self.inner.renew_marker(key, owner, lease)
+    }
+}
+
+// The planted provider serves no shared cache, cluster flight or operator call.
+impl<P: Send + Sync + 'static> CacheStore for Planted<P> {}
+impl<P: Send + Sync + 'static> FlightStore for Planted<P> {}
+impl<P: Send + Sync + 'static> Operations for Planted<P> {}

@@ -1,0 +1,258 @@
+//! The checker on hand-made histories: each promise passes when kept and fails, naming the
+//! offending events, when broken; histories survive a round trip through JSON lines.
+
+use coord_history::event::{ResourceWrite, SourceWrite};
+use coord_history::{
+    CallId, Complete, Effect, EffectKind, Event, Fault, Invoke, Op, Outcome, Phase, Promise, check,
+    read_jsonl, write_jsonl,
+};
+
+fn call(pid: u32, n: u32) -> CallId {
+    CallId((u64::from(pid) << 32) | u64::from(n))
+}
+
+fn invoke(at: u64, c: CallId, op: Op, key: &str, proposal: Option<&str>) -> Event {
+    Event::Invoke(Invoke {
+        at,
+        pid: c.pid(),
+        client: 0,
+        call: c,
+        op,
+        key: key.into(),
+        owner: None,
+        proposal: proposal.map(Into::into),
+        bound: None,
+    })
+}
+
+fn done(at: u64, c: CallId, op: Op, key: &str, outcome: Outcome, answer: Option<&str>) -> Event {
+    Event::Complete(Complete {
+        at,
+        pid: c.pid(),
+        client: 0,
+        call: c,
+        op,
+        key: key.into(),
+        outcome,
+        token: None,
+        answer: answer.map(Into::into),
+        error: None,
+    })
+}
+
+fn write(seq: u64, c: CallId, token: u64, phase: Phase, accepted: bool) -> Event {
+    Event::Resource(ResourceWrite {
+        seq,
+        at: seq,
+        key: "r".into(),
+        token,
+        call: c,
+        phase,
+        accepted,
+    })
+}
+
+fn effect(at: u64, c: CallId, key: &str, kind: EffectKind) -> Event {
+    Event::Effect(Effect {
+        seq: at,
+        at,
+        key: key.into(),
+        call: c,
+        kind,
+    })
+}
+
+#[test]
+fn fenced_holds_in_turn_pass_and_a_refused_late_exit_is_no_hold() {
+    let (a, b) = (call(1, 1), call(2, 1));
+    let events = vec![
+        write(1, a, 5, Phase::Enter, true),
+        write(2, b, 6, Phase::Enter, true),
+        write(3, a, 5, Phase::Exit, false), // a was paused past its lease: refused
+        write(4, b, 6, Phase::Exit, true),
+    ];
+    let report = check(&events);
+    assert!(report.violations.is_empty(), "{report}");
+    assert_eq!(report.writes_refused, 1);
+}
+
+#[test]
+fn overlapping_holds_and_a_shared_token_are_violations() {
+    let (a, b) = (call(1, 1), call(2, 1));
+    let events = vec![
+        write(1, a, 1, Phase::Enter, true),
+        write(2, b, 1, Phase::Enter, true),
+        write(3, a, 1, Phase::Exit, true),
+        write(4, b, 1, Phase::Exit, true),
+    ];
+    let report = check(&events);
+    assert_eq!(report.count(Promise::NoOverlap), 1, "{report}");
+    assert!(report.count(Promise::TokensGrow) >= 1, "{report}");
+    assert!(
+        report.violations.iter().all(|v| v.events.len() >= 2),
+        "{report}"
+    );
+}
+
+#[test]
+fn a_token_going_backwards_is_a_violation() {
+    let (a, b) = (call(1, 1), call(2, 1));
+    let events = vec![
+        write(1, a, 7, Phase::Enter, true),
+        write(2, a, 7, Phase::Exit, true),
+        write(3, b, 3, Phase::Enter, true),
+        write(4, b, 3, Phase::Exit, true),
+    ];
+    assert_eq!(check(&events).count(Promise::TokensGrow), 1);
+}
+
+#[test]
+fn idempotent_replays_pass_a_second_body_and_a_fresh_answer_fail() {
+    let (a, b) = (call(1, 1), call(2, 1));
+    let good = vec![
+        invoke(0, a, Op::Idempotent, "k", Some("A")),
+        effect(1, a, "k", EffectKind::Body),
+        done(2, a, Op::Idempotent, "k", Outcome::Ok, Some("A")),
+        invoke(3, b, Op::Idempotent, "k", Some("B")),
+        done(4, b, Op::Idempotent, "k", Outcome::Ok, Some("A")),
+    ];
+    let report = check(&good);
+    assert!(report.violations.is_empty(), "{report}");
+    let bad = vec![
+        invoke(0, a, Op::Idempotent, "k", Some("A")),
+        effect(1, a, "k", EffectKind::Body),
+        done(2, a, Op::Idempotent, "k", Outcome::Ok, Some("A")),
+        invoke(3, b, Op::Idempotent, "k", Some("B")),
+        effect(4, b, "k", EffectKind::Body),
+        done(5, b, Op::Idempotent, "k", Outcome::Ok, Some("B")),
+    ];
+    let report = check(&bad);
+    assert_eq!(report.count(Promise::AtMostOnce), 1, "{report}");
+    assert_eq!(report.count(Promise::SameAnswer), 1, "{report}");
+}
+
+#[test]
+fn data_loss_starts_a_new_epoch_and_unknown_outcomes_are_allowed() {
+    let (a, b, c) = (call(1, 1), call(2, 1), call(3, 1));
+    let events = vec![
+        invoke(0, a, Op::Idempotent, "k", Some("A")),
+        effect(1, a, "k", EffectKind::Body),
+        done(2, a, Op::Idempotent, "k", Outcome::Info, None),
+        Event::Fault(Fault {
+            at: 3,
+            fault: "server-kill-wipe".into(),
+            start: true,
+            data_loss: true,
+        }),
+        invoke(4, b, Op::Idempotent, "k", Some("B")),
+        effect(5, b, "k", EffectKind::Body),
+        done(6, b, Op::Idempotent, "k", Outcome::Ok, Some("B")),
+        invoke(7, c, Op::Idempotent, "k", Some("C")),
+        done(8, c, Op::Idempotent, "k", Outcome::Ok, Some("B")),
+    ];
+    let report = check(&events);
+    assert!(report.violations.is_empty(), "{report}");
+    assert_eq!(report.faults.get("server-kill-wipe"), Some(&1));
+}
+
+#[test]
+fn a_call_in_flight_across_a_data_loss_may_take_effect_after_it() {
+    let (w, x) = (call(1, 1), call(2, 1));
+    let events = vec![
+        invoke(0, w, Op::Idempotent, "k", Some("W")),
+        Event::Fault(Fault {
+            at: 1,
+            fault: "server-kill-wipe".into(),
+            start: true,
+            data_loss: true,
+        }),
+        effect(2, w, "k", EffectKind::Body),
+        done(3, w, Op::Idempotent, "k", Outcome::Ok, Some("W")),
+        invoke(4, x, Op::Idempotent, "k", Some("X")),
+        done(5, x, Op::Idempotent, "k", Outcome::Ok, Some("W")),
+    ];
+    let report = check(&events);
+    assert!(report.violations.is_empty(), "{report}");
+}
+
+#[test]
+fn flights_share_one_body_and_two_concurrent_bodies_fail() {
+    let (a, b) = (call(1, 1), call(1, 2));
+    let good = vec![
+        invoke(0, a, Op::SingleFlight, "f", Some("A")),
+        effect(1, a, "f", EffectKind::FlightStart),
+        invoke(2, b, Op::SingleFlight, "f", Some("B")),
+        effect(3, a, "f", EffectKind::FlightEnd),
+        done(4, a, Op::SingleFlight, "f", Outcome::Ok, Some("A")),
+        done(4, b, Op::SingleFlight, "f", Outcome::Ok, Some("A")),
+    ];
+    let report = check(&good);
+    assert!(report.violations.is_empty(), "{report}");
+    let bad = vec![
+        invoke(0, a, Op::SingleFlight, "f", Some("A")),
+        effect(1, a, "f", EffectKind::FlightStart),
+        invoke(2, b, Op::SingleFlight, "f", Some("B")),
+        effect(3, b, "f", EffectKind::FlightStart),
+        effect(4, a, "f", EffectKind::FlightEnd),
+        effect(5, b, "f", EffectKind::FlightEnd),
+        done(6, a, Op::SingleFlight, "f", Outcome::Ok, Some("A")),
+        done(6, b, Op::SingleFlight, "f", Outcome::Ok, Some("B")),
+    ];
+    assert_eq!(check(&bad).count(Promise::FlightOnce), 1);
+}
+
+#[test]
+fn cached_reads_within_their_bound_pass_older_ones_fail() {
+    let a = call(1, 1);
+    let source = |at, version| {
+        Event::SourceWrite(SourceWrite {
+            at,
+            key: "c".into(),
+            version,
+        })
+    };
+    let read = |at_start: u64, bound: u64, version: &str| {
+        vec![
+            Event::Invoke(Invoke {
+                at: at_start,
+                pid: 1,
+                client: 0,
+                call: a,
+                op: Op::CacheRead,
+                key: "c".into(),
+                owner: None,
+                proposal: None,
+                bound: Some(bound),
+            }),
+            done(
+                at_start + 1,
+                a,
+                Op::CacheRead,
+                "c",
+                Outcome::Ok,
+                Some(version),
+            ),
+        ]
+    };
+    let mut fresh = vec![source(0, 1), source(100, 2)];
+    fresh.extend(read(150, 100, "1"));
+    assert!(check(&fresh).violations.is_empty());
+    let mut stale = vec![source(0, 1), source(100, 2)];
+    stale.extend(read(300, 100, "1"));
+    assert_eq!(check(&stale).count(Promise::CacheFresh), 1);
+}
+
+#[test]
+fn histories_round_trip_through_json_lines() {
+    let a = call(1, 1);
+    let events = vec![
+        invoke(0, a, Op::Lock, "l", None),
+        write(1, a, 3, Phase::Enter, true),
+        done(2, a, Op::Lock, "l", Outcome::Ok, None),
+    ];
+    let path = std::env::temp_dir().join(format!("coord-history-{}.jsonl", std::process::id()));
+    write_jsonl(&path, &events).unwrap();
+    let back = read_jsonl(&path).unwrap();
+    let _ = std::fs::remove_file(&path);
+    assert_eq!(back, events);
+}

@@ -1,0 +1,677 @@
+//! Recorded histories under a seeded nemesis, checked as a whole against coord's promises.
+//!
+//! This binary has its own `main` (`harness = false`) because it pauses, kills and restarts
+//! servers and re-runs itself as client processes (`COORD_HISTORY_ROLE=worker`). Per client
+//! library compiled in, it runs:
+//!
+//! 1. **under faults**: one redis-server (append-only file, fsync always) behind an in-test
+//!    TCP proxy; two client processes of this binary and the test process itself, each with
+//!    several tasks taking fenced locks, making idempotent calls and single-flight calls on a
+//!    few hot keys; a seeded schedule of combined faults (proxy delay, blackhole, hold,
+//!    half-open and reset; server pause, kill and restart with and without its data; client
+//!    process pause). Every call is recorded (JSON lines, one file per process, merged with
+//!    what the protected resource witnessed), then checked: zero violations.
+//! 2. **in process**: the same workload on the in-process provider, without faults.
+//! 3. **planted bugs**: the same workload through a provider that grants locks without
+//!    checking (all holders get token 1), and one that replays a fresh answer; the checker
+//!    must report violations for each, or it is not checking anything.
+//!
+//! The short form (CI) runs each fault phase for 8 s. A long form:
+//! `COORD_HISTORY_SECS=1800 COORD_HISTORY_SEED=<n> cargo test -p coord-redis --all-features
+//! --test histories`. A failed run prints its seed and the path of the merged history, which
+//! `cargo run -p coord-history --bin check -- <path>` re-checks.
+
+#[path = "support/mod.rs"]
+mod support;
+
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use coord_core::{CoordError, Coordinator, fencing_token};
+use coord_history::clock::now_ns;
+use coord_history::nemesis::proxy::{Mode, Proxy};
+use coord_history::nemesis::schedule::{FaultKind, Rng, Schedule};
+use coord_history::planted::{Planted, PlantedBug};
+use coord_history::recorder::{Ending, Recorder};
+use coord_history::witness::{WitnessClient, WitnessServer};
+use coord_history::{EffectKind, Event, Fault, Op, Outcome, Phase, Promise, Report};
+use coord_redis::{Client, RedisProvider};
+use coord_redis_testing::{RedisServer, Resp};
+
+const ROLE: &str = "COORD_HISTORY_ROLE";
+const LEASE: Duration = Duration::from_secs(1);
+const IN_FLIGHT: Duration = Duration::from_secs(2);
+const TASKS: u32 = 3;
+const PROCESSES: usize = 2;
+
+/// Which calls a worker makes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mix {
+    All,
+    Locks,
+    Idempotent,
+}
+
+fn client_named(name: &str) -> Client {
+    match name {
+        #[cfg(feature = "fred")]
+        "fred" => Client::Fred,
+        _ => support::clients()[0],
+    }
+}
+
+fn client_name(client: Client) -> &'static str {
+    match client {
+        #[cfg(feature = "fred")]
+        Client::Fred => "fred",
+        _ => "redis-rs",
+    }
+}
+
+/// `Fail`: certainly no effect. `Info`: unknown.
+fn classify(err: &CoordError) -> (Outcome, String) {
+    let outcome = match err {
+        CoordError::LockNotAcquired { .. }
+        | CoordError::InFlight { .. }
+        | CoordError::KeyReused { .. } => Outcome::Fail,
+        _ => Outcome::Info,
+    };
+    let kind = match err {
+        CoordError::Backend(b) => format!("Backend({:?})", b.kind()),
+        other => {
+            let debug = format!("{other:?}");
+            debug
+                .split([' ', '{', '('])
+                .next()
+                .unwrap_or_default()
+                .to_owned()
+        }
+    };
+    (outcome, kind)
+}
+
+/// One worker task: calls until `until`, recording each.
+async fn work(
+    coord: Coordinator,
+    rec: Recorder,
+    witness: SocketAddr,
+    client: u32,
+    until: Instant,
+    seed: u64,
+    mix: Mix,
+) {
+    let witness = WitnessClient::connect(witness)
+        .await
+        .expect("the witness listens on loopback");
+    let mut rng = Rng::new(seed ^ (u64::from(std::process::id()) << 16) ^ u64::from(client));
+    while Instant::now() < until {
+        let pick = rng.between(0, 9);
+        let op = match mix {
+            Mix::Locks => Op::Lock,
+            Mix::Idempotent => Op::Idempotent,
+            Mix::All if pick < 4 => Op::Lock,
+            Mix::All if pick < 8 => Op::Idempotent,
+            Mix::All => Op::SingleFlight,
+        };
+        let generation = witness.generation().await;
+        match op {
+            Op::Lock => lock_call(&coord, &rec, &witness, client, &mut rng, generation).await,
+            Op::Idempotent => {
+                idempotent_call(&coord, &rec, &witness, client, &mut rng, generation).await
+            }
+            _ => flight_call(&coord, &rec, &witness, client, &mut rng).await,
+        }
+    }
+}
+
+async fn lock_call(
+    coord: &Coordinator,
+    rec: &Recorder,
+    witness: &WitnessClient,
+    client: u32,
+    rng: &mut Rng,
+    generation: u64,
+) {
+    let name = format!("lk{}-g{generation}", rng.between(0, 1));
+    let hold = Duration::from_millis(rng.between(5, 40));
+    let invoked = rec.invoke(client, Op::Lock, &name, None, None);
+    let call = invoked.call;
+    let seen = AtomicU64::new(0);
+    let key = coord.key("hist.lock").part(name.as_str()).finish();
+    let result: Result<u64, CoordError> = coord
+        .lock(key)
+        .lease(LEASE)
+        .wait(Duration::from_secs(2))
+        .fenced()
+        .run(|| async {
+            let token = fencing_token().expect("a fenced hold has a token").get();
+            seen.store(token, Ordering::Relaxed);
+            witness.fenced_write(&name, token, call, Phase::Enter).await;
+            tokio::time::sleep(hold).await;
+            witness.fenced_write(&name, token, call, Phase::Exit).await;
+            Ok(token)
+        })
+        .await;
+    let ending = match result {
+        Ok(token) => Ending::ok(None, Some(token)),
+        Err(err) => {
+            let (outcome, kind) = classify(&err);
+            let mut ending = Ending::failed(outcome, kind);
+            ending.token = Some(seen.load(Ordering::Relaxed)).filter(|t| *t != 0);
+            ending
+        }
+    };
+    rec.complete(&invoked, ending);
+}
+
+async fn idempotent_call(
+    coord: &Coordinator,
+    rec: &Recorder,
+    witness: &WitnessClient,
+    client: u32,
+    rng: &mut Rng,
+    generation: u64,
+) {
+    // A sliding window of three hot keys, shared by every process (one clock).
+    let window = now_ns() / 700_000_000;
+    let name = format!("id{window}-{}-g{generation}", rng.between(0, 2));
+    let (invoked, proposal) = rec.invoke_proposing(client, Op::Idempotent, &name, |call| {
+        format!("answer-of-{call}")
+    });
+    let key = coord.key("hist.idem").part(name.as_str()).finish();
+    let result: Result<String, CoordError> = coord
+        .idempotent(key)
+        .in_flight_lease(IN_FLIGHT)
+        .wait(Duration::from_secs(3))
+        .retention(Duration::from_secs(600))
+        .run(|| async {
+            witness.effect(&name, invoked.call, EffectKind::Body).await;
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            Ok(proposal.clone())
+        })
+        .await;
+    let ending = match result {
+        Ok(answer) => Ending::ok(Some(answer), None),
+        Err(err) => {
+            let (outcome, kind) = classify(&err);
+            Ending::failed(outcome, kind)
+        }
+    };
+    rec.complete(&invoked, ending);
+}
+
+async fn flight_call(
+    coord: &Coordinator,
+    rec: &Recorder,
+    witness: &WitnessClient,
+    client: u32,
+    rng: &mut Rng,
+) {
+    let name = format!("sf{}", rng.between(0, 1));
+    let (invoked, proposal) = rec.invoke_proposing(client, Op::SingleFlight, &name, |call| {
+        format!("answer-of-{call}")
+    });
+    let key = coord.key("hist.flight").part(name.as_str()).finish();
+    let answer: String = coord
+        .single_flight(key)
+        .run(|| async {
+            witness
+                .effect(&name, invoked.call, EffectKind::FlightStart)
+                .await;
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            witness
+                .effect(&name, invoked.call, EffectKind::FlightEnd)
+                .await;
+            proposal.clone()
+        })
+        .await;
+    rec.complete(&invoked, Ending::ok(Some(answer), None));
+}
+
+// ---------------------------------------------------------------- processes
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+async fn coordinator(url: &str, client: Client, ns: &str) -> Coordinator {
+    let provider = RedisProvider::builder(url)
+        .client(client)
+        .command_timeout(Duration::from_millis(500))
+        .connect()
+        .await
+        .unwrap_or_else(|e| panic!("connect to the test server through the proxy at {url}: {e}"));
+    Coordinator::builder()
+        .namespace(ns)
+        .provider(provider)
+        .build()
+        .expect("coordinator")
+}
+
+/// Runs `TASKS` workers on `coord` until `until`, then gives stragglers `grace`.
+async fn run_workers(
+    coord: Coordinator,
+    rec: Recorder,
+    witness: SocketAddr,
+    until: Instant,
+    seed: u64,
+    mix: Mix,
+) {
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|client| {
+            tokio::spawn(work(
+                coord.clone(),
+                rec.clone(),
+                witness,
+                client,
+                until,
+                seed,
+                mix,
+            ))
+        })
+        .collect();
+    let grace = until + Duration::from_secs(20);
+    for t in tasks {
+        // A call stuck past the grace is left out as never completed (unknown outcome).
+        let left = grace.saturating_duration_since(Instant::now());
+        let _ = tokio::time::timeout(left, t).await;
+    }
+}
+
+fn child() {
+    let var = |name: &str| std::env::var(name).unwrap_or_else(|_| panic!("{name} is set"));
+    let url = var("COORD_HISTORY_URL");
+    let witness: SocketAddr = var("COORD_HISTORY_WITNESS").parse().expect("address");
+    let client = client_named(&var("COORD_HISTORY_CLIENT"));
+    let ns = var("COORD_HISTORY_NS");
+    let millis: u64 = var("COORD_HISTORY_MILLIS").parse().expect("millis");
+    let seed: u64 = var("COORD_HISTORY_SEED_CHILD").parse().expect("seed");
+    let out = var("COORD_HISTORY_OUT");
+    let rec = Recorder::new();
+    let rt = runtime();
+    rt.block_on(async {
+        let coord = coordinator(&url, client, &ns).await;
+        let until = Instant::now() + Duration::from_millis(millis);
+        run_workers(coord, rec.clone(), witness, until, seed, Mix::All).await;
+    });
+    rec.write_to(std::path::Path::new(&out))
+        .expect("write the history");
+    println!("DONE");
+    // Calls stuck past the grace must not keep the process alive.
+    std::process::exit(0);
+}
+
+struct Worker {
+    child: Child,
+    out: std::path::PathBuf,
+}
+
+impl Worker {
+    fn signal(&self, sig: libc::c_int) {
+        // SAFETY: `kill` takes no pointers. Our own child, not yet reaped: the pid is its.
+        unsafe { libc::kill(self.child.id() as libc::pid_t, sig) };
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        self.signal(libc::SIGCONT);
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.out);
+    }
+}
+
+// ---------------------------------------------------------------- the nemesis
+
+struct Target {
+    server: Mutex<RedisServer>,
+    data_dir: String,
+    proxy: Arc<Proxy>,
+    workers: Vec<Worker>,
+    witness: Arc<WitnessServer>,
+}
+
+fn fault_event(kind: FaultKind, start: bool) -> Event {
+    Event::Fault(Fault {
+        at: now_ns(),
+        fault: kind.name().into(),
+        start,
+        data_loss: start && kind.data_loss(),
+    })
+}
+
+fn apply(target: &Target, step: &coord_history::nemesis::schedule::Step, kind: FaultKind) {
+    let mut server = target.server.lock().unwrap();
+    match kind {
+        FaultKind::ProxyDelay => target.proxy.set(Mode::Delay(step.delay)),
+        FaultKind::ProxyBlackhole => target.proxy.set(Mode::Blackhole),
+        FaultKind::ProxyHold => target.proxy.set(Mode::Hold),
+        FaultKind::ProxyHalfOpen => target.proxy.set(Mode::HalfOpen),
+        FaultKind::ProxyReset => target.proxy.set(Mode::Reset),
+        FaultKind::ServerPause => server.pause(),
+        FaultKind::ServerKillRestart => server.kill(),
+        FaultKind::ServerKillWipe => {
+            server.kill();
+            target.witness.bump_generation();
+            let dir = std::path::Path::new(&target.data_dir);
+            let _ = std::fs::remove_dir_all(dir.join("appendonlydir"));
+            let _ = std::fs::remove_file(dir.join("dump.rdb"));
+        }
+        FaultKind::ClientPause => {
+            let w = &target.workers[(step.target % target.workers.len() as u64) as usize];
+            w.signal(libc::SIGSTOP);
+        }
+    }
+}
+
+fn heal(target: &Target, step: &coord_history::nemesis::schedule::Step, kind: FaultKind) {
+    let mut server = target.server.lock().unwrap();
+    match kind {
+        FaultKind::ProxyDelay
+        | FaultKind::ProxyBlackhole
+        | FaultKind::ProxyHold
+        | FaultKind::ProxyHalfOpen
+        | FaultKind::ProxyReset => target.proxy.set(Mode::Pass),
+        FaultKind::ServerPause => server.resume(),
+        FaultKind::ServerKillRestart | FaultKind::ServerKillWipe => server.restart(),
+        FaultKind::ClientPause => {
+            let w = &target.workers[(step.target % target.workers.len() as u64) as usize];
+            w.signal(libc::SIGCONT);
+        }
+    }
+}
+
+/// Runs `schedule` against `target` until `until`, recording every fault.
+fn nemesis(target: &Target, schedule: &Schedule, rec: &Recorder, until: Instant) {
+    for step in &schedule.steps {
+        std::thread::sleep(step.gap);
+        if Instant::now() + step.hold > until {
+            break;
+        }
+        for &kind in &step.faults {
+            rec.push(fault_event(kind, true));
+            apply(target, step, kind);
+        }
+        std::thread::sleep(step.hold);
+        for &kind in step.faults.iter().rev() {
+            heal(target, step, kind);
+            rec.push(fault_event(kind, false));
+        }
+    }
+}
+
+// ---------------------------------------------------------------- runs
+
+fn seed() -> u64 {
+    std::env::var("COORD_HISTORY_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0x5eed_2026)
+}
+
+fn fault_millis() -> u64 {
+    std::env::var("COORD_HISTORY_SECS")
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+        .map_or(8_000, |s| s * 1000)
+}
+
+fn save(events: &[Event], name: &str) -> std::path::PathBuf {
+    let path =
+        std::env::temp_dir().join(format!("coord-history-{name}-{}.jsonl", std::process::id()));
+    coord_history::write_jsonl(&path, events).expect("write the merged history");
+    path
+}
+
+/// Client processes and in-process tasks under the seeded schedule: zero violations.
+fn under_faults(client: Client) -> Report {
+    let seed = seed();
+    let millis = fault_millis();
+    let name = client_name(client);
+    let server = RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
+    let data_dir = match server.command(&["CONFIG", "GET", "dir"]) {
+        Resp::Array(items) => items[1].text().expect("the server's directory"),
+        other => panic!("CONFIG GET dir answered {other:?}"),
+    };
+    let upstream: SocketAddr = format!("127.0.0.1:{}", server.port()).parse().unwrap();
+    let rt = runtime();
+    let proxy = Arc::new(
+        rt.block_on(Proxy::start(upstream))
+            .expect("start the proxy"),
+    );
+    let witness = Arc::new(WitnessServer::start());
+    let ns = format!("hist-{name}");
+    let workers: Vec<Worker> = (0..PROCESSES)
+        .map(|i| {
+            let out = std::env::temp_dir().join(format!(
+                "coord-history-{name}-{}-child{i}.jsonl",
+                std::process::id()
+            ));
+            let child = Command::new(std::env::current_exe().expect("own path"))
+                .env(ROLE, "worker")
+                .env("COORD_HISTORY_URL", proxy.redis_url())
+                .env("COORD_HISTORY_WITNESS", witness.addr().to_string())
+                .env("COORD_HISTORY_CLIENT", name)
+                .env("COORD_HISTORY_NS", &ns)
+                .env("COORD_HISTORY_MILLIS", millis.to_string())
+                .env(
+                    "COORD_HISTORY_SEED_CHILD",
+                    (seed + i as u64 + 1).to_string(),
+                )
+                .env("COORD_HISTORY_OUT", &out)
+                .env("RUST_LOG", "off")
+                .stdout(Stdio::null())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .expect("re-run this test binary as a client process");
+            Worker { child, out }
+        })
+        .collect();
+    let rec = Recorder::new();
+    let until = Instant::now() + Duration::from_millis(millis);
+    let target = Target {
+        server: Mutex::new(server),
+        data_dir,
+        proxy: proxy.clone(),
+        workers,
+        witness: witness.clone(),
+    };
+    let kinds = FaultKind::ALL;
+    let schedule = Schedule::seeded(seed, Duration::from_millis(millis), &kinds, (300, 1500));
+    let started = Instant::now();
+    std::thread::scope(|scope| {
+        let nemesis_rec = rec.clone();
+        let target = &target;
+        let schedule = &schedule;
+        scope.spawn(move || nemesis(target, schedule, &nemesis_rec, until));
+        rt.block_on(async {
+            let coord = coordinator(&proxy.redis_url(), client, &ns).await;
+            run_workers(coord, rec.clone(), witness.addr(), until, seed, Mix::All).await;
+        });
+    });
+    // Everything healed (the nemesis heals each step before it ends); collect the children.
+    let mut events = rec.events();
+    let mut target = target;
+    for w in &mut target.workers {
+        let deadline = Instant::now() + Duration::from_secs(40);
+        loop {
+            if w.child.try_wait().expect("wait").is_some() {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "a client process did not finish within 40 s of the run's end (seed {seed})"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let mut theirs = coord_history::read_jsonl(&w.out).unwrap_or_else(|e| {
+            panic!("the client process wrote no readable history ({e}); seed {seed}")
+        });
+        events.append(&mut theirs);
+    }
+    events.extend(witness.events());
+    let path = save(&events, name);
+    let report = coord_history::check(&events);
+    println!(
+        "histories/{name}/under-faults (seed {seed}, {:.1} s, history {}): {report}",
+        started.elapsed().as_secs_f64(),
+        path.display()
+    );
+    assert!(
+        report.violations.is_empty(),
+        "{} violations under faults with {name} (seed {seed}); the history is {}",
+        report.violations.len(),
+        path.display()
+    );
+    for op in ["lock", "idempotent", "single_flight"] {
+        assert!(
+            report.calls.get(op).copied().unwrap_or(0) >= 10,
+            "too few {op} calls to judge anything: {report}"
+        );
+    }
+    assert!(report.writes_accepted > 0 && report.effects > 0, "{report}");
+    assert!(report.total_faults() > 0, "no fault was injected: {report}");
+    let _ = std::fs::remove_file(&path);
+    report
+}
+
+/// The workload through a provider with `bug` planted, with fencing checked at the resource:
+/// the checker must report it.
+fn planted(client: Client, bug: PlantedBug, mix: Mix) -> Report {
+    let name = client_name(client);
+    let server = RedisServer::start();
+    let witness = WitnessServer::start();
+    let rec = Recorder::new();
+    let rt = runtime();
+    rt.block_on(async {
+        let provider = RedisProvider::builder(server.url())
+            .client(client)
+            .connect()
+            .await
+            .expect("connect to the test server");
+        let coord = Coordinator::builder()
+            .namespace(format!("planted-{name}"))
+            .provider(Planted::new(provider, bug))
+            .build()
+            .expect("coordinator");
+        let until = Instant::now() + Duration::from_millis(2_500);
+        run_workers(coord, rec.clone(), witness.addr(), until, seed(), mix).await;
+    });
+    let mut events = rec.events();
+    events.extend(witness.events());
+    let report = coord_history::check(&events);
+    println!(
+        "histories/{name}/planted {bug:?}: {} calls, {} violations {:?}",
+        report.total_calls(),
+        report.violations.len(),
+        report
+            .violations
+            .iter()
+            .map(|v| v.promise)
+            .collect::<std::collections::BTreeSet<_>>()
+    );
+    if let Some(v) = report.violations.first() {
+        print!("  for example: {v}");
+    }
+    report
+}
+
+/// The same workload on the in-process provider (one process, no faults): zero violations.
+fn in_process() -> Report {
+    let witness = WitnessServer::start();
+    let rec = Recorder::new();
+    runtime().block_on(async {
+        let coord = Coordinator::builder()
+            .namespace("hist-memory")
+            .memory()
+            .build()
+            .expect("coordinator");
+        let until = Instant::now() + Duration::from_millis(2_500);
+        run_workers(coord, rec.clone(), witness.addr(), until, seed(), Mix::All).await;
+    });
+    let mut events = rec.events();
+    events.extend(witness.events());
+    let report = coord_history::check(&events);
+    println!("histories/memory: {report}");
+    assert!(
+        report.violations.is_empty(),
+        "in-process provider: {report}"
+    );
+    assert!(
+        report.total_calls() > 100,
+        "too few calls to judge: {report}"
+    );
+    report
+}
+
+fn main() {
+    if std::env::var(ROLE).is_ok() {
+        child();
+        return;
+    }
+    let started = Instant::now();
+    let mut passed = 0;
+    let mut failed = Vec::new();
+    // `COORD_HISTORY_ONLY=<text>` runs only the cases whose name contains it.
+    let only = std::env::var("COORD_HISTORY_ONLY").unwrap_or_default();
+    let mut case = |name: String, f: &dyn Fn()| {
+        if !name.contains(&only) {
+            return;
+        }
+        println!("histories/{name} ...");
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+            Ok(()) => passed += 1,
+            Err(_) => failed.push(name),
+        }
+    };
+    for client in support::clients() {
+        let name = client_name(client);
+        case(format!("{name}/under_faults_zero_violations"), &|| {
+            under_faults(client);
+        });
+        case(
+            format!("{name}/planted_grant_without_check_is_caught"),
+            &|| {
+                let report = planted(client, PlantedBug::GrantWithoutCheck, Mix::Locks);
+                assert!(
+                    report.count(Promise::NoOverlap) > 0 && report.count(Promise::TokensGrow) > 0,
+                    "the checker missed locks granted without checking: {report}"
+                );
+            },
+        );
+        case(
+            format!("{name}/planted_fresh_answer_on_replay_is_caught"),
+            &|| {
+                let report = planted(client, PlantedBug::FreshAnswerOnReplay, Mix::Idempotent);
+                assert!(
+                    report.count(Promise::AtMostOnce) > 0 && report.count(Promise::SameAnswer) > 0,
+                    "the checker missed replays answering fresh: {report}"
+                );
+            },
+        );
+    }
+    case("memory/zero_violations".into(), &|| {
+        in_process();
+    });
+    println!(
+        "histories: {passed} passed, {} failed in {:.1} s{}",
+        failed.len(),
+        started.elapsed().as_secs_f64(),
+        if failed.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", failed.join(", "))
+        }
+    );
+    if !failed.is_empty() {
+        std::process::exit(1);
+    }
+}

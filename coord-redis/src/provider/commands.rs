@@ -49,7 +49,7 @@ impl Inner {
         args: &[&[u8]],
         key: &CallKey,
     ) -> Result<Reply, BackendError> {
-        const NUMKEYS: [&str; 3] = ["0", "1", "2"];
+        const NUMKEYS: [&str; 4] = ["0", "1", "2", "3"];
         let sha: &str = &script.sha;
         // `body` is left to inference so both calls share one lifetime (the script's).
         let build = |name: &'static str, body| {

@@ -377,6 +377,7 @@ pub struct Metrics {
     lapsed_holds: AtomicU64,
     unprotected: AtomicU64,
     not_stored: AtomicU64,
+    hand_overs_not_written: AtomicU64,
 }
 
 impl Metrics {
@@ -422,6 +423,18 @@ impl Metrics {
     /// How many `#[idempotent]` bodies returned `Ok` whose outcome could not be stored.
     pub fn outcomes_not_stored(&self) -> u64 {
         self.not_stored.load(Ordering::Relaxed)
+    }
+
+    /// How many `#[single_flight(scope = "cluster")]` leaders of this coordinator answered
+    /// their callers but could not hand the outcome over to the other instances (the write
+    /// failed, or the claim had lapsed). Their followers fell back: one of them ran the body
+    /// itself. Each is also logged at warn.
+    pub fn hand_overs_not_written(&self) -> u64 {
+        self.hand_overs_not_written.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn count_hand_over_not_written(&self) {
+        self.hand_overs_not_written.fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn count_unprotected(&self) {

@@ -9,7 +9,9 @@
 //! its local followers.
 //!
 //! The leader answers its own callers as soon as its body returns; the hand-over is written in
-//! the background (its failure is counted in [`Metrics::hand_overs_not_written`] and logged).
+//! the background (its failure is counted in [`Metrics::hand_overs_not_written`] and logged;
+//! `Coordinator::shutdown` waits for it, so a process that shuts down before it exits does not
+//! leave its followers to the lease).
 //! Followers that miss it fall back as for a leader that stopped answering (below). Later
 //! calls of the same process on the same key wait for that write before claiming, so they run
 //! the body again rather than join a flight whose caller was already answered; a call on

@@ -378,6 +378,7 @@ pub struct Metrics {
     unprotected: AtomicU64,
     not_stored: AtomicU64,
     settling_in_background: AtomicU64,
+    hand_overs_not_written: AtomicU64,
 }
 
 impl Metrics {
@@ -437,6 +438,18 @@ impl Metrics {
 
     pub(crate) fn count_settling_in_background(&self) {
         self.settling_in_background.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// How many `#[single_flight(scope = "cluster")]` leaders of this coordinator answered
+    /// their callers but could not hand the outcome over to the other instances (the write
+    /// failed, or the claim had lapsed). Their followers fell back: one of them ran the body
+    /// itself. Each is also logged at warn.
+    pub fn hand_overs_not_written(&self) -> u64 {
+        self.hand_overs_not_written.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn count_hand_over_not_written(&self) {
+        self.hand_overs_not_written.fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn count_unprotected(&self) {

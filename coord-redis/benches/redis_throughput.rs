@@ -3,7 +3,7 @@
 //! the same run against one private redis-server on loopback.
 //!
 //! Run: `cargo bench -p coord-redis --bench redis_throughput --features fred`
-//! (without `fred`, only the redis-rs rows are measured; about 2.5 minutes).
+//! (without `fred`, only the redis-rs rows are measured; about 4 minutes).
 //!
 //! 1. Unfenced acquire+release pairs per second through the `LockProvider` trait, against a
 //!    raw client on ONE redis-rs multiplexed connection: `SET key token NX PX ms`, then
@@ -12,9 +12,17 @@
 //!    a script that takes the lock and mints a fencing token from an expiring counter that
 //!    only grows (`max(last + 1, server time in µs)`), then the same compare-and-delete.
 //!
-//! Both at 1 task (sequential pairs on one key) and at 16 tasks on 16 keys. The fred rows also
-//! have the same raw client over fred as a second baseline: it separates what the client
-//! library costs from what the provider adds, and the target is judged against it.
+//! At 1 task (sequential pairs on one key), 16 tasks on 16 keys and 256 tasks on 256 keys.
+//! The fred rows also have the same raw client over fred as a second baseline: it separates
+//! what the client library costs from what the provider adds, and the target is judged
+//! against it; and that raw fred client once more with fred's write coalescing (its automatic
+//! pipelining: many commands fed to the socket per flush) turned off, to show what it gives.
+//!
+//! The server's limit for the same work: a third baseline sends each pair's two commands
+//! (the same ones as the raw client's) as one pipeline over the same redis-rs connection,
+//! so a pair costs one round trip instead of two; with as many tasks, that is as close to
+//! what redis-server itself sustains as this client gets. The table gives the provider's
+//! rate as a share of it.
 //!
 //! redis-server runs on CPU 1 and this process (one tokio worker) on CPU 0 (see `support`).
 //! Provider and baseline slices alternate (A B, B A, A B ...) so that a change in the
@@ -42,7 +50,9 @@ const LEASE_MS: u64 = 30_000;
 const WARM_UP: Duration = Duration::from_millis(300);
 /// One throughput slice; every subject gets `ROUNDS` of them per cell.
 const SLICE: Duration = Duration::from_millis(400);
-const ROUNDS: usize = 16;
+const ROUNDS: usize = 10;
+/// Concurrent tasks (each on its own key) of the rows.
+const TASKS: [usize; 3] = [1, 16, 256];
 
 const RATIO_TARGET: f64 = 0.95;
 
@@ -107,6 +117,56 @@ impl RawPairs {
             .expect("raw fenced acquire")
     }
 
+    /// Acquire+release pairs on `lock` until `deadline`, each pair's two commands sent as
+    /// one pipeline (one round trip); returns how many completed.
+    async fn pipelined_until(
+        &self,
+        lock: String,
+        fence: String,
+        fenced: bool,
+        deadline: Instant,
+    ) -> u64 {
+        let mut conn = self.raw.conn.clone();
+        let mut done = 0;
+        while Instant::now() < deadline {
+            let token = OwnerToken::new().to_string();
+            let mut pipe = redis::pipe();
+            if fenced {
+                pipe.cmd("EVALSHA")
+                    .arg(&self.acquire_fenced_sha)
+                    .arg(2)
+                    .arg(&lock)
+                    .arg(&fence)
+                    .arg(&token)
+                    .arg(LEASE_MS)
+                    .arg(FENCE_RETENTION_MS);
+            } else {
+                pipe.cmd("SET")
+                    .arg(&lock)
+                    .arg(&token)
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(LEASE_MS);
+            }
+            pipe.cmd("EVALSHA")
+                .arg(&self.raw.release_sha)
+                .arg(1)
+                .arg(&lock)
+                .arg(&token);
+            let (taken, deleted): (redis::Value, i64) = pipe
+                .query_async(&mut conn)
+                .await
+                .expect("raw pipelined pair");
+            assert!(
+                !matches!(taken, redis::Value::Nil | redis::Value::Int(0)),
+                "the baseline's key was held"
+            );
+            assert_eq!(deleted, 1);
+            done += 1;
+        }
+        done
+    }
+
     /// Acquire+release pairs on `lock` until `deadline`; returns how many completed.
     async fn pairs_until(
         &self,
@@ -160,10 +220,20 @@ mod raw_fred {
     }
 
     impl RawFred {
-        pub async fn connect(url: &str) -> RawFred {
+        /// A client with fred's automatic pipelining on (fred's default, and the provider's)
+        /// or off. fred 10 always pipelines (it sends a command without waiting for the
+        /// replies before it) and coalesces writes: up to `max_feed_count` commands (200 by
+        /// default) are fed to the socket before one flush. "Off" here is a flush after every
+        /// command (`max_feed_count = 0`).
+        pub async fn connect(url: &str, auto_pipeline: bool) -> RawFred {
             let config = Config::from_url(url).expect("fred url");
             let client = Builder::from_config(config)
-                .with_performance_config(|perf| perf.default_command_timeout = COMMAND_TIMEOUT)
+                .with_performance_config(|perf| {
+                    perf.default_command_timeout = COMMAND_TIMEOUT;
+                    if !auto_pipeline {
+                        perf.max_feed_count = 0;
+                    }
+                })
                 .with_connection_config(|conn| conn.connection_timeout = COMMAND_TIMEOUT)
                 .build()
                 .expect("fred client");
@@ -267,6 +337,8 @@ mod raw_fred {
 enum Subject {
     Provider(RedisProvider),
     RawRs(RawPairs),
+    /// The raw redis-rs client, each pair one pipeline.
+    Pipelined(RawPairs),
     #[cfg(feature = "fred")]
     RawFred(raw_fred::RawFred),
 }
@@ -301,6 +373,10 @@ impl Subject {
             Subject::RawRs(raw) => {
                 let (lock, fence) = raw_names(cell, i);
                 raw.pairs_until(lock, fence, fenced, deadline).await
+            }
+            Subject::Pipelined(raw) => {
+                let (lock, fence) = raw_names(cell, i);
+                raw.pipelined_until(lock, fence, fenced, deadline).await
             }
             #[cfg(feature = "fred")]
             Subject::RawFred(raw) => {
@@ -524,7 +600,10 @@ struct ThroughputRow {
     tasks: usize,
     provider: Tally,
     raw: Tally,
+    pipelined: Tally,
     raw_fred: Option<Tally>,
+    /// Raw fred without automatic pipelining.
+    raw_fred_serial: Option<Tally>,
 }
 
 /// Median, lowest and highest of the per-round ratios `a / b` (slices of one round ran back
@@ -567,36 +646,48 @@ fn main() {
     let server = &session.server;
     let raw = rt.block_on(RawPairs::new(session.raw.clone()));
     #[cfg(feature = "fred")]
-    let raw_fred = rt.block_on(raw_fred::RawFred::connect(&server.url()));
+    let raw_fred = rt.block_on(raw_fred::RawFred::connect(&server.url(), true));
+    #[cfg(feature = "fred")]
+    let raw_fred_serial = rt.block_on(raw_fred::RawFred::connect(&server.url(), false));
 
+    let pipelined_subject = Subject::Pipelined(raw.clone());
     let raw_subject = Subject::RawRs(raw);
     let mut throughput = Vec::new();
     for (client, name) in support::clients() {
         let provider = session.provider(client);
         let provider_subject = Subject::Provider(provider.clone());
         #[allow(unused_mut)]
-        let mut subjects = vec![&provider_subject, &raw_subject];
+        let mut subjects = vec![&provider_subject, &raw_subject, &pipelined_subject];
         #[cfg(feature = "fred")]
         let fred_subject = Subject::RawFred(raw_fred.clone());
         #[cfg(feature = "fred")]
+        let fred_serial_subject = Subject::RawFred(raw_fred_serial.clone());
+        #[cfg(feature = "fred")]
         if client == coord_redis::Client::Fred {
             subjects.push(&fred_subject);
+            subjects.push(&fred_serial_subject);
         }
         for (lock, fenced) in [("unfenced", false), ("fenced", true)] {
-            for tasks in [1, 16] {
+            for tasks in TASKS {
                 let cell = format!("{}{}{tasks}", &name[..1], &lock[..1]);
                 eprintln!("measuring {lock} pairs, {name}, {tasks} task(s)...");
-                let mut tallies = measure_cell(rt, server, &subjects, &cell, tasks, fenced);
-                let raw_fred = (tallies.len() > 2).then(|| tallies.remove(2));
-                let raw_tally = tallies.remove(1);
-                let provider_tally = tallies.remove(0);
+                let mut tallies =
+                    measure_cell(rt, server, &subjects, &cell, tasks, fenced).into_iter();
+                let mut next = || tallies.next();
+                let (provider, raw, pipelined) = (
+                    next().expect("provider"),
+                    next().expect("raw"),
+                    next().expect("pipelined"),
+                );
                 throughput.push(ThroughputRow {
                     lock,
                     client: name,
                     tasks,
-                    provider: provider_tally,
-                    raw: raw_tally,
-                    raw_fred,
+                    provider,
+                    raw,
+                    pipelined,
+                    raw_fred: next(),
+                    raw_fred_serial: next(),
                 });
             }
         }
@@ -605,6 +696,8 @@ fn main() {
     }
     #[cfg(feature = "fred")]
     rt.block_on(raw_fred.quit());
+    #[cfg(feature = "fred")]
+    rt.block_on(raw_fred_serial.quit());
 
     use Align::{Left, Right};
     let rates = Table::start(
@@ -644,6 +737,41 @@ fn main() {
             fred_rate,
             fred_ratio,
             verdict(row.same_client_ratio() >= RATIO_TARGET).to_owned(),
+        ]);
+    }
+    let limit = Table::start(
+        "Against the server's limit: the same commands by hand, each pair one pipeline (one round trip), same tasks; and fred's automatic pipelining",
+        &[
+            ("lock", Left),
+            ("provider client", Left),
+            ("tasks", Right),
+            ("provider pairs/s", Right),
+            ("hand pipeline pairs/s", Right),
+            ("provider / pipeline", Right),
+            ("raw fred pairs/s, auto-pipelining on / off", Right),
+        ],
+    );
+    for row in &throughput {
+        let fred = match (&row.raw_fred, &row.raw_fred_serial) {
+            (Some(on), Some(off)) => format!(
+                "{:.0} / {:.0} ({:.2}x)",
+                on.rate(),
+                off.rate(),
+                on.rate() / off.rate()
+            ),
+            _ => "-".to_owned(),
+        };
+        limit.row(&[
+            row.lock.to_owned(),
+            row.client.to_owned(),
+            row.tasks.to_string(),
+            format!("{:.0}", row.provider.rate()),
+            format!("{:.0}", row.pipelined.rate()),
+            format!(
+                "{:.0} %",
+                100.0 * row.provider.rate() / row.pipelined.rate()
+            ),
+            fred,
         ]);
     }
     let commands = Table::start(

@@ -6,13 +6,15 @@
 //! |--------------------------|-----------------------------------|
 //! | lock                     | `ns:lock:{op:parts}`              |
 //! | forced-release marker    | `ns:lock-forced:{op:parts}`       |
+//! | processes waiting (list) | `ns:lock-queue:{op:parts}`        |
 //! | fencing counter          | `ns:fence:{op:parts}`             |
 //! | idempotency record       | `ns:idem:{op:parts}`              |
 //! | cached answer            | `ns:cache:{op:parts}`             |
 //! | single-flight claim      | `ns:flight:{op:parts}`            |
 //! | single-flight hand-over  | `ns:flight:{op:parts}:<leader>`   |
 //!
-//! A release is announced on the pub/sub channel named like the lock key, a settled record
+//! A release is announced on the pub/sub channel named like the lock key (or, to wake one
+//! waiting process only, on `<lock key>#<process id>`), a settled record
 //! on the channel named like the record key, a finished or abandoned flight on the channel
 //! named like its claim (channels are not keys: the names cannot clash). A hand-over is named
 //! after its leader's token (32 hex digits), so each flight's outcome has a name of its own.
@@ -66,6 +68,11 @@ impl<'a> Names<'a> {
         self.name("lock-forced")
     }
 
+    /// The ids of the processes waiting for the lock, in the order they will be woken.
+    pub(crate) fn lock_queue(&self) -> String {
+        self.name("lock-queue")
+    }
+
     pub(crate) fn fence(&self) -> String {
         self.name("fence")
     }
@@ -104,6 +111,7 @@ mod tests {
         let n = Names::of(&key);
         assert_eq!(n.lock(), "svc:lock:{charge:42:eu}");
         assert_eq!(n.forced(), "svc:lock-forced:{charge:42:eu}");
+        assert_eq!(n.lock_queue(), "svc:lock-queue:{charge:42:eu}");
         assert_eq!(n.fence(), "svc:fence:{charge:42:eu}");
         assert_eq!(n.record(), "svc:idem:{charge:42:eu}");
         assert_eq!(n.cache(), "svc:cache:{charge:42:eu}");

@@ -83,7 +83,8 @@
 //!
 //! Round trips: an uncontended unfenced acquire is one `SET .. NX PX .. GET`; a waiting one
 //! sends `PTTL` in the same pipeline, then, once subscribed, retries with one script that also
-//! marks the holder's token as waited for (only a marked lock's release publishes); a fenced
+//! marks the holder's token as waited for and queues the process (only a marked lock's release
+//! publishes); a fenced
 //! acquire, a release, a renewal and every idempotency step is one script (`EVALSHA`). Scripts
 //! are loaded on demand (`NOSCRIPT` → `EVAL` once). Requires Redis 7.0 or newer (`SET` with
 //! both `NX` and `GET`).
@@ -97,14 +98,28 @@
 //! A caller that may wait (`wait > 0`) and finds the lock held joins a local queue for that
 //! lock, subscribed (once per lock, over one subscriber connection per provider) to the lock's
 //! channel, then tries once more, with a script that also marks the holder's token as waited
-//! for. The release of a marked lock publishes on the channel (an unmarked one publishes
-//! nothing); the message wakes only the first waiter of the queue, which retries, marking the
-//! new holder if another process was quicker, and stays first. Within a process, waiters are served in arrival order; across processes they
-//! race. The first waiter also keeps a backstop timer at the holder's remaining lease (at most
-//! one second, with jitter), which covers a lost message and a holder that died without
-//! releasing. After the subscriber connection is re-established, every queue's first waiter
-//! retries at once. With Redis Cluster, `PUBLISH` reaches every node, so the subscriber may
-//! listen on any one of them.
+//! for and puts this process (its provider's random id) in the lock's queue in Redis
+//! (`ns:lock-queue:{op:parts}`). A caller that finds tasks of its own process already waiting
+//! for the lock queues behind them without a command: only the first waiter of each process
+//! talks to Redis.
+//!
+//! The release of a marked lock takes the first process off that queue and publishes on that
+//! process's own channel (`<lock key>#<id>`, subscribed beside the lock's channel), so one
+//! release wakes one waiter in one process, which retries; an unmarked lock's release
+//! publishes nothing, and a marked one whose queue is gone publishes on the lock's channel,
+//! waking the first waiter of every process. A waiter that takes the lock while others wait
+//! (in its process, or other processes in the queue) takes it marked, and when its own
+//! process has more waiters, puts the process back at the end of the queue: its next waiter
+//! then takes over the watch without a command, and processes take turns. Within a process,
+//! waiters are served in arrival order. Under contention an acquisition costs about two
+//! commands (the winning retry and the release); see the crate's benchmarks.
+//!
+//! Each process's first waiter keeps a backstop timer at the holder's remaining lease (at
+//! most one second, with jitter), which covers a lost message, a holder that died without
+//! releasing, a wake-up sent to a process whose waiters have all given up, and a lock taken
+//! unmarked by a caller that did not wait. After the subscriber connection is re-established,
+//! every queue's first waiter retries at once. With Redis Cluster, `PUBLISH` reaches every
+//! node, so the subscriber may listen on any one of them.
 //!
 //! ## Fencing tokens
 //! A token is `max(previous + 1, server time in microseconds)`, minted in the same script

@@ -12,7 +12,9 @@
 //! Values: a lock holds its owner token (32 lowercase hex characters) with a `PX` lease. A
 //! task that waits for the lock appends `*` to the holder's token ("someone is waiting"),
 //! keeping the lease; only then does the release publish, so a lock nobody waits for costs
-//! exactly a `SET` and a compare-and-delete. A fencing counter holds a decimal integer
+//! exactly a `SET` and a compare-and-delete. A waiting process also puts its provider's id
+//! (16 hex digits) in the lock's queue, a list; the release of a marked lock pops the first id
+//! and publishes on `<lock>#<id>` only, so one release wakes one process. A fencing counter holds a decimal integer
 //! (digits only, below 2^53).
 //!
 //! An idempotency record is a hash with fields `st` (`i` in flight, `c` completed), `own`
@@ -79,36 +81,64 @@ end
     };
 }
 
-/// The lock step both acquire scripts share. KEYS[1]: lock. ARGV: owner, lease ms, `1` to mark
-/// a holder found as waited for (so its release publishes) else `0`.
+/// The lock step both acquire scripts share. KEYS[1]: lock. ARGV: owner, lease ms, then the
+/// watch mode: `0` nothing more; `1` (a waiter) mark a holder found as waited for (so its
+/// release publishes) and put this process in the lock's queue; `2` (a waiter with more
+/// waiters of its process behind it) the same, and when the lock is taken, take it already
+/// marked and put this process back at the end of the queue, so its release wakes this
+/// process again. A waiter that takes the lock while other processes are queued (`1`) also
+/// takes it marked, so its release wakes the next of them. The script defines `queue` (the queue's key, needed for `1` and `2`) and
+/// `pid` (this process's id in the queue) before this step.
 ///
 /// Takes the lock with `SET NX PX`; when it is held by someone else, returns `{holder, pttl}`
 /// from the script. Our own token (an earlier send of this very call landed: a client retry)
 /// counts as taken, with the lease renewed. A value that is not a string fails on the `GET`
 /// with `WRONGTYPE` before anything is written; a string that is not a lock value is refused
 /// (`ERR coord:`), never marked.
+///
+/// The queue is a list of process ids, each at most once, kept for a minute past the lease
+/// of the last waiter that joined it. Losing it (or a process in it that stopped waiting)
+/// costs a wake-up, never a grant: waiters re-check on their own timer.
 macro_rules! take_or_watch_lock {
     () => {
         r#"
-if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+local value = ARGV[1]
+if ARGV[3] == '2' or (ARGV[3] == '1' and redis.call('EXISTS', queue) == 1) then
+  value = ARGV[1] .. '*'
+end
+if not redis.call('SET', KEYS[1], value, 'NX', 'PX', ARGV[2]) then
   local holder = redis.call('GET', KEYS[1])
   if holder ~= ARGV[1] and holder ~= ARGV[1] .. '*' then
     if not is_lock_value(holder) then
       return redis.error_reply('ERR coord: the lock key holds a value coord did not write')
     end
-    if ARGV[3] == '1' and #holder == 32 then
-      redis.call('SET', KEYS[1], holder .. '*', 'KEEPTTL')
+    if ARGV[3] ~= '0' then
+      if #holder == 32 then
+        redis.call('SET', KEYS[1], holder .. '*', 'KEEPTTL')
+      end
+      redis.call('LREM', queue, 0, pid)
+      redis.call('RPUSH', queue, pid)
+      redis.call('PEXPIRE', queue, tonumber(ARGV[2]) + 60000)
     end
     return {holder, redis.call('PTTL', KEYS[1])}
   end
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  if value ~= ARGV[1] and holder == ARGV[1] then
+    redis.call('SET', KEYS[1], value, 'KEEPTTL')
+  end
+end
+if ARGV[3] == '2' then
+  redis.call('LREM', queue, 0, pid)
+  redis.call('RPUSH', queue, pid)
+  redis.call('PEXPIRE', queue, tonumber(ARGV[2]) + 60000)
 end
 "#
     };
 }
 
-/// Fenced acquire. KEYS: lock, fence. ARGV: owner, lease ms, `1`/`0` (mark a holder as waited
-/// for, see `take_or_watch_lock!`), fence retention ms.
+/// Fenced acquire. KEYS: lock, fence, and the lock's queue when waiting. ARGV: owner, lease
+/// ms, watch mode (`0`/`1`/`2`, see `take_or_watch_lock!`), fence retention ms, and this
+/// process's id when waiting.
 ///
 /// Returns the token (a positive integer) when the lock is now the owner's, `{holder, pttl}`
 /// when held.
@@ -138,6 +168,7 @@ if last then
     return redis.error_reply('ERR coord: the fencing counter holds a value coord did not write')
   end
 end
+local queue, pid = KEYS[3], ARGV[5]
 "#,
             take_or_watch_lock!(),
             r#"
@@ -153,21 +184,29 @@ return token
     )
 });
 
-/// Unfenced acquire while waiting. KEYS: lock. ARGV: owner, lease ms, `1` (mark the holder).
+/// Unfenced acquire while waiting. KEYS: lock, the lock's queue. ARGV: owner, lease ms, watch
+/// mode (`1`/`2`, see `take_or_watch_lock!`), this process's id.
 ///
 /// The lock step of the fenced acquire without the mint: returns 0 when the lock is now the
 /// owner's, `{holder, pttl}` when held (the holder now marked as waited for).
 pub(crate) static WAITING_ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         "waiting_acquire",
-        concat!(lock_value_check!(), take_or_watch_lock!(), "return 0\n"),
+        concat!(
+            lock_value_check!(),
+            "local queue, pid = KEYS[2], ARGV[4]\n",
+            take_or_watch_lock!(),
+            "return 0\n"
+        ),
     )
 });
 
-/// Owner-scoped release. KEYS: lock, forced-release marker. ARGV: owner.
+/// Owner-scoped release. KEYS: lock, forced-release marker, the lock's queue. ARGV: owner.
 ///
-/// Deletes the lock when the owner holds it, and publishes on the channel named like it when
-/// someone marked it as waited for: returns 1. When it is not the owner's: returns 2 when the
+/// Deletes the lock when the owner holds it: returns 1. When someone marked it as waited for,
+/// it also wakes one waiting process: the first in the lock's queue (taken off it), on its own
+/// channel `<lock>#<id>`; when the queue is empty or gone, every process, on the channel named
+/// like the lock. When it is not the owner's: returns 2 when the
 /// marker names the owner (an operator forced its hold free, see `FORCE_RELEASE`), else 0
 /// (the lock is free or another token's). Refuses a lock value coord did not write; the
 /// marker is only read, and only on the path where the lock is not the owner's, so an
@@ -185,7 +224,12 @@ if holder == ARGV[1] then
 end
 if holder == ARGV[1] .. '*' then
   redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', KEYS[1], '')
+  local first = KEYS[3] and redis.call('LPOP', KEYS[3])
+  if first then
+    redis.call('PUBLISH', KEYS[1] .. '#' .. first, '')
+  else
+    redis.call('PUBLISH', KEYS[1], '')
+  end
   return 1
 end
 if holder and not is_lock_value(holder) then

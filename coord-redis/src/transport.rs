@@ -21,7 +21,7 @@ pub(crate) use server_error::{ErrorCode, ServerError};
 
 /// Most arguments any coord command has (`EVALSHA sha numkeys` plus keys and script
 /// arguments included).
-const MAX_ARGS: usize = 8;
+const MAX_ARGS: usize = 10;
 
 /// One command: its name and arguments, and which argument is the key (for Cluster routing).
 ///

@@ -4,9 +4,20 @@
 //! A provider has one subscriber connection, opened the first time something waits. Each
 //! channel someone waits on is subscribed once, however many tasks wait on it, and
 //! unsubscribed when the last one leaves. A lock channel wakes only the head of its queue (the
-//! task that started waiting first): one release, one retry. When the head leaves the queue
-//! (it got the lock, gave up or was cancelled) the next one is woken to take over the watch.
+//! task that started waiting first): one release, one retry. Only the head talks to Redis: a
+//! task that joins a queue with a head already watching waits without a look of its own. When
+//! the head leaves the queue (it gave up or was cancelled, or got the lock without arranging a
+//! wake-up for the rest) the next one is woken to look and take over the watch; when it got
+//! the lock and left it marked for this process ([`Look::DoneWatched`]), the next one is
+//! promoted quietly ([`Cue::Promoted`]): it keeps the re-check timer and waits for the release.
 //! A record channel wakes every waiter, since a settled record answers them all.
+//!
+//! Wake-one across processes: each provider has an id ([`Hub::id`]), and a lock channel is
+//! subscribed under two names, the channel itself and `<channel>#<id>`. A waiting process puts
+//! its id in the lock's queue in Redis; a release that finds waiters publishes to the first
+//! process in that queue only (see `scripts`), so one release wakes one process's head
+//! instead of every process's. A message on the plain channel (a forced release, a release
+//! that found the queue gone) still wakes the head of every process.
 //!
 //! Subscription changes go through one task, in the order they were decided, so a quick
 //! "unsubscribe, then subscribe again" cannot be reordered into a lost subscription. After
@@ -51,6 +62,9 @@ struct Waiter {
     /// Set when the wake-up came from a reconnection rather than a message: nothing may have
     /// happened, the waiter should look again.
     resynced: AtomicBool,
+    /// Set when the waiter became head because the previous head got the lock and left it
+    /// marked for this process: nothing to look at until the release.
+    promoted: AtomicBool,
 }
 
 /// Why a waiter woke.
@@ -60,6 +74,8 @@ enum Woken {
     Message,
     /// The subscriber reconnected: a message may have been missed, or nothing happened.
     Resync,
+    /// Became head of a hand-off queue whose wake-up is already arranged.
+    Promoted,
 }
 
 struct Channel {
@@ -69,8 +85,9 @@ struct Channel {
 }
 
 enum Op {
-    Subscribe(String, watch::Sender<SubState>),
-    Unsubscribe(String),
+    /// Subscribe these names (one channel's), then report on the sender.
+    Subscribe(Vec<String>, watch::Sender<SubState>),
+    Unsubscribe(Vec<String>),
     Resync,
 }
 
@@ -78,6 +95,8 @@ enum Op {
 struct Shared {
     channels: Mutex<HashMap<String, Channel>>,
     next_id: AtomicU64,
+    /// `#<provider id>`: the suffix of this provider's own name for a lock channel.
+    suffix: String,
 }
 
 impl Shared {
@@ -91,6 +110,10 @@ impl Shared {
         let Ok(channel) = std::str::from_utf8(channel) else {
             return;
         };
+        // A message for this process alone names the channel it is about.
+        let channel = channel
+            .strip_suffix(self.suffix.as_str())
+            .unwrap_or(channel);
         let map = self.channels();
         if let Some(ch) = map.get(channel) {
             match ch.wake {
@@ -102,6 +125,12 @@ impl Shared {
                 Wake::All => ch.waiters.iter().for_each(|w| w.notify.notify_one()),
             }
         }
+    }
+
+    /// Every name this process is subscribed under for `channel` (of kind `wake`).
+    fn names(&self, channel: &str, wake: Wake) -> impl Iterator<Item = String> + use<> {
+        let own = (wake == Wake::Head).then(|| format!("{channel}{}", self.suffix));
+        std::iter::once(channel.to_owned()).chain(own)
     }
 
     fn wake_every_head(&self) {
@@ -150,11 +179,34 @@ impl Hub {
     /// Queues whose subscription changes are each bounded by `timeout` (the provider's
     /// command timeout).
     pub(crate) fn new(timeout: Duration) -> Hub {
+        let id = format!("{:016x}", rand::random::<u64>());
         Hub {
-            shared: Arc::new(Shared::default()),
+            shared: Arc::new(Shared {
+                suffix: format!("#{id}"),
+                ..Shared::default()
+            }),
             ops: OnceLock::new(),
             timeout,
         }
+    }
+
+    /// This provider's id in lock queues: 16 hex digits, random per provider. A release that
+    /// picks this process publishes on `<channel>#<id>`.
+    pub(crate) fn id(&self) -> &str {
+        &self.shared.suffix[1..]
+    }
+
+    /// Whether a task of this process already waits on `channel`.
+    pub(crate) fn has_waiters(&self, channel: &str) -> bool {
+        self.shared.channels().contains_key(channel)
+    }
+
+    /// Whether more than one task of this process waits on `channel`.
+    pub(crate) fn has_others(&self, channel: &str) -> bool {
+        self.shared
+            .channels()
+            .get(channel)
+            .is_some_and(|ch| ch.waiters.len() > 1)
     }
 
     /// The subscription task's queue, starting the task (and the subscriber connection) on
@@ -194,6 +246,7 @@ impl Hub {
             id: self.shared.next_id.fetch_add(1, Ordering::Relaxed),
             notify: Notify::new(),
             resynced: AtomicBool::new(false),
+            promoted: AtomicBool::new(false),
         });
         let mut ready = {
             let mut map = self.shared.channels();
@@ -209,7 +262,8 @@ impl Hub {
                         wake,
                         ready: rx.clone(),
                     });
-                    let _ = ops.send(Op::Subscribe(channel.clone(), tx));
+                    let names = self.shared.names(&channel, wake).collect();
+                    let _ = ops.send(Op::Subscribe(names, tx));
                     rx
                 }
             }
@@ -220,6 +274,7 @@ impl Hub {
             ops,
             channel,
             waiter,
+            quiet: false,
         };
         let state =
             tokio::time::timeout(limit, ready.wait_for(|s| !matches!(s, SubState::Pending))).await;
@@ -250,6 +305,9 @@ struct Ticket {
     ops: mpsc::UnboundedSender<Op>,
     channel: String,
     waiter: Arc<Waiter>,
+    /// Leaving with the lock, marked for this process: the next head is promoted without a
+    /// look.
+    quiet: bool,
 }
 
 impl Ticket {
@@ -266,6 +324,8 @@ impl Ticket {
         self.waiter.notify.notified().await;
         if self.waiter.resynced.swap(false, Ordering::Relaxed) {
             Woken::Resync
+        } else if self.waiter.promoted.swap(false, Ordering::Relaxed) {
+            Woken::Promoted
         } else {
             Woken::Message
         }
@@ -283,13 +343,18 @@ impl Drop for Ticket {
         };
         ch.waiters.remove(pos);
         if ch.waiters.is_empty() {
+            let wake = ch.wake;
             map.remove(&self.channel);
-            let _ = self
-                .ops
-                .send(Op::Unsubscribe(std::mem::take(&mut self.channel)));
+            let names = self.shared.names(&self.channel, wake).collect();
+            let _ = self.ops.send(Op::Unsubscribe(names));
         } else if pos == 0 && ch.wake == Wake::Head {
-            // The watch passes to the next waiter: it retries once and keeps the backstop.
-            ch.waiters[0].notify.notify_one();
+            // The watch passes to the next waiter: it retries once and keeps the backstop, or,
+            // when the release will wake this process anyway, only keeps the backstop.
+            let next = &ch.waiters[0];
+            if self.quiet {
+                next.promoted.store(true, Ordering::Relaxed);
+            }
+            next.notify.notify_one();
         }
     }
 }
@@ -306,13 +371,13 @@ async fn manage(
         let mut ops = batch.drain(..).peekable();
         while let Some(op) = ops.next() {
             match op {
-                Op::Subscribe(channel, tx) => {
+                Op::Subscribe(names, tx) => {
                     // Consecutive subscriptions go out as one command.
-                    let mut channels = vec![channel];
+                    let mut channels = names;
                     let mut senders = vec![tx];
                     while let Some(Op::Subscribe(..)) = ops.peek() {
                         if let Some(Op::Subscribe(c, t)) = ops.next() {
-                            channels.push(c);
+                            channels.extend(c);
                             senders.push(t);
                         }
                     }
@@ -332,17 +397,20 @@ async fn manage(
                         let _ = tx.send(state.clone());
                     }
                 }
-                Op::Unsubscribe(channel) => {
+                Op::Unsubscribe(channels) => {
                     // A failure leaves a stray subscription at worst; its messages find no
                     // queue and are ignored, and a reconnect drops it.
-                    let channels = [channel];
                     let _ = tokio::time::timeout(timeout, subscriber.unsubscribe(&channels)).await;
                 }
                 Op::Resync => {
                     let Some(shared) = shared.upgrade() else {
                         return;
                     };
-                    let channels: Vec<String> = shared.channels().keys().cloned().collect();
+                    let channels: Vec<String> = shared
+                        .channels()
+                        .iter()
+                        .flat_map(|(name, ch)| shared.names(name, ch.wake))
+                        .collect();
                     if !channels.is_empty() {
                         let renewed =
                             tokio::time::timeout(timeout, subscriber.subscribe(&channels)).await;

@@ -139,6 +139,10 @@ async fn child(role: &str) {
         answers.join("|")
     );
     let _ = std::io::stdout().flush();
+    // A leader answers its callers before its hand-over is written (in the background): an
+    // application lets that finish by shutting the coordinator down before it exits, or its
+    // followers elsewhere wait out the claim's lease and run the body themselves.
+    let _ = c.shutdown(Duration::from_secs(10)).await;
 }
 
 // ---------------------------------------------------------------- the parent side

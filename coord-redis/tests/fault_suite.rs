@@ -1739,8 +1739,11 @@ fn waiters_redis(client: Client) -> Seen {
             &call_key("fs-wait", "fs.wait", 1),
             sizes().waiters,
             &mut seen,
-            // Each waiter's first attempt is one `SET .. NX`, as is the holder's acquire.
-            || server.command_calls().get("set").copied().unwrap_or(0) > sizes().waiters as u64,
+            // The first waiter makes a first attempt (`SET .. NX`) and, once subscribed, a
+            // retry (`EVALSHA`); a waiter that finds others of its process waiting queues
+            // behind them in its first poll, without a command (waiters that started before
+            // the first had queued make a first attempt too, covered by the pause after this).
+            || server.command_calls().get("evalsha").copied().unwrap_or(0) >= 1,
         )
         .await;
     });

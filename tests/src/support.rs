@@ -50,6 +50,13 @@ pub struct InstrumentedProvider {
     pub lose_flight_claim_replies: AtomicBool,
     /// When set, flight renewals fail as if the backend were unreachable.
     pub fail_flight_renewals: AtomicBool,
+    /// `flight_finish` calls (hand-over writes), counted when they start.
+    pub flight_finishes: AtomicUsize,
+    /// When set, hand-over writes fail as if the backend were unreachable.
+    pub fail_flight_finishes: AtomicBool,
+    /// When set, every hand-over write first takes a permit from this semaphore (so a test
+    /// holds writes back until it adds permits).
+    pub flight_finish_gate: Mutex<Option<Arc<tokio::sync::Semaphore>>>,
 }
 
 impl InstrumentedProvider {
@@ -388,10 +395,23 @@ impl coord_core::provider::FlightStore for InstrumentedProvider {
         outcome: &'a [u8],
         hand_over: Duration,
     ) -> BoxFuture<'a, Result<bool, BackendError>> {
+        self.flight_finishes.fetch_add(1, Ordering::SeqCst);
         if self.fail_flights.load(Ordering::SeqCst) {
             return Box::pin(async { Err(Self::fault()) });
         }
-        self.inner.flight_finish(key, owner, outcome, hand_over)
+        let gate = self.flight_finish_gate.lock().unwrap().clone();
+        let fail = self.fail_flight_finishes.load(Ordering::SeqCst);
+        Box::pin(async move {
+            if let Some(gate) = gate {
+                gate.acquire().await.expect("the gate stays open").forget();
+            }
+            if fail {
+                return Err(Self::fault());
+            }
+            self.inner
+                .flight_finish(key, owner, outcome, hand_over)
+                .await
+        })
     }
 
     fn flight_abandon<'a>(

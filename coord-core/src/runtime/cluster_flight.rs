@@ -8,6 +8,17 @@
 //! outcome the leader elsewhere hands over (pub/sub for Redis, no polling) and shares it with
 //! its local followers.
 //!
+//! The leader answers its own callers as soon as its body returns; the hand-over is written in
+//! the background (its failure is counted in [`Metrics::hand_overs_not_written`] and logged;
+//! `Coordinator::shutdown` waits for it, so a process that shuts down before it exits does not
+//! leave its followers to the lease).
+//! Followers that miss it fall back as for a leader that stopped answering (below). Later
+//! calls of the same process on the same key wait for that write before claiming, so they run
+//! the body again rather than join a flight whose caller was already answered; a call on
+//! another instance that claims in that window joins the flight and gets its outcome.
+//!
+//! [`Metrics::hand_overs_not_written`]: crate::telemetry::Metrics::hand_overs_not_written
+//!
 //! A leader that is cancelled gives its claim up at once (in the background), so a waiting
 //! instance takes over; a leader that crashes holds its claim until the lease runs out, then a
 //! waiting instance takes over. Exactly one does: claiming is atomic. A leader renews its claim
@@ -21,9 +32,11 @@
 //! (another build, another format) is a [`CoordError::Codec`] for the followers: never a panic,
 //! never a wrong value.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::marker::PhantomData;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use serde::Serialize;
@@ -33,11 +46,10 @@ use crate::codec::Codec;
 use crate::error::CoordError;
 use crate::provider::CallKey;
 use crate::provider::OwnerToken;
-use crate::provider::background::spawn_retried;
+use crate::provider::background::{spawn_detached, spawn_retried};
 use crate::provider::{FlightClaim, FlightStore, FlightWait};
 use crate::report::FlightOutcome;
 use crate::runtime::call::Call;
-use crate::runtime::detach::DetachOnDrop;
 use crate::runtime::flight::single_flight_in;
 
 /// How long the provider keeps a leader's outcome for its followers to read. Followers that
@@ -220,6 +232,7 @@ where
     let store = call.coordinator.flight_store().clone();
     let owner = OwnerToken::new();
     let mut took_over = false;
+    PendingHandOvers::settled(&store, &call.key, spec.lease).await;
     loop {
         // Armed before the claim is first polled, so before the command can leave the process:
         // a claim whose answer this call never reads (dropped mid-claim, or a fault that may
@@ -377,22 +390,101 @@ where
 
     let codec = call.coordinator.codec();
     let bytes = encode_hand_over(&output, codec, errors);
+    // The caller is answered now; the hand-over is written in the background. Followers that
+    // miss it (the write failed, or the process stopped first) fall back as they do for a
+    // leader that stopped answering: an abandoned claim lets one of them take over at once, a
+    // claim left behind lapses with its lease. Calls of this process on the same key wait for
+    // the write first (see `PendingHandOvers`), so a call that starts after this one returned
+    // runs the body again instead of joining the flight that just ended.
+    let pending = PendingHandOvers::begin(&store, &call.key);
+    let coordinator = call.coordinator.clone();
     let key = call.key.clone();
-    let finished = DetachOnDrop::new(async move {
+    spawn_detached(async move {
         let finished = store.flight_finish(&key, owner, &bytes, HAND_OVER).await;
         match finished {
             Ok(true) => {}
             Ok(false) => {
+                coordinator.metrics().count_hand_over_not_written();
                 tracing::warn!(key = %key, "coord: the single-flight claim lapsed while the body ran (renewals failed); the outcome was not handed over, and another instance may have run the body too")
             }
             Err(err) => {
+                coordinator.metrics().count_hand_over_not_written();
+                crate::telemetry::backend_error(
+                    "single_flight",
+                    key.operation().unwrap_or(""),
+                    &err,
+                );
                 tracing::warn!(key = %key, error = %err, "coord: handing the single-flight outcome over failed; giving the claim up so a follower runs instead");
                 abandon_detached(&store, &key, owner, spec.lease);
             }
         }
+        drop(pending);
     });
-    finished.await;
     output
+}
+
+/// Hand-overs this process is still writing, per flight store and key: a call that starts
+/// after its leader answered waits for the write before it claims, so it does not join (and
+/// get the outcome of) a flight whose caller already has its answer.
+struct PendingHandOvers {
+    slot: (usize, CallKey),
+    id: u64,
+    done: Option<tokio::sync::watch::Sender<()>>,
+}
+
+type PendingMap = HashMap<(usize, CallKey), (u64, tokio::sync::watch::Receiver<()>)>;
+
+fn pending_map() -> std::sync::MutexGuard<'static, PendingMap> {
+    static PENDING: OnceLock<Mutex<PendingMap>> = OnceLock::new();
+    PENDING
+        .get_or_init(Mutex::default)
+        .lock()
+        // Every critical section is one insert, look-up or remove: a poisoned map is whole.
+        .unwrap_or_else(|e| e.into_inner())
+}
+
+fn store_id(store: &Arc<dyn FlightStore>) -> usize {
+    Arc::as_ptr(store) as *const () as usize
+}
+
+impl PendingHandOvers {
+    fn begin(store: &Arc<dyn FlightStore>, key: &CallKey) -> PendingHandOvers {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let id = NEXT.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = tokio::sync::watch::channel(());
+        let slot = (store_id(store), key.clone());
+        pending_map().insert(slot.clone(), (id, rx));
+        PendingHandOvers {
+            slot,
+            id,
+            done: Some(tx),
+        }
+    }
+
+    /// Waits (at most `limit`) for a hand-over of `key` this process is still writing.
+    async fn settled(store: &Arc<dyn FlightStore>, key: &CallKey, limit: Duration) {
+        let waiting = {
+            let map = pending_map();
+            map.get(&(store_id(store), key.clone()))
+                .map(|(_, rx)| rx.clone())
+        };
+        if let Some(mut rx) = waiting {
+            // Resolves with an error once the writer is done (its sender dropped).
+            let _ =
+                tokio::time::timeout(limit, async { while rx.changed().await.is_ok() {} }).await;
+        }
+    }
+}
+
+impl Drop for PendingHandOvers {
+    fn drop(&mut self) {
+        let mut map = pending_map();
+        if map.get(&self.slot).is_some_and(|(id, _)| *id == self.id) {
+            map.remove(&self.slot);
+        }
+        drop(map);
+        self.done.take();
+    }
 }
 
 /// Runs the body while renewing the claim every third of its lease. A renewal that finds the

@@ -20,7 +20,8 @@ return 0";
 pub struct RawRs {
     /// The one connection; clones share it.
     pub conn: MultiplexedConnection,
-    release_sha: String,
+    /// The SHA of [`COMPARE_AND_DELETE`].
+    pub release_sha: String,
 }
 
 impl RawRs {

@@ -49,7 +49,7 @@ impl Inner {
         args: &[&[u8]],
         key: &CallKey,
     ) -> Result<Reply, BackendError> {
-        const NUMKEYS: [&str; 3] = ["0", "1", "2"];
+        const NUMKEYS: [&str; 4] = ["0", "1", "2", "3"];
         let sha: &str = &script.sha;
         // `body` is left to inference so both calls share one lifetime (the script's).
         let build = |name: &'static str, body| {
@@ -105,7 +105,7 @@ impl Inner {
         key: &CallKey,
         acks: &ReplicaAcks,
     ) -> Result<(Reply, Acks), BackendError> {
-        const NUMKEYS: [&str; 3] = ["0", "1", "2"];
+        const NUMKEYS: [&str; 4] = ["0", "1", "2", "3"];
         let build = |name: &'static str, body| {
             let mut cmd = Command::new(name).arg(body).arg(NUMKEYS[keys.len()]);
             for (i, k) in keys.iter().enumerate() {

@@ -25,8 +25,10 @@ enum TryMode {
     /// round trip.
     FirstOfWait,
     /// The caller is subscribed to releases: a holder found is marked as waited for, so its
-    /// release publishes.
-    Watching,
+    /// release publishes, and this process is queued to be woken. With `more`, other tasks
+    /// of this process wait behind the caller: a lock taken is taken marked, with this process
+    /// queued again, so its release wakes this process's next waiter.
+    Watching { more: bool },
 }
 
 enum Attempt {
@@ -78,35 +80,47 @@ impl Inner {
         } = attempt;
         let (lease_ms, fenced, lock) = (*lease_ms, *fenced, lock.as_str());
         let lease = Decimal::new(lease_ms);
-        let watch: &[u8] = if mode == TryMode::Watching {
-            b"1"
-        } else {
-            b"0"
+        let watch: &[u8] = match mode {
+            TryMode::Watching { more: true } => b"2",
+            TryMode::Watching { more: false } => b"1",
+            _ => b"0",
         };
+        let watching = matches!(mode, TryMode::Watching { .. });
+        let pid = self.hub.id().as_bytes();
         if fenced {
             let fence = names.fence();
             let fence_ms = millis(FENCE_RETENTION_FLOOR).max(lease_ms.saturating_mul(10));
-            let (reply, acks) = self
-                .eval_granting(
+            let fence_ms = Decimal::new(fence_ms.min(MAX_MILLIS));
+            let (reply, acks) = if watching {
+                let queue = names.lock_queue();
+                let args = [
+                    token.as_ref(),
+                    lease.as_ref(),
+                    watch,
+                    fence_ms.as_ref(),
+                    pid,
+                ];
+                self.eval_granting(
                     &scripts::FENCED_ACQUIRE,
-                    &[lock, &fence],
-                    &[
-                        token.as_ref(),
-                        lease.as_ref(),
-                        watch,
-                        Decimal::new(fence_ms.min(MAX_MILLIS)).as_ref(),
-                    ],
+                    &[lock, &fence, &queue],
+                    &args,
                     key,
                 )
-                .await?;
+                .await?
+            } else {
+                let args = [token.as_ref(), lease.as_ref(), watch, fence_ms.as_ref()];
+                self.eval_granting(&scripts::FENCED_ACQUIRE, &[lock, &fence], &args, key)
+                    .await?
+            };
             return self.granted_attempt(self.scripted_attempt(reply, true, key)?, acks, key);
         }
-        if mode == TryMode::Watching {
+        if watching {
+            let queue = names.lock_queue();
             let (reply, acks) = self
                 .eval_granting(
                     &scripts::WAITING_ACQUIRE,
-                    &[lock],
-                    &[token.as_ref(), lease.as_ref(), watch],
+                    &[lock, &queue],
+                    &[token.as_ref(), lease.as_ref(), watch, pid],
                     key,
                 )
                 .await?;
@@ -209,19 +223,32 @@ impl Inner {
         // `None`: no end (a wait too long to represent, such as `Duration::MAX`), the wait
         // lasts until the lock is ours or the future is dropped.
         let deadline = Instant::now().checked_add(req.wait);
-        match self.try_lock(attempt, TryMode::FirstOfWait).await? {
-            Attempt::Won(fence) => return Ok(Some(grant(fence, false))),
-            Attempt::Held(_) => {}
+        // Tasks of this process already wait for this lock: queue behind them without a
+        // round trip (their head watches the lock for all of them).
+        if !self.hub.has_waiters(lock) {
+            match self.try_lock(attempt, TryMode::FirstOfWait).await? {
+                Attempt::Won(fence) => return Ok(Some(grant(fence, false))),
+                Attempt::Held(_) => {}
+            }
         }
 
         // The first waiting attempt found the lock held; from here on a retry also marks the
-        // holder's token as waited for, so its release publishes. The backstop is the
-        // holder's remaining lease (capped, with jitter).
-        let retry = move |_: Cue| async move {
-            Ok(match self.try_lock(attempt, TryMode::Watching).await? {
-                Attempt::Won(fence) => Look::Done(Some(grant(fence, true))),
-                Attempt::Held(pttl) => Look::Pending(Some(backstop_after(pttl))),
-            })
+        // holder's token as waited for and queues this process, so the release wakes it. The
+        // backstop is the holder's remaining lease (capped, with jitter).
+        let retry = move |cue: Cue| async move {
+            if cue == Cue::Promoted {
+                // The previous head took the lock marked, with this process queued: its
+                // release wakes us. Only the backstop against a lost message is kept.
+                return Ok(Look::Pending(Some(backstop_after(None))));
+            }
+            let more = self.hub.has_others(lock);
+            Ok(
+                match self.try_lock(attempt, TryMode::Watching { more }).await? {
+                    Attempt::Won(fence) if more => Look::DoneWatched(Some(grant(fence, true))),
+                    Attempt::Won(fence) => Look::Done(Some(grant(fence, true))),
+                    Attempt::Held(pttl) => Look::Pending(Some(backstop_after(pttl))),
+                },
+            )
         };
         self.hub
             .wait(
@@ -293,7 +320,7 @@ impl LockProvider for RedisProvider {
             let reply = inner
                 .eval(
                     &scripts::RELEASE,
-                    &[&names.lock(), &names.forced()],
+                    &[&names.lock(), &names.forced(), &names.lock_queue()],
                     &[token.as_ref()],
                     key,
                 )

@@ -168,7 +168,8 @@ impl Inner {
                 Cue::Resync if deadline.is_some_and(|d| Instant::now() >= d) => {
                     return Ok(Look::Done(()));
                 }
-                Cue::Resync => {}
+                // Never on a record's channel (every waiter is woken); looked at like a resync.
+                Cue::Resync | Cue::Promoted => {}
             }
             let reply = self.eval(&scripts::PROBE, &[record_name], &[], key).await?;
             let remaining = match reply {

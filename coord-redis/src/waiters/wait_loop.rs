@@ -17,6 +17,10 @@ use crate::transport::Transport;
 pub(crate) enum Look<T> {
     /// The wait is over, with this answer.
     Done(T),
+    /// The wait is over, with this answer, and the wake-up of this process's other waiters on
+    /// the channel is already arranged (a lock taken marked as waited for, with this process
+    /// queued in Redis): the next waiter takes over the watch without a look of its own.
+    DoneWatched(T),
     /// Not yet. `Some(lapse)`: the state ends by itself within `lapse` at the latest (a
     /// lease's remaining time, measured by the server), so look again then even if no
     /// message comes. `None`: only a wake-up or the deadline ends the sleep.
@@ -36,6 +40,10 @@ pub(crate) enum Cue {
     Resync,
     /// The lapse the last look named, or the deadline, has come.
     Timer,
+    /// This waiter became the head of a hand-off queue after the previous head answered
+    /// [`Look::DoneWatched`]: the release will send a message. The look should only name
+    /// the re-check interval (the backstop against a lost message), without a round trip.
+    Promoted,
 }
 
 impl Hub {
@@ -45,7 +53,9 @@ impl Hub {
     /// What it promises:
     /// * **No lost wake-up.** `channel` is subscribed, and the subscription confirmed by the
     ///   server, before the first look. A change announced after that look reaches this
-    ///   waiter as a message; one announced before it is seen by the look itself.
+    ///   waiter as a message; one announced before it is seen by the look itself. On a
+    ///   hand-off channel ([`Wake::Head`]) a waiter that joins behind a head makes no look
+    ///   until it becomes head (or its deadline comes): the head's watch covers it.
     /// * **A look after every wake-up.** Every message, reconnection of the subscriber
     ///   (which may have lost messages) and timer leads to another call of `look`, told why
     ///   ([`Cue`]); a look may answer from the cue alone, without a round trip, where the cue
@@ -87,11 +97,23 @@ impl Hub {
             },
             None => joining.await?,
         };
+        let mut ticket = ticket;
         let mut cue = Cue::Subscribed;
+        // Behind a head on a hand-off channel: the head's watch covers this waiter until it
+        // becomes head itself (woken then) or its deadline comes.
+        let mut skip = wake == Wake::Head && !ticket.is_head();
         loop {
-            let lapse = match look(cue).await? {
-                Look::Done(answer) => return Ok(answer),
-                Look::Pending(lapse) => lapse,
+            let lapse = if std::mem::take(&mut skip) {
+                None
+            } else {
+                match look(cue).await? {
+                    Look::Done(answer) => return Ok(answer),
+                    Look::DoneWatched(answer) => {
+                        ticket.quiet = true;
+                        return Ok(answer);
+                    }
+                    Look::Pending(lapse) => lapse,
+                }
             };
             let now = Instant::now();
             if deadline.is_some_and(|d| now >= d) {
@@ -117,6 +139,7 @@ impl Hub {
                 woken = ticket.woken() => match woken {
                     Woken::Message => Cue::Message,
                     Woken::Resync => Cue::Resync,
+                    Woken::Promoted => Cue::Promoted,
                 },
                 () = sleep => Cue::Timer,
             };

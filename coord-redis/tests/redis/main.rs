@@ -18,6 +18,7 @@ mod cancellation;
 mod conformance;
 mod connections;
 mod connectivity;
+mod contention;
 mod corrupt_state;
 mod durations;
 mod faults;

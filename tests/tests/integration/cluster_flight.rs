@@ -471,3 +471,149 @@ async fn an_unknown_profile_is_refused_before_the_flight_is_claimed() {
     assert_eq!(runs.load(Ordering::SeqCst), 0, "the body did not run");
     assert_eq!(provider.flight_entries(), 0, "nothing was claimed");
 }
+
+/// Two coordinators over one instrumented provider (hand-over writes can be held back or
+/// failed).
+fn two_instrumented(ns: &str) -> (Arc<InstrumentedProvider>, Coordinator, Coordinator) {
+    let provider = Arc::new(InstrumentedProvider::default());
+    let make = || {
+        Coordinator::builder()
+            .namespace(ns)
+            .provider(provider.clone())
+            .build()
+            .expect("valid test coordinator")
+    };
+    let (a, b) = (make(), make());
+    (provider, a, b)
+}
+
+#[single_flight(key_from = "symbol", scope = "cluster", coordinator = coord)]
+async fn announced(
+    coord: &Coordinator,
+    symbol: &str,
+    started: Arc<Notify>,
+    runs: Arc<AtomicUsize>,
+) -> Result<u64, CoordError> {
+    runs.fetch_add(1, Ordering::SeqCst);
+    started.notify_one();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    Ok(symbol.len() as u64)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_leader_answers_before_the_hand_over_is_written() {
+    let (provider, a, b) = two_instrumented("cf10");
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    *provider.flight_finish_gate.lock().unwrap() = Some(gate.clone());
+    let (started, runs) = (Arc::new(Notify::new()), Arc::new(AtomicUsize::new(0)));
+    let leader = {
+        let (a, started, runs) = (a.clone(), started.clone(), runs.clone());
+        tokio::spawn(async move { observe(announced(&a, "ACME", started, runs)).await })
+    };
+    started.notified().await;
+    let follower = {
+        let (b, runs) = (b.clone(), runs.clone());
+        tokio::spawn(
+            async move { observe(announced(&b, "ACME", Arc::new(Notify::new()), runs)).await },
+        )
+    };
+    // The hand-over write is held back: the leader's caller is answered all the same.
+    let (out, report) = tokio::time::timeout(Duration::from_secs(10), leader)
+        .await
+        .expect("the leader answered while its hand-over write was still held back")
+        .unwrap();
+    assert_eq!(out.unwrap(), 4);
+    assert_eq!(report.flight(), Some(FlightOutcome::ClusterLed));
+    assert_eq!(provider.flight_finishes.load(Ordering::SeqCst), 1);
+    // The follower on the other instance waits for the hand-over, not for a takeover.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        !follower.is_finished(),
+        "the follower answered before the hand-over"
+    );
+    gate.add_permits(1);
+    let (out, report) = tokio::time::timeout(Duration::from_secs(10), follower)
+        .await
+        .expect("the follower got the hand-over once written")
+        .unwrap();
+    assert_eq!(out.unwrap(), 4);
+    assert_eq!(report.flight(), Some(FlightOutcome::ClusterJoined));
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "one run for both instances");
+    assert_eq!(a.metrics().hand_overs_not_written(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_call_after_the_leader_answered_waits_for_its_write_and_runs_again() {
+    let (provider, a, _b) = two_instrumented("cf11");
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    *provider.flight_finish_gate.lock().unwrap() = Some(gate.clone());
+    let runs = Arc::new(AtomicUsize::new(0));
+    let first = announced(&a, "ACME", Arc::new(Notify::new()), runs.clone());
+    assert_eq!(
+        tokio::time::timeout(Duration::from_secs(10), first)
+            .await
+            .unwrap()
+            .unwrap(),
+        4
+    );
+    // The next call of this process must not join the flight that just answered.
+    let second = {
+        let (a, runs) = (a.clone(), runs.clone());
+        tokio::spawn(
+            async move { observe(announced(&a, "ACME", Arc::new(Notify::new()), runs)).await },
+        )
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        provider.flight_claims.load(Ordering::SeqCst),
+        1,
+        "claimed before the write"
+    );
+    gate.add_permits(2);
+    let (out, report) = tokio::time::timeout(Duration::from_secs(10), second)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(out.unwrap(), 4);
+    assert_eq!(report.flight(), Some(FlightOutcome::ClusterLed));
+    assert_eq!(runs.load(Ordering::SeqCst), 2, "a later call runs again");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_failed_hand_over_is_counted_and_the_follower_takes_over() {
+    let (provider, a, b) = two_instrumented("cf12");
+    provider.fail_flight_finishes.store(true, Ordering::SeqCst);
+    let (started, runs) = (Arc::new(Notify::new()), Arc::new(AtomicUsize::new(0)));
+    let leader = {
+        let (a, started, runs) = (a.clone(), started.clone(), runs.clone());
+        tokio::spawn(async move { announced(&a, "ACME", started, runs).await })
+    };
+    started.notified().await;
+    let (out, report) = tokio::time::timeout(
+        Duration::from_secs(10),
+        observe(announced(&b, "ACME", Arc::new(Notify::new()), runs.clone())),
+    )
+    .await
+    .expect("the follower fell back well within the claim's lease");
+    assert_eq!(
+        leader.await.unwrap().unwrap(),
+        4,
+        "the leader's caller has its value"
+    );
+    assert_eq!(out.unwrap(), 4);
+    assert_eq!(report.flight(), Some(FlightOutcome::ClusterTookOver));
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        2,
+        "the follower ran the body itself"
+    );
+    until_async(|| a.metrics().hand_overs_not_written() == 1).await;
+}
+
+async fn until_async(mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !check() {
+        assert!(Instant::now() < deadline, "condition not reached in 10 s");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}

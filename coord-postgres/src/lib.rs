@@ -124,6 +124,7 @@ mod sql;
 mod sweeper;
 #[cfg(feature = "tls")]
 mod tls;
+mod transaction;
 mod waiters;
 
 pub use from_config::{coordinator_from_config, coordinator_from_env};
@@ -131,6 +132,7 @@ pub use provider::{
     ConnectError, MAX_KEY_BYTES, PostgresProvider, PostgresProviderBuilder, URL_ENV,
 };
 pub use schema::{DEFAULT_SCHEMA, MigrationReport, SCHEMA_VERSION, SchemaError};
+pub use transaction::{Transaction, TransactionError};
 
 /// What the benchmarks need to run coord's own statements by hand beside the provider. Not
 /// part of the API: may change in any release.

@@ -99,9 +99,9 @@ const ABANDON_AT_LEAST: Duration = Duration::from_secs(2);
 ///   record, or neither), and a duplicate sees whichever it is.
 /// * Anything about writes made outside this transaction (on other connections).
 /// * Under `REPEATABLE READ` or `SERIALIZABLE`, a transaction whose snapshot was taken before
-///   the claim does not see the marker: the completion finds it missing, and the transaction
-///   can only roll back. Begin the transaction before the call (the claim commits on the
-///   provider's connection first), or use `READ COMMITTED`, PostgreSQL's default.
+///   the claim (a statement ran in it before the call) does not see the marker: the completion
+///   finds it missing, and the transaction can only roll back. Make the call before the
+///   transaction's first statement, or use `READ COMMITTED`, PostgreSQL's default.
 pub struct Transaction<'c> {
     inner: Option<tokio_postgres::Transaction<'c>>,
     provider: PostgresProvider,

@@ -8,7 +8,7 @@
 //! |---|---|---|---|---|---|
 //! | `committed_outcome_is_replayed` | nothing | `Ok(id)`, commit `Ok` | `Ok(id)` replayed, its transaction untouched | 1 row | 1 |
 //! | `rollback_leaves_nothing_and_the_next_call_runs` | the caller rolls back after `Ok` | `Ok(id)`, then the rollback | a fresh run at once (the marker was abandoned) | 0, then 1 row | 2 |
-//! | `dropped_transaction_frees_the_key` | the transaction is dropped after `Ok` | `Ok(id)` | a fresh run, within a second (abandoned in the background) | 0, then 1 row | 2 |
+//! | `dropped_transaction_frees_the_key` | the transaction is dropped after `Ok` (lease 20 s) | `Ok(id)` | a fresh run within 5 s, so before the lease (abandoned in the background) | 0, then 1 row | 2 |
 //! | `body_error_leaves_nothing` | the body wrote, then failed | the body's error | a fresh run at once | 0, then 1 row | 2 |
 //! | `panic_in_body_leaves_nothing` | the body wrote, then panicked | the panic | a fresh run (waiting duplicate) | 0, then 1 row | 2 |
 //! | `taken_over_during_the_body_cannot_commit` | the marker lapsed mid-body and another caller ran and committed | `TransactionRollbackOnly { Superseded }`; commit `Err(RollbackOnly)` | the other caller's outcome | 1 row (the other's) | 2 |
@@ -116,7 +116,8 @@ async fn charge_waiting(
     insert_charge(tx, order, cents).await
 }
 
-/// The storm's charge: a lease no loaded machine outlives, so exactly one run is expected.
+/// The charge with a lease no loaded machine outlives (the storm: exactly one run is expected;
+/// the dropped transaction: only an abandon frees the key in time).
 #[idempotent(
     key_from = "order",
     coordinator = c,
@@ -292,18 +293,16 @@ async fn dropped_transaction_frees_the_key() {
 
     {
         let mut tx = s.provider.begin(&mut app).await.unwrap();
-        charge(&s.coord, &mut tx, &o, 5, Then::Succeed, &runs)
-            .await
-            .unwrap();
+        storm_charge(&s.coord, &mut tx, &o, &runs).await.unwrap();
         // Dropped: rolled back, the marker abandoned in the background.
     }
     assert_eq!(rows(&s.url, &o).await, 0);
-    // Well before the 400 ms lease would have lapsed... or not: the abandon races the
-    // driver's rollback, so allow its first retries.
+    // The marker's lease is 20 s: only the abandon can free the key within these 5 s. Its
+    // first attempts may race the driver's rollback (and fail without waiting), hence a loop.
     let started = Instant::now();
     let id = loop {
         let mut tx = s.provider.begin(&mut app).await.unwrap();
-        match charge(&s.coord, &mut tx, &o, 5, Then::Succeed, &runs).await {
+        match storm_charge(&s.coord, &mut tx, &o, &runs).await {
             Ok(id) => {
                 tx.commit().await.unwrap();
                 break id;
@@ -312,7 +311,7 @@ async fn dropped_transaction_frees_the_key() {
                 drop(tx);
                 assert!(
                     started.elapsed() < Duration::from_secs(5),
-                    "the key stayed in flight"
+                    "the dropped transaction's marker was not abandoned"
                 );
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
@@ -322,10 +321,9 @@ async fn dropped_transaction_frees_the_key() {
     assert_eq!(runs.load(Ordering::SeqCst), 2);
     let mut tx = s.provider.begin(&mut app).await.unwrap();
     assert_eq!(
-        charge(&s.coord, &mut tx, &o, 5, Then::Succeed, &runs)
-            .await
-            .unwrap(),
-        id
+        storm_charge(&s.coord, &mut tx, &o, &runs).await.unwrap(),
+        id,
+        "the duplicate replays"
     );
     assert_eq!(runs.load(Ordering::SeqCst), 2);
     assert_eq!(rows(&s.url, &o).await, 1);

@@ -187,7 +187,7 @@ async fn run(server: &PostgresServer, url: &str) {
                         let key = keys[task].qualified();
                         let owner = uuid::Uuid::from_u128(OwnerToken::new().as_u128());
                         let rows = client
-                            .query(&s[0], &[&key, &owner, &30_000i64, &false, &false])
+                            .query(&s[0], &[&key, &owner, &30_000i64, &false])
                             .await
                             .unwrap();
                         assert!(rows[0].get::<_, bool>(0));

@@ -103,8 +103,20 @@
 //! record; replays report the record's age. Claims may be transactional
 //! (`transactional_claims()` is true): such a marker is stored with the records table's
 //! `transactional` column set, and once its lease lapses it counts as absent whatever the keep.
-//! Completion's SQL lives in one place, so that a later version can write the completion inside
-//! the application's own transaction; this version has no transaction wrapper yet.
+//!
+//! ## In the application's own transaction
+//! [`Transaction`] wraps the application's `tokio_postgres::Transaction` (open one with
+//! [`PostgresProvider::begin`], on a `tokio_postgres::Client` or a `deadpool_postgres` pooled
+//! client). With `#[idempotent(transaction = "tx")]` or `Idempotent::claim_in_transaction`, the
+//! key is claimed on the provider's own connection (duplicates see it at once) and the
+//! completed record is written by an owner-checked `UPDATE` of the marker's row **inside that
+//! transaction**, so the record commits if and only if the body's writes commit. A failed
+//! owner check raises an error inside the transaction (it can then only roll back) and
+//! [`Transaction::commit`] says so; a rollback or a dropped transaction abandons its markers, so
+//! a retry runs at once. While the transaction holds a marker's row, claims, waits, abandons and
+//! renewals on the provider's connections never wait for it (a duplicate is answered in
+//! flight). What each failure leaves is tabled in RELIABILITY.md ("Idempotency in the caller's
+//! transaction").
 //!
 //! ## Features
 //! * `tls` (default): TLS with rustls on ring (no OpenSSL). Without it, `sslmode=require` is
@@ -124,6 +136,7 @@ mod sql;
 mod sweeper;
 #[cfg(feature = "tls")]
 mod tls;
+mod transaction;
 mod waiters;
 
 pub use from_config::{coordinator_from_config, coordinator_from_env};
@@ -131,6 +144,11 @@ pub use provider::{
     ConnectError, MAX_KEY_BYTES, PostgresProvider, PostgresProviderBuilder, URL_ENV,
 };
 pub use schema::{DEFAULT_SCHEMA, MigrationReport, SCHEMA_VERSION, SchemaError};
+pub use transaction::{Transaction, TransactionError};
+
+/// The driver the application's transactions come from, re-exported so that its version is the
+/// one [`Transaction`] wraps.
+pub use tokio_postgres;
 
 /// What the benchmarks need to run coord's own statements by hand beside the provider. Not
 /// part of the API: may change in any release.

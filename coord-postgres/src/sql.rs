@@ -57,6 +57,7 @@ pub(crate) struct Statements {
     pub(crate) lock_list: String,
     pub(crate) record_claim: String,
     pub(crate) record_complete: String,
+    pub(crate) record_complete_in_transaction: String,
     pub(crate) record_abandon: String,
     pub(crate) record_renew: String,
     pub(crate) record_probe: String,
@@ -89,6 +90,7 @@ impl Statements {
             lock_list: s(LOCK_LIST),
             record_claim: s(RECORD_CLAIM),
             record_complete: completion_statement(schema),
+            record_complete_in_transaction: s(RECORD_COMPLETE_IN_TRANSACTION),
             record_abandon: s(RECORD_ABANDON),
             record_renew: s(RECORD_RENEW),
             record_probe: s(RECORD_PROBE),
@@ -122,6 +124,7 @@ impl Statements {
             &self.lock_list,
             &self.record_claim,
             &self.record_complete,
+            &self.record_complete_in_transaction,
             &self.record_abandon,
             &self.record_renew,
             &self.record_probe,
@@ -267,13 +270,30 @@ ORDER BY key LIMIT $3::bigint";
 /// A claim executing after its not-after time writes nothing (`in_time` false): its caller
 /// has given up on it. Otherwise the marker is written when no live record is there (absent,
 /// or past its expiry). Returns one row: `(claimed, in_time, state, owner, fingerprint,
-/// payload, lease_left_ms, expires_in_ms, age_ms)`, the record columns as the statement's
-/// snapshot showed the key (NULL when no row).
+/// payload, lease_left_ms, expires_in_ms, age_ms, busy)`, the record columns as the
+/// statement's snapshot showed the key (NULL when no row).
+///
+/// It never waits for a transaction of the application's: a transactional marker whose row is
+/// locked (its owner's transaction has written the completion in it, and has not ended yet) is
+/// `busy`, and the claim writes nothing (`FOR UPDATE SKIP LOCKED` on such rows first; an `ON
+/// CONFLICT .. DO UPDATE` would wait for that transaction to end). The caller reports it in
+/// flight: it becomes the record when that transaction commits, and is in flight again when it
+/// rolls back.
 const RECORD_CLAIM: &str = concat!(
     "WITH now AS MATERIALIZED (
   SELECT clock_timestamp() AS t,
          ($6::bigint IS NULL OR (extract(epoch FROM clock_timestamp()) * 1000) <= $6::bigint)
            AS in_time
+),
+held AS MATERIALIZED (
+  SELECT r.key FROM {s}.records r
+  WHERE r.key = $1::text AND r.transactional AND r.state = 'in_flight'
+  FOR UPDATE SKIP LOCKED
+),
+busy AS MATERIALIZED (
+  SELECT EXISTS (SELECT 1 FROM {s}.records r
+                 WHERE r.key = $1::text AND r.transactional AND r.state = 'in_flight')
+         AND NOT EXISTS (SELECT 1 FROM held) AS b
 ),
 claimed AS (
   INSERT INTO {s}.records AS r
@@ -285,7 +305,7 @@ claimed AS (
          now.t + ",
     ms!("($3::bigint + coalesce($5::bigint, 0))"),
     ", false, $7::boolean
-  FROM now WHERE now.in_time
+  FROM now, busy WHERE now.in_time AND NOT busy.b
   ON CONFLICT (key) DO UPDATE SET
     state = excluded.state, owner = excluded.owner, fingerprint = excluded.fingerprint,
     payload = NULL, written_at = excluded.written_at, lease_ends_at = excluded.lease_ends_at,
@@ -301,8 +321,8 @@ SELECT (SELECT count(*) FROM claimed) AS claimed, now.in_time, r.state, r.owner,
     ms_between!("r.expires_at", "now.t"),
     " AS expires_in_ms, ",
     ms_between!("now.t", "r.written_at"),
-    " AS age_ms
-FROM now LEFT JOIN {s}.records r ON r.key = $1::text"
+    " AS age_ms, busy.b AS busy
+FROM now CROSS JOIN busy LEFT JOIN {s}.records r ON r.key = $1::text"
 );
 
 /// The completion statement, for the schema whose quoted name is `schema`: the one place
@@ -368,13 +388,70 @@ FROM (SELECT 1) AS one LEFT JOIN cur ON true"
     .replace("{s}", schema)
 }
 
+/// The completion written inside an application's own transaction (by
+/// `coord_postgres::Transaction`). `$1` key, `$2` owner, `$3` payload, `$4` retention ms, `$5`
+/// channel, `$6` payload of the notification.
+///
+/// Locks the key's row (`FOR UPDATE`: the newest committed version; the lock is the
+/// transaction's, held until it ends, so nobody can take the key over between this owner check
+/// and the commit) and turns the owner's in-flight marker into the completed record, whether
+/// the marker is live or lapsed: a lapsed marker that is still the owner's has not been taken
+/// over. It never inserts: no row means the claim is not there as this transaction sees it.
+/// The notification is sent whenever the record is written (delivered only if the transaction
+/// commits): a waiter that arrived while the row was locked could not mark it.
+///
+/// Returns `(stored, state, owner, lease_left_ms)`: `stored` = 1 written; otherwise the row
+/// found (NULL columns: none).
+const RECORD_COMPLETE_IN_TRANSACTION: &str = concat!(
+    "WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
+cur AS MATERIALIZED (
+  SELECT r.state, r.owner, ",
+    ms_between!("r.lease_ends_at", "now.t"),
+    " AS lease_left_ms
+  FROM {s}.records r, now WHERE r.key = $1::text FOR UPDATE OF r
+),
+own AS (
+  UPDATE {s}.records r SET state = 'completed', payload = $3::bytea, written_at = now.t,
+    lease_ends_at = NULL, expires_at = now.t + ",
+    ms!("$4::bigint"),
+    ", waited = false,
+    transactional = true
+  FROM now, cur
+  WHERE r.key = $1::text AND cur.owner = $2::uuid AND cur.state = 'in_flight'
+  RETURNING 1
+)
+SELECT (SELECT count(*) FROM own) AS stored, cur.state, cur.owner, cur.lease_left_ms,
+       (SELECT count(pg_notify($5::text, $6::text)) FROM own) AS woke
+FROM (SELECT 1) AS one LEFT JOIN cur ON true"
+);
+
+/// The statement that makes the session's open transaction unable to commit: it raises an
+/// error inside it (SQLSTATE P0001, the message saying why), so its `COMMIT` becomes a
+/// `ROLLBACK`. `reason` is quoted as a string literal (no parameters reach a `DO` block).
+pub(crate) fn rollback_only_statement(reason: &str) -> String {
+    let literal = reason.replace('\'', "''").replace('$', "");
+    format!(
+        "DO $coord$ BEGIN RAISE EXCEPTION USING MESSAGE = \
+         'coord: this transaction is rollback-only: {literal}'; END $coord$"
+    )
+}
+
 /// Abandon the owner's marker. `$1` key, `$2` owner, `$3` channel, `$4` payload. Deletes the
 /// owner's in-flight marker (live, kept, or lapsed as tidying); returns `(removed, woke)`:
 /// whether a live one was removed.
-const RECORD_ABANDON: &str = "WITH gone AS (
-  DELETE FROM {s}.records
+///
+/// Never waits for a lock on the row: a row locked elsewhere (by the owner's own transaction,
+/// which wrote the completion in it and has not ended yet) fails the statement with 55P03
+/// (`lock_not_available`), and the caller tries again later or leaves the marker to lapse.
+const RECORD_ABANDON: &str = "WITH mine AS MATERIALIZED (
+  SELECT key FROM {s}.records
   WHERE key = $1::text AND owner = $2::uuid AND state = 'in_flight'
-  RETURNING expires_at > clock_timestamp() AS live, waited
+  FOR UPDATE NOWAIT
+),
+gone AS (
+  DELETE FROM {s}.records r USING mine
+  WHERE r.key = mine.key AND r.owner = $2::uuid AND r.state = 'in_flight'
+  RETURNING r.expires_at > clock_timestamp() AS live, r.waited
 )
 SELECT coalesce(bool_or(live), false) AS removed,
        (SELECT count(pg_notify($3::text, $4::text)) FROM gone WHERE live AND waited) AS woke
@@ -383,9 +460,16 @@ FROM gone";
 /// Renew the owner's in-flight marker. `$1` key, `$2` owner, `$3` lease ms. Extends a marker
 /// within its lease (and its keep period, which moves with it). Returns 1 renewed; 2 another
 /// owner's live marker or record is there; 0 otherwise (free, lapsed, or completed by the
-/// owner).
+/// owner). Like [`RECORD_ABANDON`], fails with 55P03 rather than wait for a row locked
+/// elsewhere.
 const RECORD_RENEW: &str = concat!(
     "WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
+mine AS MATERIALIZED (
+  SELECT r.key FROM {s}.records r, now
+  WHERE r.key = $1::text AND r.owner = $2::uuid AND r.state = 'in_flight'
+    AND r.lease_ends_at > now.t
+  FOR UPDATE OF r NOWAIT
+),
 renewed AS (
   UPDATE {s}.records r SET lease_ends_at = now.t + ",
     ms!("$3::bigint"),
@@ -393,8 +477,8 @@ renewed AS (
     expires_at = now.t + ",
     ms!("$3::bigint"),
     " + (r.expires_at - r.lease_ends_at)
-  FROM now
-  WHERE r.key = $1::text AND r.owner = $2::uuid AND r.state = 'in_flight'
+  FROM now, mine
+  WHERE r.key = mine.key AND r.owner = $2::uuid AND r.state = 'in_flight'
     AND r.lease_ends_at > now.t
   RETURNING 1
 )
@@ -409,21 +493,35 @@ SELECT CASE
 /// a marker within its lease, marks it `waited` (so its settling notifies) and returns its
 /// lease left in ms; no row when nothing is in flight (no record, completed, abandoned or
 /// lapsed).
+///
+/// Never waits for a lock on the row: an in-flight marker whose row is locked elsewhere (its
+/// owner's transaction wrote the completion in it and has not ended; a lapsed transactional
+/// marker counts too) answers 25 ms as its lease left, unmarked, so the waiter
+/// looks again soon (the transactional completion notifies when it commits).
 const RECORD_PROBE: &str = concat!(
     "WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
+seen AS MATERIALIZED (
+  SELECT r.key FROM {s}.records r, now
+  WHERE r.key = $1::text AND r.state = 'in_flight'
+    AND (r.lease_ends_at > now.t OR r.transactional)
+),
 cur AS MATERIALIZED (
-  SELECT r.key, r.waited, ",
+  SELECT r.key, r.waited, r.lease_ends_at > now.t AS in_lease, ",
     ms_between!("r.lease_ends_at", "now.t"),
     " AS left_ms
   FROM {s}.records r, now
-  WHERE r.key = $1::text AND r.state = 'in_flight' AND r.lease_ends_at > now.t
-  FOR UPDATE OF r
+  WHERE r.key = $1::text AND r.state = 'in_flight'
+    AND (r.lease_ends_at > now.t OR r.transactional)
+  FOR UPDATE OF r SKIP LOCKED
 ),
 marked AS (
-  UPDATE {s}.records r SET waited = true FROM cur WHERE r.key = cur.key AND NOT cur.waited
+  UPDATE {s}.records r SET waited = true FROM cur
+  WHERE r.key = cur.key AND cur.in_lease AND NOT cur.waited
   RETURNING 1
 )
-SELECT left_ms, (SELECT count(*) FROM marked) AS marked FROM cur"
+SELECT left_ms, (SELECT count(*) FROM marked) AS marked FROM cur WHERE cur.in_lease
+UNION ALL
+SELECT 25::bigint, 0::bigint FROM seen WHERE NOT EXISTS (SELECT 1 FROM cur)"
 );
 
 /// Remove whatever record is at a key. `$1` key, `$2` channel, `$3` payload. Returns

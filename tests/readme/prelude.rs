@@ -44,11 +44,19 @@ pub enum PaymentError {
     BadRequest,
     /// coord refused or could not guard the call.
     Coord(CoordError),
+    /// The application's own database statement failed.
+    Database(coord_postgres::tokio_postgres::Error),
 }
 
 impl From<CoordError> for PaymentError {
     fn from(err: CoordError) -> Self {
         PaymentError::Coord(err)
+    }
+}
+
+impl From<coord_postgres::tokio_postgres::Error> for PaymentError {
+    fn from(err: coord_postgres::tokio_postgres::Error) -> Self {
+        PaymentError::Database(err)
     }
 }
 
@@ -198,40 +206,11 @@ impl IntoResponse for PaymentError {
         match self {
             PaymentError::BadRequest => StatusCode::BAD_REQUEST.into_response(),
             PaymentError::Coord(err) => coord_http::HttpError::from(err).into_response(),
+            PaymentError::Database(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
         }
     }
 }
 
-/// Stands for a provider's wrapper of the application's open database transaction (the
-/// PostgreSQL provider's `Transaction`), in which `#[idempotent(transaction = ..)]` writes the
-/// completed record.
-pub struct Transaction<'c> {
-    rows: &'c mut Vec<String>,
-}
-
-impl Transaction<'_> {
-    /// The application's own write, in the transaction.
-    pub async fn insert_charge(&mut self, order_id: &str, cents: u64) -> Result<(), PaymentError> {
-        self.rows.push(format!("{order_id} {cents}"));
-        Ok(())
-    }
-}
-
-impl coord_core::provider::OutcomeTransaction for Transaction<'_> {
-    fn complete_in_transaction<'a>(
-        &'a mut self,
-        _: coord_core::provider::CompleteRequest<'a>,
-    ) -> coord_core::provider::BoxFuture<
-        'a,
-        Result<coord_core::provider::TransactionalCompletion, coord_core::BackendError>,
-    > {
-        Box::pin(async { Ok(coord_core::provider::TransactionalCompletion::Written) })
-    }
-
-    fn set_rollback_only<'a>(
-        &'a mut self,
-        _: &'a str,
-    ) -> coord_core::provider::BoxFuture<'a, Result<(), coord_core::BackendError>> {
-        Box::pin(async { Ok(()) })
-    }
-}
+/// The PostgreSQL provider's wrapper of the application's open transaction, in which
+/// `#[idempotent(transaction = ..)]` writes the completed record; and the provider itself.
+pub use coord_postgres::{PostgresProvider, Transaction};

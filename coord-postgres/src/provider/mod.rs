@@ -712,6 +712,16 @@ impl PostgresProvider {
         self.inner.timeout
     }
 
+    /// The completion statement for a transaction of the application's, with its channel and
+    /// the notification payload for `key`.
+    pub(crate) fn transactional_completion(&self, key: &CallKey) -> (&str, &str, String) {
+        (
+            &self.inner.sql.record_complete_in_transaction,
+            &self.inner.channel,
+            wake_payload("record", key),
+        )
+    }
+
     /// The notification channel waiters listen on (one per schema; payloads are hashes of
     /// keys).
     pub fn channel(&self) -> &str {

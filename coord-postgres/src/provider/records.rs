@@ -26,6 +26,22 @@ use crate::waiters::{Cue, Look, Wake};
 /// caller's write landed between its snapshot and its write); each send is replay-safe.
 const RACE_RETRIES: usize = 8;
 
+/// What a claim reports as the time left of a transactional marker whose row its owner's
+/// transaction holds, when its lease has already lapsed: the transaction is about to end.
+const BUSY_REMAINING_MS: i64 = 25;
+
+/// How often an abandon or a renewal is sent again, a few milliseconds apart, when the row is
+/// locked elsewhere (55P03) before the error is returned: a lock held by one statement of
+/// another caller ends within that time; one held by a transaction of the application's may
+/// not, and the caller then retries later or leaves the marker to lapse.
+const LOCKED_RETRIES: u32 = 4;
+
+/// Whether `err` is PostgreSQL's "lock not available" (a `NOWAIT` lock on a row locked
+/// elsewhere).
+pub(crate) fn is_locked(err: &BackendError) -> bool {
+    err.to_string().contains("(55P03)")
+}
+
 fn fingerprint_of(
     inner: &Inner,
     bytes: Option<Vec<u8>>,
@@ -105,6 +121,26 @@ impl Inner {
                 return Ok(ClaimOutcome::Claimed);
             }
             let state: Option<String> = self.get(row, 2, "claim", key)?;
+            let busy: bool = self.get(row, 9, "claim", key)?;
+            if busy {
+                if state.as_deref() == Some("in_flight") {
+                    // A transactional marker whose owner's transaction holds its row (the
+                    // completion is written there, the commit not yet made): in flight, however
+                    // its lease stands, until that transaction ends.
+                    let lease_left: Option<i64> = self.get(row, 6, "claim", key)?;
+                    let fingerprint = fingerprint_of(self, self.get(row, 4, "claim", key)?, key)?;
+                    return Ok(ClaimOutcome::InFlight {
+                        fingerprint,
+                        remaining: from_ms(lease_left.unwrap_or(0).max(BUSY_REMAINING_MS)),
+                    });
+                }
+                // The row changed since the snapshot: look again.
+                attempt += 1;
+                if attempt >= RACE_RETRIES {
+                    return Err(self.contended("claim", key));
+                }
+                continue;
+            }
             let expires_in: Option<i64> = self.get(row, 7, "claim", key)?;
             let live = state.is_some() && expires_in.is_some_and(|ms| ms > 0);
             if !live {
@@ -240,6 +276,27 @@ impl Inner {
             .await
     }
 
+    /// Runs a statement that fails with 55P03 rather than wait for a row locked elsewhere,
+    /// sending it again a few times, a few milliseconds apart, while it does.
+    pub(crate) async fn query_unlocked(
+        &self,
+        sql: &str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+        what: &str,
+        key: &CallKey,
+    ) -> Result<Vec<tokio_postgres::Row>, BackendError> {
+        let mut attempt = 0;
+        loop {
+            match self.query(sql, params, what, key).await {
+                Err(err) if is_locked(&err) && attempt < LOCKED_RETRIES => {
+                    attempt += 1;
+                    tokio::time::sleep(Duration::from_millis(2u64 << attempt)).await;
+                }
+                outcome => return outcome,
+            }
+        }
+    }
+
     /// Runs a statement answering `(flag, ...)` and returns the flag.
     async fn flag(
         &self,
@@ -248,7 +305,7 @@ impl Inner {
         what: &str,
         key: &CallKey,
     ) -> Result<bool, BackendError> {
-        let rows = self.query(sql, params, what, key).await?;
+        let rows = self.query_unlocked(sql, params, what, key).await?;
         let row = self.one(&rows, what, key)?;
         self.get(row, 0, what, key)
     }
@@ -264,8 +321,8 @@ impl IdempotencyStore for PostgresProvider {
 
     /// True: a transactional claim's marker is stored with the `transactional` column set and
     /// counts as absent once its lease lapses, even under a keep (what
-    /// [`ClaimRequest::transactional`] asks). The completion inside the caller's own transaction
-    /// is not provided by this version of the crate.
+    /// [`ClaimRequest::transactional`] asks); its completion is written inside the caller's
+    /// own transaction through [`Transaction`](crate::Transaction).
     fn transactional_claims(&self) -> bool {
         true
     }
@@ -313,7 +370,7 @@ impl IdempotencyStore for PostgresProvider {
         Box::pin(async move {
             let inner = &*self.inner;
             let rows = inner
-                .query(
+                .query_unlocked(
                     &inner.sql.record_renew,
                     &[&key.qualified(), &uuid_of(owner), &millis(lease)],
                     "renew marker",

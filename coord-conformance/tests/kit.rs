@@ -68,6 +68,8 @@ impl LockProvider for ReleaseNeverFrees {
 impl CacheStore for ReleaseNeverFrees {}
 /// No cluster-scope single-flight: the kit does not use it.
 impl coord_core::provider::FlightStore for ReleaseNeverFrees {}
+/// No semaphores: the kit's semaphore cases check that they are refused as unsupported.
+impl coord_core::provider::SemaphoreStore for ReleaseNeverFrees {}
 
 /// Implements `IdempotencyStore` for a wrapper of the in-process provider by handing every call
 /// to it: the test doubles here break something else.
@@ -140,6 +142,7 @@ struct CacheIgnoresTtl(MemoryProvider, bool);
 impl coord_core::provider::Operations for CacheIgnoresTtl {}
 /// No cluster-scope single-flight: these tests do not use it.
 impl coord_core::provider::FlightStore for CacheIgnoresTtl {}
+impl coord_core::provider::SemaphoreStore for CacheIgnoresTtl {}
 
 impl LockProvider for CacheIgnoresTtl {
     fn acquire<'a>(

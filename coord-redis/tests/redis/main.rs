@@ -30,6 +30,7 @@ mod outcome_faults;
 mod own_client;
 mod records;
 mod round_trips;
+mod semaphores;
 mod shutdown;
 mod stalls;
 mod topologies;

@@ -24,6 +24,7 @@ pub mod lock_exclusion;
 pub mod lock_ownership;
 pub mod operations_api;
 pub mod record_age;
+pub mod semaphores;
 pub mod stalls;
 
 mod deadlines;
@@ -87,6 +88,13 @@ pub use operations_api::{
     operations_operator_acts_on_pasted_keys,
 };
 pub use record_age::idempotency_replay_reports_the_record_age;
+pub use semaphores::{
+    missed_release_notification_is_recovered_by_recheck,
+    permit_released_after_it_expired_does_not_free_another, renewal_does_not_outlive_release,
+    semaphore_crashed_holder_permit_returns_after_its_lease, semaphore_each_release_wakes_a_waiter,
+    semaphore_fencing_tokens_increase, semaphore_limit_is_exact_under_races,
+    semaphore_release_and_renew_are_owner_scoped, semaphore_try_acquire_when_full,
+};
 pub use stalls::{
     stall_cache_local_serves_nothing_older_than_its_ttl,
     stall_cache_shared_serves_nothing_older_than_its_ttl,

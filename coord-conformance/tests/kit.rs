@@ -68,6 +68,8 @@ impl LockProvider for ReleaseNeverFrees {
 impl CacheStore for ReleaseNeverFrees {}
 /// No cluster-scope single-flight: the kit does not use it.
 impl coord_core::provider::FlightStore for ReleaseNeverFrees {}
+/// No semaphores: the kit's semaphore cases check that they are refused as unsupported.
+impl coord_core::provider::SemaphoreStore for ReleaseNeverFrees {}
 
 /// Implements `IdempotencyStore` for a wrapper of the in-process provider by handing every call
 /// to it: the test doubles here break something else.
@@ -140,6 +142,7 @@ struct CacheIgnoresTtl(MemoryProvider, bool);
 impl coord_core::provider::Operations for CacheIgnoresTtl {}
 /// No cluster-scope single-flight: these tests do not use it.
 impl coord_core::provider::FlightStore for CacheIgnoresTtl {}
+impl coord_core::provider::SemaphoreStore for CacheIgnoresTtl {}
 
 impl LockProvider for CacheIgnoresTtl {
     fn acquire<'a>(
@@ -479,4 +482,55 @@ fn the_macro_runner_fails_with_the_case_message() {
         fresh_broken,
         cases::lock_single_attempt_refused_when_held,
     );
+}
+
+/// A provider without semaphores (an empty `impl SemaphoreStore`) passes every semaphore case
+/// only by refusing semaphores with the typed `Unsupported` error before any body runs, and a
+/// builder that requires semaphores refuses to build over it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_provider_without_semaphores_refuses_them_with_a_typed_error() {
+    let semaphore_cases = [
+        "semaphore_limit_is_exact_under_races",
+        "semaphore_crashed_holder_permit_returns_after_its_lease",
+        "semaphore_fencing_tokens_increase",
+        "semaphore_release_and_renew_are_owner_scoped",
+        "semaphore_try_acquire_when_full",
+        "semaphore_each_release_wakes_a_waiter",
+        "permit_released_after_it_expired_does_not_free_another",
+        "missed_release_notification_is_recovered_by_recheck",
+        "renewal_does_not_outlive_release",
+    ];
+    let selected = cases()
+        .iter()
+        .filter(|c| semaphore_cases.contains(&c.name()));
+    let report = run_cases(selected, fresh_broken).await;
+    assert_eq!(report.outcomes().len(), semaphore_cases.len(), "{report}");
+    for outcome in report.outcomes() {
+        assert!(
+            outcome.failure.is_none(),
+            "{}: {:?}",
+            outcome.name,
+            outcome.failure
+        );
+    }
+    let built = Coordinator::builder()
+        .namespace(namespace())
+        .provider(ReleaseNeverFrees::default())
+        .require(coord_core::provider::Capability::Semaphores)
+        .build();
+    assert!(
+        matches!(
+            built,
+            Err(coord_core::BuildError::Unsupported {
+                capability: coord_core::provider::Capability::Semaphores
+            })
+        ),
+        "requiring semaphores of a provider without them must fail the build: {built:?}"
+    );
+    let memory = Coordinator::builder()
+        .namespace(namespace())
+        .memory()
+        .require(coord_core::provider::Capability::Semaphores)
+        .build();
+    assert!(memory.is_ok(), "the in-process provider keeps semaphores");
 }

@@ -16,10 +16,11 @@
 //! | [`CacheStore`] | byte values with a time to live | `#[cached(scope = "shared" \| "two_tier")]` |
 //! | [`FlightStore`] | leased flight claims and short hand-overs | `#[single_flight(scope = "cluster")]` |
 //! | [`Operations`] | nothing new: reads and forced releases of the state above | `Coordinator::operator`, the `coord` CLI |
+//! | [`SemaphoreStore`] (optional: [`Capability::Semaphores`]) | leased permits with fencing counters, waiters | `#[distributed_lock(permits = n)]`, semaphore handles |
 //! | [`OutcomeTransaction`] | nothing: the application's open transaction, able to write a completed record in it | `#[idempotent(transaction = "tx")]`, `Idempotent::claim_in_transaction` |
 //!
 //! Every method has a default only where a provider may reasonably lack the capability
-//! (cache, flights, operations, marker renewal, purge); the default then answers a
+//! (cache, flights, semaphores, operations, marker renewal, purge); the default then answers a
 //! [`BackendErrorKind::Config`] error saying so, never a silent success.
 //!
 //! ## Keys
@@ -51,6 +52,7 @@ mod key_builder;
 mod locks;
 mod operations;
 mod records;
+mod semaphores;
 pub mod time;
 mod tokens;
 mod transactions;
@@ -71,21 +73,26 @@ pub use operations::{
 pub use records::{
     ClaimOutcome, ClaimRequest, CompleteOutcome, CompleteRequest, Fingerprint, IdempotencyStore,
 };
+pub use semaphores::{Capability, PermitGrant, PermitRequest, SemaphoreStore};
 pub use time::Deadline;
 pub use tokens::{FencingToken, OwnerToken};
 pub use transactions::{OutcomeTransaction, TransactionalCompletion};
 
 /// A provider that serves every layer that needs shared state, and the operations API: what a
 /// coordinator is built from. Implemented automatically for any type that implements the five
-/// traits. [`CacheStore`], [`FlightStore`] and [`Operations`] have defaults for every method
-/// (reporting the capability unsupported), so a provider without a shared cache, cluster
-/// flights or operator support opts out with `impl CacheStore for MyProvider {}` (and likewise).
+/// traits. [`CacheStore`], [`FlightStore`], [`SemaphoreStore`] and [`Operations`] have
+/// defaults for every method (reporting the capability unsupported), so a provider without a
+/// shared cache, cluster flights, semaphores or operator support opts out with
+/// `impl CacheStore for MyProvider {}` (and likewise).
 pub trait Provider:
-    LockProvider + IdempotencyStore + CacheStore + Operations + FlightStore
+    LockProvider + IdempotencyStore + CacheStore + Operations + FlightStore + SemaphoreStore
 {
 }
 
-impl<P: LockProvider + IdempotencyStore + CacheStore + Operations + FlightStore> Provider for P {}
+impl<P> Provider for P where
+    P: LockProvider + IdempotencyStore + CacheStore + Operations + FlightStore + SemaphoreStore
+{
+}
 
 /// A boxed, `Send` future, the return type of provider methods (they are called through `dyn`).
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

@@ -14,8 +14,8 @@ use crate::config::{ConfigError, CoordConfig, Profile, ProviderConfig};
 use crate::error::BuildError;
 use crate::policy::OnBackendError;
 use crate::provider::{
-    CacheStore, CallKey, CallKeyBuilder, FlightStore, IdempotencyStore, LockProvider, Operations,
-    Provider,
+    CacheStore, CallKey, CallKeyBuilder, Capability, FlightStore, IdempotencyStore, LockProvider,
+    Operations, Provider, SemaphoreStore,
 };
 use crate::runtime::state::{Coordinator, Parts};
 
@@ -26,6 +26,7 @@ struct ChosenProvider {
     operations: Arc<dyn Operations>,
     cache: Arc<dyn CacheStore>,
     flights: Arc<dyn FlightStore>,
+    semaphores: Arc<dyn SemaphoreStore>,
     /// Set for the in-process provider: exclusion holds within this process only.
     in_process: bool,
 }
@@ -51,6 +52,8 @@ pub struct CoordinatorBuilder {
     profiles: BTreeMap<String, Profile>,
     /// Set by [`CoordinatorBuilder::configure`]: the settings come from a configuration.
     configured: bool,
+    /// Capabilities the provider must have ([`CoordinatorBuilder::require`]).
+    required: Vec<Capability>,
 }
 
 impl fmt::Debug for CoordinatorBuilder {
@@ -81,6 +84,7 @@ impl CoordinatorBuilder {
             operations: provider.clone(),
             cache: provider.clone(),
             flights: provider.clone(),
+            semaphores: provider.clone(),
             in_process: true,
         });
         self
@@ -94,9 +98,21 @@ impl CoordinatorBuilder {
             records: provider.clone(),
             operations: provider.clone(),
             cache: provider.clone(),
-            flights: provider,
+            flights: provider.clone(),
+            semaphores: provider,
             in_process: false,
         });
+        self
+    }
+
+    /// Makes [`build`](CoordinatorBuilder::build) fail with [`BuildError::Unsupported`] unless
+    /// the provider has `capability` (for instance [`Capability::Semaphores`], which
+    /// `#[distributed_lock(permits = n)]` and [`Coordinator::semaphore`] need): an application
+    /// that uses semaphores finds out at start-up, not at its first call, that its provider
+    /// cannot keep them. Without it, such a call fails with
+    /// [`CoordError::Unsupported`](crate::CoordError::Unsupported) and nothing runs.
+    pub fn require(mut self, capability: Capability) -> Self {
+        self.required.push(capability);
         self
     }
 
@@ -158,21 +174,28 @@ impl CoordinatorBuilder {
             operations,
             cache,
             flights,
+            semaphores,
             in_process,
         } = self.provider.ok_or(BuildError::NoProvider)?;
-        Ok(Coordinator::from_parts(Parts {
+
+        let coordinator = Coordinator::from_parts(Parts {
             namespace,
             locks,
             records,
             operations,
             cache,
             flights,
+            semaphores,
             codec: self.codec,
             on_backend_error,
             in_process,
             defaults: (!defaults.is_empty()).then_some(defaults),
             profiles: self.profiles,
-        }))
+        });
+        if let Some(&capability) = self.required.iter().find(|c| !coordinator.supports(**c)) {
+            return Err(BuildError::Unsupported { capability });
+        }
+        Ok(coordinator)
     }
 
     /// Builds the coordinator and installs it as the process-wide default.
@@ -296,6 +319,7 @@ impl Coordinator {
             defaults: Profile::default(),
             profiles: BTreeMap::new(),
             configured: false,
+            required: Vec::new(),
         }
     }
 

@@ -4,7 +4,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::provider::{BackendError, BackendErrorKind, CallKey, LossCause, OwnerToken};
+use crate::provider::{BackendError, BackendErrorKind, CallKey, Capability, LossCause, OwnerToken};
 
 /// Why an intercepted call did not run its body, or why its outcome cannot be trusted.
 ///
@@ -131,6 +131,16 @@ pub enum CoordError {
         /// Why the outcome could not be written.
         cause: RollbackCause,
     },
+    /// The call needs a capability this coordinator's provider does not have (a semaphore,
+    /// `permits = n`, on a provider without [`Capability::Semaphores`]). Refused before the
+    /// provider is asked anything and whatever the backend-fault policy: the body did not run.
+    /// Check at start-up with `CoordinatorBuilder::require`.
+    Unsupported {
+        /// What the provider lacks.
+        capability: Capability,
+        /// The call's key.
+        key: CallKey,
+    },
 }
 
 impl CoordError {
@@ -150,6 +160,7 @@ impl CoordError {
             | CoordError::Codec { key, .. }
             | CoordError::UnknownProfile { key, .. }
             | CoordError::LeaderFailed { key }
+            | CoordError::Unsupported { key, .. }
             | CoordError::TransactionRollbackOnly { key, .. } => Some(key),
             CoordError::MissingKey { .. } => None,
             CoordError::Backend(err) => err.key(),
@@ -171,6 +182,7 @@ impl CoordError {
             CoordError::Codec { .. } => "codec",
             CoordError::ShutDown { .. } => "shut_down",
             CoordError::LeaderFailed { .. } => "leader_failed",
+            CoordError::Unsupported { .. } => "unsupported",
             CoordError::TransactionRollbackOnly { .. } => "transaction_rollback_only",
             CoordError::Backend(err) => match err.kind() {
                 BackendErrorKind::Unavailable => "backend.unavailable",
@@ -290,6 +302,10 @@ impl fmt::Display for CoordError {
             CoordError::TransactionRollbackOnly { key, cause } => write!(
                 f,
                 "the outcome of `{key}` could not be written in the caller's transaction ({cause}); the transaction cannot commit: roll it back"
+            ),
+            CoordError::Unsupported { capability, key } => write!(
+                f,
+                "`{key}` needs {capability}, which this coordinator's provider does not support; nothing ran"
             ),
         }
     }
@@ -422,6 +438,12 @@ pub enum BuildError {
         /// What is wrong.
         reason: String,
     },
+    /// [`CoordinatorBuilder::require`](crate::CoordinatorBuilder::require) asked for a
+    /// capability the provider does not have.
+    Unsupported {
+        /// What the provider lacks.
+        capability: Capability,
+    },
 }
 
 impl fmt::Display for BuildError {
@@ -449,6 +471,11 @@ impl fmt::Display for BuildError {
             BuildError::InvalidSetting { field, reason } => {
                 write!(f, "invalid coordinator setting `{field}`: {reason}")
             }
+            BuildError::Unsupported { capability } => write!(
+                f,
+                "the coordinator was required to support {capability}, and its provider does not: \
+                 choose a provider that does (the in-process and Redis providers keep semaphores)"
+            ),
         }
     }
 }

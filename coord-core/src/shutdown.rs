@@ -6,6 +6,7 @@ use std::time::Duration;
 #[cfg(doc)]
 use crate::provider::LossCause;
 use crate::provider::{BackendError, BackendErrorKind, CallKey, ReleaseOutcome};
+use crate::runtime::lock::release_once;
 use crate::runtime::state::Coordinator;
 
 /// What [`Coordinator::shutdown`] did, and what it could not finish.
@@ -66,13 +67,11 @@ impl Coordinator {
 
         // Stop renewing before releasing, so no renewal can outlive the unlock.
         self.renewer().stop_all();
-        let provider = self.lock_provider();
         for hold in lifecycle.locks.all() {
             if !hold.take_for_shutdown() {
                 continue; // its call is releasing it right now
             }
-            let released =
-                tokio::time::timeout_at(end, provider.release(&hold.key, hold.owner())).await;
+            let released = tokio::time::timeout_at(end, release_once(self, &hold)).await;
             match released {
                 Ok(Ok(ReleaseOutcome::Released)) => report.released.push(hold.key.clone()),
                 // Not held any more: lapsed, or forced free by an operator. Either way it was

@@ -371,6 +371,7 @@ fn parse_value(spec: &OptionSpec, value: &Expr) -> syn::Result<Setting<Value>> {
         }
         ValueKind::Bool => parse_bool(value, option)?.map(Value::Bool),
         ValueKind::Count { positive } => parse_count(value, option, positive)?.map(Value::Count),
+        ValueKind::Permits => parse_permits(value, option)?.map(Value::Count),
         ValueKind::KeyPaths => parse_paths(value, option)?.map(Value::Paths),
         ValueKind::Choice(words) => parse_choice(value, option, words)?.map(Value::Word),
         ValueKind::Expr => parse_coordinator(value, option)?.map(Value::Expr),
@@ -792,6 +793,38 @@ fn parse_count(value: &Expr, option: &str, positive: bool) -> syn::Result<Settin
         None => Err(syn::Error::new_spanned(
             value,
             format!("`{option}` takes a whole number, such as `{option} = 10_000`"),
+        )),
+    }
+}
+
+/// A bare integer literal of at least 1 that fits a `u32`: a number of semaphore permits.
+fn parse_permits(value: &Expr, option: &str) -> syn::Result<Setting<u64>> {
+    let Expr::Lit(ExprLit {
+        lit: Lit::Int(int), ..
+    }) = value
+    else {
+        return Err(syn::Error::new_spanned(
+            value,
+            format!(
+                "`{option}` takes a whole number of at least 1, written as a number: `{option} = 5`"
+            ),
+        ));
+    };
+    let parsed = match int.suffix() {
+        "" | "u32" => int.base10_parse::<u32>().ok(),
+        _ => None,
+    };
+    match parsed {
+        Some(0) => Err(syn::Error::new_spanned(
+            value,
+            format!(
+                "`{option} = 0` lets no call in: a semaphore needs at least 1 permit (`{option} = 1` is one holder at a time)"
+            ),
+        )),
+        Some(n) => Ok(Setting::new(u64::from(n), value, n.to_string())),
+        None => Err(syn::Error::new_spanned(
+            value,
+            format!("`{option}` takes a whole number from 1 to {}", u32::MAX),
         )),
     }
 }

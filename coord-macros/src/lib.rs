@@ -255,6 +255,12 @@ pub fn single_flight(args: TokenStream, item: TokenStream) -> TokenStream {
 ///   `CoordError::LockNotAcquired`. Default `"0s"` (one attempt).
 /// * `fenced = true | false`: mint a fencing token with each acquisition, read in the body
 ///   with `coord_core::fencing_token()`. Default `false`.
+/// * `permits = 5`: a semaphore instead of a lock: at most this many calls hold the key at
+///   once, each with one permit, a lease of its own and its own fencing token (always minted;
+///   `fencing_token()` reads it). A whole number of at least 1. The limit is exact on one
+///   store; a semaphore over several independent stores is not a semaphore. On a provider
+///   without semaphores the call fails with `CoordError::Unsupported` and nothing runs.
+///   Default: none (one holder, a lock).
 /// * `on_backend_error = "fail_closed" | "fail_open"`: what to do when the lock backend fails.
 ///   Default: the coordinator's policy.
 /// * `renew = true | "10s"`: extend the lease while the body runs (every third of it, or at

@@ -11,8 +11,8 @@ use crate::options::PROFILE;
 use crate::options::{
     self, Abandoned, CACHE_ERR, COORDINATOR, CRATE, FENCED, FINGERPRINT, IN_FLIGHT_LEASE, KEY_FROM,
     Kind, LEASE, LOCAL_TTL, Lost, MAX_CAPACITY, MissingKey, NAME, ON_ABANDONED, ON_BACKEND_ERROR,
-    ON_LOST, ON_MISSING_KEY, ON_STORE_ERROR, OptionSpec, Policy, RECORD_KEY, RENEW, RETENTION,
-    SCOPE, Scope, StoreError, TRANSACTION, TTL, WAIT,
+    ON_LOST, ON_MISSING_KEY, ON_STORE_ERROR, OptionSpec, PERMITS, Policy, RECORD_KEY, RENEW,
+    RETENTION, SCOPE, Scope, StoreError, TRANSACTION, TTL, WAIT,
 };
 use crate::options::{FLIGHT_LEASE, FLIGHT_SCOPE, FlightScope};
 
@@ -64,6 +64,8 @@ pub(crate) struct LockLayer {
     pub(crate) lease_ms: u64,
     pub(crate) wait_ms: u64,
     pub(crate) fenced: bool,
+    /// `permits = n`: a semaphore of `n` permits; 0 without it (a lock).
+    pub(crate) permits: u32,
     pub(crate) on_backend_error: Option<Policy>,
     pub(crate) lease_policy: LeasePolicy,
     /// The run-time `Written` flags of the options given rather than defaulted.
@@ -277,10 +279,22 @@ impl Stack {
 
         let lock = first_of(Kind::DistributedLock).map(|layer| {
             let lease_ms = layer.millis(&LEASE).unwrap_or_default();
+            if layer.written(&PERMITS).is_some() && layer.flag(&FENCED) == Some(false) {
+                if let Some(setting) = layer.written(&FENCED) {
+                    errors.push(setting.error(
+                        "every semaphore permit carries its own fencing token: remove `fenced = false` (with `permits`, `fencing_token()` always reads it)",
+                    ));
+                }
+            }
             LockLayer {
                 lease_ms,
                 wait_ms: layer.millis(&WAIT).unwrap_or_default(),
                 fenced: layer.flag(&FENCED).unwrap_or_default(),
+                // Parsed as a `u32` from 1 up (see `args::parse_permits`).
+                permits: layer
+                    .count(&PERMITS)
+                    .and_then(|n| u32::try_from(n).ok())
+                    .unwrap_or(0),
                 on_backend_error: layer.choice(&ON_BACKEND_ERROR),
                 lease_policy: lease_policy(layer, lease_ms, &mut errors),
                 written: written_flags(layer),

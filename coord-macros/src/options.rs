@@ -67,6 +67,9 @@ pub(crate) enum ValueKind {
     KeyPaths,
     /// A whole number, bare (`10_000`) or in a string; `positive` rejects zero.
     Count { positive: bool },
+    /// A bare integer literal from 1 to `u32::MAX` (a number of semaphore permits): no string,
+    /// no zero, no fraction.
+    Permits,
     /// One word out of a fixed set, quoted or bare.
     Choice(&'static [&'static str]),
     /// An expression, bare or in a string.
@@ -268,6 +271,15 @@ pub(crate) const FENCED: OptionSpec = OptionSpec {
     default: Some("false"),
     doc: "mint a fencing token with each acquisition",
 };
+pub(crate) const PERMITS: OptionSpec = OptionSpec {
+    name: "permits",
+    attributes: LOCK,
+    value: ValueKind::Permits,
+    example: "5",
+    // Without it, a lock: one holder (see `model`).
+    default: None,
+    doc: "let this many holders in at once (a semaphore, each permit fenced) instead of one",
+};
 pub(crate) const FINGERPRINT: OptionSpec = OptionSpec {
     name: "fingerprint",
     attributes: IDEMPOTENT,
@@ -408,6 +420,7 @@ pub(crate) static OPTIONS: &[&OptionSpec] = &[
     &LEASE,
     &WAIT,
     &FENCED,
+    &PERMITS,
     &FINGERPRINT,
     &ON_BACKEND_ERROR,
     &RENEW,
@@ -481,6 +494,7 @@ mod tests {
             (ValueKind::Duration { .. }, Value::Millis(_))
                 | (ValueKind::Bool, Value::Bool(_))
                 | (ValueKind::Count { .. }, Value::Count(_))
+                | (ValueKind::Permits, Value::Count(_))
                 | (ValueKind::KeyPaths, Value::Paths(_))
                 | (ValueKind::Choice(_), Value::Word(_))
                 | (ValueKind::Expr, Value::Expr(_))

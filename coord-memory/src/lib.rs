@@ -13,6 +13,8 @@
 //!
 //! * [`LockTable`]: leases keyed on the exact key (no striping: two keys never share a lock),
 //!   fencing tokens, waiters woken one at a time by direct hand-off on release.
+//! * [`SemaphoreTable`]: counting semaphores whose permits are leases with fencing tokens,
+//!   waiters woken on release.
 //! * [`RecordStore`]: in-flight markers and completed outcomes keyed on the exact key, each
 //!   with its own expiry.
 //!
@@ -50,6 +52,7 @@
 //! [`CacheStore`]: coord_contract::CacheStore
 //! [`FlightStore`]: coord_contract::FlightStore
 //! [`Operations`]: coord_contract::Operations
+//! [`SemaphoreStore`]: coord_contract::SemaphoreStore
 //! [`OwnerToken`]: coord_contract::OwnerToken
 //! [`Fingerprint`]: coord_contract::Fingerprint
 //! [`FencingToken`]: coord_contract::FencingToken
@@ -63,9 +66,11 @@ mod flights;
 mod locks;
 mod provider;
 mod records;
+mod semaphores;
 
 pub(crate) use coord_contract::time::deadline_after;
 
 pub use locks::{Attempt, LockTable, LockView, Waiter};
 pub use provider::MemoryProvider;
 pub use records::{RecordStore, RecordView};
+pub use semaphores::SemaphoreTable;

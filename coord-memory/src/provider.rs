@@ -27,6 +27,7 @@ use coord_contract::{
     Page, RecordInfo, Waiters,
 };
 use coord_contract::{FlightClaim, FlightStore, FlightWait};
+use coord_contract::{PermitGrant, PermitRequest, SemaphoreStore};
 
 /// Coordination within this process: leases, fencing, FIFO hand-off and idempotency records
 /// held in memory.
@@ -54,6 +55,8 @@ pub struct MemoryProvider {
     cache_sets: AtomicU64,
     /// Cluster-scope single-flight claims and hand-overs.
     pub(crate) flights: crate::flights::FlightTable,
+    /// Semaphores (`permits`).
+    semaphores: crate::SemaphoreTable,
 }
 
 /// Expired cache entries are swept once per this many sets, so keys never read again do not
@@ -69,6 +72,17 @@ impl MemoryProvider {
     /// How many lock keys are held or waited for (zero once all locks are released).
     pub fn lock_keys(&self) -> usize {
         self.locks.len()
+    }
+
+    /// How many semaphore keys have permits or waiters (zero once every permit is released
+    /// or expired and nobody waits).
+    pub fn semaphore_keys(&self) -> usize {
+        self.semaphores.len()
+    }
+
+    /// How many live permits of `key` are held now.
+    pub fn permits_held(&self, key: &CallKey) -> usize {
+        self.semaphores.held(key.qualified())
     }
 
     /// How many shared cache entries are kept, expired ones not yet swept included.
@@ -145,6 +159,59 @@ impl LockProvider for MemoryProvider {
     fn release_detached(self: Arc<Self>, key: CallKey, owner: OwnerToken, _lease_left: Duration) {
         // Release is synchronous here: do it now rather than on another task.
         self.locks.release(key.qualified(), owner);
+    }
+}
+
+/// Semaphores, exact among the tasks of this process.
+impl SemaphoreStore for MemoryProvider {
+    fn supports_semaphores(&self) -> bool {
+        true
+    }
+
+    fn acquire_permit<'a>(
+        &'a self,
+        req: PermitRequest<'a>,
+    ) -> BoxFuture<'a, Result<Option<PermitGrant>, BackendError>> {
+        Box::pin(async move {
+            Ok(self
+                .semaphores
+                .acquire(
+                    req.key.qualified(),
+                    req.owner,
+                    req.limit,
+                    req.lease,
+                    req.wait,
+                )
+                .await)
+        })
+    }
+
+    fn release_permit<'a>(
+        &'a self,
+        key: &'a CallKey,
+        owner: OwnerToken,
+    ) -> BoxFuture<'a, Result<ReleaseOutcome, BackendError>> {
+        let outcome = self.semaphores.release(key.qualified(), owner);
+        Box::pin(std::future::ready(Ok(outcome)))
+    }
+
+    fn renew_permit<'a>(
+        &'a self,
+        key: &'a CallKey,
+        owner: OwnerToken,
+        lease: Duration,
+    ) -> BoxFuture<'a, Result<RenewOutcome, BackendError>> {
+        let outcome = self.semaphores.renew(key.qualified(), owner, lease);
+        Box::pin(std::future::ready(Ok(outcome)))
+    }
+
+    fn release_permit_detached(
+        self: Arc<Self>,
+        key: CallKey,
+        owner: OwnerToken,
+        _lease_left: Duration,
+    ) {
+        self.semaphores.release(key.qualified(), owner);
     }
 }
 

@@ -12,6 +12,8 @@
 //! | cached answer            | `ns:cache:{op:parts}`             |
 //! | single-flight claim      | `ns:flight:{op:parts}`            |
 //! | single-flight hand-over  | `ns:flight:{op:parts}:<leader>`   |
+//! | semaphore permits        | `ns:sem:{op:parts}`               |
+//! | semaphore tokens, counter| `ns:sem-tok:{op:parts}`           |
 //!
 //! A release is announced on the pub/sub channel named like the lock key (or, to wake one
 //! waiting process only, on `<lock key>#<process id>`), a settled record
@@ -89,6 +91,17 @@ impl<'a> Names<'a> {
         self.name("flight")
     }
 
+    /// A semaphore's permits: a sorted set of owner → end of lease (server ms).
+    pub(crate) fn semaphore(&self) -> String {
+        self.name("sem")
+    }
+
+    /// A semaphore's permit tokens (a hash of owner → fencing token) and its fencing counter
+    /// (field `f`), apart from the lock's counter of the same key.
+    pub(crate) fn semaphore_tokens(&self) -> String {
+        self.name("sem-tok")
+    }
+
     /// The hand-over of the flight led by `leader` (its token as 32 hex digits).
     pub(crate) fn flight_outcome(&self, leader: &str) -> String {
         let mut out = self.name("flight");
@@ -117,6 +130,8 @@ mod tests {
         assert_eq!(n.cache(), "svc:cache:{charge:42:eu}");
         assert_eq!(n.flight(), "svc:flight:{charge:42:eu}");
         assert_eq!(n.flight_outcome("00ff"), "svc:flight:{charge:42:eu}:00ff");
+        assert_eq!(n.semaphore(), "svc:sem:{charge:42:eu}");
+        assert_eq!(n.semaphore_tokens(), "svc:sem-tok:{charge:42:eu}");
         // A brace in any input is escaped, so it never reaches a name.
         let key = CallKey::builder("s{v}", "a{b}").part("c}").finish();
         let n = Names::of(&key);

@@ -6,6 +6,9 @@
 //! * [`lock`]: the lock protocol behind `#[distributed_lock]` (acquire, renew, release, lease
 //!   expiry, pauses, lost replies, failover to a replica that missed the last write) and the
 //!   fenced resource.
+//! * [`semaphore`]: the semaphore protocol behind `#[distributed_lock(permits = n)]` (acquire
+//!   with expired permits dropped in the same step, renew, owner-checked release, lease
+//!   expiry, pauses, lost replies) and the per-permit fencing tokens.
 //! * [`flight`]: the cluster flight protocol behind `#[single_flight(scope = "cluster")]`
 //!   (claim, renew, fenced finish with per-leader hand-overs, abandon, crashes, lease expiry,
 //!   takeover).
@@ -26,7 +29,7 @@
 //! 3 ticks of clock for the lock), chosen so that each check runs in seconds; bugs that
 //! need more actors or longer histories are out of reach. Each property also has a test that
 //! runs the same checker on a deliberately broken variant ([`record::RecordBug`],
-//! [`lock::LockBug`], [`flight::FlightBug`], [`transactional::TxBug`]) and expects a counterexample, which shows the property can fail; and the
+//! [`lock::LockBug`], [`semaphore::SemBug`], [`flight::FlightBug`], [`transactional::TxBug`]) and expects a counterexample, which shows the property can fail; and the
 //! `sometimes` properties show that the interesting situations (an overlap after expiry, an
 //! `OutcomeUnknown`, a rerun) are reached at all.
 //!
@@ -83,4 +86,5 @@
 pub mod flight;
 pub mod lock;
 pub mod record;
+pub mod semaphore;
 pub mod transactional;

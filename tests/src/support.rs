@@ -95,6 +95,9 @@ impl InstrumentedProvider {
 /// No operator support: these tests never inspect or list.
 impl coord_core::provider::Operations for InstrumentedProvider {}
 
+/// No semaphores: these tests take plain locks only.
+impl coord_core::provider::SemaphoreStore for InstrumentedProvider {}
+
 impl LockProvider for InstrumentedProvider {
     fn acquire<'a>(
         &'a self,

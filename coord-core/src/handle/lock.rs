@@ -55,6 +55,7 @@ impl Coordinator {
                 lease: Duration::from_secs(30),
                 wait: Duration::ZERO,
                 fenced: false,
+                permits: 0,
                 on_backend_error: None,
                 renew: None,
                 on_lost: None,

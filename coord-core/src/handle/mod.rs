@@ -6,6 +6,7 @@
 //! |---|---|---|
 //! | [`Idempotent`] (in a transaction: [`TransactionStep`], [`TransactionRun`]) | [`Coordinator::idempotent`](crate::Coordinator::idempotent) | `#[idempotent]` (`transaction = "tx"`) |
 //! | [`Lock`] (held: [`LockGuard`](crate::LockGuard)) | [`Coordinator::lock`](crate::Coordinator::lock) | `#[distributed_lock]` |
+//! | [`Semaphore`] (held: [`PermitGuard`]) | [`Coordinator::semaphore`](crate::Coordinator::semaphore) | `#[distributed_lock(permits = n)]` |
 //! | [`SingleFlight`] | [`Coordinator::single_flight`](crate::Coordinator::single_flight) | `#[single_flight]` |
 //! | [`ClusterFlight`] | [`SingleFlight::cluster`] | `#[single_flight(scope = "cluster")]` |
 //! | [`Cached`] (scopes: [`CacheScope`]) | [`Coordinator::cached`](crate::Coordinator::cached) | `#[cached]` |
@@ -14,6 +15,7 @@ mod cached;
 mod cluster_flight;
 mod idempotent;
 mod lock;
+mod semaphore;
 mod single_flight;
 
 pub use crate::runtime::cache_tiers::CacheScope;
@@ -26,4 +28,5 @@ pub use cached::Cached;
 pub use cluster_flight::ClusterFlight;
 pub use idempotent::{Idempotent, TransactionRun, TransactionStep};
 pub use lock::Lock;
+pub use semaphore::{PermitGuard, Semaphore};
 pub use single_flight::SingleFlight;

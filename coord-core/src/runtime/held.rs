@@ -18,11 +18,12 @@ pub(crate) fn innermost() -> Option<Arc<Hold>> {
 }
 
 /// True when the chain of held locks starting at `innermost` (see [`innermost`]) holds the
-/// lock `key`.
-pub(crate) fn chain_holds(innermost: Option<&Hold>, key: &CallKey) -> bool {
+/// lock `key` (`permit`: a permit of the semaphore `key`, which is another thing than the
+/// lock of the same key).
+pub(crate) fn chain_holds(innermost: Option<&Hold>, key: &CallKey, permit: bool) -> bool {
     let mut at = innermost;
     while let Some(lock) = at {
-        if lock.key == *key {
+        if lock.key == *key && lock.is_permit() == permit {
             return true;
         }
         at = lock.outer.as_deref();

@@ -10,13 +10,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use crate::provider::CallKey;
-use crate::provider::{IdempotencyStore, LockProvider, OwnerToken};
+use crate::provider::{IdempotencyStore, LockProvider, OwnerToken, SemaphoreStore};
 use crate::runtime::renewal::Hold;
 
 /// Where the lease lives, and so how it is freed.
 pub(crate) enum LeaseStore<'a> {
     /// A lock: freed by `release_detached`.
     Lock(&'a Arc<dyn LockProvider>),
+    /// A semaphore permit: freed by `release_permit_detached`.
+    Permit(&'a Arc<dyn SemaphoreStore>),
     /// An in-flight marker: freed by `abandon_detached`.
     Marker(&'a Arc<dyn IdempotencyStore>),
 }
@@ -94,6 +96,9 @@ impl Drop for LeaseGuard<'_> {
         let key = self.key.clone();
         match self.store {
             LeaseStore::Lock(provider) => provider.clone().release_detached(key, self.owner, left),
+            LeaseStore::Permit(store) => {
+                store.clone().release_permit_detached(key, self.owner, left)
+            }
             LeaseStore::Marker(store) => store.clone().abandon_detached(key, self.owner, left),
         }
     }

@@ -1,5 +1,8 @@
 //! The `#[distributed_lock]` layer, and the lock of the handle API: one acquisition path
-//! ([`acquire_lock`]) and one guard ([`LockGuard`]) serve both.
+//! ([`acquire_lock`]) and one guard ([`LockGuard`]) serve both. A semaphore permit
+//! (`permits = n`, `Coordinator::semaphore`) is held the same way: the same acquisition path,
+//! hold, renewal, loss handling and guard, with the semaphore store in place of the lock
+//! provider (see [`HoldKind::Permit`]).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -12,7 +15,10 @@ use tokio::time::Instant;
 use crate::error::CoordError;
 use crate::policy::OnLost;
 use crate::provider::CallKey;
-use crate::provider::{FencingToken, LockRequest, LossCause, OwnerToken, ReleaseOutcome};
+use crate::provider::{
+    BackendError, BoxFuture, Capability, FencingToken, LockGrant, LockRequest, LossCause,
+    OwnerToken, PermitRequest, ReleaseOutcome,
+};
 use crate::report::LockOutcome;
 use crate::runtime::call::{Call, backend_fault};
 use crate::runtime::held;
@@ -63,7 +69,8 @@ pub(crate) async fn acquire_lock(
     // One look at the task's chain of held locks: the reentrancy check, and the node the new
     // hold links to.
     let outer = held::innermost();
-    if held::chain_holds(outer.as_deref(), key) {
+    let permit = spec.permits > 0;
+    if held::chain_holds(outer.as_deref(), key, permit) {
         let err = CoordError::Reentrant { key: key.clone() };
         return Acquired::Refused(err, LockOutcome::Reentrant);
     }
@@ -71,20 +78,32 @@ pub(crate) async fn acquire_lock(
         let err = CoordError::ShutDown { key: key.clone() };
         return Acquired::Refused(err, LockOutcome::ShutDown);
     }
-    let provider = coordinator.lock_provider();
+    if permit && !coordinator.supports(Capability::Semaphores) {
+        // Refused before the provider is asked, whatever the backend-fault policy: running
+        // the body without the limit would be a silent no-op of the semaphore.
+        let err = CoordError::Unsupported {
+            capability: Capability::Semaphores,
+            key: key.clone(),
+        };
+        return Acquired::Refused(err, LockOutcome::BackendError);
+    }
     let owner = OwnerToken::new();
     let started = Instant::now();
     // A lock taken by this call frees itself at the latest a lease after its last attempt,
     // and attempts end within `wait`.
     let lease_bound = spec.lease.saturating_add(spec.wait);
-    let mut pending = LeaseGuard::new(LeaseStore::Lock(provider), key, owner, lease_bound);
-    let mut answer = provider.acquire(LockRequest {
-        key,
-        owner,
-        lease: spec.lease,
-        wait: spec.wait,
-        fenced: spec.fenced,
-    });
+    let mut pending = LeaseGuard::new(lease_store(coordinator, permit), key, owner, lease_bound);
+    let mut answer = if permit {
+        acquire_permit(coordinator, key, owner, spec)
+    } else {
+        coordinator.lock_provider().acquire(LockRequest {
+            key,
+            owner,
+            lease: spec.lease,
+            wait: spec.wait,
+            fenced: spec.fenced,
+        })
+    };
     // Whether the provider answered in the first poll: then this call never waited for it.
     let mut at_once = true;
     let acquired = std::future::poll_fn(|cx| {
@@ -133,7 +152,11 @@ pub(crate) async fn acquire_lock(
     };
     let waited = Elapsed::Between(started, grant.lease_began.unwrap_or(granted_at));
     let hold = Hold::new(
-        HoldKind::Lock,
+        if permit {
+            HoldKind::Permit
+        } else {
+            HoldKind::Lock
+        },
         key.clone(),
         owner,
         spec.lease,
@@ -158,6 +181,71 @@ pub(crate) async fn acquire_lock(
     })
 }
 
+/// The acquisition of one permit of the semaphore `key` (`spec.permits` of them), answered as
+/// a lock grant: a permit is always fenced.
+fn acquire_permit<'a>(
+    coordinator: &'a Coordinator,
+    key: &'a CallKey,
+    owner: OwnerToken,
+    spec: &LockSpec,
+) -> BoxFuture<'a, Result<Option<LockGrant>, BackendError>> {
+    let answer = coordinator.semaphore_store().acquire_permit(PermitRequest {
+        key,
+        owner,
+        limit: spec.permits,
+        lease: spec.lease,
+        wait: spec.wait,
+    });
+    Box::pin(answer.map(|granted| {
+        granted.map(|grant| {
+            grant.map(|grant| LockGrant {
+                fencing_token: Some(grant.fencing_token),
+                contended: grant.contended,
+                lease_began: grant.lease_began,
+            })
+        })
+    }))
+}
+
+/// Where a hold of this kind lives, for its drop guard.
+fn lease_store(coordinator: &Coordinator, permit: bool) -> LeaseStore<'_> {
+    if permit {
+        LeaseStore::Permit(coordinator.semaphore_store())
+    } else {
+        LeaseStore::Lock(coordinator.lock_provider())
+    }
+}
+
+/// Releases `hold` (a lock or a permit) owner-checked, once.
+pub(crate) fn release_once<'a>(
+    coordinator: &'a Coordinator,
+    hold: &'a Hold,
+) -> BoxFuture<'a, Result<ReleaseOutcome, BackendError>> {
+    if hold.is_permit() {
+        coordinator
+            .semaphore_store()
+            .release_permit(&hold.key, hold.owner())
+    } else {
+        coordinator.lock_provider().release(&hold.key, hold.owner())
+    }
+}
+
+/// Hands the release of `hold` to the provider's background path, tried for `lease_left`.
+fn release_in_background(coordinator: &Coordinator, hold: &Hold, lease_left: Duration) {
+    let (key, owner) = (hold.key.clone(), hold.owner());
+    if hold.is_permit() {
+        coordinator
+            .semaphore_store()
+            .clone()
+            .release_permit_detached(key, owner, lease_left);
+    } else {
+        coordinator
+            .lock_provider()
+            .clone()
+            .release_detached(key, owner, lease_left);
+    }
+}
+
 /// Gives `hold` back after its holder stopped renewing it: owner-checked, and handed to the
 /// background if the release fails (or if this future is dropped while it is in flight).
 /// `lapse_reported`: the caller logged the lapse already, so a release finding the lock gone
@@ -166,22 +254,21 @@ async fn release_hold(
     coordinator: &Coordinator,
     hold: &Hold,
     lapse_reported: bool,
-) -> Result<ReleaseOutcome, crate::BackendError> {
+) -> Result<ReleaseOutcome, BackendError> {
     if !hold.hand_back() {
         // Shutdown released it already (the hold reads as lost, cause `ShutDown`).
         return Ok(ReleaseOutcome::Released);
     }
-    let provider = coordinator.lock_provider();
     // Dropped while the release is in flight (its command may not have left the process
     // yet): the release is finished in the background, owner-checked.
     let mut in_flight = LeaseGuard::new(
-        LeaseStore::Lock(provider),
+        lease_store(coordinator, hold.is_permit()),
         &hold.key,
         hold.owner(),
         hold.lease(),
     )
     .held_as(hold);
-    let released = provider.release(&hold.key, hold.owner()).await;
+    let released = release_once(coordinator, hold).await;
     in_flight.disarm();
     match &released {
         Ok(ReleaseOutcome::Released) => {}
@@ -192,9 +279,7 @@ async fn release_hold(
             // The release may or may not have landed: retry it, owner-checked, in the
             // background until it gets an answer or the lease has freed the lock anyway.
             tracing::warn!(key = %hold.key, error = %err, "coord: releasing the lock failed; retrying in the background until the lease ends");
-            provider
-                .clone()
-                .release_detached(hold.key.clone(), hold.owner(), hold.lease());
+            release_in_background(coordinator, hold, hold.lease());
         }
     }
     released
@@ -206,8 +291,7 @@ fn release_dropped(coordinator: &Coordinator, hold: &Hold) {
     if !hold.hand_back() {
         return;
     }
-    let provider = coordinator.lock_provider().clone();
-    provider.release_detached(hold.key.clone(), hold.owner(), hold.lease_left());
+    release_in_background(coordinator, hold, hold.lease_left());
 }
 
 /// A held lock: from [`Lock::acquire`](crate::handle::Lock::acquire), or inside a `#[distributed_lock]`
@@ -313,7 +397,7 @@ impl LockGuard {
     }
 
     /// Stops renewing, then releases; a release that failed is handed to the background.
-    async fn settle(&mut self) -> Result<ReleaseOutcome, crate::BackendError> {
+    async fn settle(&mut self) -> Result<ReleaseOutcome, BackendError> {
         // Stop renewing before releasing, so no renewal can outlive the unlock.
         drop(self.renewal.take());
         self.armed = false;
@@ -419,10 +503,7 @@ struct CallHold<'c> {
 
 impl CallHold<'_> {
     /// Stops renewing, then releases; see [`release_hold`].
-    async fn settle(
-        &mut self,
-        lapse_reported: bool,
-    ) -> Result<ReleaseOutcome, crate::BackendError> {
+    async fn settle(&mut self, lapse_reported: bool) -> Result<ReleaseOutcome, BackendError> {
         drop(self.renewal.take());
         self.armed = false;
         release_hold(self.coordinator, &self.hold, lapse_reported).await

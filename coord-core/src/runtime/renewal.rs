@@ -1,6 +1,7 @@
 //! Lease renewal and loss detection.
 //!
-//! One renewal task per coordinator serves every renewing hold (lock or in-flight marker) of
+//! One renewal task per coordinator serves every renewing hold (lock, semaphore permit or
+//! in-flight marker) of
 //! that coordinator: holds are kept in a schedule ordered by their next renewal time, and each
 //! renewal is an owner-checked extend (compare the token, then extend). The task runs only
 //! while some hold is registered; a hold is deregistered the moment its guard is released or
@@ -35,12 +36,16 @@ use crate::provider::CallKey;
 use crate::provider::time::deadline_after;
 use crate::provider::{
     FencingToken, IdempotencyStore, LockProvider, LossCause, OwnerToken, RenewOutcome,
+    SemaphoreStore,
 };
 
 /// What a hold protects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum HoldKind {
     Lock,
+    /// One permit of a semaphore: held, renewed, lost and given back like a lock, through the
+    /// semaphore store.
+    Permit,
     Marker,
 }
 
@@ -104,9 +109,14 @@ impl Hold {
         })
     }
 
-    /// True for a lock (not an in-flight marker).
+    /// True for a lock or a semaphore permit (not an in-flight marker).
     pub(crate) fn is_lock(&self) -> bool {
-        self.kind == HoldKind::Lock
+        matches!(self.kind, HoldKind::Lock | HoldKind::Permit)
+    }
+
+    /// True for a semaphore permit.
+    pub(crate) fn is_permit(&self) -> bool {
+        self.kind == HoldKind::Permit
     }
 
     /// The token that owns the lease.
@@ -282,6 +292,7 @@ impl Hold {
         if first {
             let kind = match self.kind {
                 HoldKind::Lock => "lock",
+                HoldKind::Permit => "permit",
                 HoldKind::Marker => "in_flight",
             };
             crate::telemetry::hold_lost(kind, &self.key, cause);
@@ -370,6 +381,7 @@ struct Registry {
 struct Shared {
     locks: Arc<dyn LockProvider>,
     records: Arc<dyn IdempotencyStore>,
+    semaphores: Arc<dyn SemaphoreStore>,
     registry: Mutex<Registry>,
     wake: Notify,
 }
@@ -406,11 +418,16 @@ impl Drop for Registration {
 }
 
 impl Renewer {
-    pub(crate) fn new(locks: Arc<dyn LockProvider>, records: Arc<dyn IdempotencyStore>) -> Self {
+    pub(crate) fn new(
+        locks: Arc<dyn LockProvider>,
+        records: Arc<dyn IdempotencyStore>,
+        semaphores: Arc<dyn SemaphoreStore>,
+    ) -> Self {
         Renewer {
             shared: Arc::new(Shared {
                 locks,
                 records,
+                semaphores,
                 registry: Mutex::new(Registry::default()),
                 wake: Notify::new(),
             }),
@@ -551,6 +568,12 @@ impl Registration {
 async fn renew_once(shared: &Shared, hold: &Hold) -> Result<RenewOutcome, BackendError> {
     match hold.kind {
         HoldKind::Lock => shared.locks.renew(&hold.key, hold.owner, hold.lease).await,
+        HoldKind::Permit => {
+            shared
+                .semaphores
+                .renew_permit(&hold.key, hold.owner, hold.lease)
+                .await
+        }
         HoldKind::Marker => {
             shared
                 .records

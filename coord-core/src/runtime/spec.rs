@@ -60,6 +60,9 @@ pub struct LockSpec {
     pub wait: Duration,
     /// Whether acquisitions mint fencing tokens.
     pub fenced: bool,
+    /// `0`: a lock (one holder). `n` ≥ 1 (`permits = n`): one permit of a semaphore of `n`
+    /// permits, which is always fenced.
+    pub permits: u32,
     /// The attribute's backend-fault policy, if it set one.
     pub on_backend_error: Option<OnBackendError>,
     /// Renew the lease this often while the body runs.

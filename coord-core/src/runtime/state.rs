@@ -14,7 +14,8 @@ use crate::codec::Codec;
 use crate::config::Profile;
 use crate::policy::OnBackendError;
 use crate::provider::{
-    BackendError, CacheStore, CallKey, FlightStore, IdempotencyStore, LockProvider, Operations,
+    BackendError, CacheStore, CallKey, Capability, FlightStore, IdempotencyStore, LockProvider,
+    Operations, SemaphoreStore,
 };
 use crate::runtime::lifecycle::Lifecycle;
 use crate::runtime::renewal::Renewer;
@@ -38,6 +39,7 @@ pub(crate) struct Inner {
     operations: Arc<dyn Operations>,
     cache: Arc<dyn CacheStore>,
     flights: Arc<dyn FlightStore>,
+    semaphores: Arc<dyn SemaphoreStore>,
     codec: Codec,
     on_backend_error: OnBackendError,
     in_process: bool,
@@ -68,6 +70,7 @@ pub(crate) struct Parts {
     pub(crate) operations: Arc<dyn Operations>,
     pub(crate) cache: Arc<dyn CacheStore>,
     pub(crate) flights: Arc<dyn FlightStore>,
+    pub(crate) semaphores: Arc<dyn SemaphoreStore>,
     pub(crate) codec: Codec,
     pub(crate) on_backend_error: OnBackendError,
     pub(crate) in_process: bool,
@@ -80,13 +83,18 @@ impl Coordinator {
     pub(crate) fn from_parts(parts: Parts) -> Coordinator {
         Coordinator {
             inner: Arc::new(Inner {
-                renewer: Renewer::new(parts.locks.clone(), parts.records.clone()),
+                renewer: Renewer::new(
+                    parts.locks.clone(),
+                    parts.records.clone(),
+                    parts.semaphores.clone(),
+                ),
                 namespace: parts.namespace,
                 locks: parts.locks,
                 records: parts.records,
                 operations: parts.operations,
                 cache: parts.cache,
                 flights: parts.flights,
+                semaphores: parts.semaphores,
                 codec: parts.codec,
                 on_backend_error: parts.on_backend_error,
                 in_process: parts.in_process,
@@ -171,6 +179,25 @@ impl Coordinator {
     /// The flight store (`#[single_flight(scope = "cluster")]`).
     pub fn flight_store(&self) -> &Arc<dyn FlightStore> {
         &self.inner.flights
+    }
+
+    /// The semaphore store (`permits = n`, [`Coordinator::semaphore`]). Ask
+    /// [`Coordinator::supports`] first: a provider without semaphores answers every method
+    /// with a `Config` error.
+    pub fn semaphore_store(&self) -> &Arc<dyn SemaphoreStore> {
+        &self.inner.semaphores
+    }
+
+    /// Whether this coordinator's provider has `capability`. A call that needs one the
+    /// provider lacks fails with [`CoordError::Unsupported`](crate::CoordError::Unsupported)
+    /// before anything runs; [`CoordinatorBuilder::require`](crate::CoordinatorBuilder::require)
+    /// makes the mismatch a build error instead.
+    pub fn supports(&self, capability: Capability) -> bool {
+        match capability {
+            Capability::Semaphores => self.inner.semaphores.supports_semaphores(),
+            // A capability this version of coord does not know: none of its providers has it.
+            _ => false,
+        }
     }
 
     /// A number naming this coordinator (and its clones, which share it) while it lives: the

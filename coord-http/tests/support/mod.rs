@@ -412,6 +412,8 @@ impl coord_core::provider::Operations for Switchable {}
 impl coord_core::provider::CacheStore for Switchable {}
 /// No cluster-scope single-flight: the layer does not use it.
 impl coord_core::provider::FlightStore for Switchable {}
+/// No semaphores: the layer does not use them.
+impl coord_core::provider::SemaphoreStore for Switchable {}
 
 impl LockProvider for Switchable {
     fn acquire<'a>(

@@ -16,6 +16,7 @@ pub(super) fn spec(layer: Option<&LockLayer>, krate: &TokenStream) -> TokenStrea
     let lease = millis(krate, layer.lease_ms);
     let wait = millis(krate, layer.wait_ms);
     let fenced = layer.fenced;
+    let permits = proc_macro2::Literal::u32_suffixed(layer.permits);
     let written = written(krate, &layer.written);
     let on_backend_error = policy(krate, layer.on_backend_error);
     let (renew, on_lost) = lease_policy(krate, &layer.lease_policy);
@@ -24,6 +25,7 @@ pub(super) fn spec(layer: Option<&LockLayer>, krate: &TokenStream) -> TokenStrea
             lease: #lease,
             wait: #wait,
             fenced: #fenced,
+            permits: #permits,
             on_backend_error: #on_backend_error,
             renew: #renew,
             on_lost: #on_lost,

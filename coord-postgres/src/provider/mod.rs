@@ -741,6 +741,10 @@ impl PostgresProvider {
     }
 }
 
+/// No semaphores yet: `permits = n` on this provider fails with `CoordError::Unsupported`
+/// (and `CoordinatorBuilder::require(Capability::Semaphores)` refuses to build).
+impl coord_core::provider::SemaphoreStore for PostgresProvider {}
+
 #[cfg(test)]
 mod tests {
     use super::*;

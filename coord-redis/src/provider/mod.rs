@@ -11,6 +11,7 @@ mod flights;
 mod locks;
 mod operations;
 mod records;
+mod semaphores;
 
 use std::sync::Arc;
 use std::time::Duration;

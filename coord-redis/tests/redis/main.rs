@@ -34,6 +34,7 @@ mod reconnect;
 mod records;
 mod replica_acks;
 mod round_trips;
+mod semaphores;
 mod shutdown;
 mod stalls;
 mod topologies;

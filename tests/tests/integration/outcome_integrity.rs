@@ -139,6 +139,8 @@ impl LockProvider for FaultyProvider {
 impl coord_core::provider::CacheStore for FaultyProvider {}
 /// No cluster-scope single-flight: these tests do not use it.
 impl coord_core::provider::FlightStore for FaultyProvider {}
+/// No semaphores: these tests do not use them.
+impl coord_core::provider::SemaphoreStore for FaultyProvider {}
 
 impl IdempotencyStore for FaultyProvider {
     fn claim<'a>(

@@ -1,0 +1,253 @@
+//! `coord.semaphore(key, permits)`: `#[distributed_lock(permits = n)]` configured at run
+//! time.
+
+use std::future::Future;
+use std::time::Duration;
+
+use crate::error::CoordError;
+use crate::policy::{OnBackendError, OnLost};
+use crate::provider::{BackendError, BackendErrorKind, CallKey, FencingToken, LossCause};
+use crate::runtime::call::Call;
+use crate::runtime::lock::{Acquired, LockGuard, acquire_lock};
+use crate::runtime::settings;
+use crate::runtime::spec::{LockSpec, OpSpec, Written};
+use crate::runtime::state::Coordinator;
+use crate::telemetry::OpTelemetry;
+
+/// A counting semaphore configured at run time: from [`Coordinator::semaphore`].
+///
+/// At most `permits` holders of the key at once. Each holder holds one permit: a lease with
+/// its own owner, an expiry on the backend's clock and its own fencing token, strictly greater
+/// than every token minted before it for the key. Released permits wake a waiter without
+/// polling; a crashed holder's permit comes back when its lease ends, not later. Renewal,
+/// loss and release work as for [`Lock`](crate::handle::Lock); every acquisition takes exactly
+/// one permit.
+///
+/// What it promises: the limit is exact on one store (the in-process provider within one
+/// process, one Redis server or cluster). What it does not: a semaphore spread over several
+/// independent stores (one per region, a majority of servers) is not a semaphore, since each
+/// store would count its own holders; and, as for every lease, a holder that stalls past its
+/// lease can still be running while its permit is someone else's: pass
+/// [`PermitGuard::fencing_token`] to the resource it protects. Callers of one key should agree
+/// on `permits`: the limit is the caller's, so a caller asking for fewer permits than are held
+/// finds the semaphore full.
+///
+/// A provider without semaphores ([`Coordinator::supports`]) answers
+/// [`CoordError::Unsupported`] before anything runs.
+///
+/// ```
+/// # async fn demo() -> Result<(), coord_core::CoordError> {
+/// use std::time::Duration;
+/// let coord = coord_core::Coordinator::builder().memory().build().unwrap();
+/// let key = coord.key("exports").part(&"tenant-7").finish();
+/// let permit = coord
+///     .semaphore(key, 5)
+///     .lease(Duration::from_secs(60))
+///     .wait(Duration::from_secs(10))
+///     .acquire()
+///     .await?;
+/// let token = permit.fencing_token(); // this permit's own token
+/// # let _ = token;
+/// assert!(permit.release().await?);
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+#[must_use = "a semaphore does nothing until `acquire`, `try_acquire` or `run` is awaited"]
+pub struct Semaphore<'c> {
+    coordinator: &'c Coordinator,
+    key: CallKey,
+    spec: LockSpec,
+    profile: Option<String>,
+}
+
+impl Coordinator {
+    /// A semaphore of `permits` permits on `key`, configured at run time (see [`Semaphore`]).
+    /// `permits` must be at least 1: zero is refused at `acquire` with a `Config` error.
+    pub fn semaphore(&self, key: CallKey, permits: u32) -> Semaphore<'_> {
+        Semaphore {
+            coordinator: self,
+            key,
+            spec: LockSpec {
+                lease: Duration::from_secs(30),
+                wait: Duration::ZERO,
+                fenced: true,
+                permits,
+                on_backend_error: None,
+                renew: None,
+                on_lost: None,
+                written: Written::NONE,
+            },
+            profile: None,
+        }
+    }
+}
+
+impl Semaphore<'_> {
+    /// How long a permit is held if its holder dies (never released, never renewed).
+    /// Default 30 s.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.spec.lease = lease;
+        self.spec.written = self.spec.written.with(Written::LEASE);
+        self
+    }
+
+    /// How long to wait while every permit is held. Default zero (one attempt).
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.spec.wait = wait;
+        self.spec.written = self.spec.written.with(Written::WAIT);
+        self
+    }
+
+    /// Renews the permit this often while it is held; a renewal that finds it gone, or a whole
+    /// lease without a confirmed renewal, marks it lost ([`PermitGuard::lost`]; with
+    /// [`Semaphore::run`], the body is cancelled). Renewal stops when the permit is released.
+    pub fn renew(mut self, every: Duration) -> Self {
+        self.spec.renew = Some(every);
+        self.spec.on_lost.get_or_insert(OnLost::Cancel);
+        self.spec.written = self.spec.written.with(Written::RENEW);
+        self
+    }
+
+    /// Takes durations and the backend-fault policy from the coordinator's profile `name`, as
+    /// [`Lock::profile`](crate::handle::Lock::profile) does.
+    pub fn profile(mut self, name: impl Into<String>) -> Self {
+        self.profile = Some(name.into());
+        self
+    }
+
+    /// What to do when the backend fails. Default: the coordinator's policy. As for locks,
+    /// `acquire` and `try_acquire` always report a fault; [`Semaphore::run`] under `FailOpen`
+    /// runs the body without a permit.
+    pub fn on_backend_error(mut self, policy: OnBackendError) -> Self {
+        self.spec.on_backend_error = Some(policy);
+        self
+    }
+
+    /// Zero permits is refused before anything runs.
+    fn checked(&self) -> Result<(), CoordError> {
+        if self.spec.permits == 0 {
+            return Err(CoordError::Backend(
+                BackendError::new(
+                    BackendErrorKind::Config,
+                    "a semaphore needs at least one permit (`permits` was 0)",
+                )
+                .with_key(&self.key),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Takes a permit, waiting up to `wait`: [`CoordError::LockNotAcquired`] if every permit
+    /// stayed held, [`CoordError::Reentrant`] if this task already holds a permit of this
+    /// semaphore inside a `#[distributed_lock(permits = ..)]` body or [`Semaphore::run`],
+    /// [`CoordError::Unsupported`] on a provider without semaphores, [`CoordError::Backend`]
+    /// on a backend fault.
+    pub async fn acquire(self) -> Result<PermitGuard, CoordError> {
+        self.checked()?;
+        let defaults = self.coordinator.configured_defaults();
+        let Ok(profile) = settings::find_profile(self.coordinator, self.profile.as_deref()) else {
+            return Err(CoordError::UnknownProfile {
+                profile: self.profile.unwrap_or_default(),
+                key: self.key,
+            });
+        };
+        let mut spec = if profile.is_some() || defaults.is_some() {
+            settings::lock(&self.spec, profile, defaults)
+        } else {
+            self.spec
+        };
+        spec.on_backend_error = Some(OnBackendError::FailClosed);
+        match acquire_lock(self.coordinator, &self.key, &spec).await {
+            Acquired::Granted(grant) => Ok(PermitGuard(LockGuard::new(
+                self.coordinator,
+                grant,
+                tokio::runtime::Handle::try_current().ok(),
+            ))),
+            Acquired::Refused(err, _) => Err(err),
+            Acquired::Unguarded => unreachable!("fail_closed never runs unguarded"),
+        }
+    }
+
+    /// Like [`Semaphore::acquire`], but a full semaphore is `Ok(None)` rather than an error.
+    pub async fn try_acquire(self) -> Result<Option<PermitGuard>, CoordError> {
+        match self.acquire().await {
+            Ok(guard) => Ok(Some(guard)),
+            Err(CoordError::LockNotAcquired { .. }) => Ok(None),
+            Err(err) => Err(err),
+        }
+    }
+
+    /// Runs `body` while holding a permit, exactly as `#[distributed_lock(permits = n)]` does;
+    /// inside it, [`fencing_token`](crate::fencing_token) is this permit's token.
+    pub async fn run<T, E, F, Fut>(self, body: F) -> Result<T, E>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        E: From<CoordError>,
+    {
+        if let Err(err) = self.checked() {
+            return Err(E::from(err));
+        }
+        let op = self.key.operation().unwrap_or("").to_owned();
+        let spec = OpSpec {
+            name: &op,
+            idempotency: None,
+            cache: None,
+            lock: Some(self.spec),
+            telemetry: OpTelemetry::new(),
+            record_key: false,
+            profile: self.profile.as_deref(),
+        };
+        let call = Call::with_key(&spec, self.coordinator, self.key);
+        call.run(crate::runtime::lock::distributed_lock(
+            &call,
+            call.body(async move { body().await }),
+        ))
+        .await
+    }
+}
+
+/// A held permit of a semaphore: from [`Semaphore::acquire`].
+///
+/// The same guard as [`LockGuard`] (renewal, loss with its cause, release on drop or
+/// explicitly), for one permit: dropping it releases the permit in the background
+/// (owner-checked), and renewal stops before the release is sent, so no renewal outlives it.
+#[must_use = "dropping the guard releases the permit"]
+#[derive(Debug)]
+pub struct PermitGuard(LockGuard);
+
+impl PermitGuard {
+    /// The semaphore's key.
+    pub fn key(&self) -> &CallKey {
+        self.0.key()
+    }
+
+    /// This permit's fencing token, while the permit is not known lost and its lease has not
+    /// run out on the local clock; `None` otherwise.
+    pub fn fencing_token(&self) -> Option<FencingToken> {
+        self.0.fencing_token()
+    }
+
+    /// True while the permit is not known lost and its lease has not run out locally.
+    pub fn is_held(&self) -> bool {
+        self.0.is_held()
+    }
+
+    /// Resolves, with its cause, once the permit is lost (see [`LockGuard::lost`]).
+    pub async fn lost(&self) -> LossCause {
+        self.0.lost().await
+    }
+
+    /// How long the permit has been held.
+    pub fn held_for(&self) -> Duration {
+        self.0.held_for()
+    }
+
+    /// Releases the permit. `Ok(true)`: it was ours and is free now; `Ok(false)`: it was not
+    /// ours any more (its lease had lapsed: someone else may have taken its place, so the
+    /// limit did not hold for this holder throughout). A permit that expired before the
+    /// release arrives frees no other holder's permit.
+    pub async fn release(self) -> Result<bool, CoordError> {
+        self.0.release().await
+    }
+}

@@ -10,7 +10,7 @@ use coord_core::CallKey;
 use coord_core::provider::{
     BackendError, BoxFuture, CacheStore, ClaimOutcome, ClaimRequest, CompleteOutcome,
     CompleteRequest, FencingToken, FlightStore, IdempotencyStore, LockGrant, LockProvider,
-    LockRequest, Operations, OwnerToken, ReleaseOutcome, RenewOutcome,
+    LockRequest, Operations, OwnerToken, ReleaseOutcome, RenewOutcome, SemaphoreStore,
 };
 
 /// The bug planted.
@@ -144,3 +144,6 @@ impl<P: IdempotencyStore> IdempotencyStore for Planted<P> {
 impl<P: Send + Sync + 'static> CacheStore for Planted<P> {}
 impl<P: Send + Sync + 'static> FlightStore for Planted<P> {}
 impl<P: Send + Sync + 'static> Operations for Planted<P> {}
+// No semaphores: the planted bugs are in locks and records, and a provider without the
+// capability refuses permits with a typed error.
+impl<P: Send + Sync + 'static> SemaphoreStore for Planted<P> {}

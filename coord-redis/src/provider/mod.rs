@@ -336,7 +336,8 @@ impl RedisProviderBuilder {
 
     /// Makes every write that grants something wait until `replicas` replicas have it, for at
     /// most `timeout`: an idempotency claim and completion, a lock grant (also a hand-over to
-    /// a waiter, which is a grant) and renewal, a cluster single-flight claim and renewal.
+    /// a waiter, which is a grant) and renewal, a semaphore permit and its renewal, a cluster
+    /// single-flight claim and renewal.
     /// Default: off.
     ///
     /// Redis replicates asynchronously, so a failover can promote a replica that misses what

@@ -36,8 +36,8 @@ impl Inner {
     ) -> Result<Attempt, BackendError> {
         let lease_ms = millis(req.lease);
         let token = TokenText::new(req.owner);
-        let reply = self
-            .eval(
+        let (reply, acks) = self
+            .eval_granting(
                 &scripts::SEM_ACQUIRE,
                 &[&names[0], &names[1]],
                 &[
@@ -50,7 +50,12 @@ impl Inner {
             )
             .await?;
         match reply {
-            Reply::Int(tok) if tok > 0 => Ok(Attempt::Won(tok as u64)),
+            Reply::Int(tok) if tok > 0 => {
+                // As for a lock grant: a permit the replicas lack fails, and is released by
+                // its owner.
+                self.replicated(acks, "semaphore acquire", req.key)?;
+                Ok(Attempt::Won(tok as u64))
+            }
             Reply::Array(items) => match items.as_slice() {
                 [Reply::Int(0), Reply::Int(left)] => Ok(Attempt::Full(*left)),
                 _ => Err(self.protocol("semaphore acquire", req.key, "unexpected script reply")),
@@ -160,15 +165,19 @@ impl SemaphoreStore for RedisProvider {
             let names = Names::of(key);
             let token = TokenText::new(owner);
             let lease = Decimal::new(millis(lease));
-            let reply = inner
-                .eval(
+            let (reply, acks) = inner
+                .eval_granting(
                     &scripts::SEM_RENEW,
                     &[&names.semaphore(), &names.semaphore_tokens()],
                     &[token.as_ref(), lease.as_ref()],
                     key,
                 )
                 .await?;
-            renew_outcome(inner, reply, "semaphore renew", key)
+            let outcome = renew_outcome(inner, reply, "semaphore renew", key)?;
+            if outcome == RenewOutcome::Renewed {
+                inner.replicated(acks, "semaphore renew", key)?;
+            }
+            Ok(outcome)
         })
     }
 }

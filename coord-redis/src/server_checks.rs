@@ -80,7 +80,6 @@ impl ServerWatch {
             tracing::debug!(node, run_id, "coord-redis: connected to a Redis node");
             return false;
         };
-        self.restarts.fetch_add(1, Ordering::Relaxed);
         tracing::error!(
             address = %self.address,
             node,
@@ -93,6 +92,9 @@ impl ServerWatch {
              may run again); with fencing, a reset counter is still caught by the fencing \
              token, which is at least the server time in microseconds"
         );
+        // Counted after the log line: whoever sees the count (a test, a metric scrape) can
+        // already read the line that explains it.
+        self.restarts.fetch_add(1, Ordering::Relaxed);
         true
     }
 }

@@ -49,7 +49,9 @@ async fn rebuild(c: &Coordinator, tenant: u32) -> Result<(), CoordError> {
     Ok(())
 }
 
-#[idempotent(name = "demo.charge", key_from = "request", coordinator = c)]
+// A duplicate that arrives while the first call runs waits for its answer and replays it (as
+// a service would want), so every duplicate is a replay, whichever runs first.
+#[idempotent(name = "demo.charge", key_from = "request", coordinator = c, wait = "5s")]
 async fn charge(c: &Coordinator, request: u32) -> Result<String, CoordError> {
     Ok(format!("receipt {request}"))
 }

@@ -97,16 +97,22 @@ async fn first_call_after_client_kill(client: Client) {
             "round {round}: only an ambiguous command is reported, as Unavailable: {err:?}"
         );
     }
-    match client {
-        Client::RedisRs => assert!(
+    // redis-rs connections prove which commands never left; fred's cannot (see above).
+    #[cfg(feature = "redis-client")]
+    let proven = client == Client::RedisRs;
+    #[cfg(not(feature = "redis-client"))]
+    let proven = false;
+    if proven {
+        assert!(
             failures.is_empty(),
             "no command that never left the process may fail: {failures:?}"
-        ),
-        _ => assert!(
+        );
+    } else {
+        assert!(
             failures.len() <= ROUNDS / 10,
             "fred: {} of {ROUNDS} first calls failed",
             failures.len()
-        ),
+        );
     }
     // Every call that failed left its key free (its claim was cleared) or replays: a retry
     // answers, and no body ran twice.

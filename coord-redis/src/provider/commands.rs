@@ -49,19 +49,8 @@ impl Inner {
         args: &[&[u8]],
         key: &CallKey,
     ) -> Result<Reply, BackendError> {
-        const NUMKEYS: [&str; 4] = ["0", "1", "2", "3"];
         let sha: &str = &script.sha;
-        // `body` is left to inference so both calls share one lifetime (the script's).
-        let build = |name: &'static str, body| {
-            let mut cmd = Command::new(name).arg(body).arg(NUMKEYS[keys.len()]);
-            for (i, k) in keys.iter().enumerate() {
-                cmd = if i == 0 { cmd.key(k) } else { cmd.arg(*k) };
-            }
-            for a in args {
-                cmd = cmd.arg(*a);
-            }
-            cmd
-        };
+        let build = |name: &'static str, body| script_command(name, body, keys, args);
         // (A statement of its own, so the command is gone before the fallback builds another.)
         let first = self.transport.run(&[build("EVALSHA", sha)]).await;
         let outcome = match first {
@@ -105,17 +94,7 @@ impl Inner {
         key: &CallKey,
         acks: &ReplicaAcks,
     ) -> Result<(Reply, Acks), BackendError> {
-        const NUMKEYS: [&str; 4] = ["0", "1", "2", "3"];
-        let build = |name: &'static str, body| {
-            let mut cmd = Command::new(name).arg(body).arg(NUMKEYS[keys.len()]);
-            for (i, k) in keys.iter().enumerate() {
-                cmd = if i == 0 { cmd.key(k) } else { cmd.arg(*k) };
-            }
-            for a in args {
-                cmd = cmd.arg(*a);
-            }
-            cmd
-        };
+        let build = |name: &'static str, body| script_command(name, body, keys, args);
         let script_cmd = build("EVALSHA", &*script.sha);
         let wait = acks.command(&script_cmd);
         let first = self.transport.run(&[script_cmd, wait]).await;
@@ -234,6 +213,24 @@ impl ReplicaAcks {
             .arg(&self.timeout_ms)
             .routed_as(after)
     }
+}
+
+/// `EVALSHA sha` or `EVAL source` with `keys` (the first routes the command) and `args`.
+fn script_command<'a>(
+    name: &'static str,
+    body: &'a str,
+    keys: &[&'a str],
+    args: &[&'a [u8]],
+) -> Command<'a> {
+    const NUMKEYS: [&str; 4] = ["0", "1", "2", "3"];
+    let mut cmd = Command::new(name).arg(body).arg(NUMKEYS[keys.len()]);
+    for (i, k) in keys.iter().enumerate() {
+        cmd = if i == 0 { cmd.key(k) } else { cmd.arg(*k) };
+    }
+    for a in args {
+        cmd = cmd.arg(*a);
+    }
+    cmd
 }
 
 /// What the `WAIT` after a granting write found: how many replicas acknowledged it, or

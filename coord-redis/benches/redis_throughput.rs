@@ -77,6 +77,23 @@ return token";
 /// How long the baseline keeps its fencing counter after a mint (the provider's floor).
 const FENCE_RETENTION_MS: u64 = 3_600_000;
 
+/// When a subject's loop of pairs stops: at a deadline (the throughput slices) or after a
+/// fixed number of pairs (the instruction-count profile, where time means nothing).
+#[derive(Clone, Copy)]
+enum Until {
+    Deadline(Instant),
+    Pairs(u64),
+}
+
+impl Until {
+    fn more(self, done: u64) -> bool {
+        match self {
+            Until::Deadline(deadline) => Instant::now() < deadline,
+            Until::Pairs(pairs) => done < pairs,
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // The raw clients
 
@@ -117,18 +134,18 @@ impl RawPairs {
             .expect("raw fenced acquire")
     }
 
-    /// Acquire+release pairs on `lock` until `deadline`, each pair's two commands sent as
+    /// Acquire+release pairs on `lock` until `until` says stop, each pair's two commands sent as
     /// one pipeline (one round trip); returns how many completed.
     async fn pipelined_until(
         &self,
         lock: String,
         fence: String,
         fenced: bool,
-        deadline: Instant,
+        until: Until,
     ) -> u64 {
         let mut conn = self.raw.conn.clone();
         let mut done = 0;
-        while Instant::now() < deadline {
+        while until.more(done) {
             let token = OwnerToken::new().to_string();
             let mut pipe = redis::pipe();
             if fenced {
@@ -167,17 +184,11 @@ impl RawPairs {
         done
     }
 
-    /// Acquire+release pairs on `lock` until `deadline`; returns how many completed.
-    async fn pairs_until(
-        &self,
-        lock: String,
-        fence: String,
-        fenced: bool,
-        deadline: Instant,
-    ) -> u64 {
+    /// Acquire+release pairs on `lock` until `until` says stop; returns how many completed.
+    async fn pairs_until(&self, lock: String, fence: String, fenced: bool, until: Until) -> u64 {
         let mut conn = self.raw.conn.clone();
         let mut done = 0;
-        while Instant::now() < deadline {
+        while until.more(done) {
             let token = OwnerToken::new().to_string();
             if fenced {
                 let minted = self.acquire_fenced(&mut conn, &lock, &fence, &token).await;
@@ -266,11 +277,11 @@ mod raw_fred {
             lock: String,
             fence: String,
             fenced: bool,
-            deadline: Instant,
+            until: Until,
         ) -> u64 {
             let evalsha = || CustomCommand::new_static("EVALSHA", ClusterHash::Offset(2), false);
             let mut done = 0;
-            while Instant::now() < deadline {
+            while until.more(done) {
                 let token = OwnerToken::new().to_string();
                 if fenced {
                     let minted: i64 = self
@@ -344,12 +355,12 @@ enum Subject {
 }
 
 impl Subject {
-    async fn pairs_until(&self, cell: &str, i: usize, fenced: bool, deadline: Instant) -> u64 {
+    async fn pairs_until(&self, cell: &str, i: usize, fenced: bool, until: Until) -> u64 {
         match self {
             Subject::Provider(p) => {
                 let key = CallKey::builder("bench", cell).part(&i).finish();
                 let mut done = 0;
-                while Instant::now() < deadline {
+                while until.more(done) {
                     let owner = OwnerToken::new();
                     let grant = p
                         .acquire(LockRequest {
@@ -372,16 +383,16 @@ impl Subject {
             }
             Subject::RawRs(raw) => {
                 let (lock, fence) = raw_names(cell, i);
-                raw.pairs_until(lock, fence, fenced, deadline).await
+                raw.pairs_until(lock, fence, fenced, until).await
             }
             Subject::Pipelined(raw) => {
                 let (lock, fence) = raw_names(cell, i);
-                raw.pipelined_until(lock, fence, fenced, deadline).await
+                raw.pipelined_until(lock, fence, fenced, until).await
             }
             #[cfg(feature = "fred")]
             Subject::RawFred(raw) => {
                 let (lock, fence) = raw_names(cell, i);
-                raw.pairs_until(lock, fence, fenced, deadline).await
+                raw.pairs_until(lock, fence, fenced, until).await
             }
         }
     }
@@ -409,12 +420,12 @@ async fn run_pairs(
     length: Duration,
 ) -> Slice {
     let start = Instant::now();
-    let deadline = start + length;
+    let until = Until::Deadline(start + length);
     let handles: Vec<_> = (0..tasks)
         .map(|i| {
             let subject = subject.clone();
             let cell = cell.to_owned();
-            tokio::spawn(async move { subject.pairs_until(&cell, i, fenced, deadline).await })
+            tokio::spawn(async move { subject.pairs_until(&cell, i, fenced, until).await })
         })
         .collect();
     let mut pairs = 0;
@@ -592,6 +603,46 @@ fn measure_cell(
 }
 
 // ---------------------------------------------------------------------------------------------
+// Instruction-count profile
+
+/// `COORD_BENCH_PROFILE=<subject>:<pairs>` runs only `pairs` sequential fenced pairs of one
+/// subject (`provider-redis-rs`, `raw-redis-rs`, `provider-fred`, `raw-fred`) on one key, for
+/// running the bench under `valgrind --tool=callgrind`: instructions are counted, not
+/// seconds, so the figures do not depend on what else the host is doing. Two runs with N and
+/// 2N pairs give the instructions of N pairs without the start-up (see BENCHMARKS.md).
+const PROFILE_VAR: &str = "COORD_BENCH_PROFILE";
+
+fn profile(session: &Session, raw: RawPairs, spec: &str) {
+    let (name, pairs) = spec
+        .split_once(':')
+        .and_then(|(name, pairs)| Some((name, pairs.parse::<u64>().ok()?)))
+        .unwrap_or_else(|| panic!("{PROFILE_VAR} is <subject>:<pairs>, not {spec:?}"));
+    let rt = &session.rt;
+    let subject = match name {
+        "provider-redis-rs" | "provider-fred" => {
+            let client = support::clients()
+                .into_iter()
+                .find(|(_, client)| name.ends_with(client))
+                .unwrap_or_else(|| panic!("this build has no {name} client (see its features)"))
+                .0;
+            Subject::Provider(session.provider(client))
+        }
+        "raw-redis-rs" => Subject::RawRs(raw),
+        #[cfg(feature = "fred")]
+        "raw-fred" => {
+            Subject::RawFred(rt.block_on(raw_fred::RawFred::connect(&session.server.url(), true)))
+        }
+        other => panic!("unknown profile subject {other:?}"),
+    };
+    let done = rt.block_on(subject.pairs_until("profile", 0, true, Until::Pairs(pairs)));
+    assert_eq!(done, pairs);
+    println!("profile: {done} fenced pairs of {name}");
+    if let Subject::Provider(provider) = subject {
+        session.close(provider);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // Report
 
 struct ThroughputRow {
@@ -645,6 +696,11 @@ fn main() {
     let rt = &session.rt;
     let server = &session.server;
     let raw = rt.block_on(RawPairs::new(session.raw.clone()));
+    if let Ok(spec) = std::env::var(PROFILE_VAR) {
+        profile(&session, raw, &spec);
+        session.finish();
+        return;
+    }
     #[cfg(feature = "fred")]
     let raw_fred = rt.block_on(raw_fred::RawFred::connect(&server.url(), true));
     #[cfg(feature = "fred")]

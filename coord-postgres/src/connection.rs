@@ -1,12 +1,17 @@
-//! Connections: settings as tokio-postgres reads them, TLS, the pool, and the one way a
-//! statement is sent ([`Link::query`]), bounded by the command timeout.
+//! Connections: settings as tokio-postgres reads them, TLS, the pool, the runtime that drives
+//! every connection ([`Drivers`]), and the one way a statement is sent ([`Link::query`]),
+//! bounded by the command timeout.
 
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use coord_core::BackendError;
 use coord_core::provider::BackendErrorKind;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use futures_util::future::BoxFuture;
+use tokio::runtime::Handle;
+use tokio::task::JoinHandle;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{NoTls, Row};
 
@@ -36,18 +41,143 @@ pub(crate) struct Settings {
     pub(crate) address: String,
 }
 
+/// The runtime that drives the connections of one provider: one thread of its own running a
+/// current-thread tokio runtime, for as long as any clone of this handle lives (the provider,
+/// its pool's connector and its listener hold one).
+///
+/// Why not the caller's runtime: a connection is made by whichever call first needs it, and
+/// the tasks that read and write its socket would live on that call's runtime. A pooled
+/// connection is then shared with calls on other runtimes, and dies (or freezes) under them
+/// when its maker's runtime is dropped (or blocked). Connections made and driven here serve
+/// every runtime alike.
+#[derive(Clone)]
+pub(crate) struct Drivers {
+    handle: Handle,
+    /// Dropped with the last clone: the thread's `block_on` returns and its runtime, with every
+    /// connection task still on it, is dropped there.
+    _running: Arc<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl Drivers {
+    /// Starts the thread and its runtime.
+    pub(crate) fn start() -> Result<Drivers, BackendError> {
+        let unavailable = |e: std::io::Error| {
+            BackendError::new(
+                BackendErrorKind::Unavailable,
+                format!("starting the thread that drives PostgreSQL connections: {e}"),
+            )
+        };
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(unavailable)?;
+        let handle = runtime.handle().clone();
+        let (running, stopped) = tokio::sync::oneshot::channel::<()>();
+        std::thread::Builder::new()
+            .name("coord-postgres-io".to_owned())
+            .spawn(move || {
+                runtime.block_on(async move {
+                    // Never sent: resolves when the last handle is dropped.
+                    let _ = stopped.await;
+                });
+            })
+            .map_err(unavailable)?;
+        Ok(Drivers {
+            handle,
+            _running: Arc::new(running),
+        })
+    }
+
+    /// Runs `task` on the drivers' runtime.
+    pub(crate) fn spawn<F>(&self, task: F) -> JoinHandle<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.handle.spawn(task)
+    }
+
+    /// Awaits `task` run on the drivers' runtime (the socket it opens is registered with that
+    /// runtime's reactor, so the connection it makes keeps working when the caller's runtime
+    /// stops). A panic in `task` is resumed here.
+    pub(crate) async fn run<F>(&self, task: F) -> F::Output
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        match self.handle.spawn(task).await {
+            Ok(output) => output,
+            Err(err) => match err.try_into_panic() {
+                Ok(panic) => std::panic::resume_unwind(panic),
+                // Only a runtime shutting down cancels a task, and this runtime runs until
+                // `self` (held across this await) is dropped.
+                Err(err) => std::panic::resume_unwind(Box::new(format!(
+                    "the runtime driving PostgreSQL connections stopped while in use: {err}"
+                ))),
+            },
+        }
+    }
+}
+
+/// Opens a connection and spawns its task on the current runtime (called on the drivers').
+async fn open<T>(
+    config: tokio_postgres::Config,
+    tls: T,
+) -> Result<(tokio_postgres::Client, JoinHandle<()>), tokio_postgres::Error>
+where
+    T: tokio_postgres::tls::MakeTlsConnect<tokio_postgres::Socket> + Send + 'static,
+    T::Stream: Send + 'static,
+    T::TlsConnect: Send,
+    <T::TlsConnect as tokio_postgres::tls::TlsConnect<tokio_postgres::Socket>>::Future: Send,
+{
+    let (client, connection) = config.connect(tls).await?;
+    let task = tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    Ok((client, task))
+}
+
+/// How the pool makes a connection: on the provider's [`Drivers`], whichever runtime the call
+/// that needs it runs on.
+struct DrivenConnect {
+    drivers: Drivers,
+    tls: Tls,
+}
+
+impl deadpool_postgres::Connect for DrivenConnect {
+    fn connect(
+        &self,
+        config: &tokio_postgres::Config,
+    ) -> BoxFuture<'_, Result<(tokio_postgres::Client, JoinHandle<()>), tokio_postgres::Error>>
+    {
+        let config = config.clone();
+        let tls = self.tls.clone();
+        Box::pin(async move {
+            match tls {
+                Tls::None => self.drivers.run(open(config, NoTls)).await,
+                #[cfg(feature = "tls")]
+                Tls::Rustls(tls) => self.drivers.run(open(config, tls)).await,
+            }
+        })
+    }
+}
+
 impl Settings {
-    pub(crate) fn pool(&self, size: usize, timeout: Duration) -> Result<Pool, BackendError> {
+    /// The pool of a provider: connections made and driven on `drivers`.
+    pub(crate) fn pool(
+        &self,
+        size: usize,
+        timeout: Duration,
+        drivers: &Drivers,
+    ) -> Result<Pool, BackendError> {
         let manager_config = ManagerConfig {
             recycling_method: RecyclingMethod::Fast,
         };
-        let manager = match &self.tls {
-            Tls::None => Manager::from_config(self.config.clone(), NoTls, manager_config),
-            #[cfg(feature = "tls")]
-            Tls::Rustls(tls) => {
-                Manager::from_config(self.config.clone(), tls.clone(), manager_config)
-            }
+        let connect = DrivenConnect {
+            drivers: drivers.clone(),
+            tls: self.tls.clone(),
         };
+        let manager = Manager::from_connect(self.config.clone(), connect, manager_config);
         Pool::builder(manager)
             .max_size(size)
             .runtime(Runtime::Tokio1)
@@ -58,7 +188,8 @@ impl Settings {
             .map_err(|e| config_error(format!("making the connection pool: {e}")))
     }
 
-    /// One connection of its own, its connection task spawned.
+    /// One connection of its own, its connection task spawned on the current runtime (for
+    /// work that ends before the call that made it returns: migrating).
     pub(crate) async fn connect_one(
         &self,
     ) -> Result<tokio_postgres::Client, tokio_postgres::Error> {

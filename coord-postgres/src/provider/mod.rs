@@ -20,7 +20,9 @@ use tokio_postgres::Row;
 use tokio_postgres::config::SslMode;
 use tokio_postgres::types::{FromSql, ToSql};
 
-use crate::connection::{Link, MAX_MILLIS, Settings, Tls, describe, parse_url, pool_error};
+use crate::connection::{
+    Drivers, Link, MAX_MILLIS, Settings, Tls, describe, parse_url, pool_error,
+};
 use crate::errors::backend_error;
 use crate::schema::{self, DEFAULT_SCHEMA, MigrationReport, SchemaError};
 use crate::sql::Statements;
@@ -47,8 +49,11 @@ pub const MAX_KEY_BYTES: usize = 2048;
 /// of coord's provider contract; give it to `Coordinator::builder().provider(..)`.
 ///
 /// See the crate documentation for what it promises under each fault. Cheap to clone: clones
-/// share the pool, the listening connection and the sweeper. Connections live on the tokio
-/// runtime that connected the provider.
+/// share the pool, the listening connection and the sweeper. The connections it makes (and
+/// the listener and the sweeper) run on a thread of the provider's own, for as long as the
+/// provider lives, so it serves calls on any tokio runtime, and a runtime that is blocked or
+/// dropped stalls or breaks none of the calls made on others. (The connections of an
+/// application's pool, [`PostgresProvider::from_pool`], run where that pool puts them.)
 #[derive(Clone)]
 pub struct PostgresProvider {
     inner: Arc<Inner>,
@@ -398,10 +403,11 @@ impl PostgresProviderBuilder {
     /// first time a call waits. Bounded by three command timeouts.
     pub async fn connect(self) -> Result<PostgresProvider, ConnectError> {
         self.validate()?;
+        let drivers = Drivers::start()?;
         let (pool, listener) = match &self.source {
             Source::Url(url) => {
                 let pool_settings = self.settings(url, Purpose::Pool)?;
-                let pool = pool_settings.pool(self.pool_size, self.command_timeout)?;
+                let pool = pool_settings.pool(self.pool_size, self.command_timeout, &drivers)?;
                 (pool, self.settings(url, Purpose::Listener)?)
             }
             Source::Pool { pool, listener_url } => (
@@ -468,6 +474,7 @@ impl PostgresProviderBuilder {
                 ListenerSettings {
                     settings: listener,
                     channel: channel.clone(),
+                    drivers: drivers.clone(),
                 },
                 timeout,
             ),
@@ -478,7 +485,7 @@ impl PostgresProviderBuilder {
             clock,
         });
         if let Some(every) = self.sweep_interval {
-            sweeper::start(Arc::downgrade(&link), sweeps, every);
+            sweeper::start(&drivers, Arc::downgrade(&link), sweeps, every);
         }
         Ok(PostgresProvider { inner })
     }

@@ -285,25 +285,81 @@ pub(crate) fn pool_error(
     }
 }
 
-/// A pooled connection that leaves the pool for good when dropped, unless given back: a
-/// statement that timed out, was cancelled (its caller's future dropped) or broke its
-/// connection may still have an answer on its way, which the next statement would read
-/// instead of its own, so that connection is closed rather than reused.
-struct Checkout(Option<deadpool_postgres::Object>);
+/// Statements whose callers went away while they were in flight, not yet known to be done.
+///
+/// A caller that drops its call cancels only the wait here: a statement already handed to the
+/// connection's task reaches the server and runs. The clean-up that follows (a background
+/// release, an abandon) goes out on another connection and could overtake it, so that an
+/// acquire lands after its own release. Every statement therefore first waits until the
+/// cancelled ones have been answered (each for at most the command timeout).
+#[derive(Default)]
+pub(crate) struct Drains {
+    pending: std::sync::atomic::AtomicUsize,
+    settled: tokio::sync::Notify,
+}
 
-impl Checkout {
-    fn give_back(mut self) {
-        // Dropping the object returns it to the pool.
-        drop(self.0.take());
+impl Drains {
+    /// Returns once no cancelled statement is in flight.
+    async fn settled(&self) {
+        use std::sync::atomic::Ordering;
+        while self.pending.load(Ordering::Acquire) > 0 {
+            let notified = self.settled.notified();
+            let mut notified = std::pin::pin!(notified);
+            notified.as_mut().enable();
+            if self.pending.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            notified.await;
+        }
     }
 }
 
-impl Drop for Checkout {
-    fn drop(&mut self) {
-        if let Some(object) = self.0.take() {
+/// A pooled connection checked out for one statement. Given back to the pool after an
+/// answer; closed after a timeout or a broken connection (a late answer on its way would be
+/// read by the next statement instead of its own); drained then closed when the caller went
+/// away with the statement in flight (see [`Drains`]).
+struct Checkout<'l> {
+    object: Option<deadpool_postgres::Object>,
+    link: &'l Link,
+    timed_out: &'l std::sync::atomic::AtomicBool,
+}
+
+impl Checkout<'_> {
+    fn give_back(mut self) {
+        // Dropping the object returns it to the pool.
+        drop(self.object.take());
+    }
+
+    fn close(mut self) {
+        if let Some(object) = self.object.take() {
             // Closes the connection (its task is aborted with it).
             drop(deadpool_postgres::Object::take(object));
         }
+    }
+}
+
+impl Drop for Checkout<'_> {
+    fn drop(&mut self) {
+        use std::sync::atomic::Ordering;
+        let Some(object) = self.object.take() else {
+            return;
+        };
+        if self.timed_out.load(Ordering::Relaxed) {
+            drop(deadpool_postgres::Object::take(object));
+            return;
+        }
+        // The caller went away: statements sent from now on wait until the server has
+        // answered this connection's last one (an empty query queued behind it), then it is
+        // closed.
+        let drains = self.link.drains.clone();
+        drains.pending.fetch_add(1, Ordering::AcqRel);
+        let timeout = self.link.timeout;
+        self.link.drivers.spawn(async move {
+            let _ = tokio::time::timeout(timeout, object.simple_query("")).await;
+            drop(deadpool_postgres::Object::take(object));
+            drains.pending.fetch_sub(1, Ordering::AcqRel);
+            drains.settled.notify_waiters();
+        });
     }
 }
 
@@ -313,27 +369,37 @@ pub(crate) struct Link {
     pub(crate) timeout: Duration,
     /// `host:port/database`, never a password.
     pub(crate) address: String,
+    /// Where cancelled statements are drained.
+    pub(crate) drivers: Drivers,
+    pub(crate) drains: Arc<Drains>,
 }
 
 impl Link {
     /// Runs one statement (prepared once per connection) and returns its rows. Everything,
     /// from taking a pooled connection to reading the last row, is bounded by the command
-    /// timeout; after a timeout, a cancellation or a broken connection, that connection is
-    /// closed rather than reused.
+    /// timeout; after a timeout or a broken connection, that connection is closed rather than
+    /// reused, and after a cancellation it is closed once its statement is answered (statements
+    /// wait for that, so none overtakes a cancelled one).
     pub(crate) async fn query(
         &self,
         sql: &str,
         params: &[&(dyn ToSql + Sync)],
         what: &str,
     ) -> Result<Vec<Row>, BackendError> {
+        let timed_out = std::sync::atomic::AtomicBool::new(false);
         let run = async {
+            self.drains.settled().await;
             let object = self
                 .pool
                 .get()
                 .await
                 .map_err(|e| pool_error(&e, what, &self.address, self.timeout))?;
-            let checkout = Checkout(Some(object));
-            let client = checkout.0.as_ref().expect("checked out");
+            let checkout = Checkout {
+                object: Some(object),
+                link: self,
+                timed_out: &timed_out,
+            };
+            let client = checkout.object.as_ref().expect("checked out");
             let outcome = match client.prepare_cached(sql).await {
                 Ok(statement) => client.query(&statement, params).await,
                 Err(err) => Err(err),
@@ -346,20 +412,28 @@ impl Link {
                 Err(err) => {
                     if !breaks_connection(&err) && !client.is_closed() {
                         checkout.give_back();
+                    } else {
+                        checkout.close();
                     }
                     Err(backend_error(&err, what, &self.address))
                 }
             }
         };
-        match tokio::time::timeout(self.timeout, run).await {
-            Ok(outcome) => outcome,
-            Err(_) => Err(BackendError::new(
-                BackendErrorKind::Timeout,
-                format!(
-                    "{what} at {}: no answer within {:?}",
-                    self.address, self.timeout
-                ),
-            )),
+        let mut run = std::pin::pin!(run);
+        tokio::select! {
+            biased;
+            outcome = &mut run => outcome,
+            () = tokio::time::sleep(self.timeout) => {
+                // Read by the checkout's drop, when `run` is dropped on return.
+                timed_out.store(true, std::sync::atomic::Ordering::Relaxed);
+                Err(BackendError::new(
+                    BackendErrorKind::Timeout,
+                    format!(
+                        "{what} at {}: no answer within {:?}",
+                        self.address, self.timeout
+                    ),
+                ))
+            }
         }
     }
 }

@@ -466,6 +466,8 @@ impl PostgresProviderBuilder {
             pool,
             timeout,
             address: address.clone(),
+            drivers: drivers.clone(),
+            drains: Arc::default(),
         });
         let inner = Arc::new(Inner {
             link: link.clone(),

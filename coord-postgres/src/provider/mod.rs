@@ -9,6 +9,9 @@ mod flights;
 mod locks;
 mod operations;
 mod records;
+mod semaphores;
+
+pub(crate) use semaphores::SemaphoreStatements;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -71,6 +74,7 @@ pub(crate) struct Inner {
     pub(crate) hub: Hub,
     /// An estimate of the server's clock, to give claims a not-after time in it.
     pub(crate) clock: ServerClock,
+    pub(crate) semaphores: SemaphoreStatements,
 }
 
 impl std::fmt::Debug for PostgresProvider {
@@ -365,8 +369,9 @@ impl PostgresProviderBuilder {
     /// migrators at once run one after the other. Refuses a schema newer than this crate knows.
     ///
     /// Needs a role that may create the schema (or tables in it); the provider itself then
-    /// needs only `SELECT`, `INSERT`, `UPDATE`, `DELETE` on the tables and `USAGE` on the
-    /// sequence. What each version changes is listed in the crate's CHANGELOG.
+    /// needs only `SELECT`, `INSERT`, `UPDATE`, `DELETE` on the tables, `USAGE` on the
+    /// sequence and `EXECUTE` on the functions (PostgreSQL grants that to everyone unless
+    /// revoked). What each version changes is listed in the crate's CHANGELOG.
     pub async fn migrate(self) -> Result<MigrationReport, ConnectError> {
         self.validate()?;
         let url = match &self.source {
@@ -461,7 +466,9 @@ impl PostgresProviderBuilder {
             }
         };
         let channel = channel_name(&self.schema);
-        let sweeps = sql.sweep.to_vec();
+        let semaphores = SemaphoreStatements::new(&q);
+        let mut sweeps = sql.sweep.to_vec();
+        sweeps.extend(semaphores.sweep.iter().cloned());
         let link = Arc::new(Link {
             pool,
             timeout,
@@ -485,6 +492,7 @@ impl PostgresProviderBuilder {
             timeout,
             address,
             clock,
+            semaphores,
         });
         if let Some(every) = self.sweep_interval {
             sweeper::start(&drivers, Arc::downgrade(&link), sweeps, every);
@@ -746,13 +754,12 @@ impl PostgresProvider {
     /// Deletes rows past their expiry now, as the sweeper does (at most `batch` rows per
     /// table), and returns how many it deleted.
     pub async fn sweep(&self, batch: usize) -> Result<u64, BackendError> {
-        sweeper::sweep_once(&self.inner.link, &self.inner.sql.sweep, batch).await
+        let own = sweeper::sweep_once(&self.inner.link, &self.inner.sql.sweep, batch).await?;
+        let semaphores =
+            sweeper::sweep_once(&self.inner.link, &self.inner.semaphores.sweep, batch).await?;
+        Ok(own + semaphores)
     }
 }
-
-/// No semaphores yet: `permits = n` on this provider fails with `CoordError::Unsupported`
-/// (and `CoordinatorBuilder::require(Capability::Semaphores)` refuses to build).
-impl coord_core::provider::SemaphoreStore for PostgresProvider {}
 
 #[cfg(test)]
 mod tests {

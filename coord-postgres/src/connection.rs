@@ -1,12 +1,17 @@
-//! Connections: settings as tokio-postgres reads them, TLS, the pool, and the one way a
-//! statement is sent ([`Link::query`]), bounded by the command timeout.
+//! Connections: settings as tokio-postgres reads them, TLS, the pool, the runtime that drives
+//! every connection ([`Drivers`]), and the one way a statement is sent ([`Link::query`]),
+//! bounded by the command timeout.
 
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use coord_core::BackendError;
 use coord_core::provider::BackendErrorKind;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use futures_util::future::BoxFuture;
+use tokio::runtime::Handle;
+use tokio::task::JoinHandle;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{NoTls, Row};
 
@@ -36,18 +41,143 @@ pub(crate) struct Settings {
     pub(crate) address: String,
 }
 
+/// The runtime that drives the connections of one provider: one thread of its own running a
+/// current-thread tokio runtime, for as long as any clone of this handle lives (the provider,
+/// its pool's connector and its listener hold one).
+///
+/// Why not the caller's runtime: a connection is made by whichever call first needs it, and
+/// the tasks that read and write its socket would live on that call's runtime. A pooled
+/// connection is then shared with calls on other runtimes, and dies (or freezes) under them
+/// when its maker's runtime is dropped (or blocked). Connections made and driven here serve
+/// every runtime alike.
+#[derive(Clone)]
+pub(crate) struct Drivers {
+    handle: Handle,
+    /// Dropped with the last clone: the thread's `block_on` returns and its runtime, with every
+    /// connection task still on it, is dropped there.
+    _running: Arc<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl Drivers {
+    /// Starts the thread and its runtime.
+    pub(crate) fn start() -> Result<Drivers, BackendError> {
+        let unavailable = |e: std::io::Error| {
+            BackendError::new(
+                BackendErrorKind::Unavailable,
+                format!("starting the thread that drives PostgreSQL connections: {e}"),
+            )
+        };
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(unavailable)?;
+        let handle = runtime.handle().clone();
+        let (running, stopped) = tokio::sync::oneshot::channel::<()>();
+        std::thread::Builder::new()
+            .name("coord-postgres-io".to_owned())
+            .spawn(move || {
+                runtime.block_on(async move {
+                    // Never sent: resolves when the last handle is dropped.
+                    let _ = stopped.await;
+                });
+            })
+            .map_err(unavailable)?;
+        Ok(Drivers {
+            handle,
+            _running: Arc::new(running),
+        })
+    }
+
+    /// Runs `task` on the drivers' runtime.
+    pub(crate) fn spawn<F>(&self, task: F) -> JoinHandle<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.handle.spawn(task)
+    }
+
+    /// Awaits `task` run on the drivers' runtime (the socket it opens is registered with that
+    /// runtime's reactor, so the connection it makes keeps working when the caller's runtime
+    /// stops). A panic in `task` is resumed here.
+    pub(crate) async fn run<F>(&self, task: F) -> F::Output
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        match self.handle.spawn(task).await {
+            Ok(output) => output,
+            Err(err) => match err.try_into_panic() {
+                Ok(panic) => std::panic::resume_unwind(panic),
+                // Only a runtime shutting down cancels a task, and this runtime runs until
+                // `self` (held across this await) is dropped.
+                Err(err) => std::panic::resume_unwind(Box::new(format!(
+                    "the runtime driving PostgreSQL connections stopped while in use: {err}"
+                ))),
+            },
+        }
+    }
+}
+
+/// Opens a connection and spawns its task on the current runtime (called on the drivers').
+async fn open<T>(
+    config: tokio_postgres::Config,
+    tls: T,
+) -> Result<(tokio_postgres::Client, JoinHandle<()>), tokio_postgres::Error>
+where
+    T: tokio_postgres::tls::MakeTlsConnect<tokio_postgres::Socket> + Send + 'static,
+    T::Stream: Send + 'static,
+    T::TlsConnect: Send,
+    <T::TlsConnect as tokio_postgres::tls::TlsConnect<tokio_postgres::Socket>>::Future: Send,
+{
+    let (client, connection) = config.connect(tls).await?;
+    let task = tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    Ok((client, task))
+}
+
+/// How the pool makes a connection: on the provider's [`Drivers`], whichever runtime the call
+/// that needs it runs on.
+struct DrivenConnect {
+    drivers: Drivers,
+    tls: Tls,
+}
+
+impl deadpool_postgres::Connect for DrivenConnect {
+    fn connect(
+        &self,
+        config: &tokio_postgres::Config,
+    ) -> BoxFuture<'_, Result<(tokio_postgres::Client, JoinHandle<()>), tokio_postgres::Error>>
+    {
+        let config = config.clone();
+        let tls = self.tls.clone();
+        Box::pin(async move {
+            match tls {
+                Tls::None => self.drivers.run(open(config, NoTls)).await,
+                #[cfg(feature = "tls")]
+                Tls::Rustls(tls) => self.drivers.run(open(config, tls)).await,
+            }
+        })
+    }
+}
+
 impl Settings {
-    pub(crate) fn pool(&self, size: usize, timeout: Duration) -> Result<Pool, BackendError> {
+    /// The pool of a provider: connections made and driven on `drivers`.
+    pub(crate) fn pool(
+        &self,
+        size: usize,
+        timeout: Duration,
+        drivers: &Drivers,
+    ) -> Result<Pool, BackendError> {
         let manager_config = ManagerConfig {
             recycling_method: RecyclingMethod::Fast,
         };
-        let manager = match &self.tls {
-            Tls::None => Manager::from_config(self.config.clone(), NoTls, manager_config),
-            #[cfg(feature = "tls")]
-            Tls::Rustls(tls) => {
-                Manager::from_config(self.config.clone(), tls.clone(), manager_config)
-            }
+        let connect = DrivenConnect {
+            drivers: drivers.clone(),
+            tls: self.tls.clone(),
         };
+        let manager = Manager::from_connect(self.config.clone(), connect, manager_config);
         Pool::builder(manager)
             .max_size(size)
             .runtime(Runtime::Tokio1)
@@ -58,7 +188,8 @@ impl Settings {
             .map_err(|e| config_error(format!("making the connection pool: {e}")))
     }
 
-    /// One connection of its own, its connection task spawned.
+    /// One connection of its own, its connection task spawned on the current runtime (for
+    /// work that ends before the call that made it returns: migrating).
     pub(crate) async fn connect_one(
         &self,
     ) -> Result<tokio_postgres::Client, tokio_postgres::Error> {
@@ -154,25 +285,81 @@ pub(crate) fn pool_error(
     }
 }
 
-/// A pooled connection that leaves the pool for good when dropped, unless given back: a
-/// statement that timed out, was cancelled (its caller's future dropped) or broke its
-/// connection may still have an answer on its way, which the next statement would read
-/// instead of its own, so that connection is closed rather than reused.
-struct Checkout(Option<deadpool_postgres::Object>);
+/// Statements whose callers went away while they were in flight, not yet known to be done.
+///
+/// A caller that drops its call cancels only the wait here: a statement already handed to the
+/// connection's task reaches the server and runs. The clean-up that follows (a background
+/// release, an abandon) goes out on another connection and could overtake it, so that an
+/// acquire lands after its own release. Every statement therefore first waits until the
+/// cancelled ones have been answered (each for at most the command timeout).
+#[derive(Default)]
+pub(crate) struct Drains {
+    pending: std::sync::atomic::AtomicUsize,
+    settled: tokio::sync::Notify,
+}
 
-impl Checkout {
-    fn give_back(mut self) {
-        // Dropping the object returns it to the pool.
-        drop(self.0.take());
+impl Drains {
+    /// Returns once no cancelled statement is in flight.
+    async fn settled(&self) {
+        use std::sync::atomic::Ordering;
+        while self.pending.load(Ordering::Acquire) > 0 {
+            let notified = self.settled.notified();
+            let mut notified = std::pin::pin!(notified);
+            notified.as_mut().enable();
+            if self.pending.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            notified.await;
+        }
     }
 }
 
-impl Drop for Checkout {
-    fn drop(&mut self) {
-        if let Some(object) = self.0.take() {
+/// A pooled connection checked out for one statement. Given back to the pool after an
+/// answer; closed after a timeout or a broken connection (a late answer on its way would be
+/// read by the next statement instead of its own); drained then closed when the caller went
+/// away with the statement in flight (see [`Drains`]).
+struct Checkout<'l> {
+    object: Option<deadpool_postgres::Object>,
+    link: &'l Link,
+    timed_out: &'l std::sync::atomic::AtomicBool,
+}
+
+impl Checkout<'_> {
+    fn give_back(mut self) {
+        // Dropping the object returns it to the pool.
+        drop(self.object.take());
+    }
+
+    fn close(mut self) {
+        if let Some(object) = self.object.take() {
             // Closes the connection (its task is aborted with it).
             drop(deadpool_postgres::Object::take(object));
         }
+    }
+}
+
+impl Drop for Checkout<'_> {
+    fn drop(&mut self) {
+        use std::sync::atomic::Ordering;
+        let Some(object) = self.object.take() else {
+            return;
+        };
+        if self.timed_out.load(Ordering::Relaxed) {
+            drop(deadpool_postgres::Object::take(object));
+            return;
+        }
+        // The caller went away: statements sent from now on wait until the server has
+        // answered this connection's last one (an empty query queued behind it), then it is
+        // closed.
+        let drains = self.link.drains.clone();
+        drains.pending.fetch_add(1, Ordering::AcqRel);
+        let timeout = self.link.timeout;
+        self.link.drivers.spawn(async move {
+            let _ = tokio::time::timeout(timeout, object.simple_query("")).await;
+            drop(deadpool_postgres::Object::take(object));
+            drains.pending.fetch_sub(1, Ordering::AcqRel);
+            drains.settled.notify_waiters();
+        });
     }
 }
 
@@ -182,27 +369,37 @@ pub(crate) struct Link {
     pub(crate) timeout: Duration,
     /// `host:port/database`, never a password.
     pub(crate) address: String,
+    /// Where cancelled statements are drained.
+    pub(crate) drivers: Drivers,
+    pub(crate) drains: Arc<Drains>,
 }
 
 impl Link {
     /// Runs one statement (prepared once per connection) and returns its rows. Everything,
     /// from taking a pooled connection to reading the last row, is bounded by the command
-    /// timeout; after a timeout, a cancellation or a broken connection, that connection is
-    /// closed rather than reused.
+    /// timeout; after a timeout or a broken connection, that connection is closed rather than
+    /// reused, and after a cancellation it is closed once its statement is answered (statements
+    /// wait for that, so none overtakes a cancelled one).
     pub(crate) async fn query(
         &self,
         sql: &str,
         params: &[&(dyn ToSql + Sync)],
         what: &str,
     ) -> Result<Vec<Row>, BackendError> {
+        let timed_out = std::sync::atomic::AtomicBool::new(false);
         let run = async {
+            self.drains.settled().await;
             let object = self
                 .pool
                 .get()
                 .await
                 .map_err(|e| pool_error(&e, what, &self.address, self.timeout))?;
-            let checkout = Checkout(Some(object));
-            let client = checkout.0.as_ref().expect("checked out");
+            let checkout = Checkout {
+                object: Some(object),
+                link: self,
+                timed_out: &timed_out,
+            };
+            let client = checkout.object.as_ref().expect("checked out");
             let outcome = match client.prepare_cached(sql).await {
                 Ok(statement) => client.query(&statement, params).await,
                 Err(err) => Err(err),
@@ -215,20 +412,28 @@ impl Link {
                 Err(err) => {
                     if !breaks_connection(&err) && !client.is_closed() {
                         checkout.give_back();
+                    } else {
+                        checkout.close();
                     }
                     Err(backend_error(&err, what, &self.address))
                 }
             }
         };
-        match tokio::time::timeout(self.timeout, run).await {
-            Ok(outcome) => outcome,
-            Err(_) => Err(BackendError::new(
-                BackendErrorKind::Timeout,
-                format!(
-                    "{what} at {}: no answer within {:?}",
-                    self.address, self.timeout
-                ),
-            )),
+        let mut run = std::pin::pin!(run);
+        tokio::select! {
+            biased;
+            outcome = &mut run => outcome,
+            () = tokio::time::sleep(self.timeout) => {
+                // Read by the checkout's drop, when `run` is dropped on return.
+                timed_out.store(true, std::sync::atomic::Ordering::Relaxed);
+                Err(BackendError::new(
+                    BackendErrorKind::Timeout,
+                    format!(
+                        "{what} at {}: no answer within {:?}",
+                        self.address, self.timeout
+                    ),
+                ))
+            }
         }
     }
 }

@@ -65,7 +65,8 @@
 //! recorded in `schema_version`. Connecting checks the version and refuses a missing, older
 //! or newer schema with a [`SchemaError`] that says what to run; no statement a call sends
 //! changes the schema, so the provider's role needs only `SELECT`, `INSERT`, `UPDATE`,
-//! `DELETE` on the tables and `USAGE` on the sequence.
+//! `DELETE` on the tables, `USAGE` on the sequence and `EXECUTE` on the functions (granted to
+//! everyone unless revoked).
 //!
 //! | table | one row per | written by |
 //! |---|---|---|
@@ -73,6 +74,7 @@
 //! | `records` | idempotency record: state, owner, fingerprint, payload, written at, lease end, expiry | claim (one statement that also reads what is there), completion, abandon, renew, purge |
 //! | `cache` | shared cache entry with its expiry | `cache_set` |
 //! | `flights`, `flight_outcomes` | cluster flight claim; a leader's outcome kept for the hand-over | flight claim, finish, abandon |
+//! | `semaphores`, `semaphore_permits` (version 2) | semaphore key (whether someone waits); held permit: owner, fencing token, expiry | the functions `semaphore_acquire`, `semaphore_release`, `semaphore_renew` |
 //!
 //! Every expiry is computed by the statement that writes it from the server's clock
 //! (`clock_timestamp()`), and a row past it is absent to every statement; a sweeper task
@@ -83,6 +85,17 @@
 //! Acquire, release, renew and force-release are one statement each, owner-checked. Renewal
 //! only extends a live row the caller owns: it never creates or takes one. A fenced acquire
 //! takes its token from one sequence (`nextval`), so tokens strictly increase for every key.
+//!
+//! ## Semaphores
+//! `permits = n` (and `Coordinator::semaphore`) are served: each permit is a row with its own
+//! owner, lease in the server's clock and fencing token. Acquire, release and renew are one
+//! call each of a function (migration 2) that first locks the semaphore key's row, so counting
+//! the live permits and taking one is one serialized step and the limit is exact on one
+//! database; expired permits are deleted in that step and never count. Tokens come from the
+//! shared sequence, drawn under the key's row lock, so each permit's token is greater than
+//! every earlier permit's of the key. A full semaphore's waiter asks for a notification on the
+//! next release (wake-one per process) and also looks again when the soonest permit's lease
+//! ends, at most every second (jittered). A semaphore is never spread over several databases.
 //!
 //! ## Waiting
 //! A waiter marks the holder's row as waited for; the release of a marked row calls

@@ -19,14 +19,21 @@ pub(crate) struct Migration {
 }
 
 /// Every migration this version knows, in order.
-pub(crate) const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    name: "initial",
-    sql: include_str!("../migrations/0001_initial.sql"),
-}];
+pub(crate) const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "initial",
+        sql: include_str!("../migrations/0001_initial.sql"),
+    },
+    Migration {
+        version: 2,
+        name: "semaphores",
+        sql: include_str!("../migrations/0002_semaphores.sql"),
+    },
+];
 
 /// The schema version this version of coord-postgres reads and writes.
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// The schema used unless the builder (or the configuration) names another.
 pub const DEFAULT_SCHEMA: &str = "coord";

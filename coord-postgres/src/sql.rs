@@ -696,7 +696,8 @@ mod tests {
         tokio::spawn(connection);
         schema::migrate(&mut client, "prep").await.unwrap().unwrap();
         let statements = Statements::new(&schema::quoted("prep"));
-        for text in statements.all() {
+        let semaphores = crate::provider::SemaphoreStatements::new(&schema::quoted("prep"));
+        for text in statements.all().into_iter().chain(semaphores.all()) {
             if let Err(err) = client.prepare(text).await {
                 panic!("{err:?}\n{text}");
             }

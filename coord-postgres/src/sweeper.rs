@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use coord_core::BackendError;
 
-use crate::connection::Link;
+use crate::connection::{Drivers, Link};
 
 /// Rows deleted per statement.
 const BATCH: usize = 500;
@@ -19,13 +19,10 @@ const BATCH: usize = 500;
 /// The most batches per table per round: a backlog is worked off over several rounds.
 const BATCHES_PER_ROUND: usize = 20;
 
-/// Starts the sweeper on the current runtime: every `every` (jittered by up to a quarter),
+/// Starts the sweeper on the provider's runtime: every `every` (jittered by up to a quarter),
 /// until the provider is dropped.
-pub(crate) fn start(link: Weak<Link>, statements: Vec<String>, every: Duration) {
-    if tokio::runtime::Handle::try_current().is_err() {
-        return;
-    }
-    tokio::spawn(async move {
+pub(crate) fn start(drivers: &Drivers, link: Weak<Link>, statements: Vec<String>, every: Duration) {
+    drivers.spawn(async move {
         loop {
             let spread = (every.as_millis() as u64 / 4).max(1);
             let pause = every + Duration::from_millis(rand::random_range(0..spread));

@@ -26,7 +26,7 @@ use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 use tokio_postgres::AsyncMessage;
 
-use crate::connection::{Settings, Tls};
+use crate::connection::{Drivers, Settings, Tls};
 
 /// The longest a waiter sleeps before looking again when no notification comes (a lost one,
 /// a holder that crashed and lets its lease run out, a listening connection that dropped).
@@ -36,10 +36,13 @@ pub(crate) const RECHECK_CAP: Duration = Duration::from_secs(1);
 /// frozen or vanished server may stay open without delivering anything.
 const HEALTH_EVERY: Duration = Duration::from_secs(5);
 
-/// What the listener needs: connection settings and the channel.
+/// What the listener needs: connection settings, the channel, and the provider's runtime it
+/// runs on (never the runtime of the call that first waits, which may stop before the
+/// provider does).
 pub(crate) struct ListenerSettings {
     pub(crate) settings: Settings,
     pub(crate) channel: String,
+    pub(crate) drivers: Drivers,
 }
 
 /// How a queue's waiters are woken.
@@ -161,7 +164,8 @@ impl Hub {
                     .unwrap_or_else(|e| e.into_inner())
                     .take();
                 if let Some(settings) = settings {
-                    tokio::spawn(listen(
+                    let drivers = settings.drivers.clone();
+                    drivers.spawn(listen(
                         settings,
                         Arc::downgrade(&self.shared),
                         tx,

@@ -1,7 +1,8 @@
 //! Coordination across real processes against one real PostgreSQL server: 8 processes of 16
 //! tasks each contend for two hot locks, with a witness table that counts overlapping holders
-//! and refuses writes whose fencing token is not newer than the last one it accepted; and the
-//! same processes call one idempotent operation on shared keys.
+//! and refuses writes whose fencing token is not newer than the last one it accepted; the
+//! same processes call one idempotent operation on shared keys; and they share a 3-permit
+//! semaphore, with a witness of the most holders at once and of every permit's token.
 //!
 //! This test binary has its own `main` (`harness = false`): run without `COORD_TEST_ROLE` it
 //! starts a server and runs the scenarios, each of which re-runs this same binary as child
@@ -58,6 +59,41 @@ async fn contend_once(
     Ok(())
 }
 
+/// Permits of the shared semaphore per task.
+const PERMIT_ROUNDS: usize = 3;
+
+/// One section under a permit of the 3-permit semaphore: enter (raising the witness's high-water
+/// mark of holders), record the permit's token, leave.
+#[distributed_lock(key_from = "slot", coordinator = c, name = "proc.permits", permits = 3, lease = "10s", wait = "120s")]
+async fn permit_once(
+    c: &Coordinator,
+    slot: i32,
+    witness: &tokio_postgres::Client,
+) -> Result<(), CoordError> {
+    let token = fencing_token().expect("a permit has a token").get() as i64;
+    witness
+        .execute(
+            "UPDATE permit_witness SET holders = holders + 1, entries = entries + 1, \
+             most = greatest(most, holders + 1) WHERE slot = $1",
+            &[&slot],
+        )
+        .await
+        .expect("witness enter");
+    witness
+        .execute("INSERT INTO permit_tokens (token) VALUES ($1)", &[&token])
+        .await
+        .expect("witness token");
+    tokio::time::sleep(Duration::from_millis(2)).await;
+    witness
+        .execute(
+            "UPDATE permit_witness SET holders = holders - 1 WHERE slot = $1",
+            &[&slot],
+        )
+        .await
+        .expect("witness leave");
+    Ok(())
+}
+
 #[idempotent(key_from = "order", coordinator = c, name = "proc.charge", wait = "30s")]
 async fn charge(
     c: &Coordinator,
@@ -105,6 +141,24 @@ async fn child(role: &str) {
                             contend_once(&c, slot, &witness)
                                 .await
                                 .expect("the lock within its wait");
+                        }
+                    })
+                })
+                .collect();
+            for task in tasks {
+                task.await.expect("task");
+            }
+            println!("DONE");
+        }
+        "permits" => {
+            let tasks: Vec<_> = (0..TASKS)
+                .map(|_| {
+                    let (c, witness) = (c.clone(), witness.clone());
+                    tokio::spawn(async move {
+                        for _ in 0..PERMIT_ROUNDS {
+                            permit_once(&c, 0, &witness)
+                                .await
+                                .expect("a permit within its wait");
                         }
                     })
                 })
@@ -247,6 +301,46 @@ fn charge_everywhere(server: &PostgresServer) -> Result<(), String> {
     Ok(())
 }
 
+fn share_a_semaphore(server: &PostgresServer) -> Result<(), String> {
+    let url = server.url();
+    let children: Vec<Child> = (0..PROCESSES)
+        .map(|_| spawn("permits", &url, "procs"))
+        .collect();
+    let started = Instant::now();
+    let lines = collect(children, Duration::from_secs(180))?;
+    let done = lines.iter().filter(|l| *l == "DONE").count();
+    if done != PROCESSES {
+        return Err(format!("{done} of {PROCESSES} processes finished"));
+    }
+    let row = server.sql(
+        "SELECT entries, most, holders, (SELECT count(*) - count(DISTINCT token) FROM permit_tokens) \
+         FROM permit_witness",
+    );
+    let numbers: Vec<i64> = row.split('|').map(|n| n.parse().unwrap_or(-1)).collect();
+    let leaked = server.sql("SELECT count(*) FROM coord.semaphore_permits");
+    println!(
+        "permits: {} sections by {PROCESSES} processes x {TASKS} tasks on a 3-permit semaphore in {:.1?}: at most {} holders at once, {} repeated tokens, {leaked} permits left",
+        numbers[0],
+        started.elapsed(),
+        numbers[1],
+        numbers[3]
+    );
+    let expected = (PROCESSES * TASKS * PERMIT_ROUNDS) as i64;
+    if numbers[0] != expected
+        || !(1..=3).contains(&numbers[1])
+        || numbers[2] != 0
+        || numbers[3] != 0
+    {
+        return Err(format!(
+            "expected {expected} sections, at most 3 holders, nobody inside, distinct tokens: {row}"
+        ));
+    }
+    if leaked != "0" {
+        return Err(format!("{leaked} permits left after every holder released"));
+    }
+    Ok(())
+}
+
 /// One scenario against the shared server: `Err` says what went wrong.
 type Scenario = fn(&PostgresServer) -> Result<(), String>;
 
@@ -274,11 +368,16 @@ fn main() {
          entries int NOT NULL DEFAULT 0, overlapped int NOT NULL DEFAULT 0, \
          last_token bigint NOT NULL DEFAULT 0, refused int NOT NULL DEFAULT 0); \
          INSERT INTO witness (slot) VALUES (0), (1); \
-         CREATE TABLE runs (order_id text NOT NULL, pid int NOT NULL)",
+         CREATE TABLE runs (order_id text NOT NULL, pid int NOT NULL); \
+         CREATE TABLE permit_witness (slot int PRIMARY KEY, holders int NOT NULL DEFAULT 0, \
+         entries int NOT NULL DEFAULT 0, most int NOT NULL DEFAULT 0); \
+         INSERT INTO permit_witness (slot) VALUES (0); \
+         CREATE TABLE permit_tokens (token bigint NOT NULL)",
     );
-    let scenarios: [(&str, Scenario); 2] = [
+    let scenarios: [(&str, Scenario); 3] = [
         ("contend_with_a_fencing_witness", contend),
         ("idempotent_across_processes", charge_everywhere),
+        ("share_a_semaphore_with_a_witness", share_a_semaphore),
     ];
     let (mut passed, mut failed) = (0, 0);
     for (name, scenario) in scenarios {

@@ -53,6 +53,25 @@ async fn contend_once(c: &Coordinator, slot: u32, port: u16, ns: &str) -> Result
     Ok(())
 }
 
+/// One section under a permit of a 3-permit semaphore: a witness counts the holders inside and
+/// every time a fourth was inside, and logs the permit's token.
+#[distributed_lock(key_from = "slot", coordinator = c, name = "proc.permits", permits = 3, lease = "10s", wait = "120s")]
+async fn permit_once(c: &Coordinator, slot: u32, port: u16, ns: &str) -> Result<(), ChildError> {
+    let holders = format!("{ns}:w:holders");
+    if witness(port, &["INCR", &holders]) > 3 {
+        witness(port, &["INCR", &format!("{ns}:w:overfull")]);
+    }
+    witness(port, &["INCR", &format!("{ns}:w:entries")]);
+    let token = fencing_token()
+        .expect("a permit has a token")
+        .get()
+        .to_string();
+    witness(port, &["SADD", &format!("{ns}:w:tokens"), &token]);
+    tokio::time::sleep(Duration::from_millis(2)).await;
+    witness(port, &["DECR", &holders]);
+    Ok(())
+}
+
 #[idempotent(key_from = "order", coordinator = c, name = "proc.charge", wait = "60s")]
 async fn charge(c: &Coordinator, order: &str, port: u16, ns: &str) -> Result<String, ChildError> {
     witness(port, &["INCR", &format!("{ns}:w:runs")]);
@@ -111,6 +130,24 @@ async fn child(role: &str) {
                             contend_once(&c, 1, port, &ns)
                                 .await
                                 .expect("lock within wait");
+                        }
+                    })
+                })
+                .collect();
+            for t in tasks {
+                t.await.expect("task");
+            }
+            println!("DONE");
+        }
+        "permits" => {
+            let tasks: Vec<_> = (0..16)
+                .map(|_| {
+                    let (c, ns) = (c.clone(), ns.clone());
+                    tokio::spawn(async move {
+                        for _ in 0..3 {
+                            permit_once(&c, 1, port, &ns)
+                                .await
+                                .expect("a permit within the wait");
                         }
                     })
                 })
@@ -315,6 +352,45 @@ fn four_processes_never_overlap_and_fence_in_order(server: &RedisServer) {
     );
 }
 
+/// 8 processes x 16 tasks share a 3-permit semaphore: the witness never sees a fourth holder,
+/// every permit has a token of its own, and no permit is left held after the run.
+fn eight_processes_share_three_permits(server: &RedisServer) {
+    let ns = "xproc-permits";
+    let players: Vec<Player> = (0..8)
+        .map(|_| Player::start("permits", server, ns))
+        .collect();
+    for p in &players {
+        p.expect_line("DONE", Duration::from_secs(240));
+    }
+    for p in players {
+        p.finish(Duration::from_secs(10));
+    }
+    let read = |name: &str| {
+        command_at(server.port(), &["GET", &format!("{ns}:w:{name}")])
+            .unwrap()
+            .text()
+    };
+    let entries = 8 * 16 * 3;
+    assert_eq!(read("overfull"), None, "a fourth holder was inside");
+    assert_eq!(read("entries"), Some(entries.to_string()));
+    assert_eq!(read("holders"), Some("0".to_owned()));
+    let tokens = command_at(server.port(), &["SCARD", &format!("{ns}:w:tokens")])
+        .unwrap()
+        .int();
+    assert_eq!(tokens, Some(entries), "every permit had a token of its own");
+    let rt = runtime();
+    let c = parent_coordinator(&rt, server, ns);
+    let key = lock_key(&c, "proc.permits", 1);
+    let permits = format!("{}:sem:{{{}}}", key.namespace(), key.op_key());
+    let left = command_at(server.port(), &["ZCARD", &permits])
+        .unwrap()
+        .int();
+    assert_eq!(left, Some(0), "permits left held after the run");
+    println!(
+        "permits: {entries} sections by 8 processes x 16 tasks, never more than 3 inside, 0 left"
+    );
+}
+
 /// One idempotent operation called concurrently from 4 processes with one key runs once, and
 /// all 4 get the same result.
 fn four_processes_charge_once(server: &RedisServer) {
@@ -450,12 +526,16 @@ fn main() {
         return;
     }
     let server = RedisServer::start();
-    let scenarios: [(&str, Scenario); 5] = [
+    let scenarios: [(&str, Scenario); 6] = [
         (
             "four_processes_never_overlap_and_fence_in_order",
             four_processes_never_overlap_and_fence_in_order,
         ),
         ("four_processes_charge_once", four_processes_charge_once),
+        (
+            "eight_processes_share_three_permits",
+            eight_processes_share_three_permits,
+        ),
         (
             "frozen_renewing_holder_is_cancelled_on_resume",
             frozen_renewing_holder_is_cancelled_on_resume,

@@ -9,6 +9,9 @@ mod flights;
 mod locks;
 mod operations;
 mod records;
+mod semaphores;
+
+pub(crate) use semaphores::SemaphoreStatements;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -20,7 +23,9 @@ use tokio_postgres::Row;
 use tokio_postgres::config::SslMode;
 use tokio_postgres::types::{FromSql, ToSql};
 
-use crate::connection::{Link, MAX_MILLIS, Settings, Tls, describe, parse_url, pool_error};
+use crate::connection::{
+    Drivers, Link, MAX_MILLIS, Settings, Tls, describe, parse_url, pool_error,
+};
 use crate::errors::backend_error;
 use crate::schema::{self, DEFAULT_SCHEMA, MigrationReport, SchemaError};
 use crate::sql::Statements;
@@ -47,8 +52,11 @@ pub const MAX_KEY_BYTES: usize = 2048;
 /// of coord's provider contract; give it to `Coordinator::builder().provider(..)`.
 ///
 /// See the crate documentation for what it promises under each fault. Cheap to clone: clones
-/// share the pool, the listening connection and the sweeper. Connections live on the tokio
-/// runtime that connected the provider.
+/// share the pool, the listening connection and the sweeper. The connections it makes (and
+/// the listener and the sweeper) run on a thread of the provider's own, for as long as the
+/// provider lives, so it serves calls on any tokio runtime, and a runtime that is blocked or
+/// dropped stalls or breaks none of the calls made on others. (The connections of an
+/// application's pool, [`PostgresProvider::from_pool`], run where that pool puts them.)
 #[derive(Clone)]
 pub struct PostgresProvider {
     inner: Arc<Inner>,
@@ -66,6 +74,7 @@ pub(crate) struct Inner {
     pub(crate) hub: Hub,
     /// An estimate of the server's clock, to give claims a not-after time in it.
     pub(crate) clock: ServerClock,
+    pub(crate) semaphores: SemaphoreStatements,
 }
 
 impl std::fmt::Debug for PostgresProvider {
@@ -360,8 +369,9 @@ impl PostgresProviderBuilder {
     /// migrators at once run one after the other. Refuses a schema newer than this crate knows.
     ///
     /// Needs a role that may create the schema (or tables in it); the provider itself then
-    /// needs only `SELECT`, `INSERT`, `UPDATE`, `DELETE` on the tables and `USAGE` on the
-    /// sequence. What each version changes is listed in the crate's CHANGELOG.
+    /// needs only `SELECT`, `INSERT`, `UPDATE`, `DELETE` on the tables, `USAGE` on the
+    /// sequence and `EXECUTE` on the functions (PostgreSQL grants that to everyone unless
+    /// revoked). What each version changes is listed in the crate's CHANGELOG.
     pub async fn migrate(self) -> Result<MigrationReport, ConnectError> {
         self.validate()?;
         let url = match &self.source {
@@ -398,10 +408,11 @@ impl PostgresProviderBuilder {
     /// first time a call waits. Bounded by three command timeouts.
     pub async fn connect(self) -> Result<PostgresProvider, ConnectError> {
         self.validate()?;
+        let drivers = Drivers::start()?;
         let (pool, listener) = match &self.source {
             Source::Url(url) => {
                 let pool_settings = self.settings(url, Purpose::Pool)?;
-                let pool = pool_settings.pool(self.pool_size, self.command_timeout)?;
+                let pool = pool_settings.pool(self.pool_size, self.command_timeout, &drivers)?;
                 (pool, self.settings(url, Purpose::Listener)?)
             }
             Source::Pool { pool, listener_url } => (
@@ -455,11 +466,15 @@ impl PostgresProviderBuilder {
             }
         };
         let channel = channel_name(&self.schema);
-        let sweeps = sql.sweep.to_vec();
+        let semaphores = SemaphoreStatements::new(&q);
+        let mut sweeps = sql.sweep.to_vec();
+        sweeps.extend(semaphores.sweep.iter().cloned());
         let link = Arc::new(Link {
             pool,
             timeout,
             address: address.clone(),
+            drivers: drivers.clone(),
+            drains: Arc::default(),
         });
         let inner = Arc::new(Inner {
             link: link.clone(),
@@ -468,6 +483,7 @@ impl PostgresProviderBuilder {
                 ListenerSettings {
                     settings: listener,
                     channel: channel.clone(),
+                    drivers: drivers.clone(),
                 },
                 timeout,
             ),
@@ -476,9 +492,10 @@ impl PostgresProviderBuilder {
             timeout,
             address,
             clock,
+            semaphores,
         });
         if let Some(every) = self.sweep_interval {
-            sweeper::start(Arc::downgrade(&link), sweeps, every);
+            sweeper::start(&drivers, Arc::downgrade(&link), sweeps, every);
         }
         Ok(PostgresProvider { inner })
     }
@@ -737,13 +754,12 @@ impl PostgresProvider {
     /// Deletes rows past their expiry now, as the sweeper does (at most `batch` rows per
     /// table), and returns how many it deleted.
     pub async fn sweep(&self, batch: usize) -> Result<u64, BackendError> {
-        sweeper::sweep_once(&self.inner.link, &self.inner.sql.sweep, batch).await
+        let own = sweeper::sweep_once(&self.inner.link, &self.inner.sql.sweep, batch).await?;
+        let semaphores =
+            sweeper::sweep_once(&self.inner.link, &self.inner.semaphores.sweep, batch).await?;
+        Ok(own + semaphores)
     }
 }
-
-/// No semaphores yet: `permits = n` on this provider fails with `CoordError::Unsupported`
-/// (and `CoordinatorBuilder::require(Capability::Semaphores)` refuses to build).
-impl coord_core::provider::SemaphoreStore for PostgresProvider {}
 
 #[cfg(test)]
 mod tests {

@@ -21,6 +21,8 @@
 //! --test histories`. A failed run prints its seed and the path of the merged history, which
 //! `cargo run -p coord-history --bin check -- <path>` re-checks.
 
+#[path = "histories/failover.rs"]
+mod failover;
 #[path = "support/mod.rs"]
 mod support;
 
@@ -613,9 +615,11 @@ fn in_process() -> Report {
 }
 
 fn main() {
-    if std::env::var(ROLE).is_ok() {
-        child();
-        return;
+    match std::env::var(ROLE).as_deref() {
+        Ok(failover::ROLE_RUN) => return failover::controller(),
+        Ok(failover::ROLE_WORKER) => return failover::worker(),
+        Ok(_) => return child(),
+        Err(_) => {}
     }
     let started = Instant::now();
     let mut passed = 0;
@@ -655,6 +659,64 @@ fn main() {
                     report.count(Promise::AtMostOnce) > 0 && report.count(Promise::SameAnswer) > 0,
                     "the checker missed replays answering fresh: {report}"
                 );
+            },
+        );
+    }
+    for client in support::clients() {
+        let name = client_name(client);
+        case(
+            format!("{name}/failover_without_replica_acks_loses_what_was_acknowledged"),
+            &|| {
+                let setting = failover::Setting {
+                    replicas: 1,
+                    acks: false,
+                };
+                let run = failover::run(client, setting);
+                let r = &run.report;
+                // The proof the checker sees what a failover loses: bodies run twice, or
+                // renewing holds that returned Ok while a newer token wrote.
+                assert!(
+                    r.count(Promise::AtMostOnce) + r.count(Promise::HeldThroughout) > 0,
+                    "without replica acknowledgement the failover lost nothing: {r}"
+                );
+                let _ = std::fs::remove_file(&run.history);
+            },
+        );
+        case(
+            format!("{name}/failover_with_replica_acks_zero_violations"),
+            &|| {
+                let setting = failover::Setting {
+                    replicas: 1,
+                    acks: true,
+                };
+                let run = failover::run(client, setting);
+                assert!(
+                    run.report.violations.is_empty(),
+                    "violations with replica acknowledgement: {}",
+                    run.report
+                );
+                let _ = std::fs::remove_file(&run.history);
+            },
+        );
+        case(
+            format!("{name}/failover_two_replicas_majority_stays_available"),
+            &|| {
+                let setting = failover::Setting {
+                    replicas: 2,
+                    acks: true,
+                };
+                let run = failover::run(client, setting);
+                assert!(
+                    run.report.violations.is_empty(),
+                    "violations with replica acknowledgement: {}",
+                    run.report
+                );
+                assert!(
+                    run.locks_ok_in_split > 0,
+                    "with two replicas the majority side took no lock during the split: {}",
+                    run.report
+                );
+                let _ = std::fs::remove_file(&run.history);
             },
         );
     }

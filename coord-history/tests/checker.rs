@@ -123,7 +123,11 @@ fn a_renewing_hold_that_returned_ok_while_a_newer_token_wrote_is_a_violation() {
     events.extend(lock_ok((2, 5), b, 6, true));
     let report = check(&events);
     assert_eq!(report.count(Promise::HeldThroughout), 1, "{report}");
-    assert_eq!(report.count(Promise::NoOverlap), 0, "fencing held: {report}");
+    assert_eq!(
+        report.count(Promise::NoOverlap),
+        0,
+        "fencing held: {report}"
+    );
     // Both bodies believed they held from b's enter to b's exit.
     assert_eq!(report.double_holder, 1, "{report}");
 

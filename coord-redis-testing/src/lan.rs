@@ -98,8 +98,8 @@ impl TestLan {
             ip(&["netns", "add", &ns]);
             ip(&["-n", &ns, "link", "set", "lo", "up"]);
             ip(&[
-                "-n", &hub, "link", "add", &port, "type", "veth", "peer", "name", "eth0",
-                "netns", &ns,
+                "-n", &hub, "link", "add", &port, "type", "veth", "peer", "name", "eth0", "netns",
+                &ns,
             ]);
             ip(&["-n", &hub, "link", "set", &port, "master", "br0"]);
             ip(&["-n", &hub, "link", "set", &port, "up"]);

@@ -679,7 +679,7 @@ fn main() {
                     r.count(Promise::AtMostOnce) + r.count(Promise::HeldThroughout) > 0,
                     "without replica acknowledgement the failover lost nothing: {r}"
                 );
-                let _ = std::fs::remove_file(&run.history);
+                run.discard();
             },
         );
         case(
@@ -695,7 +695,7 @@ fn main() {
                     "violations with replica acknowledgement: {}",
                     run.report
                 );
-                let _ = std::fs::remove_file(&run.history);
+                run.discard();
             },
         );
         case(
@@ -716,7 +716,7 @@ fn main() {
                     "with two replicas the majority side took no lock during the split: {}",
                     run.report
                 );
-                let _ = std::fs::remove_file(&run.history);
+                run.discard();
             },
         );
     }

@@ -119,6 +119,15 @@ pub(crate) struct Outcomes {
     pub history: PathBuf,
 }
 
+impl Outcomes {
+    /// Removes the merged history of a run that passed, unless `COORD_HISTORY_KEEP` is set.
+    pub fn discard(&self) {
+        if std::env::var_os("COORD_HISTORY_KEEP").is_none() {
+            let _ = std::fs::remove_file(&self.history);
+        }
+    }
+}
+
 fn figures(events: &[Event], report: Report, history: PathBuf) -> Outcomes {
     // Split windows: from each observed promotion to the next heal.
     let mut promotions: Vec<u64> = Vec::new();
@@ -190,23 +199,21 @@ pub(crate) fn run(client: Client, setting: Setting) -> Outcomes {
         setting.name(),
         std::process::id()
     ));
-    let mut controller = TestLan::command_in(
-        &lan.hub(),
-        std::env::current_exe().expect("own path"),
-    )
-    .env(crate::ROLE, ROLE_RUN)
-    .env("COORD_FAILOVER_LAN", lan.prefix())
-    .env("COORD_FAILOVER_REPLICAS", setting.replicas.to_string())
-    .env("COORD_FAILOVER_ACKS", if setting.acks { "1" } else { "0" })
-    .env("COORD_HISTORY_CLIENT", name)
-    .env("COORD_HISTORY_OUT", &history)
-    .env("COORD_FAILOVER_SECS_RUN", run_secs().to_string())
-    .env("COORD_HISTORY_SEED_CHILD", crate::seed().to_string())
-    .stdin(Stdio::null())
-    .stdout(Stdio::inherit())
-    .stderr(Stdio::inherit())
-    .spawn()
-    .expect("run the controller in the hub namespace");
+    let mut controller =
+        TestLan::command_in(&lan.hub(), std::env::current_exe().expect("own path"))
+            .env(crate::ROLE, ROLE_RUN)
+            .env("COORD_FAILOVER_LAN", lan.prefix())
+            .env("COORD_FAILOVER_REPLICAS", setting.replicas.to_string())
+            .env("COORD_FAILOVER_ACKS", if setting.acks { "1" } else { "0" })
+            .env("COORD_HISTORY_CLIENT", name)
+            .env("COORD_HISTORY_OUT", &history)
+            .env("COORD_FAILOVER_SECS_RUN", run_secs().to_string())
+            .env("COORD_HISTORY_SEED_CHILD", crate::seed().to_string())
+            .stdin(Stdio::null())
+            .stdout(Stdio::inherit())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("run the controller in the hub namespace");
     // Generous: each cycle awaits a promotion (seconds) and a demotion (Sentinel checks its
     // instances every 10 s), on a loaded host.
     let deadline = started + Duration::from_secs(run_secs() + 300);
@@ -340,7 +347,12 @@ pub(crate) fn controller() {
 
     let mut server_args = vec!["--appendonly", "yes", "--appendfsync", "always"];
     if acks {
-        server_args.extend(["--min-replicas-to-write", "1", "--min-replicas-max-lag", "2"]);
+        server_args.extend([
+            "--min-replicas-to-write",
+            "1",
+            "--min-replicas-max-lag",
+            "2",
+        ]);
     }
     let primary_ip = lan.ip(0).to_string();
     let mut servers = vec![LanServer::start(&lan, 0, 6379, &server_args)];
@@ -386,10 +398,8 @@ pub(crate) fn controller() {
         .collect();
 
     let witness = WitnessServer::start();
-    let socket = std::env::temp_dir().join(format!(
-        "coord-history-witness-{}.sock",
-        std::process::id()
-    ));
+    let socket =
+        std::env::temp_dir().join(format!("coord-history-witness-{}.sock", std::process::id()));
     witness
         .listen_unix(&socket)
         .expect("listen on a Unix socket");
@@ -421,6 +431,23 @@ pub(crate) fn controller() {
             .collect(),
     );
 
+    // The first cut only once every client is calling (processes start slowly on a loaded
+    // host): the history must hold calls from before the failover too.
+    poll(
+        "the clients to start calling",
+        Duration::from_secs(60),
+        || {
+            let callers: std::collections::HashSet<u32> = witness
+                .events()
+                .iter()
+                .filter_map(|e| match e {
+                    Event::Effect(x) => Some(x.call.pid()),
+                    _ => None,
+                })
+                .collect();
+            callers.len() >= CLIENTS
+        },
+    );
     let rec = Recorder::new();
     let started = Instant::now();
     let mut cycle = 0;
@@ -472,7 +499,8 @@ pub(crate) fn controller() {
             break;
         }
     }
-    std::thread::sleep(CALM);
+    // Calls after the old primary rejoined belong in the history too.
+    std::thread::sleep(2 * CALM);
     std::fs::write(&stop, b"stop").expect("write the stop file");
     let mut workers = workers;
     let mut events = rec.events();
@@ -537,7 +565,13 @@ pub(crate) fn worker() {
             stop.clone(),
             seed,
         ));
-        let idem = tokio::spawn(idempotent_task(coord, rec.clone(), witness, stop.clone(), seed));
+        let idem = tokio::spawn(idempotent_task(
+            coord,
+            rec.clone(),
+            witness,
+            stop.clone(),
+            seed,
+        ));
         // A call stuck long after the stop is left out as never completed (unknown outcome).
         while !stop.exists() {
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -608,9 +642,8 @@ async fn idempotent_task(
         // A sliding window of three fresh keys, shared by every client (one clock).
         let window = now_ns() / KEY_WINDOW_NS;
         let name = format!("charge{window}-{}", rng.between(0, 2));
-        let (invoked, proposal) = rec.invoke_proposing(1, Op::Idempotent, &name, |call| {
-            format!("answer-of-{call}")
-        });
+        let (invoked, proposal) =
+            rec.invoke_proposing(1, Op::Idempotent, &name, |call| format!("answer-of-{call}"));
         let key = coord.key("failover.charge").part(name.as_str()).finish();
         let witness = &witness;
         let result: Result<String, CoordError> = coord

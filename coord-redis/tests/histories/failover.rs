@@ -100,6 +100,11 @@ fn run_secs() -> u64 {
         .unwrap_or(0)
 }
 
+/// Whether the long form was asked for (`COORD_FAILOVER_SECS` set).
+pub(crate) fn long_form() -> bool {
+    run_secs() > 0
+}
+
 fn var(name: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| panic!("{name} is set"))
 }
@@ -115,6 +120,13 @@ pub(crate) struct Outcomes {
     pub idempotent_ok_in_split: usize,
     /// Failed or unknown lock and idempotent calls per minute of history.
     pub errors_per_minute: f64,
+    /// Failed or unknown lock calls, and idempotent calls.
+    pub lock_errors: usize,
+    pub idempotent_errors: usize,
+    /// Mean time from a cut to the promotion, and from a heal to the old primary's rejoining
+    /// as a replica, in milliseconds.
+    pub promotion_ms: u64,
+    pub rejoin_ms: u64,
     /// The merged history, for `check` (the case removes it when it passes).
     pub history: PathBuf,
 }
@@ -132,15 +144,34 @@ fn figures(events: &[Event], report: Report, history: PathBuf) -> Outcomes {
     // Split windows: from each observed promotion to the next heal.
     let mut promotions: Vec<u64> = Vec::new();
     let mut heals: Vec<u64> = Vec::new();
+    let mut cuts: Vec<u64> = Vec::new();
+    let mut rejoins: Vec<u64> = Vec::new();
     for e in events {
         if let Event::Fault(f) = e {
-            if f.fault == "sentinel-promotion" && f.start {
-                promotions.push(f.at);
-            } else if f.fault == "primary-partition" && !f.start {
-                heals.push(f.at);
+            match (f.fault.as_str(), f.start) {
+                ("sentinel-promotion", true) => promotions.push(f.at),
+                ("primary-partition", true) => cuts.push(f.at),
+                ("primary-partition", false) => heals.push(f.at),
+                ("old-primary-rejoined", true) => rejoins.push(f.at),
+                _ => {}
             }
         }
     }
+    // Each is recorded in order, one per cycle, by the one controller thread.
+    let mean_ms = |from: &[u64], to: &[u64]| {
+        let pairs: Vec<u64> = from
+            .iter()
+            .zip(to)
+            .map(|(a, b)| b.saturating_sub(*a))
+            .collect();
+        if pairs.is_empty() {
+            0
+        } else {
+            pairs.iter().sum::<u64>() / pairs.len() as u64 / 1_000_000
+        }
+    };
+    let promotion_ms = mean_ms(&cuts, &promotions);
+    let rejoin_ms = mean_ms(&heals, &rejoins);
     let windows: Vec<(u64, u64)> = promotions
         .iter()
         .filter_map(|&p| Some((p, *heals.iter().filter(|&&h| h > p).min()?)))
@@ -155,10 +186,17 @@ fn figures(events: &[Event], report: Report, history: PathBuf) -> Outcomes {
     let mut locks_ok_in_split = 0;
     let mut idempotent_ok_in_split = 0;
     let mut errors = 0usize;
+    let mut lock_errors = 0usize;
+    let mut idempotent_errors = 0usize;
     for e in events {
         let Event::Complete(c) = e else { continue };
         if c.outcome != Outcome::Ok {
             errors += 1;
+            match c.op {
+                Op::Lock => lock_errors += 1,
+                Op::Idempotent => idempotent_errors += 1,
+                _ => {}
+            }
             continue;
         }
         let Some(&start) = invokes.get(&c.call) else {
@@ -177,6 +215,10 @@ fn figures(events: &[Event], report: Report, history: PathBuf) -> Outcomes {
         report,
         locks_ok_in_split,
         idempotent_ok_in_split,
+        lock_errors,
+        idempotent_errors,
+        promotion_ms,
+        rejoin_ms,
         errors_per_minute: if minutes > 0.0 {
             errors as f64 / minutes
         } else {
@@ -240,8 +282,9 @@ pub(crate) fn run(client: Client, setting: Setting) -> Outcomes {
         "histories/{name}/failover {} (seed {}, {:.1} s, history {}): {} faults {:?}; {} \
          calls {:?}, outcomes {:?}; violations: at-most-once {}, same-answer {}, \
          held-throughout {}, no-overlap {}, tokens-grow {}; resource writes {} admitted / {} \
-         refused; errors {:.0}/min; double-holder window {} ms; ok during splits: {} lock, {} \
-         idempotent",
+         refused; errors {:.0}/min ({} lock, {} idempotent); double-holder window {} ms; ok \
+         during splits: {} lock, {} idempotent; mean cut to promotion {} ms, heal to rejoin {} \
+         ms",
         setting.name(),
         crate::seed(),
         started.elapsed().as_secs_f64(),
@@ -259,9 +302,13 @@ pub(crate) fn run(client: Client, setting: Setting) -> Outcomes {
         r.writes_accepted,
         r.writes_refused,
         outcomes.errors_per_minute,
+        outcomes.lock_errors,
+        outcomes.idempotent_errors,
         r.double_holder / 1_000_000,
         outcomes.locks_ok_in_split,
         outcomes.idempotent_ok_in_split,
+        outcomes.promotion_ms,
+        outcomes.rejoin_ms,
     );
     if let Some(v) = r.violations.first() {
         print!("  for example: {v}");

@@ -528,7 +528,30 @@ pub(crate) fn controller() {
             },
         );
         fault(&rec, "sentinel-promotion", true);
+        let promoted = now_ns();
         std::thread::sleep(SPLIT_AFTER_PROMOTION);
+        if replicas >= 2 {
+            // Two replicas must keep the majority side available: the split lasts until two
+            // of its holds ran their bodies to the end after the promotion (a grant on the
+            // cut-off side fails its replica acknowledgement before the body runs), plus a
+            // moment for those calls to return before the heal.
+            poll(
+                "the majority side to complete holds during the split",
+                Duration::from_secs(60),
+                || {
+                    witness
+                        .events()
+                        .iter()
+                        .filter(|e| {
+                            matches!(e, Event::Resource(w)
+                                if w.phase == Phase::Exit && w.accepted && w.at > promoted)
+                        })
+                        .count()
+                        >= 2
+                },
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        }
         lan.heal();
         fault(&rec, "primary-partition", false);
         let old_server = &servers[old_host];

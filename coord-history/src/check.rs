@@ -4,6 +4,7 @@
 //! |---|---|---|
 //! | [`Promise::NoOverlap`] | the resource's fenced writes | two calls both had their `enter` and `exit` admitted, and the two spans overlap in the resource's order |
 //! | [`Promise::TokensGrow`] | the resource's admitted writes | an admitted token older than one admitted before for that key, or one token admitted for two calls |
+//! | [`Promise::HeldThroughout`] | renewing lock holds that returned `Ok`, and the resource's writes | between the hold's `enter` and `exit`, the resource admitted a write of a newer token by another call, or refused one of the hold's own writes |
 //! | [`Promise::AtMostOnce`] | the effects of idempotent bodies | two body effects for one key (within one data epoch) |
 //! | [`Promise::SameAnswer`] | idempotent calls' answers | the calls of one key are not linearizable as a write-once register (stateright's tester up to 8 calls a key, an exact direct check beyond), or a call answered what no body of that key produced |
 //! | [`Promise::FlightOnce`] | single-flight bodies and answers | two bodies of one key overlapped in one process, or a caller answered what no flight open during its call produced (open: from the body's start to its leader's return) |
@@ -33,6 +34,12 @@ pub enum Promise {
     NoOverlap,
     /// Tokens admitted at the resource grow per key, each belonging to one holder.
     TokensGrow,
+    /// A renewing hold that returned `Ok` held throughout its body: no newer token reached
+    /// the resource between its `enter` and its `exit`. Judged only for holds recorded with
+    /// their renewal ([`crate::recorder::Recorder::invoke_renewing_lock`]): an unrenewed lease
+    /// promises nothing of the kind, and neither does a holder whose process was paused past
+    /// its lease (no test pauses such a holder while judging this).
+    HeldThroughout,
     /// An idempotent body's effect happens at most once per key.
     AtMostOnce,
     /// Every answer of an idempotent key is the first one stored (linearizable write-once).
@@ -76,6 +83,11 @@ pub struct Report {
     pub writes_refused: usize,
     /// Body effects witnessed.
     pub effects: usize,
+    /// The double-holder window: the longest time, in nanoseconds, during which two calls'
+    /// bodies on one key both believed they held it, measured at the resource from each
+    /// body's `enter` to its `exit` (admitted or refused; bodies cancelled before their `exit`
+    /// are not counted).
+    pub double_holder: u64,
     /// The longest time from invocation to completion, in nanoseconds.
     pub longest_call: u64,
     /// The span of the history, first to last event, in nanoseconds.
@@ -107,7 +119,7 @@ impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "history: {} calls {:?}, outcomes {:?}, {} faults {:?}, resource writes {} admitted / {} refused, {} effects, longest call {} ms, span {} ms, {} violations",
+            "history: {} calls {:?}, outcomes {:?}, {} faults {:?}, resource writes {} admitted / {} refused, {} effects, double-holder window {} ms, longest call {} ms, span {} ms, {} violations",
             self.total_calls(),
             self.calls,
             self.outcomes,
@@ -116,6 +128,7 @@ impl fmt::Display for Report {
             self.writes_accepted,
             self.writes_refused,
             self.effects,
+            self.double_holder / 1_000_000,
             self.longest_call / 1_000_000,
             self.span / 1_000_000,
             self.violations.len()
@@ -233,6 +246,7 @@ pub fn check(events: &[Event]) -> Report {
         .unwrap_or(0);
 
     check_resource(&writes, &mut report);
+    check_held_throughout(&writes, &calls, &mut report);
     check_idempotent(&calls, &effects, &losses, &mut report);
     check_flights(&calls, &effects, &mut report);
     check_cache(&calls, &sources, &mut report);
@@ -315,6 +329,95 @@ fn check_resource(writes: &[&crate::event::ResourceWrite], report: &mut Report) 
                 });
             }
         }
+    }
+}
+
+fn check_held_throughout(
+    writes: &[&crate::event::ResourceWrite],
+    calls: &[Paired<'_>],
+    report: &mut Report,
+) {
+    let mut by_key: HashMap<&str, Vec<&crate::event::ResourceWrite>> = HashMap::new();
+    for w in writes {
+        by_key.entry(w.key.as_str()).or_default().push(w);
+    }
+    for ws in by_key.values_mut() {
+        ws.sort_by_key(|w| w.seq);
+    }
+    // The double-holder window, from every body's enter and exit as the resource saw them.
+    for ws in by_key.values() {
+        let mut spans: BTreeMap<CallId, (Option<u64>, Option<u64>)> = BTreeMap::new();
+        for w in ws {
+            let span = spans.entry(w.call).or_default();
+            match w.phase {
+                Phase::Enter => span.0 = Some(w.at),
+                Phase::Exit => span.1 = Some(w.at),
+            }
+        }
+        let mut spans: Vec<(u64, u64)> = spans
+            .values()
+            .filter_map(|(a, b)| Some(((*a)?, (*b)?)))
+            .collect();
+        spans.sort_unstable();
+        let mut latest_end: Option<u64> = None;
+        for (start, end) in spans {
+            if let Some(prev) = latest_end {
+                let overlap = prev.min(end).saturating_sub(start);
+                report.double_holder = report.double_holder.max(overlap);
+            }
+            latest_end = Some(latest_end.map_or(end, |p| p.max(end)));
+        }
+    }
+    for c in calls {
+        if c.invoke.op != Op::Lock || c.invoke.renew.is_none() {
+            continue;
+        }
+        let Some(done) = c.complete.filter(|d| d.outcome == Outcome::Ok) else {
+            continue;
+        };
+        let Some(token) = done.token else { continue };
+        let Some(ws) = by_key.get(c.invoke.key.as_str()) else {
+            continue;
+        };
+        let own: Vec<&&crate::event::ResourceWrite> =
+            ws.iter().filter(|w| w.call == c.invoke.call).collect();
+        let Some(enter) = own.iter().find(|w| w.phase == Phase::Enter) else {
+            continue;
+        };
+        let end = own
+            .iter()
+            .find(|w| w.phase == Phase::Exit)
+            .map_or(u64::MAX, |w| w.seq);
+        let newer = ws.iter().find(|w| {
+            w.accepted
+                && w.call != c.invoke.call
+                && w.token > token
+                && w.seq > enter.seq
+                && w.seq < end
+        });
+        let refused = own.iter().find(|w| !w.accepted);
+        let what = match (newer, refused) {
+            (Some(w), _) => format!(
+                "call {} returned Ok holding token {token}, yet the resource admitted token {} of call {} during its body",
+                c.invoke.call, w.token, w.call
+            ),
+            (None, Some(_)) => format!(
+                "call {} returned Ok holding token {token}, yet the resource refused its write (a newer token had reached it)",
+                c.invoke.call
+            ),
+            (None, None) => continue,
+        };
+        let mut events = c.events();
+        events.extend(own.iter().map(|w| Event::Resource((**w).clone())));
+        if let Some(w) = newer {
+            events.push(Event::Resource((*w).clone()));
+        }
+        report.violations.push(Violation {
+            promise: Promise::HeldThroughout,
+            key: c.invoke.key.clone(),
+            what,
+            events,
+        });
     }
 }
 

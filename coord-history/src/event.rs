@@ -69,6 +69,10 @@ pub struct Invoke {
     /// A cached read's staleness bound, in nanoseconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bound: Option<u64>,
+    /// A lock hold renewed this often (nanoseconds): such a hold that returns `Ok` promises it
+    /// held throughout its body ([`crate::Promise::HeldThroughout`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub renew: Option<u64>,
 }
 
 /// A call ended.

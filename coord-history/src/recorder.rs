@@ -5,6 +5,7 @@ use std::io::{BufRead, BufWriter, Write};
 use std::path::Path;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use crate::clock::now_ns;
 use crate::event::{CallId, Complete, Event, Invoke, Op, Outcome};
@@ -110,6 +111,7 @@ impl Recorder {
             owner: None,
             proposal,
             bound,
+            renew: None,
         }));
         Invoked {
             call,
@@ -135,6 +137,30 @@ impl Recorder {
         }));
     }
 
+    /// Records that task `client` asks for a lock hold on `key` renewed every `renew`: if it
+    /// returns `Ok`, the checker holds it to having held throughout its body.
+    pub fn invoke_renewing_lock(&self, client: u32, key: &str, renew: Duration) -> Invoked {
+        let call = self.next_call();
+        self.push(Event::Invoke(Invoke {
+            at: now_ns(),
+            pid: self.inner.pid,
+            client,
+            call,
+            op: Op::Lock,
+            key: key.to_owned(),
+            owner: None,
+            proposal: None,
+            bound: None,
+            renew: Some(u64::try_from(renew.as_nanos()).unwrap_or(u64::MAX)),
+        }));
+        Invoked {
+            call,
+            client,
+            op: Op::Lock,
+            key: key.to_owned(),
+        }
+    }
+
     /// Like [`Recorder::invoke`], with the proposal made from the call's own id (so that an
     /// answer names the call whose body produced it). Returns the proposal too.
     pub fn invoke_proposing(
@@ -156,6 +182,7 @@ impl Recorder {
             owner: None,
             proposal: Some(proposal.clone()),
             bound: None,
+            renew: None,
         }));
         let invoked = Invoked {
             call,

@@ -22,7 +22,7 @@
 //! body|flight_start|flight_end` → `K <seq>`; `G` → `G <generation>`.
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -93,6 +93,30 @@ impl WitnessServer {
         self.addr
     }
 
+    /// Also listens on a Unix socket at `path` (replacing a stale file there), for clients in
+    /// other network namespaces, which cannot reach this process's loopback: a socket in the
+    /// file system is reachable from every namespace of the machine.
+    pub fn listen_unix(&self, path: &std::path::Path) -> std::io::Result<()> {
+        let _ = std::fs::remove_file(path);
+        let listener = std::os::unix::net::UnixListener::bind(path)?;
+        let accept_shared = self.shared.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                if accept_shared.stop.load(Ordering::Acquire) {
+                    break;
+                }
+                let Ok(stream) = stream else { continue };
+                let shared = accept_shared.clone();
+                std::thread::spawn(move || {
+                    if let Ok(out) = stream.try_clone() {
+                        serve_lines(stream, out, &shared);
+                    }
+                });
+            }
+        });
+        Ok(())
+    }
+
     /// Everything the resource saw so far, in its own order.
     pub fn events(&self) -> Vec<Event> {
         self.shared
@@ -124,10 +148,14 @@ impl Drop for WitnessServer {
 
 fn serve(stream: TcpStream, shared: &Shared) {
     let _ = stream.set_nodelay(true);
-    let Ok(mut out) = stream.try_clone() else {
+    let Ok(out) = stream.try_clone() else {
         return;
     };
-    for line in BufReader::new(stream).lines() {
+    serve_lines(stream, out, shared);
+}
+
+fn serve_lines(input: impl Read, mut out: impl Write, shared: &Shared) {
+    for line in BufReader::new(input).lines() {
         let Ok(line) = line else { return };
         let reply = answer(&line, shared);
         if out.write_all(reply.as_bytes()).is_err() || out.write_all(b"\n").is_err() {
@@ -194,15 +222,19 @@ fn answer(line: &str, shared: &Shared) -> String {
 }
 
 /// One connection to a [`WitnessServer`]; requests on it are answered one at a time.
-#[derive(Debug)]
 pub struct WitnessClient {
     conn: tokio::sync::Mutex<Conn>,
 }
 
-#[derive(Debug)]
+impl std::fmt::Debug for WitnessClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WitnessClient").finish_non_exhaustive()
+    }
+}
+
 struct Conn {
-    read: tokio::io::BufReader<tokio::net::tcp::OwnedReadHalf>,
-    write: tokio::net::tcp::OwnedWriteHalf,
+    read: tokio::io::BufReader<Box<dyn tokio::io::AsyncRead + Send + Unpin>>,
+    write: Box<dyn tokio::io::AsyncWrite + Send + Unpin>,
 }
 
 impl WitnessClient {
@@ -211,12 +243,26 @@ impl WitnessClient {
         let stream = tokio::net::TcpStream::connect(addr).await?;
         stream.set_nodelay(true)?;
         let (read, write) = stream.into_split();
-        Ok(WitnessClient {
+        Ok(WitnessClient::over(Box::new(read), Box::new(write)))
+    }
+
+    /// Connects to the witness's Unix socket at `path` ([`WitnessServer::listen_unix`]).
+    pub async fn connect_unix(path: &std::path::Path) -> std::io::Result<WitnessClient> {
+        let stream = tokio::net::UnixStream::connect(path).await?;
+        let (read, write) = stream.into_split();
+        Ok(WitnessClient::over(Box::new(read), Box::new(write)))
+    }
+
+    fn over(
+        read: Box<dyn tokio::io::AsyncRead + Send + Unpin>,
+        write: Box<dyn tokio::io::AsyncWrite + Send + Unpin>,
+    ) -> WitnessClient {
+        WitnessClient {
             conn: tokio::sync::Mutex::new(Conn {
                 read: tokio::io::BufReader::new(read),
                 write,
             }),
-        })
+        }
     }
 
     async fn request(&self, line: String) -> String {

@@ -22,6 +22,7 @@ fn invoke(at: u64, c: CallId, op: Op, key: &str, proposal: Option<&str>) -> Even
         owner: None,
         proposal: proposal.map(Into::into),
         bound: None,
+        renew: None,
     })
 }
 
@@ -92,6 +93,61 @@ fn overlapping_holds_and_a_shared_token_are_violations() {
         report.violations.iter().all(|v| v.events.len() >= 2),
         "{report}"
     );
+}
+
+/// A lock call on the resource key `r`, renewing or not, that returned `Ok` with `token`.
+fn lock_ok(at: (u64, u64), c: CallId, token: u64, renewing: bool) -> [Event; 2] {
+    let Event::Invoke(mut invoke) = invoke(at.0, c, Op::Lock, "r", None) else {
+        unreachable!()
+    };
+    invoke.renew = renewing.then_some(250_000_000);
+    let Event::Complete(mut complete) = done(at.1, c, Op::Lock, "r", Outcome::Ok, None) else {
+        unreachable!()
+    };
+    complete.token = Some(token);
+    [Event::Invoke(invoke), Event::Complete(complete)]
+}
+
+#[test]
+fn a_renewing_hold_that_returned_ok_while_a_newer_token_wrote_is_a_violation() {
+    let (a, b) = (call(1, 1), call(2, 1));
+    // b got a newer token during a's body (a failover lost a's grant); fencing kept a's exit
+    // out, yet a returned Ok.
+    let mut events = vec![
+        write(2, a, 5, Phase::Enter, true),
+        write(3, b, 6, Phase::Enter, true),
+        write(4, b, 6, Phase::Exit, true),
+        write(5, a, 5, Phase::Exit, false),
+    ];
+    events.extend(lock_ok((1, 6), a, 5, true));
+    events.extend(lock_ok((2, 5), b, 6, true));
+    let report = check(&events);
+    assert_eq!(report.count(Promise::HeldThroughout), 1, "{report}");
+    assert_eq!(
+        report.count(Promise::NoOverlap),
+        0,
+        "fencing held: {report}"
+    );
+    // Both bodies believed they held from b's enter to b's exit.
+    assert_eq!(report.double_holder, 1, "{report}");
+
+    // The same history without renewal promises nothing of the kind (a lease lock is not a
+    // mutex); holds in turn pass either way.
+    let mut unrenewed = events[..4].to_vec();
+    unrenewed.extend(lock_ok((1, 6), a, 5, false));
+    unrenewed.extend(lock_ok((2, 5), b, 6, false));
+    assert_eq!(check(&unrenewed).count(Promise::HeldThroughout), 0);
+    let mut in_turn = vec![
+        write(2, a, 5, Phase::Enter, true),
+        write(3, a, 5, Phase::Exit, true),
+        write(4, b, 6, Phase::Enter, true),
+        write(5, b, 6, Phase::Exit, true),
+    ];
+    in_turn.extend(lock_ok((1, 4), a, 5, true));
+    in_turn.extend(lock_ok((3, 6), b, 6, true));
+    let report = check(&in_turn);
+    assert!(report.violations.is_empty(), "{report}");
+    assert_eq!(report.double_holder, 0);
 }
 
 #[test]
@@ -223,6 +279,7 @@ fn cached_reads_within_their_bound_pass_older_ones_fail() {
                 owner: None,
                 proposal: None,
                 bound: Some(bound),
+                renew: None,
             }),
             done(
                 at_start + 1,

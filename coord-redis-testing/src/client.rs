@@ -58,6 +58,20 @@ pub fn command_at(port: u16, args: &[&str]) -> std::io::Result<Resp> {
 /// `password` is given. An `AUTH` refused is returned as its error reply.
 pub fn command_at_auth(port: u16, password: Option<&str>, args: &[&str]) -> std::io::Result<Resp> {
     let addr: SocketAddr = format!("{HOST}:{port}").parse().expect("loopback address");
+    command_to_auth(addr, password, args)
+}
+
+/// Like [`command_at`], to a server at any address (one in a [`TestLan`](crate::TestLan)
+/// host, reached from the hub).
+pub fn command_to(addr: SocketAddr, args: &[&str]) -> std::io::Result<Resp> {
+    command_to_auth(addr, None, args)
+}
+
+fn command_to_auth(
+    addr: SocketAddr,
+    password: Option<&str>,
+    args: &[&str],
+) -> std::io::Result<Resp> {
     let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
     stream.set_read_timeout(Some(Duration::from_secs(5)))?;
     stream.set_write_timeout(Some(Duration::from_secs(5)))?;

@@ -50,11 +50,14 @@
 //! - `process`: what a process needs around it: the binary ([`redis_server_binary`]), a
 //!   private scratch directory, signals.
 //! - `ports`: the loopback address and free ports on it.
+//! - `lan`: [`TestLan`], network namespaces joined by a bridge, for partitions (needs root),
+//!   and [`LanServer`], a data node or Sentinel living in one of them.
 //! - `wait`: waiting with a deadline, for a process to answer and for a condition to hold.
 
 mod certs;
 mod client;
 mod cluster;
+mod lan;
 mod monitor;
 mod ports;
 mod process;
@@ -63,8 +66,9 @@ mod server;
 mod wait;
 
 pub use certs::TestCerts;
-pub use client::{Resp, command_at, command_at_auth};
+pub use client::{Resp, command_at, command_at_auth, command_to};
 pub use cluster::RedisCluster;
+pub use lan::{LanServer, TestLan};
 pub use monitor::{Monitor, Monitored};
 pub use process::redis_server_binary;
 pub use sentinel::{SentinelOptions, SentinelProcess, SentinelSetup};

@@ -24,6 +24,7 @@ pub mod lock_exclusion;
 pub mod lock_ownership;
 pub mod operations_api;
 pub mod record_age;
+pub mod rw_locks;
 pub mod semaphores;
 pub mod stalls;
 
@@ -71,6 +72,12 @@ pub use idempotency_records::{
     idempotency_renew_marker_reports_why_the_marker_was_lost,
     idempotency_transactional_marker_lapses_to_absent,
     idempotency_wait_settled_wakes_on_completion,
+};
+pub use rw_locks::{
+    read_release_does_not_delete_a_write_hold, rw_crashed_holders_and_waiting_writer_expire,
+    rw_fencing_tokens_increase_across_modes, rw_readers_share_and_a_writer_is_alone,
+    rw_renewal_stops_at_release, rw_upgrade_is_refused_at_once,
+    rw_waiting_writer_keeps_new_readers_out,
 };
 pub use lock_exclusion::{
     lock_expired_holder_is_replaced, lock_release_wakes_one_waiter,

@@ -107,7 +107,7 @@ pub use config::{ConfigError, CoordConfig, Profile};
 pub use coordinator::CoordinatorBuilder;
 pub use error::{BuildError, CoordError, NotStoredCause, RollbackCause};
 pub use policy::{OnAbandoned, OnBackendError, OnLost, OnMissingKey, OnStoreError};
-pub use provider::{BackendError, CallKey, FencingToken, KeyPart, LossCause};
+pub use provider::{BackendError, CallKey, FencingToken, KeyPart, LossCause, RwMode};
 pub use report::{CallReport, observe};
 pub use runtime::held::{fencing_token, is_held, lock_lost};
 pub use runtime::lock::LockGuard;
@@ -137,6 +137,7 @@ pub mod __private {
     pub use crate::runtime::outcome::{
         GuardedResult, assert_guarded_result, assert_shareable_output,
     };
+    pub use crate::provider::RwMode;
     pub use crate::runtime::spec::Written;
     pub use crate::runtime::spec::{IdempotencySpec, LockSpec, OpSpec};
     pub use crate::runtime::transactional::{MarkedRun, TransactionalStep, claim_in_transaction};

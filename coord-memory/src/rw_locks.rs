@@ -428,7 +428,7 @@ mod tests {
         // (a crashed process never withdraws anything).
         let mut writer = writer;
         let pending = std::future::poll_fn(|cx| {
-            std::task::Poll::Ready(std::future::Future::poll(writer.as_mut(), cx).is_pending())
+            std::task::Poll::Ready(writer.as_mut().poll(cx).is_pending())
         })
         .await;
         assert!(pending, "the writer waits behind the reader");

@@ -63,8 +63,9 @@ pub const REACH_CLAIM: &str = "a reader held back by a claim";
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum RwBug {
     /// The peers' bug: a read release that finds no read hold of its owner deletes the write
-    /// hold. Breaks [`EXCLUSION_ONLY_BY_EXPIRY`] and [`STORE_EXCLUSION`] through a read
-    /// release retried after a lost reply, once a writer got in.
+    /// hold. Breaks [`EXCLUSION_ONLY_BY_EXPIRY`] through a read release retried after a lost
+    /// reply once a writer got in: the next reader joins the writer still inside (the store
+    /// itself stays consistent, having forgotten the writer).
     ReadReleaseDeletesWrite,
     /// A write acquire checks the write hold only, not the readers. Breaks
     /// [`STORE_EXCLUSION`].

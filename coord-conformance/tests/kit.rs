@@ -577,5 +577,8 @@ async fn a_provider_without_rw_locks_refuses_them_with_a_typed_error() {
         .memory()
         .require(capability)
         .build();
-    assert!(memory.is_ok(), "the in-process provider keeps read-write locks");
+    assert!(
+        memory.is_ok(),
+        "the in-process provider keeps read-write locks"
+    );
 }

@@ -106,7 +106,7 @@ impl<P> Provider for P where
         + Operations
         + FlightStore
         + SemaphoreStore
-        + RwLockStore,
+        + RwLockStore
 {
 }
 

@@ -121,6 +121,7 @@ pub mod __private {
     pub use crate::fingerprint::FingerprintHasher;
     pub use crate::policy::{OnAbandoned, OnBackendError, OnLost, OnMissingKey, OnStoreError};
     pub use crate::provider::CallKeyBuilder;
+    pub use crate::provider::RwMode;
     pub use crate::runtime::cache::cached;
     pub use crate::runtime::cache_tiers::{
         CacheForm, CacheOutput, CacheScope, CacheSpec, LocalSlot, SharedOutput, SharedResultOutput,
@@ -137,7 +138,6 @@ pub mod __private {
     pub use crate::runtime::outcome::{
         GuardedResult, assert_guarded_result, assert_shareable_output,
     };
-    pub use crate::provider::RwMode;
     pub use crate::runtime::spec::Written;
     pub use crate::runtime::spec::{IdempotencySpec, LockSpec, OpSpec};
     pub use crate::runtime::transactional::{MarkedRun, TransactionalStep, claim_in_transaction};

@@ -10,9 +10,9 @@ use crate::args::{self, Args, Errors, KeyPath, Renew, Setting, Value};
 use crate::options::PROFILE;
 use crate::options::{
     self, Abandoned, CACHE_ERR, COORDINATOR, CRATE, FENCED, FINGERPRINT, IN_FLIGHT_LEASE, KEY_FROM,
-    Kind, LEASE, LOCAL_TTL, Lost, MAX_CAPACITY, MissingKey, NAME, ON_ABANDONED, ON_BACKEND_ERROR,
-    MODE, ON_LOST, ON_MISSING_KEY, ON_STORE_ERROR, OptionSpec, PERMITS, Policy, RECORD_KEY, RENEW,
-    RETENTION, SCOPE, Scope, StoreError, TRANSACTION, TTL, WAIT,
+    Kind, LEASE, LOCAL_TTL, Lost, MAX_CAPACITY, MODE, MissingKey, NAME, ON_ABANDONED,
+    ON_BACKEND_ERROR, ON_LOST, ON_MISSING_KEY, ON_STORE_ERROR, OptionSpec, PERMITS, Policy,
+    RECORD_KEY, RENEW, RETENTION, SCOPE, Scope, StoreError, TRANSACTION, TTL, WAIT,
 };
 use crate::options::{FLIGHT_LEASE, FLIGHT_SCOPE, FlightScope};
 

@@ -59,7 +59,10 @@ impl RwEntry {
     }
 
     fn is_unused(&self) -> bool {
-        self.readers.is_empty() && self.writer.is_none() && self.claim.is_none() && self.waiting == 0
+        self.readers.is_empty()
+            && self.writer.is_none()
+            && self.claim.is_none()
+            && self.waiting == 0
     }
 }
 
@@ -156,7 +159,14 @@ impl RwLockTable {
 
     /// One attempt. `waiter` says whether the caller waits if refused (then a writer leaves
     /// or re-asserts its claim) and whether it is counted among the key's waiters yet.
-    fn attempt(&self, key: &str, owner: OwnerToken, mode: RwMode, terms: Terms, waiter: Waiter) -> Try {
+    fn attempt(
+        &self,
+        key: &str,
+        owner: OwnerToken,
+        mode: RwMode,
+        terms: Terms,
+        waiter: Waiter,
+    ) -> Try {
         let now = Instant::now();
         let lease_end = deadline_after(now, terms.lease);
         let mut slot = self
@@ -343,7 +353,13 @@ impl RwLockTable {
     }
 
     /// Extends `owner`'s hold of `key` in `mode` to `lease` from now, if it is still live.
-    pub fn renew(&self, key: &str, owner: OwnerToken, mode: RwMode, lease: Duration) -> RenewOutcome {
+    pub fn renew(
+        &self,
+        key: &str,
+        owner: OwnerToken,
+        mode: RwMode,
+        lease: Duration,
+    ) -> RenewOutcome {
         let now = Instant::now();
         let lease_end = deadline_after(now, lease);
         let Some(mut entry) = self.entries.get_mut(key) else {
@@ -404,15 +420,27 @@ mod tests {
         assert!(b.fencing_token > a.fencing_token);
         assert!(take(&t, 3, RwMode::Write, Duration::ZERO).await.is_none());
         assert_eq!(t.held("k"), (2, false));
-        assert_eq!(t.release("k", owner(1), RwMode::Read), ReleaseOutcome::Released);
-        assert_eq!(t.release("k", owner(2), RwMode::Read), ReleaseOutcome::Released);
+        assert_eq!(
+            t.release("k", owner(1), RwMode::Read),
+            ReleaseOutcome::Released
+        );
+        assert_eq!(
+            t.release("k", owner(2), RwMode::Read),
+            ReleaseOutcome::Released
+        );
         let w = take(&t, 3, RwMode::Write, Duration::ZERO).await.unwrap();
         assert!(w.fencing_token > b.fencing_token);
         assert!(take(&t, 4, RwMode::Read, Duration::ZERO).await.is_none());
         // A read release by the writer's owner touches only read holds.
-        assert_eq!(t.release("k", owner(3), RwMode::Read), ReleaseOutcome::NotHeld);
+        assert_eq!(
+            t.release("k", owner(3), RwMode::Read),
+            ReleaseOutcome::NotHeld
+        );
         assert_eq!(t.held("k"), (0, true));
-        assert_eq!(t.release("k", owner(3), RwMode::Write), ReleaseOutcome::Released);
+        assert_eq!(
+            t.release("k", owner(3), RwMode::Write),
+            ReleaseOutcome::Released
+        );
         assert!(t.is_empty(), "nothing left behind");
     }
 

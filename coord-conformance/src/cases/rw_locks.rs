@@ -119,7 +119,11 @@ impl Witness {
 }
 
 #[distributed_lock(key_from = "book", name = "conformance.rw_book", mode = "read", lease = "30s", wait = "30s", coordinator = coord)]
-async fn read_book(coord: &Coordinator, book: u32, witness: Arc<Witness>) -> Result<(), CoordError> {
+async fn read_book(
+    coord: &Coordinator,
+    book: u32,
+    witness: Arc<Witness>,
+) -> Result<(), CoordError> {
     witness.enter(RwMode::Read);
     assert!(fencing_token().is_some(), "every read hold carries a token");
     tokio::time::sleep(Duration::from_millis(2)).await;
@@ -134,7 +138,10 @@ async fn write_book(
     witness: Arc<Witness>,
 ) -> Result<(), CoordError> {
     witness.enter(RwMode::Write);
-    assert!(fencing_token().is_some(), "every write hold carries a token");
+    assert!(
+        fencing_token().is_some(),
+        "every write hold carries a token"
+    );
     tokio::time::sleep(Duration::from_millis(1)).await;
     witness.leave(RwMode::Write);
     Ok(())
@@ -156,16 +163,46 @@ pub async fn rw_readers_share_and_a_writer_is_alone(c: Coordinator) {
         OwnerToken::new(),
         OwnerToken::new(),
     );
-    assert!(attempt(&c, &k, r1, RwMode::Read).await.is_some(), "a free key grants a reader");
-    assert!(attempt(&c, &k, r2, RwMode::Read).await.is_some(), "readers share the key");
-    assert!(attempt(&c, &k, w1, RwMode::Write).await.is_none(), "a writer got in beside readers");
-    assert_eq!(p.release_rw(&k, r1, RwMode::Read).await.unwrap(), ReleaseOutcome::Released);
-    assert!(attempt(&c, &k, w1, RwMode::Write).await.is_none(), "a writer got in beside a reader");
-    assert_eq!(p.release_rw(&k, r2, RwMode::Read).await.unwrap(), ReleaseOutcome::Released);
-    assert!(attempt(&c, &k, w1, RwMode::Write).await.is_some(), "a free key grants a writer");
-    assert!(attempt(&c, &k, r1, RwMode::Read).await.is_none(), "a reader got in beside a writer");
-    assert!(attempt(&c, &k, w2, RwMode::Write).await.is_none(), "two writers held the key");
-    assert_eq!(p.release_rw(&k, w1, RwMode::Write).await.unwrap(), ReleaseOutcome::Released);
+    assert!(
+        attempt(&c, &k, r1, RwMode::Read).await.is_some(),
+        "a free key grants a reader"
+    );
+    assert!(
+        attempt(&c, &k, r2, RwMode::Read).await.is_some(),
+        "readers share the key"
+    );
+    assert!(
+        attempt(&c, &k, w1, RwMode::Write).await.is_none(),
+        "a writer got in beside readers"
+    );
+    assert_eq!(
+        p.release_rw(&k, r1, RwMode::Read).await.unwrap(),
+        ReleaseOutcome::Released
+    );
+    assert!(
+        attempt(&c, &k, w1, RwMode::Write).await.is_none(),
+        "a writer got in beside a reader"
+    );
+    assert_eq!(
+        p.release_rw(&k, r2, RwMode::Read).await.unwrap(),
+        ReleaseOutcome::Released
+    );
+    assert!(
+        attempt(&c, &k, w1, RwMode::Write).await.is_some(),
+        "a free key grants a writer"
+    );
+    assert!(
+        attempt(&c, &k, r1, RwMode::Read).await.is_none(),
+        "a reader got in beside a writer"
+    );
+    assert!(
+        attempt(&c, &k, w2, RwMode::Write).await.is_none(),
+        "two writers held the key"
+    );
+    assert_eq!(
+        p.release_rw(&k, w1, RwMode::Write).await.unwrap(),
+        ReleaseOutcome::Released
+    );
 
     let witness = Arc::new(Witness::default());
     let mut tasks = Vec::new();
@@ -174,8 +211,12 @@ pub async fn rw_readers_share_and_a_writer_is_alone(c: Coordinator) {
         tasks.push(tokio::spawn(async move {
             for round in 0..3u32 {
                 match (task + round) % 4 {
-                    0 => write_book(&c, 5, witness.clone()).await.expect("a writer got in within its wait"),
-                    1 => read_book(&c, 5, witness.clone()).await.expect("a reader got in within its wait"),
+                    0 => write_book(&c, 5, witness.clone())
+                        .await
+                        .expect("a writer got in within its wait"),
+                    1 => read_book(&c, 5, witness.clone())
+                        .await
+                        .expect("a reader got in within its wait"),
                     // The handle form, on the key the attributes build.
                     n => {
                         let mode = if n == 2 { RwMode::Read } else { RwMode::Write };
@@ -202,7 +243,9 @@ pub async fn rw_readers_share_and_a_writer_is_alone(c: Coordinator) {
         "a writer was inside together with a reader or another writer"
     );
     assert!(
-        attempt(&c, &book_key(&c), OwnerToken::new(), RwMode::Write).await.is_some(),
+        attempt(&c, &book_key(&c), OwnerToken::new(), RwMode::Write)
+            .await
+            .is_some(),
         "a hold was left behind after every task released"
     );
 }
@@ -243,11 +286,16 @@ pub async fn rw_waiting_writer_keeps_new_readers_out(c: Coordinator) {
     // The claim holds for as long as the writer waits, not just once.
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(
-        attempt(&c, &k, OwnerToken::new(), RwMode::Read).await.is_none(),
+        attempt(&c, &k, OwnerToken::new(), RwMode::Read)
+            .await
+            .is_none(),
         "a new reader got in while a writer waited"
     );
     let released_at = Instant::now();
-    assert_eq!(p.release_rw(&k, reader, RwMode::Read).await.unwrap(), ReleaseOutcome::Released);
+    assert_eq!(
+        p.release_rw(&k, reader, RwMode::Read).await.unwrap(),
+        ReleaseOutcome::Released
+    );
     let (granted, at) = waiting.await.unwrap();
     granted.expect("the waiting writer got in once the reader left");
     assert!(
@@ -255,8 +303,15 @@ pub async fn rw_waiting_writer_keeps_new_readers_out(c: Coordinator) {
         "the waiting writer was not woken by the release (it took {:?})",
         at.duration_since(released_at)
     );
-    assert!(attempt(&c, &k, OwnerToken::new(), RwMode::Read).await.is_none());
-    assert_eq!(p.release_rw(&k, writer, RwMode::Write).await.unwrap(), ReleaseOutcome::Released);
+    assert!(
+        attempt(&c, &k, OwnerToken::new(), RwMode::Read)
+            .await
+            .is_none()
+    );
+    assert_eq!(
+        p.release_rw(&k, writer, RwMode::Write).await.unwrap(),
+        ReleaseOutcome::Released
+    );
     let after = OwnerToken::new();
     assert!(
         attempt(&c, &k, after, RwMode::Read).await.is_some(),
@@ -278,7 +333,10 @@ async fn wait_until_readers_are_refused(c: &Coordinator, k: &CallKey) {
                 p.release_rw(k, probe, RwMode::Read).await.unwrap();
             }
         }
-        assert!(Instant::now() < until, "a waiting writer never kept new readers out");
+        assert!(
+            Instant::now() < until,
+            "a waiting writer never kept new readers out"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
@@ -300,7 +358,11 @@ pub async fn rw_crashed_holders_and_waiting_writer_expire(c: Coordinator) {
         .await
         .unwrap()
         .expect("a free key grants a reader");
-    assert!(attempt(&c, &k, OwnerToken::new(), RwMode::Write).await.is_none());
+    assert!(
+        attempt(&c, &k, OwnerToken::new(), RwMode::Write)
+            .await
+            .is_none()
+    );
     tokio::time::sleep(PAST_SHORT).await;
     let writer = OwnerToken::new();
     assert!(
@@ -312,8 +374,16 @@ pub async fn rw_crashed_holders_and_waiting_writer_expire(c: Coordinator) {
         RenewOutcome::Lost(coord_core::LossCause::Expired),
         "a crashed reader's late renewal revived its hold"
     );
-    assert_eq!(p.release_rw(&k, crashed, RwMode::Read).await.unwrap(), ReleaseOutcome::NotHeld);
-    assert!(attempt(&c, &k, OwnerToken::new(), RwMode::Read).await.is_none(), "the writer's hold was freed by a late read release");
+    assert_eq!(
+        p.release_rw(&k, crashed, RwMode::Read).await.unwrap(),
+        ReleaseOutcome::NotHeld
+    );
+    assert!(
+        attempt(&c, &k, OwnerToken::new(), RwMode::Read)
+            .await
+            .is_none(),
+        "the writer's hold was freed by a late read release"
+    );
     p.release_rw(&k, writer, RwMode::Write).await.unwrap();
 
     // A crashed writer.
@@ -322,14 +392,21 @@ pub async fn rw_crashed_holders_and_waiting_writer_expire(c: Coordinator) {
         .await
         .unwrap()
         .expect("a free key grants a writer");
-    assert!(attempt(&c, &k, OwnerToken::new(), RwMode::Read).await.is_none());
+    assert!(
+        attempt(&c, &k, OwnerToken::new(), RwMode::Read)
+            .await
+            .is_none()
+    );
     tokio::time::sleep(PAST_SHORT).await;
     let reader = OwnerToken::new();
     assert!(
         attempt(&c, &k, reader, RwMode::Read).await.is_some(),
         "a crashed writer's hold outlived its lease"
     );
-    assert_eq!(p.release_rw(&k, crashed, RwMode::Write).await.unwrap(), ReleaseOutcome::NotHeld);
+    assert_eq!(
+        p.release_rw(&k, crashed, RwMode::Write).await.unwrap(),
+        ReleaseOutcome::NotHeld
+    );
 
     // A crashed waiting writer: its claim (SHORT) keeps readers out, then ends on its own.
     let vanished = tokio::spawn({
@@ -368,12 +445,20 @@ pub async fn rw_fencing_tokens_increase_across_modes(c: Coordinator) {
     let p = c.rw_lock_store();
     let k = key(&c, "rw-fence");
     let mut last = 0u64;
-    for (round, mode) in [RwMode::Read, RwMode::Read, RwMode::Write, RwMode::Read, RwMode::Write]
-        .into_iter()
-        .enumerate()
+    for (round, mode) in [
+        RwMode::Read,
+        RwMode::Read,
+        RwMode::Write,
+        RwMode::Read,
+        RwMode::Write,
+    ]
+    .into_iter()
+    .enumerate()
     {
         let owner = OwnerToken::new();
-        let grant = attempt(&c, &k, owner, mode).await.expect("a free key grants the hold");
+        let grant = attempt(&c, &k, owner, mode)
+            .await
+            .expect("a free key grants the hold");
         let token = grant.fencing_token.get();
         assert!(
             token > last,
@@ -416,7 +501,9 @@ pub async fn read_release_does_not_delete_a_write_hold(c: Coordinator) {
     let p = c.rw_lock_store();
     let k = key(&c, "rw-scope");
     let (writer, other) = (OwnerToken::new(), OwnerToken::new());
-    attempt(&c, &k, writer, RwMode::Write).await.expect("a free key grants a writer");
+    attempt(&c, &k, writer, RwMode::Write)
+        .await
+        .expect("a free key grants a writer");
     for owner in [writer, other] {
         assert_eq!(
             p.release_rw(&k, owner, RwMode::Read).await.unwrap(),
@@ -424,21 +511,36 @@ pub async fn read_release_does_not_delete_a_write_hold(c: Coordinator) {
             "a read release answered as if it freed something"
         );
     }
-    assert_eq!(p.release_rw(&k, other, RwMode::Write).await.unwrap(), ReleaseOutcome::NotHeld);
+    assert_eq!(
+        p.release_rw(&k, other, RwMode::Write).await.unwrap(),
+        ReleaseOutcome::NotHeld
+    );
     assert!(
         attempt(&c, &k, other, RwMode::Read).await.is_none(),
         "a read release deleted the write hold"
     );
-    assert!(matches!(
-        p.renew_rw(&k, other, RwMode::Write, LONG).await.unwrap(),
-        RenewOutcome::Lost(_)
-    ), "another owner renewed the write hold");
-    assert!(matches!(
-        p.renew_rw(&k, writer, RwMode::Read, LONG).await.unwrap(),
-        RenewOutcome::Lost(_)
-    ), "a read renewal found a hold the owner has only for writing");
-    assert_eq!(p.renew_rw(&k, writer, RwMode::Write, LONG).await.unwrap(), RenewOutcome::Renewed);
-    assert_eq!(p.release_rw(&k, writer, RwMode::Write).await.unwrap(), ReleaseOutcome::Released);
+    assert!(
+        matches!(
+            p.renew_rw(&k, other, RwMode::Write, LONG).await.unwrap(),
+            RenewOutcome::Lost(_)
+        ),
+        "another owner renewed the write hold"
+    );
+    assert!(
+        matches!(
+            p.renew_rw(&k, writer, RwMode::Read, LONG).await.unwrap(),
+            RenewOutcome::Lost(_)
+        ),
+        "a read renewal found a hold the owner has only for writing"
+    );
+    assert_eq!(
+        p.renew_rw(&k, writer, RwMode::Write, LONG).await.unwrap(),
+        RenewOutcome::Renewed
+    );
+    assert_eq!(
+        p.release_rw(&k, writer, RwMode::Write).await.unwrap(),
+        ReleaseOutcome::Released
+    );
     assert_eq!(
         p.release_rw(&k, writer, RwMode::Write).await.unwrap(),
         ReleaseOutcome::NotHeld,
@@ -449,14 +551,28 @@ pub async fn read_release_does_not_delete_a_write_hold(c: Coordinator) {
     let (r1, r2) = (OwnerToken::new(), OwnerToken::new());
     attempt(&c, &k, r1, RwMode::Read).await.unwrap();
     attempt(&c, &k, r2, RwMode::Read).await.unwrap();
-    assert_eq!(p.release_rw(&k, r1, RwMode::Write).await.unwrap(), ReleaseOutcome::NotHeld);
-    assert_eq!(p.release_rw(&k, r1, RwMode::Read).await.unwrap(), ReleaseOutcome::Released);
+    assert_eq!(
+        p.release_rw(&k, r1, RwMode::Write).await.unwrap(),
+        ReleaseOutcome::NotHeld
+    );
+    assert_eq!(
+        p.release_rw(&k, r1, RwMode::Read).await.unwrap(),
+        ReleaseOutcome::Released
+    );
     assert!(
-        attempt(&c, &k, OwnerToken::new(), RwMode::Write).await.is_none(),
+        attempt(&c, &k, OwnerToken::new(), RwMode::Write)
+            .await
+            .is_none(),
         "one reader's release freed the other reader's hold"
     );
-    assert_eq!(p.renew_rw(&k, r2, RwMode::Read, LONG).await.unwrap(), RenewOutcome::Renewed);
-    assert_eq!(p.release_rw(&k, r2, RwMode::Read).await.unwrap(), ReleaseOutcome::Released);
+    assert_eq!(
+        p.renew_rw(&k, r2, RwMode::Read, LONG).await.unwrap(),
+        RenewOutcome::Renewed
+    );
+    assert_eq!(
+        p.release_rw(&k, r2, RwMode::Read).await.unwrap(),
+        ReleaseOutcome::Released
+    );
 }
 
 /// Renewal keeps a hold past its lease while held and stops when it is released (no renewal
@@ -468,7 +584,10 @@ pub async fn rw_renewal_stops_at_release(c: Coordinator) {
     let k = key(&c, "rw-renew");
     for mode in [RwMode::Read, RwMode::Write] {
         let before = c.active_renewals();
-        let rw = c.rw_lock(k.clone()).lease(SHORT).renew(Duration::from_millis(50));
+        let rw = c
+            .rw_lock(k.clone())
+            .lease(SHORT)
+            .renew(Duration::from_millis(50));
         let guard = match mode {
             RwMode::Read => rw.read().await,
             RwMode::Write => rw.write().await,
@@ -477,10 +596,20 @@ pub async fn rw_renewal_stops_at_release(c: Coordinator) {
         assert_eq!(guard.mode(), mode);
         assert_eq!(c.active_renewals(), before + 1, "the hold is being renewed");
         tokio::time::sleep(PAST_SHORT).await;
-        assert!(guard.is_held(), "renewal kept the {mode} hold past its lease");
+        assert!(
+            guard.is_held(),
+            "renewal kept the {mode} hold past its lease"
+        );
         let token = guard.fencing_token().expect("a held hold has its token");
-        assert!(guard.release().await.unwrap(), "the renewed hold was still ours");
-        assert_eq!(c.active_renewals(), before, "a renewal outlived the release");
+        assert!(
+            guard.release().await.unwrap(),
+            "the renewed hold was still ours"
+        );
+        assert_eq!(
+            c.active_renewals(),
+            before,
+            "a renewal outlived the release"
+        );
         let next = c
             .rw_lock(k.clone())
             .lease(LONG)
@@ -537,7 +666,9 @@ pub async fn rw_upgrade_is_refused_at_once(c: Coordinator) {
         matches!(write, Err(CoordError::LockUpgrade { .. })),
         "a read holder asking to write was not refused as an upgrade: {write:?}"
     );
-    let through_attributes = read_then_write(&c, 7).await.expect("the read hold was granted");
+    let through_attributes = read_then_write(&c, 7)
+        .await
+        .expect("the read hold was granted");
     assert!(
         matches!(through_attributes, Err(CoordError::LockUpgrade { .. })),
         "a `mode = \"read\"` body calling a `mode = \"write\"` one of the same key was not refused as an upgrade: {through_attributes:?}"

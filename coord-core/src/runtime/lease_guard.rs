@@ -103,11 +103,9 @@ impl Drop for LeaseGuard<'_> {
             LeaseStore::Permit(store) => {
                 store.clone().release_permit_detached(key, self.owner, left)
             }
-            LeaseStore::Rw(store, mode) => {
-                store
-                    .clone()
-                    .release_rw_detached(key, self.owner, mode, left)
-            }
+            LeaseStore::Rw(store, mode) => store
+                .clone()
+                .release_rw_detached(key, self.owner, mode, left),
             LeaseStore::Marker(store) => store.clone().abandon_detached(key, self.owner, left),
         }
     }

@@ -35,8 +35,8 @@ use crate::provider::BackendError;
 use crate::provider::CallKey;
 use crate::provider::time::deadline_after;
 use crate::provider::{
-    FencingToken, IdempotencyStore, LockProvider, LossCause, OwnerToken, RenewOutcome,
-    RwLockStore, RwMode, SemaphoreStore,
+    FencingToken, IdempotencyStore, LockProvider, LossCause, OwnerToken, RenewOutcome, RwLockStore,
+    RwMode, SemaphoreStore,
 };
 
 /// What a hold protects.

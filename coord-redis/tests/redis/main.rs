@@ -34,6 +34,7 @@ mod reconnect;
 mod records;
 mod replica_acks;
 mod round_trips;
+mod rw_locks;
 mod semaphores;
 mod shutdown;
 mod stalls;

@@ -1,7 +1,6 @@
 // Guards: `mode` is `"read"` or `"write"`; it takes a read-write lock, so it cannot go with
-// `permits` (a semaphore) nor with `fenced = false` (every hold is fenced); and it belongs to
-// #[distributed_lock] only.
-use coord_core::{CoordError, distributed_lock, idempotent};
+// `permits` (a semaphore) nor with `fenced = false` (every hold is fenced).
+use coord_core::{CoordError, distributed_lock};
 
 #[distributed_lock(key_from = "id", mode = "upgrade")]
 async fn unknown_word(id: u64) -> Result<(), CoordError> {
@@ -23,12 +22,6 @@ async fn with_permits(id: u64) -> Result<(), CoordError> {
 
 #[distributed_lock(key_from = "id", mode = "write", fenced = false)]
 async fn unfenced(id: u64) -> Result<(), CoordError> {
-    let _ = id;
-    Ok(())
-}
-
-#[idempotent(key_from = "id", mode = "read")]
-async fn on_idempotent(id: u64) -> Result<(), CoordError> {
     let _ = id;
     Ok(())
 }

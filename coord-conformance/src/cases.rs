@@ -24,6 +24,7 @@ pub mod lock_exclusion;
 pub mod lock_ownership;
 pub mod operations_api;
 pub mod record_age;
+pub mod rw_locks;
 pub mod semaphores;
 pub mod stalls;
 
@@ -88,6 +89,12 @@ pub use operations_api::{
     operations_operator_acts_on_pasted_keys,
 };
 pub use record_age::idempotency_replay_reports_the_record_age;
+pub use rw_locks::{
+    read_release_does_not_delete_a_write_hold, rw_crashed_holders_and_waiting_writer_expire,
+    rw_fencing_tokens_increase_across_modes, rw_readers_share_and_a_writer_is_alone,
+    rw_renewal_stops_at_release, rw_upgrade_is_refused_at_once,
+    rw_waiting_writer_keeps_new_readers_out,
+};
 pub use semaphores::{
     missed_release_notification_is_recovered_by_recheck,
     permit_released_after_it_expired_does_not_free_another, renewal_does_not_outlive_release,

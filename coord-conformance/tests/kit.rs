@@ -70,6 +70,7 @@ impl CacheStore for ReleaseNeverFrees {}
 impl coord_core::provider::FlightStore for ReleaseNeverFrees {}
 /// No semaphores: the kit's semaphore cases check that they are refused as unsupported.
 impl coord_core::provider::SemaphoreStore for ReleaseNeverFrees {}
+impl coord_core::provider::RwLockStore for ReleaseNeverFrees {}
 
 /// Implements `IdempotencyStore` for a wrapper of the in-process provider by handing every call
 /// to it: the test doubles here break something else.
@@ -143,6 +144,7 @@ impl coord_core::provider::Operations for CacheIgnoresTtl {}
 /// No cluster-scope single-flight: these tests do not use it.
 impl coord_core::provider::FlightStore for CacheIgnoresTtl {}
 impl coord_core::provider::SemaphoreStore for CacheIgnoresTtl {}
+impl coord_core::provider::RwLockStore for CacheIgnoresTtl {}
 
 impl LockProvider for CacheIgnoresTtl {
     fn acquire<'a>(
@@ -533,4 +535,50 @@ async fn a_provider_without_semaphores_refuses_them_with_a_typed_error() {
         .require(coord_core::provider::Capability::Semaphores)
         .build();
     assert!(memory.is_ok(), "the in-process provider keeps semaphores");
+}
+
+/// A provider without read-write locks (an empty `impl RwLockStore`) passes every read-write
+/// lock case only by refusing them with the typed `Unsupported` error before any body runs,
+/// and a builder that requires them refuses to build over it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_provider_without_rw_locks_refuses_them_with_a_typed_error() {
+    let rw_cases = [
+        "rw_readers_share_and_a_writer_is_alone",
+        "rw_waiting_writer_keeps_new_readers_out",
+        "rw_crashed_holders_and_waiting_writer_expire",
+        "rw_fencing_tokens_increase_across_modes",
+        "read_release_does_not_delete_a_write_hold",
+        "rw_renewal_stops_at_release",
+        "rw_upgrade_is_refused_at_once",
+    ];
+    let selected = cases().iter().filter(|c| rw_cases.contains(&c.name()));
+    let report = run_cases(selected, fresh_broken).await;
+    assert_eq!(report.outcomes().len(), rw_cases.len(), "{report}");
+    for outcome in report.outcomes() {
+        assert!(
+            outcome.failure.is_none(),
+            "{}: {:?}",
+            outcome.name,
+            outcome.failure
+        );
+    }
+    let capability = coord_core::provider::Capability::ReadWriteLocks;
+    let built = Coordinator::builder()
+        .namespace(namespace())
+        .provider(ReleaseNeverFrees::default())
+        .require(capability)
+        .build();
+    assert!(
+        matches!(built, Err(coord_core::BuildError::Unsupported { capability: c }) if c == capability),
+        "requiring read-write locks of a provider without them must fail the build: {built:?}"
+    );
+    let memory = Coordinator::builder()
+        .namespace(namespace())
+        .memory()
+        .require(capability)
+        .build();
+    assert!(
+        memory.is_ok(),
+        "the in-process provider keeps read-write locks"
+    );
 }

@@ -17,11 +17,13 @@
 //! | [`FlightStore`] | leased flight claims and short hand-overs | `#[single_flight(scope = "cluster")]` |
 //! | [`Operations`] | nothing new: reads and forced releases of the state above | `Coordinator::operator`, the `coord` CLI |
 //! | [`SemaphoreStore`] (optional: [`Capability::Semaphores`]) | leased permits with fencing counters, waiters | `#[distributed_lock(permits = n)]`, semaphore handles |
+//! | [`RwLockStore`] (optional: [`Capability::ReadWriteLocks`]) | leased read and write holds with one fencing counter per key, waiting writers' claims | `#[distributed_lock(mode = "read" \| "write")]`, read-write lock handles |
 //! | [`OutcomeTransaction`] | nothing: the application's open transaction, able to write a completed record in it | `#[idempotent(transaction = "tx")]`, `Idempotent::claim_in_transaction` |
 //!
 //! Every method has a default only where a provider may reasonably lack the capability
-//! (cache, flights, semaphores, operations, marker renewal, purge); the default then answers a
-//! [`BackendErrorKind::Config`] error saying so, never a silent success.
+//! (cache, flights, semaphores, read-write locks, operations, marker renewal, purge); the
+//! default then answers a [`BackendErrorKind::Config`] error saying so, never a silent
+//! success.
 //!
 //! ## Keys
 //! Keys reach a provider as [`CallKey`] values, already escaped so that they contain no `{`,
@@ -52,6 +54,7 @@ mod key_builder;
 mod locks;
 mod operations;
 mod records;
+mod rw_locks;
 mod semaphores;
 pub mod time;
 mod tokens;
@@ -73,6 +76,7 @@ pub use operations::{
 pub use records::{
     ClaimOutcome, ClaimRequest, CompleteOutcome, CompleteRequest, Fingerprint, IdempotencyStore,
 };
+pub use rw_locks::{RwGrant, RwLockRequest, RwLockStore, RwMode, default_claim};
 pub use semaphores::{Capability, PermitGrant, PermitRequest, SemaphoreStore};
 pub use time::Deadline;
 pub use tokens::{FencingToken, OwnerToken};
@@ -80,17 +84,29 @@ pub use transactions::{OutcomeTransaction, TransactionalCompletion};
 
 /// A provider that serves every layer that needs shared state, and the operations API: what a
 /// coordinator is built from. Implemented automatically for any type that implements the five
-/// traits. [`CacheStore`], [`FlightStore`], [`SemaphoreStore`] and [`Operations`] have
-/// defaults for every method (reporting the capability unsupported), so a provider without a
-/// shared cache, cluster flights, semaphores or operator support opts out with
-/// `impl CacheStore for MyProvider {}` (and likewise).
+/// traits. [`CacheStore`], [`FlightStore`], [`SemaphoreStore`], [`RwLockStore`] and
+/// [`Operations`] have defaults for every method (reporting the capability unsupported), so a
+/// provider without a shared cache, cluster flights, semaphores, read-write locks or operator
+/// support opts out with `impl CacheStore for MyProvider {}` (and likewise).
 pub trait Provider:
-    LockProvider + IdempotencyStore + CacheStore + Operations + FlightStore + SemaphoreStore
+    LockProvider
+    + IdempotencyStore
+    + CacheStore
+    + Operations
+    + FlightStore
+    + SemaphoreStore
+    + RwLockStore
 {
 }
 
 impl<P> Provider for P where
-    P: LockProvider + IdempotencyStore + CacheStore + Operations + FlightStore + SemaphoreStore
+    P: LockProvider
+        + IdempotencyStore
+        + CacheStore
+        + Operations
+        + FlightStore
+        + SemaphoreStore
+        + RwLockStore
 {
 }
 

@@ -39,13 +39,17 @@ use crate::tokens::{FencingToken, OwnerToken};
 pub enum Capability {
     /// Counting semaphores with leased, fenced permits ([`SemaphoreStore`]).
     Semaphores,
+    /// Read-write locks with leased, fenced holds and writer preference
+    /// ([`RwLockStore`](crate::RwLockStore)).
+    ReadWriteLocks,
 }
 
 impl Capability {
-    /// A short, stable name: `semaphores`.
+    /// A short, stable name: `semaphores`, `read_write_locks`.
     pub fn as_str(self) -> &'static str {
         match self {
             Capability::Semaphores => "semaphores",
+            Capability::ReadWriteLocks => "read_write_locks",
         }
     }
 }

@@ -30,6 +30,14 @@ pub enum CoordError {
         /// The call's key.
         key: CallKey,
     },
+    /// This task holds the read-write lock `key` for reading and asked for it for writing.
+    /// Read-write locks cannot be upgraded: waiting would wait for this task's own read hold
+    /// (and two tasks upgrading would wait for each other), so the call fails at once. Take
+    /// the write lock from the start instead. The body did not run; the read hold is kept.
+    LockUpgrade {
+        /// The call's key.
+        key: CallKey,
+    },
     /// Another call with the same idempotency key is still running and did not finish within
     /// `wait`. Nothing ran; retrying later is safe.
     InFlight {
@@ -151,6 +159,7 @@ impl CoordError {
         match self {
             CoordError::LockNotAcquired { key, .. }
             | CoordError::Reentrant { key }
+            | CoordError::LockUpgrade { key }
             | CoordError::InFlight { key }
             | CoordError::KeyReused { key }
             | CoordError::LockLost { key, .. }
@@ -173,6 +182,7 @@ impl CoordError {
         match self {
             CoordError::LockNotAcquired { .. } => "lock_not_acquired",
             CoordError::Reentrant { .. } => "reentrant",
+            CoordError::LockUpgrade { .. } => "lock_upgrade",
             CoordError::InFlight { .. } => "in_flight",
             CoordError::KeyReused { .. } => "key_reused",
             CoordError::LockLost { .. } => "lock_lost",
@@ -235,6 +245,11 @@ impl fmt::Display for CoordError {
                     "lock `{key}` is already held by this task; coord locks are not reentrant"
                 )
             }
+            CoordError::LockUpgrade { key } => write!(
+                f,
+                "read-write lock `{key}` is held for reading by this task, which asked to write; \
+                 read-write locks cannot be upgraded: take the write lock from the start"
+            ),
             CoordError::InFlight { key } => write!(
                 f,
                 "a call with idempotency key `{key}` is still in flight, and this duplicate did \
@@ -474,7 +489,7 @@ impl fmt::Display for BuildError {
             BuildError::Unsupported { capability } => write!(
                 f,
                 "the coordinator was required to support {capability}, and its provider does not: \
-                 choose a provider that does (the in-process and Redis providers keep semaphores)"
+                 choose a provider that does (the in-process and Redis providers keep semaphores and read-write locks)"
             ),
         }
     }

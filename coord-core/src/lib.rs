@@ -107,7 +107,7 @@ pub use config::{ConfigError, CoordConfig, Profile};
 pub use coordinator::CoordinatorBuilder;
 pub use error::{BuildError, CoordError, NotStoredCause, RollbackCause};
 pub use policy::{OnAbandoned, OnBackendError, OnLost, OnMissingKey, OnStoreError};
-pub use provider::{BackendError, CallKey, FencingToken, KeyPart, LossCause};
+pub use provider::{BackendError, CallKey, FencingToken, KeyPart, LossCause, RwMode};
 pub use report::{CallReport, observe};
 pub use runtime::held::{fencing_token, is_held, lock_lost};
 pub use runtime::lock::LockGuard;
@@ -121,6 +121,7 @@ pub mod __private {
     pub use crate::fingerprint::FingerprintHasher;
     pub use crate::policy::{OnAbandoned, OnBackendError, OnLost, OnMissingKey, OnStoreError};
     pub use crate::provider::CallKeyBuilder;
+    pub use crate::provider::RwMode;
     pub use crate::runtime::cache::cached;
     pub use crate::runtime::cache_tiers::{
         CacheForm, CacheOutput, CacheScope, CacheSpec, LocalSlot, SharedOutput, SharedResultOutput,

@@ -10,7 +10,7 @@ use coord_core::CallKey;
 use coord_core::provider::{
     BackendError, BoxFuture, CacheStore, ClaimOutcome, ClaimRequest, CompleteOutcome,
     CompleteRequest, FencingToken, FlightStore, IdempotencyStore, LockGrant, LockProvider,
-    LockRequest, Operations, OwnerToken, ReleaseOutcome, RenewOutcome, SemaphoreStore,
+    LockRequest, Operations, OwnerToken, ReleaseOutcome, RenewOutcome, RwLockStore, SemaphoreStore,
 };
 
 /// The bug planted.
@@ -147,3 +147,4 @@ impl<P: Send + Sync + 'static> Operations for Planted<P> {}
 // No semaphores: the planted bugs are in locks and records, and a provider without the
 // capability refuses permits with a typed error.
 impl<P: Send + Sync + 'static> SemaphoreStore for Planted<P> {}
+impl<P: Send + Sync + 'static> RwLockStore for Planted<P> {}

@@ -261,6 +261,14 @@ pub fn single_flight(args: TokenStream, item: TokenStream) -> TokenStream {
 ///   store; a semaphore over several independent stores is not a semaphore. On a provider
 ///   without semaphores the call fails with `CoordError::Unsupported` and nothing runs.
 ///   Default: none (one holder, a lock).
+/// * `mode = "read" | "write"`: a read-write lock instead of a lock: `"read"` holds the key
+///   together with other readers, `"write"` alone. A waiting writer keeps new readers out
+///   (writer preference), for a short claim of its own if it crashes. Every hold has its own
+///   lease and fencing token, from one counter per key shared by both modes (always minted;
+///   `fencing_token()` reads it). A `"read"` body that reaches a `"write"` call of the same
+///   key fails at once with `CoordError::LockUpgrade` (no upgrade). Not with `permits` or
+///   `fenced = false`. On a provider without read-write locks the call fails with
+///   `CoordError::Unsupported` and nothing runs. Default: none (a lock).
 /// * `on_backend_error = "fail_closed" | "fail_open"`: what to do when the lock backend fails.
 ///   Default: the coordinator's policy.
 /// * `renew = true | "10s"`: extend the lease while the body runs (every third of it, or at

@@ -10,9 +10,9 @@ use crate::args::{self, Args, Errors, KeyPath, Renew, Setting, Value};
 use crate::options::PROFILE;
 use crate::options::{
     self, Abandoned, CACHE_ERR, COORDINATOR, CRATE, FENCED, FINGERPRINT, IN_FLIGHT_LEASE, KEY_FROM,
-    Kind, LEASE, LOCAL_TTL, Lost, MAX_CAPACITY, MissingKey, NAME, ON_ABANDONED, ON_BACKEND_ERROR,
-    ON_LOST, ON_MISSING_KEY, ON_STORE_ERROR, OptionSpec, PERMITS, Policy, RECORD_KEY, RENEW,
-    RETENTION, SCOPE, Scope, StoreError, TRANSACTION, TTL, WAIT,
+    Kind, LEASE, LOCAL_TTL, Lost, MAX_CAPACITY, MODE, MissingKey, NAME, ON_ABANDONED,
+    ON_BACKEND_ERROR, ON_LOST, ON_MISSING_KEY, ON_STORE_ERROR, OptionSpec, PERMITS, Policy,
+    RECORD_KEY, RENEW, RETENTION, SCOPE, Scope, StoreError, TRANSACTION, TTL, WAIT,
 };
 use crate::options::{FLIGHT_LEASE, FLIGHT_SCOPE, FlightScope};
 
@@ -66,6 +66,8 @@ pub(crate) struct LockLayer {
     pub(crate) fenced: bool,
     /// `permits = n`: a semaphore of `n` permits; 0 without it (a lock).
     pub(crate) permits: u32,
+    /// `mode = "read" | "write"`: a hold of a read-write lock; `None` without it.
+    pub(crate) rw: Option<options::RwChoice>,
     pub(crate) on_backend_error: Option<Policy>,
     pub(crate) lease_policy: LeasePolicy,
     /// The run-time `Written` flags of the options given rather than defaulted.
@@ -286,8 +288,10 @@ impl Stack {
                     ));
                 }
             }
+            let rw = rw_mode(layer, &mut errors);
             LockLayer {
                 lease_ms,
+                rw,
                 wait_ms: layer.millis(&WAIT).unwrap_or_default(),
                 fenced: layer.flag(&FENCED).unwrap_or_default(),
                 // Parsed as a `u32` from 1 up (see `args::parse_permits`).
@@ -556,4 +560,27 @@ fn cluster_flight_layer(layer: &Args, errors: &mut Errors) -> Option<ClusterFlig
             lease_ms: layer.millis(&FLIGHT_LEASE).unwrap_or(10_000),
         }),
     }
+}
+
+/// `mode = "read" | "write"`, checked against the options it cannot go with: `permits` (a
+/// call holds a read-write lock or a semaphore, not both) and `fenced = false` (every hold of
+/// a read-write lock is fenced).
+fn rw_mode(layer: &Args, errors: &mut Errors) -> Option<options::RwChoice> {
+    let mode = layer.choice::<options::RwChoice>(&MODE)?;
+    let written = layer.written(&MODE)?;
+    if layer.written(&PERMITS).is_some() {
+        errors.push(written.error(
+            "`mode` takes a read-write lock and `permits` a semaphore: a call holds one of them, \
+             not both (remove `mode` for a semaphore, or `permits` for a read-write lock)",
+        ));
+    }
+    if layer.flag(&FENCED) == Some(false) {
+        if let Some(setting) = layer.written(&FENCED) {
+            errors.push(setting.error(
+                "every hold of a read-write lock carries its own fencing token: remove \
+                 `fenced = false` (with `mode`, `fencing_token()` always reads it)",
+            ));
+        }
+    }
+    Some(mode)
 }

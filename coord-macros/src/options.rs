@@ -172,6 +172,10 @@ choice!(
     MissingKey { "fail" => Fail, "run_unprotected" => RunUnprotected }
 );
 choice!(
+    /// Which side of a read-write lock `#[distributed_lock]` takes.
+    RwChoice { "read" => Read, "write" => Write }
+);
+choice!(
     /// Where `#[single_flight]` coalesces calls.
     FlightScope { "process" => Process, "cluster" => Cluster }
 );
@@ -279,6 +283,15 @@ pub(crate) const PERMITS: OptionSpec = OptionSpec {
     // Without it, a lock: one holder (see `model`).
     default: None,
     doc: "let this many holders in at once (a semaphore, each permit fenced) instead of one",
+};
+pub(crate) const MODE: OptionSpec = OptionSpec {
+    name: "mode",
+    attributes: LOCK,
+    value: ValueKind::Choice(RwChoice::WORDS),
+    example: "\"read\"",
+    // Without it, a lock (or a semaphore with `permits`), not a read-write lock (see `model`).
+    default: None,
+    doc: "take a read-write lock for reading (shared) or writing (alone), each hold fenced",
 };
 pub(crate) const FINGERPRINT: OptionSpec = OptionSpec {
     name: "fingerprint",
@@ -421,6 +434,7 @@ pub(crate) static OPTIONS: &[&OptionSpec] = &[
     &WAIT,
     &FENCED,
     &PERMITS,
+    &MODE,
     &FINGERPRINT,
     &ON_BACKEND_ERROR,
     &RENEW,

@@ -15,6 +15,8 @@
 //!   fencing tokens, waiters woken one at a time by direct hand-off on release.
 //! * [`SemaphoreTable`]: counting semaphores whose permits are leases with fencing tokens,
 //!   waiters woken on release.
+//! * [`RwLockTable`]: read-write locks whose read and write holds are leases with fencing
+//!   tokens from one counter, writer preference by a waiting writer's short claim.
 //! * [`RecordStore`]: in-flight markers and completed outcomes keyed on the exact key, each
 //!   with its own expiry.
 //!
@@ -53,6 +55,7 @@
 //! [`FlightStore`]: coord_contract::FlightStore
 //! [`Operations`]: coord_contract::Operations
 //! [`SemaphoreStore`]: coord_contract::SemaphoreStore
+//! [`RwLockStore`]: coord_contract::RwLockStore
 //! [`OwnerToken`]: coord_contract::OwnerToken
 //! [`Fingerprint`]: coord_contract::Fingerprint
 //! [`FencingToken`]: coord_contract::FencingToken
@@ -66,6 +69,7 @@ mod flights;
 mod locks;
 mod provider;
 mod records;
+mod rw_locks;
 mod semaphores;
 
 pub(crate) use coord_contract::time::deadline_after;
@@ -73,4 +77,5 @@ pub(crate) use coord_contract::time::deadline_after;
 pub use locks::{Attempt, LockTable, LockView, Waiter};
 pub use provider::MemoryProvider;
 pub use records::{RecordStore, RecordView};
+pub use rw_locks::RwLockTable;
 pub use semaphores::SemaphoreTable;

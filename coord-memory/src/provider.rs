@@ -28,6 +28,7 @@ use coord_contract::{
 };
 use coord_contract::{FlightClaim, FlightStore, FlightWait};
 use coord_contract::{PermitGrant, PermitRequest, SemaphoreStore};
+use coord_contract::{RwGrant, RwLockRequest, RwLockStore, RwMode};
 
 /// Coordination within this process: leases, fencing, FIFO hand-off and idempotency records
 /// held in memory.
@@ -57,6 +58,8 @@ pub struct MemoryProvider {
     pub(crate) flights: crate::flights::FlightTable,
     /// Semaphores (`permits`).
     semaphores: crate::SemaphoreTable,
+    /// Read-write locks (`mode`).
+    rw_locks: crate::RwLockTable,
 }
 
 /// Expired cache entries are swept once per this many sets, so keys never read again do not
@@ -83,6 +86,17 @@ impl MemoryProvider {
     /// How many live permits of `key` are held now.
     pub fn permits_held(&self, key: &CallKey) -> usize {
         self.semaphores.held(key.qualified())
+    }
+
+    /// How many read-write lock keys have holds, a waiting writer's claim, or waiters (zero
+    /// once every hold is released or expired and nobody waits).
+    pub fn rw_lock_keys(&self) -> usize {
+        self.rw_locks.len()
+    }
+
+    /// The live read holds of the read-write lock `key`, and whether a live write hold exists.
+    pub fn rw_holds(&self, key: &CallKey) -> (usize, bool) {
+        self.rw_locks.held(key.qualified())
     }
 
     /// How many shared cache entries are kept, expired ones not yet swept included.
@@ -212,6 +226,63 @@ impl SemaphoreStore for MemoryProvider {
         _lease_left: Duration,
     ) {
         self.semaphores.release(key.qualified(), owner);
+    }
+}
+
+/// Read-write locks, exact among the tasks of this process.
+impl RwLockStore for MemoryProvider {
+    fn supports_rw_locks(&self) -> bool {
+        true
+    }
+
+    fn acquire_rw<'a>(
+        &'a self,
+        req: RwLockRequest<'a>,
+    ) -> BoxFuture<'a, Result<Option<RwGrant>, BackendError>> {
+        Box::pin(async move {
+            Ok(self
+                .rw_locks
+                .acquire(
+                    req.key.qualified(),
+                    req.owner,
+                    req.mode,
+                    req.lease,
+                    req.wait,
+                    req.claim,
+                )
+                .await)
+        })
+    }
+
+    fn release_rw<'a>(
+        &'a self,
+        key: &'a CallKey,
+        owner: OwnerToken,
+        mode: RwMode,
+    ) -> BoxFuture<'a, Result<ReleaseOutcome, BackendError>> {
+        let outcome = self.rw_locks.release(key.qualified(), owner, mode);
+        Box::pin(std::future::ready(Ok(outcome)))
+    }
+
+    fn renew_rw<'a>(
+        &'a self,
+        key: &'a CallKey,
+        owner: OwnerToken,
+        mode: RwMode,
+        lease: Duration,
+    ) -> BoxFuture<'a, Result<RenewOutcome, BackendError>> {
+        let outcome = self.rw_locks.renew(key.qualified(), owner, mode, lease);
+        Box::pin(std::future::ready(Ok(outcome)))
+    }
+
+    fn release_rw_detached(
+        self: Arc<Self>,
+        key: CallKey,
+        owner: OwnerToken,
+        mode: RwMode,
+        _lease_left: Duration,
+    ) {
+        self.rw_locks.release(key.qualified(), owner, mode);
     }
 }
 

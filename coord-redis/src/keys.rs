@@ -14,6 +14,8 @@
 //! | single-flight hand-over  | `ns:flight:{op:parts}:<leader>`   |
 //! | semaphore permits        | `ns:sem:{op:parts}`               |
 //! | semaphore tokens, counter| `ns:sem-tok:{op:parts}`           |
+//! | read-write lock state    | `ns:rw:{op:parts}`                |
+//! | read-write lock readers  | `ns:rw-r:{op:parts}`              |
 //!
 //! A release is announced on the pub/sub channel named like the lock key (or, to wake one
 //! waiting process only, on `<lock key>#<process id>`), a settled record
@@ -102,6 +104,17 @@ impl<'a> Names<'a> {
         self.name("sem-tok")
     }
 
+    /// A read-write lock's state: a hash of its writer, a waiting writer's claim, its readers'
+    /// tokens and its fencing counter (shared by both modes), apart from the lock's.
+    pub(crate) fn rw_lock(&self) -> String {
+        self.name("rw")
+    }
+
+    /// A read-write lock's readers: a sorted set of owner → end of lease (server ms).
+    pub(crate) fn rw_readers(&self) -> String {
+        self.name("rw-r")
+    }
+
     /// The hand-over of the flight led by `leader` (its token as 32 hex digits).
     pub(crate) fn flight_outcome(&self, leader: &str) -> String {
         let mut out = self.name("flight");
@@ -132,6 +145,8 @@ mod tests {
         assert_eq!(n.flight_outcome("00ff"), "svc:flight:{charge:42:eu}:00ff");
         assert_eq!(n.semaphore(), "svc:sem:{charge:42:eu}");
         assert_eq!(n.semaphore_tokens(), "svc:sem-tok:{charge:42:eu}");
+        assert_eq!(n.rw_lock(), "svc:rw:{charge:42:eu}");
+        assert_eq!(n.rw_readers(), "svc:rw-r:{charge:42:eu}");
         // A brace in any input is escaped, so it never reaches a name.
         let key = CallKey::builder("s{v}", "a{b}").part("c}").finish();
         let n = Names::of(&key);

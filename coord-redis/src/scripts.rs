@@ -50,6 +50,9 @@
 
 use std::sync::LazyLock;
 
+mod rw_locks;
+pub(crate) use rw_locks::{RW_ACQUIRE, RW_RELEASE, RW_RENEW};
+
 /// A script and its SHA1.
 pub(crate) struct Script {
     pub(crate) name: &'static str,

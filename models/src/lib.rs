@@ -9,6 +9,10 @@
 //! * [`semaphore`]: the semaphore protocol behind `#[distributed_lock(permits = n)]` (acquire
 //!   with expired permits dropped in the same step, renew, owner-checked release, lease
 //!   expiry, pauses, lost replies) and the per-permit fencing tokens.
+//! * [`rw_lock`]: the read-write lock protocol behind `#[distributed_lock(mode = ..)]`
+//!   (read and write acquires with writer preference by a waiting writer's claim,
+//!   mode-scoped release, renew, lease and claim expiry, lost replies) and its one fencing
+//!   counter across modes.
 //! * [`flight`]: the cluster flight protocol behind `#[single_flight(scope = "cluster")]`
 //!   (claim, renew, fenced finish with per-leader hand-overs, abandon, crashes, lease expiry,
 //!   takeover).
@@ -29,7 +33,7 @@
 //! 3 ticks of clock for the lock), chosen so that each check runs in seconds; bugs that
 //! need more actors or longer histories are out of reach. Each property also has a test that
 //! runs the same checker on a deliberately broken variant ([`record::RecordBug`],
-//! [`lock::LockBug`], [`semaphore::SemBug`], [`flight::FlightBug`], [`transactional::TxBug`]) and expects a counterexample, which shows the property can fail; and the
+//! [`lock::LockBug`], [`semaphore::SemBug`], [`rw_lock::RwBug`], [`flight::FlightBug`], [`transactional::TxBug`]) and expects a counterexample, which shows the property can fail; and the
 //! `sometimes` properties show that the interesting situations (an overlap after expiry, an
 //! `OutcomeUnknown`, a rerun) are reached at all.
 //!
@@ -86,5 +90,6 @@
 pub mod flight;
 pub mod lock;
 pub mod record;
+pub mod rw_lock;
 pub mod semaphore;
 pub mod transactional;

@@ -56,6 +56,7 @@ impl Coordinator {
                 wait: Duration::ZERO,
                 fenced: false,
                 permits: 0,
+                rw: None,
                 on_backend_error: None,
                 renew: None,
                 on_lost: None,

@@ -7,6 +7,7 @@
 //! | [`Idempotent`] (in a transaction: [`TransactionStep`], [`TransactionRun`]) | [`Coordinator::idempotent`](crate::Coordinator::idempotent) | `#[idempotent]` (`transaction = "tx"`) |
 //! | [`Lock`] (held: [`LockGuard`](crate::LockGuard)) | [`Coordinator::lock`](crate::Coordinator::lock) | `#[distributed_lock]` |
 //! | [`Semaphore`] (held: [`PermitGuard`]) | [`Coordinator::semaphore`](crate::Coordinator::semaphore) | `#[distributed_lock(permits = n)]` |
+//! | [`RwLock`] (held: [`RwLockGuard`]) | [`Coordinator::rw_lock`](crate::Coordinator::rw_lock) | `#[distributed_lock(mode = "read" \| "write")]` |
 //! | [`SingleFlight`] | [`Coordinator::single_flight`](crate::Coordinator::single_flight) | `#[single_flight]` |
 //! | [`ClusterFlight`] | [`SingleFlight::cluster`] | `#[single_flight(scope = "cluster")]` |
 //! | [`Cached`] (scopes: [`CacheScope`]) | [`Coordinator::cached`](crate::Coordinator::cached) | `#[cached]` |
@@ -15,6 +16,7 @@ mod cached;
 mod cluster_flight;
 mod idempotent;
 mod lock;
+mod rw_lock;
 mod semaphore;
 mod single_flight;
 
@@ -28,5 +30,6 @@ pub use cached::Cached;
 pub use cluster_flight::ClusterFlight;
 pub use idempotent::{Idempotent, TransactionRun, TransactionStep};
 pub use lock::Lock;
+pub use rw_lock::{RwLock, RwLockGuard};
 pub use semaphore::{PermitGuard, Semaphore};
 pub use single_flight::SingleFlight;

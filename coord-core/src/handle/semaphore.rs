@@ -72,6 +72,7 @@ impl Coordinator {
                 wait: Duration::ZERO,
                 fenced: true,
                 permits,
+                rw: None,
                 on_backend_error: None,
                 renew: None,
                 on_lost: None,

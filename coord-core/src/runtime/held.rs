@@ -23,12 +23,30 @@ pub(crate) fn innermost() -> Option<Arc<Hold>> {
 pub(crate) fn chain_holds(innermost: Option<&Hold>, key: &CallKey, permit: bool) -> bool {
     let mut at = innermost;
     while let Some(lock) = at {
-        if lock.key == *key && lock.is_permit() == permit {
+        if lock.key == *key && lock.is_permit() == permit && lock.rw_mode().is_none() {
             return true;
         }
         at = lock.outer.as_deref();
     }
     false
+}
+
+/// The mode in which the chain of held locks starting at `innermost` holds the read-write
+/// lock `key`, if it does (the innermost such hold; a lock or permit of the same key is
+/// another thing).
+pub(crate) fn chain_holds_rw(
+    innermost: Option<&Hold>,
+    key: &CallKey,
+) -> Option<crate::provider::RwMode> {
+    let mut at = innermost;
+    while let Some(lock) = at {
+        match lock.rw_mode() {
+            Some(mode) if lock.key == *key => return Some(mode),
+            _ => {}
+        }
+        at = lock.outer.as_deref();
+    }
+    None
 }
 
 /// Runs `body` with `hold` recorded as the innermost lock of the current task.

@@ -10,7 +10,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use crate::provider::CallKey;
-use crate::provider::{IdempotencyStore, LockProvider, OwnerToken, SemaphoreStore};
+use crate::provider::{
+    IdempotencyStore, LockProvider, OwnerToken, RwLockStore, RwMode, SemaphoreStore,
+};
 use crate::runtime::renewal::Hold;
 
 /// Where the lease lives, and so how it is freed.
@@ -19,6 +21,8 @@ pub(crate) enum LeaseStore<'a> {
     Lock(&'a Arc<dyn LockProvider>),
     /// A semaphore permit: freed by `release_permit_detached`.
     Permit(&'a Arc<dyn SemaphoreStore>),
+    /// A read-write lock's hold of this mode: freed by `release_rw_detached`.
+    Rw(&'a Arc<dyn RwLockStore>, RwMode),
     /// An in-flight marker: freed by `abandon_detached`.
     Marker(&'a Arc<dyn IdempotencyStore>),
 }
@@ -99,6 +103,9 @@ impl Drop for LeaseGuard<'_> {
             LeaseStore::Permit(store) => {
                 store.clone().release_permit_detached(key, self.owner, left)
             }
+            LeaseStore::Rw(store, mode) => store
+                .clone()
+                .release_rw_detached(key, self.owner, mode, left),
             LeaseStore::Marker(store) => store.clone().abandon_detached(key, self.owner, left),
         }
     }

@@ -17,7 +17,7 @@ use crate::policy::OnLost;
 use crate::provider::CallKey;
 use crate::provider::{
     BackendError, BoxFuture, Capability, FencingToken, LockGrant, LockRequest, LossCause,
-    OwnerToken, PermitRequest, ReleaseOutcome,
+    OwnerToken, PermitRequest, ReleaseOutcome, RwMode,
 };
 use crate::report::LockOutcome;
 use crate::runtime::call::{Call, backend_fault};
@@ -70,7 +70,11 @@ pub(crate) async fn acquire_lock(
     // hold links to.
     let outer = held::innermost();
     let permit = spec.permits > 0;
-    if held::chain_holds(outer.as_deref(), key, permit) {
+    if let Some(mode) = spec.rw {
+        if let Some(err) = crate::runtime::rw_lock::reentry(outer.as_deref(), key, mode) {
+            return Acquired::Refused(err, LockOutcome::Reentrant);
+        }
+    } else if held::chain_holds(outer.as_deref(), key, permit) {
         let err = CoordError::Reentrant { key: key.clone() };
         return Acquired::Refused(err, LockOutcome::Reentrant);
     }
@@ -87,13 +91,28 @@ pub(crate) async fn acquire_lock(
         };
         return Acquired::Refused(err, LockOutcome::BackendError);
     }
+    if spec.rw.is_some() && !coordinator.supports(Capability::ReadWriteLocks) {
+        // As for semaphores: never a read-write lock that silently excludes nobody.
+        let err = CoordError::Unsupported {
+            capability: Capability::ReadWriteLocks,
+            key: key.clone(),
+        };
+        return Acquired::Refused(err, LockOutcome::BackendError);
+    }
     let owner = OwnerToken::new();
     let started = Instant::now();
     // A lock taken by this call frees itself at the latest a lease after its last attempt,
     // and attempts end within `wait`.
     let lease_bound = spec.lease.saturating_add(spec.wait);
-    let mut pending = LeaseGuard::new(lease_store(coordinator, permit), key, owner, lease_bound);
-    let mut answer = if permit {
+    let mut pending = LeaseGuard::new(
+        lease_store(coordinator, permit, spec.rw),
+        key,
+        owner,
+        lease_bound,
+    );
+    let mut answer = if let Some(mode) = spec.rw {
+        crate::runtime::rw_lock::acquire(coordinator, key, owner, mode, spec)
+    } else if permit {
         acquire_permit(coordinator, key, owner, spec)
     } else {
         coordinator.lock_provider().acquire(LockRequest {
@@ -152,10 +171,10 @@ pub(crate) async fn acquire_lock(
     };
     let waited = Elapsed::Between(started, grant.lease_began.unwrap_or(granted_at));
     let hold = Hold::new(
-        if permit {
-            HoldKind::Permit
-        } else {
-            HoldKind::Lock
+        match spec.rw {
+            Some(mode) => HoldKind::Rw(mode),
+            None if permit => HoldKind::Permit,
+            None => HoldKind::Lock,
         },
         key.clone(),
         owner,
@@ -208,8 +227,10 @@ fn acquire_permit<'a>(
 }
 
 /// Where a hold of this kind lives, for its drop guard.
-fn lease_store(coordinator: &Coordinator, permit: bool) -> LeaseStore<'_> {
-    if permit {
+fn lease_store(coordinator: &Coordinator, permit: bool, rw: Option<RwMode>) -> LeaseStore<'_> {
+    if let Some(mode) = rw {
+        LeaseStore::Rw(coordinator.rw_lock_store(), mode)
+    } else if permit {
         LeaseStore::Permit(coordinator.semaphore_store())
     } else {
         LeaseStore::Lock(coordinator.lock_provider())
@@ -221,7 +242,11 @@ pub(crate) fn release_once<'a>(
     coordinator: &'a Coordinator,
     hold: &'a Hold,
 ) -> BoxFuture<'a, Result<ReleaseOutcome, BackendError>> {
-    if hold.is_permit() {
+    if let Some(mode) = hold.rw_mode() {
+        coordinator
+            .rw_lock_store()
+            .release_rw(&hold.key, hold.owner(), mode)
+    } else if hold.is_permit() {
         coordinator
             .semaphore_store()
             .release_permit(&hold.key, hold.owner())
@@ -233,7 +258,12 @@ pub(crate) fn release_once<'a>(
 /// Hands the release of `hold` to the provider's background path, tried for `lease_left`.
 fn release_in_background(coordinator: &Coordinator, hold: &Hold, lease_left: Duration) {
     let (key, owner) = (hold.key.clone(), hold.owner());
-    if hold.is_permit() {
+    if let Some(mode) = hold.rw_mode() {
+        coordinator
+            .rw_lock_store()
+            .clone()
+            .release_rw_detached(key, owner, mode, lease_left);
+    } else if hold.is_permit() {
         coordinator
             .semaphore_store()
             .clone()
@@ -262,7 +292,7 @@ async fn release_hold(
     // Dropped while the release is in flight (its command may not have left the process
     // yet): the release is finished in the background, owner-checked.
     let mut in_flight = LeaseGuard::new(
-        lease_store(coordinator, hold.is_permit()),
+        lease_store(coordinator, hold.is_permit(), hold.rw_mode()),
         &hold.key,
         hold.owner(),
         hold.lease(),

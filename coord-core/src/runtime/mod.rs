@@ -14,6 +14,7 @@ pub(crate) mod lifecycle;
 pub(crate) mod lock;
 pub(crate) mod outcome;
 pub(crate) mod renewal;
+pub(crate) mod rw_lock;
 pub(crate) mod settings;
 pub(crate) mod spec;
 pub(crate) mod state;

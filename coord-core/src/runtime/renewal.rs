@@ -35,8 +35,8 @@ use crate::provider::BackendError;
 use crate::provider::CallKey;
 use crate::provider::time::deadline_after;
 use crate::provider::{
-    FencingToken, IdempotencyStore, LockProvider, LossCause, OwnerToken, RenewOutcome,
-    SemaphoreStore,
+    FencingToken, IdempotencyStore, LockProvider, LossCause, OwnerToken, RenewOutcome, RwLockStore,
+    RwMode, SemaphoreStore,
 };
 
 /// What a hold protects.
@@ -46,6 +46,9 @@ pub(crate) enum HoldKind {
     /// One permit of a semaphore: held, renewed, lost and given back like a lock, through the
     /// semaphore store.
     Permit,
+    /// A read or write hold of a read-write lock: held, renewed, lost and given back like a
+    /// lock, through the read-write lock store.
+    Rw(RwMode),
     Marker,
 }
 
@@ -111,7 +114,18 @@ impl Hold {
 
     /// True for a lock or a semaphore permit (not an in-flight marker).
     pub(crate) fn is_lock(&self) -> bool {
-        matches!(self.kind, HoldKind::Lock | HoldKind::Permit)
+        matches!(
+            self.kind,
+            HoldKind::Lock | HoldKind::Permit | HoldKind::Rw(_)
+        )
+    }
+
+    /// The mode of a read-write lock's hold; `None` for every other kind.
+    pub(crate) fn rw_mode(&self) -> Option<RwMode> {
+        match self.kind {
+            HoldKind::Rw(mode) => Some(mode),
+            _ => None,
+        }
     }
 
     /// True for a semaphore permit.
@@ -293,6 +307,8 @@ impl Hold {
             let kind = match self.kind {
                 HoldKind::Lock => "lock",
                 HoldKind::Permit => "permit",
+                HoldKind::Rw(RwMode::Read) => "read_lock",
+                HoldKind::Rw(RwMode::Write) => "write_lock",
                 HoldKind::Marker => "in_flight",
             };
             crate::telemetry::hold_lost(kind, &self.key, cause);
@@ -382,6 +398,7 @@ struct Shared {
     locks: Arc<dyn LockProvider>,
     records: Arc<dyn IdempotencyStore>,
     semaphores: Arc<dyn SemaphoreStore>,
+    rw_locks: Arc<dyn RwLockStore>,
     registry: Mutex<Registry>,
     wake: Notify,
 }
@@ -422,12 +439,14 @@ impl Renewer {
         locks: Arc<dyn LockProvider>,
         records: Arc<dyn IdempotencyStore>,
         semaphores: Arc<dyn SemaphoreStore>,
+        rw_locks: Arc<dyn RwLockStore>,
     ) -> Self {
         Renewer {
             shared: Arc::new(Shared {
                 locks,
                 records,
                 semaphores,
+                rw_locks,
                 registry: Mutex::new(Registry::default()),
                 wake: Notify::new(),
             }),
@@ -572,6 +591,12 @@ async fn renew_once(shared: &Shared, hold: &Hold) -> Result<RenewOutcome, Backen
             shared
                 .semaphores
                 .renew_permit(&hold.key, hold.owner, hold.lease)
+                .await
+        }
+        HoldKind::Rw(mode) => {
+            shared
+                .rw_locks
+                .renew_rw(&hold.key, hold.owner, mode, hold.lease)
                 .await
         }
         HoldKind::Marker => {

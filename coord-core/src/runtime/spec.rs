@@ -63,6 +63,9 @@ pub struct LockSpec {
     /// `0`: a lock (one holder). `n` ≥ 1 (`permits = n`): one permit of a semaphore of `n`
     /// permits, which is always fenced.
     pub permits: u32,
+    /// `Some(mode)` (`mode = "read" | "write"`): a hold of a read-write lock in that mode,
+    /// which is always fenced. `None`: not a read-write lock.
+    pub rw: Option<crate::provider::RwMode>,
     /// The attribute's backend-fault policy, if it set one.
     pub on_backend_error: Option<OnBackendError>,
     /// Renew the lease this often while the body runs.

@@ -15,7 +15,7 @@ use crate::config::Profile;
 use crate::policy::OnBackendError;
 use crate::provider::{
     BackendError, CacheStore, CallKey, Capability, FlightStore, IdempotencyStore, LockProvider,
-    Operations, SemaphoreStore,
+    Operations, RwLockStore, SemaphoreStore,
 };
 use crate::runtime::lifecycle::Lifecycle;
 use crate::runtime::renewal::Renewer;
@@ -40,6 +40,7 @@ pub(crate) struct Inner {
     cache: Arc<dyn CacheStore>,
     flights: Arc<dyn FlightStore>,
     semaphores: Arc<dyn SemaphoreStore>,
+    rw_locks: Arc<dyn RwLockStore>,
     codec: Codec,
     on_backend_error: OnBackendError,
     in_process: bool,
@@ -71,6 +72,7 @@ pub(crate) struct Parts {
     pub(crate) cache: Arc<dyn CacheStore>,
     pub(crate) flights: Arc<dyn FlightStore>,
     pub(crate) semaphores: Arc<dyn SemaphoreStore>,
+    pub(crate) rw_locks: Arc<dyn RwLockStore>,
     pub(crate) codec: Codec,
     pub(crate) on_backend_error: OnBackendError,
     pub(crate) in_process: bool,
@@ -87,6 +89,7 @@ impl Coordinator {
                     parts.locks.clone(),
                     parts.records.clone(),
                     parts.semaphores.clone(),
+                    parts.rw_locks.clone(),
                 ),
                 namespace: parts.namespace,
                 locks: parts.locks,
@@ -95,6 +98,7 @@ impl Coordinator {
                 cache: parts.cache,
                 flights: parts.flights,
                 semaphores: parts.semaphores,
+                rw_locks: parts.rw_locks,
                 codec: parts.codec,
                 on_backend_error: parts.on_backend_error,
                 in_process: parts.in_process,
@@ -188,6 +192,13 @@ impl Coordinator {
         &self.inner.semaphores
     }
 
+    /// The read-write lock store (`mode = "read" | "write"`, [`Coordinator::rw_lock`]). Ask
+    /// [`Coordinator::supports`] first: a provider without read-write locks answers every
+    /// method with a `Config` error.
+    pub fn rw_lock_store(&self) -> &Arc<dyn RwLockStore> {
+        &self.inner.rw_locks
+    }
+
     /// Whether this coordinator's provider has `capability`. A call that needs one the
     /// provider lacks fails with [`CoordError::Unsupported`](crate::CoordError::Unsupported)
     /// before anything runs; [`CoordinatorBuilder::require`](crate::CoordinatorBuilder::require)
@@ -195,6 +206,7 @@ impl Coordinator {
     pub fn supports(&self, capability: Capability) -> bool {
         match capability {
             Capability::Semaphores => self.inner.semaphores.supports_semaphores(),
+            Capability::ReadWriteLocks => self.inner.rw_locks.supports_rw_locks(),
             // A capability this version of coord does not know: none of its providers has it.
             _ => false,
         }

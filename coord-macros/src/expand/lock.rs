@@ -7,6 +7,7 @@ use quote::{quote, quote_spanned};
 use super::function::ReturnSite;
 use super::spec_values::{lease_policy, millis, policy, written};
 use crate::model::LockLayer;
+use crate::options::RwChoice;
 
 /// The `lock` field of the `OpSpec`: an `Option<LockSpec>`.
 pub(super) fn spec(layer: Option<&LockLayer>, krate: &TokenStream) -> TokenStream {
@@ -17,6 +18,15 @@ pub(super) fn spec(layer: Option<&LockLayer>, krate: &TokenStream) -> TokenStrea
     let wait = millis(krate, layer.wait_ms);
     let fenced = layer.fenced;
     let permits = proc_macro2::Literal::u32_suffixed(layer.permits);
+    let rw = match layer.rw {
+        None => quote!(::core::option::Option::None),
+        Some(RwChoice::Read) => {
+            quote!(::core::option::Option::Some(#krate::__private::RwMode::Read))
+        }
+        Some(RwChoice::Write) => {
+            quote!(::core::option::Option::Some(#krate::__private::RwMode::Write))
+        }
+    };
     let written = written(krate, &layer.written);
     let on_backend_error = policy(krate, layer.on_backend_error);
     let (renew, on_lost) = lease_policy(krate, &layer.lease_policy);
@@ -26,6 +36,7 @@ pub(super) fn spec(layer: Option<&LockLayer>, krate: &TokenStream) -> TokenStrea
             wait: #wait,
             fenced: #fenced,
             permits: #permits,
+            rw: #rw,
             on_backend_error: #on_backend_error,
             renew: #renew,
             on_lost: #on_lost,

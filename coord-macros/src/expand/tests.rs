@@ -19,7 +19,7 @@ fn position(haystack: &str, needle: &str) -> usize {
 /// layer alone and all four together, every cache scope, the cluster flight, no return
 /// type, an `impl` return type, a method, a coordinator expression, a renamed crate,
 /// inner attributes and taken-in sibling paths.
-const SNAPSHOTS: [(&str, Kind, &str, &str); 13] = [
+const SNAPSHOTS: [(&str, Kind, &str, &str); 14] = [
     (
         "idempotent_every_option",
         Kind::Idempotent,
@@ -102,6 +102,12 @@ const SNAPSHOTS: [(&str, Kind, &str, &str); 13] = [
         "lease = \"10s\"",
         "#[idempotent(key_from = id, transaction = tx)] \
          async fn f(mut tx: &mut dyn OutcomeTransaction, id: u64) -> Result<u64, E> { Ok(id) }",
+    ),
+    (
+        "rw_lock_read",
+        Kind::DistributedLock,
+        "key_from = book, mode = \"read\", wait = \"5s\", renew = true",
+        "async fn prices(book: u64) -> Result<(), E> { Ok(()) }",
     ),
     (
         "semaphore",

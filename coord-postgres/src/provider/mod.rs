@@ -761,6 +761,11 @@ impl PostgresProvider {
     }
 }
 
+/// No read-write locks yet: `mode = "read" | "write"` on this provider fails with
+/// `CoordError::Unsupported` (and `CoordinatorBuilder::require(Capability::ReadWriteLocks)`
+/// refuses to build).
+impl coord_core::provider::RwLockStore for PostgresProvider {}
+
 #[cfg(test)]
 mod tests {
     use super::*;

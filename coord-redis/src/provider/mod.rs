@@ -11,6 +11,7 @@ mod flights;
 mod locks;
 mod operations;
 mod records;
+mod rw_locks;
 mod semaphores;
 
 use std::sync::Arc;

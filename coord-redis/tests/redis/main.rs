@@ -34,6 +34,7 @@ mod reconnect;
 mod records;
 mod replica_acks;
 mod round_trips;
+mod rw_locks;
 mod semaphore_faults;
 mod semaphores;
 mod shutdown;

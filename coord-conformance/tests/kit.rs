@@ -70,6 +70,7 @@ impl CacheStore for ReleaseNeverFrees {}
 impl coord_core::provider::FlightStore for ReleaseNeverFrees {}
 /// No semaphores: the kit's semaphore cases check that they are refused as unsupported.
 impl coord_core::provider::SemaphoreStore for ReleaseNeverFrees {}
+impl coord_core::provider::MultiLockStore for ReleaseNeverFrees {}
 
 /// Implements `IdempotencyStore` for a wrapper of the in-process provider by handing every call
 /// to it: the test doubles here break something else.
@@ -143,6 +144,7 @@ impl coord_core::provider::Operations for CacheIgnoresTtl {}
 /// No cluster-scope single-flight: these tests do not use it.
 impl coord_core::provider::FlightStore for CacheIgnoresTtl {}
 impl coord_core::provider::SemaphoreStore for CacheIgnoresTtl {}
+impl coord_core::provider::MultiLockStore for CacheIgnoresTtl {}
 
 impl LockProvider for CacheIgnoresTtl {
     fn acquire<'a>(

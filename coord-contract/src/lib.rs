@@ -17,6 +17,7 @@
 //! | [`FlightStore`] | leased flight claims and short hand-overs | `#[single_flight(scope = "cluster")]` |
 //! | [`Operations`] | nothing new: reads and forced releases of the state above | `Coordinator::operator`, the `coord` CLI |
 //! | [`SemaphoreStore`] (optional: [`Capability::Semaphores`]) | leased permits with fencing counters, waiters | `#[distributed_lock(permits = n)]`, semaphore handles |
+//! | [`MultiLockStore`] (optional: [`Capability::MultiKeyLocks`]) | nothing new: the plain locks, several taken in one atomic step | `#[distributed_lock(key_from_each = ..)]`, multi-lock handles |
 //! | [`OutcomeTransaction`] | nothing: the application's open transaction, able to write a completed record in it | `#[idempotent(transaction = "tx")]`, `Idempotent::claim_in_transaction` |
 //!
 //! Every method has a default only where a provider may reasonably lack the capability
@@ -50,6 +51,7 @@ mod error;
 mod flights;
 mod key_builder;
 mod locks;
+mod multi_locks;
 mod operations;
 mod records;
 mod semaphores;
@@ -66,6 +68,7 @@ pub use locks::{
     FORCED_RELEASE_MEMORY, LockGrant, LockProvider, LockRequest, LossCause, ReleaseOutcome,
     RenewOutcome,
 };
+pub use multi_locks::{MultiLockGrant, MultiLockRequest, MultiLockStore};
 pub use operations::{
     Cursor, ForcedRelease, ListRequest, LockHolder, LockInfo, MAX_PAGE, NamespaceListRequest,
     Operations, Page, RecordInfo, RecordStatus, Waiters,
@@ -85,12 +88,24 @@ pub use transactions::{OutcomeTransaction, TransactionalCompletion};
 /// shared cache, cluster flights, semaphores or operator support opts out with
 /// `impl CacheStore for MyProvider {}` (and likewise).
 pub trait Provider:
-    LockProvider + IdempotencyStore + CacheStore + Operations + FlightStore + SemaphoreStore
+    LockProvider
+    + IdempotencyStore
+    + CacheStore
+    + Operations
+    + FlightStore
+    + SemaphoreStore
+    + MultiLockStore
 {
 }
 
 impl<P> Provider for P where
-    P: LockProvider + IdempotencyStore + CacheStore + Operations + FlightStore + SemaphoreStore
+    P: LockProvider
+    + IdempotencyStore
+    + CacheStore
+    + Operations
+    + FlightStore
+    + SemaphoreStore
+    + MultiLockStore
 {
 }
 

@@ -39,13 +39,19 @@ use crate::tokens::{FencingToken, OwnerToken};
 pub enum Capability {
     /// Counting semaphores with leased, fenced permits ([`SemaphoreStore`]).
     Semaphores,
+    /// Several plain locks taken in one atomic step
+    /// ([`MultiLockStore`](crate::MultiLockStore)). Multi-key locks work without it (taken
+    /// key by key in canonical order, with rollback); with it, a set of keys the provider
+    /// keeps together is taken all or nothing.
+    MultiKeyLocks,
 }
 
 impl Capability {
-    /// A short, stable name: `semaphores`.
+    /// A short, stable name: `semaphores`, `multi_key_locks`.
     pub fn as_str(self) -> &'static str {
         match self {
             Capability::Semaphores => "semaphores",
+            Capability::MultiKeyLocks => "multi_key_locks",
         }
     }
 }

@@ -15,7 +15,7 @@ use crate::error::BuildError;
 use crate::policy::OnBackendError;
 use crate::provider::{
     CacheStore, CallKey, CallKeyBuilder, Capability, FlightStore, IdempotencyStore, LockProvider,
-    Operations, Provider, SemaphoreStore,
+    MultiLockStore, Operations, Provider, SemaphoreStore,
 };
 use crate::runtime::state::{Coordinator, Parts};
 
@@ -27,6 +27,7 @@ struct ChosenProvider {
     cache: Arc<dyn CacheStore>,
     flights: Arc<dyn FlightStore>,
     semaphores: Arc<dyn SemaphoreStore>,
+    multi_locks: Arc<dyn MultiLockStore>,
     /// Set for the in-process provider: exclusion holds within this process only.
     in_process: bool,
 }
@@ -85,6 +86,7 @@ impl CoordinatorBuilder {
             cache: provider.clone(),
             flights: provider.clone(),
             semaphores: provider.clone(),
+            multi_locks: provider.clone(),
             in_process: true,
         });
         self
@@ -99,7 +101,8 @@ impl CoordinatorBuilder {
             operations: provider.clone(),
             cache: provider.clone(),
             flights: provider.clone(),
-            semaphores: provider,
+            semaphores: provider.clone(),
+            multi_locks: provider,
             in_process: false,
         });
         self
@@ -175,6 +178,7 @@ impl CoordinatorBuilder {
             cache,
             flights,
             semaphores,
+            multi_locks,
             in_process,
         } = self.provider.ok_or(BuildError::NoProvider)?;
 
@@ -186,6 +190,7 @@ impl CoordinatorBuilder {
             cache,
             flights,
             semaphores,
+            multi_locks,
             codec: self.codec,
             on_backend_error,
             in_process,

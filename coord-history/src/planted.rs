@@ -147,3 +147,4 @@ impl<P: Send + Sync + 'static> Operations for Planted<P> {}
 // No semaphores: the planted bugs are in locks and records, and a provider without the
 // capability refuses permits with a typed error.
 impl<P: Send + Sync + 'static> SemaphoreStore for Planted<P> {}
+impl<P: Send + Sync + 'static> coord_core::provider::MultiLockStore for Planted<P> {}

@@ -51,6 +51,7 @@ mod args;
 mod expand;
 mod fallback;
 mod model;
+mod multi_lock_model;
 mod options;
 
 use proc_macro::TokenStream;

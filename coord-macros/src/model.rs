@@ -66,6 +66,9 @@ pub(crate) struct LockLayer {
     pub(crate) fenced: bool,
     /// `permits = n`: a semaphore of `n` permits; 0 without it (a lock).
     pub(crate) permits: u32,
+    /// `key_from_each = "accounts"`: one lock per element of this collection, taken together
+    /// (a multi-key lock); `None`: one lock on the call's key.
+    pub(crate) each: Option<KeyPath>,
     pub(crate) on_backend_error: Option<Policy>,
     pub(crate) lease_policy: LeasePolicy,
     /// The run-time `Written` flags of the options given rather than defaulted.
@@ -152,7 +155,7 @@ fn named_parameters(sig: &Signature) -> Vec<Ident> {
 }
 
 /// Checks that every path starts at a parameter of the function.
-fn check_paths(paths: &[KeyPath], option: &str, sig: &Signature, errors: &mut Errors) {
+pub(crate) fn check_paths(paths: &[KeyPath], option: &str, sig: &Signature, errors: &mut Errors) {
     let params = named_parameters(sig);
     let names: Vec<String> = params.iter().map(|p| p.unraw().to_string()).collect();
     for path in paths {
@@ -286,10 +289,13 @@ impl Stack {
                     ));
                 }
             }
+            let each = crate::multi_lock_model::each_path(layer, sig, &mut errors);
             LockLayer {
                 lease_ms,
                 wait_ms: layer.millis(&WAIT).unwrap_or_default(),
-                fenced: layer.flag(&FENCED).unwrap_or_default(),
+                // Every key of a multi-key lock is fenced (see `multi_lock_model`).
+                fenced: layer.flag(&FENCED).unwrap_or_default() || each.is_some(),
+                each,
                 // Parsed as a `u32` from 1 up (see `args::parse_permits`).
                 permits: layer
                     .count(&PERMITS)

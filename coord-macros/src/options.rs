@@ -280,6 +280,15 @@ pub(crate) const PERMITS: OptionSpec = OptionSpec {
     default: None,
     doc: "let this many holders in at once (a semaphore, each permit fenced) instead of one",
 };
+pub(crate) const KEY_FROM_EACH: OptionSpec = OptionSpec {
+    name: "key_from_each",
+    attributes: LOCK,
+    value: ValueKind::KeyPaths,
+    example: "\"accounts\"",
+    // Without it, one lock on the call's key (see `model`).
+    default: None,
+    doc: "a collection parameter: lock one key per element, all together, in canonical order",
+};
 pub(crate) const FINGERPRINT: OptionSpec = OptionSpec {
     name: "fingerprint",
     attributes: IDEMPOTENT,
@@ -421,6 +430,7 @@ pub(crate) static OPTIONS: &[&OptionSpec] = &[
     &WAIT,
     &FENCED,
     &PERMITS,
+    &KEY_FROM_EACH,
     &FINGERPRINT,
     &ON_BACKEND_ERROR,
     &RENEW,

@@ -64,6 +64,7 @@
 
 mod flights;
 mod locks;
+mod multi_locks;
 mod provider;
 mod records;
 mod semaphores;

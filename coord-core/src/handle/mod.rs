@@ -6,6 +6,7 @@
 //! |---|---|---|
 //! | [`Idempotent`] (in a transaction: [`TransactionStep`], [`TransactionRun`]) | [`Coordinator::idempotent`](crate::Coordinator::idempotent) | `#[idempotent]` (`transaction = "tx"`) |
 //! | [`Lock`] (held: [`LockGuard`](crate::LockGuard)) | [`Coordinator::lock`](crate::Coordinator::lock) | `#[distributed_lock]` |
+//! | [`MultiLock`] (held: [`MultiLockGuard`](crate::MultiLockGuard)) | [`Coordinator::multi_lock`](crate::Coordinator::multi_lock) | `#[distributed_lock(key_from_each = "..")]` |
 //! | [`Semaphore`] (held: [`PermitGuard`]) | [`Coordinator::semaphore`](crate::Coordinator::semaphore) | `#[distributed_lock(permits = n)]` |
 //! | [`SingleFlight`] | [`Coordinator::single_flight`](crate::Coordinator::single_flight) | `#[single_flight]` |
 //! | [`ClusterFlight`] | [`SingleFlight::cluster`] | `#[single_flight(scope = "cluster")]` |
@@ -15,6 +16,7 @@ mod cached;
 mod cluster_flight;
 mod idempotent;
 mod lock;
+mod multi_lock;
 mod semaphore;
 mod single_flight;
 
@@ -28,5 +30,6 @@ pub use cached::Cached;
 pub use cluster_flight::ClusterFlight;
 pub use idempotent::{Idempotent, TransactionRun, TransactionStep};
 pub use lock::Lock;
+pub use multi_lock::MultiLock;
 pub use semaphore::{PermitGuard, Semaphore};
 pub use single_flight::SingleFlight;

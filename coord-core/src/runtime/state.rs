@@ -15,7 +15,7 @@ use crate::config::Profile;
 use crate::policy::OnBackendError;
 use crate::provider::{
     BackendError, CacheStore, CallKey, Capability, FlightStore, IdempotencyStore, LockProvider,
-    Operations, SemaphoreStore,
+    MultiLockStore, Operations, SemaphoreStore,
 };
 use crate::runtime::lifecycle::Lifecycle;
 use crate::runtime::renewal::Renewer;
@@ -40,6 +40,7 @@ pub(crate) struct Inner {
     cache: Arc<dyn CacheStore>,
     flights: Arc<dyn FlightStore>,
     semaphores: Arc<dyn SemaphoreStore>,
+    multi_locks: Arc<dyn MultiLockStore>,
     codec: Codec,
     on_backend_error: OnBackendError,
     in_process: bool,
@@ -71,6 +72,7 @@ pub(crate) struct Parts {
     pub(crate) cache: Arc<dyn CacheStore>,
     pub(crate) flights: Arc<dyn FlightStore>,
     pub(crate) semaphores: Arc<dyn SemaphoreStore>,
+    pub(crate) multi_locks: Arc<dyn MultiLockStore>,
     pub(crate) codec: Codec,
     pub(crate) on_backend_error: OnBackendError,
     pub(crate) in_process: bool,
@@ -95,6 +97,7 @@ impl Coordinator {
                 cache: parts.cache,
                 flights: parts.flights,
                 semaphores: parts.semaphores,
+                multi_locks: parts.multi_locks,
                 codec: parts.codec,
                 on_backend_error: parts.on_backend_error,
                 in_process: parts.in_process,
@@ -188,6 +191,13 @@ impl Coordinator {
         &self.inner.semaphores
     }
 
+    /// The provider's atomic path for multi-key locks ([`Coordinator::multi_lock`]). Ask
+    /// [`Coordinator::supports`] first: a provider without it answers every method with a
+    /// `Config` error, and multi-key locks then take their keys one by one.
+    pub fn multi_lock_store(&self) -> &Arc<dyn MultiLockStore> {
+        &self.inner.multi_locks
+    }
+
     /// Whether this coordinator's provider has `capability`. A call that needs one the
     /// provider lacks fails with [`CoordError::Unsupported`](crate::CoordError::Unsupported)
     /// before anything runs; [`CoordinatorBuilder::require`](crate::CoordinatorBuilder::require)
@@ -195,6 +205,7 @@ impl Coordinator {
     pub fn supports(&self, capability: Capability) -> bool {
         match capability {
             Capability::Semaphores => self.inner.semaphores.supports_semaphores(),
+            Capability::MultiKeyLocks => self.inner.multi_locks.supports_multi_locks(),
             // A capability this version of coord does not know: none of its providers has it.
             _ => false,
         }

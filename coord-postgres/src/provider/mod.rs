@@ -744,6 +744,9 @@ impl PostgresProvider {
 /// No semaphores yet: `permits = n` on this provider fails with `CoordError::Unsupported`
 /// (and `CoordinatorBuilder::require(Capability::Semaphores)` refuses to build).
 impl coord_core::provider::SemaphoreStore for PostgresProvider {}
+/// Multi-key locks on PostgreSQL are taken key by key in canonical order by the runtime
+/// (with rollback); no single-statement path yet.
+impl coord_core::provider::MultiLockStore for PostgresProvider {}
 
 #[cfg(test)]
 mod tests {

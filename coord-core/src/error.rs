@@ -474,7 +474,8 @@ impl fmt::Display for BuildError {
             BuildError::Unsupported { capability } => write!(
                 f,
                 "the coordinator was required to support {capability}, and its provider does not: \
-                 choose a provider that does (the in-process and Redis providers keep semaphores)"
+                 choose a provider that does (the in-process and Redis providers keep semaphores \
+                 and take multi-key locks in one step)"
             ),
         }
     }

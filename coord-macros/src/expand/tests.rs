@@ -109,6 +109,12 @@ const SNAPSHOTS: [(&str, Kind, &str, &str); 13] = [
         "key_from = tenant, permits = 5, lease = \"1m\", wait = \"10s\", renew = true",
         "async fn export(tenant: u64) -> Result<(), E> { Ok(()) }",
     ),
+    (
+        "multi_lock",
+        Kind::DistributedLock,
+        "key_from_each = accounts, lease = \"1m\", wait = \"5s\", renew = true",
+        "async fn transfer(accounts: Vec<u64>, cents: u64) -> Result<u64, E> { Ok(cents) }",
+    ),
 ];
 
 /// The expansion, one statement a line, so that a difference reads as a diff.

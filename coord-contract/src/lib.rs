@@ -100,12 +100,12 @@ pub trait Provider:
 
 impl<P> Provider for P where
     P: LockProvider
-    + IdempotencyStore
-    + CacheStore
-    + Operations
-    + FlightStore
-    + SemaphoreStore
-    + MultiLockStore
+        + IdempotencyStore
+        + CacheStore
+        + Operations
+        + FlightStore
+        + SemaphoreStore
+        + MultiLockStore
 {
 }
 

@@ -155,7 +155,7 @@ fn named_parameters(sig: &Signature) -> Vec<Ident> {
 }
 
 /// Checks that every path starts at a parameter of the function.
-pub(crate) fn check_paths(paths: &[KeyPath], option: &str, sig: &Signature, errors: &mut Errors) {
+fn check_paths(paths: &[KeyPath], option: &str, sig: &Signature, errors: &mut Errors) {
     let params = named_parameters(sig);
     let names: Vec<String> = params.iter().map(|p| p.unraw().to_string()).collect();
     for path in paths {
@@ -289,7 +289,15 @@ impl Stack {
                     ));
                 }
             }
-            let each = crate::multi_lock_model::each_path(layer, sig, &mut errors);
+            let each = crate::multi_lock_model::each_path(layer, &mut errors);
+            if let Some(each) = &each {
+                check_paths(
+                    std::slice::from_ref(each),
+                    options::KEY_FROM_EACH.name,
+                    sig,
+                    &mut errors,
+                );
+            }
             LockLayer {
                 lease_ms,
                 wait_ms: layer.millis(&WAIT).unwrap_or_default(),

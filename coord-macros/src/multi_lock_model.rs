@@ -3,16 +3,13 @@
 //! parameter is a collection is checked by the compiler, through the
 //! `coord_core::__private::EachKeyPart` bound the generated code puts on it.
 
-use syn::Signature;
-
 use crate::args::{Args, Errors, KeyPath};
-use crate::model::check_paths;
 use crate::options::{FENCED, KEY_FROM, KEY_FROM_EACH, PERMITS};
 
-/// The collection parameter of `key_from_each`, if written, checked against the function's
-/// parameters and the lock's other options; every problem is pushed onto `errors`, spanned at
-/// what the user wrote.
-pub(crate) fn each_path(layer: &Args, sig: &Signature, errors: &mut Errors) -> Option<KeyPath> {
+/// The collection parameter of `key_from_each`, if written, checked against the lock's other
+/// options (the caller checks that it names a parameter); every problem is pushed onto
+/// `errors`, spanned at what the user wrote.
+pub(crate) fn each_path(layer: &Args, errors: &mut Errors) -> Option<KeyPath> {
     let setting = layer.written(&KEY_FROM_EACH)?;
     let paths = layer.paths(&KEY_FROM_EACH).unwrap_or_default();
     let [path] = paths else {
@@ -22,7 +19,6 @@ pub(crate) fn each_path(layer: &Args, sig: &Signature, errors: &mut Errors) -> O
         ));
         return None;
     };
-    check_paths(paths, KEY_FROM_EACH.name, sig, errors);
     if let Some(key_from) = layer.written(&KEY_FROM) {
         errors.push(key_from.error(
             "`key_from` and `key_from_each` both name this lock's keys: give `key_from_each` \

@@ -49,7 +49,10 @@ pub async fn multi_lock_keys_are_taken_in_canonical_order(c: Coordinator) {
         "a multi-key lock holds each key once, in canonical order"
     );
     for k in [&a, &b, &z] {
-        assert!(!is_free(&c, k).await, "{k} must be held by the multi-key lock");
+        assert!(
+            !is_free(&c, k).await,
+            "{k} must be held by the multi-key lock"
+        );
         assert!(guard.fencing_token(k).is_some(), "{k} has its token");
     }
     assert!(guard.is_held());
@@ -99,7 +102,13 @@ pub async fn multi_lock_partial_acquire_is_rolled_back(c: Coordinator) {
 /// round, and share that key's fencing counter.
 pub async fn multi_lock_and_single_lock_on_an_overlapping_key_exclude_each_other(c: Coordinator) {
     let (a, b, d) = (key(&c, "mx-a"), key(&c, "mx-b"), key(&c, "mx-d"));
-    let single = c.lock(b.clone()).lease(LONG).fenced().acquire().await.unwrap();
+    let single = c
+        .lock(b.clone())
+        .lease(LONG)
+        .fenced()
+        .acquire()
+        .await
+        .unwrap();
     let single_token = single.fencing_token().unwrap();
     let refused = c
         .multi_lock([a.clone(), b.clone()])
@@ -147,9 +156,10 @@ pub async fn multi_lock_and_single_lock_on_an_overlapping_key_exclude_each_other
         })
     };
     assert!(multi.release().await.unwrap());
-    let after = bounded("a single lock waiting for a multi-key lock's key", async move {
-        waiter.await.unwrap()
-    })
+    let after = bounded(
+        "a single lock waiting for a multi-key lock's key",
+        async move { waiter.await.unwrap() },
+    )
     .await;
     assert!(after.fencing_token().unwrap() > multi_token);
     assert!(after.release().await.unwrap());
@@ -175,9 +185,7 @@ pub async fn multi_lock_tokens_are_readable_per_key(c: Coordinator) {
     let seen = c
         .multi_lock([a.clone(), b.clone()])
         .lease(LONG)
-        .run(|| async {
-            Ok::<_, CoordError>((fencing_token_of(&a), fencing_token_of(&b)))
-        })
+        .run(|| async { Ok::<_, CoordError>((fencing_token_of(&a), fencing_token_of(&b))) })
         .await
         .unwrap();
     let (Some(seen_a), Some(seen_b)) = seen else {
@@ -213,7 +221,10 @@ pub async fn multi_lock_renewal_stops_at_release(c: Coordinator) {
     tokio::time::sleep(PAST_SHORT).await;
     assert!(guard.is_held(), "renewal kept every key past its lease");
     for k in [&a, &b] {
-        assert!(!is_free(&c, k).await, "{k} was renewed, so it is still held");
+        assert!(
+            !is_free(&c, k).await,
+            "{k} was renewed, so it is still held"
+        );
     }
     assert!(guard.release().await.unwrap(), "the renewed keys were ours");
     assert_eq!(
@@ -253,7 +264,9 @@ pub async fn multi_lock_deadlock_by_order(c: Coordinator) {
         let (c, inside, overlaps) = (c.clone(), inside.clone(), overlaps.clone());
         async move {
             for _ in 0..ROUNDS {
-                transfer(&c, order.to_vec(), &inside, &overlaps).await.unwrap();
+                transfer(&c, order.to_vec(), &inside, &overlaps)
+                    .await
+                    .unwrap();
                 let keys = order.map(|part| key(&c, part));
                 let guard = c
                     .multi_lock(keys)
@@ -314,9 +327,10 @@ pub async fn partial_state_after_an_interrupted_multi_acquire(c: Coordinator) {
         assert!(holder.release().await.unwrap());
         // Nobody took the blocking key on the dropped acquisition's behalf.
         let (c2, m2) = (c.clone(), m.clone());
-        let guard = bounded("the blocking key after the interrupted acquisition", async move {
-            c2.lock(m2).lease(LONG).wait(LONG).acquire().await.unwrap()
-        })
+        let guard = bounded(
+            "the blocking key after the interrupted acquisition",
+            async move { c2.lock(m2).lease(LONG).wait(LONG).acquire().await.unwrap() },
+        )
         .await;
         assert!(guard.release().await.unwrap());
     }

@@ -395,7 +395,9 @@ impl MultiLockGuard {
 
     /// Every key with its fencing token (`None` once that key is no longer held), in
     /// canonical order.
-    pub fn fencing_tokens(&self) -> impl ExactSizeIterator<Item = (&CallKey, Option<FencingToken>)> {
+    pub fn fencing_tokens(
+        &self,
+    ) -> impl ExactSizeIterator<Item = (&CallKey, Option<FencingToken>)> {
         self.guards
             .iter()
             .map(|guard| (guard.key(), guard.fencing_token()))

@@ -19,7 +19,7 @@ fn position(haystack: &str, needle: &str) -> usize {
 /// layer alone and all four together, every cache scope, the cluster flight, no return
 /// type, an `impl` return type, a method, a coordinator expression, a renamed crate,
 /// inner attributes and taken-in sibling paths.
-const SNAPSHOTS: [(&str, Kind, &str, &str); 13] = [
+const SNAPSHOTS: [(&str, Kind, &str, &str); 14] = [
     (
         "idempotent_every_option",
         Kind::Idempotent,

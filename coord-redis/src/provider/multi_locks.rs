@@ -28,10 +28,14 @@ use crate::scripts::Script;
 use crate::transport::Reply;
 use crate::waiters::{Cue, Look, Wake};
 
-/// KEYS: for each lock of the set, in canonical order, three names: the lock, its fencing
-/// counter, its queue of waiting processes. ARGV: owner, lease ms, watch (`1`: a waiter, mark
-/// a blocking holder and queue this process on it; `0`: nothing), fence retention ms, this
-/// process's id.
+/// KEYS: the first lock of the set (it routes the script). ARGV: owner, lease ms, watch (`1`:
+/// a waiter, mark a blocking holder and queue this process on it; `0`: nothing), fence
+/// retention ms, this process's id, then the names of the whole set: for each lock, in
+/// canonical order, the lock, its fencing counter and its queue, joined by newlines (call keys
+/// and namespaces never hold control bytes). The names go in one argument because coord's
+/// commands have a fixed, small shape; the script only touches keys of the declared key's
+/// slot, since the provider sends a set this way only when one server holds every key or all
+/// share one Cluster hash slot.
 ///
 /// Returns `{1, token, token, ...}` when the set is now the owner's, `{0, i, holder, pttl}`
 /// when the `i`-th lock (from 1) is held by another owner. Everything is checked before the
@@ -50,17 +54,24 @@ local function is_lock_value(v)
   return n == 32 and string.find(v, '^[0-9a-f]+$') ~= nil
 end
 local owner, marked = ARGV[1], ARGV[1] .. '*'
-local n = #KEYS / 3
+local names = {}
+for name in string.gmatch(ARGV[6], '[^\n]+') do
+  names[#names + 1] = name
+end
+local n = #names / 3
+if #names < 3 or #names % 3 ~= 0 or names[1] ~= KEYS[1] then
+  return redis.error_reply('ERR coord: a multi-key lock needs three names per key, the first declared')
+end
 local floors = {}
 for i = 1, n do
-  local lock = KEYS[3 * i - 2]
+  local lock = names[3 * i - 2]
   local holder = redis.call('GET', lock)
   if holder and holder ~= owner and holder ~= marked then
     if not is_lock_value(holder) then
       return redis.error_reply('ERR coord: the lock key holds a value coord did not write')
     end
     if ARGV[3] == '1' then
-      local queue = KEYS[3 * i]
+      local queue = names[3 * i]
       if #holder == 32 then
         redis.call('SET', lock, holder .. '*', 'KEEPTTL')
       end
@@ -70,7 +81,7 @@ for i = 1, n do
     end
     return {0, i, holder, redis.call('PTTL', lock)}
   end
-  local last = redis.call('GET', KEYS[3 * i - 1])
+  local last = redis.call('GET', names[3 * i - 1])
   local floor = 0
   if last then
     if #last > 16 or not string.find(last, '^[0-9]+$') then
@@ -87,7 +98,7 @@ local now = redis.call('TIME')
 local base = tonumber(now[1]) * 1000000 + tonumber(now[2])
 local out = {1}
 for i = 1, n do
-  local lock, queue = KEYS[3 * i - 2], KEYS[3 * i]
+  local lock, queue = names[3 * i - 2], names[3 * i]
   local value = owner
   -- Other processes wait for this key: take it marked, so its release wakes the next.
   if redis.call('EXISTS', queue) == 1 then
@@ -99,7 +110,7 @@ for i = 1, n do
   if floors[i] >= token then
     token = floors[i] + 1
   end
-  redis.call('SET', KEYS[3 * i - 1], string.format('%.0f', token), 'PX', ARGV[4])
+  redis.call('SET', names[3 * i - 1], string.format('%.0f', token), 'PX', ARGV[4])
   out[i + 1] = token
 end
 return out
@@ -117,8 +128,8 @@ enum SetAttempt {
 
 /// The names one acquisition sends, worked out once.
 struct SetTry<'a> {
-    /// Three names per key: lock, fencing counter, queue.
-    names: Vec<String>,
+    /// Three names per key (lock, fencing counter, queue), one a line.
+    names: String,
     /// The lock names alone (the channels a waiter listens on).
     locks: Vec<String>,
     token: TokenText,
@@ -129,7 +140,6 @@ struct SetTry<'a> {
 
 impl Inner {
     async fn try_set(&self, set: &SetTry<'_>, watching: bool) -> Result<SetAttempt, BackendError> {
-        let keys: Vec<&str> = set.names.iter().map(String::as_str).collect();
         let watch: &[u8] = if watching { b"1" } else { b"0" };
         let args = [
             set.token.as_ref(),
@@ -137,9 +147,10 @@ impl Inner {
             watch,
             set.fence_ms.as_ref(),
             self.hub.id().as_bytes(),
+            set.names.as_bytes(),
         ];
         let (reply, acks) = self
-            .eval_granting(&MULTI_ACQUIRE, &keys, &args, set.first)
+            .eval_granting(&MULTI_ACQUIRE, &[set.locks[0].as_str()], &args, set.first)
             .await?;
         let unexpected = || self.protocol("multi_acquire", set.first, "unexpected script reply");
         let Reply::Array(items) = reply else {
@@ -159,9 +170,12 @@ impl Inner {
                 self.replicated(acks, "multi_acquire", set.first)?;
                 Ok(SetAttempt::Won(tokens))
             }
-            [Reply::Int(0), Reply::Int(at), Reply::Data(holder), Reply::Int(pttl)]
-                if *at >= 1 && (*at as usize) <= set.locks.len() && is_token(holder) =>
-            {
+            [
+                Reply::Int(0),
+                Reply::Int(at),
+                Reply::Data(holder),
+                Reply::Int(pttl),
+            ] if *at >= 1 && (*at as usize) <= set.locks.len() && is_token(holder) => {
                 Ok(SetAttempt::Held {
                     at: *at as usize - 1,
                     pttl: *pttl,
@@ -184,14 +198,17 @@ impl Inner {
         };
         let lease_ms = millis(req.lease);
         let fence_ms = millis(FENCE_RETENTION_FLOOR).max(lease_ms.saturating_mul(10));
-        let mut names = Vec::with_capacity(req.keys.len() * 3);
+        let mut names = String::new();
         let mut locks = Vec::with_capacity(req.keys.len());
         for key in req.keys {
             let of = Names::of(key);
+            for name in [of.lock(), of.fence(), of.lock_queue()] {
+                if !names.is_empty() {
+                    names.push('\n');
+                }
+                names.push_str(&name);
+            }
             locks.push(of.lock());
-            names.push(of.lock());
-            names.push(of.fence());
-            names.push(of.lock_queue());
         }
         let set = SetTry {
             names,
@@ -220,7 +237,9 @@ impl Inner {
                 Ok(match self.try_set(set, true).await? {
                     SetAttempt::Won(tokens) => Look::Done(Watch::Won(tokens)),
                     SetAttempt::Held { at, .. } if at != blocked => Look::Done(Watch::Moved(at)),
-                    SetAttempt::Held { pttl, .. } => Look::Pending(Some(backstop_after(Some(pttl)))),
+                    SetAttempt::Held { pttl, .. } => {
+                        Look::Pending(Some(backstop_after(Some(pttl))))
+                    }
                 })
             };
             let watched = self

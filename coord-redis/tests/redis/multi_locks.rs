@@ -41,7 +41,12 @@ async fn multi_lock_takes_every_key_in_one_script(client: Client) {
         .unwrap();
     let before = single.fencing_token().unwrap();
     assert!(single.release().await.unwrap());
-    let guard = c.multi_lock(keys.clone()).lease(LONG).acquire().await.unwrap();
+    let guard = c
+        .multi_lock(keys.clone())
+        .lease(LONG)
+        .acquire()
+        .await
+        .unwrap();
     assert!(
         guard.taken_together(),
         "on one server, every set goes through the one script"
@@ -93,11 +98,8 @@ async fn multi_lock_on_redis_cluster() {
         let urls = cluster.urls();
         let fresh = move || {
             let urls = urls.clone();
-            let ns = format!(
-                "mkc{}-{client:?}",
-                NEXT.fetch_add(1, Ordering::Relaxed)
-            )
-            .to_lowercase();
+            let ns =
+                format!("mkc{}-{client:?}", NEXT.fetch_add(1, Ordering::Relaxed)).to_lowercase();
             async move {
                 let provider = RedisProvider::cluster(urls)
                     .client(client)

@@ -22,6 +22,7 @@ pub mod hostile_durations;
 pub mod idempotency_records;
 pub mod lock_exclusion;
 pub mod lock_ownership;
+pub mod multi_locks;
 pub mod operations_api;
 pub mod record_age;
 pub mod rw_locks;
@@ -80,6 +81,12 @@ pub use lock_exclusion::{
 pub use lock_ownership::{
     lock_release_is_owner_scoped_and_idempotent, lock_renew_is_owner_scoped,
     lock_renew_reports_why_the_lock_was_lost,
+};
+pub use multi_locks::{
+    multi_lock_and_single_lock_on_an_overlapping_key_exclude_each_other,
+    multi_lock_deadlock_by_order, multi_lock_keys_are_taken_in_canonical_order,
+    multi_lock_partial_acquire_is_rolled_back, multi_lock_renewal_stops_at_release,
+    multi_lock_tokens_are_readable_per_key, partial_state_after_an_interrupted_multi_acquire,
 };
 pub use operations_api::{
     operations_force_release_frees_any_holder_and_wakes_a_waiter,

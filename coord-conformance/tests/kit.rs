@@ -71,6 +71,7 @@ impl coord_core::provider::FlightStore for ReleaseNeverFrees {}
 /// No semaphores: the kit's semaphore cases check that they are refused as unsupported.
 impl coord_core::provider::SemaphoreStore for ReleaseNeverFrees {}
 impl coord_core::provider::RwLockStore for ReleaseNeverFrees {}
+impl coord_core::provider::MultiLockStore for ReleaseNeverFrees {}
 
 /// Implements `IdempotencyStore` for a wrapper of the in-process provider by handing every call
 /// to it: the test doubles here break something else.
@@ -145,6 +146,7 @@ impl coord_core::provider::Operations for CacheIgnoresTtl {}
 impl coord_core::provider::FlightStore for CacheIgnoresTtl {}
 impl coord_core::provider::SemaphoreStore for CacheIgnoresTtl {}
 impl coord_core::provider::RwLockStore for CacheIgnoresTtl {}
+impl coord_core::provider::MultiLockStore for CacheIgnoresTtl {}
 
 impl LockProvider for CacheIgnoresTtl {
     fn acquire<'a>(

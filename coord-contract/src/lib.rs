@@ -18,6 +18,7 @@
 //! | [`Operations`] | nothing new: reads and forced releases of the state above | `Coordinator::operator`, the `coord` CLI |
 //! | [`SemaphoreStore`] (optional: [`Capability::Semaphores`]) | leased permits with fencing counters, waiters | `#[distributed_lock(permits = n)]`, semaphore handles |
 //! | [`RwLockStore`] (optional: [`Capability::ReadWriteLocks`]) | leased read and write holds with one fencing counter per key, waiting writers' claims | `#[distributed_lock(mode = "read" \| "write")]`, read-write lock handles |
+//! | [`MultiLockStore`] (optional: [`Capability::MultiKeyLocks`]) | nothing new: the plain locks, several taken in one atomic step | `#[distributed_lock(key_from_each = ..)]`, multi-lock handles |
 //! | [`OutcomeTransaction`] | nothing: the application's open transaction, able to write a completed record in it | `#[idempotent(transaction = "tx")]`, `Idempotent::claim_in_transaction` |
 //!
 //! Every method has a default only where a provider may reasonably lack the capability
@@ -52,6 +53,7 @@ mod error;
 mod flights;
 mod key_builder;
 mod locks;
+mod multi_locks;
 mod operations;
 mod records;
 mod rw_locks;
@@ -69,6 +71,7 @@ pub use locks::{
     FORCED_RELEASE_MEMORY, LockGrant, LockProvider, LockRequest, LossCause, ReleaseOutcome,
     RenewOutcome,
 };
+pub use multi_locks::{MultiLockGrant, MultiLockRequest, MultiLockStore};
 pub use operations::{
     Cursor, ForcedRelease, ListRequest, LockHolder, LockInfo, MAX_PAGE, NamespaceListRequest,
     Operations, Page, RecordInfo, RecordStatus, Waiters,
@@ -96,6 +99,7 @@ pub trait Provider:
     + FlightStore
     + SemaphoreStore
     + RwLockStore
+    + MultiLockStore
 {
 }
 
@@ -107,6 +111,7 @@ impl<P> Provider for P where
         + FlightStore
         + SemaphoreStore
         + RwLockStore
+        + MultiLockStore
 {
 }
 

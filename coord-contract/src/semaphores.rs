@@ -32,7 +32,7 @@ use crate::tokens::{FencingToken, OwnerToken};
 /// supported" error (never a silent no-op) when the provider lacks it; a coordinator builder
 /// can require it, so the mismatch is found when the coordinator is built.
 ///
-/// Further kinds (read-write locks, multi-key locks) join as further variants, each with a
+/// Each kind beyond the plain lock is a variant here, with a
 /// store trait of its own beside [`SemaphoreStore`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -42,14 +42,20 @@ pub enum Capability {
     /// Read-write locks with leased, fenced holds and writer preference
     /// ([`RwLockStore`](crate::RwLockStore)).
     ReadWriteLocks,
+    /// Several plain locks taken in one atomic step
+    /// ([`MultiLockStore`](crate::MultiLockStore)). Multi-key locks work without it (taken
+    /// key by key in canonical order, with rollback); with it, a set of keys the provider
+    /// keeps together is taken all or nothing.
+    MultiKeyLocks,
 }
 
 impl Capability {
-    /// A short, stable name: `semaphores`, `read_write_locks`.
+    /// A short, stable name: `semaphores`, `read_write_locks`, `multi_key_locks`.
     pub fn as_str(self) -> &'static str {
         match self {
             Capability::Semaphores => "semaphores",
             Capability::ReadWriteLocks => "read_write_locks",
+            Capability::MultiKeyLocks => "multi_key_locks",
         }
     }
 }

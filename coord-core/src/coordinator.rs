@@ -15,7 +15,7 @@ use crate::error::BuildError;
 use crate::policy::OnBackendError;
 use crate::provider::{
     CacheStore, CallKey, CallKeyBuilder, Capability, FlightStore, IdempotencyStore, LockProvider,
-    Operations, Provider, RwLockStore, SemaphoreStore,
+    MultiLockStore, Operations, Provider, RwLockStore, SemaphoreStore,
 };
 use crate::runtime::state::{Coordinator, Parts};
 
@@ -28,6 +28,7 @@ struct ChosenProvider {
     flights: Arc<dyn FlightStore>,
     semaphores: Arc<dyn SemaphoreStore>,
     rw_locks: Arc<dyn RwLockStore>,
+    multi_locks: Arc<dyn MultiLockStore>,
     /// Set for the in-process provider: exclusion holds within this process only.
     in_process: bool,
 }
@@ -87,6 +88,7 @@ impl CoordinatorBuilder {
             flights: provider.clone(),
             semaphores: provider.clone(),
             rw_locks: provider.clone(),
+            multi_locks: provider.clone(),
             in_process: true,
         });
         self
@@ -102,7 +104,8 @@ impl CoordinatorBuilder {
             cache: provider.clone(),
             flights: provider.clone(),
             semaphores: provider.clone(),
-            rw_locks: provider,
+            rw_locks: provider.clone(),
+            multi_locks: provider,
             in_process: false,
         });
         self
@@ -179,6 +182,7 @@ impl CoordinatorBuilder {
             flights,
             semaphores,
             rw_locks,
+            multi_locks,
             in_process,
         } = self.provider.ok_or(BuildError::NoProvider)?;
 
@@ -191,6 +195,7 @@ impl CoordinatorBuilder {
             flights,
             semaphores,
             rw_locks,
+            multi_locks,
             codec: self.codec,
             on_backend_error,
             in_process,

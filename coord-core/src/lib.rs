@@ -111,6 +111,7 @@ pub use provider::{BackendError, CallKey, FencingToken, KeyPart, LossCause, RwMo
 pub use report::{CallReport, observe};
 pub use runtime::held::{fencing_token, is_held, lock_lost};
 pub use runtime::lock::LockGuard;
+pub use runtime::multi_lock::{MultiLockGuard, fencing_token_of};
 pub use runtime::state::Coordinator;
 pub use shutdown::ShutdownReport;
 
@@ -135,6 +136,7 @@ pub mod __private {
     pub use crate::runtime::flight::single_flight;
     pub use crate::runtime::idempotency::idempotent;
     pub use crate::runtime::lock::distributed_lock;
+    pub use crate::runtime::multi_lock::{EachKeyPart, distributed_multi_lock, each_key};
     pub use crate::runtime::outcome::{
         GuardedResult, assert_guarded_result, assert_shareable_output,
     };

@@ -148,3 +148,4 @@ impl<P: Send + Sync + 'static> Operations for Planted<P> {}
 // capability refuses permits with a typed error.
 impl<P: Send + Sync + 'static> SemaphoreStore for Planted<P> {}
 impl<P: Send + Sync + 'static> RwLockStore for Planted<P> {}
+impl<P: Send + Sync + 'static> coord_core::provider::MultiLockStore for Planted<P> {}

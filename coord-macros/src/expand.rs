@@ -14,6 +14,7 @@ mod call;
 mod function;
 mod idempotency;
 mod lock;
+mod multi_lock;
 mod single_flight;
 mod spans;
 mod spec_values;
@@ -198,7 +199,7 @@ fn layered(stack: &Stack, site: &ReturnSite, body: TokenStream) -> TokenStream {
             Kind::Idempotent => idempotency::wrap(stack.idempotency.as_ref(), site, layered),
             Kind::Cached => cache::wrap(stack.cache.as_ref(), site, layered),
             Kind::SingleFlight => single_flight::wrap(stack.cluster_flight.as_ref(), site, layered),
-            Kind::DistributedLock => lock::wrap(site, layered),
+            Kind::DistributedLock => lock::wrap(stack.lock.as_ref(), site, layered),
         };
         layered = if index + 1 < present.len() {
             quote_spanned!(site.at=> async move { #step.await })

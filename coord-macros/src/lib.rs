@@ -51,6 +51,7 @@ mod args;
 mod expand;
 mod fallback;
 mod model;
+mod multi_lock_model;
 mod options;
 
 use proc_macro::TokenStream;
@@ -269,6 +270,17 @@ pub fn single_flight(args: TokenStream, item: TokenStream) -> TokenStream {
 ///   key fails at once with `CoordError::LockUpgrade` (no upgrade). Not with `permits` or
 ///   `fenced = false`. On a provider without read-write locks the call fails with
 ///   `CoordError::Unsupported` and nothing runs. Default: none (a lock).
+/// * `key_from_each = "accounts"`: a multi-key lock instead of one lock: one key per element
+///   of this collection parameter (a `Vec`, slice, array, `VecDeque`, `BTreeSet` or
+///   `HashSet` of key parts; anything else fails to compile), each the operation's name with
+///   the element as its part. The keys are de-duplicated and taken in one canonical order,
+///   so calls listing them in different orders never deadlock; all together in one step
+///   where the provider keeps them together (in-process, one Redis server or hash slot),
+///   otherwise one by one with everything released if one cannot be had. Every key is fenced
+///   (read each token with `coord_core::fencing_token_of(&key)`), excludes a single lock of
+///   the same key (same `name`), and is renewed with the others; the loss of any key is the
+///   loss of the whole. Not with `key_from` on the same attribute, `permits` or
+///   `fenced = false`. Default: none (one lock on the call's key).
 /// * `on_backend_error = "fail_closed" | "fail_open"`: what to do when the lock backend fails.
 ///   Default: the coordinator's policy.
 /// * `renew = true | "10s"`: extend the lease while the body runs (every third of it, or at

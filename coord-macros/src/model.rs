@@ -68,6 +68,9 @@ pub(crate) struct LockLayer {
     pub(crate) permits: u32,
     /// `mode = "read" | "write"`: a hold of a read-write lock; `None` without it.
     pub(crate) rw: Option<options::RwChoice>,
+    /// `key_from_each = "accounts"`: one lock per element of this collection, taken together
+    /// (a multi-key lock); `None`: one lock on the call's key.
+    pub(crate) each: Option<KeyPath>,
     pub(crate) on_backend_error: Option<Policy>,
     pub(crate) lease_policy: LeasePolicy,
     /// The run-time `Written` flags of the options given rather than defaulted.
@@ -289,11 +292,22 @@ impl Stack {
                 }
             }
             let rw = rw_mode(layer, &mut errors);
+            let each = crate::multi_lock_model::each_path(layer, &mut errors);
+            if let Some(each) = &each {
+                check_paths(
+                    std::slice::from_ref(each),
+                    options::KEY_FROM_EACH.name,
+                    sig,
+                    &mut errors,
+                );
+            }
             LockLayer {
                 lease_ms,
                 rw,
                 wait_ms: layer.millis(&WAIT).unwrap_or_default(),
-                fenced: layer.flag(&FENCED).unwrap_or_default(),
+                // Every key of a multi-key lock is fenced (see `multi_lock_model`).
+                fenced: layer.flag(&FENCED).unwrap_or_default() || each.is_some(),
+                each,
                 // Parsed as a `u32` from 1 up (see `args::parse_permits`).
                 permits: layer
                     .count(&PERMITS)

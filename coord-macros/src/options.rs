@@ -293,6 +293,16 @@ pub(crate) const MODE: OptionSpec = OptionSpec {
     default: None,
     doc: "take a read-write lock for reading (shared) or writing (alone), each hold fenced",
 };
+
+pub(crate) const KEY_FROM_EACH: OptionSpec = OptionSpec {
+    name: "key_from_each",
+    attributes: LOCK,
+    value: ValueKind::KeyPaths,
+    example: "\"accounts\"",
+    // Without it, one lock on the call's key (see `model`).
+    default: None,
+    doc: "a collection parameter: lock one key per element, all together, in canonical order",
+};
 pub(crate) const FINGERPRINT: OptionSpec = OptionSpec {
     name: "fingerprint",
     attributes: IDEMPOTENT,
@@ -435,6 +445,7 @@ pub(crate) static OPTIONS: &[&OptionSpec] = &[
     &FENCED,
     &PERMITS,
     &MODE,
+    &KEY_FROM_EACH,
     &FINGERPRINT,
     &ON_BACKEND_ERROR,
     &RENEW,

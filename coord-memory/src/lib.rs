@@ -67,6 +67,7 @@
 
 mod flights;
 mod locks;
+mod multi_locks;
 mod provider;
 mod records;
 mod rw_locks;

@@ -27,6 +27,7 @@ use coord_contract::{
     Page, RecordInfo, Waiters,
 };
 use coord_contract::{FlightClaim, FlightStore, FlightWait};
+use coord_contract::{MultiLockGrant, MultiLockRequest, MultiLockStore};
 use coord_contract::{PermitGrant, PermitRequest, SemaphoreStore};
 use coord_contract::{RwGrant, RwLockRequest, RwLockStore, RwMode};
 
@@ -173,6 +174,21 @@ impl LockProvider for MemoryProvider {
     fn release_detached(self: Arc<Self>, key: CallKey, owner: OwnerToken, _lease_left: Duration) {
         // Release is synchronous here: do it now rather than on another task.
         self.locks.release(key.qualified(), owner);
+    }
+}
+
+/// Multi-key locks taken in one synchronous pass over the lock table (see
+/// [`LockTable::acquire_all`]).
+impl MultiLockStore for MemoryProvider {
+    fn supports_multi_locks(&self) -> bool {
+        true
+    }
+
+    fn acquire_all<'a>(
+        &'a self,
+        req: MultiLockRequest<'a>,
+    ) -> BoxFuture<'a, Result<Option<MultiLockGrant>, BackendError>> {
+        Box::pin(async move { Ok(self.locks.acquire_all(&req).await) })
     }
 }
 

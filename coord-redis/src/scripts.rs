@@ -61,7 +61,7 @@ pub(crate) struct Script {
 }
 
 impl Script {
-    fn new(name: &'static str, source: &'static str) -> Script {
+    pub(crate) fn new(name: &'static str, source: &'static str) -> Script {
         let sha = sha1_smol::Sha1::from(source).digest().to_string();
         Script { name, source, sha }
     }

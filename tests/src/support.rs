@@ -98,6 +98,7 @@ impl coord_core::provider::Operations for InstrumentedProvider {}
 /// No semaphores: these tests take plain locks only.
 impl coord_core::provider::SemaphoreStore for InstrumentedProvider {}
 impl coord_core::provider::RwLockStore for InstrumentedProvider {}
+impl coord_core::provider::MultiLockStore for InstrumentedProvider {}
 
 impl LockProvider for InstrumentedProvider {
     fn acquire<'a>(

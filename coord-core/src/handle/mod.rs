@@ -6,6 +6,7 @@
 //! |---|---|---|
 //! | [`Idempotent`] (in a transaction: [`TransactionStep`], [`TransactionRun`]) | [`Coordinator::idempotent`](crate::Coordinator::idempotent) | `#[idempotent]` (`transaction = "tx"`) |
 //! | [`Lock`] (held: [`LockGuard`](crate::LockGuard)) | [`Coordinator::lock`](crate::Coordinator::lock) | `#[distributed_lock]` |
+//! | [`MultiLock`] (held: [`MultiLockGuard`](crate::MultiLockGuard)) | [`Coordinator::multi_lock`](crate::Coordinator::multi_lock) | `#[distributed_lock(key_from_each = "..")]` |
 //! | [`Semaphore`] (held: [`PermitGuard`]) | [`Coordinator::semaphore`](crate::Coordinator::semaphore) | `#[distributed_lock(permits = n)]` |
 //! | [`RwLock`] (held: [`RwLockGuard`]) | [`Coordinator::rw_lock`](crate::Coordinator::rw_lock) | `#[distributed_lock(mode = "read" \| "write")]` |
 //! | [`SingleFlight`] | [`Coordinator::single_flight`](crate::Coordinator::single_flight) | `#[single_flight]` |
@@ -17,6 +18,7 @@ mod cluster_flight;
 mod idempotent;
 mod lock;
 mod rw_lock;
+mod multi_lock;
 mod semaphore;
 mod single_flight;
 
@@ -31,5 +33,6 @@ pub use cluster_flight::ClusterFlight;
 pub use idempotent::{Idempotent, TransactionRun, TransactionStep};
 pub use lock::Lock;
 pub use rw_lock::{RwLock, RwLockGuard};
+pub use multi_lock::MultiLock;
 pub use semaphore::{PermitGuard, Semaphore};
 pub use single_flight::SingleFlight;

@@ -43,6 +43,33 @@ pub(crate) struct Grant {
     granted_at: Instant,
 }
 
+impl Grant {
+    /// The grant of one key of a multi-key lock (see `runtime::multi_lock`), whose hold the
+    /// multi-key acquisition built: from here on it is held, renewed, lost and given back like
+    /// any lock.
+    pub(crate) fn of_hold(
+        coordinator: &Coordinator,
+        hold: Arc<Hold>,
+        renew: Option<Duration>,
+        contended: bool,
+        started: Instant,
+        granted_at: Instant,
+    ) -> Grant {
+        let renewal = renew.map(|every| coordinator.renewer().register(hold.clone(), every));
+        Grant {
+            hold,
+            renewal,
+            outcome: if contended {
+                LockOutcome::Contended
+            } else {
+                LockOutcome::Acquired
+            },
+            waited: Elapsed::Between(started, granted_at),
+            granted_at,
+        }
+    }
+}
+
 /// What one acquisition came to.
 pub(crate) enum Acquired {
     /// The lock is held.
@@ -382,6 +409,12 @@ impl LockGuard {
     /// The locked key.
     pub fn key(&self) -> &CallKey {
         &self.hold.key
+    }
+
+    /// The hold behind this guard (a multi-key lock runs its body with its keys' holds as the
+    /// task's chain of held locks).
+    pub(crate) fn hold(&self) -> &Arc<Hold> {
+        &self.hold
     }
 
     /// The fencing token of this hold, when acquired with `.fenced()`, while the hold is not

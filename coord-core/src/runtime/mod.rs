@@ -12,6 +12,7 @@ pub(crate) mod idempotency;
 pub(crate) mod lease_guard;
 pub(crate) mod lifecycle;
 pub(crate) mod lock;
+pub(crate) mod multi_lock;
 pub(crate) mod outcome;
 pub(crate) mod renewal;
 pub(crate) mod rw_lock;

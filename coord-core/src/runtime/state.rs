@@ -15,7 +15,7 @@ use crate::config::Profile;
 use crate::policy::OnBackendError;
 use crate::provider::{
     BackendError, CacheStore, CallKey, Capability, FlightStore, IdempotencyStore, LockProvider,
-    Operations, RwLockStore, SemaphoreStore,
+    MultiLockStore, Operations, RwLockStore, SemaphoreStore,
 };
 use crate::runtime::lifecycle::Lifecycle;
 use crate::runtime::renewal::Renewer;
@@ -41,6 +41,7 @@ pub(crate) struct Inner {
     flights: Arc<dyn FlightStore>,
     semaphores: Arc<dyn SemaphoreStore>,
     rw_locks: Arc<dyn RwLockStore>,
+    multi_locks: Arc<dyn MultiLockStore>,
     codec: Codec,
     on_backend_error: OnBackendError,
     in_process: bool,
@@ -73,6 +74,7 @@ pub(crate) struct Parts {
     pub(crate) flights: Arc<dyn FlightStore>,
     pub(crate) semaphores: Arc<dyn SemaphoreStore>,
     pub(crate) rw_locks: Arc<dyn RwLockStore>,
+    pub(crate) multi_locks: Arc<dyn MultiLockStore>,
     pub(crate) codec: Codec,
     pub(crate) on_backend_error: OnBackendError,
     pub(crate) in_process: bool,
@@ -99,6 +101,7 @@ impl Coordinator {
                 flights: parts.flights,
                 semaphores: parts.semaphores,
                 rw_locks: parts.rw_locks,
+                multi_locks: parts.multi_locks,
                 codec: parts.codec,
                 on_backend_error: parts.on_backend_error,
                 in_process: parts.in_process,
@@ -199,6 +202,13 @@ impl Coordinator {
         &self.inner.rw_locks
     }
 
+    /// The provider's atomic path for multi-key locks ([`Coordinator::multi_lock`]). Ask
+    /// [`Coordinator::supports`] first: a provider without it answers every method with a
+    /// `Config` error, and multi-key locks then take their keys one by one.
+    pub fn multi_lock_store(&self) -> &Arc<dyn MultiLockStore> {
+        &self.inner.multi_locks
+    }
+
     /// Whether this coordinator's provider has `capability`. A call that needs one the
     /// provider lacks fails with [`CoordError::Unsupported`](crate::CoordError::Unsupported)
     /// before anything runs; [`CoordinatorBuilder::require`](crate::CoordinatorBuilder::require)
@@ -207,6 +217,7 @@ impl Coordinator {
         match capability {
             Capability::Semaphores => self.inner.semaphores.supports_semaphores(),
             Capability::ReadWriteLocks => self.inner.rw_locks.supports_rw_locks(),
+            Capability::MultiKeyLocks => self.inner.multi_locks.supports_multi_locks(),
             // A capability this version of coord does not know: none of its providers has it.
             _ => false,
         }

@@ -415,6 +415,7 @@ impl coord_core::provider::FlightStore for Switchable {}
 /// No semaphores: the layer does not use them.
 impl coord_core::provider::SemaphoreStore for Switchable {}
 impl coord_core::provider::RwLockStore for Switchable {}
+impl coord_core::provider::MultiLockStore for Switchable {}
 
 impl LockProvider for Switchable {
     fn acquire<'a>(

@@ -45,8 +45,15 @@ pub(super) fn spec(layer: Option<&LockLayer>, krate: &TokenStream) -> TokenStrea
     }
 }
 
-/// The layer's step around `inner`.
-pub(super) fn wrap(site: &ReturnSite, inner: TokenStream) -> TokenStream {
+/// The layer's step around `inner`: with `key_from_each`, a multi-key lock.
+pub(super) fn wrap(
+    layer: Option<&LockLayer>,
+    site: &ReturnSite,
+    inner: TokenStream,
+) -> TokenStream {
+    if let Some(each) = layer.and_then(|layer| layer.each.as_ref()) {
+        return super::multi_lock::wrap(each, site, inner);
+    }
     let ReturnSite {
         at, krate, call, ..
     } = site;

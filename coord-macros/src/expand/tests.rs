@@ -19,7 +19,7 @@ fn position(haystack: &str, needle: &str) -> usize {
 /// layer alone and all four together, every cache scope, the cluster flight, no return
 /// type, an `impl` return type, a method, a coordinator expression, a renamed crate,
 /// inner attributes and taken-in sibling paths.
-const SNAPSHOTS: [(&str, Kind, &str, &str); 14] = [
+const SNAPSHOTS: [(&str, Kind, &str, &str); 15] = [
     (
         "idempotent_every_option",
         Kind::Idempotent,
@@ -114,6 +114,12 @@ const SNAPSHOTS: [(&str, Kind, &str, &str); 14] = [
         Kind::DistributedLock,
         "key_from = tenant, permits = 5, lease = \"1m\", wait = \"10s\", renew = true",
         "async fn export(tenant: u64) -> Result<(), E> { Ok(()) }",
+    ),
+    (
+        "multi_lock",
+        Kind::DistributedLock,
+        "key_from_each = accounts, lease = \"1m\", wait = \"5s\", renew = true",
+        "async fn transfer(accounts: Vec<u64>, cents: u64) -> Result<u64, E> { Ok(cents) }",
     ),
 ];
 

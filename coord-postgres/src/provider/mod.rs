@@ -766,6 +766,10 @@ impl PostgresProvider {
 /// refuses to build).
 impl coord_core::provider::RwLockStore for PostgresProvider {}
 
+/// Multi-key locks on PostgreSQL are taken key by key in canonical order by the runtime
+/// (with rollback); no single-statement path yet.
+impl coord_core::provider::MultiLockStore for PostgresProvider {}
+
 #[cfg(test)]
 mod tests {
     use super::*;

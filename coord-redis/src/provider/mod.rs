@@ -9,6 +9,7 @@ mod cache;
 mod commands;
 mod flights;
 mod locks;
+mod multi_locks;
 mod operations;
 mod records;
 mod rw_locks;
@@ -144,6 +145,10 @@ struct Inner {
     clock: ServerClock,
     /// `WAIT` after each granting write: the replica count and the timeout in ms, as sent.
     replica_acks: Option<ReplicaAcks>,
+    /// Every key lives on one server (a standalone server, or the master behind Sentinel):
+    /// multi-key locks of any keys can be taken by one script. Off for Redis Cluster and for
+    /// clients the application built (which may be cluster clients).
+    one_server: bool,
 }
 
 /// The `WAIT` sent after each granting write (see [`RedisProviderBuilder::replica_acks`]).
@@ -390,6 +395,7 @@ impl RedisProviderBuilder {
             |err: BackendError| BackendError::new(err.kind(), scrub(err.message(), &secrets));
         validate(&options).map_err(scrubbed)?;
         let target = options.target().map_err(scrubbed)?;
+        let one_server = matches!(target, Target::Standalone(_) | Target::Sentinel { .. });
         let client = client_for(&options, &target).map_err(scrubbed)?;
         let tls = options.tls.load().map_err(scrubbed)?;
         let timeout = options.command_timeout;
@@ -445,6 +451,7 @@ impl RedisProviderBuilder {
                     timeout_ms: commands::millis(timeout).to_string(),
                     timeout,
                 }),
+                one_server,
             }),
         })
     }

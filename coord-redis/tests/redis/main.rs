@@ -27,6 +27,7 @@ mod from_config;
 mod handoff;
 mod lease_faults;
 mod locks;
+mod multi_locks;
 mod operations;
 mod outcome_faults;
 mod own_client;

@@ -142,6 +142,7 @@ impl coord_core::provider::FlightStore for FaultyProvider {}
 /// No semaphores: these tests do not use them.
 impl coord_core::provider::SemaphoreStore for FaultyProvider {}
 impl coord_core::provider::RwLockStore for FaultyProvider {}
+impl coord_core::provider::MultiLockStore for FaultyProvider {}
 
 impl IdempotencyStore for FaultyProvider {
     fn claim<'a>(

@@ -1,0 +1,212 @@
+//! `coord.multi_lock(keys)`: `#[distributed_lock(key_from_each = "..")]` configured at run
+//! time.
+
+use std::future::Future;
+use std::time::Duration;
+
+use crate::error::CoordError;
+use crate::policy::{OnBackendError, OnLost};
+use crate::provider::CallKey;
+use crate::runtime::call::Call;
+use crate::runtime::multi_lock::{MultiAcquired, MultiLockGuard, acquire_multi};
+use crate::runtime::settings;
+use crate::runtime::spec::{LockSpec, OpSpec, Written};
+use crate::runtime::state::Coordinator;
+use crate::telemetry::OpTelemetry;
+
+/// A lock of several keys at once, configured at run time: from [`Coordinator::multi_lock`].
+///
+/// What it promises:
+/// * **No deadlock by order.** The keys are de-duplicated and taken in one canonical order
+///   (sorted by the key's bytes), whatever order the caller lists them in, so two callers
+///   taking `{a, b}` and `{b, a}` never each hold one key while waiting for the other.
+/// * **All or nothing.** On a provider with [`Capability::MultiKeyLocks`](crate::provider::Capability::MultiKeyLocks)
+///   (in-process; Redis when the keys are on one server or one Cluster hash slot), the keys are
+///   taken in one step that keeps all or none, never waiting while holding some (on Redis one
+///   script, which no other client can observe half done).
+///   Otherwise they are taken one by one in canonical order, and when one cannot be had within
+///   the wait (or the backend fails, or the acquiring future is dropped), every key already
+///   taken is released: a refused caller holds nothing.
+/// * **The same locks.** Each key is an ordinary lock with its own fencing token from that
+///   key's own counter: a single-key lock ([`Coordinator::lock`]) and a multi-key lock on an
+///   overlapping key exclude each other, and tokens of either kind increase together per key.
+/// * Renewal (when asked for) renews every key; the loss of any key is the loss of the whole
+///   ([`MultiLockGuard::lost`]; with [`MultiLock::run`], the body is cancelled and answers
+///   [`CoordError::LockLost`] naming the key and its cause).
+///
+/// What it does not: the keys are separate leases, not one, and taken one by one they are not
+/// all-or-nothing to an observer (a caller may briefly see the first keys taken by a
+/// multi-key lock that then gives them back). Every key is always fenced (the defaults are
+/// otherwise the single lock's: lease 30 s, no wait, no renewal).
+///
+/// ```
+/// # async fn demo() -> Result<(), coord_core::CoordError> {
+/// use std::time::Duration;
+/// let coord = coord_core::Coordinator::builder().memory().build().unwrap();
+/// let from = coord.key("accounts").part(&"acc-2").finish();
+/// let to = coord.key("accounts").part(&"acc-1").finish();
+/// let guard = coord
+///     .multi_lock([from.clone(), to.clone()])
+///     .wait(Duration::from_secs(5))
+///     .acquire()
+///     .await?;
+/// let (from_token, to_token) = (guard.fencing_token(&from), guard.fencing_token(&to));
+/// # let _ = (from_token, to_token);
+/// assert!(guard.release().await?);
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+#[must_use = "a multi-key lock does nothing until `acquire`, `try_acquire` or `run` is awaited"]
+pub struct MultiLock<'c> {
+    coordinator: &'c Coordinator,
+    keys: Vec<CallKey>,
+    spec: LockSpec,
+    profile: Option<String>,
+}
+
+impl Coordinator {
+    /// A lock of every key of `keys` at once, configured at run time (see [`MultiLock`]).
+    /// An empty list is refused at `acquire` with a `Config` error.
+    pub fn multi_lock(&self, keys: impl IntoIterator<Item = CallKey>) -> MultiLock<'_> {
+        MultiLock {
+            coordinator: self,
+            keys: keys.into_iter().collect(),
+            spec: LockSpec {
+                lease: Duration::from_secs(30),
+                wait: Duration::ZERO,
+                fenced: true,
+                permits: 0,
+                rw: None,
+                on_backend_error: None,
+                renew: None,
+                on_lost: None,
+                written: Written::NONE,
+            },
+            profile: None,
+        }
+    }
+}
+
+impl MultiLock<'_> {
+    /// How long each key is held if its holder dies (never released, never renewed).
+    /// Default 30 s.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.spec.lease = lease;
+        self.spec.written = self.spec.written.with(Written::LEASE);
+        self
+    }
+
+    /// How long to wait, in all, for keys held by others. Default zero (one attempt per key).
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.spec.wait = wait;
+        self.spec.written = self.spec.written.with(Written::WAIT);
+        self
+    }
+
+    /// Renews every key this often while they are held; a renewal that finds a key gone, or a
+    /// whole lease without a confirmed renewal of it, marks the guard lost
+    /// ([`MultiLockGuard::lost`]; with [`MultiLock::run`], the body is cancelled). Renewal
+    /// stops when the keys are released.
+    pub fn renew(mut self, every: Duration) -> Self {
+        self.spec.renew = Some(every);
+        self.spec.on_lost.get_or_insert(OnLost::Cancel);
+        self.spec.written = self.spec.written.with(Written::RENEW);
+        self
+    }
+
+    /// Takes durations and the backend-fault policy from the coordinator's profile `name`, as
+    /// [`Lock::profile`](crate::handle::Lock::profile) does.
+    pub fn profile(mut self, name: impl Into<String>) -> Self {
+        self.profile = Some(name.into());
+        self
+    }
+
+    /// What to do when the backend fails. Default: the coordinator's policy. As for locks,
+    /// `acquire` and `try_acquire` always report a fault; [`MultiLock::run`] under `FailOpen`
+    /// runs the body without the locks (whatever was taken is released first).
+    pub fn on_backend_error(mut self, policy: OnBackendError) -> Self {
+        self.spec.on_backend_error = Some(policy);
+        self
+    }
+
+    /// Takes every key, waiting up to `wait` in all: [`CoordError::LockNotAcquired`] if some
+    /// key stayed held (nothing is held then), [`CoordError::Reentrant`] if this task already
+    /// holds one of the keys inside a `#[distributed_lock]` body, [`CoordError::Backend`] on a
+    /// backend fault or an empty list of keys.
+    pub async fn acquire(self) -> Result<MultiLockGuard, CoordError> {
+        let defaults = self.coordinator.configured_defaults();
+        let Ok(profile) = settings::find_profile(self.coordinator, self.profile.as_deref()) else {
+            return Err(CoordError::UnknownProfile {
+                profile: self.profile.unwrap_or_default(),
+                key: self.keys.into_iter().next().unwrap_or_else(|| {
+                    CallKey::builder(self.coordinator.namespace(), "multi_lock").finish()
+                }),
+            });
+        };
+        let mut spec = if profile.is_some() || defaults.is_some() {
+            settings::lock(&self.spec, profile, defaults)
+        } else {
+            self.spec
+        };
+        // A guard stands for held locks: a fault is always reported here.
+        spec.on_backend_error = Some(OnBackendError::FailClosed);
+        match acquire_multi(
+            self.coordinator,
+            self.keys,
+            &spec,
+            tokio::runtime::Handle::try_current().ok(),
+        )
+        .await
+        {
+            MultiAcquired::Granted(guard) => Ok(guard),
+            MultiAcquired::Refused(err) => Err(err),
+            MultiAcquired::Unguarded => unreachable!("fail_closed never runs unguarded"),
+        }
+    }
+
+    /// Like [`MultiLock::acquire`], but keys that stayed held are `Ok(None)` rather than an
+    /// error.
+    pub async fn try_acquire(self) -> Result<Option<MultiLockGuard>, CoordError> {
+        match self.acquire().await {
+            Ok(guard) => Ok(Some(guard)),
+            Err(CoordError::LockNotAcquired { .. }) => Ok(None),
+            Err(err) => Err(err),
+        }
+    }
+
+    /// Runs `body` while holding every key, exactly as
+    /// `#[distributed_lock(key_from_each = ..)]` does; inside it,
+    /// [`fencing_token_of`](crate::fencing_token_of) reads each key's token.
+    pub async fn run<T, E, F, Fut>(self, body: F) -> Result<T, E>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        E: From<CoordError>,
+    {
+        let Some(first) = self.keys.first() else {
+            return Err(E::from(CoordError::Backend(
+                crate::provider::BackendError::new(
+                    crate::provider::BackendErrorKind::Config,
+                    "a multi-key lock needs at least one key (the list was empty)",
+                ),
+            )));
+        };
+        let op = first.operation().unwrap_or("").to_owned();
+        let spec = OpSpec {
+            name: &op,
+            idempotency: None,
+            cache: None,
+            lock: Some(self.spec),
+            telemetry: OpTelemetry::new(),
+            record_key: false,
+            profile: self.profile.as_deref(),
+        };
+        let call = Call::with_key(&spec, self.coordinator, first.clone());
+        call.run(crate::runtime::multi_lock::distributed_multi_lock(
+            &call,
+            self.keys,
+            call.body(async move { body().await }),
+        ))
+        .await
+    }
+}

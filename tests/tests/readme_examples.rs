@@ -276,7 +276,8 @@ fn readme_rust_blocks_compile() {
     let prelude = Path::new(env!("CARGO_MANIFEST_DIR")).join("readme/prelude.rs");
 
     for block in &blocks {
-        fs::write(dir.join(file_name(block)), wrap(block)).expect("the example file can be written");
+        fs::write(dir.join(file_name(block)), wrap(block))
+            .expect("the example file can be written");
     }
     let root = dir.join("readme_examples.rs");
     fs::write(&root, crate_root(&blocks, &prelude)).expect("the crate root can be written");

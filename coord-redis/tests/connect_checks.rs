@@ -23,7 +23,9 @@ per_client!(
 
 // ---------------------------------------------------------------------------------------------
 // Log capture: one global subscriber for the test binary; each test picks out the lines that
-// name its own server's port.
+// name its own server's port. Each test installs it before anything can log: a test may be the
+// first of its process (under nextest every test is), and a warning logged before the
+// subscriber exists is lost.
 
 #[derive(Clone)]
 struct Sink(Arc<Mutex<Vec<u8>>>);
@@ -51,6 +53,11 @@ fn sink() -> &'static Sink {
             .init();
         sink
     })
+}
+
+/// Installs the capturing subscriber, once per process.
+fn capture_logs() {
+    sink();
 }
 
 /// Log lines so far that mention `port` and contain `needle`.
@@ -84,6 +91,7 @@ async fn works(p: &RedisProvider) {
 }
 
 async fn evicting_policies_are_refused_unless_allowed(client: Client) {
+    capture_logs();
     sink();
     for policy in ["allkeys-lru", "volatile-lru"] {
         let server = RedisServer::start_with(&["--maxmemory-policy", policy]);
@@ -119,6 +127,7 @@ async fn evicting_policies_are_refused_unless_allowed(client: Client) {
 }
 
 async fn noeviction_connects_and_missing_persistence_warns(client: Client) {
+    capture_logs();
     // The test servers keep nothing on disk.
     let volatile = RedisServer::start_with(&["--maxmemory-policy", "noeviction"]);
     let p = connect(volatile.url(), client)
@@ -153,6 +162,7 @@ async fn noeviction_connects_and_missing_persistence_warns(client: Client) {
 }
 
 async fn unreadable_settings_warn_once_and_connect(client: Client) {
+    capture_logs();
     // As managed services do: CONFIG renamed away. The policy would be refused if coord
     // could see it; it cannot, so it connects and says so.
     let server = RedisServer::start_with(&[
@@ -182,6 +192,7 @@ async fn unreadable_settings_warn_once_and_connect(client: Client) {
 }
 
 async fn settings_refused_by_the_acl_warn_once_and_connect(client: Client) {
+    capture_logs();
     let server = RedisServer::start_with(&[
         "--user", "coord", "on", ">pw", "~*", "&*", "+@all", "-config",
     ]);
@@ -196,6 +207,7 @@ async fn settings_refused_by_the_acl_warn_once_and_connect(client: Client) {
 }
 
 async fn a_server_restart_is_detected_and_logged_once(client: Client) {
+    capture_logs();
     sink();
     let mut server = RedisServer::start();
     let p = RedisProvider::builder(server.url())
@@ -295,6 +307,7 @@ async fn every_cluster_master_is_checked() {
 /// A restarted Cluster master is noticed too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_master_restart_is_detected() {
+    capture_logs();
     sink();
     let mut cluster = coord_redis_testing::RedisCluster::start(3);
     let providers: Vec<(Client, RedisProvider)> = {

@@ -1,16 +1,19 @@
 //! Every ```rust block of the workspace README and of each crate's README compiles.
 //!
-//! The test reads `README.md` and `<crate>/README.md`, writes each Rust block into a file of
-//! its own inside a small wrapper, and has trybuild compile them all as `pass` cases against
-//! this crate's dependencies and dev-dependencies (coord-core, coord-redis, coord-http, axum,
-//! figment, ...). A block that stops compiling (an API renamed or moved, a method gone, a
-//! wrong type) fails the test; the failing file is named after the README and the line of
-//! the block's fence (`README.md_line_301.rs`, `coord-redis_README.md_line_7.rs`), and the
-//! block sits at the same line numbers in that file as in the README, so a compiler message's
-//! line is the README's line.
+//! The test reads `README.md` and `<crate>/README.md`, writes each Rust block into a module
+//! file of its own inside a small wrapper, and has trybuild compile all of them as one crate
+//! (one `pass` case whose root declares every block's module) against this crate's
+//! dependencies and dev-dependencies (coord-core, coord-redis, coord-http, axum, figment, ...),
+//! then run it. One crate, so one compile and one link for every block rather than one per
+//! block (that was most of this test's time). A block that stops compiling (an API renamed or
+//! moved, a method gone, a wrong type) fails the test; the compiler names the failing module
+//! file after the README and the line of the block's fence (`README.md_line_301.rs`,
+//! `coord-redis_README.md_line_7.rs`), and the block sits at the same line numbers in that file
+//! as in the README, so a compiler message's line is the README's line.
 //!
-//! The examples are compiled, never run (each file's `main` is empty): they connect to Redis,
-//! serve HTTP or stand for code in an application.
+//! The examples are compiled, never run (the crate's `main` is empty): they connect to Redis,
+//! serve HTTP or stand for code in an application. Each block is a module of its own, so the
+//! names one block declares never meet another's.
 //!
 //! # What a block may assume
 //!
@@ -28,7 +31,7 @@
 //!   attributes on methods taking `&self`; its `use` lines are moved to the module, and
 //!   `Service` has the fields `payments`, `index` and `prices`.
 //!
-//! In both, `tests/readme/prelude.rs` is glob-imported: the application's own types and
+//! In both, `tests/readme/prelude.rs` (a module of the crate's root) is glob-imported: the application's own types and
 //! functions the examples use (`Order`, `Receipt`, `PaymentError`, `Quote`, `fetch`,
 //! `charge`, ...) and the coord names a reader expects without a `use` line (the four
 //! attributes, `Coordinator`, `CoordConfig`, `Duration`, `Arc`). A name the block declares
@@ -153,9 +156,9 @@ fn rust_blocks(readme: &str, text: &str, refused: &mut Vec<String>) -> Vec<Block
     blocks
 }
 
-/// The compilable file for `block`: the block at its README line numbers, in its context,
-/// with the prelude glob-imported.
-fn wrap(block: &Block, prelude: &Path) -> String {
+/// The module file for `block`: the block at its README line numbers, in its context, with
+/// the prelude glob-imported.
+fn wrap(block: &Block) -> String {
     let mut file = format!(
         "#![allow(unused, dead_code)] // {}, the rust block at line {} (written by the \
          readme_examples test: edit the README, not this file)\n",
@@ -201,12 +204,42 @@ fn wrap(block: &Block, prelude: &Path) -> String {
         file.push_str(&text);
         file.push('\n');
     }
-    let prelude = prelude.to_str().expect("the workspace path is UTF-8");
-    let _ = write!(
-        file,
-        "#[path = {prelude:?}]\nmod prelude;\nuse prelude::*;\n\nfn main() {{}}\n"
-    );
+    file.push_str("#[allow(unused_imports)]\nuse crate::prelude::*;\n");
     file
+}
+
+/// The crate's root: the prelude and every block's module, declared by file name.
+fn crate_root(blocks: &[Block], prelude: &Path) -> String {
+    let prelude = prelude.to_str().expect("the workspace path is UTF-8");
+    let mut root = format!(
+        "// Every rust block of the READMEs, one module each (written by the readme_examples \
+         test: edit the READMEs, not this file).\n#![allow(unused, dead_code)]\n\n\
+         #[path = {prelude:?}]\nmod prelude;\n\n"
+    );
+    for block in blocks {
+        let _ = writeln!(
+            root,
+            "#[path = {:?}]\nmod {};",
+            file_name(block),
+            module_name(block)
+        );
+    }
+    root.push_str("\nfn main() {}\n");
+    root
+}
+
+/// The module name for `block`, unique as its file name is: `coord_redis_readme_md_line_7`.
+fn module_name(block: &Block) -> String {
+    format!("{}_line_{}", block.readme, block.fence_line)
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '_'
+            }
+        })
+        .collect()
 }
 
 /// The file name that says which README and which block: `coord-redis_README.md_line_7.rs`.
@@ -242,12 +275,13 @@ fn readme_rust_blocks_compile() {
     fs::create_dir_all(&dir).expect("the test's directory can be created");
     let prelude = Path::new(env!("CARGO_MANIFEST_DIR")).join("readme/prelude.rs");
 
-    let cases = trybuild::TestCases::new();
     for block in &blocks {
-        let path = dir.join(file_name(block));
-        fs::write(&path, wrap(block, &prelude)).expect("the example file can be written");
-        cases.pass(path);
+        fs::write(dir.join(file_name(block)), wrap(block))
+            .expect("the example file can be written");
     }
+    let root = dir.join("readme_examples.rs");
+    fs::write(&root, crate_root(&blocks, &prelude)).expect("the crate root can be written");
+    trybuild::TestCases::new().pass(root);
 }
 
 #[test]
@@ -260,7 +294,7 @@ fn blocks_keep_their_readme_line_numbers() {
     assert_eq!(blocks.len(), 2, "the sh block is skipped: {blocks:?}");
 
     assert_eq!(blocks[0].context, Context::Methods);
-    let methods = wrap(&blocks[0], Path::new("prelude.rs"));
+    let methods = wrap(&blocks[0]);
     let lines: Vec<&str> = methods.lines().collect();
     assert_eq!(
         lines[4], "impl Service {",
@@ -275,7 +309,7 @@ fn blocks_keep_their_readme_line_numbers() {
 
     assert_eq!(blocks[1].fence_line, 14);
     assert_eq!(blocks[1].context, Context::Statements);
-    let statements = wrap(&blocks[1], Path::new("prelude.rs"));
+    let statements = wrap(&blocks[1]);
     assert_eq!(statements.lines().nth(14), Some("let x = 1;"));
 }
 

@@ -67,6 +67,49 @@ where
     total as f64 / started.elapsed().as_secs_f64()
 }
 
+/// One lock pair by hand: the provider's own two statements, prepared, on one connection.
+async fn hand_pair(
+    client: &Client,
+    statements: &[tokio_postgres::Statement],
+    key: &CallKey,
+    channel: &str,
+) {
+    let key = key.qualified();
+    let owner = uuid::Uuid::from_u128(OwnerToken::new().as_u128());
+    let rows = client
+        .query(&statements[0], &[&key, &owner, &30_000i64, &false])
+        .await
+        .unwrap();
+    assert!(rows[0].get::<_, bool>(0));
+    client
+        .query(
+            &statements[1],
+            &[&key, &owner, &channel, &"l0000000000000000"],
+        )
+        .await
+        .unwrap();
+}
+
+/// One lock pair through the provider: acquire (no wait, unfenced) and release.
+async fn coord_pair(provider: &PostgresProvider, key: &CallKey) {
+    let owner = OwnerToken::new();
+    let req = LockRequest {
+        key,
+        owner,
+        lease: Duration::from_secs(30),
+        wait: Duration::ZERO,
+        fenced: false,
+    };
+    provider.acquire(req).await.unwrap().expect("uncontended");
+    provider.release(key, owner).await.unwrap();
+}
+
+/// `COORD_BENCH_PROFILE=<coord|hand>:<pairs>` runs only `pairs` sequential lock pairs of one
+/// side on one key and exits, for running the bench under `valgrind --tool=callgrind`
+/// (instructions are counted, not seconds; two runs with N and 3N pairs give N pairs' worth
+/// without the start-up, as BENCHMARKS.md does).
+const PROFILE_VAR: &str = "COORD_BENCH_PROFILE";
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
@@ -159,6 +202,24 @@ async fn run(server: &PostgresServer, url: &str) {
             .collect(),
     );
     let channel = provider.channel().to_owned();
+    if let Ok(spec) = std::env::var(PROFILE_VAR) {
+        let (side, pairs) = spec
+            .split_once(':')
+            .and_then(|(side, pairs)| Some((side, pairs.parse::<u64>().ok()?)))
+            .unwrap_or_else(|| panic!("{PROFILE_VAR} is <coord|hand>:<pairs>, not {spec:?}"));
+        for _ in 0..pairs {
+            match side {
+                "coord" => coord_pair(&provider, &keys[0]).await,
+                "hand" => {
+                    let (client, s) = &*clients[0];
+                    hand_pair(client, s, &keys[0], &channel).await
+                }
+                other => panic!("unknown profile side {other:?}"),
+            }
+        }
+        println!("profile: {pairs} lock pairs by {side}");
+        return;
+    }
     let mut rows = Vec::new();
 
     for tasks in [1usize, 8] {
@@ -184,17 +245,7 @@ async fn run(server: &PostgresServer, url: &str) {
                     let (clients, keys, channel) = (clients.clone(), keys.clone(), channel.clone());
                     async move {
                         let (client, s) = &*clients[task];
-                        let key = keys[task].qualified();
-                        let owner = uuid::Uuid::from_u128(OwnerToken::new().as_u128());
-                        let rows = client
-                            .query(&s[0], &[&key, &owner, &30_000i64, &false])
-                            .await
-                            .unwrap();
-                        assert!(rows[0].get::<_, bool>(0));
-                        client
-                            .query(&s[1], &[&key, &owner, &channel, &"l0000000000000000"])
-                            .await
-                            .unwrap();
+                        hand_pair(client, s, &keys[task], &channel).await;
                     }
                 })
                 .await
@@ -203,19 +254,7 @@ async fn run(server: &PostgresServer, url: &str) {
                 let (provider, keys) = (provider.clone(), keys.clone());
                 throughput(tasks, move |task, _| {
                     let (provider, keys) = (provider.clone(), keys.clone());
-                    async move {
-                        let owner = OwnerToken::new();
-                        let key = &keys[task];
-                        let req = LockRequest {
-                            key,
-                            owner,
-                            lease: Duration::from_secs(30),
-                            wait: Duration::ZERO,
-                            fenced: false,
-                        };
-                        provider.acquire(req).await.unwrap().expect("uncontended");
-                        provider.release(key, owner).await.unwrap();
-                    }
+                    async move { coord_pair(&provider, &keys[task]).await }
                 })
                 .await
             };

@@ -17,8 +17,8 @@ mod cached;
 mod cluster_flight;
 mod idempotent;
 mod lock;
-mod rw_lock;
 mod multi_lock;
+mod rw_lock;
 mod semaphore;
 mod single_flight;
 
@@ -32,7 +32,7 @@ pub use cached::Cached;
 pub use cluster_flight::ClusterFlight;
 pub use idempotent::{Idempotent, TransactionRun, TransactionStep};
 pub use lock::Lock;
-pub use rw_lock::{RwLock, RwLockGuard};
 pub use multi_lock::MultiLock;
+pub use rw_lock::{RwLock, RwLockGuard};
 pub use semaphore::{PermitGuard, Semaphore};
 pub use single_flight::SingleFlight;

@@ -75,8 +75,8 @@ fn unsupported() -> BackendError {
 ///   operation no other caller can observe half done (Redis: one script); the in-process
 ///   provider makes it one synchronous pass over its table, during which a single-key attempt
 ///   running on another thread can find a key taken that the pass then gives back.
-/// * **The same locks.** Each key is taken exactly as [`LockProvider::acquire`] with
-///   `fenced: true` would take it: a single-key lock and a multi-key lock on an overlapping key
+/// * **The same locks.** Each key is taken exactly as
+///   [`LockProvider::acquire`](crate::LockProvider::acquire) with `fenced: true` would take it: a single-key lock and a multi-key lock on an overlapping key
 ///   exclude each other, and each key's token comes from that key's own fencing counter.
 /// * **Waiting.** `Ok(None)` when some key stayed held for all of `req.wait` (one attempt when
 ///   zero). A waiter waits on the first key it could not take: that key's release wakes it

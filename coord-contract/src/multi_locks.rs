@@ -76,8 +76,9 @@ fn unsupported() -> BackendError {
 ///   provider makes it one synchronous pass over its table, during which a single-key attempt
 ///   running on another thread can find a key taken that the pass then gives back.
 /// * **The same locks.** Each key is taken exactly as
-///   [`LockProvider::acquire`](crate::LockProvider::acquire) with `fenced: true` would take it: a single-key lock and a multi-key lock on an overlapping key
-///   exclude each other, and each key's token comes from that key's own fencing counter.
+///   [`LockProvider::acquire`](crate::LockProvider::acquire) with `fenced: true` would take
+///   it: a single-key lock and a multi-key lock on an overlapping key exclude each other, and
+///   each key's token comes from that key's own fencing counter.
 /// * **Waiting.** `Ok(None)` when some key stayed held for all of `req.wait` (one attempt when
 ///   zero). A waiter waits on the first key it could not take: that key's release wakes it
 ///   (without polling, as for a single lock, with a bounded re-check as a backstop), and it then

@@ -524,7 +524,9 @@ async fn the_leader_answers_before_the_hand_over_is_written() {
         .unwrap();
     assert_eq!(out.unwrap(), 4);
     assert_eq!(report.flight(), Some(FlightOutcome::ClusterLed));
-    assert_eq!(provider.flight_finishes.load(Ordering::SeqCst), 1);
+    // The hand-over write runs in the background, so it may not have been sent yet when the
+    // leader's caller is answered: wait for it to be sent (and held at the gate).
+    until_async(|| provider.flight_finishes.load(Ordering::SeqCst) == 1).await;
     // The follower on the other instance waits for the hand-over, not for a takeover.
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert!(

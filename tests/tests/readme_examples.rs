@@ -1,19 +1,22 @@
 //! Every ```rust block of the workspace README and of each crate's README compiles.
 //!
-//! The test reads `README.md` and `<crate>/README.md`, writes each Rust block into a module
-//! file of its own inside a small wrapper, and has trybuild compile all of them as one crate
-//! (one `pass` case whose root declares every block's module) against this crate's
-//! dependencies and dev-dependencies (coord-core, coord-redis, coord-http, axum, figment, ...),
-//! then run it. One crate, so one compile and one link for every block rather than one per
-//! block (that was most of this test's time). A block that stops compiling (an API renamed or
-//! moved, a method gone, a wrong type) fails the test; the compiler names the failing module
-//! file after the README and the line of the block's fence (`README.md_line_301.rs`,
-//! `coord-redis_README.md_line_7.rs`), and the block sits at the same line numbers in that file
-//! as in the README, so a compiler message's line is the README's line.
+//! The coord-tests build script reads `README.md` and `<crate>/README.md` and writes each Rust
+//! block into a module file of its own inside a small wrapper (`tests/readme/extract.rs`);
+//! this test target declares every one of those modules, so the blocks are compiled with the
+//! test targets, against this crate's dependencies and dev-dependencies (coord-core,
+//! coord-redis, coord-http, axum, figment, ...) as they are already built for the other tests:
+//! no build of its own (an earlier version had trybuild build a separate project, which
+//! compiled every dependency a second time and was one of the slowest tests of the suite).
+//! A block that stops compiling (an API renamed or moved, a method gone, a wrong type) fails
+//! the build of this test; the compiler names the failing module file after the README and
+//! the line of the block's fence (`README.md_line_301.rs`, `coord-redis_README.md_line_7.rs`),
+//! and the block sits at the same line numbers in that file as in the README, so a compiler
+//! message's line is the README's line. At run time the test checks that no fence was refused
+//! and that the blocks compiled in are the blocks the READMEs hold now.
 //!
-//! The examples are compiled, never run (the crate's `main` is empty): they connect to Redis,
-//! serve HTTP or stand for code in an application. Each block is a module of its own, so the
-//! names one block declares never meet another's.
+//! The examples are compiled, never run: they connect to Redis, serve HTTP or stand for code
+//! in an application. Each block is a module of its own, so the names one block declares never
+//! meet another's; rustc's unused-code warnings and clippy are off inside them.
 //!
 //! # What a block may assume
 //!
@@ -44,244 +47,47 @@
 //! One limit: `#[test]` functions a block declares (`conformance_suite!`) are compiled only
 //! in test builds, so their bodies are not checked here; the macro's name and arguments are.
 
-use std::fmt::Write as _;
-use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-// Compiled here as well as in every example file, so that `cargo fmt`, clippy and a plain
-// `cargo test` see the prelude; the examples use most of it, this file none.
+// The prelude every block glob-imports, at this crate's root as the blocks expect.
 #[allow(dead_code, unused_imports)]
 #[path = "../readme/prelude.rs"]
 mod prelude;
 
-/// How a block is wrapped, from the words after `rust` on its fence.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Context {
-    /// The body of an async function with the examples' values as parameters.
-    Statements,
-    /// The body of `impl Service`.
-    Methods,
-}
+#[allow(dead_code)]
+#[path = "../readme/extract.rs"]
+mod extract;
 
-/// One ```rust block of one README.
-#[derive(Debug)]
-struct Block {
-    /// The README, relative to the workspace root (`README.md`, `coord-redis/README.md`).
-    readme: String,
-    /// The 1-based line of the opening fence.
-    fence_line: usize,
-    context: Context,
-    /// The block's lines, without the fences (and without the fence's indentation).
-    lines: Vec<String>,
-}
+use extract::{Context, block_name, rust_blocks, wrap};
 
-/// The opening line of the statement context: one line, so that the block keeps its README
-/// line numbers.
-const STATEMENTS_OPEN: &str = "async fn readme_example(coord: Coordinator, \
-    coordinator: Coordinator, service: Service, key: String, order: Order, order_id: String, \
-    tenant_id: TenantId, symbol: &'static str, fingerprint: Fingerprint, env: &str) \
-    -> Result<(), Box<dyn std::error::Error>> {";
+// Every block's module, and the lists `REFUSED` and `COMPILED` (written by the build script).
+include!(concat!(env!("OUT_DIR"), "/readme_examples.rs"));
 
-fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("the tests crate lives inside the workspace")
-        .to_owned()
-}
-
-/// `README.md` at the root, then each workspace directory's `README.md`, by name.
-fn readmes(root: &Path) -> Vec<String> {
-    let mut crates: Vec<String> = fs::read_dir(root)
-        .expect("the workspace root is readable")
-        .filter_map(|entry| entry.ok())
-        .map(|entry| entry.path())
-        .filter(|dir| dir.join("Cargo.toml").is_file() && dir.join("README.md").is_file())
-        .filter_map(|dir| Some(dir.file_name()?.to_str()?.to_owned()))
-        .map(|name| format!("{name}/README.md"))
-        .collect();
-    crates.sort();
-    let mut all = vec!["README.md".to_owned()];
-    all.extend(crates);
-    all
-}
-
-/// The Rust blocks of one README, or a message per fence this test does not accept.
-fn rust_blocks(readme: &str, text: &str, refused: &mut Vec<String>) -> Vec<Block> {
-    let mut blocks = Vec::new();
-    let mut lines = text.lines().enumerate();
-    while let Some((index, line)) = lines.next() {
-        let trimmed = line.trim_start();
-        let Some(info) = trimmed.strip_prefix("```") else {
-            continue;
-        };
-        let indent = line.len() - trimmed.len();
-        let fence_line = index + 1;
-        let mut body = Vec::new();
-        let mut closed = false;
-        for (_, inner) in lines.by_ref() {
-            if inner.trim() == "```" {
-                closed = true;
-                break;
-            }
-            let cut = inner.len() - inner.trim_start().len();
-            body.push(inner[cut.min(indent)..].to_owned());
-        }
-        if !closed {
-            refused.push(format!(
-                "{readme}:{fence_line}: a code block that is never closed"
-            ));
-        }
-        let mut words = info.trim().split(',').map(str::trim);
-        if !matches!(words.next(), Some("rust" | "rs")) {
-            continue;
-        }
-        let mut context = Context::Statements;
-        for word in words {
-            match word {
-                "no_run" => {}
-                "methods" => context = Context::Methods,
-                other => refused.push(format!(
-                    "{readme}:{fence_line}: `{other}` on a rust fence: every README example must \
-                     compile; use `rust`, `rust,no_run` or `rust,methods` (see this test's docs)"
-                )),
-            }
-        }
-        blocks.push(Block {
-            readme: readme.to_owned(),
-            fence_line,
-            context,
-            lines: body,
-        });
-    }
-    blocks
-}
-
-/// The module file for `block`: the block at its README line numbers, in its context, with
-/// the prelude glob-imported.
-fn wrap(block: &Block) -> String {
-    let mut file = format!(
-        "#![allow(unused, dead_code)] // {}, the rust block at line {} (written by the \
-         readme_examples test: edit the README, not this file)\n",
-        block.readme, block.fence_line
+#[test]
+fn every_rust_fence_is_accepted() {
+    assert!(
+        REFUSED.is_empty(),
+        "README code blocks:\n{}",
+        REFUSED.join("\n")
     );
-    // Blank lines up to the fence, so that the block's lines keep their numbers.
-    let mut line = 2;
-    while line < block.fence_line {
-        file.push('\n');
-        line += 1;
-    }
-    let mut moved_uses = Vec::new();
-    match block.context {
-        Context::Statements => {
-            file.push_str(STATEMENTS_OPEN);
-            file.push('\n');
-            for text in &block.lines {
-                file.push_str(text);
-                file.push('\n');
-            }
-            file.push_str("Ok(())\n}\n");
-        }
-        Context::Methods => {
-            file.push_str("impl Service {\n");
-            let mut in_use = false;
-            for text in &block.lines {
-                if in_use || text.trim_start().starts_with("use ") {
-                    in_use = !text.trim_end().ends_with(';');
-                    moved_uses.push(text.clone());
-                    file.push('\n');
-                } else {
-                    file.push_str(text);
-                    file.push('\n');
-                }
-            }
-            file.push_str("}\n");
-            file.push_str(
-                "struct Service { payments: PaymentGateway, index: SearchIndex, prices: PriceFeed }\n",
-            );
-        }
-    }
-    for text in moved_uses {
-        file.push_str(&text);
-        file.push('\n');
-    }
-    file.push_str("#[allow(unused_imports)]\nuse crate::prelude::*;\n");
-    file
-}
-
-/// The crate's root: the prelude and every block's module, declared by file name.
-fn crate_root(blocks: &[Block], prelude: &Path) -> String {
-    let prelude = prelude.to_str().expect("the workspace path is UTF-8");
-    let mut root = format!(
-        "// Every rust block of the READMEs, one module each (written by the readme_examples \
-         test: edit the READMEs, not this file).\n#![allow(unused, dead_code)]\n\n\
-         #[path = {prelude:?}]\nmod prelude;\n\n"
-    );
-    for block in blocks {
-        let _ = writeln!(
-            root,
-            "#[path = {:?}]\nmod {};",
-            file_name(block),
-            module_name(block)
-        );
-    }
-    root.push_str("\nfn main() {}\n");
-    root
-}
-
-/// The module name for `block`, unique as its file name is: `coord_redis_readme_md_line_7`.
-fn module_name(block: &Block) -> String {
-    format!("{}_line_{}", block.readme, block.fence_line)
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() {
-                c.to_ascii_lowercase()
-            } else {
-                '_'
-            }
-        })
-        .collect()
-}
-
-/// The file name that says which README and which block: `coord-redis_README.md_line_7.rs`.
-fn file_name(block: &Block) -> String {
-    format!(
-        "{}_line_{}.rs",
-        block.readme.replace('/', "_"),
-        block.fence_line
-    )
 }
 
 #[test]
-fn readme_rust_blocks_compile() {
-    let root = workspace_root();
-    let mut refused = Vec::new();
-    let mut blocks = Vec::new();
-    for readme in readmes(&root) {
-        let text = fs::read_to_string(root.join(&readme)).expect("a README is readable");
-        blocks.extend(rust_blocks(&readme, &text, &mut refused));
-    }
+fn the_blocks_compiled_in_are_the_readmes_blocks() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the tests crate lives inside the workspace");
+    let (blocks, _) = extract::all_blocks(root);
+    let now: Vec<String> = blocks.iter().map(block_name).collect();
     assert!(
-        refused.is_empty(),
-        "README code blocks:\n{}",
-        refused.join("\n")
-    );
-    assert!(
-        blocks.iter().any(|block| block.readme == "README.md"),
+        now.iter().any(|name| name.starts_with("README.md:")),
         "no ```rust block found in README.md: is the fence parsing broken?"
     );
-
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("readme_examples");
-    let _ = fs::remove_dir_all(&dir);
-    fs::create_dir_all(&dir).expect("the test's directory can be created");
-    let prelude = Path::new(env!("CARGO_MANIFEST_DIR")).join("readme/prelude.rs");
-
-    for block in &blocks {
-        fs::write(dir.join(file_name(block)), wrap(block))
-            .expect("the example file can be written");
-    }
-    let root = dir.join("readme_examples.rs");
-    fs::write(&root, crate_root(&blocks, &prelude)).expect("the crate root can be written");
-    trybuild::TestCases::new().pass(root);
+    assert_eq!(
+        COMPILED, now,
+        "the README examples compiled into this test are not the READMEs' blocks of now: the \
+         build script did not run again after a README changed (see its rerun-if-changed list)"
+    );
 }
 
 #[test]

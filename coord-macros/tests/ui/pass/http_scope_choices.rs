@@ -1,7 +1,7 @@
 // Each of the three scope choices gives a builder that builds, before or after other options.
 use coord_core::Coordinator;
 use coord_http::{IdempotencyLayer, IdempotencyLayerBuilder, ScopeSet};
-use axum::http::header::AUTHORIZATION;
+use http::header::AUTHORIZATION;
 
 fn coordinator() -> Coordinator {
     Coordinator::builder()

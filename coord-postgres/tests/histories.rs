@@ -1,0 +1,812 @@
+//! Recorded histories on PostgreSQL under a seeded nemesis, checked as a whole against coord's
+//! promises (the same method as coord-redis's `histories`).
+//!
+//! This binary has its own `main` (`harness = false`) because it pauses, kills and restarts the
+//! server and re-runs itself as client processes (`COORD_HISTORY_ROLE=worker`). It runs:
+//!
+//! 1. **under faults**: one PostgreSQL server behind an in-test TCP proxy; two client
+//!    processes of this binary and the test process itself, three tasks each, taking fenced
+//!    locks on two hot keys, making idempotent calls on a sliding window of three hot keys and
+//!    single-flight calls; a seeded schedule of combined faults: proxy delay, blackhole, hold,
+//!    half-open and reset; the server paused (SIGSTOP to the postmaster first, so that it forks
+//!    nothing new, then to every backend and background process, each checked stopped), its
+//!    clients' sessions ended with `pg_terminate_backend` (pooled and listening connections
+//!    alike), the server killed (SIGKILL to all of it) and restarted on its data directory
+//!    (crash recovery); one client process paused past its leases. Every call is recorded
+//!    (JSON lines, one file per process, merged with what the protected resource witnessed),
+//!    then checked: zero violations.
+//! 2. **planted bugs**: the same workload through `coord_history::planted::Planted` over a
+//!    PostgreSQL provider: locks granted without asking the server (every holder token 1), and
+//!    completed records reported as free; the checker must report violations for each, or it
+//!    is not checking anything.
+//!
+//! The short form (CI) runs the fault phase for 12 s. A long form:
+//! `COORD_HISTORY_SECS=300 COORD_HISTORY_SEED=<n> cargo test -p coord-postgres --all-features
+//! --test histories`. `COORD_HISTORY_ONLY=<text>` runs only the cases whose name contains it.
+//! A failed run prints its seed and the path of the merged history, which `cargo run -p
+//! coord-history --bin check -- <path>` re-checks.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use coord_core::{CoordError, Coordinator, fencing_token};
+use coord_history::clock::now_ns;
+use coord_history::nemesis::proxy::{Mode, Proxy};
+use coord_history::nemesis::schedule::{FaultClass, FaultKind, Rng};
+use coord_history::planted::{Planted, PlantedBug};
+use coord_history::recorder::{Ending, Recorder};
+use coord_history::witness::{WitnessClient, WitnessServer};
+use coord_history::{EffectKind, Event, Fault, Op, Outcome, Phase, Promise, Report};
+use coord_postgres::PostgresProvider;
+use coord_postgres_testing::PostgresServer;
+
+const ROLE: &str = "COORD_HISTORY_ROLE";
+const LEASE: Duration = Duration::from_secs(1);
+const IN_FLIGHT: Duration = Duration::from_secs(2);
+const COMMAND_TIMEOUT: Duration = Duration::from_millis(500);
+const TASKS: u32 = 3;
+const PROCESSES: usize = 2;
+/// The `application_name` of every client's connections (the listening ones add
+/// `-listener`): what the nemesis ends with `pg_terminate_backend`.
+const APP: &str = "coord-history-client";
+
+/// Which calls a worker makes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mix {
+    All,
+    Locks,
+    Idempotent,
+}
+
+/// `Fail`: certainly no effect. `Info`: unknown.
+fn classify(err: &CoordError) -> (Outcome, String) {
+    let outcome = match err {
+        CoordError::LockNotAcquired { .. }
+        | CoordError::InFlight { .. }
+        | CoordError::KeyReused { .. } => Outcome::Fail,
+        _ => Outcome::Info,
+    };
+    let kind = match err {
+        CoordError::Backend(b) => format!("Backend({:?})", b.kind()),
+        other => {
+            let debug = format!("{other:?}");
+            debug
+                .split([' ', '{', '('])
+                .next()
+                .unwrap_or_default()
+                .to_owned()
+        }
+    };
+    (outcome, kind)
+}
+
+// ---------------------------------------------------------------- the workload
+
+/// One worker task: calls until `until`, recording each.
+async fn work(
+    coord: Coordinator,
+    rec: Recorder,
+    witness: SocketAddr,
+    client: u32,
+    until: Instant,
+    seed: u64,
+    mix: Mix,
+) {
+    let witness = WitnessClient::connect(witness)
+        .await
+        .expect("the witness listens on loopback");
+    let mut rng = Rng::new(seed ^ (u64::from(std::process::id()) << 16) ^ u64::from(client));
+    while Instant::now() < until {
+        let pick = rng.between(0, 9);
+        let op = match mix {
+            Mix::Locks => Op::Lock,
+            Mix::Idempotent => Op::Idempotent,
+            Mix::All if pick < 4 => Op::Lock,
+            Mix::All if pick < 8 => Op::Idempotent,
+            Mix::All => Op::SingleFlight,
+        };
+        match op {
+            Op::Lock => lock_call(&coord, &rec, &witness, client, &mut rng).await,
+            Op::Idempotent => idempotent_call(&coord, &rec, &witness, client, &mut rng).await,
+            _ => flight_call(&coord, &rec, &witness, client, &mut rng).await,
+        }
+    }
+}
+
+async fn lock_call(
+    coord: &Coordinator,
+    rec: &Recorder,
+    witness: &WitnessClient,
+    client: u32,
+    rng: &mut Rng,
+) {
+    let name = format!("lk{}", rng.between(0, 1));
+    let hold = Duration::from_millis(rng.between(5, 40));
+    let invoked = rec.invoke(client, Op::Lock, &name, None, None);
+    let call = invoked.call;
+    let seen = AtomicU64::new(0);
+    let key = coord.key("hist.lock").part(name.as_str()).finish();
+    let result: Result<u64, CoordError> = coord
+        .lock(key)
+        .lease(LEASE)
+        .wait(Duration::from_secs(2))
+        .fenced()
+        .run(|| async {
+            let token = fencing_token().expect("a fenced hold has a token").get();
+            seen.store(token, Ordering::Relaxed);
+            witness.fenced_write(&name, token, call, Phase::Enter).await;
+            tokio::time::sleep(hold).await;
+            witness.fenced_write(&name, token, call, Phase::Exit).await;
+            Ok(token)
+        })
+        .await;
+    let ending = match result {
+        Ok(token) => Ending::ok(None, Some(token)),
+        Err(err) => {
+            let (outcome, kind) = classify(&err);
+            let mut ending = Ending::failed(outcome, kind);
+            ending.token = Some(seen.load(Ordering::Relaxed)).filter(|t| *t != 0);
+            ending
+        }
+    };
+    rec.complete(&invoked, ending);
+}
+
+async fn idempotent_call(
+    coord: &Coordinator,
+    rec: &Recorder,
+    witness: &WitnessClient,
+    client: u32,
+    rng: &mut Rng,
+) {
+    // A sliding window of three hot keys, shared by every process (one clock).
+    let window = now_ns() / 700_000_000;
+    let name = format!("id{window}-{}", rng.between(0, 2));
+    let (invoked, proposal) = rec.invoke_proposing(client, Op::Idempotent, &name, |call| {
+        format!("answer-of-{call}")
+    });
+    let key = coord.key("hist.idem").part(name.as_str()).finish();
+    let result: Result<String, CoordError> = coord
+        .idempotent(key)
+        .in_flight_lease(IN_FLIGHT)
+        .wait(Duration::from_secs(3))
+        .retention(Duration::from_secs(600))
+        .run(|| async {
+            witness.effect(&name, invoked.call, EffectKind::Body).await;
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            Ok(proposal.clone())
+        })
+        .await;
+    let ending = match result {
+        Ok(answer) => Ending::ok(Some(answer), None),
+        Err(err) => {
+            let (outcome, kind) = classify(&err);
+            Ending::failed(outcome, kind)
+        }
+    };
+    rec.complete(&invoked, ending);
+}
+
+async fn flight_call(
+    coord: &Coordinator,
+    rec: &Recorder,
+    witness: &WitnessClient,
+    client: u32,
+    rng: &mut Rng,
+) {
+    let name = format!("sf{}", rng.between(0, 1));
+    let (invoked, proposal) = rec.invoke_proposing(client, Op::SingleFlight, &name, |call| {
+        format!("answer-of-{call}")
+    });
+    let key = coord.key("hist.flight").part(name.as_str()).finish();
+    let answer: String = coord
+        .single_flight(key)
+        .run(|| async {
+            witness
+                .effect(&name, invoked.call, EffectKind::FlightStart)
+                .await;
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            witness
+                .effect(&name, invoked.call, EffectKind::FlightEnd)
+                .await;
+            proposal.clone()
+        })
+        .await;
+    rec.complete(&invoked, Ending::ok(Some(answer), None));
+}
+
+// ---------------------------------------------------------------- processes
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+/// A coordinator on `url` (through the proxy). The nemesis may already be at work when a
+/// client process starts, so connecting is retried for up to 30 s.
+async fn coordinator(url: &str, ns: &str) -> Coordinator {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let provider = loop {
+        match PostgresProvider::builder(url)
+            .command_timeout(COMMAND_TIMEOUT)
+            .application_name(APP)
+            .pool_size(4)
+            .connect()
+            .await
+        {
+            Ok(p) => break p,
+            Err(e) if Instant::now() > deadline => {
+                panic!("connect to the test server through the proxy at {url}: {e}")
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    };
+    Coordinator::builder()
+        .namespace(ns)
+        .provider(provider)
+        .build()
+        .expect("coordinator")
+}
+
+/// Runs `TASKS` workers on `coord` until `until`, then gives stragglers `grace`.
+async fn run_workers(
+    coord: Coordinator,
+    rec: Recorder,
+    witness: SocketAddr,
+    until: Instant,
+    seed: u64,
+    mix: Mix,
+) {
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|client| {
+            tokio::spawn(work(
+                coord.clone(),
+                rec.clone(),
+                witness,
+                client,
+                until,
+                seed,
+                mix,
+            ))
+        })
+        .collect();
+    let grace = until + Duration::from_secs(20);
+    for t in tasks {
+        // A call stuck past the grace is left out as never completed (unknown outcome).
+        let left = grace.saturating_duration_since(Instant::now());
+        let _ = tokio::time::timeout(left, t).await;
+    }
+}
+
+fn child() {
+    let var = |name: &str| std::env::var(name).unwrap_or_else(|_| panic!("{name} is set"));
+    let url = var("COORD_HISTORY_URL");
+    let witness: SocketAddr = var("COORD_HISTORY_WITNESS").parse().expect("address");
+    let ns = var("COORD_HISTORY_NS");
+    let millis: u64 = var("COORD_HISTORY_MILLIS").parse().expect("millis");
+    let seed: u64 = var("COORD_HISTORY_SEED_CHILD").parse().expect("seed");
+    let out = var("COORD_HISTORY_OUT");
+    let rec = Recorder::new();
+    let rt = runtime();
+    rt.block_on(async {
+        let until = Instant::now() + Duration::from_millis(millis);
+        let coord = coordinator(&url, &ns).await;
+        run_workers(coord, rec.clone(), witness, until, seed, Mix::All).await;
+    });
+    rec.write_to(std::path::Path::new(&out))
+        .expect("write the history");
+    // Calls stuck past the grace must not keep the process alive.
+    std::process::exit(0);
+}
+
+struct Worker {
+    child: Child,
+    out: std::path::PathBuf,
+}
+
+impl Worker {
+    fn signal(&self, sig: libc::c_int) {
+        // SAFETY: `kill` takes no pointers. Our own child, not yet reaped: the pid is its.
+        unsafe { libc::kill(self.child.id() as libc::pid_t, sig) };
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        self.signal(libc::SIGCONT);
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.out);
+    }
+}
+
+// ---------------------------------------------------------------- the nemesis
+
+/// The faults of this run. The proxy, pause, kill and client-pause faults are the ones
+/// coord-history names ([`FaultKind`]); ending the clients' sessions is PostgreSQL's own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PgFault {
+    Common(FaultKind),
+    /// `pg_terminate_backend` of every session of the clients, pooled and listening.
+    TerminateSessions,
+}
+
+impl PgFault {
+    const ALL: [PgFault; 9] = [
+        PgFault::Common(FaultKind::ProxyDelay),
+        PgFault::Common(FaultKind::ProxyBlackhole),
+        PgFault::Common(FaultKind::ProxyHold),
+        PgFault::Common(FaultKind::ProxyHalfOpen),
+        PgFault::Common(FaultKind::ProxyReset),
+        PgFault::Common(FaultKind::ServerPause),
+        PgFault::Common(FaultKind::ServerKillRestart),
+        PgFault::TerminateSessions,
+        PgFault::Common(FaultKind::ClientPause),
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            PgFault::Common(kind) => kind.name(),
+            PgFault::TerminateSessions => "server-terminate-sessions",
+        }
+    }
+
+    /// Ending sessions needs the server answering: it never shares a step with a pause or a
+    /// kill (one fault of a class per step).
+    fn class(self) -> FaultClass {
+        match self {
+            PgFault::Common(kind) => kind.class(),
+            PgFault::TerminateSessions => FaultClass::Server,
+        }
+    }
+}
+
+/// One step: wait `gap`, start every fault, keep them for `hold`, heal them all.
+#[derive(Debug, Clone)]
+struct Step {
+    gap: Duration,
+    faults: Vec<PgFault>,
+    hold: Duration,
+    delay: Duration,
+    target: u64,
+}
+
+/// Steps filling about `total`, as `coord_history::nemesis::schedule::Schedule::seeded`
+/// draws them (gaps 300 to 900 ms, holds 300 to 1 500 ms, half the steps combining two or
+/// three faults of different classes), except that a step pausing a client process holds at
+/// least 1.2 leases, so that the paused process outlives its leases.
+fn schedule(seed: u64, total: Duration) -> Vec<Step> {
+    let mut rng = Rng::new(seed);
+    let mut steps = Vec::new();
+    let mut used = Duration::ZERO;
+    let pick = |rng: &mut Rng| PgFault::ALL[rng.between(0, PgFault::ALL.len() as u64 - 1) as usize];
+    while used < total {
+        let gap = Duration::from_millis(rng.between(300, 900));
+        let mut hold = Duration::from_millis(rng.between(300, 1500));
+        let mut faults = vec![pick(&mut rng)];
+        if rng.next_u64().is_multiple_of(2) {
+            for _ in 0..2 {
+                let extra = pick(&mut rng);
+                if faults.iter().all(|f| f.class() != extra.class()) {
+                    faults.push(extra);
+                }
+            }
+        }
+        if faults.contains(&PgFault::Common(FaultKind::ClientPause)) {
+            hold = hold.max(LEASE * 6 / 5);
+        }
+        steps.push(Step {
+            gap,
+            faults,
+            hold,
+            delay: Duration::from_millis(rng.between(50, 250)),
+            target: rng.next_u64(),
+        });
+        used += gap + hold;
+    }
+    steps
+}
+
+struct Target {
+    server: Mutex<PostgresServer>,
+    proxy: Arc<Proxy>,
+    workers: Vec<Worker>,
+    /// Sessions ended by `pg_terminate_backend`, all steps.
+    terminated: AtomicUsize,
+    /// Processes of the server seen stopped by a pause, all steps.
+    stopped: AtomicUsize,
+}
+
+fn fault_event(fault: PgFault, start: bool) -> Event {
+    Event::Fault(Fault {
+        at: now_ns(),
+        fault: fault.name().into(),
+        start,
+        data_loss: false,
+    })
+}
+
+/// The processes whose parent is `parent`, from /proc.
+fn children(parent: u32) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| process_field(*pid, 1).and_then(|p| p.parse().ok()) == Some(parent))
+        .collect()
+}
+
+/// Field `n` after the command name in `/proc/<pid>/stat` (0: the state, 1: the parent).
+fn process_field(pid: u32, n: usize) -> Option<String> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // `pid (comm) state ppid ...`; comm may hold spaces and parentheses.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(n).map(str::to_owned)
+}
+
+/// Waits until the postmaster and every process it started are stopped (state `T`), and
+/// returns how many there are: a pause that missed the backends would leave them answering
+/// on connections already open. Panics if one still runs after 2 s.
+fn all_stopped(postmaster: u32) -> usize {
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        let mut pids = children(postmaster);
+        pids.push(postmaster);
+        let running: Vec<u32> = pids
+            .iter()
+            .copied()
+            // A process gone meanwhile (None), or exited and not yet reaped (Z, X), runs
+            // nothing.
+            .filter(|p| {
+                process_field(*p, 0).is_some_and(|s| !matches!(s.as_str(), "T" | "t" | "Z" | "X"))
+            })
+            .collect();
+        if running.is_empty() {
+            return pids.len();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "server processes {running:?} still run 2 s after the pause"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn apply(target: &Target, step: &Step, fault: PgFault) {
+    let mut server = target.server.lock().unwrap();
+    match fault {
+        PgFault::Common(kind) => match kind {
+            FaultKind::ProxyDelay => target.proxy.set(Mode::Delay(step.delay)),
+            FaultKind::ProxyBlackhole => target.proxy.set(Mode::Blackhole),
+            FaultKind::ProxyHold => target.proxy.set(Mode::Hold),
+            FaultKind::ProxyHalfOpen => target.proxy.set(Mode::HalfOpen),
+            FaultKind::ProxyReset => target.proxy.set(Mode::Reset),
+            FaultKind::ServerPause => {
+                server.pause();
+                let pid = server.pid().expect("the server runs");
+                target
+                    .stopped
+                    .fetch_add(all_stopped(pid), Ordering::Relaxed);
+            }
+            FaultKind::ServerKillRestart => server.kill(),
+            FaultKind::ClientPause => {
+                let w = &target.workers[(step.target % target.workers.len() as u64) as usize];
+                w.signal(libc::SIGSTOP);
+            }
+            other => unreachable!("not scheduled here: {other:?}"),
+        },
+        PgFault::TerminateSessions => {
+            // Through psql straight to the server, not through the proxy.
+            let ended = server
+                .try_sql(&format!(
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+                     WHERE application_name LIKE '{APP}%' AND pid <> pg_backend_pid()"
+                ))
+                .ok()
+                .and_then(|n| n.trim().parse::<usize>().ok())
+                .unwrap_or(0);
+            target.terminated.fetch_add(ended, Ordering::Relaxed);
+        }
+    }
+}
+
+fn heal(target: &Target, step: &Step, fault: PgFault) {
+    let mut server = target.server.lock().unwrap();
+    match fault {
+        PgFault::Common(kind) => match kind {
+            FaultKind::ProxyDelay
+            | FaultKind::ProxyBlackhole
+            | FaultKind::ProxyHold
+            | FaultKind::ProxyHalfOpen
+            | FaultKind::ProxyReset => target.proxy.set(Mode::Pass),
+            FaultKind::ServerPause => server.resume(),
+            // Crash recovery on the same data directory: what was committed is there.
+            FaultKind::ServerKillRestart => server.start_again(),
+            FaultKind::ClientPause => {
+                let w = &target.workers[(step.target % target.workers.len() as u64) as usize];
+                w.signal(libc::SIGCONT);
+            }
+            other => unreachable!("not scheduled here: {other:?}"),
+        },
+        // A one-shot fault: the clients reconnect by themselves.
+        PgFault::TerminateSessions => {}
+    }
+}
+
+/// Runs `steps` against `target` until `until`, recording every fault.
+fn nemesis(target: &Target, steps: &[Step], rec: &Recorder, until: Instant) {
+    for step in steps {
+        std::thread::sleep(step.gap);
+        if Instant::now() + step.hold > until {
+            break;
+        }
+        for &fault in &step.faults {
+            rec.push(fault_event(fault, true));
+            apply(target, step, fault);
+        }
+        std::thread::sleep(step.hold);
+        for &fault in step.faults.iter().rev() {
+            heal(target, step, fault);
+            rec.push(fault_event(fault, false));
+        }
+    }
+}
+
+// ---------------------------------------------------------------- runs
+
+fn seed() -> u64 {
+    std::env::var("COORD_HISTORY_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0x5eed_2026)
+}
+
+fn fault_millis() -> u64 {
+    std::env::var("COORD_HISTORY_SECS")
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+        .map_or(12_000, |s| s * 1000)
+}
+
+fn save(events: &[Event], name: &str) -> std::path::PathBuf {
+    let path = std::env::temp_dir().join(format!(
+        "coord-history-postgres-{name}-{}.jsonl",
+        std::process::id()
+    ));
+    coord_history::write_jsonl(&path, events).expect("write the merged history");
+    path
+}
+
+/// A fresh server with coord's schema.
+fn migrated_server(rt: &tokio::runtime::Runtime) -> PostgresServer {
+    let server = PostgresServer::start();
+    rt.block_on(PostgresProvider::migrate(&server.url()))
+        .expect("migrate the test server");
+    server
+}
+
+/// How the calls ended, by error kind (`ok` for answers), for the printed figures.
+fn endings(events: &[Event]) -> BTreeMap<String, usize> {
+    let mut out = BTreeMap::new();
+    for e in events {
+        if let Event::Complete(c) = e {
+            let kind = c.error.clone().unwrap_or_else(|| "ok".into());
+            *out.entry(kind).or_default() += 1;
+        }
+    }
+    out
+}
+
+/// Client processes and in-process tasks under the seeded schedule: zero violations.
+fn under_faults() -> Report {
+    let seed = seed();
+    let millis = fault_millis();
+    let rt = runtime();
+    let server = migrated_server(&rt);
+    let upstream: SocketAddr = format!("127.0.0.1:{}", server.port()).parse().unwrap();
+    let proxy = Arc::new(
+        rt.block_on(Proxy::start(upstream))
+            .expect("start the proxy"),
+    );
+    let url = format!(
+        "postgres://postgres@{}/postgres?sslmode=disable",
+        proxy.addr()
+    );
+    let witness = Arc::new(WitnessServer::start());
+    let ns = "hist-postgres";
+    let workers: Vec<Worker> = (0..PROCESSES)
+        .map(|i| {
+            let out = std::env::temp_dir().join(format!(
+                "coord-history-postgres-{}-child{i}.jsonl",
+                std::process::id()
+            ));
+            let child = Command::new(std::env::current_exe().expect("own path"))
+                .env(ROLE, "worker")
+                .env("COORD_HISTORY_URL", &url)
+                .env("COORD_HISTORY_WITNESS", witness.addr().to_string())
+                .env("COORD_HISTORY_NS", ns)
+                .env("COORD_HISTORY_MILLIS", millis.to_string())
+                .env(
+                    "COORD_HISTORY_SEED_CHILD",
+                    (seed + i as u64 + 1).to_string(),
+                )
+                .env("COORD_HISTORY_OUT", &out)
+                .env("RUST_LOG", "off")
+                .stdout(Stdio::null())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .expect("re-run this test binary as a client process");
+            Worker { child, out }
+        })
+        .collect();
+    let rec = Recorder::new();
+    let until = Instant::now() + Duration::from_millis(millis);
+    let target = Target {
+        server: Mutex::new(server),
+        proxy: proxy.clone(),
+        workers,
+        terminated: AtomicUsize::new(0),
+        stopped: AtomicUsize::new(0),
+    };
+    let steps = schedule(seed, Duration::from_millis(millis));
+    let started = Instant::now();
+    std::thread::scope(|scope| {
+        let nemesis_rec = rec.clone();
+        let target = &target;
+        let steps = &steps;
+        scope.spawn(move || nemesis(target, steps, &nemesis_rec, until));
+        rt.block_on(async {
+            let coord = coordinator(&url, ns).await;
+            run_workers(coord, rec.clone(), witness.addr(), until, seed, Mix::All).await;
+        });
+    });
+    // Everything healed (the nemesis heals each step before it ends); collect the children.
+    let mut events = rec.events();
+    let mut target = target;
+    for w in &mut target.workers {
+        let deadline = Instant::now() + Duration::from_secs(40);
+        loop {
+            if w.child.try_wait().expect("wait").is_some() {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "a client process did not finish within 40 s of the run's end (seed {seed})"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let mut theirs = coord_history::read_jsonl(&w.out).unwrap_or_else(|e| {
+            panic!("the client process wrote no readable history ({e}); seed {seed}")
+        });
+        events.append(&mut theirs);
+    }
+    events.extend(witness.events());
+    let path = save(&events, "under-faults");
+    let report = coord_history::check(&events);
+    println!(
+        "histories/postgres/under-faults (seed {seed}, {:.1} s, history {}): {report}",
+        started.elapsed().as_secs_f64(),
+        path.display()
+    );
+    println!(
+        "  endings {:?}; sessions ended by pg_terminate_backend {}; server processes stopped by pauses {}",
+        endings(&events),
+        target.terminated.load(Ordering::Relaxed),
+        target.stopped.load(Ordering::Relaxed),
+    );
+    assert!(
+        report.violations.is_empty(),
+        "{} violations under faults on PostgreSQL (seed {seed}); the history is {}",
+        report.violations.len(),
+        path.display()
+    );
+    for op in ["lock", "idempotent", "single_flight"] {
+        assert!(
+            report.calls.get(op).copied().unwrap_or(0) >= 10,
+            "too few {op} calls to judge anything: {report}"
+        );
+    }
+    assert!(report.writes_accepted > 0 && report.effects > 0, "{report}");
+    assert!(report.total_faults() > 0, "no fault was injected: {report}");
+    // `COORD_HISTORY_KEEP=1` keeps a passing run's history too, to study it.
+    if std::env::var_os("COORD_HISTORY_KEEP").is_none() {
+        let _ = std::fs::remove_file(&path);
+    }
+    report
+}
+
+/// The workload through a PostgreSQL provider with `bug` planted, with fencing checked at the
+/// resource: the checker must report it.
+fn planted(bug: PlantedBug, mix: Mix) -> Report {
+    let rt = runtime();
+    let server = migrated_server(&rt);
+    let witness = WitnessServer::start();
+    let rec = Recorder::new();
+    rt.block_on(async {
+        let provider = PostgresProvider::builder(server.url())
+            .command_timeout(COMMAND_TIMEOUT)
+            .connect()
+            .await
+            .expect("connect to the test server");
+        let coord = Coordinator::builder()
+            .namespace("planted-postgres")
+            .provider(Planted::new(provider, bug))
+            .build()
+            .expect("coordinator");
+        let until = Instant::now() + Duration::from_millis(2_500);
+        run_workers(coord, rec.clone(), witness.addr(), until, seed(), mix).await;
+    });
+    let mut events = rec.events();
+    events.extend(witness.events());
+    let report = coord_history::check(&events);
+    println!(
+        "histories/postgres/planted {bug:?}: {} calls, {} violations {:?}",
+        report.total_calls(),
+        report.violations.len(),
+        report
+            .violations
+            .iter()
+            .map(|v| v.promise)
+            .collect::<std::collections::BTreeSet<_>>()
+    );
+    if let Some(v) = report.violations.first() {
+        print!("  for example: {v}");
+    }
+    report
+}
+
+fn main() {
+    if std::env::var(ROLE).is_ok() {
+        return child();
+    }
+    let started = Instant::now();
+    let mut passed = 0;
+    let mut failed = Vec::new();
+    // `COORD_HISTORY_ONLY=<text>` runs only the cases whose name contains it.
+    let only = std::env::var("COORD_HISTORY_ONLY").unwrap_or_default();
+    let mut case = |name: &str, f: &dyn Fn()| {
+        if !name.contains(&only) {
+            return;
+        }
+        println!("histories/{name} ...");
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+            Ok(()) => passed += 1,
+            Err(_) => failed.push(name.to_owned()),
+        }
+    };
+    case("postgres/under_faults_zero_violations", &|| {
+        under_faults();
+    });
+    case("postgres/planted_grant_without_check_is_caught", &|| {
+        let report = planted(PlantedBug::GrantWithoutCheck, Mix::Locks);
+        assert!(
+            report.count(Promise::NoOverlap) > 0 && report.count(Promise::TokensGrow) > 0,
+            "the checker missed locks granted without checking: {report}"
+        );
+    });
+    case("postgres/planted_fresh_answer_on_replay_is_caught", &|| {
+        let report = planted(PlantedBug::FreshAnswerOnReplay, Mix::Idempotent);
+        assert!(
+            report.count(Promise::AtMostOnce) > 0 && report.count(Promise::SameAnswer) > 0,
+            "the checker missed replays answering fresh: {report}"
+        );
+    });
+    if !failed.is_empty() {
+        println!("histories: failed: {}", failed.join(", "));
+    }
+    println!("histories: {:.1} s in all", started.elapsed().as_secs_f64());
+    // Exactly `<name>: N passed, M failed`: the line scripts/test-summary totals.
+    println!("histories: {passed} passed, {} failed", failed.len());
+    if !failed.is_empty() {
+        std::process::exit(1);
+    }
+}

@@ -54,6 +54,9 @@ const PROCESSES: usize = 2;
 /// `-listener`): what the nemesis ends with `pg_terminate_backend`.
 const APP: &str = "coord-history-client";
 
+/// Permits of the semaphore every process shares.
+const PERMITS: u32 = 2;
+
 /// Which calls a worker makes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Mix {
@@ -87,10 +90,12 @@ fn classify(err: &CoordError) -> (Outcome, String) {
 // ---------------------------------------------------------------- the workload
 
 /// One worker task: calls until `until`, recording each.
+#[allow(clippy::too_many_arguments)]
 async fn work(
     coord: Coordinator,
     rec: Recorder,
     witness: SocketAddr,
+    permits: SocketAddr,
     client: u32,
     until: Instant,
     seed: u64,
@@ -99,14 +104,22 @@ async fn work(
     let witness = WitnessClient::connect(witness)
         .await
         .expect("the witness listens on loopback");
+    let permits = WitnessClient::connect(permits)
+        .await
+        .expect("the semaphore's resource listens on loopback");
     let mut rng = Rng::new(seed ^ (u64::from(std::process::id()) << 16) ^ u64::from(client));
     while Instant::now() < until {
         let pick = rng.between(0, 9);
         let op = match mix {
             Mix::Locks => Op::Lock,
             Mix::Idempotent => Op::Idempotent,
-            Mix::All if pick < 4 => Op::Lock,
-            Mix::All if pick < 8 => Op::Idempotent,
+            Mix::All if pick < 3 => Op::Lock,
+            Mix::All if pick < 6 => Op::Idempotent,
+            Mix::All if pick < 8 => {
+                // Semaphore holds are judged apart (no `Op` of their own in the history).
+                semaphore_call(&coord, &rec, &permits, &mut rng).await;
+                continue;
+            }
             Mix::All => Op::SingleFlight,
         };
         match op {
@@ -154,6 +167,117 @@ async fn lock_call(
         }
     };
     rec.complete(&invoked, ending);
+}
+
+/// A hold of one of the [`PERMITS`] permits of the shared semaphore; the body writes `enter`
+/// and `exit` at the semaphore's resource (which admits everything: a permit's token orders
+/// nothing among holders) under a key naming when the permit's lease ends at the latest
+/// could end: the lease counted from this call's invocation, before the acquire was sent, so
+/// no earlier than the server's own expiry of the permit.
+async fn semaphore_call(
+    coord: &Coordinator,
+    rec: &Recorder,
+    permits: &WitnessClient,
+    rng: &mut Rng,
+) {
+    let call = rec.next_call();
+    let valid_until = now_ns() + LEASE.as_nanos() as u64;
+    let name = format!("sm0~{valid_until}");
+    let hold = Duration::from_millis(rng.between(5, 40));
+    let key = coord.key("hist.sem").part("sm0").finish();
+    let _: Result<(), CoordError> = coord
+        .semaphore(key, PERMITS)
+        .lease(LEASE)
+        .wait(Duration::from_secs(2))
+        .run(|| async {
+            let token = fencing_token().expect("a permit has a token").get();
+            permits.fenced_write(&name, token, call, Phase::Enter).await;
+            tokio::time::sleep(hold).await;
+            permits.fenced_write(&name, token, call, Phase::Exit).await;
+            Ok(())
+        })
+        .await;
+}
+
+/// What the semaphore's resource saw: holds, holds certainly within their permit's lease,
+/// the most of those at once, and the most of all holds at once.
+#[derive(Debug, Default)]
+struct PermitFigures {
+    holds: usize,
+    certain: usize,
+    most_certain: usize,
+    most_any: usize,
+    /// The calls inside when more than [`PERMITS`] certain holds were inside at once.
+    over: Vec<String>,
+}
+
+/// The semaphore's promise, judged at its resource: never more than [`PERMITS`] holds inside
+/// at once, among the holds whose `exit` reached the resource before their lease could have
+/// ended (a holder stalled past its lease, its permit someone else's, is the one thing a
+/// lease cannot prevent; those are counted in `most_any` only). Inside: from the `enter` to
+/// the `exit` in the resource's own order; a hold whose `exit` never came is not certain.
+fn check_permits(events: &[Event]) -> PermitFigures {
+    let mut holds: BTreeMap<u64, (u64, Option<u64>, bool)> = BTreeMap::new();
+    let mut writes: Vec<&coord_history::event::ResourceWrite> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Resource(w) => Some(w),
+            _ => None,
+        })
+        .collect();
+    writes.sort_by_key(|w| w.seq);
+    for w in &writes {
+        let valid_until: u64 = w
+            .key
+            .split_once('~')
+            .and_then(|(_, t)| t.parse().ok())
+            .expect("a semaphore key names its lease end");
+        match w.phase {
+            Phase::Enter => {
+                holds.insert(w.call.0, (w.seq, None, false));
+            }
+            Phase::Exit => {
+                if let Some(h) = holds.get_mut(&w.call.0) {
+                    h.1 = Some(w.seq);
+                    h.2 = w.at < valid_until;
+                }
+            }
+        }
+    }
+    let mut figures = PermitFigures {
+        holds: holds.len(),
+        certain: holds.values().filter(|h| h.2).count(),
+        ..PermitFigures::default()
+    };
+    // Sweep the resource's order.
+    let mut inside_any = 0usize;
+    let mut inside_certain: Vec<u64> = Vec::new();
+    for w in &writes {
+        let (_, exit, certain) = holds[&w.call.0];
+        match w.phase {
+            Phase::Enter => {
+                if exit.is_some() {
+                    inside_any += 1;
+                }
+                if certain {
+                    inside_certain.push(w.call.0);
+                }
+            }
+            Phase::Exit => {
+                inside_any = inside_any.saturating_sub(1);
+                inside_certain.retain(|c| *c != w.call.0);
+            }
+        }
+        figures.most_any = figures.most_any.max(inside_any);
+        figures.most_certain = figures.most_certain.max(inside_certain.len());
+        if inside_certain.len() > PERMITS as usize && figures.over.is_empty() {
+            figures.over = inside_certain
+                .iter()
+                .map(|c| coord_history::CallId(*c).to_string())
+                .collect();
+        }
+    }
+    figures
 }
 
 async fn idempotent_call(
@@ -260,6 +384,7 @@ async fn run_workers(
     coord: Coordinator,
     rec: Recorder,
     witness: SocketAddr,
+    permits: SocketAddr,
     until: Instant,
     seed: u64,
     mix: Mix,
@@ -270,6 +395,7 @@ async fn run_workers(
                 coord.clone(),
                 rec.clone(),
                 witness,
+                permits,
                 client,
                 until,
                 seed,
@@ -289,6 +415,7 @@ fn child() {
     let var = |name: &str| std::env::var(name).unwrap_or_else(|_| panic!("{name} is set"));
     let url = var("COORD_HISTORY_URL");
     let witness: SocketAddr = var("COORD_HISTORY_WITNESS").parse().expect("address");
+    let permits: SocketAddr = var("COORD_HISTORY_PERMITS").parse().expect("address");
     let ns = var("COORD_HISTORY_NS");
     let millis: u64 = var("COORD_HISTORY_MILLIS").parse().expect("millis");
     let seed: u64 = var("COORD_HISTORY_SEED_CHILD").parse().expect("seed");
@@ -298,7 +425,7 @@ fn child() {
     rt.block_on(async {
         let until = Instant::now() + Duration::from_millis(millis);
         let coord = coordinator(&url, &ns).await;
-        run_workers(coord, rec.clone(), witness, until, seed, Mix::All).await;
+        run_workers(coord, rec.clone(), witness, permits, until, seed, Mix::All).await;
     });
     rec.write_to(std::path::Path::new(&out))
         .expect("write the history");
@@ -622,6 +749,7 @@ fn under_faults() -> Report {
         proxy.addr()
     );
     let witness = Arc::new(WitnessServer::start());
+    let permits = WitnessServer::start_unfenced();
     let ns = "hist-postgres";
     let workers: Vec<Worker> = (0..PROCESSES)
         .map(|i| {
@@ -633,6 +761,7 @@ fn under_faults() -> Report {
                 .env(ROLE, "worker")
                 .env("COORD_HISTORY_URL", &url)
                 .env("COORD_HISTORY_WITNESS", witness.addr().to_string())
+                .env("COORD_HISTORY_PERMITS", permits.addr().to_string())
                 .env("COORD_HISTORY_NS", ns)
                 .env("COORD_HISTORY_MILLIS", millis.to_string())
                 .env(
@@ -666,7 +795,16 @@ fn under_faults() -> Report {
         scope.spawn(move || nemesis(target, steps, &nemesis_rec, until));
         rt.block_on(async {
             let coord = coordinator(&url, ns).await;
-            run_workers(coord, rec.clone(), witness.addr(), until, seed, Mix::All).await;
+            run_workers(
+                coord,
+                rec.clone(),
+                witness.addr(),
+                permits.addr(),
+                until,
+                seed,
+                Mix::All,
+            )
+            .await;
         });
     });
     // Everything healed (the nemesis heals each step before it ends); collect the children.
@@ -697,17 +835,32 @@ fn under_faults() -> Report {
         started.elapsed().as_secs_f64(),
         path.display()
     );
+    let sem = check_permits(&permits.events());
     println!(
         "  endings {:?}; sessions ended by pg_terminate_backend {}; server processes stopped by pauses {}",
         endings(&events),
         target.terminated.load(Ordering::Relaxed),
         target.stopped.load(Ordering::Relaxed),
     );
+    println!(
+        "  semaphore ({PERMITS} permits): {} holds, {} certainly within their lease, at most {} of those inside at once (of all holds: {})",
+        sem.holds, sem.certain, sem.most_certain, sem.most_any
+    );
     assert!(
         report.violations.is_empty(),
         "{} violations under faults on PostgreSQL (seed {seed}); the history is {}",
         report.violations.len(),
         path.display()
+    );
+    assert!(
+        sem.over.is_empty(),
+        "more than {PERMITS} semaphore holds inside at once, each within its lease: calls {:?} (seed {seed}); the history is {}",
+        sem.over,
+        path.display()
+    );
+    assert!(
+        sem.certain >= 10,
+        "too few semaphore holds to judge: {sem:?}"
     );
     for op in ["lock", "idempotent", "single_flight"] {
         assert!(
@@ -743,7 +896,17 @@ fn planted(bug: PlantedBug, mix: Mix) -> Report {
             .build()
             .expect("coordinator");
         let until = Instant::now() + Duration::from_millis(2_500);
-        run_workers(coord, rec.clone(), witness.addr(), until, seed(), mix).await;
+        // The planted bugs are in locks and records: no semaphore calls (`mix`).
+        run_workers(
+            coord,
+            rec.clone(),
+            witness.addr(),
+            witness.addr(),
+            until,
+            seed(),
+            mix,
+        )
+        .await;
     });
     let mut events = rec.events();
     events.extend(witness.events());
@@ -762,6 +925,42 @@ fn planted(bug: PlantedBug, mix: Mix) -> Report {
         print!("  for example: {v}");
     }
     report
+}
+
+/// The semaphore's check on made-up resource writes: three holds inside at once, each within
+/// its lease, are one too many; the same with one of them past its lease are not.
+fn semaphore_check_sees_an_excess() {
+    let write = |seq: u64, call: u64, phase: Phase, valid_until: u64| {
+        Event::Resource(coord_history::event::ResourceWrite {
+            seq,
+            at: seq * 10,
+            key: format!("sm0~{valid_until}"),
+            token: call,
+            call: coord_history::CallId(call),
+            phase,
+            accepted: true,
+        })
+    };
+    let history = |third_valid_until: u64| {
+        vec![
+            write(1, 1, Phase::Enter, 1_000),
+            write(2, 2, Phase::Enter, 1_000),
+            write(3, 3, Phase::Enter, third_valid_until),
+            write(4, 1, Phase::Exit, 1_000),
+            write(5, 2, Phase::Exit, 1_000),
+            write(6, 3, Phase::Exit, third_valid_until),
+        ]
+    };
+    let excess = check_permits(&history(1_000));
+    assert_eq!(excess.over.len(), 3, "{excess:?}");
+    assert_eq!((excess.most_certain, excess.most_any), (3, 3), "{excess:?}");
+    // The third hold's exit (at 60) came after its lease could have ended (at 55).
+    let lapsed = check_permits(&history(55));
+    assert!(lapsed.over.is_empty(), "{lapsed:?}");
+    assert_eq!(
+        (lapsed.certain, lapsed.most_certain, lapsed.most_any),
+        (2, 2, 3)
+    );
 }
 
 fn main() {
@@ -785,6 +984,9 @@ fn main() {
     };
     case("postgres/under_faults_zero_violations", &|| {
         under_faults();
+    });
+    case("postgres/semaphore_check_sees_an_excess", &|| {
+        semaphore_check_sees_an_excess();
     });
     case("postgres/planted_grant_without_check_is_caught", &|| {
         let report = planted(PlantedBug::GrantWithoutCheck, Mix::Locks);

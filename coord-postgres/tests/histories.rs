@@ -57,6 +57,11 @@ const APP: &str = "coord-history-client";
 /// Permits of the semaphore every process shares.
 const PERMITS: u32 = 2;
 
+/// The error kind recorded for a hold whose lease ran out on the local clock before its body
+/// began (the process was paused in between): `fencing_token()` answers `None` then, and the
+/// body writes nothing.
+const LAPSED: &str = "LeaseRanOutBeforeBody";
+
 /// Which calls a worker makes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Mix {
@@ -85,6 +90,77 @@ fn classify(err: &CoordError) -> (Outcome, String) {
         }
     };
     (outcome, kind)
+}
+
+// ---------------------------------------------------------------- the watchdog
+
+/// Calls in flight in this process (call id, when invoked, what), for the watchdog.
+static WATCHED: Mutex<BTreeMap<u64, (Instant, String)>> = Mutex::new(BTreeMap::new());
+
+/// One call in flight, until dropped.
+struct Watched(u64);
+
+impl Watched {
+    fn new(call: coord_history::CallId, what: &str) -> Watched {
+        WATCHED
+            .lock()
+            .unwrap()
+            .insert(call.0, (Instant::now(), what.to_owned()));
+        Watched(call.0)
+    }
+}
+
+impl Drop for Watched {
+    fn drop(&mut self) {
+        WATCHED.lock().unwrap().remove(&self.0);
+    }
+}
+
+/// With `COORD_HISTORY_WATCHDOG=1`: a thread that, when a call of this process has been in
+/// flight for 12 s (every call's own bounds end it within about 5 s), prints it with every
+/// thread's stack (gdb, when installed), once: a diagnostic for hangs, which the history
+/// shows only as calls never completed.
+fn start_watchdog() {
+    if std::env::var_os("COORD_HISTORY_WATCHDOG").is_none() {
+        return;
+    }
+    std::thread::spawn(|| {
+        loop {
+            std::thread::sleep(Duration::from_secs(1));
+            let stuck: Vec<String> = WATCHED
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|(_, (at, _))| at.elapsed() > Duration::from_secs(12))
+                .map(|(call, (at, what))| {
+                    format!(
+                        "{} {what} for {:.1} s",
+                        coord_history::CallId(*call),
+                        at.elapsed().as_secs_f64()
+                    )
+                })
+                .collect();
+            if stuck.is_empty() {
+                continue;
+            }
+            let pid = std::process::id();
+            let stacks = Command::new("gdb")
+                .args([
+                    "-p",
+                    &pid.to_string(),
+                    "-batch",
+                    "-ex",
+                    "thread apply all bt",
+                ])
+                .output()
+                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                .unwrap_or_else(|e| format!("(no gdb: {e})"));
+            eprintln!(
+                "histories: watchdog: calls in flight for over 12 s in process {pid}: {stuck:?}\n{stacks}"
+            );
+            return;
+        }
+    });
 }
 
 // ---------------------------------------------------------------- the workload
@@ -141,24 +217,33 @@ async fn lock_call(
     let hold = Duration::from_millis(rng.between(5, 40));
     let invoked = rec.invoke(client, Op::Lock, &name, None, None);
     let call = invoked.call;
+    let _watched = Watched::new(call, &format!("lock {name}"));
     let seen = AtomicU64::new(0);
     let key = coord.key("hist.lock").part(name.as_str()).finish();
-    let result: Result<u64, CoordError> = coord
+    let result: Result<Option<u64>, CoordError> = coord
         .lock(key)
         .lease(LEASE)
         .wait(Duration::from_secs(2))
         .fenced()
         .run(|| async {
-            let token = fencing_token().expect("a fenced hold has a token").get();
+            // No token once the lease has run out on the local clock (this process was
+            // paused between the grant and the body): coord hands out no token that can no
+            // longer be the newest, and a body without one must not touch the resource.
+            let Some(token) = fencing_token() else {
+                return Ok(None);
+            };
+            let token = token.get();
             seen.store(token, Ordering::Relaxed);
             witness.fenced_write(&name, token, call, Phase::Enter).await;
             tokio::time::sleep(hold).await;
             witness.fenced_write(&name, token, call, Phase::Exit).await;
-            Ok(token)
+            Ok(Some(token))
         })
         .await;
     let ending = match result {
-        Ok(token) => Ending::ok(None, Some(token)),
+        Ok(Some(token)) => Ending::ok(None, Some(token)),
+        // The body did nothing: certainly no effect at the resource.
+        Ok(None) => Ending::failed(Outcome::Fail, LAPSED),
         Err(err) => {
             let (outcome, kind) = classify(&err);
             let mut ending = Ending::failed(outcome, kind);
@@ -181,6 +266,7 @@ async fn semaphore_call(
     rng: &mut Rng,
 ) {
     let call = rec.next_call();
+    let _watched = Watched::new(call, "semaphore sm0");
     let valid_until = now_ns() + LEASE.as_nanos() as u64;
     let name = format!("sm0~{valid_until}");
     let hold = Duration::from_millis(rng.between(5, 40));
@@ -190,7 +276,11 @@ async fn semaphore_call(
         .lease(LEASE)
         .wait(Duration::from_secs(2))
         .run(|| async {
-            let token = fencing_token().expect("a permit has a token").get();
+            // As for locks: no token once the lease has run out here; then no write.
+            let Some(token) = fencing_token() else {
+                return Ok(());
+            };
+            let token = token.get();
             permits.fenced_write(&name, token, call, Phase::Enter).await;
             tokio::time::sleep(hold).await;
             permits.fenced_write(&name, token, call, Phase::Exit).await;
@@ -293,6 +383,7 @@ async fn idempotent_call(
     let (invoked, proposal) = rec.invoke_proposing(client, Op::Idempotent, &name, |call| {
         format!("answer-of-{call}")
     });
+    let _watched = Watched::new(invoked.call, &format!("idempotent {name}"));
     let key = coord.key("hist.idem").part(name.as_str()).finish();
     let result: Result<String, CoordError> = coord
         .idempotent(key)
@@ -326,6 +417,7 @@ async fn flight_call(
     let (invoked, proposal) = rec.invoke_proposing(client, Op::SingleFlight, &name, |call| {
         format!("answer-of-{call}")
     });
+    let _watched = Watched::new(invoked.call, &format!("single-flight {name}"));
     let key = coord.key("hist.flight").part(name.as_str()).finish();
     let answer: String = coord
         .single_flight(key)
@@ -379,7 +471,8 @@ async fn coordinator(url: &str, ns: &str) -> Coordinator {
         .expect("coordinator")
 }
 
-/// Runs `TASKS` workers on `coord` until `until`, then gives stragglers `grace`.
+/// Runs `TASKS` workers on `coord` until `until`, then gives stragglers `grace`. Returns how
+/// many tasks panicked (a harness bug: their calls would show only as never completed).
 async fn run_workers(
     coord: Coordinator,
     rec: Recorder,
@@ -388,7 +481,7 @@ async fn run_workers(
     until: Instant,
     seed: u64,
     mix: Mix,
-) {
+) -> usize {
     let tasks: Vec<_> = (0..TASKS)
         .map(|client| {
             tokio::spawn(work(
@@ -404,11 +497,15 @@ async fn run_workers(
         })
         .collect();
     let grace = until + Duration::from_secs(20);
+    let mut panicked = 0;
     for t in tasks {
         // A call stuck past the grace is left out as never completed (unknown outcome).
         let left = grace.saturating_duration_since(Instant::now());
-        let _ = tokio::time::timeout(left, t).await;
+        if let Ok(Err(err)) = tokio::time::timeout(left, t).await {
+            panicked += usize::from(err.is_panic());
+        }
     }
+    panicked
 }
 
 fn child() {
@@ -420,17 +517,19 @@ fn child() {
     let millis: u64 = var("COORD_HISTORY_MILLIS").parse().expect("millis");
     let seed: u64 = var("COORD_HISTORY_SEED_CHILD").parse().expect("seed");
     let out = var("COORD_HISTORY_OUT");
+    start_watchdog();
     let rec = Recorder::new();
     let rt = runtime();
-    rt.block_on(async {
+    let panicked = rt.block_on(async {
         let until = Instant::now() + Duration::from_millis(millis);
         let coord = coordinator(&url, &ns).await;
-        run_workers(coord, rec.clone(), witness, permits, until, seed, Mix::All).await;
+        run_workers(coord, rec.clone(), witness, permits, until, seed, Mix::All).await
     });
     rec.write_to(std::path::Path::new(&out))
         .expect("write the history");
-    // Calls stuck past the grace must not keep the process alive.
-    std::process::exit(0);
+    // Calls stuck past the grace must not keep the process alive; a panicked task fails the
+    // run (the parent reads the status).
+    std::process::exit(if panicked == 0 { 0 } else { 3 });
 }
 
 struct Worker {
@@ -737,6 +836,7 @@ fn endings(events: &[Event]) -> BTreeMap<String, usize> {
 fn under_faults() -> Report {
     let seed = seed();
     let millis = fault_millis();
+    start_watchdog();
     let rt = runtime();
     let server = migrated_server(&rt);
     let upstream: SocketAddr = format!("127.0.0.1:{}", server.port()).parse().unwrap();
@@ -793,7 +893,7 @@ fn under_faults() -> Report {
         let target = &target;
         let steps = &steps;
         scope.spawn(move || nemesis(target, steps, &nemesis_rec, until));
-        rt.block_on(async {
+        let panicked = rt.block_on(async {
             let coord = coordinator(&url, ns).await;
             run_workers(
                 coord,
@@ -804,8 +904,12 @@ fn under_faults() -> Report {
                 seed,
                 Mix::All,
             )
-            .await;
+            .await
         });
+        assert_eq!(
+            panicked, 0,
+            "a task of the test process panicked (seed {seed})"
+        );
     });
     // Everything healed (the nemesis heals each step before it ends); collect the children.
     let mut events = rec.events();
@@ -813,7 +917,11 @@ fn under_faults() -> Report {
     for w in &mut target.workers {
         let deadline = Instant::now() + Duration::from_secs(40);
         loop {
-            if w.child.try_wait().expect("wait").is_some() {
+            if let Some(status) = w.child.try_wait().expect("wait") {
+                assert!(
+                    status.success(),
+                    "a client process ended with {status} (a task panicked: see its output; seed {seed})"
+                );
                 break;
             }
             assert!(
@@ -897,7 +1005,7 @@ fn planted(bug: PlantedBug, mix: Mix) -> Report {
             .expect("coordinator");
         let until = Instant::now() + Duration::from_millis(2_500);
         // The planted bugs are in locks and records: no semaphore calls (`mix`).
-        run_workers(
+        let _ = run_workers(
             coord,
             rec.clone(),
             witness.addr(),

@@ -14,7 +14,9 @@
 //!    alike), the server killed (SIGKILL to all of it) and restarted on its data directory
 //!    (crash recovery); one client process paused past its leases. Every call is recorded
 //!    (JSON lines, one file per process, merged with what the protected resource witnessed),
-//!    then checked: zero violations.
+//!    then checked: zero violations. The same tasks also hold permits of a 2-permit semaphore,
+//!    judged at a resource of its own: never more than 2 holds inside at once among those
+//!    certainly within their lease (checked on made-up writes by a case of its own).
 //! 2. **planted bugs**: the same workload through `coord_history::planted::Planted` over a
 //!    PostgreSQL provider: locks granted without asking the server (every holder token 1), and
 //!    completed records reported as free; the checker must report violations for each, or it
@@ -22,7 +24,9 @@
 //!
 //! The short form (CI) runs the fault phase for 12 s. A long form:
 //! `COORD_HISTORY_SECS=300 COORD_HISTORY_SEED=<n> cargo test -p coord-postgres --all-features
-//! --test histories`. `COORD_HISTORY_ONLY=<text>` runs only the cases whose name contains it.
+//! --test histories`. `COORD_HISTORY_ONLY=<text>` runs only the cases whose name contains it;
+//! `COORD_HISTORY_KEEP=1` keeps a passing run's history; `COORD_HISTORY_WATCHDOG=1` prints any
+//! call in flight for over 12 s with every thread's stack.
 //! A failed run prints its seed and the path of the merged history, which `cargo run -p
 //! coord-history --bin check -- <path>` re-checks.
 

@@ -62,6 +62,35 @@ pub(crate) fn signal_server(postmaster: u32, sig: libc::c_int) -> bool {
     }
 }
 
+/// Kills every process whose working directory is `data_dir` (every PostgreSQL process of a
+/// server works in its data directory) and returns how many: a server process that was
+/// not, or no longer, a child of the postmaster when the server was killed (orphaned, it
+/// belongs to init) would otherwise outlive the test, stopped or running.
+pub(crate) fn kill_strays(data_dir: &std::path::Path) -> usize {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    let ours = data_dir.to_string_lossy().into_owned();
+    let removed = format!("{ours} (deleted)");
+    let mut killed = 0;
+    for pid in entries
+        .filter_map(Result::ok)
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+    {
+        let Ok(cwd) = std::fs::read_link(format!("/proc/{pid}/cwd")) else {
+            continue;
+        };
+        let cwd = cwd.to_string_lossy();
+        if cwd == ours || cwd == removed {
+            // SAFETY: `kill` takes no pointers. The pid was read an instant ago as a process
+            // working in this server's own directory (a race with pid reuse a test harness
+            // accepts, as for `signal_server`).
+            killed += usize::from(unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) } == 0);
+        }
+    }
+    killed
+}
+
 /// Waits (at most a second) until `pid` shows as stopped in /proc, or is gone.
 fn wait_stopped(pid: u32) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);

@@ -111,6 +111,33 @@ fn a_pause_during_connection_storms_stops_every_backend() {
     );
 }
 
+/// A process working in the server's data directory that is not the postmaster's child (as
+/// a server process orphaned by a missed signal is) dies with the server's handle.
+#[test]
+fn a_dropped_server_leaves_no_process_in_its_directory() {
+    let server = PostgresServer::start();
+    let mut stray = std::process::Command::new("sleep")
+        .arg("60")
+        .current_dir(server.socket_dir().join("data"))
+        .spawn()
+        .expect("run sleep");
+    drop(server);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let status = loop {
+        if let Some(status) = stray.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = stray.kill();
+            let _ = stray.wait();
+            panic!("a process in the data directory outlived the server");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(status.signal(), Some(libc::SIGKILL), "{status}");
+}
+
 #[test]
 fn read_only_mode_refuses_writes_and_can_be_undone() {
     let server = PostgresServer::start();

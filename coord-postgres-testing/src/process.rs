@@ -25,9 +25,9 @@ pub(crate) fn as_user(cmd: &mut Command, owner: Option<&RunAs>) {
 /// one signal to the postmaster's group would miss them). Returns whether the postmaster got
 /// it.
 ///
-/// `SIGSTOP` stops the postmaster first, so it forks nothing new while its children are
-/// stopped; `SIGKILL` stops it first too, then kills the children it has (they would be
-/// handed to another parent once it died), then it.
+/// `SIGSTOP` stops the postmaster first, and waits until it shows as stopped, so it forks
+/// nothing new while its children are listed and stopped; `SIGKILL` stops it first too, then
+/// kills the children it has (they would be handed to another parent once it died), then it.
 pub(crate) fn signal_server(postmaster: u32, sig: libc::c_int) -> bool {
     let pm = postmaster as libc::pid_t;
     // SAFETY (every `kill` here): `kill` takes no pointers, so memory safety is not at stake.
@@ -43,6 +43,12 @@ pub(crate) fn signal_server(postmaster: u32, sig: libc::c_int) -> bool {
         }
         libc::SIGSTOP | libc::SIGKILL => {
             let stopped = unsafe { libc::kill(pm, libc::SIGSTOP) == 0 };
+            // `kill` returns before the postmaster has stopped: a fork it is inside of still
+            // completes, and a child listed before that would be missed (it ran on through a
+            // pause). Once the postmaster shows as stopped, its children are all there.
+            if stopped {
+                wait_stopped(postmaster);
+            }
             for child in children(postmaster) {
                 unsafe { libc::kill(child as libc::pid_t, sig) };
             }
@@ -53,6 +59,52 @@ pub(crate) fn signal_server(postmaster: u32, sig: libc::c_int) -> bool {
             }
         }
         _ => unsafe { libc::kill(pm, sig) == 0 },
+    }
+}
+
+/// Kills every process whose working directory is `data_dir` (every PostgreSQL process of a
+/// server works in its data directory) and returns how many: a server process that was
+/// not, or no longer, a child of the postmaster when the server was killed (orphaned, it
+/// belongs to init) would otherwise outlive the test, stopped or running.
+pub(crate) fn kill_strays(data_dir: &std::path::Path) -> usize {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    let ours = data_dir.to_string_lossy().into_owned();
+    let removed = format!("{ours} (deleted)");
+    let mut killed = 0;
+    for pid in entries
+        .filter_map(Result::ok)
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+    {
+        let Ok(cwd) = std::fs::read_link(format!("/proc/{pid}/cwd")) else {
+            continue;
+        };
+        let cwd = cwd.to_string_lossy();
+        if cwd == ours || cwd == removed {
+            // SAFETY: `kill` takes no pointers. The pid was read an instant ago as a process
+            // working in this server's own directory (a race with pid reuse a test harness
+            // accepts, as for `signal_server`).
+            killed += usize::from(unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) } == 0);
+        }
+    }
+    killed
+}
+
+/// Waits (at most a second) until `pid` shows as stopped in /proc, or is gone.
+fn wait_stopped(pid: u32) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+    while std::time::Instant::now() < deadline {
+        let state = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|stat| {
+                let rest = &stat[stat.rfind(')')? + 1..];
+                rest.split_whitespace().next().map(str::to_owned)
+            });
+        match state.as_deref() {
+            None | Some("T" | "t" | "Z" | "X") => return,
+            Some(_) => std::thread::sleep(std::time::Duration::from_micros(200)),
+        }
     }
 }
 

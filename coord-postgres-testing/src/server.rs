@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use crate::binaries::postgres_bin_dir;
 use crate::dirs::{fresh_data_dir, unique_dir};
-use crate::process::{HOST, as_user, free_port, signal_server};
+use crate::process::{HOST, as_user, free_port, kill_strays, signal_server};
 use crate::psql::{self, literal};
 use crate::user::{RunAs, run_as};
 
@@ -290,6 +290,8 @@ impl PostgresServer {
             signal_server(child.id(), libc::SIGKILL);
             // A stopped process still dies of SIGKILL.
             let _ = child.wait();
+            // A crash leaves no server process behind, whatever signalling missed.
+            kill_strays(&self.data_dir());
             // Wait until the port is free of the old listener.
             let deadline = Instant::now() + Duration::from_secs(5);
             while std::net::TcpStream::connect((HOST, self.port)).is_ok()
@@ -435,6 +437,8 @@ impl Drop for PostgresServer {
             signal_server(child.id(), libc::SIGKILL);
             let _ = child.wait();
         }
+        // Whatever signalling the postmaster's children missed.
+        kill_strays(&self.data_dir());
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

@@ -41,6 +41,103 @@ fn a_paused_server_answers_nothing_until_resumed() {
     assert!(resumed.elapsed() < Duration::from_secs(15));
 }
 
+/// Field `n` after the command name in `/proc/<pid>/stat` (0: the state, 1: the parent).
+fn proc_field(pid: u32, n: usize) -> Option<String> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(n).map(str::to_owned)
+}
+
+/// The postmaster's children still running (neither stopped nor exited).
+fn running_children(postmaster: u32) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| proc_field(*pid, 1).and_then(|p| p.parse().ok()) == Some(postmaster))
+        .filter(|pid| {
+            proc_field(*pid, 0).is_some_and(|s| !matches!(s.as_str(), "T" | "t" | "Z" | "X"))
+        })
+        .collect()
+}
+
+/// A pause that lands while the postmaster forks backends for new connections stops those
+/// too: none runs on through the pause.
+#[test]
+fn a_pause_during_connection_storms_stops_every_backend() {
+    let server = PostgresServer::start();
+    let postmaster = server.pid().expect("running");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let storms: Vec<_> = (0..2)
+        .map(|_| {
+            let stop = stop.clone();
+            let port = server.port();
+            std::thread::spawn(move || {
+                // Each connection makes the postmaster fork a backend, which exits when the
+                // connection is closed before saying anything.
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+                    let _ = std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(50));
+                }
+            })
+        })
+        .collect();
+    let mut missed = Vec::new();
+    for _ in 0..60 {
+        server.pause();
+        // Stopping is asynchronous: give every signalled process a moment to stop.
+        let deadline = Instant::now() + Duration::from_millis(500);
+        let mut running = running_children(postmaster);
+        while !running.is_empty() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+            running = running_children(postmaster);
+        }
+        missed.extend(running);
+        server.resume();
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for storm in storms {
+        storm.join().unwrap();
+    }
+    assert!(
+        missed.is_empty(),
+        "backends ran on through a pause: {missed:?}"
+    );
+    assert_eq!(
+        server.sql("SELECT 1"),
+        "1",
+        "the server answers after the pauses"
+    );
+}
+
+/// A process working in the server's data directory that is not the postmaster's child (as
+/// a server process orphaned by a missed signal is) dies with the server's handle.
+#[test]
+fn a_dropped_server_leaves_no_process_in_its_directory() {
+    let server = PostgresServer::start();
+    let mut stray = std::process::Command::new("sleep")
+        .arg("60")
+        .current_dir(server.socket_dir().join("data"))
+        .spawn()
+        .expect("run sleep");
+    drop(server);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let status = loop {
+        if let Some(status) = stray.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = stray.kill();
+            let _ = stray.wait();
+            panic!("a process in the data directory outlived the server");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(status.signal(), Some(libc::SIGKILL), "{status}");
+}
+
 #[test]
 fn read_only_mode_refuses_writes_and_can_be_undone() {
     let server = PostgresServer::start();

@@ -1,0 +1,1149 @@
+//! Recorded histories on PostgreSQL under a seeded nemesis, checked as a whole against coord's
+//! promises (the same method as coord-redis's `histories`).
+//!
+//! This binary has its own `main` (`harness = false`) because it pauses, kills and restarts the
+//! server and re-runs itself as client processes (`COORD_HISTORY_ROLE=worker`). It runs:
+//!
+//! 1. **under faults**: one PostgreSQL server behind an in-test TCP proxy; two client
+//!    processes of this binary and the test process itself, three tasks each, taking fenced
+//!    locks on two hot keys, making idempotent calls on a sliding window of three hot keys and
+//!    single-flight calls; a seeded schedule of combined faults: proxy delay, blackhole, hold,
+//!    half-open and reset; the server paused (SIGSTOP to the postmaster first, so that it forks
+//!    nothing new, then to every backend and background process, each checked stopped), its
+//!    clients' sessions ended with `pg_terminate_backend` (pooled and listening connections
+//!    alike), the server killed (SIGKILL to all of it) and restarted on its data directory
+//!    (crash recovery); one client process paused past its leases. Every call is recorded
+//!    (JSON lines, one file per process, merged with what the protected resource witnessed),
+//!    then checked: zero violations. The same tasks also hold permits of a 2-permit semaphore,
+//!    judged at a resource of its own: never more than 2 holds inside at once among those
+//!    certainly within their lease (checked on made-up writes by a case of its own).
+//! 2. **planted bugs**: the same workload through `coord_history::planted::Planted` over a
+//!    PostgreSQL provider: locks granted without asking the server (every holder token 1), and
+//!    completed records reported as free; the checker must report violations for each, or it
+//!    is not checking anything.
+//!
+//! The short form (CI) runs the fault phase for 12 s. A long form:
+//! `COORD_HISTORY_SECS=300 COORD_HISTORY_SEED=<n> cargo test -p coord-postgres --all-features
+//! --test histories`. `COORD_HISTORY_ONLY=<text>` runs only the cases whose name contains it;
+//! `COORD_HISTORY_KEEP=1` keeps a passing run's history; `COORD_HISTORY_WATCHDOG=1` prints any
+//! call in flight for over 12 s with every thread's stack.
+//! A failed run prints its seed and the path of the merged history, which `cargo run -p
+//! coord-history --bin check -- <path>` re-checks.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use coord_core::{CoordError, Coordinator, fencing_token};
+use coord_history::clock::now_ns;
+use coord_history::nemesis::proxy::{Mode, Proxy};
+use coord_history::nemesis::schedule::{FaultClass, FaultKind, Rng};
+use coord_history::planted::{Planted, PlantedBug};
+use coord_history::recorder::{Ending, Recorder};
+use coord_history::witness::{WitnessClient, WitnessServer};
+use coord_history::{EffectKind, Event, Fault, Op, Outcome, Phase, Promise, Report};
+use coord_postgres::PostgresProvider;
+use coord_postgres_testing::PostgresServer;
+
+const ROLE: &str = "COORD_HISTORY_ROLE";
+const LEASE: Duration = Duration::from_secs(1);
+const IN_FLIGHT: Duration = Duration::from_secs(2);
+const COMMAND_TIMEOUT: Duration = Duration::from_millis(500);
+const TASKS: u32 = 3;
+const PROCESSES: usize = 2;
+/// The `application_name` of every client's connections (the listening ones add
+/// `-listener`): what the nemesis ends with `pg_terminate_backend`.
+const APP: &str = "coord-history-client";
+
+/// Permits of the semaphore every process shares.
+const PERMITS: u32 = 2;
+
+/// The error kind recorded for a hold whose lease ran out on the local clock before its body
+/// began (the process was paused in between): `fencing_token()` answers `None` then, and the
+/// body writes nothing.
+const LAPSED: &str = "LeaseRanOutBeforeBody";
+
+/// Which calls a worker makes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mix {
+    All,
+    Locks,
+    Idempotent,
+}
+
+/// `Fail`: certainly no effect. `Info`: unknown.
+fn classify(err: &CoordError) -> (Outcome, String) {
+    let outcome = match err {
+        CoordError::LockNotAcquired { .. }
+        | CoordError::InFlight { .. }
+        | CoordError::KeyReused { .. } => Outcome::Fail,
+        _ => Outcome::Info,
+    };
+    let kind = match err {
+        CoordError::Backend(b) => format!("Backend({:?})", b.kind()),
+        other => {
+            let debug = format!("{other:?}");
+            debug
+                .split([' ', '{', '('])
+                .next()
+                .unwrap_or_default()
+                .to_owned()
+        }
+    };
+    (outcome, kind)
+}
+
+// ---------------------------------------------------------------- the watchdog
+
+/// Calls in flight in this process (call id, when invoked, what), for the watchdog.
+static WATCHED: Mutex<BTreeMap<u64, (Instant, String)>> = Mutex::new(BTreeMap::new());
+
+/// One call in flight, until dropped.
+struct Watched(u64);
+
+impl Watched {
+    fn new(call: coord_history::CallId, what: &str) -> Watched {
+        WATCHED
+            .lock()
+            .unwrap()
+            .insert(call.0, (Instant::now(), what.to_owned()));
+        Watched(call.0)
+    }
+}
+
+impl Drop for Watched {
+    fn drop(&mut self) {
+        WATCHED.lock().unwrap().remove(&self.0);
+    }
+}
+
+/// With `COORD_HISTORY_WATCHDOG=1`: a thread that, when a call of this process has been in
+/// flight for 12 s (every call's own bounds end it within about 5 s), prints it with every
+/// thread's stack (gdb, when installed), once: a diagnostic for hangs, which the history
+/// shows only as calls never completed.
+fn start_watchdog() {
+    if std::env::var_os("COORD_HISTORY_WATCHDOG").is_none() {
+        return;
+    }
+    std::thread::spawn(|| {
+        loop {
+            std::thread::sleep(Duration::from_secs(1));
+            let stuck: Vec<String> = WATCHED
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|(_, (at, _))| at.elapsed() > Duration::from_secs(12))
+                .map(|(call, (at, what))| {
+                    format!(
+                        "{} {what} for {:.1} s",
+                        coord_history::CallId(*call),
+                        at.elapsed().as_secs_f64()
+                    )
+                })
+                .collect();
+            if stuck.is_empty() {
+                continue;
+            }
+            let pid = std::process::id();
+            let stacks = Command::new("gdb")
+                .args([
+                    "-p",
+                    &pid.to_string(),
+                    "-batch",
+                    "-ex",
+                    "thread apply all bt",
+                ])
+                .output()
+                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                .unwrap_or_else(|e| format!("(no gdb: {e})"));
+            eprintln!(
+                "histories: watchdog: calls in flight for over 12 s in process {pid}: {stuck:?}\n{stacks}"
+            );
+            return;
+        }
+    });
+}
+
+// ---------------------------------------------------------------- the workload
+
+/// One worker task: calls until `until`, recording each.
+#[allow(clippy::too_many_arguments)]
+async fn work(
+    coord: Coordinator,
+    rec: Recorder,
+    witness: SocketAddr,
+    permits: SocketAddr,
+    client: u32,
+    until: Instant,
+    seed: u64,
+    mix: Mix,
+) {
+    let witness = WitnessClient::connect(witness)
+        .await
+        .expect("the witness listens on loopback");
+    let permits = WitnessClient::connect(permits)
+        .await
+        .expect("the semaphore's resource listens on loopback");
+    let mut rng = Rng::new(seed ^ (u64::from(std::process::id()) << 16) ^ u64::from(client));
+    while Instant::now() < until {
+        let pick = rng.between(0, 9);
+        let op = match mix {
+            Mix::Locks => Op::Lock,
+            Mix::Idempotent => Op::Idempotent,
+            Mix::All if pick < 3 => Op::Lock,
+            Mix::All if pick < 6 => Op::Idempotent,
+            Mix::All if pick < 8 => {
+                // Semaphore holds are judged apart (no `Op` of their own in the history).
+                semaphore_call(&coord, &rec, &permits, &mut rng).await;
+                continue;
+            }
+            Mix::All => Op::SingleFlight,
+        };
+        match op {
+            Op::Lock => lock_call(&coord, &rec, &witness, client, &mut rng).await,
+            Op::Idempotent => idempotent_call(&coord, &rec, &witness, client, &mut rng).await,
+            _ => flight_call(&coord, &rec, &witness, client, &mut rng).await,
+        }
+    }
+}
+
+async fn lock_call(
+    coord: &Coordinator,
+    rec: &Recorder,
+    witness: &WitnessClient,
+    client: u32,
+    rng: &mut Rng,
+) {
+    let name = format!("lk{}", rng.between(0, 1));
+    let hold = Duration::from_millis(rng.between(5, 40));
+    let invoked = rec.invoke(client, Op::Lock, &name, None, None);
+    let call = invoked.call;
+    let _watched = Watched::new(call, &format!("lock {name}"));
+    let seen = AtomicU64::new(0);
+    let key = coord.key("hist.lock").part(name.as_str()).finish();
+    let result: Result<Option<u64>, CoordError> = coord
+        .lock(key)
+        .lease(LEASE)
+        .wait(Duration::from_secs(2))
+        .fenced()
+        .run(|| async {
+            // No token once the lease has run out on the local clock (this process was
+            // paused between the grant and the body): coord hands out no token that can no
+            // longer be the newest, and a body without one must not touch the resource.
+            let Some(token) = fencing_token() else {
+                return Ok(None);
+            };
+            let token = token.get();
+            seen.store(token, Ordering::Relaxed);
+            witness.fenced_write(&name, token, call, Phase::Enter).await;
+            tokio::time::sleep(hold).await;
+            witness.fenced_write(&name, token, call, Phase::Exit).await;
+            Ok(Some(token))
+        })
+        .await;
+    let ending = match result {
+        Ok(Some(token)) => Ending::ok(None, Some(token)),
+        // The body did nothing: certainly no effect at the resource.
+        Ok(None) => Ending::failed(Outcome::Fail, LAPSED),
+        Err(err) => {
+            let (outcome, kind) = classify(&err);
+            let mut ending = Ending::failed(outcome, kind);
+            ending.token = Some(seen.load(Ordering::Relaxed)).filter(|t| *t != 0);
+            ending
+        }
+    };
+    rec.complete(&invoked, ending);
+}
+
+/// A hold of one of the [`PERMITS`] permits of the shared semaphore; the body writes `enter`
+/// and `exit` at the semaphore's resource (which admits everything: a permit's token orders
+/// nothing among holders) under a key naming when the permit's lease ends at the latest
+/// could end: the lease counted from this call's invocation, before the acquire was sent, so
+/// no earlier than the server's own expiry of the permit.
+async fn semaphore_call(
+    coord: &Coordinator,
+    rec: &Recorder,
+    permits: &WitnessClient,
+    rng: &mut Rng,
+) {
+    let call = rec.next_call();
+    let _watched = Watched::new(call, "semaphore sm0");
+    let valid_until = now_ns() + LEASE.as_nanos() as u64;
+    let name = format!("sm0~{valid_until}");
+    let hold = Duration::from_millis(rng.between(5, 40));
+    let key = coord.key("hist.sem").part("sm0").finish();
+    let _: Result<(), CoordError> = coord
+        .semaphore(key, PERMITS)
+        .lease(LEASE)
+        .wait(Duration::from_secs(2))
+        .run(|| async {
+            // As for locks: no token once the lease has run out here; then no write.
+            let Some(token) = fencing_token() else {
+                return Ok(());
+            };
+            let token = token.get();
+            permits.fenced_write(&name, token, call, Phase::Enter).await;
+            tokio::time::sleep(hold).await;
+            permits.fenced_write(&name, token, call, Phase::Exit).await;
+            Ok(())
+        })
+        .await;
+}
+
+/// What the semaphore's resource saw: holds, holds certainly within their permit's lease,
+/// the most of those at once, and the most of all holds at once.
+#[derive(Debug, Default)]
+struct PermitFigures {
+    holds: usize,
+    certain: usize,
+    most_certain: usize,
+    most_any: usize,
+    /// The calls inside when more than [`PERMITS`] certain holds were inside at once.
+    over: Vec<String>,
+}
+
+/// The semaphore's promise, judged at its resource: never more than [`PERMITS`] holds inside
+/// at once, among the holds whose `exit` reached the resource before their lease could have
+/// ended (a holder stalled past its lease, its permit someone else's, is the one thing a
+/// lease cannot prevent; those are counted in `most_any` only). Inside: from the `enter` to
+/// the `exit` in the resource's own order; a hold whose `exit` never came is not certain.
+fn check_permits(events: &[Event]) -> PermitFigures {
+    let mut holds: BTreeMap<u64, (u64, Option<u64>, bool)> = BTreeMap::new();
+    let mut writes: Vec<&coord_history::event::ResourceWrite> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Resource(w) => Some(w),
+            _ => None,
+        })
+        .collect();
+    writes.sort_by_key(|w| w.seq);
+    for w in &writes {
+        let valid_until: u64 = w
+            .key
+            .split_once('~')
+            .and_then(|(_, t)| t.parse().ok())
+            .expect("a semaphore key names its lease end");
+        match w.phase {
+            Phase::Enter => {
+                holds.insert(w.call.0, (w.seq, None, false));
+            }
+            Phase::Exit => {
+                if let Some(h) = holds.get_mut(&w.call.0) {
+                    h.1 = Some(w.seq);
+                    h.2 = w.at < valid_until;
+                }
+            }
+        }
+    }
+    let mut figures = PermitFigures {
+        holds: holds.len(),
+        certain: holds.values().filter(|h| h.2).count(),
+        ..PermitFigures::default()
+    };
+    // Sweep the resource's order.
+    let mut inside_any = 0usize;
+    let mut inside_certain: Vec<u64> = Vec::new();
+    for w in &writes {
+        let (_, exit, certain) = holds[&w.call.0];
+        match w.phase {
+            Phase::Enter => {
+                if exit.is_some() {
+                    inside_any += 1;
+                }
+                if certain {
+                    inside_certain.push(w.call.0);
+                }
+            }
+            Phase::Exit => {
+                inside_any = inside_any.saturating_sub(1);
+                inside_certain.retain(|c| *c != w.call.0);
+            }
+        }
+        figures.most_any = figures.most_any.max(inside_any);
+        figures.most_certain = figures.most_certain.max(inside_certain.len());
+        if inside_certain.len() > PERMITS as usize && figures.over.is_empty() {
+            figures.over = inside_certain
+                .iter()
+                .map(|c| coord_history::CallId(*c).to_string())
+                .collect();
+        }
+    }
+    figures
+}
+
+async fn idempotent_call(
+    coord: &Coordinator,
+    rec: &Recorder,
+    witness: &WitnessClient,
+    client: u32,
+    rng: &mut Rng,
+) {
+    // A sliding window of three hot keys, shared by every process (one clock).
+    let window = now_ns() / 700_000_000;
+    let name = format!("id{window}-{}", rng.between(0, 2));
+    let (invoked, proposal) = rec.invoke_proposing(client, Op::Idempotent, &name, |call| {
+        format!("answer-of-{call}")
+    });
+    let _watched = Watched::new(invoked.call, &format!("idempotent {name}"));
+    let key = coord.key("hist.idem").part(name.as_str()).finish();
+    let result: Result<String, CoordError> = coord
+        .idempotent(key)
+        .in_flight_lease(IN_FLIGHT)
+        .wait(Duration::from_secs(3))
+        .retention(Duration::from_secs(600))
+        .run(|| async {
+            witness.effect(&name, invoked.call, EffectKind::Body).await;
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            Ok(proposal.clone())
+        })
+        .await;
+    let ending = match result {
+        Ok(answer) => Ending::ok(Some(answer), None),
+        Err(err) => {
+            let (outcome, kind) = classify(&err);
+            Ending::failed(outcome, kind)
+        }
+    };
+    rec.complete(&invoked, ending);
+}
+
+async fn flight_call(
+    coord: &Coordinator,
+    rec: &Recorder,
+    witness: &WitnessClient,
+    client: u32,
+    rng: &mut Rng,
+) {
+    let name = format!("sf{}", rng.between(0, 1));
+    let (invoked, proposal) = rec.invoke_proposing(client, Op::SingleFlight, &name, |call| {
+        format!("answer-of-{call}")
+    });
+    let _watched = Watched::new(invoked.call, &format!("single-flight {name}"));
+    let key = coord.key("hist.flight").part(name.as_str()).finish();
+    let answer: String = coord
+        .single_flight(key)
+        .run(|| async {
+            witness
+                .effect(&name, invoked.call, EffectKind::FlightStart)
+                .await;
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            witness
+                .effect(&name, invoked.call, EffectKind::FlightEnd)
+                .await;
+            proposal.clone()
+        })
+        .await;
+    rec.complete(&invoked, Ending::ok(Some(answer), None));
+}
+
+// ---------------------------------------------------------------- processes
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+/// A coordinator on `url` (through the proxy). The nemesis may already be at work when a
+/// client process starts, so connecting is retried for up to 30 s.
+async fn coordinator(url: &str, ns: &str) -> Coordinator {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let provider = loop {
+        match PostgresProvider::builder(url)
+            .command_timeout(COMMAND_TIMEOUT)
+            .application_name(APP)
+            .pool_size(4)
+            .connect()
+            .await
+        {
+            Ok(p) => break p,
+            Err(e) if Instant::now() > deadline => {
+                panic!("connect to the test server through the proxy at {url}: {e}")
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    };
+    Coordinator::builder()
+        .namespace(ns)
+        .provider(provider)
+        .build()
+        .expect("coordinator")
+}
+
+/// Runs `TASKS` workers on `coord` until `until`, then gives stragglers `grace`. Returns how
+/// many tasks panicked (a harness bug: their calls would show only as never completed).
+async fn run_workers(
+    coord: Coordinator,
+    rec: Recorder,
+    witness: SocketAddr,
+    permits: SocketAddr,
+    until: Instant,
+    seed: u64,
+    mix: Mix,
+) -> usize {
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|client| {
+            tokio::spawn(work(
+                coord.clone(),
+                rec.clone(),
+                witness,
+                permits,
+                client,
+                until,
+                seed,
+                mix,
+            ))
+        })
+        .collect();
+    let grace = until + Duration::from_secs(20);
+    let mut panicked = 0;
+    for t in tasks {
+        // A call stuck past the grace is left out as never completed (unknown outcome).
+        let left = grace.saturating_duration_since(Instant::now());
+        if let Ok(Err(err)) = tokio::time::timeout(left, t).await {
+            panicked += usize::from(err.is_panic());
+        }
+    }
+    panicked
+}
+
+fn child() {
+    let var = |name: &str| std::env::var(name).unwrap_or_else(|_| panic!("{name} is set"));
+    let url = var("COORD_HISTORY_URL");
+    let witness: SocketAddr = var("COORD_HISTORY_WITNESS").parse().expect("address");
+    let permits: SocketAddr = var("COORD_HISTORY_PERMITS").parse().expect("address");
+    let ns = var("COORD_HISTORY_NS");
+    let millis: u64 = var("COORD_HISTORY_MILLIS").parse().expect("millis");
+    let seed: u64 = var("COORD_HISTORY_SEED_CHILD").parse().expect("seed");
+    let out = var("COORD_HISTORY_OUT");
+    start_watchdog();
+    let rec = Recorder::new();
+    let rt = runtime();
+    let panicked = rt.block_on(async {
+        let until = Instant::now() + Duration::from_millis(millis);
+        let coord = coordinator(&url, &ns).await;
+        run_workers(coord, rec.clone(), witness, permits, until, seed, Mix::All).await
+    });
+    rec.write_to(std::path::Path::new(&out))
+        .expect("write the history");
+    // Calls stuck past the grace must not keep the process alive; a panicked task fails the
+    // run (the parent reads the status).
+    std::process::exit(if panicked == 0 { 0 } else { 3 });
+}
+
+struct Worker {
+    child: Child,
+    out: std::path::PathBuf,
+}
+
+impl Worker {
+    fn signal(&self, sig: libc::c_int) {
+        // SAFETY: `kill` takes no pointers. Our own child, not yet reaped: the pid is its.
+        unsafe { libc::kill(self.child.id() as libc::pid_t, sig) };
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        self.signal(libc::SIGCONT);
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.out);
+    }
+}
+
+// ---------------------------------------------------------------- the nemesis
+
+/// The faults of this run. The proxy, pause, kill and client-pause faults are the ones
+/// coord-history names ([`FaultKind`]); ending the clients' sessions is PostgreSQL's own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PgFault {
+    Common(FaultKind),
+    /// `pg_terminate_backend` of every session of the clients, pooled and listening.
+    TerminateSessions,
+}
+
+impl PgFault {
+    const ALL: [PgFault; 9] = [
+        PgFault::Common(FaultKind::ProxyDelay),
+        PgFault::Common(FaultKind::ProxyBlackhole),
+        PgFault::Common(FaultKind::ProxyHold),
+        PgFault::Common(FaultKind::ProxyHalfOpen),
+        PgFault::Common(FaultKind::ProxyReset),
+        PgFault::Common(FaultKind::ServerPause),
+        PgFault::Common(FaultKind::ServerKillRestart),
+        PgFault::TerminateSessions,
+        PgFault::Common(FaultKind::ClientPause),
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            PgFault::Common(kind) => kind.name(),
+            PgFault::TerminateSessions => "server-terminate-sessions",
+        }
+    }
+
+    /// Ending sessions needs the server answering: it never shares a step with a pause or a
+    /// kill (one fault of a class per step).
+    fn class(self) -> FaultClass {
+        match self {
+            PgFault::Common(kind) => kind.class(),
+            PgFault::TerminateSessions => FaultClass::Server,
+        }
+    }
+}
+
+/// One step: wait `gap`, start every fault, keep them for `hold`, heal them all.
+#[derive(Debug, Clone)]
+struct Step {
+    gap: Duration,
+    faults: Vec<PgFault>,
+    hold: Duration,
+    delay: Duration,
+    target: u64,
+}
+
+/// Steps filling about `total`, as `coord_history::nemesis::schedule::Schedule::seeded`
+/// draws them (gaps 300 to 900 ms, holds 300 to 1 500 ms, half the steps combining two or
+/// three faults of different classes), except that a step pausing a client process holds at
+/// least 1.2 leases, so that the paused process outlives its leases.
+fn schedule(seed: u64, total: Duration) -> Vec<Step> {
+    let mut rng = Rng::new(seed);
+    let mut steps = Vec::new();
+    let mut used = Duration::ZERO;
+    let pick = |rng: &mut Rng| PgFault::ALL[rng.between(0, PgFault::ALL.len() as u64 - 1) as usize];
+    while used < total {
+        let gap = Duration::from_millis(rng.between(300, 900));
+        let mut hold = Duration::from_millis(rng.between(300, 1500));
+        let mut faults = vec![pick(&mut rng)];
+        if rng.next_u64().is_multiple_of(2) {
+            for _ in 0..2 {
+                let extra = pick(&mut rng);
+                if faults.iter().all(|f| f.class() != extra.class()) {
+                    faults.push(extra);
+                }
+            }
+        }
+        if faults.contains(&PgFault::Common(FaultKind::ClientPause)) {
+            hold = hold.max(LEASE * 6 / 5);
+        }
+        steps.push(Step {
+            gap,
+            faults,
+            hold,
+            delay: Duration::from_millis(rng.between(50, 250)),
+            target: rng.next_u64(),
+        });
+        used += gap + hold;
+    }
+    steps
+}
+
+struct Target {
+    server: Mutex<PostgresServer>,
+    proxy: Arc<Proxy>,
+    workers: Vec<Worker>,
+    /// Sessions ended by `pg_terminate_backend`, all steps.
+    terminated: AtomicUsize,
+    /// Processes of the server seen stopped by a pause, all steps.
+    stopped: AtomicUsize,
+    /// Processes a pause missed (stopped late, by the nemesis itself).
+    late: Mutex<Vec<String>>,
+}
+
+fn fault_event(fault: PgFault, start: bool) -> Event {
+    Event::Fault(Fault {
+        at: now_ns(),
+        fault: fault.name().into(),
+        start,
+        data_loss: false,
+    })
+}
+
+/// The processes whose parent is `parent`, from /proc.
+fn children(parent: u32) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| process_field(*pid, 1).and_then(|p| p.parse().ok()) == Some(parent))
+        .collect()
+}
+
+/// Field `n` after the command name in `/proc/<pid>/stat` (0: the state, 1: the parent).
+fn process_field(pid: u32, n: usize) -> Option<String> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // `pid (comm) state ppid ...`; comm may hold spaces and parentheses.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(n).map(str::to_owned)
+}
+
+/// Waits until the postmaster and every process it started are stopped (state `T`) and
+/// returns how many there are, and the processes that were still running half a second after
+/// the pause (each then stopped here directly, and named with its state and command): a
+/// pause that missed a backend would leave it answering on its connection. Panics if one
+/// still runs a second after that.
+fn all_stopped(postmaster: u32) -> (usize, Vec<String>) {
+    let running = |pids: &[u32]| -> Vec<u32> {
+        pids.iter()
+            .copied()
+            // A process gone meanwhile (None), or exited and not yet reaped (Z, X), runs
+            // nothing.
+            .filter(|p| {
+                process_field(*p, 0).is_some_and(|s| !matches!(s.as_str(), "T" | "t" | "Z" | "X"))
+            })
+            .collect()
+    };
+    let mut late = Vec::new();
+    let started = Instant::now();
+    loop {
+        let mut pids = children(postmaster);
+        pids.push(postmaster);
+        let still = running(&pids);
+        if still.is_empty() {
+            return (pids.len(), late);
+        }
+        let waited = started.elapsed();
+        if waited > Duration::from_millis(500) && late.is_empty() {
+            for pid in &still {
+                let state = process_field(*pid, 0).unwrap_or_default();
+                let comm = std::fs::read_to_string(format!("/proc/{pid}/cmdline"))
+                    .unwrap_or_default()
+                    .replace('\0', " ");
+                late.push(format!("{pid} ({state}) {}", comm.trim()));
+                // SAFETY: `kill` takes no pointers; the pid was just read as a child of the
+                // server this test started.
+                unsafe { libc::kill(*pid as libc::pid_t, libc::SIGSTOP) };
+            }
+            eprintln!("histories: a pause missed server processes, stopped now: {late:?}");
+        }
+        assert!(
+            waited < Duration::from_millis(1500),
+            "server processes {still:?} still run 1.5 s after the pause (late: {late:?})"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn apply(target: &Target, step: &Step, fault: PgFault) {
+    let mut server = target.server.lock().unwrap();
+    match fault {
+        PgFault::Common(kind) => match kind {
+            FaultKind::ProxyDelay => target.proxy.set(Mode::Delay(step.delay)),
+            FaultKind::ProxyBlackhole => target.proxy.set(Mode::Blackhole),
+            FaultKind::ProxyHold => target.proxy.set(Mode::Hold),
+            FaultKind::ProxyHalfOpen => target.proxy.set(Mode::HalfOpen),
+            FaultKind::ProxyReset => target.proxy.set(Mode::Reset),
+            FaultKind::ServerPause => {
+                server.pause();
+                let pid = server.pid().expect("the server runs");
+                let (stopped, late) = all_stopped(pid);
+                target.stopped.fetch_add(stopped, Ordering::Relaxed);
+                target.late.lock().unwrap().extend(late);
+            }
+            FaultKind::ServerKillRestart => server.kill(),
+            FaultKind::ClientPause => {
+                let w = &target.workers[(step.target % target.workers.len() as u64) as usize];
+                w.signal(libc::SIGSTOP);
+            }
+            other => unreachable!("not scheduled here: {other:?}"),
+        },
+        PgFault::TerminateSessions => {
+            // Through psql straight to the server, not through the proxy.
+            let ended = server
+                .try_sql(&format!(
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+                     WHERE application_name LIKE '{APP}%' AND pid <> pg_backend_pid()"
+                ))
+                .ok()
+                .and_then(|n| n.trim().parse::<usize>().ok())
+                .unwrap_or(0);
+            target.terminated.fetch_add(ended, Ordering::Relaxed);
+        }
+    }
+}
+
+fn heal(target: &Target, step: &Step, fault: PgFault) {
+    let mut server = target.server.lock().unwrap();
+    match fault {
+        PgFault::Common(kind) => match kind {
+            FaultKind::ProxyDelay
+            | FaultKind::ProxyBlackhole
+            | FaultKind::ProxyHold
+            | FaultKind::ProxyHalfOpen
+            | FaultKind::ProxyReset => target.proxy.set(Mode::Pass),
+            FaultKind::ServerPause => server.resume(),
+            // Crash recovery on the same data directory: what was committed is there.
+            FaultKind::ServerKillRestart => server.start_again(),
+            FaultKind::ClientPause => {
+                let w = &target.workers[(step.target % target.workers.len() as u64) as usize];
+                w.signal(libc::SIGCONT);
+            }
+            other => unreachable!("not scheduled here: {other:?}"),
+        },
+        // A one-shot fault: the clients reconnect by themselves.
+        PgFault::TerminateSessions => {}
+    }
+}
+
+/// Runs `steps` against `target` until `until`, recording every fault.
+fn nemesis(target: &Target, steps: &[Step], rec: &Recorder, until: Instant) {
+    for step in steps {
+        std::thread::sleep(step.gap);
+        if Instant::now() + step.hold > until {
+            break;
+        }
+        for &fault in &step.faults {
+            rec.push(fault_event(fault, true));
+            apply(target, step, fault);
+        }
+        std::thread::sleep(step.hold);
+        for &fault in step.faults.iter().rev() {
+            heal(target, step, fault);
+            rec.push(fault_event(fault, false));
+        }
+    }
+}
+
+// ---------------------------------------------------------------- runs
+
+fn seed() -> u64 {
+    std::env::var("COORD_HISTORY_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0x5eed_2026)
+}
+
+fn fault_millis() -> u64 {
+    std::env::var("COORD_HISTORY_SECS")
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+        .map_or(12_000, |s| s * 1000)
+}
+
+fn save(events: &[Event], name: &str) -> std::path::PathBuf {
+    let path = std::env::temp_dir().join(format!(
+        "coord-history-postgres-{name}-{}.jsonl",
+        std::process::id()
+    ));
+    coord_history::write_jsonl(&path, events).expect("write the merged history");
+    path
+}
+
+/// A fresh server with coord's schema.
+fn migrated_server(rt: &tokio::runtime::Runtime) -> PostgresServer {
+    let server = PostgresServer::start();
+    rt.block_on(PostgresProvider::migrate(&server.url()))
+        .expect("migrate the test server");
+    server
+}
+
+/// How the calls ended, by error kind (`ok` for answers), for the printed figures.
+fn endings(events: &[Event]) -> BTreeMap<String, usize> {
+    let mut out = BTreeMap::new();
+    for e in events {
+        if let Event::Complete(c) = e {
+            let kind = c.error.clone().unwrap_or_else(|| "ok".into());
+            *out.entry(kind).or_default() += 1;
+        }
+    }
+    out
+}
+
+/// Client processes and in-process tasks under the seeded schedule: zero violations.
+fn under_faults() -> Report {
+    let seed = seed();
+    let millis = fault_millis();
+    start_watchdog();
+    let rt = runtime();
+    let server = migrated_server(&rt);
+    let upstream: SocketAddr = format!("127.0.0.1:{}", server.port()).parse().unwrap();
+    let proxy = Arc::new(
+        rt.block_on(Proxy::start(upstream))
+            .expect("start the proxy"),
+    );
+    let url = format!(
+        "postgres://postgres@{}/postgres?sslmode=disable",
+        proxy.addr()
+    );
+    let witness = Arc::new(WitnessServer::start());
+    let permits = WitnessServer::start_unfenced();
+    let ns = "hist-postgres";
+    let workers: Vec<Worker> = (0..PROCESSES)
+        .map(|i| {
+            let out = std::env::temp_dir().join(format!(
+                "coord-history-postgres-{}-child{i}.jsonl",
+                std::process::id()
+            ));
+            let child = Command::new(std::env::current_exe().expect("own path"))
+                .env(ROLE, "worker")
+                .env("COORD_HISTORY_URL", &url)
+                .env("COORD_HISTORY_WITNESS", witness.addr().to_string())
+                .env("COORD_HISTORY_PERMITS", permits.addr().to_string())
+                .env("COORD_HISTORY_NS", ns)
+                .env("COORD_HISTORY_MILLIS", millis.to_string())
+                .env(
+                    "COORD_HISTORY_SEED_CHILD",
+                    (seed + i as u64 + 1).to_string(),
+                )
+                .env("COORD_HISTORY_OUT", &out)
+                .env("RUST_LOG", "off")
+                .stdout(Stdio::null())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .expect("re-run this test binary as a client process");
+            Worker { child, out }
+        })
+        .collect();
+    let rec = Recorder::new();
+    let until = Instant::now() + Duration::from_millis(millis);
+    let target = Target {
+        server: Mutex::new(server),
+        proxy: proxy.clone(),
+        workers,
+        terminated: AtomicUsize::new(0),
+        stopped: AtomicUsize::new(0),
+        late: Mutex::new(Vec::new()),
+    };
+    let steps = schedule(seed, Duration::from_millis(millis));
+    let started = Instant::now();
+    std::thread::scope(|scope| {
+        let nemesis_rec = rec.clone();
+        let target = &target;
+        let steps = &steps;
+        scope.spawn(move || nemesis(target, steps, &nemesis_rec, until));
+        let panicked = rt.block_on(async {
+            let coord = coordinator(&url, ns).await;
+            run_workers(
+                coord,
+                rec.clone(),
+                witness.addr(),
+                permits.addr(),
+                until,
+                seed,
+                Mix::All,
+            )
+            .await
+        });
+        assert_eq!(
+            panicked, 0,
+            "a task of the test process panicked (seed {seed})"
+        );
+    });
+    // Everything healed (the nemesis heals each step before it ends); collect the children.
+    let mut events = rec.events();
+    let mut target = target;
+    for w in &mut target.workers {
+        let deadline = Instant::now() + Duration::from_secs(40);
+        loop {
+            if let Some(status) = w.child.try_wait().expect("wait") {
+                assert!(
+                    status.success(),
+                    "a client process ended with {status} (a task panicked: see its output; seed {seed})"
+                );
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "a client process did not finish within 40 s of the run's end (seed {seed})"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let mut theirs = coord_history::read_jsonl(&w.out).unwrap_or_else(|e| {
+            panic!("the client process wrote no readable history ({e}); seed {seed}")
+        });
+        events.append(&mut theirs);
+    }
+    events.extend(witness.events());
+    let path = save(&events, "under-faults");
+    let report = coord_history::check(&events);
+    println!(
+        "histories/postgres/under-faults (seed {seed}, {:.1} s, history {}): {report}",
+        started.elapsed().as_secs_f64(),
+        path.display()
+    );
+    let sem = check_permits(&permits.events());
+    println!(
+        "  endings {:?}; sessions ended by pg_terminate_backend {}; server processes stopped by pauses {} (missed by a pause and stopped late: {:?})",
+        endings(&events),
+        target.terminated.load(Ordering::Relaxed),
+        target.stopped.load(Ordering::Relaxed),
+        target.late.lock().unwrap(),
+    );
+    println!(
+        "  semaphore ({PERMITS} permits): {} holds, {} certainly within their lease, at most {} of those inside at once (of all holds: {})",
+        sem.holds, sem.certain, sem.most_certain, sem.most_any
+    );
+    assert!(
+        report.violations.is_empty(),
+        "{} violations under faults on PostgreSQL (seed {seed}); the history is {}",
+        report.violations.len(),
+        path.display()
+    );
+    assert!(
+        sem.over.is_empty(),
+        "more than {PERMITS} semaphore holds inside at once, each within its lease: calls {:?} (seed {seed}); the history is {}",
+        sem.over,
+        path.display()
+    );
+    assert!(
+        sem.certain >= 10,
+        "too few semaphore holds to judge: {sem:?}"
+    );
+    for op in ["lock", "idempotent", "single_flight"] {
+        assert!(
+            report.calls.get(op).copied().unwrap_or(0) >= 10,
+            "too few {op} calls to judge anything: {report}"
+        );
+    }
+    assert!(report.writes_accepted > 0 && report.effects > 0, "{report}");
+    assert!(report.total_faults() > 0, "no fault was injected: {report}");
+    // `COORD_HISTORY_KEEP=1` keeps a passing run's history too, to study it.
+    if std::env::var_os("COORD_HISTORY_KEEP").is_none() {
+        let _ = std::fs::remove_file(&path);
+    }
+    report
+}
+
+/// The workload through a PostgreSQL provider with `bug` planted, with fencing checked at the
+/// resource: the checker must report it.
+fn planted(bug: PlantedBug, mix: Mix) -> Report {
+    let rt = runtime();
+    let server = migrated_server(&rt);
+    let witness = WitnessServer::start();
+    let rec = Recorder::new();
+    rt.block_on(async {
+        let provider = PostgresProvider::builder(server.url())
+            .command_timeout(COMMAND_TIMEOUT)
+            .connect()
+            .await
+            .expect("connect to the test server");
+        let coord = Coordinator::builder()
+            .namespace("planted-postgres")
+            .provider(Planted::new(provider, bug))
+            .build()
+            .expect("coordinator");
+        let until = Instant::now() + Duration::from_millis(2_500);
+        // The planted bugs are in locks and records: no semaphore calls (`mix`).
+        let _ = run_workers(
+            coord,
+            rec.clone(),
+            witness.addr(),
+            witness.addr(),
+            until,
+            seed(),
+            mix,
+        )
+        .await;
+    });
+    let mut events = rec.events();
+    events.extend(witness.events());
+    let report = coord_history::check(&events);
+    println!(
+        "histories/postgres/planted {bug:?}: {} calls, {} violations {:?}",
+        report.total_calls(),
+        report.violations.len(),
+        report
+            .violations
+            .iter()
+            .map(|v| v.promise)
+            .collect::<std::collections::BTreeSet<_>>()
+    );
+    if let Some(v) = report.violations.first() {
+        print!("  for example: {v}");
+    }
+    report
+}
+
+/// The semaphore's check on made-up resource writes: three holds inside at once, each within
+/// its lease, are one too many; the same with one of them past its lease are not.
+fn semaphore_check_sees_an_excess() {
+    let write = |seq: u64, call: u64, phase: Phase, valid_until: u64| {
+        Event::Resource(coord_history::event::ResourceWrite {
+            seq,
+            at: seq * 10,
+            key: format!("sm0~{valid_until}"),
+            token: call,
+            call: coord_history::CallId(call),
+            phase,
+            accepted: true,
+        })
+    };
+    let history = |third_valid_until: u64| {
+        vec![
+            write(1, 1, Phase::Enter, 1_000),
+            write(2, 2, Phase::Enter, 1_000),
+            write(3, 3, Phase::Enter, third_valid_until),
+            write(4, 1, Phase::Exit, 1_000),
+            write(5, 2, Phase::Exit, 1_000),
+            write(6, 3, Phase::Exit, third_valid_until),
+        ]
+    };
+    let excess = check_permits(&history(1_000));
+    assert_eq!(excess.over.len(), 3, "{excess:?}");
+    assert_eq!((excess.most_certain, excess.most_any), (3, 3), "{excess:?}");
+    // The third hold's exit (at 60) came after its lease could have ended (at 55).
+    let lapsed = check_permits(&history(55));
+    assert!(lapsed.over.is_empty(), "{lapsed:?}");
+    assert_eq!(
+        (lapsed.certain, lapsed.most_certain, lapsed.most_any),
+        (2, 2, 3)
+    );
+}
+
+fn main() {
+    if std::env::var(ROLE).is_ok() {
+        return child();
+    }
+    let started = Instant::now();
+    let mut passed = 0;
+    let mut failed = Vec::new();
+    // `COORD_HISTORY_ONLY=<text>` runs only the cases whose name contains it.
+    let only = std::env::var("COORD_HISTORY_ONLY").unwrap_or_default();
+    let mut case = |name: &str, f: &dyn Fn()| {
+        if !name.contains(&only) {
+            return;
+        }
+        println!("histories/{name} ...");
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+            Ok(()) => passed += 1,
+            Err(_) => failed.push(name.to_owned()),
+        }
+    };
+    case("postgres/under_faults_zero_violations", &|| {
+        under_faults();
+    });
+    case("postgres/semaphore_check_sees_an_excess", &|| {
+        semaphore_check_sees_an_excess();
+    });
+    case("postgres/planted_grant_without_check_is_caught", &|| {
+        let report = planted(PlantedBug::GrantWithoutCheck, Mix::Locks);
+        assert!(
+            report.count(Promise::NoOverlap) > 0 && report.count(Promise::TokensGrow) > 0,
+            "the checker missed locks granted without checking: {report}"
+        );
+    });
+    case("postgres/planted_fresh_answer_on_replay_is_caught", &|| {
+        let report = planted(PlantedBug::FreshAnswerOnReplay, Mix::Idempotent);
+        assert!(
+            report.count(Promise::AtMostOnce) > 0 && report.count(Promise::SameAnswer) > 0,
+            "the checker missed replays answering fresh: {report}"
+        );
+    });
+    if !failed.is_empty() {
+        println!("histories: failed: {}", failed.join(", "));
+    }
+    println!("histories: {:.1} s in all", started.elapsed().as_secs_f64());
+    // Exactly `<name>: N passed, M failed`: the line scripts/test-summary totals.
+    println!("histories: {passed} passed, {} failed", failed.len());
+    if !failed.is_empty() {
+        std::process::exit(1);
+    }
+}

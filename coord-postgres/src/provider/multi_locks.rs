@@ -33,7 +33,10 @@ enum SetAttempt {
     /// Every key is ours: one token per key, in the request's order.
     Won(Vec<FencingToken>),
     /// The key at `at` (from 0) is held by another owner, whose lease ends within `left`.
-    Held { at: usize, left: std::time::Duration },
+    Held {
+        at: usize,
+        left: std::time::Duration,
+    },
 }
 
 /// How one watch of a blocking key ended.

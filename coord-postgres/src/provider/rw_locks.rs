@@ -50,9 +50,7 @@ SELECT count(*) AS swept FROM gone"
             release: format!(
                 "SELECT {schema}.rw_release($1::text, $2::uuid, $3::boolean, $4::text, $5::text)"
             ),
-            renew: format!(
-                "SELECT {schema}.rw_renew($1::text, $2::uuid, $3::boolean, $4::bigint)"
-            ),
+            renew: format!("SELECT {schema}.rw_renew($1::text, $2::uuid, $3::boolean, $4::bigint)"),
             sweep: [sweep("rw_holds"), sweep("rw_locks")],
         }
     }

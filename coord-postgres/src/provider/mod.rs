@@ -54,8 +54,10 @@ const MAX_POOL_SIZE: usize = 1024;
 pub const MAX_KEY_BYTES: usize = 2048;
 
 /// Coordination through PostgreSQL: lease-row locks with fencing tokens and LISTEN/NOTIFY
-/// hand-off, idempotency records, a shared cache and cluster flights. Implements every trait
-/// of coord's provider contract; give it to `Coordinator::builder().provider(..)`.
+/// hand-off, idempotency records, a shared cache and cluster flights, and the optional
+/// capabilities: semaphores, read-write locks, and multi-key locks taken in one statement.
+/// Implements every trait of coord's provider contract; give it to
+/// `Coordinator::builder().provider(..)`.
 ///
 /// See the crate documentation for what it promises under each fault. Cheap to clone: clones
 /// share the pool, the listening connection and the sweeper. The connections it makes (and

@@ -124,7 +124,10 @@
 //! owner rolls back the keys taken before it, so the set is committed whole or not at all and
 //! no other session ever sees part of it. Each key gets its own token from the shared
 //! sequence. A refused set marks the blocking key's holder and waits on that key's release,
-//! as a single waiter does, then tries the whole set again.
+//! as a single waiter does, then tries the whole set again. The statement itself waits only
+//! for a row another statement is writing at that moment (never for a holder's lease), and
+//! while it does, a single acquire of a key it has already written waits for it in turn; both
+//! are bounded by the command timeout.
 //!
 //! ## Waiting
 //! A waiter marks the holder's row as waited for; the release of a marked row calls

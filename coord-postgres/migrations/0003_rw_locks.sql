@@ -8,6 +8,9 @@
 -- each other's writes (every statement of a function takes a fresh snapshot under READ
 -- COMMITTED, so what follows the row lock sees every hold committed before it was granted).
 -- Every time is `clock_timestamp()`, read once the key's row is locked.
+--
+-- A multi-key lock needs no table of its own: it writes the `locks` rows single locks use,
+-- through the function `lock_acquire_all` at the end of this file.
 
 CREATE TABLE {schema}.rw_locks (
     key           text COLLATE "C" PRIMARY KEY,

@@ -9,7 +9,7 @@
 //! cannot be had. A provider with this capability can do better for a set of keys that it
 //! keeps together (one Redis server or hash slot, one database, one process): take them all in
 //! one step, all or nothing, which no other caller can observe half done where the store
-//! makes it one atomic operation (a Redis script).
+//! makes it one atomic operation (a Redis script, a PostgreSQL transaction).
 //!
 //! Only the acquisition is special: once granted, each key is an ordinary lock of the owner,
 //! renewed with [`LockProvider::renew`](crate::LockProvider::renew) and released with
@@ -72,9 +72,10 @@ fn unsupported() -> BackendError {
 ///   them, and never waits while holding some. It grants only when every key is free (or
 ///   already `req.owner`'s); when some key is held by another owner it keeps none. A lock whose
 ///   lease ran out (by the store's clock) is free. Where the store can, the step is one atomic
-///   operation no other caller can observe half done (Redis: one script); the in-process
-///   provider makes it one synchronous pass over its table, during which a single-key attempt
-///   running on another thread can find a key taken that the pass then gives back.
+///   operation no other caller can observe half done (Redis: one script; PostgreSQL: one
+///   transaction); the in-process provider makes it one synchronous pass over its table,
+///   during which a single-key attempt running on another thread can find a key taken that the
+///   pass then gives back.
 /// * **The same locks.** Each key is taken exactly as
 ///   [`LockProvider::acquire`](crate::LockProvider::acquire) with `fenced: true` would take
 ///   it: a single-key lock and a multi-key lock on an overlapping key exclude each other, and

@@ -489,9 +489,9 @@ impl fmt::Display for BuildError {
             BuildError::Unsupported { capability } => write!(
                 f,
                 "the coordinator was required to support {capability}, and its provider does not: \
-                 choose a provider that does (the in-process and Redis providers keep semaphores \
-                 and read-write locks and take multi-key locks in one step; PostgreSQL keeps \
-                 semaphores)"
+                 choose a provider that does (the in-process, Redis and PostgreSQL providers keep \
+                 semaphores and read-write locks and take multi-key locks in one step; Redis \
+                 Cluster only within one hash slot)"
             ),
         }
     }

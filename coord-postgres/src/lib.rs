@@ -75,6 +75,10 @@
 //! | `cache` | shared cache entry with its expiry | `cache_set` |
 //! | `flights`, `flight_outcomes` | cluster flight claim; a leader's outcome kept for the hand-over | flight claim, finish, abandon |
 //! | `semaphores`, `semaphore_permits` (version 2) | semaphore key (whether someone waits); held permit: owner, fencing token, expiry | the functions `semaphore_acquire`, `semaphore_release`, `semaphore_renew` |
+//! | `rw_locks`, `rw_holds` (version 3) | read-write lock key (a waiting writer's claim, whether someone waits); held read or write hold: owner, mode, fencing token, expiry | the functions `rw_acquire`, `rw_release`, `rw_renew` |
+//!
+//! Version 3 also adds the function `lock_acquire_all`, which writes the `locks` rows of a
+//! multi-key lock in one statement.
 //!
 //! Every expiry is computed by the statement that writes it from the server's clock
 //! (`clock_timestamp()`), and a row past it is absent to every statement; a sweeper task
@@ -96,6 +100,34 @@
 //! every earlier permit's of the key. A full semaphore's waiter asks for a notification on the
 //! next release (wake-one per process) and also looks again when the soonest permit's lease
 //! ends, at most every second (jittered). A semaphore is never spread over several databases.
+//!
+//! ## Read-write locks
+//! `mode = "read" | "write"` (and `Coordinator::rw_lock`) are served: each hold is a row with
+//! its owner, mode, lease in the server's clock and fencing token. Acquire, release and renew
+//! are one call each of a function (migration 3) that first locks the key's row, so the check
+//! (no live writer for a reader; nobody for a writer) and the grant are one serialized step;
+//! ended holds are deleted in that step and never count. A writer that has to wait leaves a
+//! claim on the key's row (its owner and an end, re-asserted at every look, at least twice per
+//! claim) that keeps new readers out until it gets in, gives up (the claim is withdrawn at
+//! once) or vanishes (the claim ends on its own). Every hold's token comes from the shared
+//! sequence, drawn under the key's row lock, so it is greater than every earlier hold's of the
+//! key, in either mode (and than every lock's or permit's drawn before it). Release and
+//! renewal touch only the owner's hold of the mode named: a read release never frees a write
+//! hold. A release or a withdrawn claim wakes every waiter of the key (several readers may get
+//! in at once); a waiter also looks again when the first hold or claim in its way ends, at
+//! most every second (jittered). A read-write lock is never spread over several databases.
+//!
+//! ## Multi-key locks
+//! `key_from_each` (and `Coordinator::multi_lock`) take every key in one statement, the
+//! function `lock_acquire_all`: each key's `locks` row is written as a fenced single acquire
+//! writes it, in the runtime's canonical order, inside one transaction; a key held by another
+//! owner rolls back the keys taken before it, so the set is committed whole or not at all and
+//! no other session ever sees part of it. Each key gets its own token from the shared
+//! sequence. A refused set marks the blocking key's holder and waits on that key's release,
+//! as a single waiter does, then tries the whole set again. The statement itself waits only
+//! for a row another statement is writing at that moment (never for a holder's lease), and
+//! while it does, a single acquire of a key it has already written waits for it in turn; both
+//! are bounded by the command timeout.
 //!
 //! ## Waiting
 //! A waiter marks the holder's row as waited for; the release of a marked row calls

@@ -30,10 +30,15 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "semaphores",
         sql: include_str!("../migrations/0002_semaphores.sql"),
     },
+    Migration {
+        version: 3,
+        name: "rw_locks",
+        sql: include_str!("../migrations/0003_rw_locks.sql"),
+    },
 ];
 
 /// The schema version this version of coord-postgres reads and writes.
-pub const SCHEMA_VERSION: u32 = 2;
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// The schema used unless the builder (or the configuration) names another.
 pub const DEFAULT_SCHEMA: &str = "coord";

@@ -697,7 +697,15 @@ mod tests {
         schema::migrate(&mut client, "prep").await.unwrap().unwrap();
         let statements = Statements::new(&schema::quoted("prep"));
         let semaphores = crate::provider::SemaphoreStatements::new(&schema::quoted("prep"));
-        for text in statements.all().into_iter().chain(semaphores.all()) {
+        let rw = crate::provider::RwStatements::new(&schema::quoted("prep"));
+        let multi = crate::provider::multi_lock_statement(&schema::quoted("prep"));
+        for text in statements
+            .all()
+            .into_iter()
+            .chain(semaphores.all())
+            .chain(rw.all())
+            .chain([multi.as_str()])
+        {
             if let Err(err) = client.prepare(text).await {
                 panic!("{err:?}\n{text}");
             }

@@ -1,8 +1,10 @@
 //! Coordination across real processes against one real PostgreSQL server: 8 processes of 16
 //! tasks each contend for two hot locks, with a witness table that counts overlapping holders
 //! and refuses writes whose fencing token is not newer than the last one it accepted; the
-//! same processes call one idempotent operation on shared keys; and they share a 3-permit
-//! semaphore, with a witness of the most holders at once and of every permit's token.
+//! same processes call one idempotent operation on shared keys; they share a 3-permit
+//! semaphore, with a witness of the most holders at once and of every permit's token; and they
+//! read and write one read-write lock, with a witness that counts a writer beside anyone and
+//! refuses a token not newer than what it must follow.
 //!
 //! This test binary has its own `main` (`harness = false`): run without `COORD_TEST_ROLE` it
 //! starts a server and runs the scenarios, each of which re-runs this same binary as child
@@ -94,6 +96,56 @@ async fn permit_once(
     Ok(())
 }
 
+/// Read-write sections per task (one in three a write).
+const RW_ROUNDS: usize = 3;
+
+/// One read or write section of the shared read-write lock: enter (counting an overlap when a
+/// writer finds anyone inside or a reader finds a writer; counting a refusal when a writer's
+/// token is not newer than every token accepted before, or a reader's not newer than the last
+/// writer's), leave.
+async fn rw_once(
+    c: &Coordinator,
+    write: bool,
+    witness: &tokio_postgres::Client,
+) -> Result<(), CoordError> {
+    let key = c.key("proc.rw").part(&0u32).finish();
+    let rw = c
+        .rw_lock(key)
+        .lease(Duration::from_secs(10))
+        .wait(Duration::from_secs(120));
+    let guard = if write {
+        rw.write().await?
+    } else {
+        rw.read().await?
+    };
+    let token = guard.fencing_token().expect("every hold has a token").get() as i64;
+    let enter = if write {
+        "UPDATE rw_witness SET writers = writers + 1, entries = entries + 1, \
+         overlapped = overlapped + (readers + writers > 0)::int, \
+         refused = refused + (last_token >= $1)::int, \
+         last_token = greatest(last_token, $1), last_write = greatest(last_write, $1)"
+    } else {
+        "UPDATE rw_witness SET readers = readers + 1, entries = entries + 1, \
+         most_readers = greatest(most_readers, readers + 1), \
+         overlapped = overlapped + (writers > 0)::int, \
+         refused = refused + (last_write >= $1)::int, \
+         last_token = greatest(last_token, $1)"
+    };
+    witness
+        .execute(enter, &[&token])
+        .await
+        .expect("witness enter");
+    tokio::time::sleep(Duration::from_millis(2)).await;
+    let leave = if write {
+        "UPDATE rw_witness SET writers = writers - 1"
+    } else {
+        "UPDATE rw_witness SET readers = readers - 1"
+    };
+    witness.execute(leave, &[]).await.expect("witness leave");
+    assert!(guard.release().await?, "the hold was still ours");
+    Ok(())
+}
+
 #[idempotent(key_from = "order", coordinator = c, name = "proc.charge", wait = "30s")]
 async fn charge(
     c: &Coordinator,
@@ -159,6 +211,24 @@ async fn child(role: &str) {
                             permit_once(&c, 0, &witness)
                                 .await
                                 .expect("a permit within its wait");
+                        }
+                    })
+                })
+                .collect();
+            for task in tasks {
+                task.await.expect("task");
+            }
+            println!("DONE");
+        }
+        "rw" => {
+            let tasks: Vec<_> = (0..TASKS)
+                .map(|task| {
+                    let (c, witness) = (c.clone(), witness.clone());
+                    tokio::spawn(async move {
+                        for round in 0..RW_ROUNDS {
+                            rw_once(&c, (task + round) % 3 == 0, &witness)
+                                .await
+                                .expect("a hold within its wait");
                         }
                     })
                 })
@@ -341,6 +411,41 @@ fn share_a_semaphore(server: &PostgresServer) -> Result<(), String> {
     Ok(())
 }
 
+fn share_a_rw_lock(server: &PostgresServer) -> Result<(), String> {
+    let url = server.url();
+    let children: Vec<Child> = (0..PROCESSES).map(|_| spawn("rw", &url, "procs")).collect();
+    let started = Instant::now();
+    let lines = collect(children, Duration::from_secs(180))?;
+    let done = lines.iter().filter(|l| *l == "DONE").count();
+    if done != PROCESSES {
+        return Err(format!("{done} of {PROCESSES} processes finished"));
+    }
+    let row = server.sql(
+        "SELECT entries, overlapped, refused, readers + writers, most_readers FROM rw_witness",
+    );
+    let numbers: Vec<i64> = row.split('|').map(|n| n.parse().unwrap_or(-1)).collect();
+    let leaked = server.sql("SELECT count(*) FROM coord.rw_holds");
+    println!(
+        "rw: {} read and write sections by {PROCESSES} processes x {TASKS} tasks on one key in {:.1?}: {} overlaps, {} stale tokens, at most {} readers at once, {leaked} holds left",
+        numbers[0],
+        started.elapsed(),
+        numbers[1],
+        numbers[2],
+        numbers[4]
+    );
+    let expected = (PROCESSES * TASKS * RW_ROUNDS) as i64;
+    if numbers[..4] != [expected, 0, 0, 0] || numbers[4] < 2 {
+        return Err(format!(
+            "expected {expected} sections, no overlap, no stale token, nobody inside, readers \
+             sharing: {row}"
+        ));
+    }
+    if leaked != "0" {
+        return Err(format!("{leaked} holds left after every holder released"));
+    }
+    Ok(())
+}
+
 /// One scenario against the shared server: `Err` says what went wrong.
 type Scenario = fn(&PostgresServer) -> Result<(), String>;
 
@@ -372,12 +477,18 @@ fn main() {
          CREATE TABLE permit_witness (slot int PRIMARY KEY, holders int NOT NULL DEFAULT 0, \
          entries int NOT NULL DEFAULT 0, most int NOT NULL DEFAULT 0); \
          INSERT INTO permit_witness (slot) VALUES (0); \
-         CREATE TABLE permit_tokens (token bigint NOT NULL)",
+         CREATE TABLE permit_tokens (token bigint NOT NULL); \
+         CREATE TABLE rw_witness (readers int NOT NULL DEFAULT 0, writers int NOT NULL DEFAULT 0, \
+         entries int NOT NULL DEFAULT 0, overlapped int NOT NULL DEFAULT 0, \
+         refused int NOT NULL DEFAULT 0, most_readers int NOT NULL DEFAULT 0, \
+         last_token bigint NOT NULL DEFAULT 0, last_write bigint NOT NULL DEFAULT 0); \
+         INSERT INTO rw_witness DEFAULT VALUES",
     );
-    let scenarios: [(&str, Scenario); 3] = [
+    let scenarios: [(&str, Scenario); 4] = [
         ("contend_with_a_fencing_witness", contend),
         ("idempotent_across_processes", charge_everywhere),
         ("share_a_semaphore_with_a_witness", share_a_semaphore),
+        ("share_a_rw_lock_with_a_fencing_witness", share_a_rw_lock),
     ];
     let (mut passed, mut failed) = (0, 0);
     for (name, scenario) in scenarios {

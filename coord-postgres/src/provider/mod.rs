@@ -1,16 +1,22 @@
 //! [`PostgresProvider`]: coord's provider contract over PostgreSQL.
 //!
 //! This file holds the provider, its builder and connecting, and the one way a statement is
-//! sent ([`Inner::query`]); `locks`, `records`, `cache`, `flights` and `operations`
-//! implement the contract's traits, the crate's `waiters` module serves the waits.
+//! sent ([`Inner::query`]); `locks`, `records`, `cache`, `flights`, `operations` and the
+//! optional capabilities (`semaphores`, `rw_locks`) implement the contract's traits, the
+//! crate's `waiters` module serves the waits.
 
 mod cache;
 mod flights;
 mod locks;
+mod multi_locks;
 mod operations;
 mod records;
+mod rw_locks;
 mod semaphores;
 
+#[cfg(test)]
+pub(crate) use multi_locks::statement as multi_lock_statement;
+pub(crate) use rw_locks::RwStatements;
 pub(crate) use semaphores::SemaphoreStatements;
 
 use std::sync::Arc;
@@ -48,8 +54,10 @@ const MAX_POOL_SIZE: usize = 1024;
 pub const MAX_KEY_BYTES: usize = 2048;
 
 /// Coordination through PostgreSQL: lease-row locks with fencing tokens and LISTEN/NOTIFY
-/// hand-off, idempotency records, a shared cache and cluster flights. Implements every trait
-/// of coord's provider contract; give it to `Coordinator::builder().provider(..)`.
+/// hand-off, idempotency records, a shared cache and cluster flights, and the optional
+/// capabilities: semaphores, read-write locks, and multi-key locks taken in one statement.
+/// Implements every trait of coord's provider contract; give it to
+/// `Coordinator::builder().provider(..)`.
 ///
 /// See the crate documentation for what it promises under each fault. Cheap to clone: clones
 /// share the pool, the listening connection and the sweeper. The connections it makes (and
@@ -75,6 +83,9 @@ pub(crate) struct Inner {
     /// An estimate of the server's clock, to give claims a not-after time in it.
     pub(crate) clock: ServerClock,
     pub(crate) semaphores: SemaphoreStatements,
+    pub(crate) rw: RwStatements,
+    /// `lock_acquire_all` (migration 3): a multi-key lock in one statement.
+    pub(crate) lock_acquire_all: String,
 }
 
 impl std::fmt::Debug for PostgresProvider {
@@ -467,8 +478,10 @@ impl PostgresProviderBuilder {
         };
         let channel = channel_name(&self.schema);
         let semaphores = SemaphoreStatements::new(&q);
+        let rw = RwStatements::new(&q);
         let mut sweeps = sql.sweep.to_vec();
         sweeps.extend(semaphores.sweep.iter().cloned());
+        sweeps.extend(rw.sweep.iter().cloned());
         let link = Arc::new(Link {
             pool,
             timeout,
@@ -493,6 +506,8 @@ impl PostgresProviderBuilder {
             address,
             clock,
             semaphores,
+            rw,
+            lock_acquire_all: multi_locks::statement(&q),
         });
         if let Some(every) = self.sweep_interval {
             sweeper::start(&drivers, Arc::downgrade(&link), sweeps, every);
@@ -547,14 +562,7 @@ impl Inner {
         what: &str,
         key: &CallKey,
     ) -> Result<Vec<Row>, BackendError> {
-        if key.qualified().len() > MAX_KEY_BYTES {
-            return Err(config_error(format!(
-                "{what}: the key is {} bytes long; coord-postgres stores keys of at most \
-                 {MAX_KEY_BYTES} bytes (PostgreSQL's index limit)",
-                key.qualified().len()
-            ))
-            .with_key(key));
-        }
+        check_key(key, what)?;
         self.query_any(sql, params, what)
             .await
             .map_err(|e| e.with_key(key))
@@ -639,6 +647,19 @@ impl Inner {
         self.clock.set(sent + sent.elapsed() / 2, server_ms);
         Ok(())
     }
+}
+
+/// Refuses (kind `Config`) a key longer than [`MAX_KEY_BYTES`] before it reaches the server.
+pub(crate) fn check_key(key: &CallKey, what: &str) -> Result<(), BackendError> {
+    if key.qualified().len() > MAX_KEY_BYTES {
+        return Err(config_error(format!(
+            "{what}: the key is {} bytes long; coord-postgres stores keys of at most \
+             {MAX_KEY_BYTES} bytes (PostgreSQL's index limit)",
+            key.qualified().len()
+        ))
+        .with_key(key));
+    }
+    Ok(())
 }
 
 /// Whole milliseconds, rounded up (zero and sub-millisecond durations become one), capped at
@@ -757,18 +778,10 @@ impl PostgresProvider {
         let own = sweeper::sweep_once(&self.inner.link, &self.inner.sql.sweep, batch).await?;
         let semaphores =
             sweeper::sweep_once(&self.inner.link, &self.inner.semaphores.sweep, batch).await?;
-        Ok(own + semaphores)
+        let rw = sweeper::sweep_once(&self.inner.link, &self.inner.rw.sweep, batch).await?;
+        Ok(own + semaphores + rw)
     }
 }
-
-/// No read-write locks yet: `mode = "read" | "write"` on this provider fails with
-/// `CoordError::Unsupported` (and `CoordinatorBuilder::require(Capability::ReadWriteLocks)`
-/// refuses to build).
-impl coord_core::provider::RwLockStore for PostgresProvider {}
-
-/// Multi-key locks on PostgreSQL are taken key by key in canonical order by the runtime
-/// (with rollback); no single-statement path yet.
-impl coord_core::provider::MultiLockStore for PostgresProvider {}
 
 #[cfg(test)]
 mod tests {

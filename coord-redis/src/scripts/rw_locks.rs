@@ -13,7 +13,9 @@
 //!   (server ms); it expires at the latest lease end it holds.
 //!
 //! Every script first forgets the holds and the claim that ended by the server's clock, so an
-//! ended hold never counts and a late release or renewal of one changes nothing.
+//! ended hold never counts and a late release or renewal of one changes nothing; when the
+//! readers' set is gone (expired with its last lease), it also drops every reader's token left
+//! in the hash, so readers whose leases all lapsed unseen leave nothing behind.
 
 use std::sync::LazyLock;
 
@@ -45,6 +47,15 @@ local function drop_expired()
   for _, owner in ipairs(gone) do
     redis.call('ZREM', KEYS[2], owner)
     redis.call('HDEL', KEYS[1], 'r' .. owner)
+  end
+  -- The readers' set expires as a whole once its last lease ends, and no script then sees
+  -- those readers lapse one by one: their tokens (the only fields starting with `r`) go here.
+  if redis.call('EXISTS', KEYS[2]) == 0 then
+    for _, field in ipairs(redis.call('HKEYS', KEYS[1])) do
+      if string.byte(field, 1) == 114 then
+        redis.call('HDEL', KEYS[1], field)
+      end
+    end
   end
   if wx and wx <= now then
     redis.call('HDEL', KEYS[1], 'w', 'wt', 'wx')

@@ -20,6 +20,7 @@ per_client!(
     connections_killed_while_readers_hold_and_a_writer_waits,
     server_paused_while_readers_hold_and_a_writer_waits,
     server_restarted_while_readers_hold_and_a_writer_waits,
+    server_paused_past_the_readers_lease_leaves_no_reader_behind,
     a_waiting_writer_gone_during_a_pause_holds_readers_back_only_until_its_claim_ends,
 );
 
@@ -279,6 +280,46 @@ async fn server_paused_while_readers_hold_and_a_writer_waits(client: Client) {
         // Its look during the freeze timed out: it waits no more, and withdraws its claim.
         Err(CoordError::Backend(err)) => assert!(err.kind().is_transient(), "{err}"),
         Err(other) => panic!("the waiting writer got {other}"),
+    }
+    assert_nothing_left(&c, &server, &k).await;
+}
+
+/// The server frozen for 3 s under two renewed readers (lease 2 s) and a waiting writer:
+/// the readers' leases end during the freeze (their sorted set expires as a whole), the
+/// readers learn they lost their holds, the writer is granted after the thaw (or its wait
+/// ends with a transient backend error), and no reader's token is left behind in the lock's
+/// state, though no script ever saw those readers lapse one by one.
+async fn server_paused_past_the_readers_lease_leaves_no_reader_behind(client: Client) {
+    let server = RedisServer::start();
+    let c = coordinator(&server, client).await;
+    let k = key("rw-pause-long");
+    let readers = hold_readers(&c, &k).await;
+    let writer = spawn_writer(&c, &k, Duration::from_secs(20));
+    until("the writer's claim", LONG, || claim_stored(&server, &k)).await;
+    server.pause();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    server.resume();
+    until("the readers see their holds lost", LONG, || {
+        readers.iter().all(|r| !r.is_held())
+    })
+    .await;
+    let (writer, _) = tokio::time::timeout(Duration::from_secs(20), writer)
+        .await
+        .expect("the writer's wait ends")
+        .expect("writer task");
+    match writer {
+        Ok(writer) => {
+            assert_eq!(readers_live(&server, &k), 0);
+            assert!(writer.release().await.expect("release"));
+        }
+        Err(CoordError::Backend(err)) => assert!(err.kind().is_transient(), "{err}"),
+        Err(other) => panic!("the waiting writer got {other}"),
+    }
+    for reader in readers {
+        assert!(
+            !reader.release().await.unwrap_or(false),
+            "a read hold that lapsed in the freeze was released as if held"
+        );
     }
     assert_nothing_left(&c, &server, &k).await;
 }

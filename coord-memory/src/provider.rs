@@ -24,7 +24,7 @@ use coord_contract::{
 };
 use coord_contract::{
     Cursor, ForcedRelease, ListRequest, LockHolder, LockInfo, NamespaceListRequest, Operations,
-    Page, RecordInfo, Waiters,
+    Page, RecordInfo, RwLockInfo, SemaphoreInfo, Waiters,
 };
 use coord_contract::{FlightClaim, FlightStore, FlightWait};
 use coord_contract::{MultiLockGrant, MultiLockRequest, MultiLockStore};
@@ -401,7 +401,9 @@ impl IdempotencyStore for MemoryProvider {
 /// The operations API: reads of the lock table and the record store, by this process's clock.
 ///
 /// A lock reports its exact number of waiters ([`Waiters::Counted`]) and the newest fencing
-/// token minted since it was last free. Listings are sorted by key; a cursor holds the last key
+/// token minted since it was last free; a semaphore its live permits and its waiters, a
+/// read-write lock its live holds, its waiting writer's claim and its waiters in either mode
+/// (all counted exactly). Listings are sorted by key; a cursor holds the last key
 /// listed (hex-encoded), and the next page starts after it.
 impl Operations for MemoryProvider {
     fn inspect_lock<'a>(
@@ -420,6 +422,30 @@ impl Operations for MemoryProvider {
             ),
             None => LockInfo::new(key.clone(), None, None),
         };
+        Box::pin(std::future::ready(Ok(info)))
+    }
+
+    fn inspect_semaphore<'a>(
+        &'a self,
+        key: &'a CallKey,
+    ) -> BoxFuture<'a, Result<SemaphoreInfo, BackendError>> {
+        let (permits, waiting) = self.semaphores.inspect(key.qualified());
+        let info = SemaphoreInfo::new(key.clone(), permits, Waiters::Counted(waiting));
+        Box::pin(std::future::ready(Ok(info)))
+    }
+
+    fn inspect_rw_lock<'a>(
+        &'a self,
+        key: &'a CallKey,
+    ) -> BoxFuture<'a, Result<RwLockInfo, BackendError>> {
+        let view = self.rw_locks.inspect(key.qualified());
+        let info = RwLockInfo::new(
+            key.clone(),
+            view.readers,
+            view.writer,
+            view.claim,
+            Waiters::Counted(view.waiting),
+        );
         Box::pin(std::future::ready(Ok(info)))
     }
 

@@ -269,3 +269,51 @@ return 1
         ),
     )
 });
+
+/// What the operations API shows of a read-write lock. KEYS: the hash, the readers' sorted set.
+/// Reads only: what ended is left out of the answer, not removed.
+///
+/// Returns `{writer or nil, its ms left, its token, claimant or nil, claim ms left, waiter
+/// flag (1 or 0), reader, ms left, token, reader, ms left, token, ...}` (ms left and tokens 0
+/// where there is nothing): the live writer, the live claim of a waiting writer, and every
+/// reader whose lease has not ended by the server's clock, soonest-ending first. Refuses
+/// numbers coord did not write and a live reader without its token.
+pub(crate) static INSPECT_RW: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        "inspect_rw_lock",
+        concat!(
+            rw_helpers!(),
+            r#"
+local out = {false, 0, 0, false, 0, 0}
+local wx = num(redis.call('HGET', KEYS[1], 'wx'))
+local writer = redis.call('HGET', KEYS[1], 'w')
+if writer and wx and wx > now then
+  local wt = num(redis.call('HGET', KEYS[1], 'wt'))
+  if not wt then
+    return redis.error_reply('ERR coord: the read-write lock holds a value coord did not write')
+  end
+  out[1], out[2], out[3] = writer, wx - now, wt
+end
+local cx = num(redis.call('HGET', KEYS[1], 'cx'))
+local claimant = redis.call('HGET', KEYS[1], 'c')
+if claimant and cx and cx > now then
+  out[4], out[5] = claimant, cx - now
+end
+if redis.call('HGET', KEYS[1], 'q') then
+  out[6] = 1
+end
+local live = redis.call('ZRANGEBYSCORE', KEYS[2], '(' .. now, '+inf', 'WITHSCORES')
+for i = 1, #live, 2 do
+  local tok = num(redis.call('HGET', KEYS[1], 'r' .. live[i]))
+  if not tok then
+    return redis.error_reply('ERR coord: the read-write lock holds a value coord did not write')
+  end
+  out[#out + 1] = live[i]
+  out[#out + 1] = math.floor(tonumber(live[i + 1]) - now)
+  out[#out + 1] = tok
+end
+return out
+"#
+        ),
+    )
+});

@@ -153,7 +153,10 @@ pub fn semaphore_json(info: &SemaphoreInfo) -> Value {
 pub fn semaphore_text(info: &SemaphoreInfo) -> String {
     let mut out = format!("semaphore {}\n", info.key);
     out.push_str(&format!("  permits held:   {}\n", info.permits.len()));
-    out.push_str(&format!("  waiters:        {}\n", waiters_text(info.waiters)));
+    out.push_str(&format!(
+        "  waiters:        {}\n",
+        waiters_text(info.waiters)
+    ));
     if !info.permits.is_empty() {
         hold_rows("PERMIT", &info.permits, &mut out);
     }
@@ -209,7 +212,10 @@ pub fn rw_lock_text(info: &RwLockInfo) -> String {
             )
         )
     ));
-    out.push_str(&format!("  waiters:        {}\n", waiters_text(info.waiters)));
+    out.push_str(&format!(
+        "  waiters:        {}\n",
+        waiters_text(info.waiters)
+    ));
     if let Some(writer) = &info.writer {
         hold_rows("WRITER", std::slice::from_ref(writer), &mut out);
     }

@@ -1035,7 +1035,11 @@ async fn a_semaphores_permits_and_waiters_are_shown() {
     })
     .await;
 
-    let show = coord(&url, "shop", &["--json", "locks", "permits", "exports.render:eu"]);
+    let show = coord(
+        &url,
+        "shop",
+        &["--json", "locks", "permits", "exports.render:eu"],
+    );
     assert_eq!(show.code, 0, "{show:?}");
     let doc = show.json();
     assert_eq!(doc["namespace"], "shop");
@@ -1062,7 +1066,11 @@ async fn a_semaphores_permits_and_waiters_are_shown() {
         "{}",
         text.stdout
     );
-    assert!(text.stdout.contains("permits held:   2\n"), "{}", text.stdout);
+    assert!(
+        text.stdout.contains("permits held:   2\n"),
+        "{}",
+        text.stdout
+    );
     assert!(text.stdout.contains("waiters:        someone waits\n"));
     assert!(text.stdout.contains("PERMIT OWNER"));
     for (permit, token) in permits.iter().zip(&shown) {
@@ -1075,12 +1083,20 @@ async fn a_semaphores_permits_and_waiters_are_shown() {
     }
     let last = waiter.await.unwrap().expect("the waiter gets a permit");
     assert!(last.release().await.unwrap());
-    let free = coord(&url, "shop", &["--json", "locks", "permits", "exports.render:eu"]);
+    let free = coord(
+        &url,
+        "shop",
+        &["--json", "locks", "permits", "exports.render:eu"],
+    );
     assert_eq!(free.code, 0, "{free:?}");
     assert_eq!(free.json()["held"], 0);
     assert_eq!(free.json()["permits"], serde_json::json!([]));
     let text = coord(&url, "shop", &["locks", "permits", "exports.render:eu"]);
-    assert!(text.stdout.contains("permits held:   0\n"), "{}", text.stdout);
+    assert!(
+        text.stdout.contains("permits held:   0\n"),
+        "{}",
+        text.stdout
+    );
     assert!(!text.stdout.contains("PERMIT OWNER"));
 }
 
@@ -1093,7 +1109,10 @@ async fn a_rw_locks_readers_writer_and_waiting_writer_are_shown() {
     let c = coordinator(&server, "shop").await;
     let key = c.key("catalog.prices").part(&"eu").finish();
     let rw = c.rw_lock(key.clone()).lease(Duration::from_secs(60));
-    let readers = vec![rw.clone().read().await.unwrap(), rw.clone().read().await.unwrap()];
+    let readers = vec![
+        rw.clone().read().await.unwrap(),
+        rw.clone().read().await.unwrap(),
+    ];
     let mut reader_tokens: Vec<u64> = readers
         .iter()
         .map(|r| r.fencing_token().unwrap().get())
@@ -1111,11 +1130,20 @@ async fn a_rw_locks_readers_writer_and_waiting_writer_are_shown() {
     });
     let operator = c.operator();
     eventually("the writer's claim", || async {
-        operator.rw_lock(&key).await.unwrap().waiting_writer.is_some()
+        operator
+            .rw_lock(&key)
+            .await
+            .unwrap()
+            .waiting_writer
+            .is_some()
     })
     .await;
 
-    let show = coord(&url, "shop", &["--json", "locks", "rw", "catalog.prices:eu"]);
+    let show = coord(
+        &url,
+        "shop",
+        &["--json", "locks", "rw", "catalog.prices:eu"],
+    );
     assert_eq!(show.code, 0, "{show:?}");
     let doc = show.json();
     assert_eq!(doc["namespace"], "shop");
@@ -1159,20 +1187,35 @@ async fn a_rw_locks_readers_writer_and_waiting_writer_are_shown() {
     }
     let writer = writer.await.unwrap().expect("the writer gets the key");
     let writer_token = writer.fencing_token().unwrap().get();
-    let show = coord(&url, "shop", &["--json", "locks", "rw", "catalog.prices:eu"]);
+    let show = coord(
+        &url,
+        "shop",
+        &["--json", "locks", "rw", "catalog.prices:eu"],
+    );
     let doc = show.json();
     assert_eq!(doc["state"], "write");
     assert_eq!(doc["readers"], serde_json::json!([]));
     assert_eq!(doc["writer"]["fencing_token"], writer_token);
-    assert_eq!(doc["writer"]["owner"], claim["owner"], "the claimant got in");
+    assert_eq!(
+        doc["writer"]["owner"], claim["owner"],
+        "the claimant got in"
+    );
     assert_eq!(doc["waiting_writer"], Value::Null);
     let text = coord(&url, "shop", &["locks", "rw", "catalog.prices:eu"]);
-    assert!(text.stdout.contains("state:          write\n"), "{}", text.stdout);
+    assert!(
+        text.stdout.contains("state:          write\n"),
+        "{}",
+        text.stdout
+    );
     assert!(text.stdout.contains("WRITER OWNER"));
     assert!(text.stdout.contains(&writer_token.to_string()));
 
     assert!(writer.release().await.unwrap());
-    let free = coord(&url, "shop", &["--json", "locks", "rw", "catalog.prices:eu"]);
+    let free = coord(
+        &url,
+        "shop",
+        &["--json", "locks", "rw", "catalog.prices:eu"],
+    );
     assert_eq!(free.json()["state"], "free");
     assert_eq!(free.json()["writer"], Value::Null);
 }

@@ -286,8 +286,15 @@ impl Inner {
         let Reply::Array(items) = reply else {
             return Err(unexpected());
         };
-        let [writer, writer_left, writer_token, claimant, claim_left, Reply::Int(flag), readers @ ..] =
-            items.as_slice()
+        let [
+            writer,
+            writer_left,
+            writer_token,
+            claimant,
+            claim_left,
+            Reply::Int(flag),
+            readers @ ..,
+        ] = items.as_slice()
         else {
             return Err(unexpected());
         };

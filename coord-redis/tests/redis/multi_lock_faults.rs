@@ -192,7 +192,10 @@ async fn connections_killed_while_a_key_by_key_acquire_waits(client: Client) {
         woke_after < Duration::from_secs(3),
         "the set took {woke_after:?} after c was released"
     );
-    assert!(!set.taken_together(), "the keys were meant to go one by one");
+    assert!(
+        !set.taken_together(),
+        "the keys were meant to go one by one"
+    );
     assert!(set.is_held());
     for key in [&a, &b, &k3] {
         assert!(set.fencing_token(key).is_some());
@@ -438,7 +441,10 @@ async fn server_restarted_under_a_held_set_cancels_the_body(client: Client) {
             Ok(Some(first)) => break first,
             Ok(None) => panic!("the restarted server kept a key it lost"),
             Err(_) => {
-                assert!(restarted.elapsed() < Duration::from_secs(10), "no reconnect");
+                assert!(
+                    restarted.elapsed() < Duration::from_secs(10),
+                    "no reconnect"
+                );
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         }
@@ -495,10 +501,7 @@ async fn a_key_lost_mid_body_cancels_it_and_frees_the_others(client: Client) {
         })
     };
     entered.await.expect("the body starts");
-    assert_eq!(
-        server.command(&["DEL", &lock_name(&keys[1])]),
-        Resp::Int(1)
-    );
+    assert_eq!(server.command(&["DEL", &lock_name(&keys[1])]), Resp::Int(1));
     let removed = Instant::now();
     let (outcome, at) = tokio::time::timeout(Duration::from_secs(5), set)
         .await

@@ -68,9 +68,7 @@ fn readers_live(server: &RedisServer, key: &CallKey) -> i64 {
 }
 
 fn state_field(server: &RedisServer, key: &CallKey, field: &str) -> Option<String> {
-    server
-        .command(&["HGET", &state_name(key), field])
-        .text()
+    server.command(&["HGET", &state_name(key), field]).text()
 }
 
 /// Whether a waiting writer's claim is stored for `key` (live or not yet forgotten).
@@ -374,7 +372,10 @@ async fn server_restarted_while_readers_hold_and_a_writer_waits(client: Client) 
         );
     }
     assert!(writer.is_held(), "a late read release freed the writer");
-    assert!(writer_live(&server, &k), "a late read release freed the writer");
+    assert!(
+        writer_live(&server, &k),
+        "a late read release freed the writer"
+    );
     assert!(
         !reader_gets_in(&c, &k).await.expect("try_read"),
         "a reader got in beside the writer"
@@ -460,7 +461,10 @@ async fn a_waiting_writer_gone_during_a_pause_holds_readers_back_only_until_its_
         "a reader got in before the claim's end"
     );
     assert!(reader.is_held(), "the reader lost its hold");
-    assert!(!claim_stored(&server, &k), "the lapsed claim is still stored");
+    assert!(
+        !claim_stored(&server, &k),
+        "the lapsed claim is still stored"
+    );
     assert!(reader.release().await.expect("release"));
     assert_nothing_left(&c, &server, &k).await;
 }

@@ -226,7 +226,7 @@ impl Inner {
         what: &str,
         key: &CallKey,
     ) -> Result<Vec<HoldInfo>, BackendError> {
-        if items.len() % 3 != 0 {
+        if !items.len().is_multiple_of(3) {
             return Err(self.protocol(what, key, "unexpected script reply"));
         }
         items

@@ -186,6 +186,22 @@ pub enum LockCommand {
     /// Force a lock free, whoever holds it. The holder is not told: it finds out at its next
     /// renewal. Asks for confirmation unless --yes.
     Release(Destructive),
+
+    /// One semaphore (`permits = N`): every permit held now, with its owner, lease left and
+    /// fencing token, and whether anyone waits. The limit is the callers' own and is not
+    /// stored, so it is not shown.
+    Permits {
+        /// The key, as coord prints it (`operation:parts`).
+        key: String,
+    },
+
+    /// One read-write lock (`mode = "read" | "write"`): its readers or its writer, each with
+    /// owner, lease left and fencing token, the waiting writer whose claim keeps new readers
+    /// out, and whether anyone waits.
+    Rw {
+        /// The key, as coord prints it (`operation:parts`).
+        key: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]

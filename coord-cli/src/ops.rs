@@ -200,6 +200,30 @@ pub async fn locks(c: &Coordinator, cmd: LockCommand, json: bool) -> Result<Exit
             }
             Ok(Exit::Done)
         }
+        LockCommand::Permits { key: text } => {
+            let key = key(&operator, &text)?;
+            let info = operator.semaphore(&key).await?;
+            if json {
+                let mut doc = render::semaphore_json(&info);
+                doc["namespace"] = json!(c.namespace());
+                println!("{doc:#}");
+            } else {
+                print!("{}", render::semaphore_text(&info));
+            }
+            Ok(Exit::Done)
+        }
+        LockCommand::Rw { key: text } => {
+            let key = key(&operator, &text)?;
+            let info = operator.rw_lock(&key).await?;
+            if json {
+                let mut doc = render::rw_lock_json(&info);
+                doc["namespace"] = json!(c.namespace());
+                println!("{doc:#}");
+            } else {
+                print!("{}", render::rw_lock_text(&info));
+            }
+            Ok(Exit::Done)
+        }
         LockCommand::Release(Destructive { key: text, yes, by }) => {
             let key = key(&operator, &text)?;
             let question = match operator.lock(&key).await {

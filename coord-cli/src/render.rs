@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use coord_core::provider::{LockInfo, RecordInfo, Waiters};
+use coord_core::provider::{HoldInfo, LockInfo, RecordInfo, RwLockInfo, SemaphoreInfo, Waiters};
 use serde_json::{Value, json};
 
 /// A duration for people: `850ms`, `12.5s`, `3m 02s`, `5h 10m`, `2d 03h`.
@@ -107,6 +107,122 @@ pub fn lock_row(info: &LockInfo) -> String {
             info.key.to_string()
         ),
     }
+}
+
+/// One hold of a semaphore or read-write lock as JSON: `owner`, `lease_left_ms`,
+/// `fencing_token`.
+fn hold_json(hold: &HoldInfo) -> Value {
+    json!({
+        "owner": hold.owner.to_string(),
+        "lease_left_ms": millis(hold.lease_left),
+        "fencing_token": hold.fencing_token.map(|t| t.get()),
+    })
+}
+
+/// Holds as text rows under a header naming what they are (`PERMIT`, `READER`, `WRITER`).
+fn hold_rows(what: &str, holds: &[HoldInfo], out: &mut String) {
+    out.push_str(&format!(
+        "  {:<32} {:>10} {}\n",
+        format!("{what} OWNER"),
+        "LEASE LEFT",
+        "FENCING TOKEN"
+    ));
+    for hold in holds {
+        out.push_str(&format!(
+            "  {:<32} {:>10} {}\n",
+            hold.owner.to_string(),
+            duration(hold.lease_left),
+            hold.fencing_token
+                .map_or_else(|| "-".to_owned(), |t| t.to_string())
+        ));
+    }
+}
+
+/// A semaphore as JSON: `key`, `held` (how many permits), `permits` (each `owner`,
+/// `lease_left_ms`, `fencing_token`, soonest-ending first), `waiters`.
+pub fn semaphore_json(info: &SemaphoreInfo) -> Value {
+    json!({
+        "key": info.key.to_string(),
+        "held": info.permits.len(),
+        "permits": info.permits.iter().map(hold_json).collect::<Vec<_>>(),
+        "waiters": waiters_json(info.waiters),
+    })
+}
+
+/// A semaphore as text: how many permits are held and who waits, then one row per permit.
+pub fn semaphore_text(info: &SemaphoreInfo) -> String {
+    let mut out = format!("semaphore {}\n", info.key);
+    out.push_str(&format!("  permits held:   {}\n", info.permits.len()));
+    out.push_str(&format!(
+        "  waiters:        {}\n",
+        waiters_text(info.waiters)
+    ));
+    if !info.permits.is_empty() {
+        hold_rows("PERMIT", &info.permits, &mut out);
+    }
+    out
+}
+
+/// What holds a read-write lock: `free`, `read` or `write`.
+fn rw_state(info: &RwLockInfo) -> &'static str {
+    if info.writer.is_some() {
+        "write"
+    } else if info.readers.is_empty() {
+        "free"
+    } else {
+        "read"
+    }
+}
+
+/// A read-write lock as JSON: `key`, `state` (`free`, `read`, `write`), `readers` (each
+/// `owner`, `lease_left_ms`, `fencing_token`, soonest-ending first), `writer` (the same, or
+/// null), `waiting_writer` (`owner`, `claim_left_ms`, or null), `waiters`.
+pub fn rw_lock_json(info: &RwLockInfo) -> Value {
+    json!({
+        "key": info.key.to_string(),
+        "state": rw_state(info),
+        "readers": info.readers.iter().map(hold_json).collect::<Vec<_>>(),
+        "writer": info.writer.as_ref().map(hold_json),
+        "waiting_writer": info.waiting_writer.map(|claim| json!({
+            "owner": claim.owner.to_string(),
+            "claim_left_ms": millis(claim.claim_left),
+        })),
+        "waiters": waiters_json(info.waiters),
+    })
+}
+
+/// A read-write lock as text: its state, the waiting writer and who waits, then one row per
+/// reader or for the writer.
+pub fn rw_lock_text(info: &RwLockInfo) -> String {
+    let mut out = format!("read-write lock {}\n", info.key);
+    let state = match (rw_state(info), info.readers.len()) {
+        ("read", 1) => "read (1 reader)".to_owned(),
+        ("read", n) => format!("read ({n} readers)"),
+        (state, _) => state.to_owned(),
+    };
+    out.push_str(&format!("  state:          {state}\n"));
+    out.push_str(&format!(
+        "  waiting writer: {}\n",
+        info.waiting_writer.map_or_else(
+            || "-".to_owned(),
+            |claim| format!(
+                "{} (keeps new readers out for {} more)",
+                claim.owner,
+                duration(claim.claim_left)
+            )
+        )
+    ));
+    out.push_str(&format!(
+        "  waiters:        {}\n",
+        waiters_text(info.waiters)
+    ));
+    if let Some(writer) = &info.writer {
+        hold_rows("WRITER", std::slice::from_ref(writer), &mut out);
+    }
+    if !info.readers.is_empty() {
+        hold_rows("READER", &info.readers, &mut out);
+    }
+    out
 }
 
 /// The header of a listing of operations: `noun` is what is counted (`locks`, `records`).

@@ -992,3 +992,254 @@ async fn records_of_one_http_principal_are_found_by_its_raw_scope() {
     assert_eq!(nobody.code, 0, "{nobody:?}");
     assert_eq!(nobody.json()["records"].as_array().unwrap().len(), 0);
 }
+
+/// `coord locks permits`: the permits of a full semaphore, each with its owner, lease left and
+/// fencing token (the ones the holders' guards carry), the waiter's flag once a caller waits,
+/// and an empty semaphore once every permit is released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_semaphores_permits_and_waiters_are_shown() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let c = coordinator(&server, "shop").await;
+    let key = c.key("exports.render").part(&"eu").finish();
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        held.push(
+            c.semaphore(key.clone(), 2)
+                .lease(Duration::from_secs(60))
+                .try_acquire()
+                .await
+                .unwrap()
+                .expect("a free permit"),
+        );
+    }
+    let mut tokens: Vec<u64> = held
+        .iter()
+        .map(|p| p.fencing_token().expect("a permit's token").get())
+        .collect();
+    tokens.sort_unstable();
+    let waiter = tokio::spawn({
+        let (c, key) = (c.clone(), key.clone());
+        async move {
+            c.semaphore(key, 2)
+                .lease(Duration::from_secs(60))
+                .wait(Duration::from_secs(30))
+                .acquire()
+                .await
+        }
+    });
+    let operator = c.operator();
+    eventually("the waiter is announced", || async {
+        operator.semaphore(&key).await.unwrap().waiters
+            == coord_core::provider::Waiters::Flagged(true)
+    })
+    .await;
+
+    let show = coord(
+        &url,
+        "shop",
+        &["--json", "locks", "permits", "exports.render:eu"],
+    );
+    assert_eq!(show.code, 0, "{show:?}");
+    let doc = show.json();
+    assert_eq!(doc["namespace"], "shop");
+    assert_eq!(doc["key"], "exports.render:eu");
+    assert_eq!(doc["held"], 2);
+    assert_eq!(doc["waiters"]["flagged"], true);
+    let permits = doc["permits"].as_array().expect("permits");
+    let mut shown: Vec<u64> = permits
+        .iter()
+        .map(|p| p["fencing_token"].as_u64().expect("a token"))
+        .collect();
+    shown.sort_unstable();
+    assert_eq!(shown, tokens, "the permits' own tokens");
+    for permit in permits {
+        let left = permit["lease_left_ms"].as_u64().unwrap();
+        assert!((50_000..=60_000).contains(&left), "{permit}");
+        assert_eq!(permit["owner"].as_str().unwrap().len(), 32, "{permit}");
+    }
+
+    let text = coord(&url, "shop", &["locks", "permits", "exports.render:eu"]);
+    assert_eq!(text.code, 0, "{text:?}");
+    assert!(
+        text.stdout.starts_with("semaphore exports.render:eu\n"),
+        "{}",
+        text.stdout
+    );
+    assert!(
+        text.stdout.contains("permits held:   2\n"),
+        "{}",
+        text.stdout
+    );
+    assert!(text.stdout.contains("waiters:        someone waits\n"));
+    assert!(text.stdout.contains("PERMIT OWNER"));
+    for (permit, token) in permits.iter().zip(&shown) {
+        assert!(text.stdout.contains(permit["owner"].as_str().unwrap()));
+        assert!(text.stdout.contains(&token.to_string()));
+    }
+
+    for permit in held {
+        assert!(permit.release().await.unwrap());
+    }
+    let last = waiter.await.unwrap().expect("the waiter gets a permit");
+    assert!(last.release().await.unwrap());
+    let free = coord(
+        &url,
+        "shop",
+        &["--json", "locks", "permits", "exports.render:eu"],
+    );
+    assert_eq!(free.code, 0, "{free:?}");
+    assert_eq!(free.json()["held"], 0);
+    assert_eq!(free.json()["permits"], serde_json::json!([]));
+    let text = coord(&url, "shop", &["locks", "permits", "exports.render:eu"]);
+    assert!(
+        text.stdout.contains("permits held:   0\n"),
+        "{}",
+        text.stdout
+    );
+    assert!(!text.stdout.contains("PERMIT OWNER"));
+}
+
+/// `coord locks rw`: two readers with their tokens and the waiting writer whose claim keeps
+/// new readers out; then, the readers gone, the writer alone with its token; then free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rw_locks_readers_writer_and_waiting_writer_are_shown() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let c = coordinator(&server, "shop").await;
+    let key = c.key("catalog.prices").part(&"eu").finish();
+    let rw = c.rw_lock(key.clone()).lease(Duration::from_secs(60));
+    let readers = vec![
+        rw.clone().read().await.unwrap(),
+        rw.clone().read().await.unwrap(),
+    ];
+    let mut reader_tokens: Vec<u64> = readers
+        .iter()
+        .map(|r| r.fencing_token().unwrap().get())
+        .collect();
+    reader_tokens.sort_unstable();
+    let writer = tokio::spawn({
+        let (c, key) = (c.clone(), key.clone());
+        async move {
+            c.rw_lock(key)
+                .lease(Duration::from_secs(60))
+                .wait(Duration::from_secs(30))
+                .write()
+                .await
+        }
+    });
+    let operator = c.operator();
+    eventually("the writer's claim", || async {
+        operator
+            .rw_lock(&key)
+            .await
+            .unwrap()
+            .waiting_writer
+            .is_some()
+    })
+    .await;
+
+    let show = coord(
+        &url,
+        "shop",
+        &["--json", "locks", "rw", "catalog.prices:eu"],
+    );
+    assert_eq!(show.code, 0, "{show:?}");
+    let doc = show.json();
+    assert_eq!(doc["namespace"], "shop");
+    assert_eq!(doc["key"], "catalog.prices:eu");
+    assert_eq!(doc["state"], "read");
+    assert_eq!(doc["writer"], Value::Null);
+    let mut shown: Vec<u64> = doc["readers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["fencing_token"].as_u64().unwrap())
+        .collect();
+    shown.sort_unstable();
+    assert_eq!(shown, reader_tokens, "the readers' own tokens");
+    let claim = &doc["waiting_writer"];
+    assert_eq!(claim["owner"].as_str().unwrap().len(), 32, "{claim}");
+    let claim_left = claim["claim_left_ms"].as_u64().unwrap();
+    assert!(
+        claim_left > 0 && claim_left <= 5_000,
+        "a claim is at most 5 s: {claim}"
+    );
+    assert_eq!(doc["waiters"]["flagged"], true);
+
+    let text = coord(&url, "shop", &["locks", "rw", "catalog.prices:eu"]);
+    assert_eq!(text.code, 0, "{text:?}");
+    assert!(
+        text.stdout
+            .starts_with("read-write lock catalog.prices:eu\n  state:          read (2 readers)\n"),
+        "{}",
+        text.stdout
+    );
+    assert!(text.stdout.contains(&format!(
+        "waiting writer: {} (keeps new readers out for",
+        claim["owner"].as_str().unwrap()
+    )));
+    assert!(text.stdout.contains("READER OWNER"));
+    assert!(!text.stdout.contains("WRITER OWNER"));
+
+    for reader in readers {
+        assert!(reader.release().await.unwrap());
+    }
+    let writer = writer.await.unwrap().expect("the writer gets the key");
+    let writer_token = writer.fencing_token().unwrap().get();
+    let show = coord(
+        &url,
+        "shop",
+        &["--json", "locks", "rw", "catalog.prices:eu"],
+    );
+    let doc = show.json();
+    assert_eq!(doc["state"], "write");
+    assert_eq!(doc["readers"], serde_json::json!([]));
+    assert_eq!(doc["writer"]["fencing_token"], writer_token);
+    assert_eq!(
+        doc["writer"]["owner"], claim["owner"],
+        "the claimant got in"
+    );
+    assert_eq!(doc["waiting_writer"], Value::Null);
+    let text = coord(&url, "shop", &["locks", "rw", "catalog.prices:eu"]);
+    assert!(
+        text.stdout.contains("state:          write\n"),
+        "{}",
+        text.stdout
+    );
+    assert!(text.stdout.contains("WRITER OWNER"));
+    assert!(text.stdout.contains(&writer_token.to_string()));
+
+    assert!(writer.release().await.unwrap());
+    let free = coord(
+        &url,
+        "shop",
+        &["--json", "locks", "rw", "catalog.prices:eu"],
+    );
+    assert_eq!(free.json()["state"], "free");
+    assert_eq!(free.json()["writer"], Value::Null);
+}
+
+/// Corrupt state under a semaphore's or a read-write lock's keys exits 4 naming it, never a
+/// made-up holder.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn corrupt_semaphore_and_rw_lock_state_exits_4() {
+    let server = RedisServer::start();
+    let url = server.url();
+    server.command(&["SET", "shop:sem:{jobs.sem:x}", "not a sorted set"]);
+    let run = coord(&url, "shop", &["locks", "permits", "jobs.sem:x"]);
+    assert_eq!(run.code, 4, "{run:?}");
+    server.command(&["HSET", "shop:rw:{jobs.rw:x}", "wx", "soon", "w", "x"]);
+    let run = coord(&url, "shop", &["locks", "rw", "jobs.rw:x"]);
+    assert_eq!(run.code, 4, "{run:?}");
+    // A live reader whose token coord would have written beside it is missing.
+    let far = (std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis()
+        + 60_000)
+        .to_string();
+    server.command(&["ZADD", "shop:rw-r:{jobs.rw:y}", &far, &"ab".repeat(16)]);
+    let run = coord(&url, "shop", &["--json", "locks", "rw", "jobs.rw:y"]);
+    assert_eq!(run.code, 4, "{run:?}");
+}

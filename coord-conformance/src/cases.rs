@@ -89,6 +89,7 @@ pub use multi_locks::{
     multi_lock_tokens_are_readable_per_key, partial_state_after_an_interrupted_multi_acquire,
 };
 pub use operations_api::{
+    inspection_of_semaphores_and_rw_locks_shows_live_holds,
     operations_force_release_frees_any_holder_and_wakes_a_waiter,
     operations_inspect_lock_shows_holder_lease_waiters_and_token,
     operations_inspect_record_in_each_state,

@@ -73,8 +73,9 @@ pub use locks::{
 };
 pub use multi_locks::{MultiLockGrant, MultiLockRequest, MultiLockStore};
 pub use operations::{
-    Cursor, ForcedRelease, ListRequest, LockHolder, LockInfo, MAX_PAGE, NamespaceListRequest,
-    Operations, Page, RecordInfo, RecordStatus, Waiters,
+    Cursor, ForcedRelease, HoldInfo, ListRequest, LockHolder, LockInfo, MAX_PAGE,
+    NamespaceListRequest, Operations, Page, RecordInfo, RecordStatus, RwLockInfo, SemaphoreInfo,
+    Waiters, WriterClaim,
 };
 pub use records::{
     ClaimOutcome, ClaimRequest, CompleteOutcome, CompleteRequest, Fingerprint, IdempotencyStore,

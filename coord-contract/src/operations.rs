@@ -91,6 +91,124 @@ pub enum Waiters {
     Flagged(bool),
 }
 
+/// One hold of a semaphore or of a read-write lock, as the backend holds it now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct HoldInfo {
+    /// The token of the holding acquisition (as the holder's own logs show it).
+    pub owner: OwnerToken,
+    /// Time left on the hold's lease, by the backend's clock, when it was read. A holder that
+    /// renews pushes it back.
+    pub lease_left: Duration,
+    /// The hold's fencing token, when the backend keeps one for it.
+    pub fencing_token: Option<FencingToken>,
+}
+
+impl HoldInfo {
+    /// A hold as found.
+    pub fn new(
+        owner: OwnerToken,
+        lease_left: Duration,
+        fencing_token: Option<FencingToken>,
+    ) -> HoldInfo {
+        HoldInfo {
+            owner,
+            lease_left,
+            fencing_token,
+        }
+    }
+}
+
+/// The permits of the semaphore at one key, as the backend holds them now.
+///
+/// A snapshot: permits may be taken or released the moment after it was read. The semaphore's
+/// limit is not stored (each caller passes its own `permits`), so it is not shown.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SemaphoreInfo {
+    /// The semaphore's key.
+    pub key: CallKey,
+    /// Every permit whose lease has not ended, soonest-ending first. Empty when none is held.
+    pub permits: Vec<HoldInfo>,
+    /// Who waits for a permit, as far as the backend knows (see [`Waiters`]).
+    pub waiters: Waiters,
+}
+
+impl SemaphoreInfo {
+    /// A semaphore as found.
+    pub fn new(key: CallKey, permits: Vec<HoldInfo>, waiters: Waiters) -> SemaphoreInfo {
+        SemaphoreInfo {
+            key,
+            permits,
+            waiters,
+        }
+    }
+}
+
+/// The claim a waiting writer leaves on a read-write lock: while it lasts, no new reader gets
+/// in (writer preference).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct WriterClaim {
+    /// The waiting writer's owner token.
+    pub owner: OwnerToken,
+    /// Time until the claim ends unless the writer re-asserts it (a live waiting writer does,
+    /// at least twice per claim; a crashed one does not).
+    pub claim_left: Duration,
+}
+
+impl WriterClaim {
+    /// A claim as found.
+    pub fn new(owner: OwnerToken, claim_left: Duration) -> WriterClaim {
+        WriterClaim { owner, claim_left }
+    }
+}
+
+/// The read-write lock at one key, as the backend holds it now.
+///
+/// A snapshot: holds may change the moment after it was read. Readers and the writer exclude
+/// each other, so at most one of `readers` and `writer` is non-empty unless the backend's
+/// state is inconsistent (which is reported as [`BackendErrorKind::Corrupt`] instead).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RwLockInfo {
+    /// The read-write lock's key.
+    pub key: CallKey,
+    /// Every read hold whose lease has not ended, soonest-ending first.
+    pub readers: Vec<HoldInfo>,
+    /// The write hold, when one is live.
+    pub writer: Option<HoldInfo>,
+    /// The waiting writer whose claim is live, if any. Only one claim exists per key: further
+    /// waiting writers wait behind it and are counted in `waiters` only.
+    pub waiting_writer: Option<WriterClaim>,
+    /// Who waits for the lock in either mode, as far as the backend knows (see [`Waiters`]).
+    pub waiters: Waiters,
+}
+
+impl RwLockInfo {
+    /// A read-write lock as found.
+    pub fn new(
+        key: CallKey,
+        readers: Vec<HoldInfo>,
+        writer: Option<HoldInfo>,
+        waiting_writer: Option<WriterClaim>,
+        waiters: Waiters,
+    ) -> RwLockInfo {
+        RwLockInfo {
+            key,
+            readers,
+            writer,
+            waiting_writer,
+            waiters,
+        }
+    }
+
+    /// True when nobody holds the lock (no live reader or writer).
+    pub fn is_free(&self) -> bool {
+        self.readers.is_empty() && self.writer.is_none()
+    }
+}
+
 /// What an idempotency record is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -368,6 +486,27 @@ pub trait Operations: Send + Sync + 'static {
     ) -> BoxFuture<'a, Result<Page<CallKey>, BackendError>> {
         unsupported(req.namespace, "listing the records of a namespace")
     }
+    /// The permits held of the semaphore at `key` (`permits = N`, `Coordinator::semaphore`):
+    /// what coord itself would count, so permits whose lease ended are left out. A semaphore
+    /// nobody holds is an empty [`SemaphoreInfo`], not an error. Added after the methods
+    /// above: a provider without it answers a [`BackendErrorKind::Config`] error saying so.
+    fn inspect_semaphore<'a>(
+        &'a self,
+        key: &'a CallKey,
+    ) -> BoxFuture<'a, Result<SemaphoreInfo, BackendError>> {
+        unsupported(key, "inspecting a semaphore")
+    }
+
+    /// The read-write lock at `key` (`mode = "read" | "write"`, `Coordinator::rw_lock`): its
+    /// live readers, its writer and its waiting writer's claim, leaving out whatever ended. A
+    /// lock nobody holds is an empty [`RwLockInfo`], not an error. Added after the methods
+    /// above: a provider without it answers a [`BackendErrorKind::Config`] error saying so.
+    fn inspect_rw_lock<'a>(
+        &'a self,
+        key: &'a CallKey,
+    ) -> BoxFuture<'a, Result<RwLockInfo, BackendError>> {
+        unsupported(key, "inspecting a read-write lock")
+    }
 }
 
 fn unsupported<'a, T: Send + 'a>(
@@ -430,5 +569,19 @@ impl<P: Operations> Operations for std::sync::Arc<P> {
         req: NamespaceListRequest<'a>,
     ) -> BoxFuture<'a, Result<Page<CallKey>, BackendError>> {
         (**self).list_namespace_records(req)
+    }
+
+    fn inspect_semaphore<'a>(
+        &'a self,
+        key: &'a CallKey,
+    ) -> BoxFuture<'a, Result<SemaphoreInfo, BackendError>> {
+        (**self).inspect_semaphore(key)
+    }
+
+    fn inspect_rw_lock<'a>(
+        &'a self,
+        key: &'a CallKey,
+    ) -> BoxFuture<'a, Result<RwLockInfo, BackendError>> {
+        (**self).inspect_rw_lock(key)
     }
 }

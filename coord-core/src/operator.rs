@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::provider::{
     BackendError, CallKey, Cursor, ForcedRelease, InvalidCallKey, ListRequest, LockInfo, MAX_PAGE,
-    NamespaceListRequest, Page, RecordInfo,
+    NamespaceListRequest, Page, RecordInfo, RwLockInfo, SemaphoreInfo,
 };
 use crate::runtime::state::Coordinator;
 
@@ -57,6 +57,21 @@ impl<'c> Operator<'c> {
     /// The lock at `key`: held or free, by whom, for how long yet, who waits, fencing token.
     pub async fn lock(&self, key: &CallKey) -> Result<LockInfo, BackendError> {
         self.coordinator.operations().inspect_lock(key).await
+    }
+
+    /// The semaphore at `key` (`permits = N`): each permit held now, with its owner, lease left
+    /// and fencing token, and who waits. Free is an empty answer, not an error. A provider
+    /// that does not implement it answers a `Config` error saying so.
+    pub async fn semaphore(&self, key: &CallKey) -> Result<SemaphoreInfo, BackendError> {
+        self.coordinator.operations().inspect_semaphore(key).await
+    }
+
+    /// The read-write lock at `key` (`mode = "read" | "write"`): its readers, its writer, the
+    /// waiting writer whose claim keeps new readers out, and who waits. Free is an empty
+    /// answer, not an error. A provider that does not implement it answers a `Config` error
+    /// saying so.
+    pub async fn rw_lock(&self, key: &CallKey) -> Result<RwLockInfo, BackendError> {
+        self.coordinator.operations().inspect_rw_lock(key).await
     }
 
     /// The idempotency record at `key`, or `None` when there is none.

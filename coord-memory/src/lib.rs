@@ -78,5 +78,5 @@ pub(crate) use coord_contract::time::deadline_after;
 pub use locks::{Attempt, LockTable, LockView, Waiter};
 pub use provider::MemoryProvider;
 pub use records::{RecordStore, RecordView};
-pub use rw_locks::RwLockTable;
+pub use rw_locks::{RwLockTable, RwView};
 pub use semaphores::SemaphoreTable;

@@ -24,7 +24,7 @@ use coord_contract::{
 };
 use coord_contract::{
     Cursor, ForcedRelease, ListRequest, LockHolder, LockInfo, NamespaceListRequest, Operations,
-    Page, RecordInfo, Waiters,
+    Page, RecordInfo, RwLockInfo, SemaphoreInfo, Waiters,
 };
 use coord_contract::{FlightClaim, FlightStore, FlightWait};
 use coord_contract::{MultiLockGrant, MultiLockRequest, MultiLockStore};
@@ -401,7 +401,9 @@ impl IdempotencyStore for MemoryProvider {
 /// The operations API: reads of the lock table and the record store, by this process's clock.
 ///
 /// A lock reports its exact number of waiters ([`Waiters::Counted`]) and the newest fencing
-/// token minted since it was last free. Listings are sorted by key; a cursor holds the last key
+/// token minted since it was last free; a semaphore its live permits and its waiters, a
+/// read-write lock its live holds, its waiting writer's claim and its waiters in either mode
+/// (all counted exactly). Listings are sorted by key; a cursor holds the last key
 /// listed (hex-encoded), and the next page starts after it.
 impl Operations for MemoryProvider {
     fn inspect_lock<'a>(
@@ -420,6 +422,30 @@ impl Operations for MemoryProvider {
             ),
             None => LockInfo::new(key.clone(), None, None),
         };
+        Box::pin(std::future::ready(Ok(info)))
+    }
+
+    fn inspect_semaphore<'a>(
+        &'a self,
+        key: &'a CallKey,
+    ) -> BoxFuture<'a, Result<SemaphoreInfo, BackendError>> {
+        let (permits, waiting) = self.semaphores.inspect(key.qualified());
+        let info = SemaphoreInfo::new(key.clone(), permits, Waiters::Counted(waiting));
+        Box::pin(std::future::ready(Ok(info)))
+    }
+
+    fn inspect_rw_lock<'a>(
+        &'a self,
+        key: &'a CallKey,
+    ) -> BoxFuture<'a, Result<RwLockInfo, BackendError>> {
+        let view = self.rw_locks.inspect(key.qualified());
+        let info = RwLockInfo::new(
+            key.clone(),
+            view.readers,
+            view.writer,
+            view.claim,
+            Waiters::Counted(view.waiting),
+        );
         Box::pin(std::future::ready(Ok(info)))
     }
 
@@ -687,6 +713,137 @@ mod tests {
             let expected = (foreign == "m.").then(String::new);
             assert_eq!(read_cursor(&Cursor::new(foreign)), expected, "{foreign:?}");
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn inspecting_a_semaphore_shows_live_permits_and_counted_waiters() {
+        use coord_contract::{PermitRequest, SemaphoreStore};
+        let provider = Arc::new(MemoryProvider::new());
+        let key = CallKey::builder("mp", "sem").part(&1).finish();
+        let empty = provider.inspect_semaphore(&key).await.unwrap();
+        assert!(empty.permits.is_empty());
+        assert_eq!(empty.waiters, Waiters::Counted(0));
+        let req = |owner, lease, wait| PermitRequest {
+            key: &key,
+            owner,
+            limit: 2,
+            lease,
+            wait,
+        };
+        let (short, long) = (OwnerToken::new(), OwnerToken::new());
+        let first = provider
+            .acquire_permit(req(short, Duration::from_secs(5), Duration::ZERO))
+            .await
+            .unwrap()
+            .unwrap();
+        let second = provider
+            .acquire_permit(req(long, LEASE, Duration::ZERO))
+            .await
+            .unwrap()
+            .unwrap();
+        let taken = Instant::now();
+        let waiter = tokio::spawn({
+            let (provider, key) = (provider.clone(), key.clone());
+            async move {
+                provider
+                    .acquire_permit(PermitRequest {
+                        key: &key,
+                        owner: OwnerToken::new(),
+                        limit: 2,
+                        lease: LEASE,
+                        wait: Duration::from_secs(1),
+                    })
+                    .await
+            }
+        });
+        tokio::task::yield_now().await;
+        let info = provider.inspect_semaphore(&key).await.unwrap();
+        assert_eq!(info.key, key);
+        assert_eq!(info.waiters, Waiters::Counted(1));
+        let shown: Vec<_> = info
+            .permits
+            .iter()
+            .map(|p| (p.owner, p.lease_left, p.fencing_token))
+            .collect();
+        assert_eq!(
+            shown,
+            [
+                (short, Duration::from_secs(5), Some(first.fencing_token)),
+                (long, LEASE, Some(second.fencing_token)),
+            ],
+            "soonest-ending first, with each permit's token"
+        );
+        // The waiter gives up; the short permit's lease ends: neither is shown any more.
+        assert!(waiter.await.unwrap().unwrap().is_none());
+        tokio::time::sleep_until(taken + Duration::from_secs(6)).await;
+        let info = provider.inspect_semaphore(&key).await.unwrap();
+        assert_eq!(info.waiters, Waiters::Counted(0));
+        assert_eq!(info.permits.len(), 1);
+        assert_eq!(info.permits[0].owner, long);
+        assert_eq!(info.permits[0].lease_left, LEASE - taken.elapsed());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn inspecting_a_rw_lock_shows_readers_writer_and_claim() {
+        use coord_contract::{RwLockRequest, RwLockStore, RwMode};
+        let provider = Arc::new(MemoryProvider::new());
+        let key = CallKey::builder("mp", "rw").part(&1).finish();
+        let free = provider.inspect_rw_lock(&key).await.unwrap();
+        assert!(free.is_free());
+        assert_eq!(free.waiting_writer, None);
+        let reader = OwnerToken::new();
+        let read = provider
+            .acquire_rw(RwLockRequest {
+                key: &key,
+                owner: reader,
+                mode: RwMode::Read,
+                lease: LEASE,
+                wait: Duration::ZERO,
+                claim: Duration::from_secs(2),
+            })
+            .await
+            .unwrap()
+            .unwrap();
+        let writer = OwnerToken::new();
+        let waiting = tokio::spawn({
+            let (provider, key) = (provider.clone(), key.clone());
+            async move {
+                provider
+                    .acquire_rw(RwLockRequest {
+                        key: &key,
+                        owner: writer,
+                        mode: RwMode::Write,
+                        lease: LEASE,
+                        wait: Duration::from_secs(60),
+                        claim: Duration::from_secs(2),
+                    })
+                    .await
+            }
+        });
+        tokio::task::yield_now().await;
+        let info = provider.inspect_rw_lock(&key).await.unwrap();
+        assert_eq!(info.readers.len(), 1);
+        assert_eq!(info.readers[0].owner, reader);
+        assert_eq!(info.readers[0].fencing_token, Some(read.fencing_token));
+        assert_eq!(info.writer, None);
+        let claim = info.waiting_writer.expect("the waiting writer's claim");
+        assert_eq!(claim.owner, writer);
+        assert!(claim.claim_left <= Duration::from_secs(2));
+        assert_eq!(info.waiters, Waiters::Counted(1));
+        provider
+            .release_rw(&key, reader, RwMode::Read)
+            .await
+            .unwrap();
+        let granted = waiting.await.unwrap().unwrap().expect("the writer gets in");
+        let info = provider.inspect_rw_lock(&key).await.unwrap();
+        assert!(info.readers.is_empty());
+        let held = info.writer.expect("the writer");
+        assert_eq!(held.owner, writer);
+        assert_eq!(held.fencing_token, Some(granted.fencing_token));
+        assert_eq!(info.waiting_writer, None);
+        assert_eq!(info.waiters, Waiters::Counted(0));
+        tokio::time::advance(LEASE).await;
+        assert!(provider.inspect_rw_lock(&key).await.unwrap().is_free());
     }
 
     #[tokio::test]

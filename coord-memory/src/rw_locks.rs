@@ -10,7 +10,8 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use coord_contract::{
-    FencingToken, LossCause, OwnerToken, ReleaseOutcome, RenewOutcome, RwGrant, RwMode,
+    FencingToken, HoldInfo, LossCause, OwnerToken, ReleaseOutcome, RenewOutcome, RwGrant, RwMode,
+    WriterClaim,
 };
 
 use crate::deadline_after;
@@ -64,6 +65,19 @@ impl RwEntry {
             && self.claim.is_none()
             && self.waiting == 0
     }
+}
+
+/// A read-write lock as [`RwLockTable::inspect`] found it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RwView {
+    /// The live read holds, soonest-ending first.
+    pub readers: Vec<HoldInfo>,
+    /// The live write hold.
+    pub writer: Option<HoldInfo>,
+    /// The waiting writer's live claim.
+    pub claim: Option<WriterClaim>,
+    /// Callers waiting on the key, in either mode.
+    pub waiting: usize,
 }
 
 /// Read-write locks keyed on the exact key.
@@ -151,6 +165,42 @@ impl RwLockTable {
                 e.writer.is_some_and(|w| w.expires_at > now),
             )
         })
+    }
+
+    /// What `key` holds now, leaving out whatever ended: its readers (soonest-ending first),
+    /// its writer, its waiting writer's claim, and how many callers wait in either mode. Reads
+    /// only.
+    pub fn inspect(&self, key: &str) -> RwView {
+        let now = Instant::now();
+        let Some(entry) = self.entries.get(key) else {
+            return RwView::default();
+        };
+        let hold = |h: &Held| {
+            HoldInfo::new(
+                h.owner,
+                h.expires_at.saturating_duration_since(now),
+                Some(h.token),
+            )
+        };
+        let mut readers: Vec<&Held> = entry
+            .readers
+            .iter()
+            .filter(|r| r.expires_at > now)
+            .collect();
+        readers.sort_by_key(|r| r.expires_at);
+        RwView {
+            readers: readers.into_iter().map(hold).collect(),
+            writer: entry
+                .writer
+                .filter(|w| w.expires_at > now)
+                .as_ref()
+                .map(hold),
+            claim: entry
+                .claim
+                .filter(|c| c.ends_at > now)
+                .map(|c| WriterClaim::new(c.owner, c.ends_at.saturating_duration_since(now))),
+            waiting: entry.waiting,
+        }
     }
 
     fn mint(&self) -> FencingToken {

@@ -10,7 +10,9 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use coord_contract::LossCause;
-use coord_contract::{FencingToken, OwnerToken, PermitGrant, ReleaseOutcome, RenewOutcome};
+use coord_contract::{
+    FencingToken, HoldInfo, OwnerToken, PermitGrant, ReleaseOutcome, RenewOutcome,
+};
 
 use crate::deadline_after;
 
@@ -105,6 +107,32 @@ impl SemaphoreTable {
         self.entries.get(key).map_or(0, |e| {
             e.permits.iter().filter(|p| p.expires_at > now).count()
         })
+    }
+
+    /// The live permits of `key` (soonest-ending first, with their lease left and token) and
+    /// how many callers wait for one, now. Reads only.
+    pub fn inspect(&self, key: &str) -> (Vec<HoldInfo>, usize) {
+        let now = Instant::now();
+        let Some(entry) = self.entries.get(key) else {
+            return (Vec::new(), 0);
+        };
+        let mut live: Vec<&Permit> = entry
+            .permits
+            .iter()
+            .filter(|p| p.expires_at > now)
+            .collect();
+        live.sort_by_key(|p| p.expires_at);
+        let permits = live
+            .into_iter()
+            .map(|p| {
+                HoldInfo::new(
+                    p.owner,
+                    p.expires_at.saturating_duration_since(now),
+                    Some(p.token),
+                )
+            })
+            .collect();
+        (permits, entry.waiting)
     }
 
     fn mint(&self) -> FencingToken {

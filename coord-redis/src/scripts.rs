@@ -51,7 +51,7 @@
 use std::sync::LazyLock;
 
 mod rw_locks;
-pub(crate) use rw_locks::{RW_ACQUIRE, RW_RELEASE, RW_RENEW};
+pub(crate) use rw_locks::{INSPECT_RW, RW_ACQUIRE, RW_RELEASE, RW_RENEW};
 
 /// A script and its SHA1.
 pub(crate) struct Script {
@@ -928,6 +928,38 @@ end
 "#
     };
 }
+
+/// What the operations API shows of a semaphore. KEYS: permits, tokens. Reads only.
+///
+/// Returns `{waiter flag (1 or 0), owner, ms left, token, owner, ms left, token, ...}`: every
+/// permit whose lease has not ended by the server's clock, soonest-ending first. Refuses a
+/// permit whose token is missing or not plain decimal digits (coord writes both together); a
+/// value of another Redis type fails the read with `WRONGTYPE`.
+pub(crate) static INSPECT_SEMAPHORE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        "inspect_semaphore",
+        concat!(
+            semaphore_helpers!(),
+            r#"
+local live = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf', 'WITHSCORES')
+local out = {0}
+if redis.call('HGET', KEYS[2], 'w') then
+  out[1] = 1
+end
+for i = 1, #live, 2 do
+  local tok = token_of(live[i])
+  if not tok then
+    return redis.error_reply('ERR coord: the semaphore token holds a value coord did not write')
+  end
+  out[#out + 1] = live[i]
+  out[#out + 1] = math.floor(tonumber(live[i + 1]) - now)
+  out[#out + 1] = tok
+end
+return out
+"#
+        ),
+    )
+});
 
 /// Takes one permit of a semaphore. KEYS: permits (sorted set), tokens (hash, which also holds
 /// the fencing counter). ARGV: owner, limit, lease ms, `1` to note a waiter (so releases

@@ -483,3 +483,147 @@ pub async fn operations_operator_acts_on_pasted_keys(c: Coordinator) {
         "{listed:?}"
     );
 }
+
+/// Inspecting a semaphore and a read-write lock shows every live hold with its owner, lease
+/// left and fencing token (the grant's), soonest-ending first, and a waiting writer's claim;
+/// what ended or was released is left out. A provider that has not opted in to these reads
+/// (they answer a `Config` error) or lacks the capability skips that half of the case: these
+/// reads came after the rest of the operations API, so the case is not named `operations_`
+/// (the cases a provider without an operations API must fail).
+pub async fn inspection_of_semaphores_and_rw_locks_shows_live_holds(c: Coordinator) {
+    use coord_core::provider::{Capability, PermitRequest, RwLockRequest, RwMode};
+    let ops = c.operations();
+    let k = key(&c, "ops-inspect-shared");
+    let opted_out = |err: &BackendError| err.kind() == BackendErrorKind::Config;
+    if c.supports(Capability::Semaphores) {
+        match ops.inspect_semaphore(&k).await {
+            Err(err) if opted_out(&err) => {}
+            Err(err) => panic!("inspecting a free semaphore at {k}: {err}"),
+            Ok(free) => {
+                assert!(
+                    free.permits.is_empty(),
+                    "a semaphore never taken holds nothing"
+                );
+                let store = c.semaphore_store();
+                let (a, b) = (OwnerToken::new(), OwnerToken::new());
+                let mut tokens = Vec::new();
+                for (owner, lease) in [(a, SHORT), (b, LONG)] {
+                    let grant = store
+                        .acquire_permit(PermitRequest {
+                            key: &k,
+                            owner,
+                            limit: 2,
+                            lease,
+                            wait: Duration::ZERO,
+                        })
+                        .await
+                        .unwrap()
+                        .expect("a free permit");
+                    tokens.push(Some(grant.fencing_token));
+                }
+                let info = ops.inspect_semaphore(&k).await.unwrap();
+                assert_eq!(info.key, k, "the info names the key it was asked for");
+                let shown: Vec<_> = info
+                    .permits
+                    .iter()
+                    .map(|p| (p.owner, p.fencing_token))
+                    .collect();
+                assert_eq!(
+                    shown,
+                    [(a, tokens[0]), (b, tokens[1])],
+                    "every permit with its grant's token, soonest-ending first"
+                );
+                assert_between(
+                    "a permit's lease left",
+                    info.permits[1].lease_left,
+                    LONG - Duration::from_secs(10),
+                    LONG,
+                );
+                tokio::time::sleep(PAST_SHORT).await;
+                let info = ops.inspect_semaphore(&k).await.unwrap();
+                let shown: Vec<_> = info.permits.iter().map(|p| p.owner).collect();
+                assert_eq!(shown, [b], "a lapsed permit is not shown");
+                store.release_permit(&k, b).await.unwrap();
+                let info = ops.inspect_semaphore(&k).await.unwrap();
+                assert!(info.permits.is_empty(), "a released permit is not shown");
+            }
+        }
+    }
+    if c.supports(Capability::ReadWriteLocks) {
+        match ops.inspect_rw_lock(&k).await {
+            Err(err) if opted_out(&err) => {}
+            Err(err) => panic!("inspecting a free read-write lock at {k}: {err}"),
+            Ok(free) => {
+                assert!(free.is_free(), "a read-write lock never taken is free");
+                assert_eq!(free.waiting_writer, None);
+                let store = c.rw_lock_store().clone();
+                let reader = OwnerToken::new();
+                let req = |owner, mode, wait| RwLockRequest {
+                    key: &k,
+                    owner,
+                    mode,
+                    lease: LONG,
+                    wait,
+                    claim: Duration::from_secs(2),
+                };
+                let read = store
+                    .acquire_rw(req(reader, RwMode::Read, Duration::ZERO))
+                    .await
+                    .unwrap()
+                    .expect("a free key admits a reader");
+                let writer = OwnerToken::new();
+                let waiting = tokio::spawn({
+                    let (store, k) = (store.clone(), k.clone());
+                    async move {
+                        store
+                            .acquire_rw(RwLockRequest {
+                                key: &k,
+                                owner: writer,
+                                mode: RwMode::Write,
+                                lease: LONG,
+                                wait: Duration::from_secs(20),
+                                claim: Duration::from_secs(2),
+                            })
+                            .await
+                    }
+                });
+                let (opsr, kr) = (&ops, &k);
+                within_3s("the waiting writer's claim shows", || async move {
+                    opsr.inspect_rw_lock(kr)
+                        .await
+                        .unwrap()
+                        .waiting_writer
+                        .is_some_and(|claim| claim.owner == writer)
+                })
+                .await;
+                let info = ops.inspect_rw_lock(&k).await.unwrap();
+                let readers: Vec<_> = info
+                    .readers
+                    .iter()
+                    .map(|r| (r.owner, r.fencing_token))
+                    .collect();
+                assert_eq!(readers, [(reader, Some(read.fencing_token))]);
+                assert_eq!(info.writer, None, "no writer beside a reader");
+                store.release_rw(&k, reader, RwMode::Read).await.unwrap();
+                let granted = waiting
+                    .await
+                    .unwrap()
+                    .unwrap()
+                    .expect("the writer gets the freed key");
+                let info = ops.inspect_rw_lock(&k).await.unwrap();
+                assert!(info.readers.is_empty(), "a released reader is not shown");
+                let held = info.writer.expect("the writer is shown");
+                assert_eq!(
+                    (held.owner, held.fencing_token),
+                    (writer, Some(granted.fencing_token))
+                );
+                assert_eq!(
+                    info.waiting_writer, None,
+                    "a granted writer's claim is gone"
+                );
+                store.release_rw(&k, writer, RwMode::Write).await.unwrap();
+                assert!(ops.inspect_rw_lock(&k).await.unwrap().is_free());
+            }
+        }
+    }
+}

@@ -1,4 +1,5 @@
-//! The operations API over Redis: inspect a lock or a record (one read-only script each),
+//! The operations API over Redis: inspect a lock, a record, a semaphore or a read-write lock
+//! (one read-only script each, timed by the server's clock),
 //! list the keys of one operation (`SCAN` with `MATCH` on every data node, never `KEYS`), force
 //! a lock free (one script), and the server report behind `coord check`.
 //!
@@ -26,9 +27,9 @@
 use std::time::Duration;
 
 use coord_core::provider::{
-    BackendErrorKind, BoxFuture, Cursor, FORCED_RELEASE_MEMORY, ForcedRelease, ListRequest,
-    LockHolder, LockInfo, NamespaceListRequest, Operations, Page, RecordInfo, RecordStatus,
-    Waiters,
+    BackendErrorKind, BoxFuture, Cursor, FORCED_RELEASE_MEMORY, ForcedRelease, HoldInfo,
+    ListRequest, LockHolder, LockInfo, NamespaceListRequest, Operations, Page, RecordInfo,
+    RecordStatus, RwLockInfo, SemaphoreInfo, Waiters, WriterClaim,
 };
 use coord_core::{BackendError, CallKey, FencingToken};
 
@@ -215,6 +216,117 @@ impl Inner {
             _ => return Err(self.protocol("inspect lock", key, "unexpected script reply")),
         };
         Ok(LockInfo::new(key.clone(), holder, fencing_token))
+    }
+
+    /// Holds from a flat script reply: `owner, ms left, token` per hold. `what` names the
+    /// call in errors.
+    fn holds(
+        &self,
+        items: &[Reply],
+        what: &str,
+        key: &CallKey,
+    ) -> Result<Vec<HoldInfo>, BackendError> {
+        if !items.len().is_multiple_of(3) {
+            return Err(self.protocol(what, key, "unexpected script reply"));
+        }
+        items
+            .chunks_exact(3)
+            .map(|hold| match hold {
+                [Reply::Data(owner), Reply::Int(left), Reply::Int(token)] if *token > 0 => {
+                    let owner = parse_token(owner)
+                        .ok_or_else(|| self.corrupt(what, key, "a holder coord did not write"))?;
+                    Ok(HoldInfo::new(
+                        owner,
+                        Duration::from_millis((*left).max(0) as u64),
+                        Some(FencingToken::new(*token as u64)),
+                    ))
+                }
+                _ => Err(self.protocol(what, key, "unexpected script reply")),
+            })
+            .collect()
+    }
+
+    async fn inspect_semaphore(&self, key: &CallKey) -> Result<SemaphoreInfo, BackendError> {
+        const WHAT: &str = "inspect semaphore";
+        let names = Names::of(key);
+        let reply = self
+            .eval(
+                &scripts::INSPECT_SEMAPHORE,
+                &[&names.semaphore(), &names.semaphore_tokens()],
+                &[],
+                key,
+            )
+            .await?;
+        let Reply::Array(items) = reply else {
+            return Err(self.protocol(WHAT, key, "unexpected script reply"));
+        };
+        let [Reply::Int(flag), permits @ ..] = items.as_slice() else {
+            return Err(self.protocol(WHAT, key, "unexpected script reply"));
+        };
+        let permits = self.holds(permits, WHAT, key)?;
+        Ok(SemaphoreInfo::new(
+            key.clone(),
+            permits,
+            Waiters::Flagged(*flag == 1),
+        ))
+    }
+
+    async fn inspect_rw_lock(&self, key: &CallKey) -> Result<RwLockInfo, BackendError> {
+        const WHAT: &str = "inspect read-write lock";
+        let names = Names::of(key);
+        let reply = self
+            .eval(
+                &scripts::INSPECT_RW,
+                &[&names.rw_lock(), &names.rw_readers()],
+                &[],
+                key,
+            )
+            .await?;
+        let unexpected = || self.protocol(WHAT, key, "unexpected script reply");
+        let Reply::Array(items) = reply else {
+            return Err(unexpected());
+        };
+        let [
+            writer,
+            writer_left,
+            writer_token,
+            claimant,
+            claim_left,
+            Reply::Int(flag),
+            readers @ ..,
+        ] = items.as_slice()
+        else {
+            return Err(unexpected());
+        };
+        let writer = match (writer, writer_left, writer_token) {
+            (Reply::Nil, _, _) => None,
+            (Reply::Data(owner), Reply::Int(left), Reply::Int(token)) if *token > 0 => {
+                Some(HoldInfo::new(
+                    parse_token(owner)
+                        .ok_or_else(|| self.corrupt(WHAT, key, "a writer coord did not write"))?,
+                    Duration::from_millis((*left).max(0) as u64),
+                    Some(FencingToken::new(*token as u64)),
+                ))
+            }
+            _ => return Err(unexpected()),
+        };
+        let waiting_writer = match (claimant, claim_left) {
+            (Reply::Nil, _) => None,
+            (Reply::Data(owner), Reply::Int(left)) => Some(WriterClaim::new(
+                parse_token(owner)
+                    .ok_or_else(|| self.corrupt(WHAT, key, "a claimant coord did not write"))?,
+                Duration::from_millis((*left).max(0) as u64),
+            )),
+            _ => return Err(unexpected()),
+        };
+        let readers = self.holds(readers, WHAT, key)?;
+        Ok(RwLockInfo::new(
+            key.clone(),
+            readers,
+            writer,
+            waiting_writer,
+            Waiters::Flagged(*flag == 1),
+        ))
     }
 
     async fn inspect_record(&self, key: &CallKey) -> Result<Option<RecordInfo>, BackendError> {
@@ -455,6 +567,20 @@ impl Operations for RedisProvider {
         key: &'a CallKey,
     ) -> BoxFuture<'a, Result<Option<RecordInfo>, BackendError>> {
         Box::pin(self.inner.inspect_record(key))
+    }
+
+    fn inspect_semaphore<'a>(
+        &'a self,
+        key: &'a CallKey,
+    ) -> BoxFuture<'a, Result<SemaphoreInfo, BackendError>> {
+        Box::pin(self.inner.inspect_semaphore(key))
+    }
+
+    fn inspect_rw_lock<'a>(
+        &'a self,
+        key: &'a CallKey,
+    ) -> BoxFuture<'a, Result<RwLockInfo, BackendError>> {
+        Box::pin(self.inner.inspect_rw_lock(key))
     }
 
     fn list_locks<'a>(

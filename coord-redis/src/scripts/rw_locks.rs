@@ -13,7 +13,9 @@
 //!   (server ms); it expires at the latest lease end it holds.
 //!
 //! Every script first forgets the holds and the claim that ended by the server's clock, so an
-//! ended hold never counts and a late release or renewal of one changes nothing.
+//! ended hold never counts and a late release or renewal of one changes nothing; when the
+//! readers' set is gone (expired with its last lease), it also drops every reader's token left
+//! in the hash, so readers whose leases all lapsed unseen leave nothing behind.
 
 use std::sync::LazyLock;
 
@@ -45,6 +47,15 @@ local function drop_expired()
   for _, owner in ipairs(gone) do
     redis.call('ZREM', KEYS[2], owner)
     redis.call('HDEL', KEYS[1], 'r' .. owner)
+  end
+  -- The readers' set expires as a whole once its last lease ends, and no script then sees
+  -- those readers lapse one by one: their tokens (the only fields starting with `r`) go here.
+  if redis.call('EXISTS', KEYS[2]) == 0 then
+    for _, field in ipairs(redis.call('HKEYS', KEYS[1])) do
+      if string.byte(field, 1) == 114 then
+        redis.call('HDEL', KEYS[1], field)
+      end
+    end
   end
   if wx and wx <= now then
     redis.call('HDEL', KEYS[1], 'w', 'wt', 'wx')
@@ -254,6 +265,54 @@ end
 redis.call('HSET', KEYS[1], 'wx', ms(now + lease))
 keep(KEYS[1], lease)
 return 1
+"#
+        ),
+    )
+});
+
+/// What the operations API shows of a read-write lock. KEYS: the hash, the readers' sorted set.
+/// Reads only: what ended is left out of the answer, not removed.
+///
+/// Returns `{writer or nil, its ms left, its token, claimant or nil, claim ms left, waiter
+/// flag (1 or 0), reader, ms left, token, reader, ms left, token, ...}` (ms left and tokens 0
+/// where there is nothing): the live writer, the live claim of a waiting writer, and every
+/// reader whose lease has not ended by the server's clock, soonest-ending first. Refuses
+/// numbers coord did not write and a live reader without its token.
+pub(crate) static INSPECT_RW: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        "inspect_rw_lock",
+        concat!(
+            rw_helpers!(),
+            r#"
+local out = {false, 0, 0, false, 0, 0}
+local wx = num(redis.call('HGET', KEYS[1], 'wx'))
+local writer = redis.call('HGET', KEYS[1], 'w')
+if writer and wx and wx > now then
+  local wt = num(redis.call('HGET', KEYS[1], 'wt'))
+  if not wt then
+    return redis.error_reply('ERR coord: the read-write lock holds a value coord did not write')
+  end
+  out[1], out[2], out[3] = writer, wx - now, wt
+end
+local cx = num(redis.call('HGET', KEYS[1], 'cx'))
+local claimant = redis.call('HGET', KEYS[1], 'c')
+if claimant and cx and cx > now then
+  out[4], out[5] = claimant, cx - now
+end
+if redis.call('HGET', KEYS[1], 'q') then
+  out[6] = 1
+end
+local live = redis.call('ZRANGEBYSCORE', KEYS[2], '(' .. now, '+inf', 'WITHSCORES')
+for i = 1, #live, 2 do
+  local tok = num(redis.call('HGET', KEYS[1], 'r' .. live[i]))
+  if not tok then
+    return redis.error_reply('ERR coord: the read-write lock holds a value coord did not write')
+  end
+  out[#out + 1] = live[i]
+  out[#out + 1] = math.floor(tonumber(live[i + 1]) - now)
+  out[#out + 1] = tok
+end
+return out
 "#
         ),
     )

@@ -25,6 +25,7 @@ per_client!(
     listing_pages_exactly_through_many_keys,
     a_forced_release_is_remembered_for_its_former_holder,
     a_namespace_listing_finds_every_operation_with_state,
+    inspecting_shared_holds_leaves_out_what_ended_and_changes_nothing,
 );
 
 const TOKEN: &str = "0123456789abcdef0123456789abcdef";
@@ -518,4 +519,67 @@ async fn server_report_reads_settings_version_and_clock() {
     let report = p.server_report().await.unwrap();
     assert_eq!(report.nodes[0].eviction_safe(), Some(true));
     assert_eq!(report.nodes[0].persistence_on(), Some(true));
+}
+
+/// `inspect_semaphore` and `inspect_rw_lock` show only holds whose lease has not ended by the
+/// server's clock (a lapsed permit, reader or claim is left out though still stored), and
+/// change nothing: the lapsed entries are still there after the reads.
+async fn inspecting_shared_holds_leaves_out_what_ended_and_changes_nothing(client: Client) {
+    use coord_core::provider::{
+        PermitRequest, RwLockRequest, RwLockStore, RwMode, SemaphoreStore, Waiters,
+    };
+    let server = RedisServer::start();
+    let p = provider(&server, client).await;
+    let k = key("inspect-shared");
+    let short = Duration::from_millis(300);
+    let (lapsing, staying) = (OwnerToken::new(), OwnerToken::new());
+    for (owner, lease) in [(lapsing, short), (staying, LONG)] {
+        p.acquire_permit(PermitRequest {
+            key: &k,
+            owner,
+            limit: 3,
+            lease,
+            wait: Duration::ZERO,
+        })
+        .await
+        .unwrap()
+        .unwrap();
+        p.acquire_rw(RwLockRequest {
+            key: &k,
+            owner,
+            mode: RwMode::Read,
+            lease,
+            wait: Duration::ZERO,
+            claim: short,
+        })
+        .await
+        .unwrap()
+        .unwrap();
+    }
+    let sem = p.inspect_semaphore(&k).await.unwrap();
+    assert_eq!(sem.permits.len(), 2);
+    assert_eq!(sem.permits[0].owner, lapsing, "soonest-ending first");
+    assert_eq!(sem.waiters, Waiters::Flagged(false));
+    let rw = p.inspect_rw_lock(&k).await.unwrap();
+    assert_eq!(rw.readers.len(), 2);
+    assert_eq!(rw.readers[0].owner, lapsing, "soonest-ending first");
+    assert!(rw.writer.is_none() && rw.waiting_writer.is_none());
+    tokio::time::sleep(short + Duration::from_millis(200)).await;
+    let sem = p.inspect_semaphore(&k).await.unwrap();
+    let permits: Vec<_> = sem.permits.iter().map(|h| h.owner).collect();
+    assert_eq!(permits, [staying], "the lapsed permit is left out");
+    assert!(sem.permits[0].lease_left > LONG - Duration::from_secs(5));
+    let rw = p.inspect_rw_lock(&k).await.unwrap();
+    let readers: Vec<_> = rw.readers.iter().map(|h| h.owner).collect();
+    assert_eq!(readers, [staying], "the lapsed reader is left out");
+    assert!(rw.readers[0].fencing_token.is_some());
+    // Reads only: the lapsed entries are still stored.
+    assert_eq!(
+        server.command(&["ZCARD", &redis_key(&k, "sem")]),
+        Resp::Int(2)
+    );
+    assert_eq!(
+        server.command(&["ZCARD", &redis_key(&k, "rw-r")]),
+        Resp::Int(2)
+    );
 }

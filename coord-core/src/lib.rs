@@ -123,6 +123,7 @@ pub mod __private {
     pub use crate::policy::{OnAbandoned, OnBackendError, OnLost, OnMissingKey, OnStoreError};
     pub use crate::provider::CallKeyBuilder;
     pub use crate::provider::RwMode;
+    pub use crate::provider::ReplicaAcks;
     pub use crate::runtime::cache::cached;
     pub use crate::runtime::cache_tiers::{
         CacheForm, CacheOutput, CacheScope, CacheSpec, LocalSlot, SharedOutput, SharedResultOutput,

@@ -36,7 +36,8 @@ use crate::provider::{
     LossCause, MultiLockRequest, OwnerToken,
 };
 use crate::report::LockOutcome;
-use crate::runtime::call::{Call, backend_fault};
+use crate::provider::replicas;
+use crate::runtime::call::{Call, backend_fault, replica_acks_refused};
 use crate::runtime::held;
 use crate::runtime::lease_guard::{LeaseGuard, LeaseStore};
 use crate::runtime::lock::{Grant, LockGuard};
@@ -137,14 +138,26 @@ pub(crate) async fn acquire_multi(
     if coordinator.lifecycle().is_shut_down() {
         return MultiAcquired::Refused(CoordError::ShutDown { key: first.clone() });
     }
+    if let Some(err) = replica_acks_refused(coordinator, spec.replica_acks, first) {
+        return MultiAcquired::Refused(err);
+    }
     let owner = OwnerToken::new();
     let started = Instant::now();
     let together = coordinator.supports(Capability::MultiKeyLocks)
         && coordinator.multi_lock_store().takes_together(&keys);
+    // Every grant of the set, on either path, with the operation's replica acknowledgement.
     let taken = if together {
-        take_together(coordinator, &keys, owner, spec, started).await
+        replicas::scoped(
+            spec.replica_acks,
+            Box::pin(take_together(coordinator, &keys, owner, spec, started)),
+        )
+        .await
     } else {
-        take_in_order(coordinator, &keys, owner, spec, started).await
+        replicas::scoped(
+            spec.replica_acks,
+            Box::pin(take_in_order(coordinator, &keys, owner, spec, started)),
+        )
+        .await
     };
     let (taken, contended) = match taken {
         Ok(Some(taken)) => taken,
@@ -181,6 +194,7 @@ pub(crate) async fn acquire_multi(
             lease_from,
             Some(token),
             chain.take(),
+            spec.replica_acks,
         );
         chain = Some(hold.clone());
         let grant = Grant::of_hold(

@@ -144,15 +144,17 @@ struct Inner {
     /// An estimate of the server's clock, to give claims a not-after time in it.
     clock: ServerClock,
     /// `WAIT` after each granting write: the replica count and the timeout in ms, as sent.
-    replica_acks: Option<ReplicaAcks>,
+    replica_acks: Option<AckWait>,
     /// Every key lives on one server (a standalone server, or the master behind Sentinel):
     /// multi-key locks of any keys can be taken by one script. Off for Redis Cluster and for
     /// clients the application built (which may be cluster clients).
     one_server: bool,
 }
 
-/// The `WAIT` sent after each granting write (see [`RedisProviderBuilder::replica_acks`]).
-struct ReplicaAcks {
+/// The `WAIT` sent after each granting write (see [`RedisProviderBuilder::replica_acks`]),
+/// or after those of one operation that asks for it ([`coord_core::provider::ReplicaAcks`]).
+#[derive(Clone)]
+struct AckWait {
     replicas: u32,
     replicas_arg: String,
     timeout_ms: String,
@@ -445,12 +447,9 @@ impl RedisProviderBuilder {
                 client,
                 watch,
                 clock,
-                replica_acks: options.replica_acks.map(|(replicas, timeout)| ReplicaAcks {
-                    replicas,
-                    replicas_arg: replicas.to_string(),
-                    timeout_ms: commands::millis(timeout).to_string(),
-                    timeout,
-                }),
+                replica_acks: options
+                    .replica_acks
+                    .map(|(replicas, timeout)| AckWait::new(replicas, timeout)),
                 one_server,
             }),
         })

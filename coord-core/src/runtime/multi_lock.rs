@@ -145,19 +145,17 @@ pub(crate) async fn acquire_multi(
     let started = Instant::now();
     let together = coordinator.supports(Capability::MultiKeyLocks)
         && coordinator.multi_lock_store().takes_together(&keys);
+    let taking = async {
+        if together {
+            take_together(coordinator, &keys, owner, spec, started).await
+        } else {
+            take_in_order(coordinator, &keys, owner, spec, started).await
+        }
+    };
     // Every grant of the set, on either path, with the operation's replica acknowledgement.
-    let taken = if together {
-        replicas::scoped(
-            spec.replica_acks,
-            Box::pin(take_together(coordinator, &keys, owner, spec, started)),
-        )
-        .await
-    } else {
-        replicas::scoped(
-            spec.replica_acks,
-            Box::pin(take_in_order(coordinator, &keys, owner, spec, started)),
-        )
-        .await
+    let taken = match spec.replica_acks {
+        None => taking.await,
+        Some(acks) => replicas::scope(acks, taking).await,
     };
     let (taken, contended) = match taken {
         Ok(Some(taken)) => taken,

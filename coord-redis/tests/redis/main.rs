@@ -34,6 +34,7 @@ mod own_client;
 mod reconnect;
 mod records;
 mod replica_acks;
+mod replica_acks_per_operation;
 mod round_trips;
 mod rw_locks;
 mod semaphore_faults;

@@ -12,7 +12,8 @@ use crate::options::{
     self, Abandoned, CACHE_ERR, COORDINATOR, CRATE, FENCED, FINGERPRINT, IN_FLIGHT_LEASE, KEY_FROM,
     Kind, LEASE, LOCAL_TTL, Lost, MAX_CAPACITY, MODE, MissingKey, NAME, ON_ABANDONED,
     ON_BACKEND_ERROR, ON_LOST, ON_MISSING_KEY, ON_STORE_ERROR, OptionSpec, PERMITS, Policy,
-    RECORD_KEY, RENEW, REPLICA_ACKS, REPLICA_ACKS_TIMEOUT, RETENTION, SCOPE, Scope, StoreError, TRANSACTION, TTL, WAIT,
+    RECORD_KEY, RENEW, REPLICA_ACKS, REPLICA_ACKS_TIMEOUT, RETENTION, SCOPE, Scope, StoreError,
+    TRANSACTION, TTL, WAIT,
 };
 use crate::options::{FLIGHT_LEASE, FLIGHT_SCOPE, FlightScope};
 
@@ -624,7 +625,8 @@ fn replica_acks(layer: &Args, errors: &mut Errors) -> Option<ReplicaAcksChoice> 
     let timeout = layer.written(&REPLICA_ACKS_TIMEOUT);
     let (acks, timeout_name) = (REPLICA_ACKS.name, REPLICA_ACKS_TIMEOUT.name);
     let Some(count) = count else {
-        if let Some(timeout) = timeout {
+        // A count written with a bad value has its own error already.
+        if let Some(timeout) = timeout.filter(|_| !layer.was_written(&REPLICA_ACKS)) {
             errors.push(timeout.error(format!(
                 "`{timeout_name}` is how long to wait for the `{acks}` replicas, and no `{acks}` is \
                  given: add `{acks} = 1` (or more), or remove `{timeout_name}` to keep the \

@@ -12,6 +12,7 @@ use crate::error::{CoordError, NotStoredCause};
 use crate::policy::{OnAbandoned, OnBackendError, OnLost, OnMissingKey, OnStoreError};
 use crate::provider::CallKey;
 use crate::provider::background::spawn_retried;
+use crate::provider::replicas;
 use crate::provider::time::deadline_after;
 use crate::provider::{BackendError, BackendErrorKind};
 use crate::provider::{
@@ -19,7 +20,6 @@ use crate::provider::{
     OwnerToken,
 };
 use crate::report::IdempotencyOutcome;
-use crate::provider::replicas;
 use crate::runtime::call::{Call, replica_acks_refused};
 use crate::runtime::detach::DetachOnDrop;
 use crate::runtime::lease_guard::{LeaseGuard, LeaseStore};

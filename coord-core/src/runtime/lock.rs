@@ -15,12 +15,12 @@ use tokio::time::Instant;
 use crate::error::CoordError;
 use crate::policy::OnLost;
 use crate::provider::CallKey;
+use crate::provider::replicas;
 use crate::provider::{
     BackendError, BoxFuture, Capability, FencingToken, LockGrant, LockRequest, LossCause,
     OwnerToken, PermitRequest, ReleaseOutcome, RwMode,
 };
 use crate::report::LockOutcome;
-use crate::provider::replicas;
 use crate::runtime::call::{Call, backend_fault, replica_acks_refused};
 use crate::runtime::held;
 use crate::runtime::lease_guard::{LeaseGuard, LeaseStore};

@@ -31,12 +31,12 @@ use tokio::time::Instant;
 
 use crate::error::CoordError;
 use crate::policy::OnLost;
+use crate::provider::replicas;
 use crate::provider::{
     BackendError, BackendErrorKind, CallKey, Capability, FencingToken, LockProvider, LockRequest,
     LossCause, MultiLockRequest, OwnerToken,
 };
 use crate::report::LockOutcome;
-use crate::provider::replicas;
 use crate::runtime::call::{Call, backend_fault, replica_acks_refused};
 use crate::runtime::held;
 use crate::runtime::lease_guard::{LeaseGuard, LeaseStore};

@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use crate::provider::ReplicaAcks;
 use crate::policy::{OnAbandoned, OnBackendError, OnLost, OnMissingKey, OnStoreError};
+use crate::provider::ReplicaAcks;
 use crate::runtime::cache_tiers::CacheSpec;
 use crate::telemetry::OpTelemetry;
 

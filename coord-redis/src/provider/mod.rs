@@ -375,6 +375,14 @@ impl RedisProviderBuilder {
     ///
     /// `connect` refuses `replicas` of zero, a zero `timeout`, and a `timeout` not below the
     /// command timeout (the `WAIT` shares the command's round trip and its bound).
+    ///
+    /// This is the default of every operation; one operation can override it either way
+    /// (`replica_acks = n` with `replica_acks_timeout`, or `replica_acks = 0`, on
+    /// `#[idempotent]` and `#[distributed_lock]`; `.replica_acks(n, timeout)` or
+    /// `.without_replica_acks()` on the lock, semaphore, read-write lock, multi-lock and
+    /// idempotent handles), with the same failures. An override's timeout must also be below
+    /// the command timeout: a longer one fails the call with a `Config` error. Cluster
+    /// single-flight claims and renewals follow this setting only.
     pub fn replica_acks(mut self, replicas: u32, timeout: Duration) -> Self {
         self.options.replica_acks = Some((replicas, timeout));
         self

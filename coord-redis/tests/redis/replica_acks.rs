@@ -45,7 +45,12 @@ pub(super) fn await_online(primary: &RedisServer) {
 /// because a healthy one was slow).
 pub(super) const ACK_WAIT: Duration = Duration::from_secs(1);
 
-pub(super) async fn coordinator(primary: &RedisServer, client: Client, acks: bool, ns: &str) -> Coordinator {
+pub(super) async fn coordinator(
+    primary: &RedisServer,
+    client: Client,
+    acks: bool,
+    ns: &str,
+) -> Coordinator {
     let mut builder = RedisProvider::builder(primary.url())
         .client(client)
         .command_timeout(Duration::from_secs(3));

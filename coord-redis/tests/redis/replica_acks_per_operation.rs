@@ -40,7 +40,11 @@ async fn read_on(c: &Coordinator, id: u32, runs: Arc<AtomicUsize>) -> Result<u32
 }
 
 #[distributed_lock(key_from_each = "ids", coordinator = c, name = "op.many", replica_acks = 1, replica_acks_timeout = "1s")]
-async fn many_on(c: &Coordinator, ids: Vec<u32>, runs: Arc<AtomicUsize>) -> Result<u32, CoordError> {
+async fn many_on(
+    c: &Coordinator,
+    ids: Vec<u32>,
+    runs: Arc<AtomicUsize>,
+) -> Result<u32, CoordError> {
     runs.fetch_add(1, Ordering::SeqCst);
     Ok(ids.len() as u32)
 }
@@ -53,11 +57,7 @@ async fn charge_on(c: &Coordinator, order: u32, runs: Arc<AtomicUsize>) -> Resul
 
 /// The control: the same lock with the provider's setting.
 #[distributed_lock(key_from = "id", coordinator = c, name = "op.plain")]
-async fn lock_default(
-    c: &Coordinator,
-    id: u32,
-    runs: Arc<AtomicUsize>,
-) -> Result<u32, CoordError> {
+async fn lock_default(c: &Coordinator, id: u32, runs: Arc<AtomicUsize>) -> Result<u32, CoordError> {
     runs.fetch_add(1, Ordering::SeqCst);
     Ok(id)
 }
@@ -223,7 +223,11 @@ async fn an_operation_turns_off_what_the_provider_asks(client: Client) {
     assert_eq!(write_off(&c, 1, runs.clone()).await.unwrap(), 1);
     assert_eq!(many_off(&c, vec![1, 2], runs.clone()).await.unwrap(), 2);
     assert_eq!(charge_off(&c, 1, runs.clone()).await.unwrap(), 10);
-    assert_eq!(charge_off(&c, 1, runs.clone()).await.unwrap(), 10, "a replay");
+    assert_eq!(
+        charge_off(&c, 1, runs.clone()).await.unwrap(),
+        10,
+        "a replay"
+    );
     assert_eq!(runs.load(Ordering::SeqCst), 5, "the replay ran nothing");
     assert_eq!(renewing_off(&c, 1).await.unwrap(), 1);
 

@@ -53,7 +53,11 @@ async fn write_on(c: &Coordinator, id: u32, runs: Arc<AtomicUsize>) -> Result<u3
 }
 
 #[distributed_lock(key_from_each = "ids", coordinator = c, name = "mem.many", replica_acks = 1, replica_acks_timeout = "500ms")]
-async fn many_on(c: &Coordinator, ids: Vec<u32>, runs: Arc<AtomicUsize>) -> Result<u32, CoordError> {
+async fn many_on(
+    c: &Coordinator,
+    ids: Vec<u32>,
+    runs: Arc<AtomicUsize>,
+) -> Result<u32, CoordError> {
     runs.fetch_add(1, Ordering::SeqCst);
     Ok(ids.len() as u32)
 }
@@ -129,7 +133,11 @@ async fn an_operation_asking_for_replicas_is_refused_before_anything_runs() {
             .await
             .unwrap_err(),
     );
-    assert_eq!(ran.load(Ordering::SeqCst), 0, "the handle's body did not run");
+    assert_eq!(
+        ran.load(Ordering::SeqCst),
+        0,
+        "the handle's body did not run"
+    );
 
     // Nothing was taken: the same keys are free for a call without the override.
     assert!(
@@ -153,10 +161,19 @@ async fn turning_waiting_off_runs_on_any_provider() {
     let c = coordinator("mem-acks-off");
     let runs = Arc::new(AtomicUsize::new(0));
     assert_eq!(charge_off(&c, 3, runs.clone()).await.unwrap(), 3);
-    assert_eq!(charge_off(&c, 3, runs.clone()).await.unwrap(), 3, "a replay");
+    assert_eq!(
+        charge_off(&c, 3, runs.clone()).await.unwrap(),
+        3,
+        "a replay"
+    );
     assert_eq!(runs.load(Ordering::SeqCst), 1);
     let key = c.key("mem.h.off").part(&1u32).finish();
-    let guard = c.lock(key.clone()).without_replica_acks().acquire().await.unwrap();
+    let guard = c
+        .lock(key.clone())
+        .without_replica_acks()
+        .acquire()
+        .await
+        .unwrap();
     assert!(guard.release().await.unwrap());
     // Zero replicas is the same as off.
     let guard = c

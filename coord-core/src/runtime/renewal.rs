@@ -87,6 +87,8 @@ pub(crate) struct Hold {
 }
 
 impl Hold {
+    // Every field of a hold is fixed when it is made; the four call sites name each one.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         kind: HoldKind,
         key: CallKey,

@@ -56,6 +56,7 @@ mod locks;
 mod multi_locks;
 mod operations;
 mod records;
+pub mod replicas;
 mod rw_locks;
 mod semaphores;
 pub mod time;
@@ -80,6 +81,7 @@ pub use operations::{
 pub use records::{
     ClaimOutcome, ClaimRequest, CompleteOutcome, CompleteRequest, Fingerprint, IdempotencyStore,
 };
+pub use replicas::ReplicaAcks;
 pub use rw_locks::{RwGrant, RwLockRequest, RwLockStore, RwMode, default_claim};
 pub use semaphores::{Capability, PermitGrant, PermitRequest, SemaphoreStore};
 pub use time::Deadline;

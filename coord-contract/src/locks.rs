@@ -171,6 +171,16 @@ pub trait LockProvider: Send + Sync + 'static {
         lease: Duration,
     ) -> BoxFuture<'a, Result<RenewOutcome, BackendError>>;
 
+    /// Whether this provider honours a per-operation [`ReplicaAcks`](crate::ReplicaAcks)
+    /// override ([`Capability::ReplicaAcks`](crate::Capability::ReplicaAcks)) in every store it
+    /// serves (locks, records, permits, read-write and multi-key locks, flights): each granting
+    /// write reads [`replicas::in_scope`](crate::replicas::in_scope) and waits as it says.
+    /// `false` by default, and then the runtime refuses an operation that asks for replicas
+    /// (one that turns waiting off runs). A wrapper around a provider forwards it.
+    fn supports_replica_acks(&self) -> bool {
+        false
+    }
+
     /// Releases `key` for `owner` in the background: called when a guard is dropped without
     /// being released (the caller was cancelled or the body panicked), when an acquire failed
     /// in a way that may have landed (its reply was lost), and when a release itself failed.
@@ -210,6 +220,10 @@ impl<P: LockProvider> LockProvider for Arc<P> {
         lease: Duration,
     ) -> BoxFuture<'a, Result<RenewOutcome, BackendError>> {
         (**self).renew(key, owner, lease)
+    }
+
+    fn supports_replica_acks(&self) -> bool {
+        (**self).supports_replica_acks()
     }
 
     fn release_detached(self: Arc<Self>, key: CallKey, owner: OwnerToken, lease_left: Duration) {

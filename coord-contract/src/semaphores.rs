@@ -47,15 +47,24 @@ pub enum Capability {
     /// key by key in canonical order, with rollback); with it, a set of keys the provider
     /// keeps together is taken all or nothing.
     MultiKeyLocks,
+    /// Granting writes that wait for replicas as each operation asks
+    /// ([`ReplicaAcks`](crate::ReplicaAcks), read with
+    /// [`replicas::in_scope`](crate::replicas::in_scope);
+    /// [`LockProvider::supports_replica_acks`](crate::LockProvider::supports_replica_acks)).
+    /// Without it, an operation that asks for replicas is refused; one that turns waiting off
+    /// runs.
+    ReplicaAcks,
 }
 
 impl Capability {
-    /// A short, stable name: `semaphores`, `read_write_locks`, `multi_key_locks`.
+    /// A short, stable name: `semaphores`, `read_write_locks`, `multi_key_locks`,
+    /// `replica_acks`.
     pub fn as_str(self) -> &'static str {
         match self {
             Capability::Semaphores => "semaphores",
             Capability::ReadWriteLocks => "read_write_locks",
             Capability::MultiKeyLocks => "multi_key_locks",
+            Capability::ReplicaAcks => "replica_acks",
         }
     }
 }

@@ -140,9 +140,11 @@ pub enum CoordError {
         cause: RollbackCause,
     },
     /// The call needs a capability this coordinator's provider does not have (a semaphore,
-    /// `permits = n`, on a provider without [`Capability::Semaphores`]). Refused before the
-    /// provider is asked anything and whatever the backend-fault policy: the body did not run.
-    /// Check at start-up with `CoordinatorBuilder::require`.
+    /// `permits = n`, on a provider without [`Capability::Semaphores`]; `replica_acks` asking
+    /// for replicas on a provider without [`Capability::ReplicaAcks`], such as the in-process
+    /// one or PostgreSQL). Refused before the provider is asked anything and whatever the
+    /// backend-fault policy: the body did not run. Check at start-up with
+    /// `CoordinatorBuilder::require`.
     Unsupported {
         /// What the provider lacks.
         capability: Capability,
@@ -317,6 +319,13 @@ impl fmt::Display for CoordError {
             CoordError::TransactionRollbackOnly { key, cause } => write!(
                 f,
                 "the outcome of `{key}` could not be written in the caller's transaction ({cause}); the transaction cannot commit: roll it back"
+            ),
+            CoordError::Unsupported {
+                capability: Capability::ReplicaAcks,
+                key,
+            } => write!(
+                f,
+                "`{key}` asks for replica acknowledgement (`replica_acks`), which this coordinator's provider cannot give (it does not replicate its writes); nothing ran. Remove the setting, or turn it off for this operation (`replica_acks = 0`, `without_replica_acks()`)"
             ),
             CoordError::Unsupported { capability, key } => write!(
                 f,

@@ -122,6 +122,7 @@ pub mod __private {
     pub use crate::fingerprint::FingerprintHasher;
     pub use crate::policy::{OnAbandoned, OnBackendError, OnLost, OnMissingKey, OnStoreError};
     pub use crate::provider::CallKeyBuilder;
+    pub use crate::provider::ReplicaAcks;
     pub use crate::provider::RwMode;
     pub use crate::runtime::cache::cached;
     pub use crate::runtime::cache_tiers::{

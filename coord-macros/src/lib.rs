@@ -97,6 +97,17 @@ use crate::options::Kind;
 /// * `on_lost = "cancel" | "signal"`: what happens when the marker's lease is lost while the
 ///   body runs. `cancel` (the default when renewing) drops the body and returns
 ///   `CoordError::LockLost`; `signal` lets the body run on.
+/// * `replica_acks = 1` with `replica_acks_timeout = "500ms"`: wait until this many replicas
+///   hold the claim, the completion and each marker renewal, for at most the timeout, whatever
+///   the provider's own setting (`RedisProviderBuilder::replica_acks`); fewer acknowledgements
+///   fail the write as the provider's setting does (`NotReplicated`: the claim is undone and
+///   refused, the completion retried, then `OutcomeNotStored`). `replica_acks = 0` turns
+///   waiting off for this operation even when the provider waits. Without it, the provider's
+///   setting. A provider that does not replicate (in-process, PostgreSQL) refuses `n` of 1 or
+///   more with `CoordError::Unsupported` before anything is written; `0` is accepted everywhere.
+/// * `replica_acks_timeout = "500ms"`: how long each write waits for the `replica_acks`
+///   replicas; required with `replica_acks` of 1 or more, refused without it or with `0`. Must
+///   be below the provider's command timeout (the `WAIT` shares its round trip).
 /// * `on_abandoned = "rerun" | "fail"`: what a duplicate does when an earlier call's marker
 ///   lapsed without completing. `rerun` runs the body again (at-least-once); `fail` returns
 ///   `CoordError::OutcomeUnknown` and keeps the record for an operator (at-most-once, for
@@ -291,6 +302,18 @@ pub fn single_flight(args: TokenStream, item: TokenStream) -> TokenStream {
 ///   `cancel` (the default when renewing) drops the body at its next await and returns
 ///   `CoordError::LockLost`; `signal` lets the body watch `coord_core::lock_lost()` and
 ///   `coord_core::is_held()`.
+/// * `replica_acks = 1` with `replica_acks_timeout = "500ms"`: wait until this many replicas
+///   hold each grant and renewal of this lock (of every key with `key_from_each`; of the permit
+///   with `permits`; of the hold with `mode`), for at most the timeout, whatever the provider's
+///   own setting (`RedisProviderBuilder::replica_acks`); fewer acknowledgements fail the write
+///   as the provider's setting does (a grant is released and refused with `NotReplicated`, a
+///   renewal counts as failed and the hold is lost). `replica_acks = 0` turns waiting off for
+///   this lock even when the provider waits. Without it, the provider's setting. A provider
+///   that does not replicate (in-process, PostgreSQL) refuses `n` of 1 or more with
+///   `CoordError::Unsupported` before anything is taken; `0` is accepted everywhere.
+/// * `replica_acks_timeout = "500ms"`: how long each write waits for the `replica_acks`
+///   replicas; required with `replica_acks` of 1 or more, refused without it or with `0`. Must
+///   be below the provider's command timeout (the `WAIT` shares its round trip).
 ///
 /// A lease bounds a crash; it is not consensus. Fence the writes the lock protects.
 #[proc_macro_attribute]

@@ -12,7 +12,8 @@ use crate::options::{
     self, Abandoned, CACHE_ERR, COORDINATOR, CRATE, FENCED, FINGERPRINT, IN_FLIGHT_LEASE, KEY_FROM,
     Kind, LEASE, LOCAL_TTL, Lost, MAX_CAPACITY, MODE, MissingKey, NAME, ON_ABANDONED,
     ON_BACKEND_ERROR, ON_LOST, ON_MISSING_KEY, ON_STORE_ERROR, OptionSpec, PERMITS, Policy,
-    RECORD_KEY, RENEW, RETENTION, SCOPE, Scope, StoreError, TRANSACTION, TTL, WAIT,
+    RECORD_KEY, RENEW, REPLICA_ACKS, REPLICA_ACKS_TIMEOUT, RETENTION, SCOPE, Scope, StoreError,
+    TRANSACTION, TTL, WAIT,
 };
 use crate::options::{FLIGHT_LEASE, FLIGHT_SCOPE, FlightScope};
 
@@ -37,6 +38,18 @@ pub(crate) struct IdempotencyLayer {
     pub(crate) written: Vec<&'static str>,
     /// `transaction = "tx"`: the outcome is written in this parameter's transaction.
     pub(crate) transaction: Option<TransactionParam>,
+    /// `replica_acks = ..`: `None` leaves the provider's setting.
+    pub(crate) replica_acks: Option<ReplicaAcksChoice>,
+}
+
+/// `replica_acks = n` (with `replica_acks_timeout`): the replica acknowledgement of one
+/// operation's granting writes, overriding the provider's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ReplicaAcksChoice {
+    /// `replica_acks = 0`: do not wait, whatever the provider's setting.
+    Off,
+    /// Wait for `replicas` (at least 1) for at most `timeout_ms`.
+    Wait { replicas: u32, timeout_ms: u64 },
 }
 
 /// The parameter named by `transaction`: a `&mut` reference to the caller's transaction.
@@ -75,6 +88,8 @@ pub(crate) struct LockLayer {
     pub(crate) lease_policy: LeasePolicy,
     /// The run-time `Written` flags of the options given rather than defaulted.
     pub(crate) written: Vec<&'static str>,
+    /// `replica_acks = ..`: `None` leaves the provider's setting.
+    pub(crate) replica_acks: Option<ReplicaAcksChoice>,
 }
 
 /// The `#[cached]` layer.
@@ -277,6 +292,7 @@ impl Stack {
                 on_missing_key: layer.choice(&ON_MISSING_KEY).unwrap_or(MissingKey::Fail),
                 written: written_flags(layer),
                 transaction,
+                replica_acks: replica_acks(layer, &mut errors),
             }
         });
 
@@ -316,6 +332,7 @@ impl Stack {
                 on_backend_error: layer.choice(&ON_BACKEND_ERROR),
                 lease_policy: lease_policy(layer, lease_ms, &mut errors),
                 written: written_flags(layer),
+                replica_acks: replica_acks(layer, &mut errors),
             }
         });
         let profile = match shared_value(&PROFILE) {
@@ -597,4 +614,60 @@ fn rw_mode(layer: &Args, errors: &mut Errors) -> Option<options::RwChoice> {
         }
     }
     Some(mode)
+}
+
+/// Resolves `replica_acks` and `replica_acks_timeout`: a count of replicas that fits the
+/// runtime's `u32`; a timeout exactly when there is something to wait for (`replica_acks` of 1
+/// or more), since a default would hide how long every grant may block. Every mistake is
+/// pushed.
+fn replica_acks(layer: &Args, errors: &mut Errors) -> Option<ReplicaAcksChoice> {
+    let count = layer.written(&REPLICA_ACKS);
+    let timeout = layer.written(&REPLICA_ACKS_TIMEOUT);
+    let (acks, timeout_name) = (REPLICA_ACKS.name, REPLICA_ACKS_TIMEOUT.name);
+    let Some(count) = count else {
+        // A count written with a bad value has its own error already.
+        if let Some(timeout) = timeout.filter(|_| !layer.was_written(&REPLICA_ACKS)) {
+            errors.push(timeout.error(format!(
+                "`{timeout_name}` is how long to wait for the `{acks}` replicas, and no `{acks}` is \
+                 given: add `{acks} = 1` (or more), or remove `{timeout_name}` to keep the \
+                 provider's setting"
+            )));
+        }
+        return None;
+    };
+    let replicas = match layer.count(&REPLICA_ACKS).map(u32::try_from) {
+        Some(Ok(n)) => n,
+        Some(Err(_)) => {
+            errors.push(count.error(format!(
+                "`{acks}` takes a number of replicas from 0 to {}",
+                u32::MAX
+            )));
+            return None;
+        }
+        // The value did not parse: its error is reported already.
+        None => return None,
+    };
+    if replicas == 0 {
+        if let Some(timeout) = timeout {
+            errors.push(timeout.error(format!(
+                "`{acks} = 0` waits for no replica, so there is nothing to time: remove \
+                 `{timeout_name}`"
+            )));
+        }
+        return Some(ReplicaAcksChoice::Off);
+    }
+    let Some(timeout_ms) = layer.millis(&REPLICA_ACKS_TIMEOUT) else {
+        if !layer.was_written(&REPLICA_ACKS_TIMEOUT) {
+            errors.push(count.error(format!(
+                "`{acks} = {replicas}` needs `{timeout_name}`: how long each write waits for the \
+                 replicas before it counts as failed, below the provider's command timeout, as in \
+                 `{timeout_name} = \"500ms\"`"
+            )));
+        }
+        return None;
+    };
+    Some(ReplicaAcksChoice::Wait {
+        replicas,
+        timeout_ms,
+    })
 }

@@ -336,6 +336,24 @@ pub(crate) const ON_LOST: OptionSpec = OptionSpec {
     default: None,
     doc: "what happens to the body when the lease is lost while it runs",
 };
+pub(crate) const REPLICA_ACKS: OptionSpec = OptionSpec {
+    name: "replica_acks",
+    attributes: IDEMPOTENT_AND_LOCK,
+    value: ValueKind::Count { positive: false },
+    example: "1",
+    // Without it, the provider's own setting; `0` turns waiting off (see `model`).
+    default: None,
+    doc: "wait for this many replicas to hold each granting write (`0`: do not wait)",
+};
+pub(crate) const REPLICA_ACKS_TIMEOUT: OptionSpec = OptionSpec {
+    name: "replica_acks_timeout",
+    attributes: IDEMPOTENT_AND_LOCK,
+    value: ValueKind::Duration { positive: true },
+    example: "\"500ms\"",
+    // Required with `replica_acks` of 1 or more, refused otherwise (see `model`).
+    default: None,
+    doc: "how long each granting write waits for the `replica_acks` replicas",
+};
 pub(crate) const ON_ABANDONED: OptionSpec = OptionSpec {
     name: "on_abandoned",
     attributes: IDEMPOTENT,
@@ -450,6 +468,8 @@ pub(crate) static OPTIONS: &[&OptionSpec] = &[
     &ON_BACKEND_ERROR,
     &RENEW,
     &ON_LOST,
+    &REPLICA_ACKS,
+    &REPLICA_ACKS_TIMEOUT,
     &ON_ABANDONED,
     &ON_STORE_ERROR,
     &ON_MISSING_KEY,

@@ -379,3 +379,22 @@ pub(crate) fn backend_fault(
         }
     }
 }
+
+/// The refusal of an operation whose `replica_acks` asks for replicas on a provider that
+/// cannot wait for them ([`Capability::ReplicaAcks`](crate::provider::Capability::ReplicaAcks)):
+/// `None` when there is nothing to refuse. Checked before anything is written, whatever the
+/// backend-fault policy: running without the acknowledgement the operation asked for would be
+/// a silent no-op of it. An override that turns waiting off is never refused.
+pub(crate) fn replica_acks_refused(
+    coordinator: &Coordinator,
+    acks: Option<crate::provider::ReplicaAcks>,
+    key: &CallKey,
+) -> Option<CoordError> {
+    let asks = acks.is_some_and(crate::provider::ReplicaAcks::waits);
+    (asks && !coordinator.lock_provider().supports_replica_acks()).then(|| {
+        CoordError::Unsupported {
+            capability: crate::provider::Capability::ReplicaAcks,
+            key: key.clone(),
+        }
+    })
+}

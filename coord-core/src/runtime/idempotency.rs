@@ -12,6 +12,7 @@ use crate::error::{CoordError, NotStoredCause};
 use crate::policy::{OnAbandoned, OnBackendError, OnLost, OnMissingKey, OnStoreError};
 use crate::provider::CallKey;
 use crate::provider::background::spawn_retried;
+use crate::provider::replicas;
 use crate::provider::time::deadline_after;
 use crate::provider::{BackendError, BackendErrorKind};
 use crate::provider::{
@@ -19,7 +20,7 @@ use crate::provider::{
     OwnerToken,
 };
 use crate::report::IdempotencyOutcome;
-use crate::runtime::call::Call;
+use crate::runtime::call::{Call, replica_acks_refused};
 use crate::runtime::detach::DetachOnDrop;
 use crate::runtime::lease_guard::{LeaseGuard, LeaseStore};
 use crate::runtime::outcome::GuardedResult;
@@ -161,6 +162,7 @@ where
         claimed_at,
         None,
         None,
+        spec.replica_acks,
     );
     // Listed for shutdown's report while the body runs and its outcome is stored.
     let _registered = call.coordinator.lifecycle().register_marker(hold.clone());
@@ -417,15 +419,14 @@ async fn store_outcome(
     let first_sent = tokio::time::Instant::now();
     loop {
         attempts += 1;
-        let outcome = store
-            .complete(CompleteRequest {
-                key: &hold.key,
-                owner: hold.owner(),
-                payload: payload.clone(),
-                retention,
-                fingerprint,
-            })
-            .await;
+        let completing = store.complete(CompleteRequest {
+            key: &hold.key,
+            owner: hold.owner(),
+            payload: payload.clone(),
+            retention,
+            fingerprint,
+        });
+        let outcome = replicas::scoped(hold.replica_acks(), completing).await;
         let err = match outcome {
             Ok(CompleteOutcome::Superseded { other, completed }) => {
                 tracing::error!(
@@ -498,6 +499,9 @@ where
         let err = CoordError::ShutDown { key: key.clone() };
         return refuse(IdempotencyOutcome::ShutDown, err);
     }
+    if let Some(err) = replica_acks_refused(call.coordinator, spec.replica_acks, key) {
+        return refuse(IdempotencyOutcome::BackendError, err);
+    }
     loop {
         let sent_at = tokio::time::Instant::now();
         let wait_until = *wait_until.get_or_insert_with(|| deadline_after(sent_at, spec.wait));
@@ -512,19 +516,18 @@ where
             lease: spec.in_flight_lease,
             armed: true,
         };
-        let found = store
-            .claim(ClaimRequest {
-                key,
-                owner,
-                in_flight_lease: spec.in_flight_lease,
-                fingerprint,
-                keep_abandoned_for: match spec.on_abandoned {
-                    OnAbandoned::Rerun => None,
-                    OnAbandoned::Fail => Some(spec.retention),
-                },
-                transactional,
-            })
-            .await;
+        let claiming = store.claim(ClaimRequest {
+            key,
+            owner,
+            in_flight_lease: spec.in_flight_lease,
+            fingerprint,
+            keep_abandoned_for: match spec.on_abandoned {
+                OnAbandoned::Rerun => None,
+                OnAbandoned::Fail => Some(spec.retention),
+            },
+            transactional,
+        });
+        let found = replicas::scoped(spec.replica_acks, claiming).await;
         let found = match found {
             Ok(found) => {
                 // Answered: a claim is the marker guard's from here on, anything else left

@@ -15,12 +15,13 @@ use tokio::time::Instant;
 use crate::error::CoordError;
 use crate::policy::OnLost;
 use crate::provider::CallKey;
+use crate::provider::replicas;
 use crate::provider::{
     BackendError, BoxFuture, Capability, FencingToken, LockGrant, LockRequest, LossCause,
     OwnerToken, PermitRequest, ReleaseOutcome, RwMode,
 };
 use crate::report::LockOutcome;
-use crate::runtime::call::{Call, backend_fault};
+use crate::runtime::call::{Call, backend_fault, replica_acks_refused};
 use crate::runtime::held;
 use crate::runtime::lease_guard::{LeaseGuard, LeaseStore};
 use crate::runtime::lifecycle::{ListedWhileWaiting, Registered};
@@ -126,6 +127,9 @@ pub(crate) async fn acquire_lock(
         };
         return Acquired::Refused(err, LockOutcome::BackendError);
     }
+    if let Some(err) = replica_acks_refused(coordinator, spec.replica_acks, key) {
+        return Acquired::Refused(err, LockOutcome::BackendError);
+    }
     let owner = OwnerToken::new();
     let started = Instant::now();
     // A lock taken by this call frees itself at the latest a lease after its last attempt,
@@ -137,7 +141,7 @@ pub(crate) async fn acquire_lock(
         owner,
         lease_bound,
     );
-    let mut answer = if let Some(mode) = spec.rw {
+    let answer = if let Some(mode) = spec.rw {
         crate::runtime::rw_lock::acquire(coordinator, key, owner, mode, spec)
     } else if permit {
         acquire_permit(coordinator, key, owner, spec)
@@ -150,6 +154,7 @@ pub(crate) async fn acquire_lock(
             fenced: spec.fenced,
         })
     };
+    let mut answer = replicas::scoped(spec.replica_acks, answer);
     // Whether the provider answered in the first poll: then this call never waited for it.
     let mut at_once = true;
     let acquired = std::future::poll_fn(|cx| {
@@ -209,6 +214,7 @@ pub(crate) async fn acquire_lock(
         lease_from,
         grant.fencing_token,
         outer,
+        spec.replica_acks,
     );
     let renewal = spec
         .renew

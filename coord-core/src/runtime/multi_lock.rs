@@ -31,12 +31,13 @@ use tokio::time::Instant;
 
 use crate::error::CoordError;
 use crate::policy::OnLost;
+use crate::provider::replicas;
 use crate::provider::{
     BackendError, BackendErrorKind, CallKey, Capability, FencingToken, LockProvider, LockRequest,
     LossCause, MultiLockRequest, OwnerToken,
 };
 use crate::report::LockOutcome;
-use crate::runtime::call::{Call, backend_fault};
+use crate::runtime::call::{Call, backend_fault, replica_acks_refused};
 use crate::runtime::held;
 use crate::runtime::lease_guard::{LeaseGuard, LeaseStore};
 use crate::runtime::lock::{Grant, LockGuard};
@@ -137,14 +138,24 @@ pub(crate) async fn acquire_multi(
     if coordinator.lifecycle().is_shut_down() {
         return MultiAcquired::Refused(CoordError::ShutDown { key: first.clone() });
     }
+    if let Some(err) = replica_acks_refused(coordinator, spec.replica_acks, first) {
+        return MultiAcquired::Refused(err);
+    }
     let owner = OwnerToken::new();
     let started = Instant::now();
     let together = coordinator.supports(Capability::MultiKeyLocks)
         && coordinator.multi_lock_store().takes_together(&keys);
-    let taken = if together {
-        take_together(coordinator, &keys, owner, spec, started).await
-    } else {
-        take_in_order(coordinator, &keys, owner, spec, started).await
+    let taking = async {
+        if together {
+            take_together(coordinator, &keys, owner, spec, started).await
+        } else {
+            take_in_order(coordinator, &keys, owner, spec, started).await
+        }
+    };
+    // Every grant of the set, on either path, with the operation's replica acknowledgement.
+    let taken = match spec.replica_acks {
+        None => taking.await,
+        Some(acks) => replicas::scope(acks, taking).await,
     };
     let (taken, contended) = match taken {
         Ok(Some(taken)) => taken,
@@ -181,6 +192,7 @@ pub(crate) async fn acquire_multi(
             lease_from,
             Some(token),
             chain.take(),
+            spec.replica_acks,
         );
         chain = Some(hold.clone());
         let grant = Grant::of_hold(

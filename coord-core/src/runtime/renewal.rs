@@ -35,8 +35,8 @@ use crate::provider::BackendError;
 use crate::provider::CallKey;
 use crate::provider::time::deadline_after;
 use crate::provider::{
-    FencingToken, IdempotencyStore, LockProvider, LossCause, OwnerToken, RenewOutcome, RwLockStore,
-    RwMode, SemaphoreStore,
+    FencingToken, IdempotencyStore, LockProvider, LossCause, OwnerToken, RenewOutcome, ReplicaAcks,
+    RwLockStore, RwMode, SemaphoreStore, replicas,
 };
 
 /// What a hold protects.
@@ -82,9 +82,13 @@ pub(crate) struct Hold {
     /// Why the hold was lost, once it is.
     cause: Mutex<Option<LossCause>>,
     lost_notify: Notify,
+    /// The operation's replica acknowledgement, in scope around each renewal of this hold.
+    replica_acks: Option<ReplicaAcks>,
 }
 
 impl Hold {
+    // Every field of a hold is fixed when it is made; the four call sites name each one.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         kind: HoldKind,
         key: CallKey,
@@ -93,6 +97,7 @@ impl Hold {
         acquired_at: Instant,
         fencing_token: Option<FencingToken>,
         outer: Option<Arc<Hold>>,
+        replica_acks: Option<ReplicaAcks>,
     ) -> Arc<Hold> {
         Arc::new(Hold {
             kind,
@@ -109,6 +114,7 @@ impl Hold {
             listed: AtomicBool::new(false),
             cause: Mutex::new(None),
             lost_notify: Notify::new(),
+            replica_acks,
         })
     }
 
@@ -131,6 +137,11 @@ impl Hold {
     /// True for a semaphore permit.
     pub(crate) fn is_permit(&self) -> bool {
         self.kind == HoldKind::Permit
+    }
+
+    /// The operation's replica acknowledgement, for the writes that settle this hold.
+    pub(crate) fn replica_acks(&self) -> Option<ReplicaAcks> {
+        self.replica_acks
     }
 
     /// The token that owns the lease.
@@ -584,28 +595,21 @@ impl Registration {
     }
 }
 
+/// One renewal of `hold`, with its operation's replica acknowledgement in scope.
 async fn renew_once(shared: &Shared, hold: &Hold) -> Result<RenewOutcome, BackendError> {
-    match hold.kind {
-        HoldKind::Lock => shared.locks.renew(&hold.key, hold.owner, hold.lease).await,
-        HoldKind::Permit => {
-            shared
-                .semaphores
-                .renew_permit(&hold.key, hold.owner, hold.lease)
-                .await
-        }
-        HoldKind::Rw(mode) => {
-            shared
-                .rw_locks
-                .renew_rw(&hold.key, hold.owner, mode, hold.lease)
-                .await
-        }
-        HoldKind::Marker => {
-            shared
-                .records
-                .renew_marker(&hold.key, hold.owner, hold.lease)
-                .await
-        }
-    }
+    let renewal = match hold.kind {
+        HoldKind::Lock => shared.locks.renew(&hold.key, hold.owner, hold.lease),
+        HoldKind::Permit => shared
+            .semaphores
+            .renew_permit(&hold.key, hold.owner, hold.lease),
+        HoldKind::Rw(mode) => shared
+            .rw_locks
+            .renew_rw(&hold.key, hold.owner, mode, hold.lease),
+        HoldKind::Marker => shared
+            .records
+            .renew_marker(&hold.key, hold.owner, hold.lease),
+    };
+    replicas::scoped(hold.replica_acks, renewal).await
 }
 
 /// The renewal task: renews what is due, then sleeps until the next due time or a new,

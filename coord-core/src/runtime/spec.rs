@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use crate::policy::{OnAbandoned, OnBackendError, OnLost, OnMissingKey, OnStoreError};
+use crate::provider::ReplicaAcks;
 use crate::runtime::cache_tiers::CacheSpec;
 use crate::telemetry::OpTelemetry;
 
@@ -47,6 +48,9 @@ pub struct IdempotencySpec {
     pub on_store_error: OnStoreError,
     /// What a call whose key has an absent (`None`) part does.
     pub on_missing_key: OnMissingKey,
+    /// `replica_acks = ..`: the replica acknowledgement of this operation's claim, completion
+    /// and marker renewals, overriding the provider's; `None` leaves the provider's.
+    pub replica_acks: Option<ReplicaAcks>,
     /// Which of the durations above were written rather than defaulted.
     pub written: Written,
 }
@@ -72,6 +76,9 @@ pub struct LockSpec {
     pub renew: Option<Duration>,
     /// What to do with the body if the lease is lost.
     pub on_lost: Option<OnLost>,
+    /// `replica_acks = ..`: the replica acknowledgement of this operation's grants and
+    /// renewals, overriding the provider's; `None` leaves the provider's.
+    pub replica_acks: Option<ReplicaAcks>,
     /// Which of the durations above were written rather than defaulted.
     pub written: Written,
 }

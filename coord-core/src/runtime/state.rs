@@ -218,6 +218,7 @@ impl Coordinator {
             Capability::Semaphores => self.inner.semaphores.supports_semaphores(),
             Capability::ReadWriteLocks => self.inner.rw_locks.supports_rw_locks(),
             Capability::MultiKeyLocks => self.inner.multi_locks.supports_multi_locks(),
+            Capability::ReplicaAcks => self.inner.locks.supports_replica_acks(),
             // A capability this version of coord does not know: none of its providers has it.
             _ => false,
         }

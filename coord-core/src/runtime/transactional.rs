@@ -116,6 +116,7 @@ where
         claimed_at,
         None,
         None,
+        spec.replica_acks,
     );
     let registered = call.coordinator.lifecycle().register_marker(hold.clone());
     let renewal = spec

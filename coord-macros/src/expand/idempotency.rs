@@ -8,7 +8,7 @@ use syn::Ident;
 use super::call::borrow_path;
 use super::function::{Locals, ReturnSite};
 use super::spans::{respan, with_span};
-use super::spec_values::{lease_policy, millis, policy, written};
+use super::spec_values::{lease_policy, millis, policy, replica_acks, written};
 use crate::model::{IdempotencyLayer, TransactionParam};
 use crate::options::{Abandoned, MissingKey, StoreError};
 
@@ -31,6 +31,7 @@ pub(super) fn spec(layer: Option<&IdempotencyLayer>, krate: &TokenStream) -> Tok
         StoreError::ReturnOk => quote!(#krate::__private::OnStoreError::ReturnOk),
     };
     let written = written(krate, &layer.written);
+    let replica_acks = replica_acks(krate, layer.replica_acks);
     let on_missing_key = match layer.on_missing_key {
         MissingKey::Fail => quote!(#krate::__private::OnMissingKey::Fail),
         MissingKey::RunUnprotected => {
@@ -48,6 +49,7 @@ pub(super) fn spec(layer: Option<&IdempotencyLayer>, krate: &TokenStream) -> Tok
             on_abandoned: #on_abandoned,
             on_store_error: #on_store_error,
             on_missing_key: #on_missing_key,
+            replica_acks: #replica_acks,
             written: #written,
         })
     }

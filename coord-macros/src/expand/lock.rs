@@ -5,7 +5,7 @@ use proc_macro2::TokenStream;
 use quote::{quote, quote_spanned};
 
 use super::function::ReturnSite;
-use super::spec_values::{lease_policy, millis, policy, written};
+use super::spec_values::{lease_policy, millis, policy, replica_acks, written};
 use crate::model::LockLayer;
 use crate::options::RwChoice;
 
@@ -28,6 +28,7 @@ pub(super) fn spec(layer: Option<&LockLayer>, krate: &TokenStream) -> TokenStrea
         }
     };
     let written = written(krate, &layer.written);
+    let replica_acks = replica_acks(krate, layer.replica_acks);
     let on_backend_error = policy(krate, layer.on_backend_error);
     let (renew, on_lost) = lease_policy(krate, &layer.lease_policy);
     quote! {
@@ -40,6 +41,7 @@ pub(super) fn spec(layer: Option<&LockLayer>, krate: &TokenStream) -> TokenStrea
             on_backend_error: #on_backend_error,
             renew: #renew,
             on_lost: #on_lost,
+            replica_acks: #replica_acks,
             written: #written,
         })
     }

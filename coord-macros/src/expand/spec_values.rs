@@ -5,7 +5,7 @@ use proc_macro2::{Literal, Span, TokenStream};
 use quote::quote;
 use syn::Ident;
 
-use crate::model::LeasePolicy;
+use crate::model::{LeasePolicy, ReplicaAcksChoice};
 use crate::options::{Lost, Policy};
 
 /// `Duration::from_millis(ms)`.
@@ -50,6 +50,27 @@ pub(super) fn policy(krate: &TokenStream, policy: Option<Policy>) -> TokenStream
         }
         Some(Policy::FailOpen) => {
             quote!(::core::option::Option::Some(#krate::__private::OnBackendError::FailOpen))
+        }
+    }
+}
+
+/// The `replica_acks` field of a spec: `None` leaves the provider's setting.
+pub(super) fn replica_acks(krate: &TokenStream, acks: Option<ReplicaAcksChoice>) -> TokenStream {
+    match acks {
+        None => quote!(::core::option::Option::None),
+        Some(ReplicaAcksChoice::Off) => {
+            quote!(::core::option::Option::Some(#krate::__private::ReplicaAcks::Off))
+        }
+        Some(ReplicaAcksChoice::Wait {
+            replicas,
+            timeout_ms,
+        }) => {
+            let replicas = Literal::u32_suffixed(replicas);
+            let timeout = millis(krate, timeout_ms);
+            quote!(::core::option::Option::Some(#krate::__private::ReplicaAcks::Wait {
+                replicas: #replicas,
+                timeout: #timeout,
+            }))
         }
     }
 }

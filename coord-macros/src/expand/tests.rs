@@ -27,7 +27,8 @@ const SNAPSHOTS: [(&str, Kind, &str, &str); 15] = [
          retention = \"1h\", in_flight_lease = \"1m\", wait = \"2s\", \
          on_backend_error = fail_open, renew = \"15s\", on_lost = signal, \
          on_abandoned = fail, on_store_error = return_ok, \
-         on_missing_key = run_unprotected, name = \"payments.charge\", record_key = true, \
+         on_missing_key = run_unprotected, replica_acks = 1, replica_acks_timeout = \"500ms\", \
+         name = \"payments.charge\", record_key = true, \
          profile = \"payments\", coordinator = \"&self.coordinator\"",
         "/// Charges. \n #[inline] pub async fn charge(&self, order: Order, region: String) \
          -> Result<u64, PaymentError> { #![allow(unused)] Ok(order.cents) }",
@@ -106,7 +107,7 @@ const SNAPSHOTS: [(&str, Kind, &str, &str); 15] = [
     (
         "rw_lock_read",
         Kind::DistributedLock,
-        "key_from = book, mode = \"read\", wait = \"5s\", renew = true",
+        "key_from = book, mode = \"read\", wait = \"5s\", renew = true, replica_acks = 0",
         "async fn prices(book: u64) -> Result<(), E> { Ok(()) }",
     ),
     (

@@ -1,11 +1,12 @@
 //! Sending commands and scripts, and turning replies and faults into backend errors.
 
+use std::borrow::Cow;
 use std::time::Duration;
 
-use coord_core::provider::{BackendErrorKind, OwnerToken, ReplicaShortfall};
+use coord_core::provider::{BackendErrorKind, OwnerToken, ReplicaAcks, ReplicaShortfall, replicas};
 use coord_core::{BackendError, CallKey};
 
-use super::{Inner, MAX_MILLIS, ReplicaAcks};
+use super::{AckWait, Inner, MAX_MILLIS};
 use crate::config::scrub;
 use crate::encode::TokenText;
 use crate::scripts::Script;
@@ -80,10 +81,36 @@ impl Inner {
         args: &[&[u8]],
         key: &CallKey,
     ) -> Result<(Reply, Acks), BackendError> {
-        let Some(acks) = &self.replica_acks else {
+        let Some(acks) = self.ack_wait(key)? else {
             return Ok((self.eval(script, keys, args, key).await?, Acks(None)));
         };
-        Box::pin(self.eval_waited(script, keys, args, key, acks)).await
+        Box::pin(self.eval_waited(script, keys, args, key, &acks)).await
+    }
+
+    /// The `WAIT` this write is followed by: the operation's override when its call put one
+    /// in scope ([`replicas::in_scope`]), else the provider's own setting. An override's
+    /// timeout is checked as the builder checks the provider's (above zero, below the command
+    /// timeout, whose bound the `WAIT` shares), and a bad one is a `Config` error.
+    fn ack_wait(&self, key: &CallKey) -> Result<Option<Cow<'_, AckWait>>, BackendError> {
+        match replicas::in_scope() {
+            None => Ok(self.replica_acks.as_ref().map(Cow::Borrowed)),
+            Some(ReplicaAcks::Off) => Ok(None),
+            Some(ReplicaAcks::Wait { replicas, timeout }) => {
+                if timeout.is_zero() || timeout >= self.timeout {
+                    return Err(BackendError::new(
+                        BackendErrorKind::Config,
+                        format!(
+                            "the operation's `replica_acks` timeout must be above zero and below \
+                             the command timeout ({:?}, got {timeout:?}): the `WAIT` shares the \
+                             write's round trip, which the command timeout bounds",
+                            self.timeout
+                        ),
+                    )
+                    .with_key(key));
+                }
+                Ok(Some(Cow::Owned(AckWait::new(replicas, timeout))))
+            }
+        }
     }
 
     async fn eval_waited(
@@ -92,7 +119,7 @@ impl Inner {
         keys: &[&str],
         args: &[&[u8]],
         key: &CallKey,
-        acks: &ReplicaAcks,
+        acks: &AckWait,
     ) -> Result<(Reply, Acks), BackendError> {
         let build = |name: &'static str, body| script_command(name, body, keys, args);
         let script_cmd = build("EVALSHA", &*script.sha);
@@ -108,7 +135,7 @@ impl Inner {
         };
         let what = || format!("script `{}`", script.name);
         match outcome {
-            Ok(replies) => self.split_acks(replies, &what(), key),
+            Ok(replies) => self.split_acks(replies, &what(), key, acks),
             Err(fault) => Err(self.error(fault, &what(), key)),
         }
     }
@@ -122,7 +149,7 @@ impl Inner {
         then: Option<Command<'_>>,
         key: &CallKey,
     ) -> Result<(Vec<Reply>, Acks), BackendError> {
-        let Some(acks) = &self.replica_acks else {
+        let Some(acks) = self.ack_wait(key)? else {
             let replies = match then {
                 Some(then) => self.run(&[cmd, then], key).await?,
                 None => self.run(&[cmd], key).await?,
@@ -138,10 +165,7 @@ impl Inner {
             Some(Reply::Int(n)) => n,
             _ => return Err(self.protocol("WAIT", key, "unexpected reply")),
         };
-        Ok((
-            replies,
-            Acks(Some(seen.clamp(0, i64::from(u32::MAX)) as u32)),
-        ))
+        Ok((replies, Acks::seen(seen, &acks)))
     }
 
     fn split_acks(
@@ -149,39 +173,43 @@ impl Inner {
         mut replies: Vec<Reply>,
         what: &str,
         key: &CallKey,
+        acks: &AckWait,
     ) -> Result<(Reply, Acks), BackendError> {
         match (replies.pop(), replies.pop(), replies.is_empty()) {
-            (Some(Reply::Int(seen)), Some(reply), true) => {
-                Ok((reply, Acks(Some(seen.clamp(0, i64::from(u32::MAX)) as u32))))
-            }
+            (Some(Reply::Int(seen)), Some(reply), true) => Ok((reply, Acks::seen(seen, acks))),
             _ => Err(self.protocol(what, key, "unexpected replies to a script and its WAIT")),
         }
     }
 
-    /// After a write that granted something: `Ok` when the provider does not wait for
-    /// replicas or enough of them acknowledged, else a `NotReplicated` error naming the
-    /// count seen and asked for.
+    /// After a write that granted something: `Ok` when no `WAIT` followed it (neither the
+    /// provider nor the operation waits for replicas) or enough replicas acknowledged, else a
+    /// `NotReplicated` error naming the count seen and asked for.
     pub(super) fn replicated(
         &self,
         acks: Acks,
         what: &str,
         key: &CallKey,
     ) -> Result<(), BackendError> {
-        let (Some(seen), Some(asked)) = (acks.0, self.replica_acks.as_ref()) else {
+        let Some(Seen {
+            seen,
+            asked,
+            timeout,
+        }) = acks.0
+        else {
             return Ok(());
         };
-        if seen >= asked.replicas {
+        if seen >= asked {
             return Ok(());
         }
         Err(BackendError::not_replicated(
             ReplicaShortfall {
                 acknowledged: seen,
-                asked: asked.replicas,
+                asked,
             },
             format!(
-                "{what} at {}: only {seen} of {} replica(s) acknowledged the write within {:?} \
-                 (`replica_acks`); a failover could lose it, so it counts as failed",
-                self.address, asked.replicas, asked.timeout
+                "{what} at {}: only {seen} of {asked} replica(s) acknowledged the write within \
+                 {timeout:?} (`replica_acks`); a failover could lose it, so it counts as failed",
+                self.address
             ),
         )
         .with_key(key))
@@ -205,7 +233,16 @@ impl Inner {
     }
 }
 
-impl ReplicaAcks {
+impl AckWait {
+    pub(super) fn new(replicas: u32, timeout: Duration) -> AckWait {
+        AckWait {
+            replicas,
+            replicas_arg: replicas.to_string(),
+            timeout_ms: millis(timeout).to_string(),
+            timeout,
+        }
+    }
+
     /// `WAIT replicas timeout`, sent where `after` goes, right after it.
     fn command<'a>(&'a self, after: &Command<'a>) -> Command<'a> {
         Command::new("WAIT")
@@ -233,10 +270,26 @@ fn script_command<'a>(
     cmd
 }
 
-/// What the `WAIT` after a granting write found: how many replicas acknowledged it, or
-/// `None` when the provider does not wait for replicas.
+/// What the `WAIT` after a granting write found, or `None` when no `WAIT` followed it.
 #[must_use = "ask `Inner::replicated` whether the write counts"]
-pub(super) struct Acks(Option<u32>);
+pub(super) struct Acks(Option<Seen>);
+
+/// How many replicas acknowledged a write, out of how many the `WAIT` asked for, within what.
+struct Seen {
+    seen: u32,
+    asked: u32,
+    timeout: Duration,
+}
+
+impl Acks {
+    fn seen(seen: i64, asked: &AckWait) -> Acks {
+        Acks(Some(Seen {
+            seen: seen.clamp(0, i64::from(u32::MAX)) as u32,
+            asked: asked.replicas,
+            timeout: asked.timeout,
+        }))
+    }
+}
 
 /// Milliseconds for `PX`/`PEXPIRE`: rounded up (a sub-millisecond or zero lease is one
 /// millisecond, since Redis refuses zero), capped at [`MAX_MILLIS`].

@@ -362,4 +362,10 @@ impl LockProvider for RedisProvider {
             Ok(outcome)
         })
     }
+
+    /// Every granting write of this provider (locks, permits, read-write and multi-key locks,
+    /// claims, completions, renewals, flight claims) reads the operation's override.
+    fn supports_replica_acks(&self) -> bool {
+        true
+    }
 }

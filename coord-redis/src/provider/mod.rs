@@ -144,15 +144,17 @@ struct Inner {
     /// An estimate of the server's clock, to give claims a not-after time in it.
     clock: ServerClock,
     /// `WAIT` after each granting write: the replica count and the timeout in ms, as sent.
-    replica_acks: Option<ReplicaAcks>,
+    replica_acks: Option<AckWait>,
     /// Every key lives on one server (a standalone server, or the master behind Sentinel):
     /// multi-key locks of any keys can be taken by one script. Off for Redis Cluster and for
     /// clients the application built (which may be cluster clients).
     one_server: bool,
 }
 
-/// The `WAIT` sent after each granting write (see [`RedisProviderBuilder::replica_acks`]).
-struct ReplicaAcks {
+/// The `WAIT` sent after each granting write (see [`RedisProviderBuilder::replica_acks`]),
+/// or after those of one operation that asks for it ([`coord_core::provider::ReplicaAcks`]).
+#[derive(Clone)]
+struct AckWait {
     replicas: u32,
     replicas_arg: String,
     timeout_ms: String,
@@ -373,6 +375,14 @@ impl RedisProviderBuilder {
     ///
     /// `connect` refuses `replicas` of zero, a zero `timeout`, and a `timeout` not below the
     /// command timeout (the `WAIT` shares the command's round trip and its bound).
+    ///
+    /// This is the default of every operation; one operation can override it either way
+    /// (`replica_acks = n` with `replica_acks_timeout`, or `replica_acks = 0`, on
+    /// `#[idempotent]` and `#[distributed_lock]`; `.replica_acks(n, timeout)` or
+    /// `.without_replica_acks()` on the lock, semaphore, read-write lock, multi-lock and
+    /// idempotent handles), with the same failures. An override's timeout must also be below
+    /// the command timeout: a longer one fails the call with a `Config` error. Cluster
+    /// single-flight claims and renewals follow this setting only.
     pub fn replica_acks(mut self, replicas: u32, timeout: Duration) -> Self {
         self.options.replica_acks = Some((replicas, timeout));
         self
@@ -445,12 +455,9 @@ impl RedisProviderBuilder {
                 client,
                 watch,
                 clock,
-                replica_acks: options.replica_acks.map(|(replicas, timeout)| ReplicaAcks {
-                    replicas,
-                    replicas_arg: replicas.to_string(),
-                    timeout_ms: commands::millis(timeout).to_string(),
-                    timeout,
-                }),
+                replica_acks: options
+                    .replica_acks
+                    .map(|(replicas, timeout)| AckWait::new(replicas, timeout)),
                 one_server,
             }),
         })

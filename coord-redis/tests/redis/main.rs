@@ -35,6 +35,7 @@ mod own_client;
 mod reconnect;
 mod records;
 mod replica_acks;
+mod replica_acks_per_operation;
 mod round_trips;
 mod rw_lock_faults;
 mod rw_locks;

@@ -13,7 +13,7 @@ use coord_redis_testing::RedisServer;
 
 /// A primary and one replica in step with it (both without persistence: the test is about
 /// replication, not disks).
-fn primary_and_replica() -> (RedisServer, RedisServer) {
+pub(super) fn primary_and_replica() -> (RedisServer, RedisServer) {
     let primary = RedisServer::start();
     let port = primary.port().to_string();
     let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
@@ -22,7 +22,7 @@ fn primary_and_replica() -> (RedisServer, RedisServer) {
 }
 
 /// Waits until the primary lists an online replica that acknowledged recently.
-fn await_online(primary: &RedisServer) {
+pub(super) fn await_online(primary: &RedisServer) {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let info = primary
@@ -43,9 +43,14 @@ fn await_online(primary: &RedisServer) {
 /// How long a granting write waits for the replica: long enough that a replica in step on a
 /// loaded machine acknowledges within it (a test about a cut-off replica must not fail
 /// because a healthy one was slow).
-const ACK_WAIT: Duration = Duration::from_secs(1);
+pub(super) const ACK_WAIT: Duration = Duration::from_secs(1);
 
-async fn coordinator(primary: &RedisServer, client: Client, acks: bool, ns: &str) -> Coordinator {
+pub(super) async fn coordinator(
+    primary: &RedisServer,
+    client: Client,
+    acks: bool,
+    ns: &str,
+) -> Coordinator {
     let mut builder = RedisProvider::builder(primary.url())
         .client(client)
         .command_timeout(Duration::from_secs(3));
@@ -72,7 +77,7 @@ fn matching(server: &RedisServer, pattern: &str) -> usize {
 }
 
 /// Polls until no key matches `pattern` on `server`, for up to 10 s.
-async fn eventually_absent(server: &RedisServer, pattern: &str) {
+pub(super) async fn eventually_absent(server: &RedisServer, pattern: &str) {
     let deadline = Instant::now() + Duration::from_secs(10);
     while matching(server, pattern) > 0 {
         assert!(
@@ -95,7 +100,7 @@ async fn charge(c: &Coordinator, order: u32, runs: Arc<AtomicUsize>) -> Result<u
     Ok(order * 10)
 }
 
-fn not_replicated(err: &CoordError) -> ReplicaShortfall {
+pub(super) fn not_replicated(err: &CoordError) -> ReplicaShortfall {
     match err {
         CoordError::Backend(b) if b.kind() == BackendErrorKind::NotReplicated => b
             .replica_shortfall()

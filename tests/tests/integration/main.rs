@@ -28,4 +28,5 @@ mod ordering;
 mod outcome_integrity;
 mod provider_inputs;
 mod renewal_runtimes;
+mod replica_acks;
 mod shutdown;

@@ -1,0 +1,352 @@
+//! `replica_acks` per operation: an attribute option or a handle setter overrides the
+//! provider's `replica_acks` for one operation's granting writes, both ways. A replica is cut
+//! off by pausing it (SIGSTOP), as in `replica_acks.rs`, whose servers and helpers these tests
+//! share.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use coord_core::provider::ReplicaShortfall;
+use coord_core::{CoordError, Coordinator, distributed_lock, idempotent};
+use coord_redis::Client;
+
+use super::replica_acks::{
+    ACK_WAIT, await_online, coordinator, eventually_absent, not_replicated, primary_and_replica,
+};
+
+/// One replica out of one: what every failing write below reports.
+const NONE_OF_ONE: ReplicaShortfall = ReplicaShortfall {
+    acknowledged: 0,
+    asked: 1,
+};
+
+#[distributed_lock(key_from = "id", coordinator = c, name = "op.lock", replica_acks = 1, replica_acks_timeout = "1s")]
+async fn lock_on(c: &Coordinator, id: u32, runs: Arc<AtomicUsize>) -> Result<u32, CoordError> {
+    runs.fetch_add(1, Ordering::SeqCst);
+    Ok(id)
+}
+
+#[distributed_lock(key_from = "id", coordinator = c, name = "op.permit", permits = 2, replica_acks = 1, replica_acks_timeout = "1s")]
+async fn permit_on(c: &Coordinator, id: u32, runs: Arc<AtomicUsize>) -> Result<u32, CoordError> {
+    runs.fetch_add(1, Ordering::SeqCst);
+    Ok(id)
+}
+
+#[distributed_lock(key_from = "id", coordinator = c, name = "op.read", mode = "read", replica_acks = 1, replica_acks_timeout = "1s")]
+async fn read_on(c: &Coordinator, id: u32, runs: Arc<AtomicUsize>) -> Result<u32, CoordError> {
+    runs.fetch_add(1, Ordering::SeqCst);
+    Ok(id)
+}
+
+#[distributed_lock(key_from_each = "ids", coordinator = c, name = "op.many", replica_acks = 1, replica_acks_timeout = "1s")]
+async fn many_on(
+    c: &Coordinator,
+    ids: Vec<u32>,
+    runs: Arc<AtomicUsize>,
+) -> Result<u32, CoordError> {
+    runs.fetch_add(1, Ordering::SeqCst);
+    Ok(ids.len() as u32)
+}
+
+#[idempotent(key_from = "order", coordinator = c, name = "op.charge", replica_acks = 1, replica_acks_timeout = "1s")]
+async fn charge_on(c: &Coordinator, order: u32, runs: Arc<AtomicUsize>) -> Result<u32, CoordError> {
+    runs.fetch_add(1, Ordering::SeqCst);
+    Ok(order * 10)
+}
+
+/// The control: the same lock with the provider's setting.
+#[distributed_lock(key_from = "id", coordinator = c, name = "op.plain")]
+async fn lock_default(c: &Coordinator, id: u32, runs: Arc<AtomicUsize>) -> Result<u32, CoordError> {
+    runs.fetch_add(1, Ordering::SeqCst);
+    Ok(id)
+}
+
+/// The control of the other direction: the same idempotent call with the provider's setting.
+#[idempotent(key_from = "order", coordinator = c, name = "op.plain_charge")]
+async fn charge_default(
+    c: &Coordinator,
+    order: u32,
+    runs: Arc<AtomicUsize>,
+) -> Result<u32, CoordError> {
+    runs.fetch_add(1, Ordering::SeqCst);
+    Ok(order * 10)
+}
+
+/// Provider default off, the operation asks for one replica: with the replica in step every
+/// kind of grant succeeds; with it cut off, each fails with `NotReplicated` (0 of 1) without
+/// running its body, attribute and handle alike, while an operation without the override on
+/// the same coordinator is granted as before.
+async fn an_operation_asks_for_replicas_the_provider_does_not(client: Client) {
+    let (primary, replica) = primary_and_replica();
+    let c = coordinator(&primary, client, false, "op-on").await;
+    let runs = Arc::new(AtomicUsize::new(0));
+
+    assert_eq!(lock_on(&c, 1, runs.clone()).await.unwrap(), 1);
+    assert_eq!(permit_on(&c, 1, runs.clone()).await.unwrap(), 1);
+    assert_eq!(read_on(&c, 1, runs.clone()).await.unwrap(), 1);
+    assert_eq!(many_on(&c, vec![1, 2], runs.clone()).await.unwrap(), 2);
+    assert_eq!(charge_on(&c, 1, runs.clone()).await.unwrap(), 10);
+    assert_eq!(runs.load(Ordering::SeqCst), 5);
+
+    replica.pause();
+    let started = Instant::now();
+    let err = lock_on(&c, 2, runs.clone()).await.unwrap_err();
+    assert_eq!(not_replicated(&err), NONE_OF_ONE);
+    assert!(
+        started.elapsed() < ACK_WAIT + Duration::from_secs(2),
+        "bounded by the operation's timeout: {:?}",
+        started.elapsed()
+    );
+    eventually_absent(&primary, "op-on:lock:*op.lock*2*").await;
+    for err in [
+        permit_on(&c, 2, runs.clone()).await.unwrap_err(),
+        read_on(&c, 2, runs.clone()).await.unwrap_err(),
+        many_on(&c, vec![3, 4], runs.clone()).await.unwrap_err(),
+        charge_on(&c, 2, runs.clone()).await.unwrap_err(),
+    ] {
+        assert_eq!(not_replicated(&err), NONE_OF_ONE, "{err}");
+    }
+    eventually_absent(&primary, "op-on:idem:*op.charge*2*").await;
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        5,
+        "no body ran without its grant"
+    );
+
+    // The handle form of each, with the setter.
+    let key = |op: &str, id: u32| c.key(op).part(&id).finish();
+    let err = c
+        .lock(key("op.h.lock", 1))
+        .replica_acks(1, ACK_WAIT)
+        .acquire()
+        .await
+        .unwrap_err();
+    assert_eq!(not_replicated(&err), NONE_OF_ONE);
+    let err = c
+        .semaphore(key("op.h.permit", 1), 3)
+        .replica_acks(1, ACK_WAIT)
+        .acquire()
+        .await
+        .unwrap_err();
+    assert_eq!(not_replicated(&err), NONE_OF_ONE);
+    let err = c
+        .rw_lock(key("op.h.rw", 1))
+        .replica_acks(1, ACK_WAIT)
+        .run_write(|| async { Ok::<_, CoordError>(()) })
+        .await
+        .unwrap_err();
+    assert_eq!(not_replicated(&err), NONE_OF_ONE);
+    let err = c
+        .multi_lock([key("op.h.many", 1), key("op.h.many", 2)])
+        .replica_acks(1, ACK_WAIT)
+        .acquire()
+        .await
+        .unwrap_err();
+    assert_eq!(not_replicated(&err), NONE_OF_ONE);
+    let err = c
+        .idempotent(key("op.h.charge", 1))
+        .replica_acks(1, ACK_WAIT)
+        .run(|| async { Ok::<_, CoordError>(1u32) })
+        .await
+        .unwrap_err();
+    assert_eq!(not_replicated(&err), NONE_OF_ONE);
+
+    // The provider's setting (off) still rules the operations that do not override it.
+    assert_eq!(lock_default(&c, 1, runs.clone()).await.unwrap(), 1);
+    let plain = c.lock(key("op.h.plain", 1)).try_acquire().await.unwrap();
+    assert!(plain.is_some(), "granted without waiting for the replica");
+    replica.resume();
+    await_online(&primary);
+    assert_eq!(lock_on(&c, 2, runs.clone()).await.unwrap(), 2);
+}
+
+#[distributed_lock(key_from = "id", coordinator = c, name = "op.off", replica_acks = 0)]
+async fn lock_off(c: &Coordinator, id: u32, runs: Arc<AtomicUsize>) -> Result<u32, CoordError> {
+    runs.fetch_add(1, Ordering::SeqCst);
+    Ok(id)
+}
+
+#[distributed_lock(key_from = "id", coordinator = c, name = "op.permit_off", permits = 2, replica_acks = 0)]
+async fn permit_off(c: &Coordinator, id: u32, runs: Arc<AtomicUsize>) -> Result<u32, CoordError> {
+    runs.fetch_add(1, Ordering::SeqCst);
+    Ok(id)
+}
+
+#[distributed_lock(key_from = "id", coordinator = c, name = "op.write_off", mode = "write", replica_acks = 0)]
+async fn write_off(c: &Coordinator, id: u32, runs: Arc<AtomicUsize>) -> Result<u32, CoordError> {
+    runs.fetch_add(1, Ordering::SeqCst);
+    Ok(id)
+}
+
+#[distributed_lock(key_from_each = "ids", coordinator = c, name = "op.many_off", replica_acks = 0)]
+async fn many_off(
+    c: &Coordinator,
+    ids: Vec<u32>,
+    runs: Arc<AtomicUsize>,
+) -> Result<u32, CoordError> {
+    runs.fetch_add(1, Ordering::SeqCst);
+    Ok(ids.len() as u32)
+}
+
+#[idempotent(key_from = "order", coordinator = c, name = "op.charge_off", replica_acks = 0)]
+async fn charge_off(
+    c: &Coordinator,
+    order: u32,
+    runs: Arc<AtomicUsize>,
+) -> Result<u32, CoordError> {
+    runs.fetch_add(1, Ordering::SeqCst);
+    Ok(order * 10)
+}
+
+/// A renewing lock without replica acknowledgement, held across several renewals while the
+/// replica is cut off: its renewals must not wait for the replica either.
+#[distributed_lock(key_from = "id", coordinator = c, name = "op.renew_off", lease = "1500ms", renew = true, replica_acks = 0)]
+async fn renewing_off(c: &Coordinator, id: u32) -> Result<u32, CoordError> {
+    // Two whole leases: the hold stands only if its renewals counted.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    Ok(id)
+}
+
+/// Provider default on, the operation turns it off: with the replica cut off, every kind of
+/// grant, a completion and a hold renewed across two leases succeed, attribute and handle
+/// alike, while an operation without the override on the same coordinator fails with
+/// `NotReplicated`.
+async fn an_operation_turns_off_what_the_provider_asks(client: Client) {
+    let (primary, replica) = primary_and_replica();
+    let c = coordinator(&primary, client, true, "op-off").await;
+    let runs = Arc::new(AtomicUsize::new(0));
+    replica.pause();
+
+    assert_eq!(lock_off(&c, 1, runs.clone()).await.unwrap(), 1);
+    assert_eq!(permit_off(&c, 1, runs.clone()).await.unwrap(), 1);
+    assert_eq!(write_off(&c, 1, runs.clone()).await.unwrap(), 1);
+    assert_eq!(many_off(&c, vec![1, 2], runs.clone()).await.unwrap(), 2);
+    assert_eq!(charge_off(&c, 1, runs.clone()).await.unwrap(), 10);
+    assert_eq!(
+        charge_off(&c, 1, runs.clone()).await.unwrap(),
+        10,
+        "a replay"
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 5, "the replay ran nothing");
+    assert_eq!(renewing_off(&c, 1).await.unwrap(), 1);
+
+    let key = |op: &str, id: u32| c.key(op).part(&id).finish();
+    let guard = c
+        .lock(key("op.h.lock", 1))
+        .without_replica_acks()
+        .acquire()
+        .await
+        .unwrap();
+    assert!(guard.release().await.unwrap());
+    let permit = c
+        .semaphore(key("op.h.permit", 1), 3)
+        .without_replica_acks()
+        .acquire()
+        .await
+        .unwrap();
+    assert!(permit.release().await.unwrap());
+    c.rw_lock(key("op.h.rw", 1))
+        .without_replica_acks()
+        .run_read(|| async { Ok::<_, CoordError>(()) })
+        .await
+        .unwrap();
+    let all = c
+        .multi_lock([key("op.h.many", 1), key("op.h.many", 2)])
+        .without_replica_acks()
+        .acquire()
+        .await
+        .unwrap();
+    drop(all);
+    // `replica_acks(0, ..)` is the same as turning it off.
+    let stored = c
+        .idempotent(key("op.h.charge", 1))
+        .replica_acks(0, ACK_WAIT)
+        .run(|| async { Ok::<_, CoordError>(7u32) })
+        .await
+        .unwrap();
+    assert_eq!(stored, 7);
+
+    // The provider's setting (one replica) still rules the operations that do not override it.
+    let err = lock_default(&c, 1, runs.clone()).await.unwrap_err();
+    assert_eq!(not_replicated(&err), NONE_OF_ONE);
+    let err = charge_default(&c, 1, runs.clone()).await.unwrap_err();
+    assert_eq!(not_replicated(&err), NONE_OF_ONE);
+    replica.resume();
+}
+
+#[distributed_lock(key_from = "id", coordinator = c, name = "op.hold", lease = "3s", renew = true, replica_acks = 1, replica_acks_timeout = "1s")]
+async fn long_hold_on(
+    c: &Coordinator,
+    id: u32,
+    entered: Arc<tokio::sync::Notify>,
+) -> Result<(), CoordError> {
+    entered.notify_one();
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    Ok(())
+}
+
+/// Provider default off, a renewing lock asks for one replica: once the replica is cut off,
+/// its renewals fail and the hold is lost within the lease, as with the provider's setting.
+async fn an_operations_renewals_wait_for_its_replicas(client: Client) {
+    let (primary, replica) = primary_and_replica();
+    let c = coordinator(&primary, client, false, "op-renew").await;
+    let entered = Arc::new(tokio::sync::Notify::new());
+    let mut hold = tokio::spawn({
+        let (c, entered) = (c.clone(), entered.clone());
+        async move { long_hold_on(&c, 1, entered).await }
+    });
+    tokio::select! {
+        _ = entered.notified() => {}
+        ended = &mut hold => panic!("the hold ended before its body ran: {ended:?}"),
+        _ = tokio::time::sleep(Duration::from_secs(10)) => panic!("the body never ran"),
+    }
+    replica.pause();
+    let cut_at = Instant::now();
+    let outcome = tokio::time::timeout(Duration::from_secs(15), hold)
+        .await
+        .expect("the body must be cancelled, not left running")
+        .unwrap();
+    let after = cut_at.elapsed();
+    replica.resume();
+    assert!(
+        matches!(outcome, Err(CoordError::LockLost { .. })),
+        "got {outcome:?}"
+    );
+    assert!(
+        // One lease from the last replicated renewal, with a margin for a loaded machine.
+        after <= Duration::from_secs(3) + Duration::from_secs(3),
+        "lost within the lease: {after:?}"
+    );
+}
+
+/// An override whose timeout the provider cannot bound (not below its command timeout, 3 s
+/// here) is refused with a `Config` error before anything is written.
+async fn an_operation_timeout_past_the_command_timeout_is_refused(client: Client) {
+    let (primary, _replica) = primary_and_replica();
+    let c = coordinator(&primary, client, false, "op-bad").await;
+    let err = c
+        .lock(c.key("op.bad").part(&1u32).finish())
+        .replica_acks(1, Duration::from_secs(5))
+        .acquire()
+        .await
+        .unwrap_err();
+    match &err {
+        CoordError::Backend(b) => {
+            assert_eq!(
+                b.kind(),
+                coord_core::provider::BackendErrorKind::Config,
+                "{err}"
+            );
+            assert!(b.message().contains("replica_acks"), "{err}");
+        }
+        other => panic!("expected a Config error, got {other:?}"),
+    }
+}
+
+per_client!(
+    an_operation_asks_for_replicas_the_provider_does_not,
+    an_operation_turns_off_what_the_provider_asks,
+    an_operations_renewals_wait_for_its_replicas,
+    an_operation_timeout_past_the_command_timeout_is_refused,
+);

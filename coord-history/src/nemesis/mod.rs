@@ -8,8 +8,10 @@
 //! - [`schedule`]: seeded schedules that combine several faults in one step, so that a run
 //!   sees faults overlapping, not one at a time.
 //!
-//! Pausing (SIGSTOP/SIGCONT), killing and restarting servers and client processes are done by
-//! the test with the backend's testing crate; the schedule names them ([`schedule::FaultKind`]).
+//! Pausing (SIGSTOP/SIGCONT), killing and restarting servers and client processes, filling a
+//! server's memory, and moving a client process's clock (jumped forward, or stalled while its
+//! code runs) are done by the test with the backend's testing crate or its own processes; the
+//! schedule names them ([`schedule::FaultKind`]).
 
 pub mod proxy;
 pub mod schedule;

@@ -717,6 +717,10 @@ fn check_flights(calls: &[Paired<'_>], effects: &[&Effect], report: &mut Report)
     }
 }
 
+/// One source's writes as (at, version) sorted by version, and for each the moment its
+/// version was first replaced (`u64::MAX`: never).
+type SourceVersions = (Vec<(u64, u64)>, Vec<u64>);
+
 fn check_cache(
     calls: &[Paired<'_>],
     sources: &HashMap<&str, Vec<(u64, u64)>>,
@@ -724,7 +728,7 @@ fn check_cache(
 ) {
     // Each source's writes by version, and the earliest moment each version was replaced (the
     // first write of any newer version), so that a read is judged in logarithmic time.
-    let mut replaced_at: HashMap<&str, (Vec<(u64, u64)>, Vec<u64>)> = HashMap::new();
+    let mut replaced_at: HashMap<&str, SourceVersions> = HashMap::new();
     for (key, writes) in sources {
         let mut by_version = writes.clone();
         by_version.sort_unstable_by_key(|(at, v)| (*v, *at));

@@ -7,14 +7,17 @@
 //! 1. **under faults**: one redis-server (append-only file, fsync always) behind an in-test
 //!    TCP proxy; two client processes of this binary and the test process itself, each with
 //!    several tasks taking fenced locks, making idempotent calls and single-flight calls on a
-//!    few hot keys; a seeded schedule of combined faults (proxy delay, blackhole, hold,
-//!    half-open and reset; server pause, kill and restart with and without its data; client
-//!    process pause). Every call is recorded (JSON lines, one file per process, merged with
-//!    what the protected resource witnessed), then checked: zero violations.
+//!    few hot keys, and the test process's tasks making cached reads of sources a writer
+//!    versions at the resource; a seeded schedule of combined faults (proxy delay, blackhole,
+//!    hold, half-open and reset; server pause, kill and restart with and without its data, full
+//!    memory; client process pause, its clock jumped forward or stalled). Every call is
+//!    recorded (JSON lines, one file per process, merged with what the protected resource
+//!    witnessed), then checked: zero violations; then every hot lock must be free again.
 //! 2. **in process**: the same workload on the in-process provider, without faults.
 //! 3. **planted bugs**: the same workload through a provider that grants locks without
-//!    checking (all holders get token 1), and one that replays a fresh answer; the checker
-//!    must report violations for each, or it is not checking anything.
+//!    checking (all holders get token 1), one that replays a fresh answer, and one whose
+//!    shared cache keeps entries 30 times their ttl; the checker must report violations for
+//!    each, or it is not checking anything.
 //! 4. **Sentinel failover** (module `failover`; needs root for network namespaces): the
 //!    primary and a minority of five client processes cut off from the replicas, the
 //!    Sentinels and the other clients until a replica is promoted, then healed and the old
@@ -28,7 +31,8 @@
 //! The short form (CI) runs each fault phase for 8 s. A long form:
 //! `COORD_HISTORY_SECS=1800 COORD_HISTORY_SEED=<n> cargo test -p coord-redis --all-features
 //! --test histories`. A failed run prints its seed and the path of the merged history, which
-//! `cargo run -p coord-history --bin check -- <path>` re-checks.
+//! `cargo run -p coord-history --bin check -- <path>` re-checks. `COORD_HISTORY_FAULTS=<kind>,..`
+//! limits the schedule to some kinds of fault.
 
 #[path = "histories/failover.rs"]
 mod failover;

@@ -2,7 +2,7 @@
 //!
 //! - [`proxy`]: a TCP proxy between the clients and a server, whose [`proxy::Mode`] the test
 //!   switches: delay, blackhole (bytes silently dropped both ways, connections left open: a
-//!   partition as the clients see it), hold (bytes kept back until healed), half-open (the
+//!   partition as the clients see it; those that lost bytes are closed at the heal), hold (bytes kept back until healed), half-open (the
 //!   server's side closed, the client's left open and silent), reset (every connection closed,
 //!   new ones refused).
 //! - [`schedule`]: seeded schedules that combine several faults in one step, so that a run

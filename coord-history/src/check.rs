@@ -90,6 +90,16 @@ pub struct Report {
     pub double_holder: u64,
     /// The longest time from invocation to completion, in nanoseconds.
     pub longest_call: u64,
+    /// The longest caller wait under each kind of fault, in nanoseconds: the longest time
+    /// from invocation to completion among the calls whose span overlaps a window of that
+    /// kind (from its start to its heal; a fault never healed lasts to the end of the
+    /// history). `none` holds the calls that overlap no fault at all. Calls that never
+    /// completed are not counted here (see [`Report::outcomes`]).
+    pub longest_by_fault: BTreeMap<String, u64>,
+    /// The error kinds of the calls that ended `fail` or `info`, and how many of each.
+    pub errors: BTreeMap<String, usize>,
+    /// New versions written to cached sources.
+    pub source_writes: usize,
     /// The span of the history, first to last event, in nanoseconds.
     pub span: u64,
     pub violations: Vec<Violation>,
@@ -133,6 +143,17 @@ impl fmt::Display for Report {
             self.span / 1_000_000,
             self.violations.len()
         )?;
+        if !self.longest_by_fault.is_empty() {
+            let waits: Vec<String> = self
+                .longest_by_fault
+                .iter()
+                .map(|(k, ns)| format!("{k} {} ms", ns / 1_000_000))
+                .collect();
+            writeln!(f, "  longest call by fault: {}", waits.join(", "))?;
+        }
+        if !self.errors.is_empty() {
+            writeln!(f, "  errors: {:?}", self.errors)?;
+        }
         for v in &self.violations {
             write!(f, "  {v}")?;
         }
@@ -182,6 +203,7 @@ pub fn check(events: &[Event]) -> Report {
     let mut writes = Vec::new();
     let mut effects: Vec<&Effect> = Vec::new();
     let mut losses: Vec<u64> = Vec::new();
+    let mut fault_events: Vec<&crate::event::Fault> = Vec::new();
     let mut sources: HashMap<&str, Vec<(u64, u64)>> = HashMap::new();
     for e in events {
         match e {
@@ -196,6 +218,9 @@ pub fn check(events: &[Event]) -> Report {
                     Outcome::Info => "info",
                 };
                 *report.outcomes.entry(name.into()).or_default() += 1;
+                if let Some(kind) = &c.error {
+                    *report.errors.entry(kind.clone()).or_default() += 1;
+                }
                 completes.insert(c.call, c);
             }
             Event::Resource(w) => {
@@ -211,6 +236,7 @@ pub fn check(events: &[Event]) -> Report {
                 effects.push(x);
             }
             Event::Fault(f) => {
+                fault_events.push(f);
                 if f.start {
                     *report.faults.entry(f.fault.clone()).or_default() += 1;
                     if f.data_loss {
@@ -218,10 +244,13 @@ pub fn check(events: &[Event]) -> Report {
                     }
                 }
             }
-            Event::SourceWrite(s) => sources
-                .entry(s.key.as_str())
-                .or_default()
-                .push((s.at, s.version)),
+            Event::SourceWrite(s) => {
+                report.source_writes += 1;
+                sources
+                    .entry(s.key.as_str())
+                    .or_default()
+                    .push((s.at, s.version));
+            }
         }
     }
     losses.sort_unstable();
@@ -244,6 +273,7 @@ pub fn check(events: &[Event]) -> Report {
         .filter_map(|c| c.end().map(|e| e.saturating_sub(c.invoke.at)))
         .max()
         .unwrap_or(0);
+    report.longest_by_fault = longest_by_fault(&calls, &fault_events, last);
 
     check_resource(&writes, &mut report);
     check_held_throughout(&writes, &calls, &mut report);
@@ -251,6 +281,68 @@ pub fn check(events: &[Event]) -> Report {
     check_flights(&calls, &effects, &mut report);
     check_cache(&calls, &sources, &mut report);
     report
+}
+
+/// Fault windows per kind, from each start to its heal (the next heal of that kind), or to
+/// `last` when never healed. Steps of one kind never overlap, so each kind's windows come out
+/// sorted by start and by end alike.
+fn fault_windows(faults: &[&crate::event::Fault], last: u64) -> BTreeMap<String, Vec<(u64, u64)>> {
+    let mut sorted: Vec<&crate::event::Fault> = faults.to_vec();
+    sorted.sort_by_key(|f| (f.at, !f.start));
+    let mut open: HashMap<&str, std::collections::VecDeque<u64>> = HashMap::new();
+    let mut windows: BTreeMap<String, Vec<(u64, u64)>> = BTreeMap::new();
+    for f in sorted {
+        if f.start {
+            open.entry(f.fault.as_str()).or_default().push_back(f.at);
+        } else if let Some(start) = open.get_mut(f.fault.as_str()).and_then(|q| q.pop_front()) {
+            windows
+                .entry(f.fault.clone())
+                .or_default()
+                .push((start, f.at));
+        }
+    }
+    for (kind, starts) in open {
+        for start in starts {
+            windows
+                .entry(kind.to_owned())
+                .or_default()
+                .push((start, last));
+        }
+    }
+    for w in windows.values_mut() {
+        w.sort_unstable();
+    }
+    windows
+}
+
+fn longest_by_fault(
+    calls: &[Paired<'_>],
+    faults: &[&crate::event::Fault],
+    last: u64,
+) -> BTreeMap<String, u64> {
+    let windows = fault_windows(faults, last);
+    let mut longest: BTreeMap<String, u64> = BTreeMap::new();
+    for c in calls {
+        let Some(end) = c.end() else { continue };
+        let start = c.invoke.at;
+        let wait = end.saturating_sub(start);
+        let mut any = false;
+        for (kind, ws) in &windows {
+            // The first window that ends at or after the call began; it overlaps the call if
+            // it also began no later than the call ended.
+            let i = ws.partition_point(|(_, e)| *e < start);
+            if ws.get(i).is_some_and(|(s, _)| *s <= end) {
+                any = true;
+                let slot = longest.entry(kind.clone()).or_default();
+                *slot = (*slot).max(wait);
+            }
+        }
+        if !any {
+            let slot = longest.entry("none".into()).or_default();
+            *slot = (*slot).max(wait);
+        }
+    }
+    longest
 }
 
 fn check_resource(writes: &[&crate::event::ResourceWrite], report: &mut Report) {
@@ -474,12 +566,15 @@ fn check_idempotent(
         .iter()
         .filter_map(|c| Some((c.invoke.call, c.invoke.proposal.as_deref()?)))
         .collect();
+    // What the bodies of each key answer, gathered once (a long run has thousands of keys).
+    let mut produced: HashMap<&str, Vec<&str>> = HashMap::new();
+    for e in effects.iter().filter(|e| e.kind == EffectKind::Body) {
+        if let Some(p) = proposals.get(&e.call) {
+            produced.entry(e.key.as_str()).or_default().push(p);
+        }
+    }
     for ((key, ep), group) in by_key {
-        let ran: Vec<&str> = effects
-            .iter()
-            .filter(|e| e.kind == EffectKind::Body && e.key == key)
-            .filter_map(|e| proposals.get(&e.call).copied())
-            .collect();
+        let ran: &[&str] = produced.get(key).map_or(&[], Vec::as_slice);
         let mut lin = Vec::new();
         for c in &group {
             let Some(proposal) = c.invoke.proposal.clone() else {
@@ -582,6 +677,8 @@ fn check_flights(calls: &[Paired<'_>], effects: &[&Effect], report: &mut Report)
             }
         }
     }
+    let by_proposal: HashMap<&str, CallId> =
+        proposals.iter().map(|(call, p)| (*p, *call)).collect();
     let leader_end: HashMap<CallId, u64> = calls
         .iter()
         .filter_map(|c| Some((c.invoke.call, c.end()?)))
@@ -590,17 +687,21 @@ fn check_flights(calls: &[Paired<'_>], effects: &[&Effect], report: &mut Report)
         let (Some(answer), Some(end)) = (c.ok_answer(), c.end()) else {
             continue;
         };
-        let fits = runs
-            .get(&(c.invoke.pid, c.invoke.key.as_str()))
-            .into_iter()
-            .flat_map(|g| g.iter())
-            .any(|(call, (s, _))| {
+        // Proposals name their call, so the one run that could have produced the answer is
+        // found directly (a long run has thousands of runs per key).
+        let fits = by_proposal
+            .get(answer)
+            .and_then(|call| {
+                let (s, _) = runs
+                    .get(&(c.invoke.pid, c.invoke.key.as_str()))?
+                    .get(call)?;
+                Some((call, s))
+            })
+            .is_some_and(|(call, s)| {
                 // A flight is open from its body's start until its leader's call returns
                 // (callers may join after the body's last effect, before the answer is out).
                 let open_until = leader_end.get(call).copied().unwrap_or(u64::MAX);
-                proposals.get(call) == Some(&answer)
-                    && s.is_some_and(|s| s.at <= end)
-                    && open_until >= c.invoke.at
+                s.is_some_and(|s| s.at <= end) && open_until >= c.invoke.at
             });
         if !fits {
             report.violations.push(Violation {
@@ -616,20 +717,45 @@ fn check_flights(calls: &[Paired<'_>], effects: &[&Effect], report: &mut Report)
     }
 }
 
+/// One source's writes as (at, version) sorted by version, and for each the moment its
+/// version was first replaced (`u64::MAX`: never).
+type SourceVersions = (Vec<(u64, u64)>, Vec<u64>);
+
 fn check_cache(
     calls: &[Paired<'_>],
     sources: &HashMap<&str, Vec<(u64, u64)>>,
     report: &mut Report,
 ) {
+    // Each source's writes by version, and the earliest moment each version was replaced (the
+    // first write of any newer version), so that a read is judged in logarithmic time.
+    let mut replaced_at: HashMap<&str, SourceVersions> = HashMap::new();
+    for (key, writes) in sources {
+        let mut by_version = writes.clone();
+        by_version.sort_unstable_by_key(|(at, v)| (*v, *at));
+        let mut replaced = vec![u64::MAX; by_version.len()];
+        // Walk the versions from the newest down, one group of equal versions at a time,
+        // carrying the earliest write of any newer version.
+        let mut newer = u64::MAX;
+        let mut end = by_version.len();
+        while end > 0 {
+            let version = by_version[end - 1].1;
+            let start = by_version[..end].partition_point(|(_, v)| *v < version);
+            replaced[start..end].fill(newer);
+            for (at, _) in &by_version[start..end] {
+                newer = newer.min(*at);
+            }
+            end = start;
+        }
+        replaced_at.insert(key, (by_version, replaced));
+    }
     for c in calls.iter().filter(|c| c.invoke.op == Op::CacheRead) {
         let Some(answer) = c.ok_answer() else {
             continue;
         };
         let bound = c.invoke.bound.unwrap_or(0);
-        let writes = sources
+        let (writes, replaced_list) = replaced_at
             .get(c.invoke.key.as_str())
-            .map(Vec::as_slice)
-            .unwrap_or(&[]);
+            .map_or((&[][..], &[][..]), |(w, r)| (w.as_slice(), r.as_slice()));
         let Ok(version) = answer.parse::<u64>() else {
             report.violations.push(Violation {
                 promise: Promise::CacheFresh,
@@ -639,7 +765,8 @@ fn check_cache(
             });
             continue;
         };
-        if !writes.iter().any(|(_, v)| *v == version) {
+        let first = writes.partition_point(|(_, v)| *v < version);
+        if writes.get(first).is_none_or(|(_, v)| *v != version) {
             report.violations.push(Violation {
                 promise: Promise::CacheFresh,
                 key: c.invoke.key.clone(),
@@ -652,11 +779,7 @@ fn check_cache(
             continue;
         }
         // When the version read was first replaced.
-        let replaced = writes
-            .iter()
-            .filter(|(_, v)| *v > version)
-            .map(|(at, _)| *at)
-            .min();
+        let replaced = Some(replaced_list[first]).filter(|at| *at != u64::MAX);
         if let Some(replaced) = replaced
             && replaced.saturating_add(bound) < c.invoke.at
         {

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use coord_core::CallKey;
 use coord_core::provider::{
-    BackendError, BoxFuture, CacheStore, ClaimOutcome, ClaimRequest, CompleteOutcome,
+    BackendError, BoxFuture, CacheEntry, CacheStore, ClaimOutcome, ClaimRequest, CompleteOutcome,
     CompleteRequest, FencingToken, FlightStore, IdempotencyStore, LockGrant, LockProvider,
     LockRequest, Operations, OwnerToken, ReleaseOutcome, RenewOutcome, RwLockStore, SemaphoreStore,
 };
@@ -22,7 +22,13 @@ pub enum PlantedBug {
     /// A completed record is reported as free: a replay runs the body again and answers
     /// fresh instead of the stored answer.
     FreshAnswerOnReplay,
+    /// The shared cache keeps every entry 30 times as long as it was asked to: reads are
+    /// served answers far older than their ttl.
+    CacheBeyondTtl,
 }
+
+/// How much longer [`PlantedBug::CacheBeyondTtl`] keeps a shared cache entry.
+const CACHE_STRETCH: u32 = 30;
 
 /// `inner` with `bug` planted; every other operation goes to `inner` unchanged.
 #[derive(Debug, Clone)]
@@ -140,8 +146,34 @@ impl<P: IdempotencyStore> IdempotencyStore for Planted<P> {
     }
 }
 
-// The planted provider serves no shared cache, cluster flight or operator call.
-impl<P: Send + Sync + 'static> CacheStore for Planted<P> {}
+impl<P: CacheStore> CacheStore for Planted<P> {
+    fn cache_get<'a>(
+        &'a self,
+        key: &'a CallKey,
+    ) -> BoxFuture<'a, Result<Option<CacheEntry>, BackendError>> {
+        self.inner.cache_get(key)
+    }
+
+    fn cache_set<'a>(
+        &'a self,
+        key: &'a CallKey,
+        value: &'a [u8],
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<(), BackendError>> {
+        if self.bug == PlantedBug::CacheBeyondTtl {
+            return self
+                .inner
+                .cache_set(key, value, ttl.saturating_mul(CACHE_STRETCH));
+        }
+        self.inner.cache_set(key, value, ttl)
+    }
+
+    fn cache_delete<'a>(&'a self, key: &'a CallKey) -> BoxFuture<'a, Result<bool, BackendError>> {
+        self.inner.cache_delete(key)
+    }
+}
+
+// The planted provider serves no cluster flight or operator call.
 impl<P: Send + Sync + 'static> FlightStore for Planted<P> {}
 impl<P: Send + Sync + 'static> Operations for Planted<P> {}
 // No semaphores: the planted bugs are in locks and records, and a provider without the

@@ -11,6 +11,9 @@
 //!   fencing behaves.
 //! - [`WitnessClient::effect`]: a body's effect (an idempotent body ran, a flight began or
 //!   ended).
+//! - [`WitnessClient::read_version`] and [`WitnessClient::bump_version`]: a versioned source
+//!   for cached reads. Each new version (the first read of a key writes version 0) is recorded
+//!   as an [`Event::SourceWrite`] stamped when the resource applied it.
 //! - [`WitnessClient::generation`]: a counter the test bumps after it destroyed the server's
 //!   data, so that clients move to fresh keys.
 //!
@@ -19,7 +22,8 @@
 //!
 //! The wire format is one line per request and per reply, keys without whitespace:
 //! `W <key> <token> <call> enter|exit` → `A <seq>` or `R <seq>`; `E <key> <call>
-//! body|flight_start|flight_end` → `K <seq>`; `G` → `G <generation>`.
+//! body|flight_start|flight_end` → `K <seq>`; `V <key>` → `V <version>`; `B <key>` →
+//! `V <version>` (the new one); `G` → `G <generation>`.
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -30,13 +34,30 @@ use std::sync::{Arc, Mutex};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
 use crate::clock::now_ns;
-use crate::event::{CallId, Effect, EffectKind, Event, Phase, ResourceWrite};
+use crate::event::{CallId, Effect, EffectKind, Event, Phase, ResourceWrite, SourceWrite};
 
 #[derive(Debug, Default)]
 struct State {
     seq: u64,
     newest: HashMap<String, u64>,
+    versions: HashMap<String, u64>,
     events: Vec<Event>,
+}
+
+impl State {
+    /// The current version of source `key`, writing version 0 on first sight.
+    fn version(&mut self, key: &str) -> u64 {
+        if let Some(v) = self.versions.get(key) {
+            return *v;
+        }
+        self.versions.insert(key.to_owned(), 0);
+        self.events.push(Event::SourceWrite(SourceWrite {
+            at: now_ns(),
+            key: key.to_owned(),
+            version: 0,
+        }));
+        0
+    }
 }
 
 #[derive(Debug)]
@@ -216,6 +237,21 @@ fn answer(line: &str, shared: &Shared) -> String {
             }));
             format!("K {seq}")
         }
+        ["V", key] => {
+            let mut state = shared.state.lock().unwrap_or_else(|e| e.into_inner());
+            format!("V {}", state.version(key))
+        }
+        ["B", key] => {
+            let mut state = shared.state.lock().unwrap_or_else(|e| e.into_inner());
+            let version = state.version(key) + 1;
+            state.versions.insert((*key).to_owned(), version);
+            state.events.push(Event::SourceWrite(SourceWrite {
+                at: now_ns(),
+                key: (*key).to_owned(),
+                version,
+            }));
+            format!("V {version}")
+        }
         ["G"] => format!("G {}", shared.generation.load(Ordering::Acquire)),
         _ => "X unknown request".into(),
     }
@@ -303,6 +339,18 @@ impl WitnessClient {
             EffectKind::FlightEnd => "flight_end",
         };
         self.request(format!("E {key} {} {kind}", call.0)).await;
+    }
+
+    /// The current version of the source `key` (0 until first bumped).
+    pub async fn read_version(&self, key: &str) -> u64 {
+        let reply = self.request(format!("V {key}")).await;
+        reply[2..].parse().expect("a version number")
+    }
+
+    /// Writes a new version of the source `key`; returns it.
+    pub async fn bump_version(&self, key: &str) -> u64 {
+        let reply = self.request(format!("B {key}")).await;
+        reply[2..].parse().expect("a version number")
     }
 
     /// The current key generation.

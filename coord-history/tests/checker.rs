@@ -313,3 +313,56 @@ fn histories_round_trip_through_json_lines() {
     let _ = std::fs::remove_file(&path);
     assert_eq!(back, events);
 }
+
+fn fault(at: u64, name: &str, start: bool) -> Event {
+    Event::Fault(Fault {
+        at,
+        fault: name.into(),
+        start,
+        data_loss: false,
+    })
+}
+
+#[test]
+fn the_longest_wait_is_kept_per_fault_overlapping_the_call_and_errors_are_counted() {
+    let (a, b, c, d) = (call(1, 1), call(1, 2), call(1, 3), call(1, 4));
+    let mut failed = done(95, d, Op::Lock, "k", Outcome::Info, None);
+    if let Event::Complete(x) = &mut failed {
+        x.error = Some("Backend(OutOfMemory)".into());
+    }
+    let events = vec![
+        fault(10, "server-full", true),
+        fault(20, "server-full", false),
+        fault(50, "clock-stall", true),
+        fault(60, "clock-stall", false),
+        fault(80, "server-full", true), // never healed: lasts to the end
+        // Spans a's whole fault window and more: 40 under server-full only.
+        invoke(5, a, Op::Lock, "k", None),
+        done(45, a, Op::Lock, "k", Outcome::Ok, None),
+        // Overlaps no fault.
+        invoke(25, b, Op::Lock, "k", None),
+        done(30, b, Op::Lock, "k", Outcome::Ok, None),
+        // Ends inside the stall: 35 under clock-stall.
+        invoke(20 + 1, c, Op::Lock, "k", None),
+        done(56, c, Op::Lock, "k", Outcome::Ok, None),
+        // Begins before the unhealed fault.
+        invoke(70, d, Op::Lock, "k", None),
+        failed,
+    ];
+    let report = check(&events);
+    let waits: Vec<(&str, u64)> = report
+        .longest_by_fault
+        .iter()
+        .map(|(k, v)| (k.as_str(), *v))
+        .collect();
+    assert_eq!(
+        waits,
+        [("clock-stall", 35), ("none", 5), ("server-full", 40)],
+        "{report}"
+    );
+    assert_eq!(
+        report.errors.get("Backend(OutOfMemory)"),
+        Some(&1),
+        "{report}"
+    );
+}

@@ -15,7 +15,11 @@ pub enum Mode {
     /// Forwards every chunk after this delay (each connection's chunks stay in order).
     Delay(Duration),
     /// Drops every byte both ways, silently; connections stay open. A partition, as the
-    /// clients see it.
+    /// clients see it. A connection that lost bytes this way is closed when the mode changes:
+    /// TCP never delivers what follows a lost segment without it (it retransmits until it
+    /// gives up), so a stream that skipped bytes and went on would be a fault no network
+    /// makes, one that misaligns replies with requests. A connection that lost nothing goes
+    /// on.
     Blackhole,
     /// Keeps every byte back, and delivers it when the mode changes.
     Hold,
@@ -101,6 +105,8 @@ async fn connection(mut client: TcpStream, upstream: SocketAddr, mut mode: watch
     };
     let mut cbuf = vec![0u8; 16 * 1024];
     let mut sbuf = vec![0u8; 16 * 1024];
+    // Whether a blackhole dropped bytes of this connection (see `Mode::Blackhole`).
+    let mut lost = false;
     loop {
         let from_server = async {
             match server.as_mut() {
@@ -111,14 +117,14 @@ async fn connection(mut client: TcpStream, upstream: SocketAddr, mut mode: watch
         tokio::select! {
             read = client.read(&mut cbuf) => {
                 let n = match read { Ok(0) | Err(_) => return, Ok(n) => n };
-                if !forward(&mut mode, &mut server, &cbuf[..n], true, &mut client).await {
+                if !forward(&mut mode, &mut server, &cbuf[..n], true, &mut client, &mut lost).await {
                     return;
                 }
             }
             read = from_server => {
                 let n = match read { Ok(0) | Err(_) => return, Ok(n) => n };
                 let chunk = sbuf[..n].to_vec();
-                if !forward(&mut mode, &mut server, &chunk, false, &mut client).await {
+                if !forward(&mut mode, &mut server, &chunk, false, &mut client, &mut lost).await {
                     return;
                 }
             }
@@ -126,6 +132,8 @@ async fn connection(mut client: TcpStream, upstream: SocketAddr, mut mode: watch
                 if changed.is_err() { return; }
                 match *mode.borrow_and_update() {
                     Mode::Reset => return,
+                    Mode::Blackhole => {}
+                    _ if lost => return,
                     Mode::HalfOpen => server = None,
                     _ => {}
                 }
@@ -134,23 +142,30 @@ async fn connection(mut client: TcpStream, upstream: SocketAddr, mut mode: watch
     }
 }
 
-/// Forwards one chunk as the mode says; `false` when the connection is to be closed.
+/// Forwards one chunk as the mode says; `false` when the connection is to be closed. Sets
+/// `lost` when a blackhole drops the chunk.
 async fn forward(
     mode: &mut watch::Receiver<Mode>,
     server: &mut Option<TcpStream>,
     chunk: &[u8],
     to_server: bool,
     client: &mut TcpStream,
+    lost: &mut bool,
 ) -> bool {
     loop {
         let now = *mode.borrow_and_update();
         match now {
             Mode::Reset => return false,
+            Mode::Blackhole => {
+                *lost = true;
+                return true;
+            }
+            // Bytes were skipped: nothing after them may be delivered.
+            _ if *lost => return false,
             Mode::HalfOpen => {
                 *server = None;
                 return true;
             }
-            Mode::Blackhole => return true,
             Mode::Hold => {
                 if mode.changed().await.is_err() {
                     return false;

@@ -27,6 +27,18 @@ pub enum FaultKind {
     ServerKillWipe,
     /// One client process is frozen (SIGSTOP) past its leases and thawed.
     ClientPause,
+    /// One client process's clock (the runtime clock its lease deadlines, renewals and
+    /// timeouts are measured on) jumps forward by 3 s at once: every lease it holds looks
+    /// lapsed to it, every timeout it is waiting on fires.
+    ClockJump,
+    /// One client process's clock stands still while its code keeps running, then goes on
+    /// from where it stopped: afterwards it is behind the real time by the stall, as after a
+    /// backward jump. Timers do not fire meanwhile, so its renewals stop while it believes
+    /// its leases are still young.
+    ClockStall,
+    /// The server's memory is full: `maxmemory` below what it uses, with
+    /// `maxmemory-policy noeviction`, so writes fail with `OOM` errors until healed.
+    ServerFull,
 }
 
 /// What a fault disturbs; one step never takes two faults of one class.
@@ -39,7 +51,7 @@ pub enum FaultClass {
 
 impl FaultKind {
     /// Every kind.
-    pub const ALL: [FaultKind; 9] = [
+    pub const ALL: [FaultKind; 12] = [
         FaultKind::ProxyDelay,
         FaultKind::ProxyBlackhole,
         FaultKind::ProxyHold,
@@ -49,6 +61,9 @@ impl FaultKind {
         FaultKind::ServerKillRestart,
         FaultKind::ServerKillWipe,
         FaultKind::ClientPause,
+        FaultKind::ClockJump,
+        FaultKind::ClockStall,
+        FaultKind::ServerFull,
     ];
 
     /// The name recorded in histories (`proxy-hold`, `server-kill-wipe`, ...).
@@ -63,6 +78,9 @@ impl FaultKind {
             FaultKind::ServerKillRestart => "server-kill-restart",
             FaultKind::ServerKillWipe => "server-kill-wipe",
             FaultKind::ClientPause => "client-pause",
+            FaultKind::ClockJump => "clock-jump",
+            FaultKind::ClockStall => "clock-stall",
+            FaultKind::ServerFull => "server-full",
         }
     }
 
@@ -74,10 +92,13 @@ impl FaultKind {
             | FaultKind::ProxyHold
             | FaultKind::ProxyHalfOpen
             | FaultKind::ProxyReset => FaultClass::Network,
-            FaultKind::ServerPause | FaultKind::ServerKillRestart | FaultKind::ServerKillWipe => {
-                FaultClass::Server
+            FaultKind::ServerPause
+            | FaultKind::ServerKillRestart
+            | FaultKind::ServerKillWipe
+            | FaultKind::ServerFull => FaultClass::Server,
+            FaultKind::ClientPause | FaultKind::ClockJump | FaultKind::ClockStall => {
+                FaultClass::Client
             }
-            FaultKind::ClientPause => FaultClass::Client,
         }
     }
 
@@ -95,7 +116,8 @@ pub struct Step {
     pub hold: Duration,
     /// For [`FaultKind::ProxyDelay`]: the delay.
     pub delay: Duration,
-    /// For [`FaultKind::ClientPause`]: which client process (an index to take modulo the
+    /// For [`FaultKind::ClientPause`], [`FaultKind::ClockJump`] and
+    /// [`FaultKind::ClockStall`]: which client process (an index to take modulo the
     /// number of processes).
     pub target: u64,
 }

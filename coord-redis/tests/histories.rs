@@ -110,6 +110,10 @@ fn client_name(client: Client) -> &'static str {
 }
 
 /// `Fail`: certainly no effect. `Info`: unknown.
+/// The error kind recorded for a hold whose lease ran out on the local clock before its body
+/// began: `fencing_token()` answers `None` then, and the body writes nothing.
+const LAPSED: &str = "LeaseRanOutBeforeBody";
+
 fn classify(err: &CoordError) -> (Outcome, String) {
     let outcome = match err {
         CoordError::LockNotAcquired { .. }
@@ -182,22 +186,31 @@ async fn lock_call(
     let call = invoked.call;
     let seen = AtomicU64::new(0);
     let key = coord.key("hist.lock").part(name.as_str()).finish();
-    let result: Result<u64, CoordError> = coord
+    let result: Result<Option<u64>, CoordError> = coord
         .lock(key)
         .lease(LEASE)
         .wait(Duration::from_secs(2))
         .fenced()
         .run(|| async {
-            let token = fencing_token().expect("a fenced hold has a token").get();
+            // No token once the lease has run out on the local clock (this process was paused,
+            // or its clock jumped, between the grant and the body): coord hands out no token
+            // that can no longer be the newest, and a body without one must not touch the
+            // resource.
+            let Some(token) = fencing_token() else {
+                return Ok(None);
+            };
+            let token = token.get();
             seen.store(token, Ordering::Relaxed);
             witness.fenced_write(&name, token, call, Phase::Enter).await;
             tokio::time::sleep(hold).await;
             witness.fenced_write(&name, token, call, Phase::Exit).await;
-            Ok(token)
+            Ok(Some(token))
         })
         .await;
     let ending = match result {
-        Ok(token) => Ending::ok(None, Some(token)),
+        Ok(Some(token)) => Ending::ok(None, Some(token)),
+        // The body did nothing: certainly no effect at the resource.
+        Ok(None) => Ending::failed(Outcome::Fail, LAPSED),
         Err(err) => {
             let (outcome, kind) = classify(&err);
             let mut ending = Ending::failed(outcome, kind);
@@ -365,14 +378,21 @@ async fn run_workers(
         })
         .collect();
     let grace = until + Duration::from_secs(20);
+    let mut panicked = 0;
     for t in tasks {
         // A call stuck past the grace is left out as never completed (unknown outcome).
         let left = grace.saturating_duration_since(Instant::now());
-        let _ = tokio::time::timeout(left, t).await;
+        if let Ok(Err(err)) = tokio::time::timeout(left, t).await {
+            panicked += usize::from(err.is_panic());
+        }
     }
     if let Some(writer) = writer {
         writer.abort();
     }
+    // A panicked task is a harness bug whose call would only show as never completed: it
+    // fails the run (in a client process, before the history is written, which the test
+    // then reports).
+    assert_eq!(panicked, 0, "{panicked} worker task(s) panicked (seed {seed})");
 }
 
 fn child() {

@@ -531,8 +531,9 @@ impl Transport for Fred {
                 Err(_) => Err(Fault::Timeout("no answer in time".to_owned())),
             };
             // A broken connection is redialled by fred before anything else is written to
-            // it; a stuck one is not noticed by fred at all.
-            if let Err(Fault::Timeout(_)) = &result {
+            // it; a stuck one is not noticed by fred at all, nor one whose reply could not be
+            // read (its later replies may no longer line up with its requests).
+            if let Err(Fault::Timeout(_) | Fault::Protocol(_)) = &result {
                 self.replace(slot, generation);
             }
             result

@@ -412,11 +412,14 @@ fn fault(err: RedisError) -> Fault {
     }
 }
 
-/// Whether a connection that produced `fault` should be replaced (Sentinel): it broke, hangs,
-/// or is no longer on the master.
+/// Whether a connection that produced `fault` should be replaced: it broke, hangs, is no
+/// longer on the master (Sentinel), or gave a reply the client could not read. After an
+/// unreadable reply the connection's replies may no longer line up with its requests, and a
+/// later reply of the right type could answer the wrong command: a new connection costs a
+/// dial, a misaligned one could hand one key's answer to another.
 fn stale(fault: &Fault) -> bool {
     match fault {
-        Fault::Unavailable(_) | Fault::NotSent(_) | Fault::Timeout(_) => true,
+        Fault::Unavailable(_) | Fault::NotSent(_) | Fault::Timeout(_) | Fault::Protocol(_) => true,
         Fault::Server(err) => matches!(
             err.code(),
             ErrorCode::ReadOnly | ErrorCode::MasterDown | ErrorCode::Loading

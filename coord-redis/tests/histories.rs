@@ -392,7 +392,10 @@ async fn run_workers(
     // A panicked task is a harness bug whose call would only show as never completed: it
     // fails the run (in a client process, before the history is written, which the test
     // then reports).
-    assert_eq!(panicked, 0, "{panicked} worker task(s) panicked (seed {seed})");
+    assert_eq!(
+        panicked, 0,
+        "{panicked} worker task(s) panicked (seed {seed})"
+    );
 }
 
 fn child() {

@@ -74,8 +74,8 @@ impl ClusterFlight<'_> {
         self
     }
 
-    /// Waits for `replicas` replicas to acknowledge the leader's claim, each renewal of it and
-    /// its hand-over write, for at most `timeout`, whatever the provider's own setting (for
+    /// Waits for `replicas` replicas to acknowledge the leader's claim and each renewal of it,
+    /// for at most `timeout`, whatever the provider's own setting (for
     /// Redis, `RedisProviderBuilder::replica_acks`). A claim too few replicas acknowledged
     /// counts as failed: it is given up, and the call gets a
     /// [`BackendErrorKind::NotReplicated`](crate::provider::BackendErrorKind::NotReplicated)
@@ -92,9 +92,11 @@ impl ClusterFlight<'_> {
     /// claimed. The timeout must be above zero and below the provider's command timeout (Redis
     /// answers a `Config` error otherwise).
     ///
-    /// Not promised: that the hand-over is replicated. The Redis provider does not wait for
-    /// replicas after it (with its own setting or this one): a hand-over lost in a failover
-    /// makes the followers run the body again, which a flight allows anyway.
+    /// Not promised: that the hand-over is replicated. The setting is in scope for the
+    /// hand-over write too, but the Redis provider does not wait for replicas after it (with
+    /// its own setting or this one): a hand-over lost in a failover makes the followers take
+    /// over and run the body again once the leader's claim lapses, which a flight allows
+    /// anyway, and a `WAIT` would not prevent it.
     pub fn replica_acks(mut self, replicas: u32, timeout: Duration) -> Self {
         self.replica_acks = Some(ReplicaAcks::wait(replicas, timeout));
         self

@@ -425,17 +425,20 @@ impl coord_core::provider::FlightStore for InstrumentedProvider {
         }
         let gate = self.flight_finish_gate.lock().unwrap().clone();
         let fail = self.fail_flight_finishes.load(Ordering::SeqCst);
-        self.seeing_acks("finish", Box::pin(async move {
-            if let Some(gate) = gate {
-                gate.acquire().await.expect("the gate stays open").forget();
-            }
-            if fail {
-                return Err(Self::fault());
-            }
-            self.inner
-                .flight_finish(key, owner, outcome, hand_over)
-                .await
-        }))
+        self.seeing_acks(
+            "finish",
+            Box::pin(async move {
+                if let Some(gate) = gate {
+                    gate.acquire().await.expect("the gate stays open").forget();
+                }
+                if fail {
+                    return Err(Self::fault());
+                }
+                self.inner
+                    .flight_finish(key, owner, outcome, hand_over)
+                    .await
+            }),
+        )
     }
 
     fn flight_abandon<'a>(

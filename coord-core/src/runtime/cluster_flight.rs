@@ -419,27 +419,30 @@ where
     let key = call.key.clone();
     // The operation's replica acknowledgement is a task-local: it does not follow the spawn,
     // so the spawned future carries it itself.
-    spawn_detached(replicas::scoped(spec.replica_acks, Box::pin(async move {
-        let finished = store.flight_finish(&key, owner, &bytes, HAND_OVER).await;
-        match finished {
-            Ok(true) => {}
-            Ok(false) => {
-                coordinator.metrics().count_hand_over_not_written();
-                tracing::warn!(key = %key, "coord: the single-flight claim lapsed while the body ran (renewals failed); the outcome was not handed over, and another instance may have run the body too")
+    spawn_detached(replicas::scoped(
+        spec.replica_acks,
+        Box::pin(async move {
+            let finished = store.flight_finish(&key, owner, &bytes, HAND_OVER).await;
+            match finished {
+                Ok(true) => {}
+                Ok(false) => {
+                    coordinator.metrics().count_hand_over_not_written();
+                    tracing::warn!(key = %key, "coord: the single-flight claim lapsed while the body ran (renewals failed); the outcome was not handed over, and another instance may have run the body too")
+                }
+                Err(err) => {
+                    coordinator.metrics().count_hand_over_not_written();
+                    crate::telemetry::backend_error(
+                        "single_flight",
+                        key.operation().unwrap_or(""),
+                        &err,
+                    );
+                    tracing::warn!(key = %key, error = %err, "coord: handing the single-flight outcome over failed; giving the claim up so a follower runs instead");
+                    abandon_detached(&store, &key, owner, spec.lease);
+                }
             }
-            Err(err) => {
-                coordinator.metrics().count_hand_over_not_written();
-                crate::telemetry::backend_error(
-                    "single_flight",
-                    key.operation().unwrap_or(""),
-                    &err,
-                );
-                tracing::warn!(key = %key, error = %err, "coord: handing the single-flight outcome over failed; giving the claim up so a follower runs instead");
-                abandon_detached(&store, &key, owner, spec.lease);
-            }
-        }
-        drop(pending);
-    })));
+            drop(pending);
+        }),
+    ));
     output
 }
 
@@ -527,8 +530,10 @@ where
     let renewals = async {
         loop {
             tokio::time::sleep(every).await;
-            let renewal =
-                replicas::scoped(spec.replica_acks, store.flight_renew(&call.key, owner, lease));
+            let renewal = replicas::scoped(
+                spec.replica_acks,
+                store.flight_renew(&call.key, owner, lease),
+            );
             match renewal.await {
                 Ok(true) => {}
                 Ok(false) => {

@@ -448,7 +448,10 @@ async fn a_cluster_flight_turns_off_what_the_provider_asks(client: Client) {
         .run(|| async { Ok::<_, CoordError>(8u32) })
         .await
         .unwrap();
-    assert_eq!(zero, 8, "`replica_acks(0, ..)` is the same as turning it off");
+    assert_eq!(
+        zero, 8,
+        "`replica_acks(0, ..)` is the same as turning it off"
+    );
 
     // Renewals: the leader's claim (lease 900 ms, renewed every 300 ms) is held while its body
     // runs 3 s; a second instance arriving after two leases must find it and join.
@@ -491,7 +494,11 @@ async fn a_cluster_flight_turns_off_what_the_provider_asks(client: Client) {
     // The provider's setting (one replica) still rules the flights that do not override it.
     let err = flight_default(&c, 1, runs.clone()).await.unwrap_err();
     assert_eq!(not_replicated(&err), NONE_OF_ONE);
-    assert_eq!(runs.load(Ordering::SeqCst), 1, "the control's body did not run");
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        1,
+        "the control's body did not run"
+    );
     replica.resume();
 }
 

@@ -231,6 +231,21 @@ pub fn cached(args: TokenStream, item: TokenStream) -> TokenStream {
 /// `key_from` (optional: without it, all concurrent calls share one run), `name`,
 /// `coordinator`, `crate` and `record_key`; see the crate documentation.
 ///
+/// * `replica_acks = 1` with `replica_acks_timeout = "500ms"`: wait until this many replicas
+///   hold the leader's claim and each renewal of it, for at most the timeout,
+///   whatever the provider's own setting (`RedisProviderBuilder::replica_acks`). A claim too
+///   few replicas acknowledged is given up and fails as any fault of the claim does
+///   (`NotReplicated`; the body does not run, unless the coordinator's policy is `fail_open`,
+///   which runs it for this instance's callers only); a renewal too few acknowledged is retried
+///   at the next one. `replica_acks = 0` turns waiting off for this flight even when the
+///   provider waits. Without it, the provider's setting. `scope = "cluster"` only (a process
+///   flight writes nothing to the provider). A provider that does not replicate (in-process,
+///   PostgreSQL) refuses `n` of 1 or more with `CoordError::Unsupported` before anything is
+///   claimed; `0` is accepted everywhere. The body is not in its scope: a lock the body takes
+///   follows its own setting.
+/// * `replica_acks_timeout = "500ms"`: how long each write waits for the `replica_acks`
+///   replicas; required with `replica_acks` of 1 or more, refused without it or with `0`. Must
+///   be below the provider's command timeout (the `WAIT` shares its round trip).
 /// * `scope = "process" | "cluster"`: which calls share a run: this process's, or those of
 ///   every instance sharing the provider. Default `"process"`.
 /// * `lease = "10s"`: how long a cluster leader's claim lasts if its instance dies (renewed

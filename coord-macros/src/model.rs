@@ -21,6 +21,9 @@ use crate::options::{FLIGHT_LEASE, FLIGHT_SCOPE, FlightScope};
 pub(crate) struct ClusterFlightLayer {
     /// The lease of the leader's claim.
     pub(crate) lease_ms: u64,
+    /// `replica_acks = ..` of the claim, its renewals and the hand-over: `None` leaves the
+    /// provider's setting.
+    pub(crate) replica_acks: Option<ReplicaAcksChoice>,
 }
 
 /// The `#[idempotent]` layer.
@@ -348,8 +351,16 @@ impl Stack {
             }
         }
 
-        let cluster_flight =
-            first_of(Kind::SingleFlight).and_then(|layer| cluster_flight_layer(layer, &mut errors));
+        // The layers of this function that take `replica_acks` for writes of their own.
+        let granting: Vec<Kind> = [
+            (Kind::Idempotent, idempotency.is_some()),
+            (Kind::DistributedLock, lock.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(kind, present)| present.then_some(kind))
+        .collect();
+        let cluster_flight = first_of(Kind::SingleFlight)
+            .and_then(|layer| cluster_flight_layer(layer, &granting, &mut errors));
 
         if let Some(err) = errors.into_error() {
             let mut errors = Errors::default();
@@ -570,9 +581,16 @@ fn cache_layer(layer: &Args, errors: &mut Errors) -> CacheLayer {
     }
 }
 
-/// Resolves `#[single_flight]`'s `scope` and `lease`: the lease belongs to the cluster scope
-/// (the process flight holds nothing that could outlive its process).
-fn cluster_flight_layer(layer: &Args, errors: &mut Errors) -> Option<ClusterFlightLayer> {
+/// Resolves `#[single_flight]`'s `scope`, `lease` and `replica_acks`: they belong to the
+/// cluster scope (the process flight holds nothing that could outlive its process, and writes
+/// nothing a replica could hold). `granting`: the function's other layers that take
+/// `replica_acks` (`#[idempotent]`, `#[distributed_lock]`), where a misplaced one was
+/// probably meant to go.
+fn cluster_flight_layer(
+    layer: &Args,
+    granting: &[Kind],
+    errors: &mut Errors,
+) -> Option<ClusterFlightLayer> {
     let scope = layer
         .choice::<FlightScope>(&FLIGHT_SCOPE)
         .unwrap_or(FlightScope::Process);
@@ -585,10 +603,47 @@ fn cluster_flight_layer(layer: &Args, errors: &mut Errors) -> Option<ClusterFlig
                     FLIGHT_LEASE.name, FLIGHT_SCOPE.name
                 )));
             }
+            // The first of the two written is the one to point at; `replica_acks_timeout`
+            // alone is refused here too, rather than with the cluster-scope pairing rules.
+            let acks = layer
+                .written(&REPLICA_ACKS)
+                .map(|setting| (setting, REPLICA_ACKS.name))
+                .or_else(|| {
+                    layer
+                        .written(&REPLICA_ACKS_TIMEOUT)
+                        .map(|setting| (setting, REPLICA_ACKS_TIMEOUT.name))
+                });
+            if let Some((setting, name)) = acks {
+                let mut message = format!(
+                    "`{name}` on #[single_flight] applies to `{} = \"cluster\"` only: a process \
+                     flight writes nothing to the provider, so no replica could acknowledge it",
+                    FLIGHT_SCOPE.name
+                );
+                if !granting.is_empty() {
+                    let on: Vec<String> = granting
+                        .iter()
+                        .map(|kind| format!("#[{}]", kind.name()))
+                        .collect();
+                    message.push_str(&format!(
+                        "; for this function's {} write it on {}: each attribute's options \
+                         apply to its own layer",
+                        if granting.len() == 1 && granting[0] == Kind::DistributedLock {
+                            "lock,"
+                        } else if granting.len() == 1 {
+                            "idempotency record,"
+                        } else {
+                            "idempotency record or lock,"
+                        },
+                        on.join(" or ")
+                    ));
+                }
+                errors.push(setting.error(message));
+            }
             None
         }
         FlightScope::Cluster => Some(ClusterFlightLayer {
             lease_ms: layer.millis(&FLIGHT_LEASE).unwrap_or(10_000),
+            replica_acks: replica_acks(layer, errors),
         }),
     }
 }

@@ -184,6 +184,9 @@ const EVERY: &[Kind] = &Kind::ALL;
 const IDEMPOTENT: &[Kind] = &[Kind::Idempotent];
 const LOCK: &[Kind] = &[Kind::DistributedLock];
 const IDEMPOTENT_AND_LOCK: &[Kind] = &[Kind::Idempotent, Kind::DistributedLock];
+/// The attributes whose layer writes something a replica could hold: `#[single_flight]`'s
+/// only with `scope = "cluster"` (see `model`).
+const GRANTING: &[Kind] = &[Kind::Idempotent, Kind::SingleFlight, Kind::DistributedLock];
 const CACHED: &[Kind] = &[Kind::Cached];
 const SINGLE_FLIGHT: &[Kind] = &[Kind::SingleFlight];
 
@@ -338,7 +341,7 @@ pub(crate) const ON_LOST: OptionSpec = OptionSpec {
 };
 pub(crate) const REPLICA_ACKS: OptionSpec = OptionSpec {
     name: "replica_acks",
-    attributes: IDEMPOTENT_AND_LOCK,
+    attributes: GRANTING,
     value: ValueKind::Count { positive: false },
     example: "1",
     // Without it, the provider's own setting; `0` turns waiting off (see `model`).
@@ -347,7 +350,7 @@ pub(crate) const REPLICA_ACKS: OptionSpec = OptionSpec {
 };
 pub(crate) const REPLICA_ACKS_TIMEOUT: OptionSpec = OptionSpec {
     name: "replica_acks_timeout",
-    attributes: IDEMPOTENT_AND_LOCK,
+    attributes: GRANTING,
     value: ValueKind::Duration { positive: true },
     example: "\"500ms\"",
     // Required with `replica_acks` of 1 or more, refused otherwise (see `model`).

@@ -11,7 +11,7 @@ use coord_core::memory::MemoryProvider;
 use coord_core::provider::{
     BackendErrorKind, BoxFuture, CacheEntry, CacheStore, ClaimOutcome, ClaimRequest,
     CompleteOutcome, CompleteRequest, IdempotencyStore, LockGrant, LockProvider, LockRequest,
-    OwnerToken, ReleaseOutcome, RenewOutcome,
+    OwnerToken, ReleaseOutcome, RenewOutcome, ReplicaAcks, replicas,
 };
 use coord_core::{BackendError, Coordinator, LossCause};
 
@@ -57,6 +57,9 @@ pub struct InstrumentedProvider {
     /// When set, every hand-over write first takes a permit from this semaphore (so a test
     /// holds writes back until it adds permits).
     pub flight_finish_gate: Mutex<Option<Arc<tokio::sync::Semaphore>>>,
+    /// The operation's replica acknowledgement each flight claim, renewal and hand-over write
+    /// found in scope while it was polled (`"claim"`, `"renew"`, `"finish"`), in order.
+    pub flight_acks_seen: Mutex<Vec<(&'static str, Option<ReplicaAcks>)>>,
 }
 
 impl InstrumentedProvider {
@@ -82,6 +85,22 @@ impl InstrumentedProvider {
             }));
         }
         None
+    }
+
+    /// `fut`, noting what replica acknowledgement is in scope when it is first polled (where a
+    /// provider reads it), as `what`.
+    fn seeing_acks<'a, T: 'a>(
+        &'a self,
+        what: &'static str,
+        fut: BoxFuture<'a, T>,
+    ) -> BoxFuture<'a, T> {
+        Box::pin(async move {
+            self.flight_acks_seen
+                .lock()
+                .unwrap()
+                .push((what, replicas::in_scope()));
+            fut.await
+        })
     }
 
     fn fault() -> BackendError {
@@ -376,7 +395,7 @@ impl coord_core::provider::FlightStore for InstrumentedProvider {
                 Err(Self::fault())
             });
         }
-        self.inner.flight_claim(key, owner, lease)
+        self.seeing_acks("claim", self.inner.flight_claim(key, owner, lease))
     }
 
     fn flight_renew<'a>(
@@ -390,7 +409,7 @@ impl coord_core::provider::FlightStore for InstrumentedProvider {
         {
             return Box::pin(async { Err(Self::fault()) });
         }
-        self.inner.flight_renew(key, owner, lease)
+        self.seeing_acks("renew", self.inner.flight_renew(key, owner, lease))
     }
 
     fn flight_finish<'a>(
@@ -406,17 +425,20 @@ impl coord_core::provider::FlightStore for InstrumentedProvider {
         }
         let gate = self.flight_finish_gate.lock().unwrap().clone();
         let fail = self.fail_flight_finishes.load(Ordering::SeqCst);
-        Box::pin(async move {
-            if let Some(gate) = gate {
-                gate.acquire().await.expect("the gate stays open").forget();
-            }
-            if fail {
-                return Err(Self::fault());
-            }
-            self.inner
-                .flight_finish(key, owner, outcome, hand_over)
-                .await
-        })
+        self.seeing_acks(
+            "finish",
+            Box::pin(async move {
+                if let Some(gate) = gate {
+                    gate.acquire().await.expect("the gate stays open").forget();
+                }
+                if fail {
+                    return Err(Self::fault());
+                }
+                self.inner
+                    .flight_finish(key, owner, outcome, hand_over)
+                    .await
+            }),
+        )
     }
 
     fn flight_abandon<'a>(

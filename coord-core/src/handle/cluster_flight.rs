@@ -8,7 +8,7 @@ use serde::de::DeserializeOwned;
 
 use crate::error::CoordError;
 use crate::handle::SingleFlight;
-use crate::provider::CallKey;
+use crate::provider::{CallKey, ReplicaAcks};
 use crate::runtime::call::Call;
 use crate::runtime::cluster_flight::{
     ClusterFlightSpec, DEFAULT_LEASE, cluster_single_flight, opaque_errors, shared_errors,
@@ -50,6 +50,7 @@ pub struct ClusterFlight<'c> {
     coordinator: &'c Coordinator,
     key: CallKey,
     lease: Duration,
+    replica_acks: Option<ReplicaAcks>,
 }
 
 impl<'c> SingleFlight<'c> {
@@ -60,6 +61,7 @@ impl<'c> SingleFlight<'c> {
             coordinator: self.coordinator,
             key: self.key,
             lease: DEFAULT_LEASE,
+            replica_acks: None,
         }
     }
 }
@@ -70,6 +72,50 @@ impl ClusterFlight<'_> {
     pub fn lease(mut self, lease: Duration) -> Self {
         self.lease = lease;
         self
+    }
+
+    /// Waits for `replicas` replicas to acknowledge the leader's claim and each renewal of it,
+    /// for at most `timeout`, whatever the provider's own setting (for
+    /// Redis, `RedisProviderBuilder::replica_acks`). A claim too few replicas acknowledged
+    /// counts as failed: it is given up, and the call gets a
+    /// [`BackendErrorKind::NotReplicated`](crate::provider::BackendErrorKind::NotReplicated)
+    /// backend error under `fail_closed` (the body does not run) or runs its body for this
+    /// instance's callers only under `fail_open`, as for any fault of the claim. A renewal too
+    /// few replicas acknowledged is retried at the next renewal, as a failed one is. `replicas`
+    /// of zero is [`without_replica_acks`](Self::without_replica_acks). Default: the provider's
+    /// setting. The body itself is not in this setting's scope: a lock it takes follows its
+    /// own.
+    ///
+    /// A provider that does not replicate (the in-process one, PostgreSQL) cannot honour it:
+    /// the call is refused with [`CoordError::Unsupported`] naming
+    /// [`Capability::ReplicaAcks`](crate::provider::Capability::ReplicaAcks) before anything is
+    /// claimed. The timeout must be above zero and below the provider's command timeout (Redis
+    /// answers a `Config` error otherwise).
+    ///
+    /// Not promised: that the hand-over is replicated. The setting is in scope for the
+    /// hand-over write too, but the Redis provider does not wait for replicas after it (with
+    /// its own setting or this one): a hand-over lost in a failover makes the followers take
+    /// over and run the body again once the leader's claim lapses, which a flight allows
+    /// anyway, and a `WAIT` would not prevent it.
+    pub fn replica_acks(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.replica_acks = Some(ReplicaAcks::wait(replicas, timeout));
+        self
+    }
+
+    /// Does not wait for replicas after this flight's claim and renewals, even when the
+    /// provider does by default: a flight only saves duplicate work, so a failover that lets
+    /// two instances lead costs one extra run, and the flight stays fast and available while a
+    /// replica is away. Accepted by every provider.
+    pub fn without_replica_acks(mut self) -> Self {
+        self.replica_acks = Some(ReplicaAcks::Off);
+        self
+    }
+
+    fn spec(&self) -> ClusterFlightSpec {
+        ClusterFlightSpec {
+            lease: self.lease,
+            replica_acks: self.replica_acks,
+        }
     }
 
     /// Runs `body`, or receives the outcome of the concurrent run elsewhere. An `Err` of the
@@ -84,10 +130,11 @@ impl ClusterFlight<'_> {
     {
         let op = self.key.operation().unwrap_or("").to_owned();
         let spec = bare_spec(&op);
+        let flight = self.spec();
         let call = Call::with_key(&spec, self.coordinator, self.key);
         call.run(cluster_single_flight(
             &call,
-            ClusterFlightSpec { lease: self.lease },
+            flight,
             opaque_errors(),
             call.body(async move { body().await }),
         ))
@@ -105,10 +152,11 @@ impl ClusterFlight<'_> {
     {
         let op = self.key.operation().unwrap_or("").to_owned();
         let spec = bare_spec(&op);
+        let flight = self.spec();
         let call = Call::with_key(&spec, self.coordinator, self.key);
         call.run(cluster_single_flight(
             &call,
-            ClusterFlightSpec { lease: self.lease },
+            flight,
             shared_errors(),
             call.body(async move { body().await }),
         ))

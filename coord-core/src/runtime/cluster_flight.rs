@@ -47,9 +47,9 @@ use crate::error::CoordError;
 use crate::provider::CallKey;
 use crate::provider::OwnerToken;
 use crate::provider::background::{spawn_detached, spawn_retried};
-use crate::provider::{FlightClaim, FlightStore, FlightWait};
+use crate::provider::{FlightClaim, FlightStore, FlightWait, ReplicaAcks, replicas};
 use crate::report::FlightOutcome;
-use crate::runtime::call::Call;
+use crate::runtime::call::{Call, replica_acks_refused};
 use crate::runtime::flight::single_flight_in;
 
 /// How long the provider keeps a leader's outcome for its followers to read. Followers that
@@ -75,6 +75,13 @@ pub struct ClusterFlightSpec {
     /// The lease of the leader's claim: how long followers wait for a leader that stopped
     /// answering before one of them takes over. Renewed every third of it while the body runs.
     pub lease: Duration,
+    /// `replica_acks = ..`: the replica acknowledgement of the leader's claim, its renewals
+    /// and its hand-over write, overriding the provider's; `None` leaves the provider's. It is
+    /// in scope for those requests only, never for the body (a lock the body takes follows
+    /// its own setting). A request for one or more replicas on a provider without
+    /// [`Capability::ReplicaAcks`](crate::provider::Capability::ReplicaAcks) is refused
+    /// before anything is claimed.
+    pub replica_acks: Option<ReplicaAcks>,
 }
 
 /// The output of a cluster-scope single-flight function.
@@ -219,6 +226,13 @@ where
         call.record_error(&err);
         return R::from_coord_error(err);
     }
+    // Refused as the lock and idempotency layers refuse it: before this instance's callers
+    // coalesce or anything is claimed, whatever the backend-fault policy, so a flight never
+    // runs without the acknowledgement it asked for.
+    if let Some(err) = replica_acks_refused(call.coordinator, spec.replica_acks, &call.key) {
+        call.record_error(&err);
+        return R::from_coord_error(err);
+    }
     let group = call.coordinator.identity();
     single_flight_in(call, group, across(call, spec, errors, body)).await
 }
@@ -246,7 +260,11 @@ where
             armed: true,
             answered: false,
         };
-        let claim = match store.flight_claim(&call.key, owner, spec.lease).await {
+        let claim = replicas::scoped(
+            spec.replica_acks,
+            store.flight_claim(&call.key, owner, spec.lease),
+        );
+        let claim = match claim.await {
             Ok(claim) => claim,
             Err(err) => {
                 guard.armed = err.kind() != crate::provider::BackendErrorKind::Config;
@@ -385,7 +403,7 @@ where
     R: ClusterOutput,
     F: Future<Output = R>,
 {
-    let output = renewing(call, &store, owner, spec.lease, body).await;
+    let output = renewing(call, &store, owner, spec, body).await;
     guard.armed = false;
 
     let codec = call.coordinator.codec();
@@ -399,27 +417,32 @@ where
     let pending = PendingHandOvers::begin(&store, &call.key);
     let coordinator = call.coordinator.clone();
     let key = call.key.clone();
-    spawn_detached(async move {
-        let finished = store.flight_finish(&key, owner, &bytes, HAND_OVER).await;
-        match finished {
-            Ok(true) => {}
-            Ok(false) => {
-                coordinator.metrics().count_hand_over_not_written();
-                tracing::warn!(key = %key, "coord: the single-flight claim lapsed while the body ran (renewals failed); the outcome was not handed over, and another instance may have run the body too")
+    // The operation's replica acknowledgement is a task-local: it does not follow the spawn,
+    // so the spawned future carries it itself.
+    spawn_detached(replicas::scoped(
+        spec.replica_acks,
+        Box::pin(async move {
+            let finished = store.flight_finish(&key, owner, &bytes, HAND_OVER).await;
+            match finished {
+                Ok(true) => {}
+                Ok(false) => {
+                    coordinator.metrics().count_hand_over_not_written();
+                    tracing::warn!(key = %key, "coord: the single-flight claim lapsed while the body ran (renewals failed); the outcome was not handed over, and another instance may have run the body too")
+                }
+                Err(err) => {
+                    coordinator.metrics().count_hand_over_not_written();
+                    crate::telemetry::backend_error(
+                        "single_flight",
+                        key.operation().unwrap_or(""),
+                        &err,
+                    );
+                    tracing::warn!(key = %key, error = %err, "coord: handing the single-flight outcome over failed; giving the claim up so a follower runs instead");
+                    abandon_detached(&store, &key, owner, spec.lease);
+                }
             }
-            Err(err) => {
-                coordinator.metrics().count_hand_over_not_written();
-                crate::telemetry::backend_error(
-                    "single_flight",
-                    key.operation().unwrap_or(""),
-                    &err,
-                );
-                tracing::warn!(key = %key, error = %err, "coord: handing the single-flight outcome over failed; giving the claim up so a follower runs instead");
-                abandon_detached(&store, &key, owner, spec.lease);
-            }
-        }
-        drop(pending);
-    });
+            drop(pending);
+        }),
+    ));
     output
 }
 
@@ -488,24 +511,30 @@ impl Drop for PendingHandOvers {
 }
 
 /// Runs the body while renewing the claim every third of its lease. A renewal that finds the
-/// claim gone stops renewing (the finish will be refused); a failed renewal is retried at the
-/// next tick. The body keeps running either way: the flight is an optimisation, and the caller
-/// is owed its outcome.
+/// claim gone stops renewing (the finish will be refused); a failed renewal (a fault, or too
+/// few replicas acknowledged it) is retried at the next tick. The body keeps running either
+/// way: the flight is an optimisation, and the caller is owed its outcome. Only the renewals
+/// carry the operation's replica acknowledgement, not the body.
 async fn renewing<R, F>(
     call: &Call<'_>,
     store: &Arc<dyn FlightStore>,
     owner: OwnerToken,
-    lease: Duration,
+    spec: ClusterFlightSpec,
     body: F,
 ) -> R
 where
     F: Future<Output = R>,
 {
+    let lease = spec.lease;
     let every = (lease / 3).max(Duration::from_millis(1));
     let renewals = async {
         loop {
             tokio::time::sleep(every).await;
-            match store.flight_renew(&call.key, owner, lease).await {
+            let renewal = replicas::scoped(
+                spec.replica_acks,
+                store.flight_renew(&call.key, owner, lease),
+            );
+            match renewal.await {
                 Ok(true) => {}
                 Ok(false) => {
                     tracing::warn!(key = %call.key, "coord: the single-flight claim was lost while the body ran; another instance may take over");

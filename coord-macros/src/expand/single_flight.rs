@@ -6,7 +6,7 @@ use quote::quote_spanned;
 
 use super::function::ReturnSite;
 use super::spans::respan;
-use super::spec_values::millis;
+use super::spec_values::{millis, replica_acks};
 use crate::model::ClusterFlightLayer;
 
 /// The layer's step around `inner`: the process flight, or the cluster one with
@@ -47,6 +47,7 @@ fn cluster_flight(
     } = site;
     let at = *at;
     let lease = respan(millis(krate, layer.lease_ms), at);
+    let replica_acks = respan(replica_acks(krate, layer.replica_acks), at);
     let errors = match typed {
         Some(ret) => quote_spanned! {at=>
             {
@@ -60,7 +61,10 @@ fn cluster_flight(
     quote_spanned! {at=>
         #krate::__private::cluster_single_flight(
             #call,
-            #krate::__private::ClusterFlightSpec { lease: #lease },
+            #krate::__private::ClusterFlightSpec {
+                lease: #lease,
+                replica_acks: #replica_acks,
+            },
             #errors,
             #inner,
         )

@@ -19,7 +19,7 @@ fn position(haystack: &str, needle: &str) -> usize {
 /// layer alone and all four together, every cache scope, the cluster flight, no return
 /// type, an `impl` return type, a method, a coordinator expression, a renamed crate,
 /// inner attributes and taken-in sibling paths.
-const SNAPSHOTS: [(&str, Kind, &str, &str); 15] = [
+const SNAPSHOTS: [(&str, Kind, &str, &str); 16] = [
     (
         "idempotent_every_option",
         Kind::Idempotent,
@@ -77,6 +77,12 @@ const SNAPSHOTS: [(&str, Kind, &str, &str); 15] = [
         "key_from = \"id\", scope = cluster, lease = \"3s\"",
         "#[coord_core::distributed_lock(on_backend_error = \"fail_closed\", renew = \"5s\", \
          on_lost = signal)] async fn f(id: u64) -> Result<u64, E> { Ok(id) }",
+    ),
+    (
+        "single_flight_cluster_replica_acks",
+        Kind::SingleFlight,
+        "key_from = \"id\", scope = cluster, replica_acks = 2, replica_acks_timeout = \"750ms\"",
+        "async fn f(id: u64) -> Result<u64, E> { Ok(id) }",
     ),
     (
         "single_flight_cluster_impl_return_type",

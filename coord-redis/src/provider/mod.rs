@@ -378,11 +378,12 @@ impl RedisProviderBuilder {
     ///
     /// This is the default of every operation; one operation can override it either way
     /// (`replica_acks = n` with `replica_acks_timeout`, or `replica_acks = 0`, on
-    /// `#[idempotent]` and `#[distributed_lock]`; `.replica_acks(n, timeout)` or
-    /// `.without_replica_acks()` on the lock, semaphore, read-write lock, multi-lock and
-    /// idempotent handles), with the same failures. An override's timeout must also be below
-    /// the command timeout: a longer one fails the call with a `Config` error. Cluster
-    /// single-flight claims and renewals follow this setting only.
+    /// `#[idempotent]`, `#[distributed_lock]` and `#[single_flight(scope = "cluster")]`;
+    /// `.replica_acks(n, timeout)` or `.without_replica_acks()` on the lock, semaphore,
+    /// read-write lock, multi-lock, idempotent and cluster-flight handles), with the same
+    /// failures. An override's timeout must also be below the command timeout: a longer one
+    /// fails the call with a `Config` error. A cluster flight's hand-over is not followed by a
+    /// `WAIT`, with this setting or an override.
     pub fn replica_acks(mut self, replicas: u32, timeout: Duration) -> Self {
         self.options.replica_acks = Some((replicas, timeout));
         self

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use coord_core::provider::ReplicaShortfall;
-use coord_core::{CoordError, Coordinator, distributed_lock, idempotent};
+use coord_core::{CoordError, Coordinator, distributed_lock, idempotent, single_flight};
 use coord_redis::Client;
 
 use super::replica_acks::{
@@ -344,7 +344,167 @@ async fn an_operation_timeout_past_the_command_timeout_is_refused(client: Client
     }
 }
 
+#[single_flight(key_from = "id", coordinator = c, name = "op.fl_on", scope = "cluster", replica_acks = 1, replica_acks_timeout = "1s")]
+async fn flight_on(c: &Coordinator, id: u32, runs: Arc<AtomicUsize>) -> Result<u32, CoordError> {
+    runs.fetch_add(1, Ordering::SeqCst);
+    Ok(id)
+}
+
+#[single_flight(key_from = "id", coordinator = c, name = "op.fl_off", scope = "cluster", replica_acks = 0)]
+async fn flight_off(c: &Coordinator, id: u32, runs: Arc<AtomicUsize>) -> Result<u32, CoordError> {
+    runs.fetch_add(1, Ordering::SeqCst);
+    Ok(id)
+}
+
+/// The control: the same flight with the provider's setting.
+#[single_flight(key_from = "id", coordinator = c, name = "op.fl_plain", scope = "cluster")]
+async fn flight_default(
+    c: &Coordinator,
+    id: u32,
+    runs: Arc<AtomicUsize>,
+) -> Result<u32, CoordError> {
+    runs.fetch_add(1, Ordering::SeqCst);
+    Ok(id)
+}
+
+/// Provider default off, a cluster flight asks for one replica: with the replica in step it
+/// leads and runs; with the replica cut off, the leader's claim fails with `NotReplicated`
+/// (0 of 1) within the operation's timeout, the body does not run and the claim is given up,
+/// attribute and handle alike, while a flight without the override on the same coordinator
+/// runs as before.
+async fn a_cluster_flight_asks_for_replicas_the_provider_does_not(client: Client) {
+    let (primary, replica) = primary_and_replica();
+    let c = coordinator(&primary, client, false, "fl-on").await;
+    let runs = Arc::new(AtomicUsize::new(0));
+    assert_eq!(flight_on(&c, 1, runs.clone()).await.unwrap(), 1);
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+
+    replica.pause();
+    let started = Instant::now();
+    let err = flight_on(&c, 2, runs.clone()).await.unwrap_err();
+    assert_eq!(not_replicated(&err), NONE_OF_ONE);
+    assert!(
+        started.elapsed() < ACK_WAIT + Duration::from_secs(2),
+        "bounded by the operation's timeout: {:?}",
+        started.elapsed()
+    );
+    eventually_absent(&primary, "fl-on:flight:*op.fl_on*2*").await;
+
+    let key = |op: &str, id: u32| c.key(op).part(&id).finish();
+    let counted = runs.clone();
+    let err = c
+        .single_flight(key("op.h.fl_on", 1))
+        .cluster()
+        .replica_acks(1, ACK_WAIT)
+        .run(|| async move {
+            counted.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, CoordError>(1u32)
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(not_replicated(&err), NONE_OF_ONE);
+    eventually_absent(&primary, "fl-on:flight:*op.h.fl_on*").await;
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        1,
+        "no body ran without its claim"
+    );
+
+    // The provider's setting (off) still rules the flights that do not override it.
+    assert_eq!(flight_default(&c, 2, runs.clone()).await.unwrap(), 2);
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+    replica.resume();
+    await_online(&primary);
+    assert_eq!(flight_on(&c, 2, runs.clone()).await.unwrap(), 2);
+    assert_eq!(runs.load(Ordering::SeqCst), 3);
+}
+
+/// Provider default on, a cluster flight turns it off: with the replica cut off it leads and
+/// runs, attribute and handle alike (`replica_acks(0, ..)` too), and its renewals do not wait
+/// either: a flight held across two leases keeps its claim, so a second instance that arrives
+/// meanwhile joins it and gets the leader's outcome rather than running its own. A flight
+/// without the override on the same coordinator fails with `NotReplicated`.
+async fn a_cluster_flight_turns_off_what_the_provider_asks(client: Client) {
+    let (primary, replica) = primary_and_replica();
+    let c = coordinator(&primary, client, true, "fl-off").await;
+    let runs = Arc::new(AtomicUsize::new(0));
+    replica.pause();
+
+    assert_eq!(flight_off(&c, 1, runs.clone()).await.unwrap(), 1);
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    let key = |op: &str, id: u32| c.key(op).part(&id).finish();
+    let led = c
+        .single_flight(key("op.h.fl_off", 1))
+        .cluster()
+        .without_replica_acks()
+        .run(|| async { Ok::<_, CoordError>(7u32) })
+        .await
+        .unwrap();
+    assert_eq!(led, 7);
+    let zero = c
+        .single_flight(key("op.h.fl_off", 2))
+        .cluster()
+        .replica_acks(0, ACK_WAIT)
+        .run(|| async { Ok::<_, CoordError>(8u32) })
+        .await
+        .unwrap();
+    assert_eq!(
+        zero, 8,
+        "`replica_acks(0, ..)` is the same as turning it off"
+    );
+
+    // Renewals: the leader's claim (lease 900 ms, renewed every 300 ms) is held while its body
+    // runs 3 s; a second instance arriving after two leases must find it and join.
+    let other = coordinator(&primary, client, true, "fl-off").await;
+    let lease = Duration::from_millis(900);
+    let entered = Arc::new(tokio::sync::Notify::new());
+    let leader = tokio::spawn({
+        let (c, entered) = (c.clone(), entered.clone());
+        async move {
+            c.single_flight(c.key("op.h.fl_long").part(&1u32).finish())
+                .cluster()
+                .lease(lease)
+                .without_replica_acks()
+                .run(|| async move {
+                    entered.notify_one();
+                    tokio::time::sleep(Duration::from_secs(3)).await;
+                    Ok::<_, CoordError>(1u32)
+                })
+                .await
+        }
+    });
+    tokio::time::timeout(Duration::from_secs(10), entered.notified())
+        .await
+        .expect("the leader's body runs");
+    tokio::time::sleep(lease * 2).await;
+    let joined = other
+        .single_flight(other.key("op.h.fl_long").part(&1u32).finish())
+        .cluster()
+        .lease(lease)
+        .without_replica_acks()
+        .run(|| async { Ok::<_, CoordError>(2u32) })
+        .await
+        .unwrap();
+    assert_eq!(
+        joined, 1,
+        "the second instance joined the flight whose claim the renewals kept"
+    );
+    assert_eq!(leader.await.unwrap().unwrap(), 1);
+
+    // The provider's setting (one replica) still rules the flights that do not override it.
+    let err = flight_default(&c, 1, runs.clone()).await.unwrap_err();
+    assert_eq!(not_replicated(&err), NONE_OF_ONE);
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        1,
+        "the control's body did not run"
+    );
+    replica.resume();
+}
+
 per_client!(
+    a_cluster_flight_asks_for_replicas_the_provider_does_not,
+    a_cluster_flight_turns_off_what_the_provider_asks,
     an_operation_asks_for_replicas_the_provider_does_not,
     an_operation_turns_off_what_the_provider_asks,
     an_operations_renewals_wait_for_its_replicas,

@@ -1,14 +1,18 @@
 //! `replica_acks` per operation on the in-process provider, which has no replicas: an
 //! operation that asks for replicas is refused with `CoordError::Unsupported` before anything
 //! is taken or run (never a silent no-op), one that turns waiting off runs, and
-//! `require(Capability::ReplicaAcks)` fails the build.
+//! `require(Capability::ReplicaAcks)` fails the build. Cluster single-flight included.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use coord_core::provider::{Capability, ReplicaAcks};
-use coord_core::{BuildError, CoordError, Coordinator, distributed_lock, idempotent};
+use coord_core::provider::{Capability, ReplicaAcks, replicas};
+use coord_core::{
+    BuildError, CoordError, Coordinator, OnBackendError, distributed_lock, idempotent,
+    single_flight,
+};
+use coord_tests::support::InstrumentedProvider;
 
 fn coordinator(ns: &str) -> Coordinator {
     Coordinator::builder()
@@ -77,6 +81,121 @@ async fn charge_off(
 ) -> Result<u32, CoordError> {
     runs.fetch_add(1, Ordering::SeqCst);
     Ok(order)
+}
+
+#[single_flight(key_from = "id", coordinator = c, name = "mem.flight", scope = "cluster", replica_acks = 1, replica_acks_timeout = "500ms")]
+async fn flight_on(c: &Coordinator, id: u32, runs: Arc<AtomicUsize>) -> Result<u32, CoordError> {
+    runs.fetch_add(1, Ordering::SeqCst);
+    Ok(id)
+}
+
+#[single_flight(key_from = "id", coordinator = c, name = "mem.flight_off", scope = "cluster", replica_acks = 0)]
+async fn flight_off(c: &Coordinator, id: u32, runs: Arc<AtomicUsize>) -> Result<u32, CoordError> {
+    runs.fetch_add(1, Ordering::SeqCst);
+    Ok(id)
+}
+
+/// A cluster flight asking for a replica is refused before it claims or runs anything, on
+/// the attribute and the handle alike, and whatever the backend-fault policy: `fail_open`
+/// must not turn the refusal into an unguarded run (it is not a fault of the backend).
+#[tokio::test]
+async fn a_cluster_flight_asking_for_replicas_is_refused_before_anything_runs() {
+    for policy in [OnBackendError::FailClosed, OnBackendError::FailOpen] {
+        let c = Coordinator::builder()
+            .namespace("mem-acks-flight")
+            .on_backend_error(policy)
+            .memory()
+            .build()
+            .unwrap();
+        let runs = Arc::new(AtomicUsize::new(0));
+        refused(&flight_on(&c, 1, runs.clone()).await.unwrap_err());
+        let counted = runs.clone();
+        refused(
+            &c.single_flight(c.key("mem.h.flight").part(&1u32).finish())
+                .cluster()
+                .replica_acks(2, Duration::from_millis(500))
+                .run(|| async move {
+                    counted.fetch_add(1, Ordering::SeqCst);
+                    Ok::<_, CoordError>(1u32)
+                })
+                .await
+                .unwrap_err(),
+        );
+        assert_eq!(runs.load(Ordering::SeqCst), 0, "no body ran ({policy:?})");
+
+        // Turned off, on the same keys: the flight runs (nothing was left claimed).
+        assert_eq!(flight_off(&c, 1, runs.clone()).await.unwrap(), 1);
+        let counted = runs.clone();
+        let led = c
+            .single_flight(c.key("mem.h.flight").part(&1u32).finish())
+            .cluster()
+            .without_replica_acks()
+            .run(|| async move {
+                counted.fetch_add(1, Ordering::SeqCst);
+                Ok::<_, CoordError>(2u32)
+            })
+            .await
+            .unwrap();
+        assert_eq!(led, 2);
+        let counted = runs.clone();
+        let zero = c
+            .single_flight(c.key("mem.h.flight").part(&2u32).finish())
+            .cluster()
+            .replica_acks(0, Duration::from_millis(500))
+            .run(|| async move {
+                counted.fetch_add(1, Ordering::SeqCst);
+                Ok::<_, CoordError>(3u32)
+            })
+            .await
+            .unwrap();
+        assert_eq!(zero, 3, "zero replicas is the same as off");
+        assert_eq!(runs.load(Ordering::SeqCst), 3);
+    }
+}
+
+/// The flight's override is in scope for the leader's claim, each renewal and the hand-over
+/// write, which a spawned task sends after the caller was answered (a task-local does not
+/// follow a spawn by itself), and not in the body's. Checked with `Off`, the override every
+/// provider accepts; without an override none is in scope.
+#[tokio::test]
+async fn a_cluster_flights_override_reaches_its_claim_renewals_and_hand_over_but_not_its_body() {
+    for (acks, ns) in [
+        (Some(ReplicaAcks::Off), "mem-acks-scope"),
+        (None, "mem-acks-scope-none"),
+    ] {
+        let (provider, c) = InstrumentedProvider::coordinator(ns);
+        let flight = c
+            .single_flight(c.key("mem.scope").part(&1u32).finish())
+            .cluster()
+            // Renewed every 100 ms: the body below outlasts a few renewals.
+            .lease(Duration::from_millis(300));
+        let flight = match acks {
+            Some(_) => flight.without_replica_acks(),
+            None => flight,
+        };
+        let in_body = flight
+            .run(|| async {
+                tokio::time::sleep(Duration::from_millis(600)).await;
+                // The outcome is handed over, so it must be serialisable: a flag.
+                Ok::<_, CoordError>(replicas::in_scope().is_some())
+            })
+            .await
+            .unwrap();
+        assert!(!in_body, "the body is not in the flight's scope");
+        // Shutdown waits for the hand-over write still under way in the background.
+        c.shutdown(Duration::from_secs(10)).await;
+        let seen = provider.flight_acks_seen.lock().unwrap().clone();
+        for what in ["claim", "renew", "finish"] {
+            assert!(
+                seen.iter().any(|(w, _)| *w == what),
+                "no {what} was sent: {seen:?}"
+            );
+        }
+        assert!(
+            seen.iter().all(|(_, found)| *found == acks),
+            "each write carries {acks:?}: {seen:?}"
+        );
+    }
 }
 
 #[tokio::test]

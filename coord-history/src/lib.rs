@@ -33,6 +33,7 @@ pub mod nemesis;
 pub mod planted;
 pub mod recorder;
 pub mod witness;
+pub mod workload;
 
 pub use check::{Promise, Report, Violation, check};
 pub use event::{CallId, Complete, Effect, EffectKind, Event, Fault, Invoke, Op, Outcome, Phase};

@@ -33,7 +33,7 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -42,9 +42,10 @@ use coord_history::clock::now_ns;
 use coord_history::nemesis::proxy::{Mode, Proxy};
 use coord_history::nemesis::schedule::{FaultClass, FaultKind, Rng};
 use coord_history::planted::{Planted, PlantedBug};
-use coord_history::recorder::{Ending, Recorder};
+use coord_history::recorder::Recorder;
 use coord_history::witness::{WitnessClient, WitnessServer};
-use coord_history::{EffectKind, Event, Fault, Op, Outcome, Phase, Promise, Report};
+use coord_history::workload::{Caller, Watched, start_watchdog};
+use coord_history::{Event, Fault, Op, Phase, Promise, Report};
 use coord_postgres::PostgresProvider;
 use coord_postgres_testing::PostgresServer;
 
@@ -61,110 +62,12 @@ const APP: &str = "coord-history-client";
 /// Permits of the semaphore every process shares.
 const PERMITS: u32 = 2;
 
-/// The error kind recorded for a hold whose lease ran out on the local clock before its body
-/// began (the process was paused in between): `fencing_token()` answers `None` then, and the
-/// body writes nothing.
-const LAPSED: &str = "LeaseRanOutBeforeBody";
-
 /// Which calls a worker makes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Mix {
     All,
     Locks,
     Idempotent,
-}
-
-/// `Fail`: certainly no effect. `Info`: unknown.
-fn classify(err: &CoordError) -> (Outcome, String) {
-    let outcome = match err {
-        CoordError::LockNotAcquired { .. }
-        | CoordError::InFlight { .. }
-        | CoordError::KeyReused { .. } => Outcome::Fail,
-        _ => Outcome::Info,
-    };
-    let kind = match err {
-        CoordError::Backend(b) => format!("Backend({:?})", b.kind()),
-        other => {
-            let debug = format!("{other:?}");
-            debug
-                .split([' ', '{', '('])
-                .next()
-                .unwrap_or_default()
-                .to_owned()
-        }
-    };
-    (outcome, kind)
-}
-
-// ---------------------------------------------------------------- the watchdog
-
-/// Calls in flight in this process (call id, when invoked, what), for the watchdog.
-static WATCHED: Mutex<BTreeMap<u64, (Instant, String)>> = Mutex::new(BTreeMap::new());
-
-/// One call in flight, until dropped.
-struct Watched(u64);
-
-impl Watched {
-    fn new(call: coord_history::CallId, what: &str) -> Watched {
-        WATCHED
-            .lock()
-            .unwrap()
-            .insert(call.0, (Instant::now(), what.to_owned()));
-        Watched(call.0)
-    }
-}
-
-impl Drop for Watched {
-    fn drop(&mut self) {
-        WATCHED.lock().unwrap().remove(&self.0);
-    }
-}
-
-/// With `COORD_HISTORY_WATCHDOG=1`: a thread that, when a call of this process has been in
-/// flight for 12 s (every call's own bounds end it within about 5 s), prints it with every
-/// thread's stack (gdb, when installed), once: a diagnostic for hangs, which the history
-/// shows only as calls never completed.
-fn start_watchdog() {
-    if std::env::var_os("COORD_HISTORY_WATCHDOG").is_none() {
-        return;
-    }
-    std::thread::spawn(|| {
-        loop {
-            std::thread::sleep(Duration::from_secs(1));
-            let stuck: Vec<String> = WATCHED
-                .lock()
-                .unwrap()
-                .iter()
-                .filter(|(_, (at, _))| at.elapsed() > Duration::from_secs(12))
-                .map(|(call, (at, what))| {
-                    format!(
-                        "{} {what} for {:.1} s",
-                        coord_history::CallId(*call),
-                        at.elapsed().as_secs_f64()
-                    )
-                })
-                .collect();
-            if stuck.is_empty() {
-                continue;
-            }
-            let pid = std::process::id();
-            let stacks = Command::new("gdb")
-                .args([
-                    "-p",
-                    &pid.to_string(),
-                    "-batch",
-                    "-ex",
-                    "thread apply all bt",
-                ])
-                .output()
-                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-                .unwrap_or_else(|e| format!("(no gdb: {e})"));
-            eprintln!(
-                "histories: watchdog: calls in flight for over 12 s in process {pid}: {stuck:?}\n{stacks}"
-            );
-            return;
-        }
-    });
 }
 
 // ---------------------------------------------------------------- the workload
@@ -202,60 +105,30 @@ async fn work(
             }
             Mix::All => Op::SingleFlight,
         };
+        let caller = Caller {
+            coord: &coord,
+            rec: &rec,
+            witness: &witness,
+            client,
+        };
         match op {
-            Op::Lock => lock_call(&coord, &rec, &witness, client, &mut rng).await,
-            Op::Idempotent => idempotent_call(&coord, &rec, &witness, client, &mut rng).await,
-            _ => flight_call(&coord, &rec, &witness, client, &mut rng).await,
+            Op::Lock => {
+                let name = format!("lk{}", rng.between(0, 1));
+                let hold = Duration::from_millis(rng.between(5, 40));
+                caller.fenced_hold(&name, LEASE, hold).await
+            }
+            Op::Idempotent => {
+                // A sliding window of three hot keys, shared by every process (one clock).
+                let window = now_ns() / 700_000_000;
+                let name = format!("id{window}-{}", rng.between(0, 2));
+                caller.idempotent(&name, IN_FLIGHT).await
+            }
+            _ => {
+                let name = format!("sf{}", rng.between(0, 1));
+                caller.single_flight(&name).await
+            }
         }
     }
-}
-
-async fn lock_call(
-    coord: &Coordinator,
-    rec: &Recorder,
-    witness: &WitnessClient,
-    client: u32,
-    rng: &mut Rng,
-) {
-    let name = format!("lk{}", rng.between(0, 1));
-    let hold = Duration::from_millis(rng.between(5, 40));
-    let invoked = rec.invoke(client, Op::Lock, &name, None, None);
-    let call = invoked.call;
-    let _watched = Watched::new(call, &format!("lock {name}"));
-    let seen = AtomicU64::new(0);
-    let key = coord.key("hist.lock").part(name.as_str()).finish();
-    let result: Result<Option<u64>, CoordError> = coord
-        .lock(key)
-        .lease(LEASE)
-        .wait(Duration::from_secs(2))
-        .fenced()
-        .run(|| async {
-            // No token once the lease has run out on the local clock (this process was
-            // paused between the grant and the body): coord hands out no token that can no
-            // longer be the newest, and a body without one must not touch the resource.
-            let Some(token) = fencing_token() else {
-                return Ok(None);
-            };
-            let token = token.get();
-            seen.store(token, Ordering::Relaxed);
-            witness.fenced_write(&name, token, call, Phase::Enter).await;
-            tokio::time::sleep(hold).await;
-            witness.fenced_write(&name, token, call, Phase::Exit).await;
-            Ok(Some(token))
-        })
-        .await;
-    let ending = match result {
-        Ok(Some(token)) => Ending::ok(None, Some(token)),
-        // The body did nothing: certainly no effect at the resource.
-        Ok(None) => Ending::failed(Outcome::Fail, LAPSED),
-        Err(err) => {
-            let (outcome, kind) = classify(&err);
-            let mut ending = Ending::failed(outcome, kind);
-            ending.token = Some(seen.load(Ordering::Relaxed)).filter(|t| *t != 0);
-            ending
-        }
-    };
-    rec.complete(&invoked, ending);
 }
 
 /// A hold of one of the [`PERMITS`] permits of the shared semaphore; the body writes `enter`
@@ -372,71 +245,6 @@ fn check_permits(events: &[Event]) -> PermitFigures {
         }
     }
     figures
-}
-
-async fn idempotent_call(
-    coord: &Coordinator,
-    rec: &Recorder,
-    witness: &WitnessClient,
-    client: u32,
-    rng: &mut Rng,
-) {
-    // A sliding window of three hot keys, shared by every process (one clock).
-    let window = now_ns() / 700_000_000;
-    let name = format!("id{window}-{}", rng.between(0, 2));
-    let (invoked, proposal) = rec.invoke_proposing(client, Op::Idempotent, &name, |call| {
-        format!("answer-of-{call}")
-    });
-    let _watched = Watched::new(invoked.call, &format!("idempotent {name}"));
-    let key = coord.key("hist.idem").part(name.as_str()).finish();
-    let result: Result<String, CoordError> = coord
-        .idempotent(key)
-        .in_flight_lease(IN_FLIGHT)
-        .wait(Duration::from_secs(3))
-        .retention(Duration::from_secs(600))
-        .run(|| async {
-            witness.effect(&name, invoked.call, EffectKind::Body).await;
-            tokio::time::sleep(Duration::from_millis(10)).await;
-            Ok(proposal.clone())
-        })
-        .await;
-    let ending = match result {
-        Ok(answer) => Ending::ok(Some(answer), None),
-        Err(err) => {
-            let (outcome, kind) = classify(&err);
-            Ending::failed(outcome, kind)
-        }
-    };
-    rec.complete(&invoked, ending);
-}
-
-async fn flight_call(
-    coord: &Coordinator,
-    rec: &Recorder,
-    witness: &WitnessClient,
-    client: u32,
-    rng: &mut Rng,
-) {
-    let name = format!("sf{}", rng.between(0, 1));
-    let (invoked, proposal) = rec.invoke_proposing(client, Op::SingleFlight, &name, |call| {
-        format!("answer-of-{call}")
-    });
-    let _watched = Watched::new(invoked.call, &format!("single-flight {name}"));
-    let key = coord.key("hist.flight").part(name.as_str()).finish();
-    let answer: String = coord
-        .single_flight(key)
-        .run(|| async {
-            witness
-                .effect(&name, invoked.call, EffectKind::FlightStart)
-                .await;
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            witness
-                .effect(&name, invoked.call, EffectKind::FlightEnd)
-                .await;
-            proposal.clone()
-        })
-        .await;
-    rec.complete(&invoked, Ending::ok(Some(answer), None));
 }
 
 // ---------------------------------------------------------------- processes

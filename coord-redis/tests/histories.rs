@@ -47,14 +47,15 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use coord_core::handle::CacheScope;
-use coord_core::{CoordError, Coordinator, fencing_token};
+use coord_core::{CoordError, Coordinator};
 use coord_history::clock::now_ns;
 use coord_history::nemesis::proxy::{Mode, Proxy};
 use coord_history::nemesis::schedule::{FaultKind, Rng, Schedule};
 use coord_history::planted::{Planted, PlantedBug};
 use coord_history::recorder::{Ending, Recorder};
 use coord_history::witness::{WitnessClient, WitnessServer};
-use coord_history::{EffectKind, Event, Fault, Op, Outcome, Phase, Promise, Report};
+use coord_history::workload::{Caller, classify, start_watchdog};
+use coord_history::{Event, Fault, Op, Promise, Report};
 use coord_redis::{Client, RedisProvider};
 use coord_redis_testing::{RedisServer, Resp};
 
@@ -110,31 +111,6 @@ fn client_name(client: Client) -> &'static str {
 }
 
 /// `Fail`: certainly no effect. `Info`: unknown.
-/// The error kind recorded for a hold whose lease ran out on the local clock before its body
-/// began: `fencing_token()` answers `None` then, and the body writes nothing.
-const LAPSED: &str = "LeaseRanOutBeforeBody";
-
-fn classify(err: &CoordError) -> (Outcome, String) {
-    let outcome = match err {
-        CoordError::LockNotAcquired { .. }
-        | CoordError::InFlight { .. }
-        | CoordError::KeyReused { .. } => Outcome::Fail,
-        _ => Outcome::Info,
-    };
-    let kind = match err {
-        CoordError::Backend(b) => format!("Backend({:?})", b.kind()),
-        other => {
-            let debug = format!("{other:?}");
-            debug
-                .split([' ', '{', '('])
-                .next()
-                .unwrap_or_default()
-                .to_owned()
-        }
-    };
-    (outcome, kind)
-}
-
 /// One worker task: calls until `until`, recording each.
 async fn work(
     coord: Coordinator,
@@ -161,100 +137,32 @@ async fn work(
             Mix::All | Mix::Worker => Op::SingleFlight,
         };
         let generation = witness.generation().await;
+        let caller = Caller {
+            coord: &coord,
+            rec: &rec,
+            witness: &witness,
+            client,
+        };
         match op {
-            Op::Lock => lock_call(&coord, &rec, &witness, client, &mut rng, generation).await,
+            Op::Lock => {
+                // Keys carry the data generation: a restart without data starts new ones.
+                let name = format!("lk{}-g{generation}", rng.between(0, 1));
+                let hold = Duration::from_millis(rng.between(5, 40));
+                caller.fenced_hold(&name, LEASE, hold).await
+            }
             Op::Idempotent => {
-                idempotent_call(&coord, &rec, &witness, client, &mut rng, generation).await
+                // A sliding window of three hot keys, shared by every process (one clock).
+                let window = now_ns() / 700_000_000;
+                let name = format!("id{window}-{}-g{generation}", rng.between(0, 2));
+                caller.idempotent(&name, IN_FLIGHT).await
             }
             Op::CacheRead => cache_call(&coord, &rec, &witness, client, &mut rng).await,
-            _ => flight_call(&coord, &rec, &witness, client, &mut rng).await,
+            _ => {
+                let name = format!("sf{}", rng.between(0, 1));
+                caller.single_flight(&name).await
+            }
         }
     }
-}
-
-async fn lock_call(
-    coord: &Coordinator,
-    rec: &Recorder,
-    witness: &WitnessClient,
-    client: u32,
-    rng: &mut Rng,
-    generation: u64,
-) {
-    let name = format!("lk{}-g{generation}", rng.between(0, 1));
-    let hold = Duration::from_millis(rng.between(5, 40));
-    let invoked = rec.invoke(client, Op::Lock, &name, None, None);
-    let call = invoked.call;
-    let seen = AtomicU64::new(0);
-    let key = coord.key("hist.lock").part(name.as_str()).finish();
-    let result: Result<Option<u64>, CoordError> = coord
-        .lock(key)
-        .lease(LEASE)
-        .wait(Duration::from_secs(2))
-        .fenced()
-        .run(|| async {
-            // No token once the lease has run out on the local clock (this process was paused,
-            // or its clock jumped, between the grant and the body): coord hands out no token
-            // that can no longer be the newest, and a body without one must not touch the
-            // resource.
-            let Some(token) = fencing_token() else {
-                return Ok(None);
-            };
-            let token = token.get();
-            seen.store(token, Ordering::Relaxed);
-            witness.fenced_write(&name, token, call, Phase::Enter).await;
-            tokio::time::sleep(hold).await;
-            witness.fenced_write(&name, token, call, Phase::Exit).await;
-            Ok(Some(token))
-        })
-        .await;
-    let ending = match result {
-        Ok(Some(token)) => Ending::ok(None, Some(token)),
-        // The body did nothing: certainly no effect at the resource.
-        Ok(None) => Ending::failed(Outcome::Fail, LAPSED),
-        Err(err) => {
-            let (outcome, kind) = classify(&err);
-            let mut ending = Ending::failed(outcome, kind);
-            ending.token = Some(seen.load(Ordering::Relaxed)).filter(|t| *t != 0);
-            ending
-        }
-    };
-    rec.complete(&invoked, ending);
-}
-
-async fn idempotent_call(
-    coord: &Coordinator,
-    rec: &Recorder,
-    witness: &WitnessClient,
-    client: u32,
-    rng: &mut Rng,
-    generation: u64,
-) {
-    // A sliding window of three hot keys, shared by every process (one clock).
-    let window = now_ns() / 700_000_000;
-    let name = format!("id{window}-{}-g{generation}", rng.between(0, 2));
-    let (invoked, proposal) = rec.invoke_proposing(client, Op::Idempotent, &name, |call| {
-        format!("answer-of-{call}")
-    });
-    let key = coord.key("hist.idem").part(name.as_str()).finish();
-    let result: Result<String, CoordError> = coord
-        .idempotent(key)
-        .in_flight_lease(IN_FLIGHT)
-        .wait(Duration::from_secs(3))
-        .retention(Duration::from_secs(600))
-        .run(|| async {
-            witness.effect(&name, invoked.call, EffectKind::Body).await;
-            tokio::time::sleep(Duration::from_millis(10)).await;
-            Ok(proposal.clone())
-        })
-        .await;
-    let ending = match result {
-        Ok(answer) => Ending::ok(Some(answer), None),
-        Err(err) => {
-            let (outcome, kind) = classify(&err);
-            Ending::failed(outcome, kind)
-        }
-    };
-    rec.complete(&invoked, ending);
 }
 
 /// A cached read of a versioned source (two tiers: a local copy, and the shared entry in
@@ -299,34 +207,6 @@ async fn write_sources(witness: SocketAddr, until: Instant) {
         }
         tokio::time::sleep(SOURCE_EVERY).await;
     }
-}
-
-async fn flight_call(
-    coord: &Coordinator,
-    rec: &Recorder,
-    witness: &WitnessClient,
-    client: u32,
-    rng: &mut Rng,
-) {
-    let name = format!("sf{}", rng.between(0, 1));
-    let (invoked, proposal) = rec.invoke_proposing(client, Op::SingleFlight, &name, |call| {
-        format!("answer-of-{call}")
-    });
-    let key = coord.key("hist.flight").part(name.as_str()).finish();
-    let answer: String = coord
-        .single_flight(key)
-        .run(|| async {
-            witness
-                .effect(&name, invoked.call, EffectKind::FlightStart)
-                .await;
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            witness
-                .effect(&name, invoked.call, EffectKind::FlightEnd)
-                .await;
-            proposal.clone()
-        })
-        .await;
-    rec.complete(&invoked, Ending::ok(Some(answer), None));
 }
 
 // ---------------------------------------------------------------- processes
@@ -408,6 +288,7 @@ fn child() {
     let seed: u64 = var("COORD_HISTORY_SEED_CHILD").parse().expect("seed");
     let out = var("COORD_HISTORY_OUT");
     let rec = Recorder::new();
+    start_watchdog();
     listen_for_clock_commands();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -907,6 +788,7 @@ fn main() {
         Ok(_) => return child(),
         Err(_) => {}
     }
+    start_watchdog();
     let started = Instant::now();
     let mut passed = 0;
     let mut failed = Vec::new();

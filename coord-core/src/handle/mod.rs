@@ -13,6 +13,43 @@
 //! | [`ClusterFlight`] | [`SingleFlight::cluster`] | `#[single_flight(scope = "cluster")]` |
 //! | [`Cached`] (scopes: [`CacheScope`]) | [`Coordinator::cached`](crate::Coordinator::cached) | `#[cached]` |
 
+/// The two replica-acknowledgement setters of a handle whose settings are `self.spec` (a spec
+/// with a `replica_acks` field): one text and one body for the lock, semaphore, read-write
+/// lock, multi-key lock and idempotent handles. `$writes` names the writes that wait, for the
+/// docs.
+macro_rules! replica_acks_setters {
+    ($writes:literal) => {
+        #[doc = concat!(
+            "Waits for `replicas` replicas to acknowledge ", $writes, ", for at most `timeout`, \
+             whatever the provider's own setting (for Redis, \
+             `RedisProviderBuilder::replica_acks`); fewer acknowledgements make the write count \
+             as failed (a \
+             [`BackendErrorKind::NotReplicated`](crate::provider::BackendErrorKind::NotReplicated) \
+             error, as with the provider's setting). `replicas` of zero is \
+             [`without_replica_acks`](Self::without_replica_acks). Default: the provider's \
+             setting."
+        )]
+        ///
+        /// A provider that does not replicate (the in-process one, PostgreSQL) cannot honour it:
+        /// the call is refused with [`CoordError::Unsupported`](crate::CoordError::Unsupported)
+        /// naming [`Capability::ReplicaAcks`](crate::provider::Capability::ReplicaAcks) before
+        /// anything is written. The timeout must be above zero and below the provider's command
+        /// timeout (Redis answers a `Config` error otherwise).
+        pub fn replica_acks(mut self, replicas: u32, timeout: std::time::Duration) -> Self {
+            self.spec.replica_acks = Some(crate::provider::ReplicaAcks::wait(replicas, timeout));
+            self
+        }
+
+        /// Does not wait for replicas for this call, even when the provider does by default: for
+        /// an operation whose loss in a failover costs little (a lock that only saves duplicate
+        /// work), to keep it fast and available while replicas lag. Accepted by every provider.
+        pub fn without_replica_acks(mut self) -> Self {
+            self.spec.replica_acks = Some(crate::provider::ReplicaAcks::Off);
+            self
+        }
+    };
+}
+
 mod cached;
 mod cluster_flight;
 mod idempotent;

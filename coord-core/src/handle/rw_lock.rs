@@ -117,30 +117,7 @@ impl RwLock<'_> {
         self
     }
 
-    /// Waits for `replicas` replicas to acknowledge each grant and renewal of this hold, for at most
-    /// `timeout`, whatever the provider's own setting (for Redis,
-    /// `RedisProviderBuilder::replica_acks`); fewer acknowledgements make the write count as
-    /// failed (a [`BackendErrorKind::NotReplicated`](crate::provider::BackendErrorKind::NotReplicated)
-    /// error, as with the provider's setting). `replicas` of zero is
-    /// [`without_replica_acks`](Self::without_replica_acks). Default: the provider's setting.
-    ///
-    /// A provider that does not replicate (the in-process one, PostgreSQL) cannot honour it:
-    /// the call is refused with [`CoordError::Unsupported`] naming
-    /// [`Capability::ReplicaAcks`](crate::provider::Capability::ReplicaAcks) before anything is
-    /// written. The timeout must be above zero and below the provider's command timeout (Redis
-    /// answers a `Config` error otherwise).
-    pub fn replica_acks(mut self, replicas: u32, timeout: Duration) -> Self {
-        self.spec.replica_acks = Some(crate::provider::ReplicaAcks::wait(replicas, timeout));
-        self
-    }
-
-    /// Does not wait for replicas for this call, even when the provider does by default: for
-    /// an operation whose loss in a failover costs little (a lock that only saves duplicate
-    /// work), to keep it fast and available while replicas lag. Accepted by every provider.
-    pub fn without_replica_acks(mut self) -> Self {
-        self.spec.replica_acks = Some(crate::provider::ReplicaAcks::Off);
-        self
-    }
+    replica_acks_setters!("each grant and renewal of this hold");
 
     /// Takes durations and the backend-fault policy from the coordinator's profile `name`, as
     /// [`Lock::profile`](crate::handle::Lock::profile) does.

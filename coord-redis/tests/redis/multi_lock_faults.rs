@@ -347,23 +347,24 @@ async fn server_restarted_while_a_key_by_key_acquire_waits(client: Client) {
     }
 }
 
-/// A held set (lease 1 s, renewed every 200 ms) through a 2.5 s freeze: no renewal is
-/// confirmed for a whole lease, so the body is cancelled with `LockLost`
-/// (`BackendUnreachable`) while the server is still frozen; after the thaw every key has
-/// lapsed and another caller takes each at once.
-async fn server_paused_past_the_lease_cancels_the_body(client: Client) {
-    let server = RedisServer::start();
-    let c = key_by_key(&server, client, "mkfreeze").await;
-    let o = other(&server, client, "mkfreeze").await;
-    let keys = three(&c, "freeze");
+/// A set held by a body that renews every 200 ms and would run for [`LONG`]: the task that
+/// answers the body's outcome and when it came, a receiver told once the body has started, and
+/// whether the body ran to its end.
+struct HeldSet {
+    task: tokio::task::JoinHandle<(Result<(), CoordError>, Instant)>,
+    entered: tokio::sync::oneshot::Receiver<()>,
+    finished: Arc<AtomicBool>,
+}
+
+fn spawn_held_set(c: &Coordinator, keys: &[CallKey], lease: Duration) -> HeldSet {
     let (entered_tx, entered) = tokio::sync::oneshot::channel();
     let finished = Arc::new(AtomicBool::new(false));
-    let set = {
+    let task = {
         let (c, keys, finished) = (c.clone(), keys.to_vec(), finished.clone());
         tokio::spawn(async move {
             let outcome = c
                 .multi_lock(keys)
-                .lease(Duration::from_secs(1))
+                .lease(lease)
                 .renew(Duration::from_millis(200))
                 .run(|| async {
                     let _ = entered_tx.send(());
@@ -375,6 +376,27 @@ async fn server_paused_past_the_lease_cancels_the_body(client: Client) {
             (outcome, Instant::now())
         })
     };
+    HeldSet {
+        task,
+        entered,
+        finished,
+    }
+}
+
+/// A held set (lease 1 s, renewed every 200 ms) through a 2.5 s freeze: no renewal is
+/// confirmed for a whole lease, so the body is cancelled with `LockLost`
+/// (`BackendUnreachable`) while the server is still frozen; after the thaw every key has
+/// lapsed and another caller takes each at once.
+async fn server_paused_past_the_lease_cancels_the_body(client: Client) {
+    let server = RedisServer::start();
+    let c = key_by_key(&server, client, "mkfreeze").await;
+    let o = other(&server, client, "mkfreeze").await;
+    let keys = three(&c, "freeze");
+    let HeldSet {
+        task: set,
+        entered,
+        finished,
+    } = spawn_held_set(&c, &keys, Duration::from_secs(1));
     entered.await.expect("the body starts");
     server.pause();
     let paused = Instant::now();
@@ -412,25 +434,11 @@ async fn server_restarted_under_a_held_set_cancels_the_body(client: Client) {
     let c = key_by_key(&server, client, "mkheld").await;
     let o = other(&server, client, "mkheld").await;
     let keys = three(&c, "held");
-    let (entered_tx, entered) = tokio::sync::oneshot::channel();
-    let finished = Arc::new(AtomicBool::new(false));
-    let set = {
-        let (c, keys, finished) = (c.clone(), keys.to_vec(), finished.clone());
-        tokio::spawn(async move {
-            let outcome = c
-                .multi_lock(keys)
-                .lease(Duration::from_secs(2))
-                .renew(Duration::from_millis(200))
-                .run(|| async {
-                    let _ = entered_tx.send(());
-                    tokio::time::sleep(LONG).await;
-                    finished.store(true, Ordering::SeqCst);
-                    Ok::<_, CoordError>(())
-                })
-                .await;
-            (outcome, Instant::now())
-        })
-    };
+    let HeldSet {
+        task: set,
+        entered,
+        finished,
+    } = spawn_held_set(&c, &keys, Duration::from_secs(2));
     entered.await.expect("the body starts");
     server.restart();
     let restarted = Instant::now();
@@ -481,25 +489,11 @@ async fn a_key_lost_mid_body_cancels_it_and_frees_the_others(client: Client) {
     let c = key_by_key(&server, client, "mklost").await;
     let o = other(&server, client, "mklost").await;
     let keys = three(&c, "lost");
-    let (entered_tx, entered) = tokio::sync::oneshot::channel();
-    let finished = Arc::new(AtomicBool::new(false));
-    let set = {
-        let (c, keys, finished) = (c.clone(), keys.to_vec(), finished.clone());
-        tokio::spawn(async move {
-            let outcome = c
-                .multi_lock(keys)
-                .lease(LONG)
-                .renew(Duration::from_millis(200))
-                .run(|| async {
-                    let _ = entered_tx.send(());
-                    tokio::time::sleep(LONG).await;
-                    finished.store(true, Ordering::SeqCst);
-                    Ok::<_, CoordError>(())
-                })
-                .await;
-            (outcome, Instant::now())
-        })
-    };
+    let HeldSet {
+        task: set,
+        entered,
+        finished,
+    } = spawn_held_set(&c, &keys, LONG);
     entered.await.expect("the body starts");
     assert_eq!(server.command(&["DEL", &lock_name(&keys[1])]), Resp::Int(1));
     let removed = Instant::now();

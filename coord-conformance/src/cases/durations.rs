@@ -13,6 +13,15 @@ pub(super) const SHORT: Duration = Duration::from_millis(200);
 /// must not make a case flaky).
 pub(super) const PAST_SHORT: Duration = Duration::from_millis(700);
 
+/// The lease of a hold the case renews: long against the renewal interval, so that a
+/// renewal delayed by a loaded machine (a slow statement, a starved thread) for most of a
+/// second still lands before the lease runs out.
+pub(super) const RENEWED_LEASE: Duration = Duration::from_secs(1);
+/// How often the case renews a hold with [`RENEWED_LEASE`].
+pub(super) const RENEWAL_EVERY: Duration = Duration::from_millis(100);
+/// A sleep surely past [`RENEWED_LEASE`]: a hold still there after it was renewed.
+pub(super) const PAST_RENEWED_LEASE: Duration = Duration::from_millis(1800);
+
 /// Durations no provider may choke on: zero, below any backend's resolution, past Redis's
 /// `PX` limit, and the largest a `Duration` holds.
 pub(super) const EXTREMES: [Duration; 4] = [

@@ -18,7 +18,7 @@ use std::time::Duration;
 use coord_core::{CallKey, CoordError, Coordinator, distributed_lock, fencing_token_of};
 
 use super::deadlines::bounded;
-use super::durations::{LONG, PAST_SHORT, SHORT};
+use super::durations::{LONG, PAST_RENEWED_LEASE, RENEWAL_EVERY, RENEWED_LEASE, SHORT};
 use super::requests::key;
 
 /// True when `key` is free now: a single attempt takes it (and gives it back).
@@ -208,8 +208,8 @@ pub async fn multi_lock_renewal_stops_at_release(c: Coordinator) {
     let before = c.active_renewals();
     let guard = c
         .multi_lock([a.clone(), b.clone()])
-        .lease(SHORT)
-        .renew(Duration::from_millis(50))
+        .lease(RENEWED_LEASE)
+        .renew(RENEWAL_EVERY)
         .acquire()
         .await
         .unwrap();
@@ -218,7 +218,7 @@ pub async fn multi_lock_renewal_stops_at_release(c: Coordinator) {
         before + 2,
         "every key of the multi-key lock is being renewed"
     );
-    tokio::time::sleep(PAST_SHORT).await;
+    tokio::time::sleep(PAST_RENEWED_LEASE).await;
     assert!(guard.is_held(), "renewal kept every key past its lease");
     for k in [&a, &b] {
         assert!(

@@ -18,7 +18,7 @@ use coord_core::provider::{
 };
 use coord_core::{CallKey, CoordError, Coordinator, distributed_lock, fencing_token};
 
-use super::durations::{LONG, PAST_SHORT, SHORT};
+use super::durations::{LONG, PAST_RENEWED_LEASE, PAST_SHORT, RENEWAL_EVERY, RENEWED_LEASE, SHORT};
 use super::requests::key;
 
 /// A request of one attempt (`wait` zero) or a wait, with a claim of [`SHORT`].
@@ -586,8 +586,8 @@ pub async fn rw_renewal_stops_at_release(c: Coordinator) {
         let before = c.active_renewals();
         let rw = c
             .rw_lock(k.clone())
-            .lease(SHORT)
-            .renew(Duration::from_millis(50));
+            .lease(RENEWED_LEASE)
+            .renew(RENEWAL_EVERY);
         let guard = match mode {
             RwMode::Read => rw.read().await,
             RwMode::Write => rw.write().await,
@@ -595,7 +595,7 @@ pub async fn rw_renewal_stops_at_release(c: Coordinator) {
         .unwrap();
         assert_eq!(guard.mode(), mode);
         assert_eq!(c.active_renewals(), before + 1, "the hold is being renewed");
-        tokio::time::sleep(PAST_SHORT).await;
+        tokio::time::sleep(PAST_RENEWED_LEASE).await;
         assert!(
             guard.is_held(),
             "renewal kept the {mode} hold past its lease"

@@ -22,7 +22,7 @@ use coord_core::provider::{
 };
 use coord_core::{CallKey, CoordError, Coordinator, distributed_lock, fencing_token};
 
-use super::durations::{LONG, PAST_SHORT, SHORT};
+use super::durations::{LONG, PAST_RENEWED_LEASE, PAST_SHORT, RENEWAL_EVERY, RENEWED_LEASE, SHORT};
 use super::requests::key;
 
 /// A permit request of one attempt (`wait` zero) or a wait.
@@ -487,8 +487,8 @@ pub async fn renewal_does_not_outlive_release(c: Coordinator) {
     let before = c.active_renewals();
     let permit = c
         .semaphore(k.clone(), 1)
-        .lease(SHORT)
-        .renew(Duration::from_millis(50))
+        .lease(RENEWED_LEASE)
+        .renew(RENEWAL_EVERY)
         .acquire()
         .await
         .unwrap();
@@ -497,7 +497,7 @@ pub async fn renewal_does_not_outlive_release(c: Coordinator) {
         before + 1,
         "the permit is being renewed"
     );
-    tokio::time::sleep(PAST_SHORT).await;
+    tokio::time::sleep(PAST_RENEWED_LEASE).await;
     assert!(permit.is_held(), "renewal kept the permit past its lease");
     let token = permit.fencing_token().expect("a held permit has its token");
     assert!(

@@ -336,6 +336,53 @@ impl CallKeyBuilder {
     }
 }
 
+/// The rendered start `namespace:operation` of every key of one operation in one namespace:
+/// rendered (escaped) once, then copied as it is into each key built from it. The attributes
+/// keep one per call site, so a call renders only its own parts.
+///
+/// A key built from a prefix equals the key [`CallKey::builder`] builds for the same namespace
+/// and operation with the same parts.
+#[derive(Debug, Clone)]
+pub struct KeyPrefix {
+    /// The namespace as given (unescaped), to tell whether a coordinator's namespace is this
+    /// prefix's.
+    namespace: Box<str>,
+    /// `namespace:operation`, escaped as [`CallKey::builder`] escapes them.
+    rendered: Box<str>,
+    /// Where the operation name starts in `rendered`.
+    shown_from: usize,
+}
+
+impl KeyPrefix {
+    /// Renders the start of the keys of `operation` in `namespace`.
+    pub fn new(namespace: &str, operation: &str) -> KeyPrefix {
+        let builder = CallKey::builder(namespace, operation);
+        let shown_from = builder.shown_from;
+        let rendered = builder.inner.rendered().into();
+        builder.inner.recycle();
+        KeyPrefix {
+            namespace: namespace.into(),
+            rendered,
+            shown_from,
+        }
+    }
+
+    /// The namespace this prefix was rendered for, as given.
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    /// Starts a key with this prefix: what [`CallKey::builder`] returns for the prefix's
+    /// namespace and operation, without escaping either again.
+    pub fn builder(&self) -> CallKeyBuilder {
+        CallKeyBuilder {
+            inner: KeyBuilder::scratch_rendered(&self.rendered),
+            shown_from: self.shown_from,
+            op_end: self.rendered.len(),
+        }
+    }
+}
+
 /// Text that is not a key coord printed: see [`CallKey::from_op_key`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InvalidCallKey(&'static str);
@@ -441,6 +488,28 @@ mod tests {
         assert!(!other.is_of_operation("jobs"));
         assert!(!built.is_of_operation("job"));
         assert!(other.is_of_operation("jobs::nightly"));
+    }
+
+    #[test]
+    fn a_key_built_from_a_prefix_equals_one_built_whole() {
+        for (ns, op) in [
+            ("svc", "payments.charge"),
+            ("a{b}%c", "app::jobs::nightly"),
+            ("", ""),
+        ] {
+            let prefix = KeyPrefix::new(ns, op);
+            assert_eq!(prefix.namespace(), ns);
+            for part in ["order:7", "", "x"] {
+                let whole = CallKey::builder(ns, op).part(part).part(&7u64).finish();
+                let from_prefix = prefix.builder().part(part).part(&7u64).finish();
+                assert_eq!(from_prefix, whole);
+                assert_eq!(from_prefix.qualified(), whole.qualified());
+                assert_eq!(from_prefix.op_key(), whole.op_key());
+                assert_eq!(from_prefix.namespace(), whole.namespace());
+                assert_eq!(from_prefix.operation(), whole.operation());
+            }
+            assert_eq!(prefix.builder().finish(), CallKey::builder(ns, op).finish());
+        }
     }
 
     #[test]

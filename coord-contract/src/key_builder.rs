@@ -214,6 +214,32 @@ impl KeyBuilder {
         builder
     }
 
+    /// Starts a key with `rendered`, text this module rendered before (a namespace, `:` and an
+    /// operation name, see [`KeyPrefix`](crate::KeyPrefix)), copied as it is, in this thread's
+    /// scratch buffer.
+    pub(crate) fn scratch_rendered(rendered: &str) -> KeyBuilder {
+        let mut buf = SCRATCH.with(|cell| cell.take());
+        buf.clear();
+        buf.push_str(rendered);
+        KeyBuilder {
+            writer: KeyWriter { buf, absent: false },
+            missing: None,
+        }
+    }
+
+    /// The text rendered so far.
+    pub(crate) fn rendered(&self) -> &str {
+        &self.writer.buf
+    }
+
+    /// Gives the buffer back to the thread's scratch slot, unused.
+    pub(crate) fn recycle(self) {
+        let buf = self.writer.buf;
+        if buf.capacity() <= 1024 {
+            SCRATCH.with(|cell| cell.set(buf));
+        }
+    }
+
     /// The rendered text in one shared allocation; the buffer goes back to the thread's
     /// scratch slot, so building a call key costs one allocation.
     pub(crate) fn into_shared(self) -> Arc<str> {

@@ -142,7 +142,7 @@ pub mod __private {
         GuardedResult, assert_guarded_result, assert_shareable_output,
     };
     pub use crate::runtime::spec::Written;
-    pub use crate::runtime::spec::{IdempotencySpec, LockSpec, OpSpec};
+    pub use crate::runtime::spec::{IdempotencySpec, KeyPrefixCache, LockSpec, OpSpec};
     pub use crate::runtime::transactional::{MarkedRun, TransactionalStep, claim_in_transaction};
     pub use crate::telemetry::OpTelemetry;
     pub use core::time::Duration;

@@ -29,6 +29,7 @@ use crate::runtime::outcome::GuardedResult;
 use crate::runtime::renewal::{Hold, HoldKind, Registration, lease_checked};
 use crate::runtime::spec::LockSpec;
 use crate::runtime::state::Coordinator;
+use coord_memory::Attempt;
 use crate::telemetry::Elapsed;
 
 /// A lock just granted, before anyone holds it as a guard: the attribute keeps it in a
@@ -132,16 +133,36 @@ pub(crate) async fn acquire_lock(
     }
     let owner = OwnerToken::new();
     let started = Instant::now();
-    // A lock taken by this call frees itself at the latest a lease after its last attempt,
-    // and attempts end within `wait`.
-    let lease_bound = spec.lease.saturating_add(spec.wait);
-    let mut pending = LeaseGuard::new(
-        lease_store(coordinator, permit, spec.rw),
-        key,
-        owner,
-        lease_bound,
-    );
-    let answer = if let Some(mode) = spec.rw {
+    let in_process = match spec.rw {
+        None if !permit => coordinator.in_process_locks(),
+        _ => None,
+    };
+    let answer = if let Some(memory) = in_process {
+        // The in-process table answers at once, at this call's own clock reading: the lease
+        // runs from `started`, which the table takes as the attempt's time (it reads no
+        // clock of its own), and nothing can drop this call between the attempt and the
+        // grant. Only a caller that queues waits, on the general path below.
+        match memory.attempt_lock_at(key, owner, spec.lease, spec.wait, spec.fenced, started) {
+            Attempt::Granted(grant) => {
+                return Acquired::Granted(grant_of(
+                    coordinator,
+                    key,
+                    spec,
+                    owner,
+                    outer,
+                    started,
+                    started,
+                    grant,
+                ));
+            }
+            Attempt::Held => return not_acquired(key, started),
+            Attempt::Queued(waiter) => {
+                let waited: BoxFuture<'_, Result<Option<LockGrant>, BackendError>> =
+                    Box::pin(async move { Ok(waiter.wait().await) });
+                waited
+            }
+        }
+    } else if let Some(mode) = spec.rw {
         crate::runtime::rw_lock::acquire(coordinator, key, owner, mode, spec)
     } else if permit {
         acquire_permit(coordinator, key, owner, spec)
@@ -154,6 +175,15 @@ pub(crate) async fn acquire_lock(
             fenced: spec.fenced,
         })
     };
+    // A lock taken by this call frees itself at the latest a lease after its last attempt,
+    // and attempts end within `wait`.
+    let lease_bound = spec.lease.saturating_add(spec.wait);
+    let mut pending = LeaseGuard::new(
+        lease_store(coordinator, permit, spec.rw),
+        key,
+        owner,
+        lease_bound,
+    );
     let mut answer = replicas::scoped(spec.replica_acks, answer);
     // Whether the provider answered in the first poll: then this call never waited for it.
     let mut at_once = true;
@@ -168,11 +198,7 @@ pub(crate) async fn acquire_lock(
         Ok(Some(grant)) => grant,
         Ok(None) => {
             pending.disarm();
-            let err = CoordError::LockNotAcquired {
-                key: key.clone(),
-                waited: started.elapsed(),
-            };
-            return Acquired::Refused(err, LockOutcome::NotAcquired);
+            return not_acquired(key, started);
         }
         // The acquire may have landed before the fault: the pending guard stays armed and
         // releases it.
@@ -194,6 +220,41 @@ pub(crate) async fn acquire_lock(
     } else {
         Instant::now()
     };
+    Acquired::Granted(grant_of(
+        coordinator,
+        key,
+        spec,
+        owner,
+        outer,
+        started,
+        granted_at,
+        grant,
+    ))
+}
+
+/// The refusal of a lock that stayed held by others for all of `wait`, asked for at `started`.
+fn not_acquired(key: &CallKey, started: Instant) -> Acquired {
+    let err = CoordError::LockNotAcquired {
+        key: key.clone(),
+        waited: started.elapsed(),
+    };
+    Acquired::Refused(err, LockOutcome::NotAcquired)
+}
+
+/// The grant of `key` to `owner`, asked for at `started` and in at `granted_at`: its hold
+/// (linked to `outer`, the task's innermost hold) and its renewal.
+// What an acquisition found, each part named at both call sites.
+#[allow(clippy::too_many_arguments)]
+fn grant_of(
+    coordinator: &Coordinator,
+    key: &CallKey,
+    spec: &LockSpec,
+    owner: OwnerToken,
+    outer: Option<Arc<Hold>>,
+    started: Instant,
+    granted_at: Instant,
+    grant: LockGrant,
+) -> Grant {
     // The lease began no earlier than the successful attempt was sent: for a first-attempt
     // grant that is `started`; after waiting, the last attempt was just now.
     let lease_from = match grant.lease_began {
@@ -205,7 +266,7 @@ pub(crate) async fn acquire_lock(
     let hold = Hold::new(
         match spec.rw {
             Some(mode) => HoldKind::Rw(mode),
-            None if permit => HoldKind::Permit,
+            None if spec.permits > 0 => HoldKind::Permit,
             None => HoldKind::Lock,
         },
         key.clone(),
@@ -224,13 +285,13 @@ pub(crate) async fn acquire_lock(
     } else {
         LockOutcome::Acquired
     };
-    Acquired::Granted(Grant {
+    Grant {
         hold,
         renewal,
         outcome,
         waited,
         granted_at,
-    })
+    }
 }
 
 /// The acquisition of one permit of the semaphore `key` (`spec.permits` of them), answered as
@@ -577,6 +638,27 @@ impl CallHold<'_> {
         self.armed = false;
         release_hold(self.coordinator, &self.hold, lapse_reported).await
     }
+
+    /// [`CallHold::settle`] at once, for a lock of the in-process provider (`None` for any
+    /// other hold): the table frees it synchronously at `now`, this call's reading of tokio's
+    /// clock after the body (see [`LockTable::release_at`](coord_memory::LockTable::release_at)).
+    fn settle_in_process(&mut self, lapse_reported: bool, now: Instant) -> Option<ReleaseOutcome> {
+        if self.hold.is_permit() || self.hold.rw_mode().is_some() {
+            return None;
+        }
+        let memory = self.coordinator.in_process_locks()?;
+        drop(self.renewal.take());
+        self.armed = false;
+        if !self.hold.hand_back() {
+            // Shutdown released it already (the hold reads as lost, cause `ShutDown`).
+            return Some(ReleaseOutcome::Released);
+        }
+        let released = memory.release_lock_at(&self.hold.key, self.hold.owner(), now);
+        if released != ReleaseOutcome::Released {
+            gone_at_release(self.coordinator, &self.hold, released, lapse_reported);
+        }
+        Some(released)
+    }
 }
 
 impl Drop for CallHold<'_> {
@@ -660,7 +742,10 @@ where
     if lapsed {
         report_lapse(call, hold, spec, hold.held_for_at(returned_at));
     }
-    let released = held.settle(lapsed).await;
+    let released = match held.settle_in_process(lapsed, returned_at) {
+        Some(released) => Ok(released),
+        None => held.settle(lapsed).await,
+    };
     if released.is_err() {
         // One release attempt (bounded by the provider's command timeout) is all the caller
         // waits for; the rest is the background's, and the report says so.

@@ -54,6 +54,7 @@ pub(super) fn op_spec(
             cache: #cache,
             lock: #lock,
             telemetry: #krate::__private::OpTelemetry::new(),
+            key_prefix: #krate::__private::KeyPrefixCache::new(),
             record_key: #record_key,
             profile: #profile,
         }

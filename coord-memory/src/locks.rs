@@ -82,7 +82,9 @@ impl LockEntry {
 /// dropped. Deadlines are computed while no map shard is locked, and nothing that can panic
 /// runs while one is.
 pub struct LockTable {
-    entries: DashMap<Arc<str>, LockEntry>,
+    /// Hashed with aHash, which resists flooding with colliding keys (key parts come from
+    /// callers) at a fraction of SipHash's cost: every acquire and release hashes the key once.
+    entries: DashMap<Arc<str>, LockEntry, ahash::RandomState>,
     /// Holds an operator forced free, remembered so that the former holder's release and
     /// renewal can say so (see [`LockTable::force_release`]). Empty unless an operator forced
     /// a lock free recently; nothing on the path of an ordinary acquire or release reads it.
@@ -167,7 +169,7 @@ impl LockTable {
     /// An empty table.
     pub fn new() -> LockTable {
         LockTable {
-            entries: DashMap::new(),
+            entries: DashMap::with_hasher(ahash::RandomState::new()),
             forced: DashMap::new(),
             fence: AtomicU64::new(0),
             waiter_ids: AtomicU64::new(0),

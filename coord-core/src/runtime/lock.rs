@@ -84,6 +84,89 @@ pub(crate) enum Acquired {
     Unguarded,
 }
 
+/// The checks before any acquisition: reentrancy (against the task's chain of held locks),
+/// shutdown, and what the provider must support. `Ok` with the task's innermost hold (the
+/// node the new hold links to), or the refusal.
+fn admit(
+    coordinator: &Coordinator,
+    key: &CallKey,
+    spec: &LockSpec,
+) -> Result<Option<Arc<Hold>>, Acquired> {
+    // One look at the task's chain of held locks: the reentrancy check, and the node the new
+    // hold links to.
+    let outer = held::innermost();
+    let permit = spec.permits > 0;
+    if let Some(mode) = spec.rw {
+        if let Some(err) = crate::runtime::rw_lock::reentry(outer.as_deref(), key, mode) {
+            return Err(Acquired::Refused(err, LockOutcome::Reentrant));
+        }
+    } else if held::chain_holds(outer.as_deref(), key, permit) {
+        let err = CoordError::Reentrant { key: key.clone() };
+        return Err(Acquired::Refused(err, LockOutcome::Reentrant));
+    }
+    if coordinator.lifecycle().is_shut_down() {
+        let err = CoordError::ShutDown { key: key.clone() };
+        return Err(Acquired::Refused(err, LockOutcome::ShutDown));
+    }
+    if permit && !coordinator.supports(Capability::Semaphores) {
+        // Refused before the provider is asked, whatever the backend-fault policy: running
+        // the body without the limit would be a silent no-op of the semaphore.
+        let err = CoordError::Unsupported {
+            capability: Capability::Semaphores,
+            key: key.clone(),
+        };
+        return Err(Acquired::Refused(err, LockOutcome::BackendError));
+    }
+    if spec.rw.is_some() && !coordinator.supports(Capability::ReadWriteLocks) {
+        // As for semaphores: never a read-write lock that silently excludes nobody.
+        let err = CoordError::Unsupported {
+            capability: Capability::ReadWriteLocks,
+            key: key.clone(),
+        };
+        return Err(Acquired::Refused(err, LockOutcome::BackendError));
+    }
+    if let Some(err) = replica_acks_refused(coordinator, spec.replica_acks, key) {
+        return Err(Acquired::Refused(err, LockOutcome::BackendError));
+    }
+    Ok(outer)
+}
+
+/// [`acquire_lock`] without awaiting, for a lock of the in-process provider that is free (or
+/// held, with no `wait`): the table answers at once, at this call's own clock reading (the
+/// lease runs from it; the table reads no clock of its own), and nothing can drop the call
+/// between the attempt and the grant. `None` when the call has to take the general path
+/// instead: another provider, another kind of hold, or a held lock to wait for (the general
+/// path then makes the attempt again and queues).
+fn acquire_at_once(coordinator: &Coordinator, key: &CallKey, spec: &LockSpec) -> Option<Acquired> {
+    if spec.rw.is_some() || spec.permits > 0 {
+        return None;
+    }
+    let memory = coordinator.in_process_locks()?;
+    let outer = match admit(coordinator, key, spec) {
+        Ok(outer) => outer,
+        Err(refused) => return Some(refused),
+    };
+    let owner = OwnerToken::new();
+    let started = Instant::now();
+    // One attempt: a caller that would queue goes the general path.
+    match memory.attempt_lock_at(key, owner, spec.lease, Duration::ZERO, spec.fenced, started) {
+        Attempt::Granted(grant) => Some(Acquired::Granted(grant_of(
+            coordinator,
+            key,
+            spec,
+            owner,
+            outer,
+            started,
+            started,
+            grant,
+        ))),
+        Attempt::Held if spec.wait.is_zero() => Some(not_acquired(key, started)),
+        // Held, and the call may wait: dropping the attempt leaves nothing behind (it did not
+        // queue).
+        Attempt::Held | Attempt::Queued(_) => None,
+    }
+}
+
 /// Takes the lock of `key` on the terms of `spec`. The one acquisition path of the attribute
 /// and the handle API. If this future is dropped while the acquire is in flight, the acquire
 /// (which may have landed) is released in the background.
@@ -95,42 +178,11 @@ pub(crate) async fn acquire_lock(
     key: &CallKey,
     spec: &LockSpec,
 ) -> Acquired {
-    // One look at the task's chain of held locks: the reentrancy check, and the node the new
-    // hold links to.
-    let outer = held::innermost();
+    let outer = match admit(coordinator, key, spec) {
+        Ok(outer) => outer,
+        Err(refused) => return refused,
+    };
     let permit = spec.permits > 0;
-    if let Some(mode) = spec.rw {
-        if let Some(err) = crate::runtime::rw_lock::reentry(outer.as_deref(), key, mode) {
-            return Acquired::Refused(err, LockOutcome::Reentrant);
-        }
-    } else if held::chain_holds(outer.as_deref(), key, permit) {
-        let err = CoordError::Reentrant { key: key.clone() };
-        return Acquired::Refused(err, LockOutcome::Reentrant);
-    }
-    if coordinator.lifecycle().is_shut_down() {
-        let err = CoordError::ShutDown { key: key.clone() };
-        return Acquired::Refused(err, LockOutcome::ShutDown);
-    }
-    if permit && !coordinator.supports(Capability::Semaphores) {
-        // Refused before the provider is asked, whatever the backend-fault policy: running
-        // the body without the limit would be a silent no-op of the semaphore.
-        let err = CoordError::Unsupported {
-            capability: Capability::Semaphores,
-            key: key.clone(),
-        };
-        return Acquired::Refused(err, LockOutcome::BackendError);
-    }
-    if spec.rw.is_some() && !coordinator.supports(Capability::ReadWriteLocks) {
-        // As for semaphores: never a read-write lock that silently excludes nobody.
-        let err = CoordError::Unsupported {
-            capability: Capability::ReadWriteLocks,
-            key: key.clone(),
-        };
-        return Acquired::Refused(err, LockOutcome::BackendError);
-    }
-    if let Some(err) = replica_acks_refused(coordinator, spec.replica_acks, key) {
-        return Acquired::Refused(err, LockOutcome::BackendError);
-    }
     let owner = OwnerToken::new();
     let started = Instant::now();
     let in_process = match spec.rw {
@@ -687,34 +739,40 @@ where
         .lock
         .as_ref()
         .expect("the macro emits a lock spec with #[distributed_lock]");
-    let grant = match acquire_lock(call.coordinator, &call.key, spec).await {
-        Acquired::Granted(grant) => grant,
-        Acquired::Refused(err, outcome) => {
-            if let CoordError::LockNotAcquired { waited, .. } = &err {
-                call.record_lock_wait(Elapsed::Known(*waited));
+    // The in-process provider's free lock is granted without awaiting; every other
+    // acquisition is boxed, so that the call's future keeps no room for it. The grant is
+    // taken apart in the one statement that awaits it, so the future keeps no room for it as
+    // a whole either.
+    let (hold, renewal, outcome, waited, granted_at) = match {
+        let acquired = if let Some(acquired) = acquire_at_once(call.coordinator, &call.key, spec)
+        {
+            acquired
+        } else {
+            Box::pin(acquire_lock(call.coordinator, &call.key, spec)).await
+        };
+        match acquired {
+            Acquired::Granted(Grant {
+                hold,
+                renewal,
+                outcome,
+                waited,
+                granted_at,
+            }) => Some((hold, renewal, outcome, waited, granted_at)),
+            Acquired::Refused(err, outcome) => {
+                if let CoordError::LockNotAcquired { waited, .. } = &err {
+                    call.record_lock_wait(Elapsed::Known(*waited));
+                }
+                call.record_lock(outcome, None);
+                call.record_error(&err);
+                return R::from_coord_error(err);
             }
-            call.record_lock(outcome, None);
-            call.record_error(&err);
-            return R::from_coord_error(err);
+            Acquired::Unguarded => None,
         }
-        Acquired::Unguarded => {
-            call.record_lock(LockOutcome::FailedOpen, None);
-            let started = Instant::now();
-            let output = body.await;
-            call.record_body(started, Instant::now());
-            return output;
-        }
+    } {
+        Some(parts) => parts,
+        // Rare (the backend failed under `fail_open`): boxed, like the general acquisition.
+        None => return Box::pin(run_unguarded(call, body)).await,
     };
-    // Taken apart at once, so the call's future keeps no room for the grant as a whole.
-    let Grant {
-        hold,
-        renewal,
-        outcome,
-        waited,
-        granted_at,
-    } = grant;
-    // Held before anything else runs (a metrics recorder is foreign code): from here on a
-    // panic or a drop releases the lock.
     let mut held = CallHold {
         coordinator: call.coordinator,
         hold,
@@ -742,9 +800,10 @@ where
     if lapsed {
         report_lapse(call, hold, spec, hold.held_for_at(returned_at));
     }
+    // Likewise the release: at once in process, boxed otherwise.
     let released = match held.settle_in_process(lapsed, returned_at) {
         Some(released) => Ok(released),
-        None => held.settle(lapsed).await,
+        None => Box::pin(held.settle(lapsed)).await,
     };
     if released.is_err() {
         // One release attempt (bounded by the provider's command timeout) is all the caller
@@ -764,6 +823,19 @@ where
     let Some(output) = output else {
         unreachable!("a lost hold answered above")
     };
+    output
+}
+
+/// Runs `body` without the lock: the backend failed and the policy is `fail_open` (counted
+/// and logged already).
+async fn run_unguarded<R, F>(call: &Call<'_>, body: F) -> R
+where
+    F: Future<Output = R>,
+{
+    call.record_lock(LockOutcome::FailedOpen, None);
+    let started = Instant::now();
+    let output = body.await;
+    call.record_body(started, Instant::now());
     output
 }
 

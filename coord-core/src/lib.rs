@@ -160,4 +160,10 @@ pub mod __private {
     pub fn own_coordinator<C: AsRef<Coordinator> + ?Sized>(c: &C) -> Coordinator {
         c.as_ref().clone()
     }
+
+    /// The coordinator named by `coordinator = self.field` on a `&self` method, borrowed.
+    #[inline]
+    pub fn borrow_coordinator<C: AsRef<Coordinator> + ?Sized>(c: &C) -> &Coordinator {
+        c.as_ref()
+    }
 }

@@ -93,7 +93,12 @@ impl MemoryProvider {
 
     /// Frees the lock of `key` if `owner` holds it, at `now` (see [`LockTable::release_at`]):
     /// what [`LockProvider::release`] answers, without its boxed future and its own clock read.
-    pub fn release_lock_at(&self, key: &CallKey, owner: OwnerToken, now: Instant) -> ReleaseOutcome {
+    pub fn release_lock_at(
+        &self,
+        key: &CallKey,
+        owner: OwnerToken,
+        now: Instant,
+    ) -> ReleaseOutcome {
         self.locks.release_at(key.qualified(), owner, now)
     }
 

@@ -29,8 +29,8 @@ use crate::runtime::outcome::GuardedResult;
 use crate::runtime::renewal::{Hold, HoldKind, Registration, lease_checked};
 use crate::runtime::spec::LockSpec;
 use crate::runtime::state::Coordinator;
-use coord_memory::Attempt;
 use crate::telemetry::Elapsed;
+use coord_memory::Attempt;
 
 /// A lock just granted, before anyone holds it as a guard: the attribute keeps it in a
 /// [`CallHold`], the handle API in a [`LockGuard`].
@@ -744,8 +744,7 @@ where
     // taken apart in the one statement that awaits it, so the future keeps no room for it as
     // a whole either.
     let (hold, renewal, outcome, waited, granted_at) = match {
-        let acquired = if let Some(acquired) = acquire_at_once(call.coordinator, &call.key, spec)
-        {
+        let acquired = if let Some(acquired) = acquire_at_once(call.coordinator, &call.key, spec) {
             acquired
         } else {
             Box::pin(acquire_lock(call.coordinator, &call.key, spec)).await

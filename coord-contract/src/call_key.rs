@@ -310,6 +310,7 @@ impl CallKeyBuilder {
     /// `key_from` path the attribute names) if the part renders an absent value, for the
     /// `MissingKey` error. What the attributes' generated code calls.
     #[doc(hidden)]
+    #[inline]
     pub fn named_part<P: KeyPart + ?Sized>(
         mut self,
         name: &'static str,
@@ -320,17 +321,20 @@ impl CallKeyBuilder {
     }
 
     /// True when some part rendered an absent value (`None`).
+    #[inline]
     pub fn has_absent_part(&self) -> bool {
         self.inner.has_absent_part()
     }
 
     /// The `key_from` path of the first part that rendered an absent value, when it was
     /// appended with a name.
+    #[inline]
     pub fn missing_part(&self) -> Option<&'static str> {
         self.inner.missing_part()
     }
 
     /// The finished key: one allocation, shared by every clone.
+    #[inline]
     pub fn finish(self) -> CallKey {
         CallKey::from_rendered(self.inner.into_shared(), self.shown_from, self.op_end)
     }
@@ -374,6 +378,7 @@ impl KeyPrefix {
 
     /// Starts a key with this prefix: what [`CallKey::builder`] returns for the prefix's
     /// namespace and operation, without escaping either again.
+    #[inline]
     pub fn builder(&self) -> CallKeyBuilder {
         CallKeyBuilder {
             inner: KeyBuilder::scratch_rendered(&self.rendered),

@@ -54,6 +54,7 @@ impl KeyPrefixCache {
 
     /// Starts the key of a call of `operation` (the operation this cache belongs to) in
     /// `namespace`.
+    #[inline]
     pub(crate) fn builder(&self, namespace: &str, operation: &str) -> CallKeyBuilder {
         let prefix = match self.prefix.get() {
             Some(prefix) => prefix,

@@ -742,7 +742,9 @@ where
     // The in-process provider's free lock is granted without awaiting; every other
     // acquisition is boxed, so that the call's future keeps no room for it. The grant is
     // taken apart in the one statement that awaits it, so the future keeps no room for it as
-    // a whole either.
+    // a whole either: bound by `let` instead, the answer would keep its room in the future
+    // across the body's await.
+    #[allow(clippy::blocks_in_conditions)]
     let (hold, renewal, outcome, waited, granted_at) = match {
         let acquired = if let Some(acquired) = acquire_at_once(call.coordinator, &call.key, spec) {
             acquired

@@ -9,7 +9,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::FutureExt;
-use futures_util::future::Either;
 use tokio::time::Instant;
 
 use crate::error::CoordError;
@@ -678,36 +677,47 @@ impl Drop for LockGuard {
 /// panicked), it releases the lock in the background.
 struct CallHold<'c> {
     coordinator: &'c Coordinator,
-    hold: Arc<Hold>,
+    /// The hold, lent to the body's scope for each poll of the body (see
+    /// [`held::scope_lent`]): back here between polls, and so whenever this is dropped or
+    /// settled.
+    hold: Option<Arc<Hold>>,
     renewal: Option<Registration>,
     armed: bool,
 }
 
 impl CallHold<'_> {
+    /// The hold (not lent out: nothing but the body's poll borrows it).
+    fn hold(&self) -> &Arc<Hold> {
+        self.hold
+            .as_ref()
+            .expect("the hold is back between polls of the body")
+    }
+
     /// Stops renewing, then releases; see [`release_hold`].
     async fn settle(&mut self, lapse_reported: bool) -> Result<ReleaseOutcome, BackendError> {
         drop(self.renewal.take());
         self.armed = false;
-        release_hold(self.coordinator, &self.hold, lapse_reported).await
+        release_hold(self.coordinator, self.hold(), lapse_reported).await
     }
 
     /// [`CallHold::settle`] at once, for a lock of the in-process provider (`None` for any
     /// other hold): the table frees it synchronously at `now`, this call's reading of tokio's
     /// clock after the body (see [`LockTable::release_at`](coord_memory::LockTable::release_at)).
     fn settle_in_process(&mut self, lapse_reported: bool, now: Instant) -> Option<ReleaseOutcome> {
-        if self.hold.is_permit() || self.hold.rw_mode().is_some() {
+        let hold = self.hold.as_ref()?;
+        if hold.is_permit() || hold.rw_mode().is_some() {
             return None;
         }
         let memory = self.coordinator.in_process_locks()?;
         drop(self.renewal.take());
         self.armed = false;
-        if !self.hold.hand_back() {
+        if !hold.hand_back() {
             // Shutdown released it already (the hold reads as lost, cause `ShutDown`).
             return Some(ReleaseOutcome::Released);
         }
-        let released = memory.release_lock_at(&self.hold.key, self.hold.owner(), now);
+        let released = memory.release_lock_at(&hold.key, hold.owner(), now);
         if released != ReleaseOutcome::Released {
-            gone_at_release(self.coordinator, &self.hold, released, lapse_reported);
+            gone_at_release(self.coordinator, hold, released, lapse_reported);
         }
         Some(released)
     }
@@ -716,8 +726,8 @@ impl CallHold<'_> {
 impl Drop for CallHold<'_> {
     fn drop(&mut self) {
         drop(self.renewal.take());
-        if self.armed {
-            release_dropped(self.coordinator, &self.hold);
+        if let (true, Some(hold)) = (self.armed, &self.hold) {
+            release_dropped(self.coordinator, hold);
         }
     }
 }
@@ -776,14 +786,31 @@ where
     };
     let mut held = CallHold {
         coordinator: call.coordinator,
-        hold,
+        hold: Some(hold),
         renewal,
         armed: true,
     };
-    let hold = &held.hold;
-    call.record_lock_granted(outcome, hold.fencing_token, waited);
-    let body = ListedWhileWaiting::new(call.coordinator.lifecycle(), hold, body);
-    let output = run_guarded(hold.clone(), spec.on_lost, held.renewal.as_ref(), body).await;
+    call.record_lock_granted(outcome, held.hold().fencing_token, waited);
+    let body = ListedWhileWaiting::new(call.coordinator.lifecycle(), body);
+    let cancel_on_loss = spec.on_lost == Some(OnLost::Cancel);
+    let output = if held.renewal.is_none() && !cancel_on_loss {
+        // The common case: nothing to watch beside the body, which borrows the hold for each
+        // of its polls (no second handle to it).
+        Some(held::scope_lent(&mut held.hold, body).await)
+    } else {
+        // Watching the hold beside the body takes a timer, a notification and the renewal
+        // task's watchdog: a few hundred bytes of state, boxed so that every other call's
+        // future does not carry them.
+        let hold = held.hold().clone();
+        Box::pin(run_watched(
+            hold,
+            cancel_on_loss,
+            held.renewal.as_ref(),
+            body,
+        ))
+        .await
+    };
+    let hold = held.hold();
     if output.is_none() {
         // The hold is lost: the lock is probably someone else's by now and the backend may be
         // unreachable. Answer at once; the owner-checked release (a no-op if the lock moved
@@ -816,7 +843,7 @@ where
         Ok(ReleaseOutcome::NotHeld | ReleaseOutcome::ForceReleased)
     ) {
         // Found gone at release: the report says why, as the release worked it out.
-        let cause = held.hold.loss_cause();
+        let cause = held.hold().loss_cause();
         call.record_loss(cause);
         call.record_lock_lost(cause);
     }
@@ -876,8 +903,9 @@ fn report_lapse(call: &Call<'_>, hold: &Hold, spec: &LockSpec, held_for: Duratio
     call.record_lock_lost(cause);
 }
 
-/// Runs `body` as the holder of `hold`. With `OnLost::Cancel`, the body is not polled again
-/// once the hold is lost, and `None` is returned.
+/// Runs `body` as the holder of `hold`, for a renewing or cancelling hold (every other lock
+/// call's body just borrows its hold, see [`held::scope_lent`]). With `OnLost::Cancel`, the
+/// body is not polled again once the hold is lost, and `None` is returned.
 ///
 /// A renewing or cancelling hold checks its lease on the local clock before every poll of the
 /// body (one clock read): after a stall of this process (a blocking call on the runtime, a
@@ -889,25 +917,6 @@ fn report_lapse(call: &Call<'_>, hold: &Hold, spec: &LockSpec, held_for: Duratio
 ///
 /// While a renewal is registered, the renewal task is watched beside the body and restarted on
 /// this runtime if it is gone.
-pub(crate) fn run_guarded<'a, F: Future + 'a>(
-    hold: Arc<Hold>,
-    on_lost: Option<OnLost>,
-    renewal: Option<&'a Registration>,
-    body: F,
-) -> impl Future<Output = Option<F::Output>> + 'a {
-    let cancel_on_loss = on_lost == Some(OnLost::Cancel);
-    if renewal.is_none() && !cancel_on_loss {
-        // The common case: nothing to watch beside the body. Built here rather than awaited in
-        // an `async fn`, so the body is stored once, not once per wrapper.
-        return Either::Left(held::scope(hold, body).map(Some as fn(F::Output) -> _));
-    }
-    // Watching the hold beside the body takes a timer, a notification and the renewal task's
-    // watchdog: a few hundred bytes of state, boxed so that every other call's future does not
-    // carry them.
-    Either::Right(Box::pin(run_watched(hold, cancel_on_loss, renewal, body)))
-}
-
-/// [`run_guarded`] for a renewing or cancelling hold.
 async fn run_watched<F: Future>(
     hold: Arc<Hold>,
     cancel_on_loss: bool,

@@ -310,6 +310,7 @@ impl CallKeyBuilder {
     /// `key_from` path the attribute names) if the part renders an absent value, for the
     /// `MissingKey` error. What the attributes' generated code calls.
     #[doc(hidden)]
+    #[inline]
     pub fn named_part<P: KeyPart + ?Sized>(
         mut self,
         name: &'static str,
@@ -320,19 +321,70 @@ impl CallKeyBuilder {
     }
 
     /// True when some part rendered an absent value (`None`).
+    #[inline]
     pub fn has_absent_part(&self) -> bool {
         self.inner.has_absent_part()
     }
 
     /// The `key_from` path of the first part that rendered an absent value, when it was
     /// appended with a name.
+    #[inline]
     pub fn missing_part(&self) -> Option<&'static str> {
         self.inner.missing_part()
     }
 
     /// The finished key: one allocation, shared by every clone.
+    #[inline]
     pub fn finish(self) -> CallKey {
         CallKey::from_rendered(self.inner.into_shared(), self.shown_from, self.op_end)
+    }
+}
+
+/// The rendered start `namespace:operation` of every key of one operation in one namespace:
+/// rendered (escaped) once, then copied as it is into each key built from it. The attributes
+/// keep one per call site, so a call renders only its own parts.
+///
+/// A key built from a prefix equals the key [`CallKey::builder`] builds for the same namespace
+/// and operation with the same parts.
+#[derive(Debug, Clone)]
+pub struct KeyPrefix {
+    /// The namespace as given (unescaped), to tell whether a coordinator's namespace is this
+    /// prefix's.
+    namespace: Box<str>,
+    /// `namespace:operation`, escaped as [`CallKey::builder`] escapes them.
+    rendered: Box<str>,
+    /// Where the operation name starts in `rendered`.
+    shown_from: usize,
+}
+
+impl KeyPrefix {
+    /// Renders the start of the keys of `operation` in `namespace`.
+    pub fn new(namespace: &str, operation: &str) -> KeyPrefix {
+        let builder = CallKey::builder(namespace, operation);
+        let shown_from = builder.shown_from;
+        let rendered = builder.inner.rendered().into();
+        builder.inner.recycle();
+        KeyPrefix {
+            namespace: namespace.into(),
+            rendered,
+            shown_from,
+        }
+    }
+
+    /// The namespace this prefix was rendered for, as given.
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    /// Starts a key with this prefix: what [`CallKey::builder`] returns for the prefix's
+    /// namespace and operation, without escaping either again.
+    #[inline]
+    pub fn builder(&self) -> CallKeyBuilder {
+        CallKeyBuilder {
+            inner: KeyBuilder::scratch_rendered(&self.rendered),
+            shown_from: self.shown_from,
+            op_end: self.rendered.len(),
+        }
     }
 }
 
@@ -441,6 +493,28 @@ mod tests {
         assert!(!other.is_of_operation("jobs"));
         assert!(!built.is_of_operation("job"));
         assert!(other.is_of_operation("jobs::nightly"));
+    }
+
+    #[test]
+    fn a_key_built_from_a_prefix_equals_one_built_whole() {
+        for (ns, op) in [
+            ("svc", "payments.charge"),
+            ("a{b}%c", "app::jobs::nightly"),
+            ("", ""),
+        ] {
+            let prefix = KeyPrefix::new(ns, op);
+            assert_eq!(prefix.namespace(), ns);
+            for part in ["order:7", "", "x"] {
+                let whole = CallKey::builder(ns, op).part(part).part(&7u64).finish();
+                let from_prefix = prefix.builder().part(part).part(&7u64).finish();
+                assert_eq!(from_prefix, whole);
+                assert_eq!(from_prefix.qualified(), whole.qualified());
+                assert_eq!(from_prefix.op_key(), whole.op_key());
+                assert_eq!(from_prefix.namespace(), whole.namespace());
+                assert_eq!(from_prefix.operation(), whole.operation());
+            }
+            assert_eq!(prefix.builder().finish(), CallKey::builder(ns, op).finish());
+        }
     }
 
     #[test]

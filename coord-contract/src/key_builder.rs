@@ -136,6 +136,7 @@ impl KeyBuilder {
     /// Appends one part, after a `:` separator. A part that renders to nothing (an empty
     /// string) is written `%_`, so parts are never empty and `::` never appears after the
     /// operation name: names built from module paths cannot run into another op's parts.
+    #[inline]
     pub(crate) fn part<P: KeyPart + ?Sized>(mut self, part: &P) -> KeyBuilder {
         self.writer.buf.push(':');
         let before = self.writer.len();
@@ -148,6 +149,7 @@ impl KeyBuilder {
 
     /// Appends one part like [`KeyBuilder::part`], remembering `name` (the `key_from` path the
     /// macros saw) if the part renders an absent value, for the `MissingKey` error.
+    #[inline]
     pub(crate) fn named_part<P: KeyPart + ?Sized>(
         self,
         name: &'static str,
@@ -162,11 +164,13 @@ impl KeyBuilder {
     }
 
     /// True when some part rendered an absent value (`None`).
+    #[inline]
     pub(crate) fn has_absent_part(&self) -> bool {
         self.writer.absent
     }
 
     /// The `key_from` path of the first absent part, when the macros named it.
+    #[inline]
     pub(crate) fn missing_part(&self) -> Option<&'static str> {
         self.missing
     }
@@ -212,6 +216,33 @@ impl KeyBuilder {
         };
         builder.write_segment(namespace);
         builder
+    }
+
+    /// Starts a key with `rendered`, text this module rendered before (a namespace, `:` and an
+    /// operation name, see [`KeyPrefix`](crate::KeyPrefix)), copied as it is, in this thread's
+    /// scratch buffer.
+    #[inline]
+    pub(crate) fn scratch_rendered(rendered: &str) -> KeyBuilder {
+        let mut buf = SCRATCH.with(|cell| cell.take());
+        buf.clear();
+        buf.push_str(rendered);
+        KeyBuilder {
+            writer: KeyWriter { buf, absent: false },
+            missing: None,
+        }
+    }
+
+    /// The text rendered so far.
+    pub(crate) fn rendered(&self) -> &str {
+        &self.writer.buf
+    }
+
+    /// Gives the buffer back to the thread's scratch slot, unused.
+    pub(crate) fn recycle(self) {
+        let buf = self.writer.buf;
+        if buf.capacity() <= 1024 {
+            SCRATCH.with(|cell| cell.set(buf));
+        }
     }
 
     /// The rendered text in one shared allocation; the buffer goes back to the thread's

@@ -64,7 +64,7 @@ mod tokens;
 mod transactions;
 
 pub use cache::{CacheEntry, CacheStore};
-pub use call_key::{CallKey, CallKeyBuilder, InvalidCallKey};
+pub use call_key::{CallKey, CallKeyBuilder, InvalidCallKey, KeyPrefix};
 pub use error::{BackendError, BackendErrorKind, ReplicaShortfall};
 pub use flights::{FlightClaim, FlightStore, FlightWait};
 pub use key_builder::{KeyPart, KeyWriter};

@@ -31,6 +31,10 @@ struct ChosenProvider {
     multi_locks: Arc<dyn MultiLockStore>,
     /// Set for the in-process provider: exclusion holds within this process only.
     in_process: bool,
+    /// The in-process provider as itself, when it is the provider: the lock layer takes and
+    /// gives back its locks without the contract's boxed futures (see
+    /// `Coordinator::in_process_locks`).
+    memory: Option<Arc<MemoryProvider>>,
 }
 
 /// Builds a [`Coordinator`] in code: every setting is what the code says.
@@ -90,6 +94,7 @@ impl CoordinatorBuilder {
             rw_locks: provider.clone(),
             multi_locks: provider.clone(),
             in_process: true,
+            memory: Some(provider),
         });
         self
     }
@@ -97,6 +102,10 @@ impl CoordinatorBuilder {
     /// Coordinates through `provider` (for instance a Redis provider).
     pub fn provider<P: Provider>(mut self, provider: P) -> Self {
         let provider = Arc::new(provider);
+        // The in-process provider given by hand is the same provider as `memory()`'s.
+        let memory = (provider.clone() as Arc<dyn std::any::Any + Send + Sync>)
+            .downcast::<MemoryProvider>()
+            .ok();
         self.provider = Some(ChosenProvider {
             locks: provider.clone(),
             records: provider.clone(),
@@ -107,6 +116,7 @@ impl CoordinatorBuilder {
             rw_locks: provider.clone(),
             multi_locks: provider,
             in_process: false,
+            memory,
         });
         self
     }
@@ -184,6 +194,7 @@ impl CoordinatorBuilder {
             rw_locks,
             multi_locks,
             in_process,
+            memory,
         } = self.provider.ok_or(BuildError::NoProvider)?;
 
         let coordinator = Coordinator::from_parts(Parts {
@@ -199,6 +210,7 @@ impl CoordinatorBuilder {
             codec: self.codec,
             on_backend_error,
             in_process,
+            memory,
             defaults: (!defaults.is_empty()).then_some(defaults),
             profiles: self.profiles,
         });

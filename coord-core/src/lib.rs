@@ -142,7 +142,7 @@ pub mod __private {
         GuardedResult, assert_guarded_result, assert_shareable_output,
     };
     pub use crate::runtime::spec::Written;
-    pub use crate::runtime::spec::{IdempotencySpec, LockSpec, OpSpec};
+    pub use crate::runtime::spec::{IdempotencySpec, KeyPrefixCache, LockSpec, OpSpec};
     pub use crate::runtime::transactional::{MarkedRun, TransactionalStep, claim_in_transaction};
     pub use crate::telemetry::OpTelemetry;
     pub use core::time::Duration;
@@ -159,5 +159,11 @@ pub mod __private {
     #[inline]
     pub fn own_coordinator<C: AsRef<Coordinator> + ?Sized>(c: &C) -> Coordinator {
         c.as_ref().clone()
+    }
+
+    /// The coordinator named by `coordinator = self.field` on a `&self` method, borrowed.
+    #[inline]
+    pub fn borrow_coordinator<C: AsRef<Coordinator> + ?Sized>(c: &C) -> &Coordinator {
+        c.as_ref()
     }
 }

@@ -156,7 +156,7 @@ fn generate(stack: &Stack, func: &ItemFn) -> TokenStream {
             lock: lock::spec(stack.lock.as_ref(), &krate),
         },
     );
-    let coordinator = call::coordinator(stack.coordinator.as_ref(), &krate, &locals);
+    let coordinator = call::coordinator(stack.coordinator.as_ref(), &func.sig, &krate, &locals);
     // The key parts and the fingerprint are rendered before the body takes ownership of the
     // parameters.
     let new_call = call::new_call(&stack.key, &krate, &op, &locals);

@@ -82,7 +82,9 @@ impl LockEntry {
 /// dropped. Deadlines are computed while no map shard is locked, and nothing that can panic
 /// runs while one is.
 pub struct LockTable {
-    entries: DashMap<Arc<str>, LockEntry>,
+    /// Hashed with aHash, which resists flooding with colliding keys (key parts come from
+    /// callers) at a fraction of SipHash's cost: every acquire and release hashes the key once.
+    entries: DashMap<Arc<str>, LockEntry, ahash::RandomState>,
     /// Holds an operator forced free, remembered so that the former holder's release and
     /// renewal can say so (see [`LockTable::force_release`]). Empty unless an operator forced
     /// a lock free recently; nothing on the path of an ordinary acquire or release reads it.
@@ -167,7 +169,7 @@ impl LockTable {
     /// An empty table.
     pub fn new() -> LockTable {
         LockTable {
-            entries: DashMap::new(),
+            entries: DashMap::with_hasher(ahash::RandomState::new()),
             forced: DashMap::new(),
             fence: AtomicU64::new(0),
             waiter_ids: AtomicU64::new(0),
@@ -220,7 +222,8 @@ impl LockTable {
         wait: Duration,
         fenced: bool,
     ) -> Attempt<'a> {
-        self.attempt_keyed(key, || Arc::from(key), owner, lease, wait, fenced)
+        let now = Instant::now();
+        self.attempt_keyed(key, || Arc::from(key), owner, lease, wait, fenced, now)
     }
 
     /// [`LockTable::attempt`] with the key already in a shared allocation, which a new entry
@@ -233,9 +236,30 @@ impl LockTable {
         wait: Duration,
         fenced: bool,
     ) -> Attempt<'a> {
-        self.attempt_keyed(key, || key.clone(), owner, lease, wait, fenced)
+        let now = Instant::now();
+        self.attempt_keyed(key, || key.clone(), owner, lease, wait, fenced, now)
     }
 
+    /// [`LockTable::attempt_shared`] made at `now`, a reading of tokio's clock the caller took
+    /// just before (no await in between): the lease runs from `now`, a lease ending at or
+    /// before `now` is over, and a queued caller's wait ends `wait` after `now`. For a caller
+    /// that reads the clock before the attempt anyway (the runtime times the lease from
+    /// there): the table then reads no clock of its own. A reading from earlier than the
+    /// attempt only shortens the lease granted.
+    pub fn attempt_shared_at<'a>(
+        &'a self,
+        key: &'a Arc<str>,
+        owner: OwnerToken,
+        lease: Duration,
+        wait: Duration,
+        fenced: bool,
+        now: Instant,
+    ) -> Attempt<'a> {
+        self.attempt_keyed(key, || key.clone(), owner, lease, wait, fenced, now)
+    }
+
+    // The attempt's terms, each named at every call site.
+    #[allow(clippy::too_many_arguments)]
     fn attempt_keyed<'a>(
         &'a self,
         key: &'a str,
@@ -244,8 +268,8 @@ impl LockTable {
         lease: Duration,
         wait: Duration,
         fenced: bool,
+        now: Instant,
     ) -> Attempt<'a> {
-        let now = Instant::now();
         // Deadlines are computed outside the shard lock (`deadline_after` saturates and cannot
         // panic, but nothing beyond the table's own bookkeeping runs under the lock): the
         // lease's end before it, the wait's end after it, and only for a caller that queues.
@@ -462,7 +486,15 @@ impl LockTable {
     /// when it was not `owner`'s, or its lease had already lapsed (in which case the stale
     /// entry is cleaned up all the same). Idempotent.
     pub fn release(&self, key: &str, owner: OwnerToken) -> ReleaseOutcome {
-        match self.free(key, Some(owner)) {
+        self.release_at(key, owner, Instant::now())
+    }
+
+    /// [`LockTable::release`] made at `now`, a reading of tokio's clock the caller took just
+    /// before (no await in between): the lease counts as live when it ends after `now`, and a
+    /// waiter handed the lock has its lease timed from `now`. A reading from earlier than the
+    /// release only shortens the lease handed on; ownership is checked on the table as it is.
+    pub fn release_at(&self, key: &str, owner: OwnerToken, now: Instant) -> ReleaseOutcome {
+        match self.free(key, Some(owner), now) {
             Some(Freed { live: true, .. }) => ReleaseOutcome::Released,
             _ if self.was_forced(key, owner) => ReleaseOutcome::ForceReleased,
             _ => ReleaseOutcome::NotHeld,
@@ -480,7 +512,7 @@ impl LockTable {
     /// [`FORCED_RELEASE_MEMORY`] (the table keeps a marker naming the released owner that
     /// long). The fencing counter is left alone.
     pub fn force_release(&self, key: &str) -> ForcedRelease {
-        match self.free(key, None) {
+        match self.free(key, None, Instant::now()) {
             Some(Freed {
                 owner,
                 expires_at,
@@ -529,8 +561,7 @@ impl LockTable {
     /// waiter still waiting. Returns the owner it was taken from, when its lease would have
     /// ended and whether it had time left; `None` when there was no entry, or it was another
     /// owner's.
-    fn free(&self, key: &str, owner: Option<OwnerToken>) -> Option<Freed> {
-        let now = Instant::now();
+    fn free(&self, key: &str, owner: Option<OwnerToken>, now: Instant) -> Option<Freed> {
         let ours = |lock: &LockEntry| owner.is_none_or(|owner| lock.owner == owner);
         loop {
             // The common case, nobody waiting: remove in one step, without allocating a key.

@@ -73,6 +73,35 @@ impl MemoryProvider {
         MemoryProvider::default()
     }
 
+    /// One attempt to take the lock of `key` for `owner`, made at `now` (see
+    /// [`LockTable::attempt_shared_at`]): what [`LockProvider::acquire`] does, without its
+    /// boxed future and its own clock read, for a caller that holds this provider as itself
+    /// and read tokio's clock just before. A [`Attempt::Queued`] caller waits with
+    /// [`Waiter::wait`](crate::Waiter::wait); a grant is timed from `now` (`lease_began`).
+    pub fn attempt_lock_at<'a>(
+        &'a self,
+        key: &'a CallKey,
+        owner: OwnerToken,
+        lease: Duration,
+        wait: Duration,
+        fenced: bool,
+        now: Instant,
+    ) -> Attempt<'a> {
+        self.locks
+            .attempt_shared_at(key.shared(), owner, lease, wait, fenced, now)
+    }
+
+    /// Frees the lock of `key` if `owner` holds it, at `now` (see [`LockTable::release_at`]):
+    /// what [`LockProvider::release`] answers, without its boxed future and its own clock read.
+    pub fn release_lock_at(
+        &self,
+        key: &CallKey,
+        owner: OwnerToken,
+        now: Instant,
+    ) -> ReleaseOutcome {
+        self.locks.release_at(key.qualified(), owner, now)
+    }
+
     /// How many lock keys are held or waited for (zero once all locks are released).
     pub fn lock_keys(&self) -> usize {
         self.locks.len()

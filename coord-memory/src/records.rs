@@ -181,7 +181,8 @@ const SWEEP_AFTER_AT_LEAST: u64 = 1024;
 /// are woken after it, so nothing that can panic or run foreign code runs while a shard is
 /// locked.
 pub struct RecordStore {
-    records: DashMap<Arc<str>, Record>,
+    /// Hashed with aHash, as the lock table is (see `LockTable`).
+    records: DashMap<Arc<str>, Record, ahash::RandomState>,
     /// New keys written so far.
     written: AtomicU64,
     /// The value of `written` at which the next sweep of lapsed records is due.
@@ -212,7 +213,7 @@ impl RecordStore {
     /// An empty store.
     pub fn new() -> RecordStore {
         RecordStore {
-            records: DashMap::new(),
+            records: DashMap::with_hasher(ahash::RandomState::new()),
             written: AtomicU64::new(0),
             sweep_at: AtomicU64::new(SWEEP_AFTER_AT_LEAST),
         }

@@ -9,6 +9,7 @@ use serde::de::DeserializeOwned;
 use crate::provider::{BackendError, CallKey};
 use crate::runtime::cache_tiers::{CacheScope, CacheSpec, LocalSlot, invalidate_local};
 use crate::runtime::call::Call;
+use crate::runtime::spec::KeyPrefixCache;
 use crate::runtime::spec::OpSpec;
 use crate::runtime::state::Coordinator;
 use crate::telemetry::OpTelemetry;
@@ -113,6 +114,7 @@ impl Cached<'_> {
             }),
             lock: None,
             telemetry: OpTelemetry::new(),
+            key_prefix: KeyPrefixCache::new(),
             record_key: false,
             profile: None,
         };

@@ -13,6 +13,7 @@ use crate::runtime::call::Call;
 use crate::runtime::cluster_flight::{
     ClusterFlightSpec, DEFAULT_LEASE, cluster_single_flight, opaque_errors, shared_errors,
 };
+use crate::runtime::spec::KeyPrefixCache;
 use crate::runtime::spec::OpSpec;
 use crate::runtime::state::Coordinator;
 use crate::telemetry::OpTelemetry;
@@ -171,6 +172,7 @@ fn bare_spec(op: &str) -> OpSpec<'_> {
         cache: None,
         lock: None,
         telemetry: OpTelemetry::new(),
+        key_prefix: KeyPrefixCache::new(),
         record_key: false,
         profile: None,
     }

@@ -13,6 +13,7 @@ use crate::provider::CallKey;
 use crate::provider::{Fingerprint, OutcomeTransaction};
 use crate::report::CallReport;
 use crate::runtime::call::Call;
+use crate::runtime::spec::KeyPrefixCache;
 use crate::runtime::spec::Written;
 use crate::runtime::spec::{IdempotencySpec, OpSpec};
 use crate::runtime::state::Coordinator;
@@ -274,6 +275,7 @@ fn op_spec<'a>(
         cache: None,
         lock: None,
         telemetry: OpTelemetry::new(),
+        key_prefix: KeyPrefixCache::new(),
         record_key: false,
         profile,
     }

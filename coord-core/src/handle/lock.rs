@@ -9,6 +9,7 @@ use crate::provider::CallKey;
 use crate::runtime::call::Call;
 use crate::runtime::lock::{Acquired, LockGuard, acquire_lock};
 use crate::runtime::settings;
+use crate::runtime::spec::KeyPrefixCache;
 use crate::runtime::spec::Written;
 use crate::runtime::spec::{LockSpec, OpSpec};
 use crate::runtime::state::Coordinator;
@@ -177,6 +178,7 @@ impl Lock<'_> {
             cache: None,
             lock: Some(self.spec),
             telemetry: OpTelemetry::new(),
+            key_prefix: KeyPrefixCache::new(),
             record_key: false,
             profile: self.profile.as_deref(),
         };

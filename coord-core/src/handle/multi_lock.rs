@@ -10,6 +10,7 @@ use crate::provider::CallKey;
 use crate::runtime::call::Call;
 use crate::runtime::multi_lock::{MultiAcquired, MultiLockGuard, acquire_multi};
 use crate::runtime::settings;
+use crate::runtime::spec::KeyPrefixCache;
 use crate::runtime::spec::{LockSpec, OpSpec, Written};
 use crate::runtime::state::Coordinator;
 use crate::telemetry::OpTelemetry;
@@ -201,6 +202,7 @@ impl MultiLock<'_> {
             cache: None,
             lock: Some(self.spec),
             telemetry: OpTelemetry::new(),
+            key_prefix: KeyPrefixCache::new(),
             record_key: false,
             profile: self.profile.as_deref(),
         };

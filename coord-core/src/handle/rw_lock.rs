@@ -9,6 +9,7 @@ use crate::provider::{CallKey, FencingToken, LossCause, RwMode};
 use crate::runtime::call::Call;
 use crate::runtime::lock::{Acquired, LockGuard, acquire_lock};
 use crate::runtime::settings;
+use crate::runtime::spec::KeyPrefixCache;
 use crate::runtime::spec::{LockSpec, OpSpec, Written};
 use crate::runtime::state::Coordinator;
 use crate::telemetry::OpTelemetry;
@@ -226,6 +227,7 @@ impl RwLock<'_> {
             cache: None,
             lock: Some(self.spec),
             telemetry: OpTelemetry::new(),
+            key_prefix: KeyPrefixCache::new(),
             record_key: false,
             profile: self.profile.as_deref(),
         };

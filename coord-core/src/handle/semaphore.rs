@@ -10,6 +10,7 @@ use crate::provider::{BackendError, BackendErrorKind, CallKey, FencingToken, Los
 use crate::runtime::call::Call;
 use crate::runtime::lock::{Acquired, LockGuard, acquire_lock};
 use crate::runtime::settings;
+use crate::runtime::spec::KeyPrefixCache;
 use crate::runtime::spec::{LockSpec, OpSpec, Written};
 use crate::runtime::state::Coordinator;
 use crate::telemetry::OpTelemetry;
@@ -199,6 +200,7 @@ impl Semaphore<'_> {
             cache: None,
             lock: Some(self.spec),
             telemetry: OpTelemetry::new(),
+            key_prefix: KeyPrefixCache::new(),
             record_key: false,
             profile: self.profile.as_deref(),
         };

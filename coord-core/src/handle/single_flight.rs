@@ -4,6 +4,7 @@ use std::future::Future;
 
 use crate::provider::CallKey;
 use crate::runtime::call::Call;
+use crate::runtime::spec::KeyPrefixCache;
 use crate::runtime::spec::OpSpec;
 use crate::runtime::state::Coordinator;
 use crate::telemetry::OpTelemetry;
@@ -45,6 +46,7 @@ impl SingleFlight<'_> {
             cache: None,
             lock: None,
             telemetry: OpTelemetry::new(),
+            key_prefix: KeyPrefixCache::new(),
             record_key: false,
             profile: None,
         };

@@ -55,7 +55,7 @@ impl<'c> Call<'c> {
         coordinator: &'c Coordinator,
         key: impl FnOnce(CallKeyBuilder) -> CallKeyBuilder,
     ) -> Call<'c> {
-        let builder = key(CallKey::builder(coordinator.namespace(), spec.name));
+        let builder = key(spec.key_prefix.builder(coordinator.namespace(), spec.name));
         let absent_part = builder.has_absent_part().then(|| builder.missing_part());
         Call::start(spec, coordinator, builder.finish(), absent_part)
     }

@@ -1,20 +1,33 @@
 //! The locks the current task holds: for reentrancy detection, and for reading the fencing
 //! token and the state of the lease inside a body.
 
+use std::cell::Cell;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use crate::provider::CallKey;
 use crate::provider::{FencingToken, LossCause};
 use crate::runtime::renewal::Hold;
 
-tokio::task_local! {
-    static HELD: Option<Arc<Hold>>;
+thread_local! {
+    /// The innermost lock of the task being polled on this thread: a [`Scope`] moves its hold
+    /// in for each poll of its body and takes it back after (a task-local value, kept by hand
+    /// so that the lock layer can lend the hold it keeps instead of sharing a second handle).
+    static HELD: Cell<Option<Arc<Hold>>> = const { Cell::new(None) };
 }
 
 /// The innermost lock the current task holds.
 pub(crate) fn innermost() -> Option<Arc<Hold>> {
-    HELD.try_with(|held| held.clone()).ok().flatten()
+    HELD.try_with(|held| {
+        let hold = held.take();
+        let copy = hold.clone();
+        held.set(hold);
+        copy
+    })
+    .ok()
+    .flatten()
 }
 
 /// True when the chain of held locks starting at `innermost` (see [`innermost`]) holds the
@@ -50,8 +63,83 @@ pub(crate) fn chain_holds_rw(
 }
 
 /// Runs `body` with `hold` recorded as the innermost lock of the current task.
-pub(crate) fn scope<F: Future>(hold: Arc<Hold>, body: F) -> impl Future<Output = F::Output> {
-    HELD.scope(Some(hold), body)
+pub(crate) fn scope<F: Future>(hold: Arc<Hold>, body: F) -> Scope<'static, F> {
+    Scope {
+        slot: Slot::Owned(Some(hold)),
+        body,
+    }
+}
+
+/// Runs `body` with the hold in `slot` recorded as the innermost lock of the current task:
+/// the hold is lent to the thread's slot for each poll of the body and is back in `slot`
+/// between polls (so whoever owns `slot` still has it when the body is dropped, or has
+/// returned or panicked).
+pub(crate) fn scope_lent<F: Future>(slot: &mut Option<Arc<Hold>>, body: F) -> Scope<'_, F> {
+    Scope {
+        slot: Slot::Lent(slot),
+        body,
+    }
+}
+
+/// Where a [`Scope`]'s hold is between polls.
+enum Slot<'a> {
+    Owned(Option<Arc<Hold>>),
+    Lent(&'a mut Option<Arc<Hold>>),
+}
+
+pin_project_lite::pin_project! {
+    /// `body`, polled with a hold as the innermost lock of the current task: see [`scope`]
+    /// and [`scope_lent`].
+    pub(crate) struct Scope<'a, F> {
+        slot: Slot<'a>,
+        #[pin]
+        body: F,
+    }
+}
+
+impl<F: Future> Future for Scope<'_, F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = self.project();
+        let slot = match this.slot {
+            Slot::Owned(slot) => slot,
+            Slot::Lent(slot) => &mut **slot,
+        };
+        let _entered = Entered::new(slot);
+        this.body.poll(cx)
+    }
+}
+
+/// The hold of a [`Scope`] moved into the thread's slot for one poll; moved back, and the
+/// outer scope's hold restored, when dropped (also when the body panics).
+struct Entered<'s> {
+    slot: &'s mut Option<Arc<Hold>>,
+    /// The outer scope's hold, to restore; `None` when the thread's slot was not reachable
+    /// (the thread is being torn down), and so not entered.
+    outer: Option<Option<Arc<Hold>>>,
+}
+
+impl<'s> Entered<'s> {
+    fn new(slot: &'s mut Option<Arc<Hold>>) -> Entered<'s> {
+        // The closure borrows `slot`: if the thread's slot is gone, the hold stays where it is.
+        let outer = HELD.try_with(|held| held.replace(slot.take())).ok();
+        Entered { slot, outer }
+    }
+}
+
+impl Drop for Entered<'_> {
+    fn drop(&mut self) {
+        let Some(outer) = self.outer.take() else {
+            return;
+        };
+        let mut outer = Some(outer);
+        // The thread's slot was reachable when this poll began and is torn down only once the
+        // thread ends, so it still is: the hold comes back.
+        if let Ok(hold) = HELD.try_with(|held| held.replace(outer.take().flatten())) {
+            *self.slot = hold;
+        }
+    }
 }
 
 /// The fencing token of the innermost lock the current task holds, if that lock is fenced.

@@ -150,7 +150,8 @@ impl Lifecycle {
 }
 
 pin_project_lite::pin_project! {
-    /// `body`, with the lock `hold` listed in `lifecycle` (for shutdown,
+    /// `body`, with the lock it runs under (the innermost lock of the task: this runs inside
+    /// the lock's scope, see `held::scope_lent`) listed in `lifecycle` (for shutdown,
     /// `Coordinator::locks_held` and the `coord_locks_held` gauge) from the first time the body
     /// waits until it returns or is dropped: how a `#[distributed_lock]` call lists its lock.
     ///
@@ -163,21 +164,15 @@ pin_project_lite::pin_project! {
         #[pin]
         body: F,
         lifecycle: &'a Arc<Lifecycle>,
-        hold: &'a Arc<Hold>,
         listed: Option<Registered>,
     }
 }
 
 impl<'a, F> ListedWhileWaiting<'a, F> {
-    pub(crate) fn new(
-        lifecycle: &'a Arc<Lifecycle>,
-        hold: &'a Arc<Hold>,
-        body: F,
-    ) -> ListedWhileWaiting<'a, F> {
+    pub(crate) fn new(lifecycle: &'a Arc<Lifecycle>, body: F) -> ListedWhileWaiting<'a, F> {
         ListedWhileWaiting {
             body,
             lifecycle,
-            hold,
             listed: None,
         }
     }
@@ -190,7 +185,10 @@ impl<F: Future> Future for ListedWhileWaiting<'_, F> {
         let this = self.project();
         let polled = this.body.poll(cx);
         if polled.is_pending() && this.listed.is_none() {
-            *this.listed = Some(this.lifecycle.register_lock(Arc::clone(this.hold)));
+            // Polled inside the lock's scope, so the task's innermost lock is this body's.
+            if let Some(hold) = crate::runtime::held::innermost() {
+                *this.listed = Some(this.lifecycle.register_lock(hold));
+            }
         }
         polled
     }

@@ -9,7 +9,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::FutureExt;
-use futures_util::future::Either;
 use tokio::time::Instant;
 
 use crate::error::CoordError;
@@ -30,6 +29,7 @@ use crate::runtime::renewal::{Hold, HoldKind, Registration, lease_checked};
 use crate::runtime::spec::LockSpec;
 use crate::runtime::state::Coordinator;
 use crate::telemetry::Elapsed;
+use coord_memory::Attempt;
 
 /// A lock just granted, before anyone holds it as a guard: the attribute keeps it in a
 /// [`CallHold`], the handle API in a [`LockGuard`].
@@ -83,6 +83,89 @@ pub(crate) enum Acquired {
     Unguarded,
 }
 
+/// The checks before any acquisition: reentrancy (against the task's chain of held locks),
+/// shutdown, and what the provider must support. `Ok` with the task's innermost hold (the
+/// node the new hold links to), or the refusal.
+fn admit(
+    coordinator: &Coordinator,
+    key: &CallKey,
+    spec: &LockSpec,
+) -> Result<Option<Arc<Hold>>, Acquired> {
+    // One look at the task's chain of held locks: the reentrancy check, and the node the new
+    // hold links to.
+    let outer = held::innermost();
+    let permit = spec.permits > 0;
+    if let Some(mode) = spec.rw {
+        if let Some(err) = crate::runtime::rw_lock::reentry(outer.as_deref(), key, mode) {
+            return Err(Acquired::Refused(err, LockOutcome::Reentrant));
+        }
+    } else if held::chain_holds(outer.as_deref(), key, permit) {
+        let err = CoordError::Reentrant { key: key.clone() };
+        return Err(Acquired::Refused(err, LockOutcome::Reentrant));
+    }
+    if coordinator.lifecycle().is_shut_down() {
+        let err = CoordError::ShutDown { key: key.clone() };
+        return Err(Acquired::Refused(err, LockOutcome::ShutDown));
+    }
+    if permit && !coordinator.supports(Capability::Semaphores) {
+        // Refused before the provider is asked, whatever the backend-fault policy: running
+        // the body without the limit would be a silent no-op of the semaphore.
+        let err = CoordError::Unsupported {
+            capability: Capability::Semaphores,
+            key: key.clone(),
+        };
+        return Err(Acquired::Refused(err, LockOutcome::BackendError));
+    }
+    if spec.rw.is_some() && !coordinator.supports(Capability::ReadWriteLocks) {
+        // As for semaphores: never a read-write lock that silently excludes nobody.
+        let err = CoordError::Unsupported {
+            capability: Capability::ReadWriteLocks,
+            key: key.clone(),
+        };
+        return Err(Acquired::Refused(err, LockOutcome::BackendError));
+    }
+    if let Some(err) = replica_acks_refused(coordinator, spec.replica_acks, key) {
+        return Err(Acquired::Refused(err, LockOutcome::BackendError));
+    }
+    Ok(outer)
+}
+
+/// [`acquire_lock`] without awaiting, for a lock of the in-process provider that is free (or
+/// held, with no `wait`): the table answers at once, at this call's own clock reading (the
+/// lease runs from it; the table reads no clock of its own), and nothing can drop the call
+/// between the attempt and the grant. `None` when the call has to take the general path
+/// instead: another provider, another kind of hold, or a held lock to wait for (the general
+/// path then makes the attempt again and queues).
+fn acquire_at_once(coordinator: &Coordinator, key: &CallKey, spec: &LockSpec) -> Option<Acquired> {
+    if spec.rw.is_some() || spec.permits > 0 {
+        return None;
+    }
+    let memory = coordinator.in_process_locks()?;
+    let outer = match admit(coordinator, key, spec) {
+        Ok(outer) => outer,
+        Err(refused) => return Some(refused),
+    };
+    let owner = OwnerToken::new();
+    let started = Instant::now();
+    // One attempt: a caller that would queue goes the general path.
+    match memory.attempt_lock_at(key, owner, spec.lease, Duration::ZERO, spec.fenced, started) {
+        Attempt::Granted(grant) => Some(Acquired::Granted(grant_of(
+            coordinator,
+            key,
+            spec,
+            owner,
+            outer,
+            started,
+            started,
+            grant,
+        ))),
+        Attempt::Held if spec.wait.is_zero() => Some(not_acquired(key, started)),
+        // Held, and the call may wait: dropping the attempt leaves nothing behind (it did not
+        // queue).
+        Attempt::Held | Attempt::Queued(_) => None,
+    }
+}
+
 /// Takes the lock of `key` on the terms of `spec`. The one acquisition path of the attribute
 /// and the handle API. If this future is dropped while the acquire is in flight, the acquire
 /// (which may have landed) is released in the background.
@@ -94,54 +177,43 @@ pub(crate) async fn acquire_lock(
     key: &CallKey,
     spec: &LockSpec,
 ) -> Acquired {
-    // One look at the task's chain of held locks: the reentrancy check, and the node the new
-    // hold links to.
-    let outer = held::innermost();
+    let outer = match admit(coordinator, key, spec) {
+        Ok(outer) => outer,
+        Err(refused) => return refused,
+    };
     let permit = spec.permits > 0;
-    if let Some(mode) = spec.rw {
-        if let Some(err) = crate::runtime::rw_lock::reentry(outer.as_deref(), key, mode) {
-            return Acquired::Refused(err, LockOutcome::Reentrant);
-        }
-    } else if held::chain_holds(outer.as_deref(), key, permit) {
-        let err = CoordError::Reentrant { key: key.clone() };
-        return Acquired::Refused(err, LockOutcome::Reentrant);
-    }
-    if coordinator.lifecycle().is_shut_down() {
-        let err = CoordError::ShutDown { key: key.clone() };
-        return Acquired::Refused(err, LockOutcome::ShutDown);
-    }
-    if permit && !coordinator.supports(Capability::Semaphores) {
-        // Refused before the provider is asked, whatever the backend-fault policy: running
-        // the body without the limit would be a silent no-op of the semaphore.
-        let err = CoordError::Unsupported {
-            capability: Capability::Semaphores,
-            key: key.clone(),
-        };
-        return Acquired::Refused(err, LockOutcome::BackendError);
-    }
-    if spec.rw.is_some() && !coordinator.supports(Capability::ReadWriteLocks) {
-        // As for semaphores: never a read-write lock that silently excludes nobody.
-        let err = CoordError::Unsupported {
-            capability: Capability::ReadWriteLocks,
-            key: key.clone(),
-        };
-        return Acquired::Refused(err, LockOutcome::BackendError);
-    }
-    if let Some(err) = replica_acks_refused(coordinator, spec.replica_acks, key) {
-        return Acquired::Refused(err, LockOutcome::BackendError);
-    }
     let owner = OwnerToken::new();
     let started = Instant::now();
-    // A lock taken by this call frees itself at the latest a lease after its last attempt,
-    // and attempts end within `wait`.
-    let lease_bound = spec.lease.saturating_add(spec.wait);
-    let mut pending = LeaseGuard::new(
-        lease_store(coordinator, permit, spec.rw),
-        key,
-        owner,
-        lease_bound,
-    );
-    let answer = if let Some(mode) = spec.rw {
+    let in_process = match spec.rw {
+        None if !permit => coordinator.in_process_locks(),
+        _ => None,
+    };
+    let answer = if let Some(memory) = in_process {
+        // The in-process table answers at once, at this call's own clock reading: the lease
+        // runs from `started`, which the table takes as the attempt's time (it reads no
+        // clock of its own), and nothing can drop this call between the attempt and the
+        // grant. Only a caller that queues waits, on the general path below.
+        match memory.attempt_lock_at(key, owner, spec.lease, spec.wait, spec.fenced, started) {
+            Attempt::Granted(grant) => {
+                return Acquired::Granted(grant_of(
+                    coordinator,
+                    key,
+                    spec,
+                    owner,
+                    outer,
+                    started,
+                    started,
+                    grant,
+                ));
+            }
+            Attempt::Held => return not_acquired(key, started),
+            Attempt::Queued(waiter) => {
+                let waited: BoxFuture<'_, Result<Option<LockGrant>, BackendError>> =
+                    Box::pin(async move { Ok(waiter.wait().await) });
+                waited
+            }
+        }
+    } else if let Some(mode) = spec.rw {
         crate::runtime::rw_lock::acquire(coordinator, key, owner, mode, spec)
     } else if permit {
         acquire_permit(coordinator, key, owner, spec)
@@ -154,6 +226,15 @@ pub(crate) async fn acquire_lock(
             fenced: spec.fenced,
         })
     };
+    // A lock taken by this call frees itself at the latest a lease after its last attempt,
+    // and attempts end within `wait`.
+    let lease_bound = spec.lease.saturating_add(spec.wait);
+    let mut pending = LeaseGuard::new(
+        lease_store(coordinator, permit, spec.rw),
+        key,
+        owner,
+        lease_bound,
+    );
     let mut answer = replicas::scoped(spec.replica_acks, answer);
     // Whether the provider answered in the first poll: then this call never waited for it.
     let mut at_once = true;
@@ -168,11 +249,7 @@ pub(crate) async fn acquire_lock(
         Ok(Some(grant)) => grant,
         Ok(None) => {
             pending.disarm();
-            let err = CoordError::LockNotAcquired {
-                key: key.clone(),
-                waited: started.elapsed(),
-            };
-            return Acquired::Refused(err, LockOutcome::NotAcquired);
+            return not_acquired(key, started);
         }
         // The acquire may have landed before the fault: the pending guard stays armed and
         // releases it.
@@ -194,6 +271,41 @@ pub(crate) async fn acquire_lock(
     } else {
         Instant::now()
     };
+    Acquired::Granted(grant_of(
+        coordinator,
+        key,
+        spec,
+        owner,
+        outer,
+        started,
+        granted_at,
+        grant,
+    ))
+}
+
+/// The refusal of a lock that stayed held by others for all of `wait`, asked for at `started`.
+fn not_acquired(key: &CallKey, started: Instant) -> Acquired {
+    let err = CoordError::LockNotAcquired {
+        key: key.clone(),
+        waited: started.elapsed(),
+    };
+    Acquired::Refused(err, LockOutcome::NotAcquired)
+}
+
+/// The grant of `key` to `owner`, asked for at `started` and in at `granted_at`: its hold
+/// (linked to `outer`, the task's innermost hold) and its renewal.
+// What an acquisition found, each part named at both call sites.
+#[allow(clippy::too_many_arguments)]
+fn grant_of(
+    coordinator: &Coordinator,
+    key: &CallKey,
+    spec: &LockSpec,
+    owner: OwnerToken,
+    outer: Option<Arc<Hold>>,
+    started: Instant,
+    granted_at: Instant,
+    grant: LockGrant,
+) -> Grant {
     // The lease began no earlier than the successful attempt was sent: for a first-attempt
     // grant that is `started`; after waiting, the last attempt was just now.
     let lease_from = match grant.lease_began {
@@ -205,7 +317,7 @@ pub(crate) async fn acquire_lock(
     let hold = Hold::new(
         match spec.rw {
             Some(mode) => HoldKind::Rw(mode),
-            None if permit => HoldKind::Permit,
+            None if spec.permits > 0 => HoldKind::Permit,
             None => HoldKind::Lock,
         },
         key.clone(),
@@ -224,13 +336,13 @@ pub(crate) async fn acquire_lock(
     } else {
         LockOutcome::Acquired
     };
-    Acquired::Granted(Grant {
+    Grant {
         hold,
         renewal,
         outcome,
         waited,
         granted_at,
-    })
+    }
 }
 
 /// The acquisition of one permit of the semaphore `key` (`spec.permits` of them), answered as
@@ -565,25 +677,57 @@ impl Drop for LockGuard {
 /// panicked), it releases the lock in the background.
 struct CallHold<'c> {
     coordinator: &'c Coordinator,
-    hold: Arc<Hold>,
+    /// The hold, lent to the body's scope for each poll of the body (see
+    /// [`held::scope_lent`]): back here between polls, and so whenever this is dropped or
+    /// settled.
+    hold: Option<Arc<Hold>>,
     renewal: Option<Registration>,
     armed: bool,
 }
 
 impl CallHold<'_> {
+    /// The hold (not lent out: nothing but the body's poll borrows it).
+    fn hold(&self) -> &Arc<Hold> {
+        self.hold
+            .as_ref()
+            .expect("the hold is back between polls of the body")
+    }
+
     /// Stops renewing, then releases; see [`release_hold`].
     async fn settle(&mut self, lapse_reported: bool) -> Result<ReleaseOutcome, BackendError> {
         drop(self.renewal.take());
         self.armed = false;
-        release_hold(self.coordinator, &self.hold, lapse_reported).await
+        release_hold(self.coordinator, self.hold(), lapse_reported).await
+    }
+
+    /// [`CallHold::settle`] at once, for a lock of the in-process provider (`None` for any
+    /// other hold): the table frees it synchronously at `now`, this call's reading of tokio's
+    /// clock after the body (see [`LockTable::release_at`](coord_memory::LockTable::release_at)).
+    fn settle_in_process(&mut self, lapse_reported: bool, now: Instant) -> Option<ReleaseOutcome> {
+        let hold = self.hold.as_ref()?;
+        if hold.is_permit() || hold.rw_mode().is_some() {
+            return None;
+        }
+        let memory = self.coordinator.in_process_locks()?;
+        drop(self.renewal.take());
+        self.armed = false;
+        if !hold.hand_back() {
+            // Shutdown released it already (the hold reads as lost, cause `ShutDown`).
+            return Some(ReleaseOutcome::Released);
+        }
+        let released = memory.release_lock_at(&hold.key, hold.owner(), now);
+        if released != ReleaseOutcome::Released {
+            gone_at_release(self.coordinator, hold, released, lapse_reported);
+        }
+        Some(released)
     }
 }
 
 impl Drop for CallHold<'_> {
     fn drop(&mut self) {
         drop(self.renewal.take());
-        if self.armed {
-            release_dropped(self.coordinator, &self.hold);
+        if let (true, Some(hold)) = (self.armed, &self.hold) {
+            release_dropped(self.coordinator, hold);
         }
     }
 }
@@ -605,44 +749,68 @@ where
         .lock
         .as_ref()
         .expect("the macro emits a lock spec with #[distributed_lock]");
-    let grant = match acquire_lock(call.coordinator, &call.key, spec).await {
-        Acquired::Granted(grant) => grant,
-        Acquired::Refused(err, outcome) => {
-            if let CoordError::LockNotAcquired { waited, .. } = &err {
-                call.record_lock_wait(Elapsed::Known(*waited));
+    // The in-process provider's free lock is granted without awaiting; every other
+    // acquisition is boxed, so that the call's future keeps no room for it. The grant is
+    // taken apart in the one statement that awaits it, so the future keeps no room for it as
+    // a whole either: bound by `let` instead, the answer would keep its room in the future
+    // across the body's await.
+    #[allow(clippy::blocks_in_conditions)]
+    let (hold, renewal, outcome, waited, granted_at) = match {
+        let acquired = if let Some(acquired) = acquire_at_once(call.coordinator, &call.key, spec) {
+            acquired
+        } else {
+            Box::pin(acquire_lock(call.coordinator, &call.key, spec)).await
+        };
+        match acquired {
+            Acquired::Granted(Grant {
+                hold,
+                renewal,
+                outcome,
+                waited,
+                granted_at,
+            }) => Some((hold, renewal, outcome, waited, granted_at)),
+            Acquired::Refused(err, outcome) => {
+                if let CoordError::LockNotAcquired { waited, .. } = &err {
+                    call.record_lock_wait(Elapsed::Known(*waited));
+                }
+                call.record_lock(outcome, None);
+                call.record_error(&err);
+                return R::from_coord_error(err);
             }
-            call.record_lock(outcome, None);
-            call.record_error(&err);
-            return R::from_coord_error(err);
+            Acquired::Unguarded => None,
         }
-        Acquired::Unguarded => {
-            call.record_lock(LockOutcome::FailedOpen, None);
-            let started = Instant::now();
-            let output = body.await;
-            call.record_body(started, Instant::now());
-            return output;
-        }
+    } {
+        Some(parts) => parts,
+        // Rare (the backend failed under `fail_open`): boxed, like the general acquisition.
+        None => return Box::pin(run_unguarded(call, body)).await,
     };
-    // Taken apart at once, so the call's future keeps no room for the grant as a whole.
-    let Grant {
-        hold,
-        renewal,
-        outcome,
-        waited,
-        granted_at,
-    } = grant;
-    // Held before anything else runs (a metrics recorder is foreign code): from here on a
-    // panic or a drop releases the lock.
     let mut held = CallHold {
         coordinator: call.coordinator,
-        hold,
+        hold: Some(hold),
         renewal,
         armed: true,
     };
-    let hold = &held.hold;
-    call.record_lock_granted(outcome, hold.fencing_token, waited);
-    let body = ListedWhileWaiting::new(call.coordinator.lifecycle(), hold, body);
-    let output = run_guarded(hold.clone(), spec.on_lost, held.renewal.as_ref(), body).await;
+    call.record_lock_granted(outcome, held.hold().fencing_token, waited);
+    let body = ListedWhileWaiting::new(call.coordinator.lifecycle(), body);
+    let cancel_on_loss = spec.on_lost == Some(OnLost::Cancel);
+    let output = if held.renewal.is_none() && !cancel_on_loss {
+        // The common case: nothing to watch beside the body, which borrows the hold for each
+        // of its polls (no second handle to it).
+        Some(held::scope_lent(&mut held.hold, body).await)
+    } else {
+        // Watching the hold beside the body takes a timer, a notification and the renewal
+        // task's watchdog: a few hundred bytes of state, boxed so that every other call's
+        // future does not carry them.
+        let hold = held.hold().clone();
+        Box::pin(run_watched(
+            hold,
+            cancel_on_loss,
+            held.renewal.as_ref(),
+            body,
+        ))
+        .await
+    };
+    let hold = held.hold();
     if output.is_none() {
         // The hold is lost: the lock is probably someone else's by now and the backend may be
         // unreachable. Answer at once; the owner-checked release (a no-op if the lock moved
@@ -660,7 +828,11 @@ where
     if lapsed {
         report_lapse(call, hold, spec, hold.held_for_at(returned_at));
     }
-    let released = held.settle(lapsed).await;
+    // Likewise the release: at once in process, boxed otherwise.
+    let released = match held.settle_in_process(lapsed, returned_at) {
+        Some(released) => Ok(released),
+        None => Box::pin(held.settle(lapsed)).await,
+    };
     if released.is_err() {
         // One release attempt (bounded by the provider's command timeout) is all the caller
         // waits for; the rest is the background's, and the report says so.
@@ -671,7 +843,7 @@ where
         Ok(ReleaseOutcome::NotHeld | ReleaseOutcome::ForceReleased)
     ) {
         // Found gone at release: the report says why, as the release worked it out.
-        let cause = held.hold.loss_cause();
+        let cause = held.hold().loss_cause();
         call.record_loss(cause);
         call.record_lock_lost(cause);
     }
@@ -679,6 +851,19 @@ where
     let Some(output) = output else {
         unreachable!("a lost hold answered above")
     };
+    output
+}
+
+/// Runs `body` without the lock: the backend failed and the policy is `fail_open` (counted
+/// and logged already).
+async fn run_unguarded<R, F>(call: &Call<'_>, body: F) -> R
+where
+    F: Future<Output = R>,
+{
+    call.record_lock(LockOutcome::FailedOpen, None);
+    let started = Instant::now();
+    let output = body.await;
+    call.record_body(started, Instant::now());
     output
 }
 
@@ -718,8 +903,9 @@ fn report_lapse(call: &Call<'_>, hold: &Hold, spec: &LockSpec, held_for: Duratio
     call.record_lock_lost(cause);
 }
 
-/// Runs `body` as the holder of `hold`. With `OnLost::Cancel`, the body is not polled again
-/// once the hold is lost, and `None` is returned.
+/// Runs `body` as the holder of `hold`, for a renewing or cancelling hold (every other lock
+/// call's body just borrows its hold, see [`held::scope_lent`]). With `OnLost::Cancel`, the
+/// body is not polled again once the hold is lost, and `None` is returned.
 ///
 /// A renewing or cancelling hold checks its lease on the local clock before every poll of the
 /// body (one clock read): after a stall of this process (a blocking call on the runtime, a
@@ -731,25 +917,6 @@ fn report_lapse(call: &Call<'_>, hold: &Hold, spec: &LockSpec, held_for: Duratio
 ///
 /// While a renewal is registered, the renewal task is watched beside the body and restarted on
 /// this runtime if it is gone.
-pub(crate) fn run_guarded<'a, F: Future + 'a>(
-    hold: Arc<Hold>,
-    on_lost: Option<OnLost>,
-    renewal: Option<&'a Registration>,
-    body: F,
-) -> impl Future<Output = Option<F::Output>> + 'a {
-    let cancel_on_loss = on_lost == Some(OnLost::Cancel);
-    if renewal.is_none() && !cancel_on_loss {
-        // The common case: nothing to watch beside the body. Built here rather than awaited in
-        // an `async fn`, so the body is stored once, not once per wrapper.
-        return Either::Left(held::scope(hold, body).map(Some as fn(F::Output) -> _));
-    }
-    // Watching the hold beside the body takes a timer, a notification and the renewal task's
-    // watchdog: a few hundred bytes of state, boxed so that every other call's future does not
-    // carry them.
-    Either::Right(Box::pin(run_watched(hold, cancel_on_loss, renewal, body)))
-}
-
-/// [`run_guarded`] for a renewing or cancelling hold.
 async fn run_watched<F: Future>(
     hold: Arc<Hold>,
     cancel_on_loss: bool,

@@ -1,10 +1,11 @@
 //! What the macros emit for one annotated function (and the handle API builds at run time):
 //! the operation's name and the options of each layer, resolved at compile time.
 
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use crate::policy::{OnAbandoned, OnBackendError, OnLost, OnMissingKey, OnStoreError};
-use crate::provider::ReplicaAcks;
+use crate::provider::{CallKey, CallKeyBuilder, KeyPrefix, ReplicaAcks};
 use crate::runtime::cache_tiers::CacheSpec;
 use crate::telemetry::OpTelemetry;
 
@@ -21,10 +22,52 @@ pub struct OpSpec<'a> {
     pub lock: Option<LockSpec>,
     /// This operation's metric keys, built on first use.
     pub telemetry: OpTelemetry,
+    /// The rendered `namespace:operation` start of this operation's keys, kept on first use
+    /// (see [`KeyPrefixCache`]).
+    pub key_prefix: KeyPrefixCache,
     /// `record_key = true`: the call's span carries its key.
     pub record_key: bool,
     /// `profile = ".."`: the configured profile whose values override the literals.
     pub profile: Option<&'a str>,
+}
+
+/// The rendered start (`namespace:operation`) of one operation's keys, kept with the
+/// operation (the attributes keep it in their static spec) after the first call: later calls
+/// copy it instead of escaping the namespace and the operation name again, and render only
+/// their parts.
+///
+/// One namespace is kept, the first one seen; a call through a coordinator of another
+/// namespace renders its key whole, as before (the key is the same either way).
+#[doc(hidden)]
+#[derive(Debug, Default)]
+pub struct KeyPrefixCache {
+    prefix: OnceLock<KeyPrefix>,
+}
+
+impl KeyPrefixCache {
+    /// Empty: the prefix is rendered on first use.
+    pub const fn new() -> KeyPrefixCache {
+        KeyPrefixCache {
+            prefix: OnceLock::new(),
+        }
+    }
+
+    /// Starts the key of a call of `operation` (the operation this cache belongs to) in
+    /// `namespace`.
+    #[inline]
+    pub(crate) fn builder(&self, namespace: &str, operation: &str) -> CallKeyBuilder {
+        let prefix = match self.prefix.get() {
+            Some(prefix) => prefix,
+            None => self
+                .prefix
+                .get_or_init(|| KeyPrefix::new(namespace, operation)),
+        };
+        if prefix.namespace() == namespace {
+            prefix.builder()
+        } else {
+            CallKey::builder(namespace, operation)
+        }
+    }
 }
 
 /// `#[idempotent]` options, resolved at compile time.

@@ -17,6 +17,8 @@ use crate::provider::{
     BackendError, CacheStore, CallKey, Capability, FlightStore, IdempotencyStore, LockProvider,
     MultiLockStore, Operations, RwLockStore, SemaphoreStore,
 };
+use coord_memory::MemoryProvider;
+
 use crate::runtime::lifecycle::Lifecycle;
 use crate::runtime::renewal::Renewer;
 use crate::telemetry::Metrics;
@@ -45,6 +47,9 @@ pub(crate) struct Inner {
     codec: Codec,
     on_backend_error: OnBackendError,
     in_process: bool,
+    /// The in-process provider as itself, when it serves the locks (see
+    /// [`Coordinator::in_process_locks`]).
+    memory: Option<Arc<MemoryProvider>>,
     metrics: Metrics,
     renewer: Renewer,
     lifecycle: Arc<Lifecycle>,
@@ -78,6 +83,7 @@ pub(crate) struct Parts {
     pub(crate) codec: Codec,
     pub(crate) on_backend_error: OnBackendError,
     pub(crate) in_process: bool,
+    pub(crate) memory: Option<Arc<MemoryProvider>>,
     pub(crate) defaults: Option<Profile>,
     pub(crate) profiles: BTreeMap<String, Profile>,
 }
@@ -105,6 +111,7 @@ impl Coordinator {
                 codec: parts.codec,
                 on_backend_error: parts.on_backend_error,
                 in_process: parts.in_process,
+                memory: parts.memory,
                 metrics: Metrics::default(),
                 lifecycle: Arc::default(),
                 defaults: parts.defaults,
@@ -131,6 +138,14 @@ impl Coordinator {
     /// True for the in-process provider: exclusion holds within this process only.
     pub fn is_in_process_only(&self) -> bool {
         self.inner.in_process
+    }
+
+    /// The in-process provider, when it is this coordinator's lock provider: its locks are
+    /// taken at the runtime's own clock reading and given back synchronously, without the
+    /// contract's boxed futures (the same table and the same answers as through
+    /// [`Coordinator::lock_provider`]).
+    pub(crate) fn in_process_locks(&self) -> Option<&MemoryProvider> {
+        self.inner.memory.as_deref()
     }
 
     /// The counters this coordinator keeps.

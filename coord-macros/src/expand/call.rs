@@ -54,6 +54,7 @@ pub(super) fn op_spec(
             cache: #cache,
             lock: #lock,
             telemetry: #krate::__private::OpTelemetry::new(),
+            key_prefix: #krate::__private::KeyPrefixCache::new(),
             record_key: #record_key,
             profile: #profile,
         }
@@ -63,8 +64,14 @@ pub(super) fn op_spec(
 /// The statements binding [`Locals::coordinator`]: the installed coordinator, or the
 /// `coordinator = <expr>` given, evaluated on every call and reported at the expression when
 /// it is not a coordinator.
+///
+/// A field of a `&self` receiver (`coordinator = self.coord`) is borrowed rather than cloned:
+/// it outlives the call whatever the body does with `self` (a shared reference, copied into
+/// the body), and a clone would cost two atomic reference-count updates per call. Any other
+/// expression may name a parameter the body takes by value, so its coordinator is owned.
 pub(super) fn coordinator(
     expr: Option<&Expr>,
+    sig: &Signature,
     krate: &TokenStream,
     locals: &Locals,
 ) -> TokenStream {
@@ -73,6 +80,13 @@ pub(super) fn coordinator(
         None => quote! {
             let #coordinator = #krate::__private::default_coordinator();
         },
+        Some(expr) if is_field_of_shared_self(expr, sig) => {
+            let at = expr.span();
+            let krate_at = respan(krate.clone(), at);
+            quote_spanned! {at=>
+                let #coordinator = #krate_at::__private::borrow_coordinator(&(#expr));
+            }
+        }
         Some(expr) => {
             let at = expr.span();
             let krate_at = respan(krate.clone(), at);
@@ -81,6 +95,39 @@ pub(super) fn coordinator(
                 let #owned = #krate_at::__private::own_coordinator(&(#expr));
                 let #coordinator = &#owned;
             }
+        }
+    }
+}
+
+/// True for `self.a.b…` (named fields only) in a method whose receiver is `&self`.
+fn is_field_of_shared_self(expr: &Expr, sig: &Signature) -> bool {
+    let shared_self = matches!(
+        sig.inputs.first(),
+        Some(syn::FnArg::Receiver(receiver))
+            if receiver.reference.is_some() && receiver.mutability.is_none()
+                && receiver.colon_token.is_none()
+    );
+    if !shared_self {
+        return false;
+    }
+    let mut at = expr;
+    let mut fields = 0;
+    loop {
+        match at {
+            Expr::Field(field) if field.attrs.is_empty() => {
+                if !matches!(field.member, syn::Member::Named(_)) {
+                    return false;
+                }
+                fields += 1;
+                at = &field.base;
+            }
+            Expr::Path(path) => {
+                return fields > 0
+                    && path.attrs.is_empty()
+                    && path.qself.is_none()
+                    && path.path.is_ident("self");
+            }
+            _ => return false,
         }
     }
 }

@@ -515,3 +515,67 @@ fn cluster_scope_adds_the_cluster_step_with_its_lease_and_error_probe() {
     let out = expand(Kind::SingleFlight, "lease = \"3s\"", item);
     assert!(out.contains("compile_error"), "{out}");
 }
+
+#[test]
+fn a_field_of_a_shared_self_is_borrowed_and_anything_else_owned() {
+    let borrowed = [
+        (
+            "coordinator = self.coord",
+            "async fn f(&self, id: u64) -> Result<(), E> { Ok(()) }",
+        ),
+        (
+            "coordinator = self.inner.coord",
+            "async fn f(&'a self, id: u64) -> Result<(), E> { Ok(()) }",
+        ),
+    ];
+    for (args, item) in borrowed {
+        let out = expand(
+            Kind::DistributedLock,
+            &format!("key_from = \"id\", {args}"),
+            item,
+        );
+        assert!(out.contains("borrow_coordinator"), "{args} {item}: {out}");
+        assert!(!out.contains("own_coordinator"), "{args} {item}: {out}");
+    }
+    let owned = [
+        // The body may take `self` by value, or mutably.
+        (
+            "coordinator = self.coord",
+            "async fn f(self, id: u64) -> Result<(), E> { Ok(()) }",
+        ),
+        (
+            "coordinator = self.coord",
+            "async fn f(&mut self, id: u64) -> Result<(), E> { Ok(()) }",
+        ),
+        (
+            "coordinator = self.coord",
+            "async fn f(self: Arc<Self>, id: u64) -> Result<(), E> { Ok(()) }",
+        ),
+        // Not a field of `self`: a parameter, a call, a reference.
+        (
+            "coordinator = c",
+            "async fn f(&self, c: Coordinator, id: u64) -> Result<(), E> { Ok(()) }",
+        ),
+        (
+            "coordinator = self.coord()",
+            "async fn f(&self, id: u64) -> Result<(), E> { Ok(()) }",
+        ),
+        (
+            "coordinator = &self.coord",
+            "async fn f(&self, id: u64) -> Result<(), E> { Ok(()) }",
+        ),
+        (
+            "coordinator = self.0",
+            "async fn f(&self, id: u64) -> Result<(), E> { Ok(()) }",
+        ),
+    ];
+    for (args, item) in owned {
+        let out = expand(
+            Kind::DistributedLock,
+            &format!("key_from = \"id\", {args}"),
+            item,
+        );
+        assert!(out.contains("own_coordinator"), "{args} {item}: {out}");
+        assert!(!out.contains("borrow_coordinator"), "{args} {item}: {out}");
+    }
+}

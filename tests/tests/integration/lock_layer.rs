@@ -329,3 +329,154 @@ async fn unfenced_locks_expose_no_token() {
     assert_eq!(unfenced(&c, 1).await.unwrap(), None);
     assert_eq!(fencing_token(), None, "outside a lock there is no token");
 }
+
+// The in-process provider given to the coordinator as itself (`memory()`) is asked directly by
+// the lock layer, without the contract's boxed futures: the same promises hold on that path.
+
+fn in_process(namespace: &str) -> Coordinator {
+    Coordinator::builder()
+        .namespace(namespace)
+        .memory()
+        .build()
+        .expect("an in-process coordinator")
+}
+
+#[distributed_lock(key_from = "id", coordinator = c, name = "tests.direct", fenced = true)]
+async fn direct(
+    c: &Coordinator,
+    id: u64,
+    panics: bool,
+) -> Result<(Option<u64>, bool, bool), CoordError> {
+    if panics {
+        panic!("body bug");
+    }
+    let nested = direct_again(c, id).await;
+    Ok((
+        fencing_token().map(|token| token.get()),
+        coord_core::is_held(),
+        matches!(nested, Err(CoordError::Reentrant { .. })),
+    ))
+}
+
+#[distributed_lock(key_from = "id", coordinator = c, name = "tests.direct")]
+async fn direct_again(c: &Coordinator, id: u64) -> Result<(), CoordError> {
+    Ok(())
+}
+
+#[distributed_lock(key_from = "id", coordinator = c, name = "tests.direct", lease = "60s")]
+async fn direct_parks(
+    c: &Coordinator,
+    id: u64,
+    entered: Arc<tokio::sync::Notify>,
+) -> Result<(), CoordError> {
+    entered.notify_one();
+    std::future::pending::<()>().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_direct_in_process_path_reads_its_hold_refuses_reentry_and_releases() {
+    let c = in_process("direct-hold");
+    let (token, held, reentry_refused) = direct(&c, 1, false).await.unwrap();
+    assert!(token.is_some(), "a fenced lock's body reads its token");
+    assert!(held, "is_held() inside the body");
+    assert!(
+        reentry_refused,
+        "the same key inside its own body is reentrant"
+    );
+    assert!(fencing_token().is_none(), "nothing is held after the call");
+    assert!(is_free(&c, &lock_key(&c, "tests.direct", 1)).await);
+    let (next, _, _) = direct(&c, 1, false).await.unwrap();
+    assert!(next > token, "a later grant's token is newer");
+}
+
+#[tokio::test]
+async fn the_direct_in_process_path_releases_after_a_panic_and_a_cancellation() {
+    let c = in_process("direct-drop");
+    let task = tokio::spawn({
+        let c = c.clone();
+        async move { direct(&c, 2, true).await }
+    });
+    assert!(task.await.unwrap_err().is_panic());
+    assert!(
+        is_free(&c, &lock_key(&c, "tests.direct", 2)).await,
+        "the panicking body's lock is free at once"
+    );
+
+    let entered = Arc::new(tokio::sync::Notify::new());
+    let task = tokio::spawn({
+        let (c, entered) = (c.clone(), entered.clone());
+        async move { direct_parks(&c, 3, entered).await }
+    });
+    entered.notified().await;
+    assert!(!is_free(&c, &lock_key(&c, "tests.direct", 3)).await);
+    assert_eq!(c.locks_held(), 1, "a waiting body's lock is listed");
+    task.abort();
+    assert!(task.await.unwrap_err().is_cancelled());
+    assert!(
+        is_free(&c, &lock_key(&c, "tests.direct", 3)).await,
+        "the cancelled call's lock is free at once"
+    );
+    assert_eq!(c.locks_held(), 0);
+}
+
+/// A metrics recorder that panics on the first metric a call records: foreign code, run while
+/// the call holds its lock.
+struct PanickingRecorder;
+
+impl metrics::Recorder for PanickingRecorder {
+    fn describe_counter(
+        &self,
+        _: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        _: metrics::SharedString,
+    ) {
+    }
+    fn describe_gauge(
+        &self,
+        _: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        _: metrics::SharedString,
+    ) {
+    }
+    fn describe_histogram(
+        &self,
+        _: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        _: metrics::SharedString,
+    ) {
+    }
+    fn register_counter(&self, _: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Counter {
+        panic!("recorder bug")
+    }
+    fn register_gauge(&self, _: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Gauge {
+        panic!("recorder bug")
+    }
+    fn register_histogram(
+        &self,
+        _: &metrics::Key,
+        _: &metrics::Metadata<'_>,
+    ) -> metrics::Histogram {
+        panic!("recorder bug")
+    }
+}
+
+#[test]
+fn a_panicking_recorder_leaves_no_direct_in_process_lock_held() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let c = in_process("direct-recorder");
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        metrics::with_local_recorder(&PanickingRecorder, || rt.block_on(direct(&c, 4, false)))
+    }));
+    assert!(panicked.is_err(), "the recorder panicked inside the call");
+    rt.block_on(async {
+        assert!(
+            is_free(&c, &lock_key(&c, "tests.direct", 4)).await,
+            "the lock granted before the recorder panicked is free again"
+        );
+        assert!(direct(&c, 4, false).await.is_ok());
+    });
+}

@@ -22,6 +22,12 @@ impl Ledger {
         Ok(self.entries.len())
     }
 
+    // A `&self` method: the coordinator is borrowed from `self` for the call.
+    #[distributed_lock(key_from = "self.tenant", coordinator = self.coordinator, name = "ledger.audit")]
+    pub async fn audit(&self) -> Result<u64, CoordError> {
+        Ok(self.entries.iter().sum())
+    }
+
     #[idempotent(key_from = "request_id", coordinator = "self.coordinator")]
     pub async fn settle(self: Arc<Self>, request_id: String) -> Result<u64, CoordError> {
         let _ = request_id;
@@ -43,6 +49,7 @@ fn main() {
         };
         assert_eq!(ledger.append(5).await.unwrap(), 1);
         assert_eq!(ledger.total().await, 5);
+        assert_eq!(ledger.audit().await.unwrap(), 5);
         let ledger = Arc::new(ledger);
         assert_eq!(ledger.clone().settle("r1".to_owned()).await.unwrap(), 5);
     });

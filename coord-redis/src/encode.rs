@@ -13,11 +13,11 @@ pub(crate) struct TokenText([u8; 32]);
 impl TokenText {
     pub(crate) fn new(owner: OwnerToken) -> TokenText {
         const HEX: &[u8; 16] = b"0123456789abcdef";
-        let value = owner.as_u128();
         let mut out = [0u8; 32];
-        for (i, digit) in out.iter_mut().enumerate() {
-            let shift = (31 - i) * 4;
-            *digit = HEX[((value >> shift) & 0xf) as usize];
+        // A byte at a time, two digits each.
+        for (pair, byte) in out.chunks_exact_mut(2).zip(owner.as_u128().to_be_bytes()) {
+            pair[0] = HEX[usize::from(byte >> 4)];
+            pair[1] = HEX[usize::from(byte & 0xf)];
         }
         TokenText(out)
     }
@@ -40,17 +40,36 @@ impl Decimal {
     pub(crate) fn new(mut value: u64) -> Decimal {
         let mut digits = [0u8; 20];
         let mut start = digits.len();
-        loop {
+        // Two digits per division.
+        while value >= 100 {
+            let pair = (value % 100) as usize * 2;
+            value /= 100;
+            start -= 2;
+            digits[start..start + 2].copy_from_slice(&PAIRS[pair..pair + 2]);
+        }
+        if value >= 10 {
+            let pair = value as usize * 2;
+            start -= 2;
+            digits[start..start + 2].copy_from_slice(&PAIRS[pair..pair + 2]);
+        } else {
             start -= 1;
-            digits[start] = b'0' + (value % 10) as u8;
-            value /= 10;
-            if value == 0 {
-                break;
-            }
+            digits[start] = b'0' + value as u8;
         }
         Decimal { digits, start }
     }
 }
+
+/// `00`, `01`, ... `99`, back to back.
+const PAIRS: [u8; 200] = {
+    let mut out = [0u8; 200];
+    let mut i = 0;
+    while i < 100 {
+        out[2 * i] = b'0' + (i / 10) as u8;
+        out[2 * i + 1] = b'0' + (i % 10) as u8;
+        i += 1;
+    }
+    out
+};
 
 impl AsRef<[u8]> for Decimal {
     fn as_ref(&self) -> &[u8] {

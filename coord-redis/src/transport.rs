@@ -67,25 +67,37 @@ impl<'a> Command<'a> {
 
     /// Appends the routing key.
     pub(crate) fn key(mut self, key: &'a str) -> Command<'a> {
-        self.key_index = Some(self.len);
-        self.arg(key.as_bytes())
+        self.push_key(key);
+        self
     }
 
     /// Appends an argument.
+    pub(crate) fn arg(mut self, arg: &'a (impl AsRef<[u8]> + ?Sized)) -> Command<'a> {
+        self.push(arg.as_ref());
+        self
+    }
+
+    /// Appends the routing key, in place.
+    pub(crate) fn push_key(&mut self, key: &'a str) {
+        self.key_index = Some(self.len);
+        self.push(key.as_bytes());
+    }
+
+    /// Appends an argument, in place (a command is built where it is used, not moved
+    /// through a chain of calls).
     ///
     /// # Panics
     ///
     /// With more than `MAX_ARGS` arguments: every command coord sends has a fixed shape well
     /// under it, and the test suite sends each of them.
-    pub(crate) fn arg(mut self, arg: &'a (impl AsRef<[u8]> + ?Sized)) -> Command<'a> {
+    pub(crate) fn push(&mut self, arg: &'a [u8]) {
         assert!(
             self.len < MAX_ARGS,
             "`{}` has too many arguments",
             self.name
         );
-        self.args[self.len] = arg.as_ref();
+        self.args[self.len] = arg;
         self.len += 1;
-        self
     }
 
     /// The arguments after the name.

@@ -274,13 +274,13 @@ enum PubSubSource {
 
 impl Transport for RedisRs {
     fn run<'a>(&'a self, cmds: &'a [Command<'a>]) -> BoxFuture<'a, Result<Vec<Reply>, Fault>> {
-        Box::pin(async move {
-            let i = self.next.fetch_add(1, Ordering::Relaxed);
-            match &self.conns {
-                Conns::Slots(pool) => pool[i % pool.len()].exec(cmds).await,
-                Conns::Cluster(pool) => pool[i % pool.len()].exec(cmds).await,
-            }
-        })
+        // Each kind of connection boxes only its own future: the one-server path's is the
+        // smaller, and it is moved into the box on every command.
+        let i = self.next.fetch_add(1, Ordering::Relaxed);
+        match &self.conns {
+            Conns::Slots(pool) => Box::pin(pool[i % pool.len()].exec(cmds)),
+            Conns::Cluster(pool) => Box::pin(pool[i % pool.len()].exec(cmds)),
+        }
     }
 
     fn each_node<'a>(&'a self, cmd: Command<'a>) -> BoxFuture<'a, Result<NodeReplies, Fault>> {
@@ -648,7 +648,9 @@ impl Slot {
 
     async fn exec(&self, cmds: &[Command<'_>]) -> Result<Vec<Reply>, Fault> {
         let Some(mut live) = self.cached() else {
-            return self.dial_and_exec(cmds).await;
+            // Rare (the first call, or the first after a fault): boxed, so the common path's
+            // future stays small.
+            return Box::pin(self.dial_and_exec(cmds)).await;
         };
         let written = live.wire.as_ref().map(|wire| wire.written());
         let result = exec(&mut live.conn, cmds).await;
@@ -661,7 +663,7 @@ impl Slot {
             // connection (a failure there is final).
             tracing::debug!(error = %why, "coord-redis: the connection was closed before the command was written; sending it on a new connection");
             forget(&self.current, live.generation);
-            return self.dial_and_exec(cmds).await;
+            return Box::pin(self.dial_and_exec(cmds)).await;
         }
         self.check(live.generation, result)
     }

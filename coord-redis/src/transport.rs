@@ -4,6 +4,7 @@
 //! topology it was built for, keeps its connections alive, and runs the one shared subscriber
 //! connection. Everything above this module is the same for every client library.
 
+use std::future::Future;
 use std::sync::Arc;
 
 use coord_core::BackendError;
@@ -18,6 +19,17 @@ mod server_error;
 mod wire;
 
 pub(crate) use server_error::{ErrorCode, ServerError};
+
+/// Boxes the future `make` returns, made in its box rather than on the stack and then moved
+/// into it: fred's command futures are several kilobytes, and a move would copy all of them
+/// on every command.
+pub(crate) fn boxed_in_place<'a, F>(make: impl FnOnce() -> F) -> BoxFuture<'a, F::Output>
+where
+    F: Future + Send + 'a,
+{
+    let boxed: Box<F> = Box::write(Box::new_uninit(), make());
+    Box::into_pin(boxed)
+}
 
 /// Most arguments any coord command has (`EVALSHA sha numkeys` plus keys and script
 /// arguments included).

@@ -13,7 +13,7 @@ use super::{BACKSTOP_CAP, FENCE_RETENTION_FLOOR, Inner, MAX_MILLIS, RedisProvide
 use crate::encode::{Decimal, TokenText};
 use crate::keys::{self, NameSet, Names};
 use crate::scripts;
-use crate::transport::{Command, Reply};
+use crate::transport::{Command, Reply, boxed_in_place};
 use crate::waiters::{Cue, Look, Wake};
 
 /// Which attempt at a lock this is.
@@ -299,7 +299,7 @@ impl LockProvider for RedisProvider {
         &'a self,
         req: LockRequest<'a>,
     ) -> BoxFuture<'a, Result<Option<LockGrant>, BackendError>> {
-        Box::pin(self.inner.acquire(req))
+        boxed_in_place(|| self.inner.acquire(req))
     }
 
     fn release<'a>(
@@ -307,7 +307,7 @@ impl LockProvider for RedisProvider {
         key: &'a CallKey,
         owner: OwnerToken,
     ) -> BoxFuture<'a, Result<ReleaseOutcome, BackendError>> {
-        Box::pin(async move {
+        boxed_in_place(|| async move {
             let inner = &*self.inner;
             let names = Names::of(key).set([keys::LOCK, keys::LOCK_FORCED, keys::LOCK_QUEUE]);
             let token = TokenText::new(owner);

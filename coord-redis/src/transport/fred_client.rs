@@ -38,6 +38,7 @@ use tokio::sync::{broadcast, watch};
 
 use super::{
     Command, Fault, NodeReplies, Reply, ServerError, Subscriber, SubscriberEvents, Transport,
+    boxed_in_place,
 };
 use crate::config::{Address, Options, Place, Target, TlsMaterial, display_parts, display_socket};
 use crate::server_checks::{ServerWatch, info_server};
@@ -614,7 +615,7 @@ impl Fred {
 impl Transport for Fred {
     fn run<'a>(&'a self, cmds: &'a [Command<'a>]) -> BoxFuture<'a, Result<Vec<Reply>, Fault>> {
         match cmds {
-            [one] => Box::pin(self.run_single(one)),
+            [one] => boxed_in_place(|| self.run_single(one)),
             _ => Box::pin(self.run_many(cmds)),
         }
     }

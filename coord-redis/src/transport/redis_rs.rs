@@ -46,7 +46,7 @@ use tokio::sync::watch;
 use super::wire::{Watched, Wire};
 use super::{
     Command, ErrorCode, Fault, NodeReplies, Reply, ServerError, Subscriber, SubscriberEvents,
-    Transport,
+    Transport, boxed_in_place,
 };
 use crate::config::{Address, Options, Place, Target, TlsMaterial};
 use crate::server_checks::{ServerWatch, info_server};
@@ -278,8 +278,8 @@ impl Transport for RedisRs {
         // smaller, and it is moved into the box on every command.
         let i = self.next.fetch_add(1, Ordering::Relaxed);
         match &self.conns {
-            Conns::Slots(pool) => Box::pin(pool[i % pool.len()].exec(cmds)),
-            Conns::Cluster(pool) => Box::pin(pool[i % pool.len()].exec(cmds)),
+            Conns::Slots(pool) => boxed_in_place(|| pool[i % pool.len()].exec(cmds)),
+            Conns::Cluster(pool) => boxed_in_place(|| pool[i % pool.len()].exec(cmds)),
         }
     }
 

@@ -158,12 +158,14 @@ pub(crate) struct NameSet<const N: usize> {
 
 impl<const N: usize> NameSet<N> {
     /// The `i`th name, in the order the kinds were given.
+    #[inline]
     pub(crate) fn get(&self, i: usize) -> &str {
         let start = if i == 0 { 0 } else { self.ends[i - 1] };
         &self.text[start..self.ends[i]]
     }
 
     /// All the names, in order.
+    #[inline]
     pub(crate) fn all(&self) -> [&str; N] {
         std::array::from_fn(|i| self.get(i))
     }

@@ -80,7 +80,7 @@ pub(crate) async fn connect(
         };
         slots.push(FredSlot {
             current: Mutex::new(Current {
-                sender: client.with_options(&command_options(timeout)),
+                sender: Sender::Own(client.clone()),
                 client,
                 generation: 0,
                 watcher,
@@ -139,7 +139,7 @@ async fn shared(
         }
         slots.push(FredSlot {
             current: Mutex::new(Current {
-                sender: client.with_options(&command_options(timeout)),
+                sender: Sender::Shared(client.with_options(&command_options(timeout))),
                 client,
                 generation: 0,
                 watcher,
@@ -181,7 +181,8 @@ fn command_options(timeout: Duration) -> FredOptions {
     }
 }
 
-/// The builder every client of the transport comes from.
+/// The builder every client of the transport comes from. Its clients' own configuration is
+/// [`command_options`]: their commands go out as [`Sender::Own`], without per-command options.
 fn make_builder(config: Config, timeout: Duration) -> Builder {
     let mut builder = Builder::from_config(config);
     builder
@@ -359,8 +360,8 @@ struct FredSlot {
 
 struct Current {
     client: FredClient,
-    /// `client` with [`command_options`]: made once per client, not once per command.
-    sender: WithOptions<FredClient>,
+    /// What commands go out on: `client`, sent with [`command_options`].
+    sender: Sender,
     generation: u64,
     watcher: tokio::task::JoinHandle<()>,
     /// fred's connection task for `client`.
@@ -405,7 +406,7 @@ impl FredSlot {
     }
 
     /// The client with the options every command is sent with.
-    fn sender(&self) -> (u64, WithOptions<FredClient>) {
+    fn sender(&self) -> (u64, Sender) {
         let current = self.current.lock().unwrap_or_else(|e| e.into_inner());
         (current.generation, current.sender.clone())
     }
@@ -439,7 +440,7 @@ impl Fred {
             std::mem::replace(
                 &mut *current,
                 Current {
-                    sender: client.with_options(&command_options(self.timeout)),
+                    sender: Sender::Own(client.clone()),
                     client,
                     generation,
                     watcher,
@@ -453,29 +454,53 @@ impl Fred {
     }
 }
 
-/// Sends one command on `client`; fred's own command timeout bounds it, reconnection waits
-/// included.
-async fn run_one(
-    client: &WithOptions<FredClient>,
-    cmd: &Command<'_>,
-    clustered: bool,
-) -> Result<Vec<Reply>, Fault> {
+/// A client of the pool, as commands are sent on it: every command with [`command_options`].
+#[derive(Clone)]
+enum Sender {
+    /// A client coord built: [`make_builder`] gives it [`command_options`] as its own
+    /// configuration (one write attempt, no redirection followed, the command timeout), so its
+    /// commands need no per-command options.
+    Own(FredClient),
+    /// The application's client, whose configuration is its own: the options go with each
+    /// command.
+    Shared(WithOptions<FredClient>),
+}
+
+/// Sends one command; fred's own command timeout bounds it, reconnection waits included.
+async fn run_one(sender: &Sender, cmd: &Command<'_>, clustered: bool) -> Result<Vec<Reply>, Fault> {
     let (name, args) = custom(cmd, clustered);
-    let value: Value = client.custom(name, args).await.map_err(fault)?;
+    let value: Value = match sender {
+        Sender::Own(client) => client.custom(name, args).await,
+        Sender::Shared(client) => client.custom(name, args).await,
+    }
+    .map_err(fault)?;
     Ok(vec![reply(value)?])
 }
 
-/// Sends `cmds` on `client`, as one pipeline when there are several.
+/// Sends `cmds`, as one pipeline when there are several.
 async fn run_on(
-    client: &WithOptions<FredClient>,
+    sender: &Sender,
     cmds: &[Command<'_>],
     clustered: bool,
 ) -> Result<Vec<Reply>, Fault> {
-    if let [one] = cmds {
-        return run_one(client, one, clustered).await;
+    match (cmds, sender) {
+        ([one], _) => run_one(sender, one, clustered).await,
+        (_, Sender::Own(client)) => {
+            pipelined(Pipeline::from(client.clone()), cmds, clustered).await
+        }
+        // The pipeline's commands take the options too.
+        (_, Sender::Shared(client)) => {
+            pipelined(Pipeline::from(client.clone()), cmds, clustered).await
+        }
     }
-    // The pipeline's commands take the options too.
-    let pipeline = Pipeline::from(client.clone());
+}
+
+/// Sends `cmds` as one pipeline.
+async fn pipelined<C: ClientLike>(
+    pipeline: Pipeline<C>,
+    cmds: &[Command<'_>],
+    clustered: bool,
+) -> Result<Vec<Reply>, Fault> {
     for c in cmds {
         let (cmd, args) = custom(c, clustered);
         let _: () = pipeline.custom(cmd, args).await.map_err(fault)?;
@@ -567,7 +592,7 @@ impl Fred {
     /// leaves time for a pause, all of it bounded by `deadline`.
     async fn resend(
         &self,
-        client: &WithOptions<FredClient>,
+        client: &Sender,
         cmds: &[Command<'_>],
         deadline: tokio::time::Instant,
         fault: Fault,
@@ -837,5 +862,28 @@ async fn run_subscriber(
                 Err(broadcast::error::RecvError::Closed) => return,
             },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A client coord builds sends its commands without per-command options: its own
+    /// configuration must say what the options would.
+    #[test]
+    fn own_clients_are_configured_as_the_command_options_say() {
+        let timeout = Duration::from_millis(1234);
+        let options = command_options(timeout);
+        let builder = make_builder(Config::default(), timeout);
+        let connection = builder.get_connection_config();
+        assert_eq!(Some(connection.max_command_attempts), options.max_attempts);
+        assert_eq!(Some(connection.max_redirections), options.max_redirections);
+        assert_eq!(
+            Some(builder.get_performance_config().default_command_timeout),
+            options.timeout
+        );
+        assert!(options.cluster_node.is_none() && options.cluster_hash.is_none());
+        assert!(!options.fail_fast);
     }
 }

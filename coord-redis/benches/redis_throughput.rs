@@ -610,13 +610,22 @@ fn measure_cell(
 /// running the bench under `valgrind --tool=callgrind`: instructions are counted, not
 /// seconds, so the figures do not depend on what else the host is doing. Two runs with N and
 /// 2N pairs give the instructions of N pairs without the start-up (see BENCHMARKS.md).
+/// `<subject>:<pairs>:<tasks>` spreads the pairs over that many concurrent tasks, each on its
+/// own key (as the throughput rows do).
 const PROFILE_VAR: &str = "COORD_BENCH_PROFILE";
 
 fn profile(session: &Session, raw: RawPairs, spec: &str) {
-    let (name, pairs) = spec
-        .split_once(':')
-        .and_then(|(name, pairs)| Some((name, pairs.parse::<u64>().ok()?)))
-        .unwrap_or_else(|| panic!("{PROFILE_VAR} is <subject>:<pairs>, not {spec:?}"));
+    let mut parts = spec.split(':');
+    let (name, pairs, tasks) = (|| {
+        let name = parts.next()?;
+        let pairs = parts.next()?.parse::<u64>().ok()?;
+        let tasks = match parts.next() {
+            Some(tasks) => tasks.parse::<u64>().ok().filter(|t| *t > 0)?,
+            None => 1,
+        };
+        parts.next().is_none().then_some((name, pairs, tasks))
+    })()
+    .unwrap_or_else(|| panic!("{PROFILE_VAR} is <subject>:<pairs>[:<tasks>], not {spec:?}"));
     let rt = &session.rt;
     let subject = match name {
         "provider-redis-rs" | "provider-fred" => {
@@ -634,9 +643,26 @@ fn profile(session: &Session, raw: RawPairs, spec: &str) {
         }
         other => panic!("unknown profile subject {other:?}"),
     };
-    let done = rt.block_on(subject.pairs_until("profile", 0, true, Until::Pairs(pairs)));
-    assert_eq!(done, pairs);
-    println!("profile: {done} fenced pairs of {name}");
+    let each = pairs / tasks;
+    let done = rt.block_on(async {
+        let handles: Vec<_> = (0..tasks as usize)
+            .map(|i| {
+                let subject = subject.clone();
+                tokio::spawn(async move {
+                    subject
+                        .pairs_until("profile", i, true, Until::Pairs(each))
+                        .await
+                })
+            })
+            .collect();
+        let mut done = 0;
+        for handle in handles {
+            done += handle.await.expect("a profile task panicked");
+        }
+        done
+    });
+    assert_eq!(done, each * tasks);
+    println!("profile: {done} fenced pairs of {name} over {tasks} task(s)");
     if let Subject::Provider(provider) = subject {
         session.close(provider);
     }

@@ -12,15 +12,27 @@ pub(crate) struct TokenText([u8; 32]);
 
 impl TokenText {
     pub(crate) fn new(owner: OwnerToken) -> TokenText {
-        const HEX: &[u8; 16] = b"0123456789abcdef";
         let value = owner.as_u128();
         let mut out = [0u8; 32];
-        for (i, digit) in out.iter_mut().enumerate() {
-            let shift = (31 - i) * 4;
-            *digit = HEX[((value >> shift) & 0xf) as usize];
+        for (chunk, i) in out.chunks_exact_mut(8).zip(0..) {
+            let word = (value >> (96 - 32 * i)) as u32;
+            chunk.copy_from_slice(&hex8(word).to_be_bytes());
         }
         TokenText(out)
     }
+}
+
+/// The 8 hex digits of `x` as the bytes of a `u64`, most significant digit in the most
+/// significant byte: 8 digits in a few arithmetic steps instead of a table look-up each.
+fn hex8(x: u32) -> u64 {
+    let mut x = u64::from(x);
+    // Spread the nibbles one per byte, keeping their order.
+    x = (x | (x << 16)) & 0x0000_ffff_0000_ffff;
+    x = (x | (x << 8)) & 0x00ff_00ff_00ff_00ff;
+    x = (x | (x << 4)) & 0x0f0f_0f0f_0f0f_0f0f;
+    // `0`..`9` for 0..9; `a`..`f` (39 further on) for 10..15. No byte carries into the next.
+    let over_nine = ((x + 0x0606_0606_0606_0606) >> 4) & 0x0101_0101_0101_0101;
+    x + 0x3030_3030_3030_3030 + over_nine * 39
 }
 
 impl AsRef<[u8]> for TokenText {
@@ -40,17 +52,36 @@ impl Decimal {
     pub(crate) fn new(mut value: u64) -> Decimal {
         let mut digits = [0u8; 20];
         let mut start = digits.len();
-        loop {
+        // Two digits per division.
+        while value >= 100 {
+            let pair = (value % 100) as usize * 2;
+            value /= 100;
+            start -= 2;
+            digits[start..start + 2].copy_from_slice(&PAIRS[pair..pair + 2]);
+        }
+        if value >= 10 {
+            let pair = value as usize * 2;
+            start -= 2;
+            digits[start..start + 2].copy_from_slice(&PAIRS[pair..pair + 2]);
+        } else {
             start -= 1;
-            digits[start] = b'0' + (value % 10) as u8;
-            value /= 10;
-            if value == 0 {
-                break;
-            }
+            digits[start] = b'0' + value as u8;
         }
         Decimal { digits, start }
     }
 }
+
+/// `00`, `01`, ... `99`, back to back.
+const PAIRS: [u8; 200] = {
+    let mut out = [0u8; 200];
+    let mut i = 0;
+    while i < 100 {
+        out[2 * i] = b'0' + (i / 10) as u8;
+        out[2 * i + 1] = b'0' + (i % 10) as u8;
+        i += 1;
+    }
+    out
+};
 
 impl AsRef<[u8]> for Decimal {
     fn as_ref(&self) -> &[u8] {
@@ -70,10 +101,24 @@ mod tests {
             Decimal::new(u64::MAX).as_ref(),
             u64::MAX.to_string().as_bytes()
         );
+        for value in [1, 9, 10, 11, 99, 100, 101, 999, 1000, 30_000, 3_600_000] {
+            assert_eq!(Decimal::new(value).as_ref(), value.to_string().as_bytes());
+        }
         let token = OwnerToken::from_u128(0x0123_4567_89ab_cdef_0000_0000_0000_00ff);
         assert_eq!(
             TokenText::new(token).as_ref(),
             b"0123456789abcdef00000000000000ff"
+        );
+        assert_eq!(
+            TokenText::new(OwnerToken::from_u128(u128::MAX)).as_ref(),
+            b"ffffffffffffffffffffffffffffffff"
+        );
+        assert_eq!(
+            TokenText::new(OwnerToken::from_u128(
+                0xfedc_ba98_7654_3210_a9a9_0909_1010_f0f0
+            ))
+            .as_ref(),
+            b"fedcba9876543210a9a909091010f0f0"
         );
     }
 

@@ -33,6 +33,12 @@
 
 use coord_core::CallKey;
 
+/// The kinds of name of a lock (see the table above), for [`Names::set`].
+pub(crate) const LOCK: &str = "lock";
+pub(crate) const LOCK_FORCED: &str = "lock-forced";
+pub(crate) const LOCK_QUEUE: &str = "lock-queue";
+pub(crate) const FENCE: &str = "fence";
+
 /// The Redis names of one call key.
 #[derive(Debug, Clone)]
 pub(crate) struct Names<'a> {
@@ -52,6 +58,25 @@ impl<'a> Names<'a> {
         }
     }
 
+    /// The names of `kinds` (`"lock"`, `"fence"`, ...), rendered into one buffer: one
+    /// allocation for all the names one call sends, rather than one per name.
+    pub(crate) fn set<const N: usize>(&self, kinds: [&str; N]) -> NameSet<N> {
+        let each = self.namespace.len() + self.tag.len() + 4;
+        let len = kinds.iter().map(|k| k.len() + each).sum();
+        let mut text = String::with_capacity(len);
+        let mut ends = [0; N];
+        for (kind, end) in kinds.iter().zip(&mut ends) {
+            text.push_str(self.namespace);
+            text.push(':');
+            text.push_str(kind);
+            text.push_str(":{");
+            text.push_str(self.tag);
+            text.push('}');
+            *end = text.len();
+        }
+        NameSet { text, ends }
+    }
+
     fn name(&self, kind: &str) -> String {
         let mut out = String::with_capacity(self.namespace.len() + kind.len() + self.tag.len() + 4);
         out.push_str(self.namespace);
@@ -64,21 +89,21 @@ impl<'a> Names<'a> {
     }
 
     pub(crate) fn lock(&self) -> String {
-        self.name("lock")
+        self.name(LOCK)
     }
 
     /// The marker naming the owner whose hold an operator forced free.
     pub(crate) fn forced(&self) -> String {
-        self.name("lock-forced")
+        self.name(LOCK_FORCED)
     }
 
     /// The ids of the processes waiting for the lock, in the order they will be woken.
     pub(crate) fn lock_queue(&self) -> String {
-        self.name("lock-queue")
+        self.name(LOCK_QUEUE)
     }
 
     pub(crate) fn fence(&self) -> String {
-        self.name("fence")
+        self.name(FENCE)
     }
 
     pub(crate) fn record(&self) -> String {
@@ -124,6 +149,28 @@ impl<'a> Names<'a> {
     }
 }
 
+/// Several Redis names of one call key in one buffer (see [`Names::set`]).
+#[derive(Debug, Clone)]
+pub(crate) struct NameSet<const N: usize> {
+    text: String,
+    ends: [usize; N],
+}
+
+impl<const N: usize> NameSet<N> {
+    /// The `i`th name, in the order the kinds were given.
+    #[inline]
+    pub(crate) fn get(&self, i: usize) -> &str {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        &self.text[start..self.ends[i]]
+    }
+
+    /// All the names, in order.
+    #[inline]
+    pub(crate) fn all(&self) -> [&str; N] {
+        std::array::from_fn(|i| self.get(i))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -152,5 +199,16 @@ mod tests {
         let n = Names::of(&key);
         assert_eq!(n.lock().matches('{').count(), 1);
         assert_eq!(n.lock().matches('}').count(), 1);
+    }
+
+    #[test]
+    fn a_set_renders_each_name_as_alone() {
+        let key = CallKey::builder("svc", "charge").part(&7).finish();
+        let n = Names::of(&key);
+        let set = n.set([LOCK, FENCE, LOCK_QUEUE, LOCK_FORCED]);
+        assert_eq!(set.all(), [n.lock(), n.fence(), n.lock_queue(), n.forced()]);
+        assert_eq!(set.get(2), "svc:lock-queue:{charge:7}");
+        let one = n.set([LOCK]);
+        assert_eq!(one.get(0), n.lock());
     }
 }

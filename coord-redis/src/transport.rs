@@ -4,6 +4,7 @@
 //! topology it was built for, keeps its connections alive, and runs the one shared subscriber
 //! connection. Everything above this module is the same for every client library.
 
+use std::future::Future;
 use std::sync::Arc;
 
 use coord_core::BackendError;
@@ -18,6 +19,17 @@ mod server_error;
 mod wire;
 
 pub(crate) use server_error::{ErrorCode, ServerError};
+
+/// Boxes the future `make` returns, made in its box rather than on the stack and then moved
+/// into it: fred's command futures are several kilobytes, and a move would copy all of them
+/// on every command.
+pub(crate) fn boxed_in_place<'a, F>(make: impl FnOnce() -> F) -> BoxFuture<'a, F::Output>
+where
+    F: Future + Send + 'a,
+{
+    let boxed: Box<F> = Box::write(Box::new_uninit(), make());
+    Box::into_pin(boxed)
+}
 
 /// Most arguments any coord command has (`EVALSHA sha numkeys` plus keys and script
 /// arguments included).
@@ -67,25 +79,37 @@ impl<'a> Command<'a> {
 
     /// Appends the routing key.
     pub(crate) fn key(mut self, key: &'a str) -> Command<'a> {
-        self.key_index = Some(self.len);
-        self.arg(key.as_bytes())
+        self.push_key(key);
+        self
     }
 
     /// Appends an argument.
+    pub(crate) fn arg(mut self, arg: &'a (impl AsRef<[u8]> + ?Sized)) -> Command<'a> {
+        self.push(arg.as_ref());
+        self
+    }
+
+    /// Appends the routing key, in place.
+    pub(crate) fn push_key(&mut self, key: &'a str) {
+        self.key_index = Some(self.len);
+        self.push(key.as_bytes());
+    }
+
+    /// Appends an argument, in place (a command is built where it is used, not moved
+    /// through a chain of calls).
     ///
     /// # Panics
     ///
     /// With more than `MAX_ARGS` arguments: every command coord sends has a fixed shape well
     /// under it, and the test suite sends each of them.
-    pub(crate) fn arg(mut self, arg: &'a (impl AsRef<[u8]> + ?Sized)) -> Command<'a> {
+    pub(crate) fn push(&mut self, arg: &'a [u8]) {
         assert!(
             self.len < MAX_ARGS,
             "`{}` has too many arguments",
             self.name
         );
-        self.args[self.len] = arg.as_ref();
+        self.args[self.len] = arg;
         self.len += 1;
-        self
     }
 
     /// The arguments after the name.

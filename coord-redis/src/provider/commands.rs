@@ -260,12 +260,17 @@ fn script_command<'a>(
     args: &[&'a [u8]],
 ) -> Command<'a> {
     const NUMKEYS: [&str; 4] = ["0", "1", "2", "3"];
-    let mut cmd = Command::new(name).arg(body).arg(NUMKEYS[keys.len()]);
-    for (i, k) in keys.iter().enumerate() {
-        cmd = if i == 0 { cmd.key(k) } else { cmd.arg(*k) };
+    let mut cmd = Command::new(name);
+    cmd.push(body.as_bytes());
+    cmd.push(NUMKEYS[keys.len()].as_bytes());
+    if let [first, rest @ ..] = keys {
+        cmd.push_key(first);
+        for k in rest {
+            cmd.push(k.as_bytes());
+        }
     }
     for a in args {
-        cmd = cmd.arg(*a);
+        cmd.push(a);
     }
     cmd
 }

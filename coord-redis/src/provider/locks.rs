@@ -11,9 +11,9 @@ use tokio::time::Instant;
 use super::commands::{Acks, is_own, is_token, millis};
 use super::{BACKSTOP_CAP, FENCE_RETENTION_FLOOR, Inner, MAX_MILLIS, RedisProvider};
 use crate::encode::{Decimal, TokenText};
-use crate::keys::Names;
+use crate::keys::{self, NameSet, Names};
 use crate::scripts;
-use crate::transport::{Command, Reply};
+use crate::transport::{Command, Reply, boxed_in_place};
 use crate::waiters::{Cue, Look, Wake};
 
 /// Which attempt at a lock this is.
@@ -41,9 +41,8 @@ enum Attempt {
 
 /// One acquisition, with everything its attempts send worked out once.
 struct LockTry<'a> {
-    names: Names<'a>,
-    /// The lock's Redis name.
-    lock: String,
+    /// The lock's Redis name, its fencing counter's and its queue's, rendered once.
+    names: NameSet<3>,
     token: TokenText,
     lease_ms: u64,
     fenced: bool,
@@ -52,15 +51,18 @@ struct LockTry<'a> {
 
 impl<'a> LockTry<'a> {
     fn of(req: &LockRequest<'a>) -> LockTry<'a> {
-        let names = Names::of(req.key);
         LockTry {
-            lock: names.lock(),
-            names,
+            names: Names::of(req.key).set([keys::LOCK, keys::FENCE, keys::LOCK_QUEUE]),
             token: TokenText::new(req.owner),
             lease_ms: millis(req.lease),
             fenced: req.fenced,
             key: req.key,
         }
+    }
+
+    /// The lock's Redis name.
+    fn lock(&self) -> &str {
+        self.names.get(0)
     }
 }
 
@@ -72,13 +74,13 @@ impl Inner {
     ) -> Result<Attempt, BackendError> {
         let LockTry {
             names,
-            lock,
             token,
             lease_ms,
             fenced,
             key,
         } = attempt;
-        let (lease_ms, fenced, lock) = (*lease_ms, *fenced, lock.as_str());
+        let (lease_ms, fenced) = (*lease_ms, *fenced);
+        let [lock, fence, queue] = names.all();
         let lease = Decimal::new(lease_ms);
         let watch: &[u8] = match mode {
             TryMode::Watching { more: true } => b"2",
@@ -88,11 +90,9 @@ impl Inner {
         let watching = matches!(mode, TryMode::Watching { .. });
         let pid = self.hub.id().as_bytes();
         if fenced {
-            let fence = names.fence();
             let fence_ms = millis(FENCE_RETENTION_FLOOR).max(lease_ms.saturating_mul(10));
             let fence_ms = Decimal::new(fence_ms.min(MAX_MILLIS));
             let (reply, acks) = if watching {
-                let queue = names.lock_queue();
                 let args = [
                     token.as_ref(),
                     lease.as_ref(),
@@ -100,26 +100,20 @@ impl Inner {
                     fence_ms.as_ref(),
                     pid,
                 ];
-                self.eval_granting(
-                    &scripts::FENCED_ACQUIRE,
-                    &[lock, &fence, &queue],
-                    &args,
-                    key,
-                )
-                .await?
+                self.eval_granting(&scripts::FENCED_ACQUIRE, &[lock, fence, queue], &args, key)
+                    .await?
             } else {
                 let args = [token.as_ref(), lease.as_ref(), watch, fence_ms.as_ref()];
-                self.eval_granting(&scripts::FENCED_ACQUIRE, &[lock, &fence], &args, key)
+                self.eval_granting(&scripts::FENCED_ACQUIRE, &[lock, fence], &args, key)
                     .await?
             };
             return self.granted_attempt(self.scripted_attempt(reply, true, key)?, acks, key);
         }
         if watching {
-            let queue = names.lock_queue();
             let (reply, acks) = self
                 .eval_granting(
                     &scripts::WAITING_ACQUIRE,
-                    &[lock, &queue],
+                    &[lock, queue],
                     &[token.as_ref(), lease.as_ref(), watch, pid],
                     key,
                 )
@@ -219,7 +213,7 @@ impl Inner {
         attempt: &LockTry<'_>,
         req: &LockRequest<'_>,
     ) -> Result<Option<LockGrant>, BackendError> {
-        let lock = attempt.lock.as_str();
+        let lock = attempt.lock();
         // `None`: no end (a wait too long to represent, such as `Duration::MAX`), the wait
         // lasts until the lock is ours or the future is dropped.
         let deadline = Instant::now().checked_add(req.wait);
@@ -305,7 +299,7 @@ impl LockProvider for RedisProvider {
         &'a self,
         req: LockRequest<'a>,
     ) -> BoxFuture<'a, Result<Option<LockGrant>, BackendError>> {
-        Box::pin(self.inner.acquire(req))
+        boxed_in_place(|| self.inner.acquire(req))
     }
 
     fn release<'a>(
@@ -313,17 +307,12 @@ impl LockProvider for RedisProvider {
         key: &'a CallKey,
         owner: OwnerToken,
     ) -> BoxFuture<'a, Result<ReleaseOutcome, BackendError>> {
-        Box::pin(async move {
+        boxed_in_place(|| async move {
             let inner = &*self.inner;
-            let names = Names::of(key);
+            let names = Names::of(key).set([keys::LOCK, keys::LOCK_FORCED, keys::LOCK_QUEUE]);
             let token = TokenText::new(owner);
             let reply = inner
-                .eval(
-                    &scripts::RELEASE,
-                    &[&names.lock(), &names.forced(), &names.lock_queue()],
-                    &[token.as_ref()],
-                    key,
-                )
+                .eval(&scripts::RELEASE, &names.all(), &[token.as_ref()], key)
                 .await?;
             match reply {
                 Reply::Int(1) => Ok(ReleaseOutcome::Released),
@@ -342,13 +331,13 @@ impl LockProvider for RedisProvider {
     ) -> BoxFuture<'a, Result<RenewOutcome, BackendError>> {
         Box::pin(async move {
             let inner = &*self.inner;
-            let names = Names::of(key);
+            let names = Names::of(key).set([keys::LOCK, keys::LOCK_FORCED]);
             let token = TokenText::new(owner);
             let lease = Decimal::new(millis(lease));
             let (reply, acks) = inner
                 .eval_granting(
                     &scripts::RENEW,
-                    &[&names.lock(), &names.forced()],
+                    &names.all(),
                     &[token.as_ref(), lease.as_ref()],
                     key,
                 )

@@ -38,6 +38,7 @@ use tokio::sync::{broadcast, watch};
 
 use super::{
     Command, Fault, NodeReplies, Reply, ServerError, Subscriber, SubscriberEvents, Transport,
+    boxed_in_place,
 };
 use crate::config::{Address, Options, Place, Target, TlsMaterial, display_parts, display_socket};
 use crate::server_checks::{ServerWatch, info_server};
@@ -79,6 +80,7 @@ pub(crate) async fn connect(
         };
         slots.push(FredSlot {
             current: Mutex::new(Current {
+                sender: Sender::Own(client.clone()),
                 client,
                 generation: 0,
                 watcher,
@@ -137,6 +139,7 @@ async fn shared(
         }
         slots.push(FredSlot {
             current: Mutex::new(Current {
+                sender: Sender::Shared(client.with_options(&command_options(timeout))),
                 client,
                 generation: 0,
                 watcher,
@@ -178,7 +181,8 @@ fn command_options(timeout: Duration) -> FredOptions {
     }
 }
 
-/// The builder every client of the transport comes from.
+/// The builder every client of the transport comes from. Its clients' own configuration is
+/// [`command_options`]: their commands go out as [`Sender::Own`], without per-command options.
 fn make_builder(config: Config, timeout: Duration) -> Builder {
     let mut builder = Builder::from_config(config);
     builder
@@ -234,7 +238,7 @@ fn watch_reconnections(
 /// Reads `server`'s run id and reports it to `watch`.
 async fn observe(client: &FredClient, server: Server, watch: &ServerWatch, clustered: bool) {
     let node = server_name(&server);
-    let (cmd, args) = custom(&info_server());
+    let (cmd, args) = custom(&info_server(), clustered);
     let info: Result<Value, Error> = if clustered {
         client.with_cluster_node(server).custom(cmd, args).await
     } else {
@@ -356,6 +360,8 @@ struct FredSlot {
 
 struct Current {
     client: FredClient,
+    /// What commands go out on: `client`, sent with [`command_options`].
+    sender: Sender,
     generation: u64,
     watcher: tokio::task::JoinHandle<()>,
     /// fred's connection task for `client`.
@@ -398,6 +404,12 @@ impl FredSlot {
         let current = self.current.lock().unwrap_or_else(|e| e.into_inner());
         (current.generation, current.client.clone())
     }
+
+    /// The client with the options every command is sent with.
+    fn sender(&self) -> (u64, Sender) {
+        let current = self.current.lock().unwrap_or_else(|e| e.into_inner());
+        (current.generation, current.sender.clone())
+    }
 }
 
 impl Fred {
@@ -428,6 +440,7 @@ impl Fred {
             std::mem::replace(
                 &mut *current,
                 Current {
+                    sender: Sender::Own(client.clone()),
                     client,
                     generation,
                     watcher,
@@ -441,21 +454,55 @@ impl Fred {
     }
 }
 
-/// Sends `cmds` on `client`.
-async fn run_on(
-    client: &WithOptions<FredClient>,
-    cmds: &[Command<'_>],
-) -> Result<Vec<Reply>, Fault> {
-    // fred's own command timeout bounds each command, reconnection waits included.
-    if let [one] = cmds {
-        let (cmd, args) = custom(one);
-        let value: Value = client.custom(cmd, args).await.map_err(fault)?;
-        return Ok(vec![reply(value)?]);
+/// A client of the pool, as commands are sent on it: every command with [`command_options`].
+#[derive(Clone)]
+enum Sender {
+    /// A client coord built: [`make_builder`] gives it [`command_options`] as its own
+    /// configuration (one write attempt, no redirection followed, the command timeout), so its
+    /// commands need no per-command options.
+    Own(FredClient),
+    /// The application's client, whose configuration is its own: the options go with each
+    /// command.
+    Shared(WithOptions<FredClient>),
+}
+
+/// Sends one command; fred's own command timeout bounds it, reconnection waits included.
+async fn run_one(sender: &Sender, cmd: &Command<'_>, clustered: bool) -> Result<Vec<Reply>, Fault> {
+    let (name, args) = custom(cmd, clustered);
+    let value: Value = match sender {
+        Sender::Own(client) => client.custom(name, args).await,
+        Sender::Shared(client) => client.custom(name, args).await,
     }
-    // The pipeline's commands take the options too.
-    let pipeline = Pipeline::from(client.clone());
+    .map_err(fault)?;
+    Ok(vec![reply(value)?])
+}
+
+/// Sends `cmds`, as one pipeline when there are several.
+async fn run_on(
+    sender: &Sender,
+    cmds: &[Command<'_>],
+    clustered: bool,
+) -> Result<Vec<Reply>, Fault> {
+    match (cmds, sender) {
+        ([one], _) => run_one(sender, one, clustered).await,
+        (_, Sender::Own(client)) => {
+            pipelined(Pipeline::from(client.clone()), cmds, clustered).await
+        }
+        // The pipeline's commands take the options too.
+        (_, Sender::Shared(client)) => {
+            pipelined(Pipeline::from(client.clone()), cmds, clustered).await
+        }
+    }
+}
+
+/// Sends `cmds` as one pipeline.
+async fn pipelined<C: ClientLike>(
+    pipeline: Pipeline<C>,
+    cmds: &[Command<'_>],
+    clustered: bool,
+) -> Result<Vec<Reply>, Fault> {
     for c in cmds {
-        let (cmd, args) = custom(c);
+        let (cmd, args) = custom(c, clustered);
         let _: () = pipeline.custom(cmd, args).await.map_err(fault)?;
     }
     // A pipeline's commands are routed one by one: one of them finding no connection does not
@@ -467,13 +514,15 @@ async fn run_on(
     values.into_iter().map(reply).collect()
 }
 
-fn custom(cmd: &Command<'_>) -> (CustomCommand, Vec<Value>) {
-    // The slot is computed here: fred 10 honours only `ClusterHash::Custom` on a custom
-    // command and otherwise hashes the first string argument, which for `EVALSHA` is the
-    // script's SHA (a wrong node, a `MOVED` and a second round trip on every script call).
+/// fred's form of `cmd`: the command, and its arguments as shared slices of one buffer.
+fn custom(cmd: &Command<'_>, clustered: bool) -> (CustomCommand, Vec<Value>) {
+    // The slot is computed here, and only for a Cluster (fred looks at it nowhere else): fred
+    // 10 honours only `ClusterHash::Custom` on a custom command and otherwise hashes the first
+    // string argument, which for `EVALSHA` is the script's SHA (a wrong node, a `MOVED` and a
+    // second round trip on every script call).
     let hash = match cmd.route_key() {
-        Some(key) => ClusterHash::Custom(fred::util::redis_keyslot(key)),
-        None => ClusterHash::Random,
+        Some(key) if clustered => ClusterHash::Custom(fred::util::redis_keyslot(key)),
+        _ => ClusterHash::Random,
     };
     // One buffer for all arguments, handed out as shared slices: one allocation per command
     // instead of one per argument.
@@ -482,64 +531,119 @@ fn custom(cmd: &Command<'_>) -> (CustomCommand, Vec<Value>) {
         buffer.extend_from_slice(arg);
     }
     let mut buffer = buffer.freeze();
-    let args = cmd
-        .args()
-        .iter()
-        .map(|a| Value::Bytes(buffer.split_to(a.len())))
-        .collect();
+    let mut args = Vec::with_capacity(cmd.args().len());
+    for arg in cmd.args() {
+        args.push(Value::Bytes(buffer.split_to(arg.len())));
+    }
     (CustomCommand::new_static(cmd.name, hash, false), args)
+}
+
+/// Whether a failed attempt may be sent again (within the command timeout): refused and not
+/// executed (a Cluster redirect or reconfiguration: fred refreshes its slot map), or never
+/// written (fred had no connection for it: the server closed it, and fred is making a new
+/// one).
+fn resendable(fault: &Fault) -> bool {
+    fault.not_executed() || matches!(fault, Fault::NotSent(_))
+}
+
+impl Fred {
+    /// A single command: the common case, kept to a small future. Its first attempt is
+    /// bounded by fred's own command timeout alone (the same duration, started when the
+    /// command is handed to fred), so no timer of coord's is set; the rare resend is bounded
+    /// with the first attempt by one deadline, as [`Fred::run_many`] bounds every attempt.
+    async fn run_single(&self, cmd: &Command<'_>) -> Result<Vec<Reply>, Fault> {
+        let i = self.next.fetch_add(1, Ordering::Relaxed);
+        let slot = &self.slots[i % self.slots.len()];
+        let start = tokio::time::Instant::now();
+        let (generation, client) = slot.sender();
+        let result = match run_one(&client, cmd, self.clustered).await {
+            Err(f) if resendable(&f) => {
+                let deadline = start + self.timeout;
+                Box::pin(self.resend(&client, std::slice::from_ref(cmd), deadline, f)).await
+            }
+            // Worded as the deadline of the other paths words it.
+            Err(Fault::Timeout(_)) => Err(Fault::Timeout("no answer in time".to_owned())),
+            other => other,
+        };
+        self.after(slot, generation, result)
+    }
+
+    /// Several commands in one pipeline (a write followed by `WAIT`), under one deadline.
+    async fn run_many(&self, cmds: &[Command<'_>]) -> Result<Vec<Reply>, Fault> {
+        let i = self.next.fetch_add(1, Ordering::Relaxed);
+        let slot = &self.slots[i % self.slots.len()];
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        let (generation, client) = slot.sender();
+        let attempts = async {
+            match run_on(&client, cmds, self.clustered).await {
+                Err(f) if resendable(&f) => self.resend(&client, cmds, deadline, f).await,
+                other => other,
+            }
+        };
+        // fred's command timeout bounds each attempt; this bounds them together.
+        let result = match tokio::time::timeout_at(deadline, attempts).await {
+            Ok(result) => result,
+            Err(_) => Err(Fault::Timeout("no answer in time".to_owned())),
+        };
+        self.after(slot, generation, result)
+    }
+
+    /// Sends `cmds` again after `fault`, for as long as it may be resent and `deadline`
+    /// leaves time for a pause, all of it bounded by `deadline`.
+    async fn resend(
+        &self,
+        client: &Sender,
+        cmds: &[Command<'_>],
+        deadline: tokio::time::Instant,
+        fault: Fault,
+    ) -> Result<Vec<Reply>, Fault> {
+        let attempts = async {
+            let mut pause = Duration::from_millis(5);
+            let mut last = fault;
+            loop {
+                if !resendable(&last) || tokio::time::Instant::now() + pause >= deadline {
+                    return Err(last);
+                }
+                if let Fault::NotSent(why) = &last {
+                    tracing::debug!(error = %why, "coord-redis: fred had no connection for the command; sending it again");
+                }
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_millis(100));
+                match run_on(client, cmds, self.clustered).await {
+                    Err(f) => last = f,
+                    ok => return ok,
+                }
+            }
+        };
+        match tokio::time::timeout_at(deadline, attempts).await {
+            Ok(result) => result,
+            Err(_) => Err(Fault::Timeout("no answer in time".to_owned())),
+        }
+    }
+
+    /// A broken connection is redialled by fred before anything else is written to it; a
+    /// stuck one is not noticed by fred at all, nor one whose reply could not be read (its
+    /// later replies may no longer line up with its requests): the slot gets a new client.
+    fn after(
+        &self,
+        slot: &FredSlot,
+        generation: u64,
+        result: Result<Vec<Reply>, Fault>,
+    ) -> Result<Vec<Reply>, Fault> {
+        if let Err(Fault::Timeout(_) | Fault::Protocol(_)) = &result {
+            self.replace(slot, generation);
+        }
+        result
+    }
 }
 
 impl Transport for Fred {
     fn run<'a>(&'a self, cmds: &'a [Command<'a>]) -> BoxFuture<'a, Result<Vec<Reply>, Fault>> {
-        Box::pin(async move {
-            let i = self.next.fetch_add(1, Ordering::Relaxed);
-            let slot = &self.slots[i % self.slots.len()];
-            let (generation, client) = slot.client();
-            let client = client.with_options(&command_options(self.timeout));
-            let deadline = tokio::time::Instant::now() + self.timeout;
-            let attempts = async {
-                let mut pause = Duration::from_millis(5);
-                loop {
-                    match run_on(&client, cmds).await {
-                        // Refused, not executed (a Cluster redirect or reconfiguration):
-                        // safe to send again once fred has refreshed its slot map.
-                        Err(f)
-                            if f.not_executed()
-                                && tokio::time::Instant::now() + pause < deadline =>
-                        {
-                            tokio::time::sleep(pause).await;
-                            pause = (pause * 2).min(Duration::from_millis(100));
-                        }
-                        // Never written: fred had no connection for it (the server closed
-                        // it, and fred is making a new one). Sent again once fred has
-                        // reconnected, within the same timeout.
-                        Err(Fault::NotSent(why))
-                            if tokio::time::Instant::now() + pause < deadline =>
-                        {
-                            tracing::debug!(error = %why, "coord-redis: fred had no connection for the command; sending it again");
-                            tokio::time::sleep(pause).await;
-                            pause = (pause * 2).min(Duration::from_millis(100));
-                        }
-                        other => return other,
-                    }
-                }
-            };
-            // fred's command timeout bounds each attempt; this bounds them together.
-            let result = match tokio::time::timeout_at(deadline, attempts).await {
-                Ok(result) => result,
-                Err(_) => Err(Fault::Timeout("no answer in time".to_owned())),
-            };
-            // A broken connection is redialled by fred before anything else is written to
-            // it; a stuck one is not noticed by fred at all, nor one whose reply could not be
-            // read (its later replies may no longer line up with its requests).
-            if let Err(Fault::Timeout(_) | Fault::Protocol(_)) = &result {
-                self.replace(slot, generation);
-            }
-            result
-        })
+        match cmds {
+            [one] => boxed_in_place(|| self.run_single(one)),
+            _ => Box::pin(self.run_many(cmds)),
+        }
     }
-
     fn each_node<'a>(&'a self, cmd: Command<'a>) -> BoxFuture<'a, Result<NodeReplies, Fault>> {
         Box::pin(async move {
             let (_, client) = self.slots[0].client();
@@ -552,7 +656,7 @@ impl Transport for Fred {
             let mut out = Vec::with_capacity(nodes.len());
             for server in nodes {
                 let node = server_name(&server);
-                let (name, args) = custom(&cmd);
+                let (name, args) = custom(&cmd, self.clustered);
                 let options = FredOptions {
                     cluster_node: self.clustered.then_some(server),
                     ..command_options(self.timeout)
@@ -758,5 +862,28 @@ async fn run_subscriber(
                 Err(broadcast::error::RecvError::Closed) => return,
             },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A client coord builds sends its commands without per-command options: its own
+    /// configuration must say what the options would.
+    #[test]
+    fn own_clients_are_configured_as_the_command_options_say() {
+        let timeout = Duration::from_millis(1234);
+        let options = command_options(timeout);
+        let builder = make_builder(Config::default(), timeout);
+        let connection = builder.get_connection_config();
+        assert_eq!(Some(connection.max_command_attempts), options.max_attempts);
+        assert_eq!(Some(connection.max_redirections), options.max_redirections);
+        assert_eq!(
+            Some(builder.get_performance_config().default_command_timeout),
+            options.timeout
+        );
+        assert!(options.cluster_node.is_none() && options.cluster_hash.is_none());
+        assert!(!options.fail_fast);
     }
 }

@@ -46,7 +46,7 @@ use tokio::sync::watch;
 use super::wire::{Watched, Wire};
 use super::{
     Command, ErrorCode, Fault, NodeReplies, Reply, ServerError, Subscriber, SubscriberEvents,
-    Transport,
+    Transport, boxed_in_place,
 };
 use crate::config::{Address, Options, Place, Target, TlsMaterial};
 use crate::server_checks::{ServerWatch, info_server};
@@ -274,13 +274,13 @@ enum PubSubSource {
 
 impl Transport for RedisRs {
     fn run<'a>(&'a self, cmds: &'a [Command<'a>]) -> BoxFuture<'a, Result<Vec<Reply>, Fault>> {
-        Box::pin(async move {
-            let i = self.next.fetch_add(1, Ordering::Relaxed);
-            match &self.conns {
-                Conns::Slots(pool) => pool[i % pool.len()].exec(cmds).await,
-                Conns::Cluster(pool) => pool[i % pool.len()].exec(cmds).await,
-            }
-        })
+        // Each kind of connection boxes only its own future: the one-server path's is the
+        // smaller, and it is moved into the box on every command.
+        let i = self.next.fetch_add(1, Ordering::Relaxed);
+        match &self.conns {
+            Conns::Slots(pool) => boxed_in_place(|| pool[i % pool.len()].exec(cmds)),
+            Conns::Cluster(pool) => boxed_in_place(|| pool[i % pool.len()].exec(cmds)),
+        }
     }
 
     fn each_node<'a>(&'a self, cmd: Command<'a>) -> BoxFuture<'a, Result<NodeReplies, Fault>> {
@@ -501,8 +501,13 @@ async fn dial(
                 let socket = tokio::net::TcpStream::connect((host.as_str(), *port))
                     .await
                     .map_err(|e| Fault::Unavailable(format!("connecting to {host}:{port}: {e}")))?;
+                // As redis-rs dials (Nagle's algorithm on unless the client's settings turn
+                // it off): with many tasks on one connection, the commands written while
+                // earlier ones are unacknowledged leave in one segment. With it off, every
+                // command was a segment of its own, and the client and the server each spent
+                // about twice the CPU per lock pair of the same commands by hand at 16 tasks.
                 socket
-                    .set_nodelay(true)
+                    .set_nodelay(info.tcp_settings().nodelay())
                     .map_err(|e| Fault::Unavailable(e.to_string()))?;
                 let (stream, wire) = Watched::new(socket);
                 let (conn, driver) = MultiplexedConnection::new_with_config(
@@ -648,7 +653,9 @@ impl Slot {
 
     async fn exec(&self, cmds: &[Command<'_>]) -> Result<Vec<Reply>, Fault> {
         let Some(mut live) = self.cached() else {
-            return self.dial_and_exec(cmds).await;
+            // Rare (the first call, or the first after a fault): boxed, so the common path's
+            // future stays small.
+            return Box::pin(self.dial_and_exec(cmds)).await;
         };
         let written = live.wire.as_ref().map(|wire| wire.written());
         let result = exec(&mut live.conn, cmds).await;
@@ -661,7 +668,7 @@ impl Slot {
             // connection (a failure there is final).
             tracing::debug!(error = %why, "coord-redis: the connection was closed before the command was written; sending it on a new connection");
             forget(&self.current, live.generation);
-            return self.dial_and_exec(cmds).await;
+            return Box::pin(self.dial_and_exec(cmds)).await;
         }
         self.check(live.generation, result)
     }

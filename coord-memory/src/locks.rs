@@ -236,8 +236,7 @@ impl LockTable {
         wait: Duration,
         fenced: bool,
     ) -> Attempt<'a> {
-        let now = Instant::now();
-        self.attempt_keyed(key, || key.clone(), owner, lease, wait, fenced, now)
+        self.attempt_shared_at(key, owner, lease, wait, fenced, Instant::now())
     }
 
     /// [`LockTable::attempt_shared`] made at `now`, a reading of tokio's clock the caller took

@@ -9,7 +9,7 @@
 use coord_core::CallKey;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use coord_core::memory::MemoryProvider;
 use coord_core::provider::{
@@ -473,6 +473,8 @@ async fn a_claim_whose_reply_was_lost_does_not_block_the_key() {
     let (p, c) = setup("oi-claim-lost");
     let runs = Arc::new(AtomicUsize::new(0));
     p.claims.inject(Fault::ReplyLost, 1);
+    // The claim's 400 ms in-flight lease runs from no earlier than this.
+    let lease_end = Instant::now() + Duration::from_millis(400);
     let first = pay(&c, "k", runs.clone()).await;
     assert!(
         matches!(&first, Err(CoordError::Backend(e)) if e.kind() == BackendErrorKind::Timeout),
@@ -487,7 +489,18 @@ async fn a_claim_whose_reply_was_lost_does_not_block_the_key() {
         || async { p.abandons.calls() >= 1 },
     )
     .await;
-    let retry = pay(&c, "k", runs.clone()).await;
+    // The clean-up was called; its delete may still be on its way. Retries before the lease
+    // could have ended: only the clean-up can free the key that early.
+    let retry = loop {
+        match pay(&c, "k", runs.clone()).await {
+            Err(CoordError::InFlight { .. })
+                if Instant::now() + Duration::from_millis(50) < lease_end =>
+            {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            other => break other,
+        }
+    };
     assert_eq!(retry.unwrap(), Receipt { id: 1 });
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 }

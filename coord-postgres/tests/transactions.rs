@@ -779,3 +779,224 @@ async fn duplicate_storm_writes_one_row() {
         started.elapsed()
     );
 }
+
+/// The charge of the failed-commit cases: it reads the charges of `order` and `other` before
+/// writing its own, so that two serializable transactions doing the same conflict.
+#[idempotent(
+    key_from = "order",
+    coordinator = c,
+    name = "pay.read_then_charge",
+    transaction = "tx",
+    in_flight_lease = "20s"
+)]
+async fn read_then_charge(
+    c: &Coordinator,
+    tx: &mut Transaction<'_>,
+    order: &str,
+    other: &str,
+    runs: &AtomicUsize,
+) -> Result<i64, ChargeError> {
+    runs.fetch_add(1, Ordering::SeqCst);
+    tx.query_one(
+        "SELECT count(*) FROM charges WHERE order_id IN ($1, $2)",
+        &[&order, &other],
+    )
+    .await?;
+    insert_charge(tx, order, 5).await
+}
+
+/// The state of `order`'s record in `namespace`, read on a connection of its own.
+async fn record_state(url: &str, namespace: &str, order: &str) -> Option<String> {
+    let c = client(url).await;
+    c.query_opt(
+        "SELECT state FROM coord.records WHERE key = $1 AND expires_at > clock_timestamp()",
+        &[&format!("{namespace}:pay.read_then_charge:{order}")],
+    )
+    .await
+    .unwrap()
+    .map(|row| row.get(0))
+}
+
+/// A real serialization failure at `COMMIT` (two `SERIALIZABLE` transactions that each read what
+/// the other writes; the other commits first): the caller gets the database's error, neither the
+/// charge nor the record is there, and a duplicate runs the body afresh at once (the wrapper
+/// abandons the marker whose completion did not commit), well before the 20 s lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn serialization_failure_at_commit_leaves_neither() {
+    let s = setup(4).await;
+    let o = order("serial");
+    let other = order("serial-other");
+    let runs = AtomicUsize::new(0);
+    let mut app = client(&s.url).await;
+    let raw = app
+        .build_transaction()
+        .isolation_level(tokio_postgres::IsolationLevel::Serializable)
+        .start()
+        .await
+        .unwrap();
+    let mut tx = Transaction::new(&s.provider, raw);
+    // The call is the transaction's first statement: its snapshot is taken after the claim.
+    let id = read_then_charge(&s.coord, &mut tx, &o, &other, &runs)
+        .await
+        .unwrap();
+
+    let mut rival = client(&s.url).await;
+    let b = rival
+        .build_transaction()
+        .isolation_level(tokio_postgres::IsolationLevel::Serializable)
+        .start()
+        .await
+        .unwrap();
+    b.query_one(
+        "SELECT count(*) FROM charges WHERE order_id IN ($1, $2)",
+        &[&o, &other],
+    )
+    .await
+    .unwrap();
+    b.execute(
+        "INSERT INTO charges (order_id, cents) VALUES ($1, 1)",
+        &[&other],
+    )
+    .await
+    .unwrap();
+    b.commit().await.unwrap();
+
+    match tx.commit().await {
+        Err(TransactionError::Database(e)) => assert_eq!(
+            e.code(),
+            Some(&tokio_postgres::error::SqlState::T_R_SERIALIZATION_FAILURE),
+            "{e}"
+        ),
+        other => panic!("the commit must fail with a serialization failure: {other:?}"),
+    }
+    assert_eq!(rows(&s.url, &o).await, 0, "the charge did not commit");
+    assert_ne!(
+        record_state(&s.url, s.coord.namespace(), &o)
+            .await
+            .as_deref(),
+        Some("completed"),
+        "the record did not commit"
+    );
+
+    let started = Instant::now();
+    let again = loop {
+        let mut tx = s.provider.begin(&mut app).await.unwrap();
+        match read_then_charge(&s.coord, &mut tx, &o, &other, &runs).await {
+            Ok(again) => {
+                tx.commit().await.unwrap();
+                break again;
+            }
+            // The wrapper's abandon runs in the background: at once, not after the lease.
+            Err(ChargeError::Coord(CoordError::InFlight { .. })) => {
+                assert!(
+                    started.elapsed() < Duration::from_secs(10),
+                    "the failed commit's marker still blocks the key"
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(other) => panic!("unexpected: {other:?}"),
+        }
+    };
+    assert_ne!(again, id, "a fresh run, not the failed one's outcome");
+    assert_eq!(runs.load(Ordering::SeqCst), 2, "the body ran again, once");
+    assert_eq!(rows(&s.url, &o).await, 1);
+    assert_eq!(
+        record_state(&s.url, s.coord.namespace(), &o)
+            .await
+            .as_deref(),
+        Some("completed")
+    );
+}
+
+/// The session terminated during `COMMIT`, after the commit was made durable: the server waits
+/// for a synchronous standby that does not exist (`synchronous_standby_names`, with
+/// `synchronous_commit = on` for this transaction only), and is told to end the session while it
+/// waits. The caller gets the connection's error, although the transaction committed locally; the
+/// database holds the charge and the record together, and a duplicate gets the replay (the
+/// wrapper's owner-checked abandon leaves a completed record alone).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn session_terminated_during_commit_is_an_error_and_the_duplicate_replays() {
+    // A server of its own: every other session commits locally, without waiting.
+    let server = coord_postgres_testing::PostgresServer::start_configured(
+        coord_postgres_testing::ServerOptions::new()
+            .setting("synchronous_standby_names", "nobody")
+            .setting("synchronous_commit", "local"),
+    );
+    let url = server.url();
+    PostgresProvider::migrate(&url).await.unwrap();
+    server.sql(
+        "CREATE TABLE charges (id bigserial PRIMARY KEY, order_id text NOT NULL, cents bigint NOT NULL)",
+    );
+    let provider = PostgresProvider::builder(&url)
+        .command_timeout(Duration::from_secs(5))
+        .pool_size(2)
+        .connect()
+        .await
+        .unwrap();
+    let coord = Coordinator::builder()
+        .namespace("sync")
+        .provider(provider.clone())
+        .build()
+        .unwrap();
+    let o = "order-committing";
+    let runs = AtomicUsize::new(0);
+
+    let mut app = client(&format!("{url}?application_name=committing-app")).await;
+    let mut tx = provider.begin(&mut app).await.unwrap();
+    tx.batch_execute("SET LOCAL synchronous_commit = on")
+        .await
+        .unwrap();
+    let id = read_then_charge(&coord, &mut tx, o, "none", &runs)
+        .await
+        .unwrap();
+    // Wait until the commit is durable and waiting for the standby, then end the session.
+    let end_the_session = async {
+        let waiting = Instant::now();
+        loop {
+            let at = server.sql(
+                "SELECT count(*) FROM pg_stat_activity \
+                 WHERE application_name = 'committing-app' AND wait_event = 'SyncRep'",
+            );
+            if at.trim() == "1" {
+                break;
+            }
+            assert!(
+                waiting.elapsed() < Duration::from_secs(20),
+                "the commit never waited for the standby"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(server.terminate_connections("committing-app"), 1);
+    };
+    let (answer, ()) = tokio::join!(tx.commit(), end_the_session);
+    match answer {
+        Err(TransactionError::Database(_)) => {}
+        other => panic!("the caller must get the database's error: {other:?}"),
+    }
+    drop(app);
+
+    // Committed all the same: the charge and the record, together.
+    let c = client(&url).await;
+    let charged: i64 = c
+        .query_one("SELECT count(*) FROM charges WHERE order_id = $1", &[&o])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        charged, 1,
+        "the commit was durable before the session ended"
+    );
+    assert_eq!(
+        record_state(&url, "sync", o).await.as_deref(),
+        Some("completed")
+    );
+
+    let mut app = client(&url).await;
+    let mut tx = provider.begin(&mut app).await.unwrap();
+    let replayed = read_then_charge(&coord, &mut tx, o, "none", &runs)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(replayed, id, "the duplicate gets the committed outcome");
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the body ran once");
+}

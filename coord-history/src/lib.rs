@@ -20,6 +20,9 @@
 //! - **Checking** ([`mod@check`]): decides each promise on the whole history and reports every
 //!   violation with the events that show it.
 //!
+//! [`paused_holders`] is a run of its own, shared by the in-process and the Redis tests:
+//! holders of one renewing fenced lock paused past their lease, judged at a resource.
+//!
 //! [`planted`] wraps a provider with a deliberate bug, so that a test can show the checker
 //! fails when it should.
 //!
@@ -30,6 +33,7 @@ pub mod clock;
 pub mod event;
 mod linearizable;
 pub mod nemesis;
+pub mod paused_holders;
 pub mod planted;
 pub mod recorder;
 pub mod witness;

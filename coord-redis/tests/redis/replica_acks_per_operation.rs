@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use coord_core::handle::ClusterFlight;
 use coord_core::{CoordError, Coordinator, distributed_lock};
 use coord_history::replica_acks::{
     charge_default, charge_off, charge_on, flight_default, flight_off, flight_on, lock_default,
@@ -234,6 +235,14 @@ async fn a_cluster_flight_asks_for_replicas_the_provider_does_not(client: Client
     assert_eq!(runs.load(Ordering::SeqCst), 3);
 }
 
+/// The flight of the renewal check below: one key, lease `lease`, not waiting for replicas.
+fn long_flight(c: &Coordinator, lease: Duration) -> ClusterFlight<'_> {
+    c.single_flight(c.key("op.h.fl_long").part(&1u32).finish())
+        .cluster()
+        .lease(lease)
+        .without_replica_acks()
+}
+
 /// Provider default on, a cluster flight turns it off: with the replica cut off it leads and
 /// runs, attribute and handle alike (`replica_acks(0, ..)` too), and its renewals do not wait
 /// either: a flight held across two leases keeps its claim, so a second instance that arrives
@@ -247,23 +256,14 @@ async fn a_cluster_flight_turns_off_what_the_provider_asks(client: Client) {
     assert_eq!(flight_off(&c, 1, runs.clone()).await.unwrap(), 1);
     assert_eq!(runs.load(Ordering::SeqCst), 1);
     let key = |op: &str, id: u32| c.key(op).part(&id).finish();
-    let led = c
-        .single_flight(key("op.h.fl_off", 1))
-        .cluster()
-        .without_replica_acks()
-        .run(|| async { Ok::<_, CoordError>(7u32) })
-        .await
-        .unwrap();
-    assert_eq!(led, 7);
-    let zero = c
-        .single_flight(key("op.h.fl_off", 2))
-        .cluster()
-        .replica_acks(0, ACK_WAIT)
-        .run(|| async { Ok::<_, CoordError>(8u32) })
-        .await
-        .unwrap();
+    let off = |id: u32| c.single_flight(key("op.h.fl_off", id)).cluster();
+    let answer = |n: u32| move || async move { Ok::<_, CoordError>(n) };
+    let led = off(1).without_replica_acks().run(answer(7)).await;
+    assert_eq!(led.unwrap(), 7);
+    let zero = off(2).replica_acks(0, ACK_WAIT).run(answer(8)).await;
     assert_eq!(
-        zero, 8,
+        zero.unwrap(),
+        8,
         "`replica_acks(0, ..)` is the same as turning it off"
     );
 
@@ -275,27 +275,19 @@ async fn a_cluster_flight_turns_off_what_the_provider_asks(client: Client) {
     let leader = tokio::spawn({
         let (c, entered) = (c.clone(), entered.clone());
         async move {
-            c.single_flight(c.key("op.h.fl_long").part(&1u32).finish())
-                .cluster()
-                .lease(lease)
-                .without_replica_acks()
-                .run(|| async move {
-                    entered.notify_one();
-                    tokio::time::sleep(Duration::from_secs(3)).await;
-                    Ok::<_, CoordError>(1u32)
-                })
-                .await
+            let body = || async move {
+                entered.notify_one();
+                tokio::time::sleep(Duration::from_secs(3)).await;
+                Ok::<_, CoordError>(1u32)
+            };
+            long_flight(&c, lease).run(body).await
         }
     });
     tokio::time::timeout(Duration::from_secs(10), entered.notified())
         .await
         .expect("the leader's body runs");
     tokio::time::sleep(lease * 2).await;
-    let joined = other
-        .single_flight(other.key("op.h.fl_long").part(&1u32).finish())
-        .cluster()
-        .lease(lease)
-        .without_replica_acks()
+    let joined = long_flight(&other, lease)
         .run(|| async { Ok::<_, CoordError>(2u32) })
         .await
         .unwrap();

@@ -61,46 +61,26 @@ async fn a_cluster_flight_asking_for_replicas_is_refused_before_anything_runs() 
             .unwrap();
         let runs = Arc::new(AtomicUsize::new(0));
         refused(&flight_on(&c, 1, runs.clone()).await.unwrap_err());
-        let counted = runs.clone();
-        refused(
-            &c.single_flight(c.key("mem.h.flight").part(&1u32).finish())
+        let flight = |id: u32| {
+            c.single_flight(c.key("mem.h.flight").part(&id).finish())
                 .cluster()
-                .replica_acks(2, Duration::from_millis(500))
-                .run(|| async move {
-                    counted.fetch_add(1, Ordering::SeqCst);
-                    Ok::<_, CoordError>(1u32)
-                })
-                .await
-                .unwrap_err(),
-        );
+        };
+        // A body that counts its run and answers `n`.
+        let counted = |n: u32| {
+            let runs = runs.clone();
+            move || async move { ran(&runs, n) }
+        };
+        let wait = Duration::from_millis(500);
+        let asked = flight(1).replica_acks(2, wait).run(counted(1)).await;
+        refused(&asked.unwrap_err());
         assert_eq!(runs.load(Ordering::SeqCst), 0, "no body ran ({policy:?})");
 
         // Turned off, on the same keys: the flight runs (nothing was left claimed).
         assert_eq!(flight_off(&c, 1, runs.clone()).await.unwrap(), 1);
-        let counted = runs.clone();
-        let led = c
-            .single_flight(c.key("mem.h.flight").part(&1u32).finish())
-            .cluster()
-            .without_replica_acks()
-            .run(|| async move {
-                counted.fetch_add(1, Ordering::SeqCst);
-                Ok::<_, CoordError>(2u32)
-            })
-            .await
-            .unwrap();
-        assert_eq!(led, 2);
-        let counted = runs.clone();
-        let zero = c
-            .single_flight(c.key("mem.h.flight").part(&2u32).finish())
-            .cluster()
-            .replica_acks(0, Duration::from_millis(500))
-            .run(|| async move {
-                counted.fetch_add(1, Ordering::SeqCst);
-                Ok::<_, CoordError>(3u32)
-            })
-            .await
-            .unwrap();
-        assert_eq!(zero, 3, "zero replicas is the same as off");
+        let led = flight(1).without_replica_acks().run(counted(2)).await;
+        assert_eq!(led.unwrap(), 2);
+        let zero = flight(2).replica_acks(0, wait).run(counted(3)).await;
+        assert_eq!(zero.unwrap(), 3, "zero replicas is the same as off");
         assert_eq!(runs.load(Ordering::SeqCst), 3);
     }
 }

@@ -20,6 +20,12 @@
 //! - **Checking** ([`mod@check`]): decides each promise on the whole history and reports every
 //!   violation with the events that show it.
 //!
+//! [`paused_holders`] is a run of its own, shared by the in-process and the Redis tests:
+//! holders of one renewing fenced lock paused past their lease, judged at a resource.
+//!
+//! [`replica_acks`] declares operations of every kind that override the provider's replica
+//! acknowledgement, which the replica-acknowledgement tests of every provider share.
+//!
 //! [`planted`] wraps a provider with a deliberate bug, so that a test can show the checker
 //! fails when it should.
 //!
@@ -30,8 +36,10 @@ pub mod clock;
 pub mod event;
 mod linearizable;
 pub mod nemesis;
+pub mod paused_holders;
 pub mod planted;
 pub mod recorder;
+pub mod replica_acks;
 pub mod witness;
 pub mod workload;
 

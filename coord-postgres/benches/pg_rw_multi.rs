@@ -14,62 +14,23 @@
 //! The ratio is measured time / baseline time (lower is better).
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use coord_core::CallKey;
 use coord_core::provider::{
-    LockProvider, LockRequest, MultiLockRequest, MultiLockStore, OwnerToken, RwLockRequest,
-    RwLockStore, RwMode,
+    LockProvider, MultiLockRequest, MultiLockStore, OwnerToken, RwLockRequest, RwLockStore, RwMode,
 };
 use coord_postgres::PostgresProvider;
-use coord_postgres_testing::PostgresServer;
+
+#[path = "support/mod.rs"]
+mod support;
+
+use support::{LEASE, compare, take_fenced, with_provider};
 
 const ROUNDS: usize = 3;
-const ROUND: Duration = Duration::from_millis(700);
-const LEASE: Duration = Duration::from_secs(30);
-
-/// Runs `op` on `tasks` tasks for [`ROUND`] and returns operations per second.
-async fn throughput<F, Fut>(tasks: usize, op: F) -> f64
-where
-    F: Fn(usize) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = ()> + Send,
-{
-    let op = Arc::new(op);
-    let started = Instant::now();
-    let handles: Vec<_> = (0..tasks)
-        .map(|task| {
-            let op = op.clone();
-            tokio::spawn(async move {
-                let mut n = 0u64;
-                while started.elapsed() < ROUND {
-                    op(task).await;
-                    n += 1;
-                }
-                n
-            })
-        })
-        .collect();
-    let mut total = 0;
-    for h in handles {
-        total += h.await.expect("task");
-    }
-    total as f64 / started.elapsed().as_secs_f64()
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
 
 fn main() {
-    let server = PostgresServer::start();
-    let url = server.url();
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime")
-        .block_on(run(&url));
+    with_provider(run);
 }
 
 #[derive(Clone, Copy)]
@@ -77,21 +38,6 @@ enum Row {
     Read,
     Write,
     Set,
-}
-
-/// One fenced lock of `key`, taken (it must be free) and left held.
-async fn lock(p: &PostgresProvider, key: &CallKey, owner: OwnerToken) {
-    let grant = p
-        .acquire(LockRequest {
-            key,
-            owner,
-            lease: LEASE,
-            wait: Duration::ZERO,
-            fenced: true,
-        })
-        .await
-        .expect("acquire");
-    assert!(grant.is_some());
 }
 
 /// One operation of `row` on task `task`'s keys: the measured form, or the baseline.
@@ -106,7 +52,7 @@ async fn once(
     let mine = &keys[task];
     match (row, base) {
         (Row::Read | Row::Write, true) => {
-            lock(&p, &mine[0], owner).await;
+            take_fenced(&p, &mine[0], owner).await;
             p.release(&mine[0], owner).await.expect("release");
         }
         (Row::Read | Row::Write, false) => {
@@ -133,7 +79,7 @@ async fn once(
         }
         (Row::Set, true) => {
             for key in mine {
-                lock(&p, key, owner).await;
+                take_fenced(&p, key, owner).await;
             }
             for key in mine {
                 p.release(key, owner).await.expect("release");
@@ -157,14 +103,7 @@ async fn once(
     }
 }
 
-async fn run(url: &str) {
-    PostgresProvider::migrate(url).await.expect("migrate");
-    let provider = PostgresProvider::builder(url)
-        .pool_size(8)
-        .sweep_interval(None)
-        .connect()
-        .await
-        .expect("connect");
+async fn run(provider: PostgresProvider) {
     // Per task: four keys in canonical order (the first also serves the pair rows; a
     // read-write lock's key names another thing than a lock's).
     let keys: Arc<Vec<Vec<CallKey>>> = Arc::new(
@@ -192,33 +131,12 @@ async fn run(url: &str) {
         ("write pair", Row::Write),
         ("4-key set", Row::Set),
     ] {
-        for tasks in [1usize, 8] {
-            let (mut measured, mut baseline) = (Vec::new(), Vec::new());
-            for _ in 0..ROUNDS {
-                for base in [true, false] {
-                    let (p, keys) = (provider.clone(), keys.clone());
-                    let rate = throughput(tasks, move |task| {
-                        once(p.clone(), keys.clone(), task, row, base)
-                    })
-                    .await;
-                    if base {
-                        baseline.push(rate);
-                    } else {
-                        measured.push(rate);
-                    }
-                }
-            }
-            let (m, b) = (median(measured.clone()), median(baseline.clone()));
-            println!(
-                "| {name}, {tasks} task(s) | {m:.0} | {b:.0} | {:.2}x | {} |",
-                b / m,
-                measured
-                    .iter()
-                    .zip(&baseline)
-                    .map(|(m, b)| format!("{:.2}", b / m))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            );
-        }
+        let (p, keys) = (provider.clone(), keys.clone());
+        compare(
+            |tasks| format!("{name}, {tasks} task(s)"),
+            ROUNDS,
+            move |task, base| once(p.clone(), keys.clone(), task, row, base),
+        )
+        .await;
     }
 }

@@ -21,6 +21,9 @@
 //!   transaction, commit, rollback, lost commit replies, crashes, drops, lease expiry,
 //!   takeover, a reaper).
 //!
+//! The lock, semaphore and read-write lock models share their client side, [`holders`]: calls
+//! that acquire, hold and release over a network that loses requests and replies.
+//!
 //! Each module's documentation states the protocol rules the model follows, written so a
 //! reader can hold them against the providers and the runtime, and the properties checked.
 //! The models are small hand-written abstractions of that code, not generated from it: a
@@ -88,6 +91,7 @@
 #![warn(missing_docs)]
 
 pub mod flight;
+pub mod holders;
 pub mod lock;
 pub mod record;
 pub mod rw_lock;

@@ -13,7 +13,7 @@
 //! * `renew(o)`: compare-and-pexpire; resets the lease only if `o` holds it, and answers
 //!   whether it did.
 //!
-//! Time advances in ticks ([`LockAction::Tick`], up to [`LockModel::horizon`]); a tick takes
+//! Time advances in ticks ([`LockAction::Tick`](crate::holders::Action::Tick), up to [`LockModel::horizon`]); a tick takes
 //! one tick off the lease and a lease at zero frees the lock. `now * M` stands for the
 //! server clock in the token's unit: `M` (`clients * sessions + 1`) is more than the number of
 //! tokens the model can mint in one tick, as a microsecond clock is finer than any real
@@ -40,6 +40,7 @@
 //! With [`LockModel::delayed_requests`], a command the client saw fail (timed out) can stay
 //! in the network and run later, after the client's next commands (at most one per client at
 //! a time): a stale acquire can then take the lock for an owner that has already given up.
+//! This client is [`crate::holders`]', which the semaphore and read-write lock models share.
 //!
 //! A paused client is a client that takes no step while ticks pass: its local view still
 //! says it holds the lock. Renewals whose replies are lost change nothing the client acts on,
@@ -62,7 +63,10 @@
 //!
 //! Reachability: [`REACH_OVERLAP`], [`REACH_STALE_REFUSED`].
 
-use stateright::{Model, Property};
+use stateright::Property;
+
+use crate::holders::{self, Action, Frame, Protocol, holders_model};
+pub use crate::holders::{Command, Net};
 
 /// Property: tokens accepted from different owners strictly increase.
 pub const FENCE_ORDER: &str = "fenced writes from different holders strictly increase";
@@ -128,40 +132,9 @@ impl LockModel {
         }
     }
 
-    fn has(&self, bug: LockBug) -> bool {
-        self.bug == Some(bug)
-    }
-
-    fn owner(&self, client: u8, session: u8) -> u8 {
-        client * self.sessions + session
-    }
-
     /// The clock's weight in a token: more than the tokens mintable in one tick.
     fn clock_unit(&self) -> u16 {
         u16::from(self.clients) * u16::from(self.sessions) + 1
-    }
-
-    fn nets(&self, client: &Client) -> &'static [Net] {
-        match (
-            self.lost_replies,
-            self.delayed_requests && client.pending.is_none(),
-        ) {
-            (true, true) => &[
-                Net::Delivered,
-                Net::ReplyLost,
-                Net::RequestLost,
-                Net::Delayed,
-            ],
-            (true, false) => &[Net::Delivered, Net::ReplyLost, Net::RequestLost],
-            (false, true) => &[Net::Delivered, Net::Delayed],
-            (false, false) => &[Net::Delivered],
-        }
-    }
-}
-
-impl Default for LockModel {
-    fn default() -> Self {
-        LockModel::new()
     }
 }
 
@@ -174,43 +147,12 @@ pub struct Store {
     pub fence: u16,
 }
 
-/// Where a client is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Phase {
-    /// Sending acquire.
-    Acquiring,
-    /// Its acquire got no reply: releasing in cleanup.
-    Cleanup,
-    /// Inside the section, with the token it was granted (`None` only under
-    /// [`LockBug::EnterAfterLostAcquire`]).
-    Inside(Option<u16>),
-    /// Left the section: releasing.
-    Releasing,
-    /// Between calls, or finished.
-    Idle,
-}
+/// Where a client is: inside, with the token it was granted (`None` only under
+/// [`LockBug::EnterAfterLostAcquire`]).
+pub type Phase = holders::Phase<Option<u16>>;
 
 /// One client.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Client {
-    /// Its current call (owner token = `client * sessions + session`).
-    pub session: u8,
-    /// Where it is.
-    pub phase: Phase,
-    /// Its last request in this phase failed or was contended: it may give up.
-    pub retrying: bool,
-    /// A command it saw fail that is still in the network and may yet run.
-    pub pending: Option<Command>,
-}
-
-/// A store command held in the network by [`Net::Delayed`], with the owner it was sent for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Command {
-    /// `acquire` for this owner.
-    Acquire(u8),
-    /// `release` for this owner.
-    Release(u8),
-}
+pub type Client = holders::Client<Option<u16>>;
 
 /// The whole system.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -235,65 +177,9 @@ pub struct LockState {
     pub stale_refused: bool,
 }
 
-/// What happens to one request on the wire.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Net {
-    /// It runs and the client gets the reply.
-    Delivered,
-    /// It runs; the client sees an error.
-    ReplyLost,
-    /// It never runs; the client sees an error.
-    RequestLost,
-    /// It does not run now; the client sees an error; it may run later
-    /// ([`LockAction::Deliver`]).
-    Delayed,
-}
-
-/// One step of the system.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum LockAction {
-    /// The client sends the command its phase calls for (acquire or release).
-    Send {
-        /// Which client.
-        client: u8,
-        /// What the network does with it.
-        net: Net,
-    },
-    /// The client stops retrying and ends its call.
-    GiveUp {
-        /// Which client.
-        client: u8,
-    },
-    /// The client starts its next call.
-    Begin {
-        /// Which client.
-        client: u8,
-    },
-    /// The holder writes to the resource with its token.
-    Write {
-        /// Which client.
-        client: u8,
-    },
-    /// The holder renews (reply delivered).
-    Renew {
-        /// Which client.
-        client: u8,
-    },
-    /// The holder leaves the section.
-    Leave {
-        /// Which client.
-        client: u8,
-    },
-    /// A delayed command of the client runs now (its reply goes nowhere).
-    Deliver {
-        /// Whose command.
-        client: u8,
-    },
-    /// One tick passes.
-    Tick,
-    /// The store reverts to its replica.
-    Failover,
-}
+/// One step of the system: the shared client steps, [`Action::Tick`], and the lock's own
+/// [`Action::Write`], [`Action::Deliver`] and [`Action::Failover`].
+pub type LockAction = Action;
 
 impl LockModel {
     /// Writes `next` to the primary, the replica keeping the state before this write.
@@ -306,7 +192,7 @@ impl LockModel {
 
     /// `acquire(owner)` on the primary: the token granted, or `None` when another owner holds
     /// the lock.
-    fn acquire(&self, s: &mut LockState, owner: u8) -> Option<u16> {
+    fn take(&self, s: &mut LockState, owner: u8) -> Option<u16> {
         let mut st = s.primary;
         match st.holder {
             None => {
@@ -327,7 +213,7 @@ impl LockModel {
     }
 
     /// `release(owner)` on the primary: compare-and-delete.
-    fn release(&self, s: &mut LockState, owner: u8) {
+    fn give_back(&self, s: &mut LockState, owner: u8) {
         let mut st = s.primary;
         let ours = matches!(st.holder, Some((o, _, _)) if o == owner);
         if ours || self.has(LockBug::ReleaseWithoutOwnerCheck) {
@@ -347,225 +233,151 @@ impl LockModel {
         }
         None
     }
-
-    fn tick(&self, s: &mut LockState) {
-        s.now += 1;
-        Self::tick_store(&mut s.replica);
-        if let Some(owner) = Self::tick_store(&mut s.primary) {
-            let inside = s.clients.iter().enumerate().any(|(i, c)| {
-                self.owner(i as u8, c.session) == owner && matches!(c.phase, Phase::Inside(_))
-            });
-            if inside {
-                s.lapsed_inside = true;
-            }
-        }
-    }
 }
 
-impl Model for LockModel {
-    type State = LockState;
-    type Action = LockAction;
+holders_model!(LockModel, LockState, Option<u16>, LockBug, initial, checks);
 
-    fn init_states(&self) -> Vec<LockState> {
-        vec![LockState {
+impl LockModel {
+    fn initial(&self) -> LockState {
+        LockState {
             now: 0,
             primary: Store::default(),
             replica: Store::default(),
-            clients: vec![
-                Client {
-                    session: 0,
-                    phase: Phase::Acquiring,
-                    retrying: false,
-                    pending: None,
-                };
-                usize::from(self.clients)
-            ],
+            clients: holders::starting(self.clients),
             resource: None,
             failed_over: false,
             lapsed_inside: false,
             fence_broken: false,
             stale_refused: false,
-        }]
-    }
-
-    fn actions(&self, s: &LockState, actions: &mut Vec<LockAction>) {
-        for (i, c) in s.clients.iter().enumerate() {
-            let client = i as u8;
-            if c.pending.is_some() {
-                actions.push(LockAction::Deliver { client });
-            }
-            match c.phase {
-                Phase::Acquiring | Phase::Cleanup | Phase::Releasing => {
-                    for &net in self.nets(c) {
-                        actions.push(LockAction::Send { client, net });
-                    }
-                    if c.retrying {
-                        actions.push(LockAction::GiveUp { client });
-                    }
-                }
-                Phase::Inside(token) => {
-                    if token.is_some() {
-                        actions.push(LockAction::Write { client });
-                    }
-                    actions.push(LockAction::Renew { client });
-                    actions.push(LockAction::Leave { client });
-                }
-                Phase::Idle => {
-                    if c.session + 1 < self.sessions {
-                        actions.push(LockAction::Begin { client });
-                    }
-                }
-            }
-        }
-        if s.now < self.horizon {
-            actions.push(LockAction::Tick);
-            if self.failover && !s.failed_over {
-                actions.push(LockAction::Failover);
-            }
         }
     }
 
-    fn next_state(&self, last: &LockState, action: LockAction) -> Option<LockState> {
-        let mut s = last.clone();
-        match action {
-            LockAction::Send { client, net } => {
-                let i = usize::from(client);
-                let c = s.clients[i];
-                let me = self.owner(client, c.session);
-                let runs = matches!(net, Net::Delivered | Net::ReplyLost);
-                let answered = net == Net::Delivered;
-                match c.phase {
-                    Phase::Acquiring => {
-                        let granted = if runs { self.acquire(&mut s, me) } else { None };
-                        let c = &mut s.clients[i];
-                        if net == Net::Delayed {
-                            c.pending = Some(Command::Acquire(me));
-                        }
-                        c.retrying = false;
-                        c.phase = match (answered, granted) {
-                            (true, Some(token)) => Phase::Inside(Some(token)),
-                            (true, None) => {
-                                c.retrying = true;
-                                Phase::Acquiring
-                            }
-                            (false, _) if self.has(LockBug::EnterAfterLostAcquire) => {
-                                Phase::Inside(None)
-                            }
-                            (false, _) => Phase::Cleanup,
-                        };
-                    }
-                    Phase::Cleanup | Phase::Releasing => {
-                        if runs {
-                            self.release(&mut s, me);
-                        }
-                        let c = &mut s.clients[i];
-                        if net == Net::Delayed {
-                            c.pending = Some(Command::Release(me));
-                        }
-                        if answered {
-                            c.retrying = false;
-                            c.phase = Phase::Idle;
-                        } else {
-                            c.retrying = true;
-                        }
-                    }
-                    Phase::Inside(_) | Phase::Idle => return None,
-                }
-            }
-            LockAction::GiveUp { client } => {
-                let c = &mut s.clients[usize::from(client)];
-                c.retrying = false;
-                c.phase = Phase::Idle;
-            }
-            LockAction::Begin { client } => {
-                let c = &mut s.clients[usize::from(client)];
-                c.session += 1;
-                c.phase = Phase::Acquiring;
-            }
-            LockAction::Write { client } => {
-                let c = s.clients[usize::from(client)];
-                let me = self.owner(client, c.session);
-                let Phase::Inside(Some(token)) = c.phase else {
-                    return None;
-                };
-                match s.resource {
-                    Some((highest, _)) if token < highest => {
-                        if s.stale_refused {
-                            return None;
-                        }
-                        s.stale_refused = true;
-                    }
-                    Some((highest, writer)) if highest == token && writer == me => return None,
-                    Some((highest, writer)) => {
-                        if writer != me && token <= highest {
-                            s.fence_broken = true;
-                        }
-                        s.resource = Some((token, me));
-                    }
-                    None => s.resource = Some((token, me)),
-                }
-            }
-            LockAction::Renew { client } => {
-                let i = usize::from(client);
-                let me = self.owner(client, s.clients[i].session);
-                let mut st = s.primary;
-                match st.holder {
-                    Some((owner, lease, token)) if owner == me => {
-                        if lease == self.lease {
-                            return None;
-                        }
-                        st.holder = Some((owner, self.lease, token));
-                        Self::write(&mut s, st);
-                    }
-                    // The renewal finds the lock gone: the call learns its hold is lost and
-                    // ends without a release (there is nothing of its own to release).
-                    _ => s.clients[i].phase = Phase::Idle,
-                }
-            }
-            LockAction::Leave { client } => {
-                s.clients[usize::from(client)].phase = Phase::Releasing;
-            }
-            LockAction::Deliver { client } => match s.clients[usize::from(client)].pending.take() {
-                Some(Command::Acquire(owner)) => {
-                    self.acquire(&mut s, owner);
-                }
-                Some(Command::Release(owner)) => self.release(&mut s, owner),
-                None => return None,
-            },
-            LockAction::Tick => self.tick(&mut s),
-            LockAction::Failover => {
-                s.primary = s.replica;
-                s.failed_over = true;
-                if !self.has(LockBug::FailoverWithoutClockAdvance) {
-                    self.tick(&mut s);
-                }
-                s.replica = s.primary;
-            }
-        }
-        Some(s)
-    }
-
-    fn properties(&self) -> Vec<Property<Self>> {
+    fn checks(&self) -> Vec<Property<Self>> {
         vec![
             Property::always(FENCE_ORDER, |_: &LockModel, s: &LockState| !s.fence_broken),
             Property::always(OVERLAP_ONLY_BY_EXPIRY, |_: &LockModel, s: &LockState| {
-                let inside = s
-                    .clients
-                    .iter()
-                    .filter(|c| matches!(c.phase, Phase::Inside(_)))
-                    .count();
-                inside <= 1 || s.lapsed_inside || s.failed_over
+                holders::inside(&s.clients) <= 1 || s.lapsed_inside || s.failed_over
             }),
             Property::sometimes(REACH_OVERLAP, |_: &LockModel, s: &LockState| {
-                s.clients
-                    .iter()
-                    .filter(|c| matches!(c.phase, Phase::Inside(_)))
-                    .count()
-                    >= 2
+                holders::inside(&s.clients) >= 2
             }),
             Property::sometimes(REACH_STALE_REFUSED, |_: &LockModel, s: &LockState| {
                 s.stale_refused
             }),
         ]
+    }
+
+    /// The holder `client` writes to the resource with its token.
+    fn write_resource(&self, s: &mut LockState, client: u8) -> Option<()> {
+        let c = s.clients[usize::from(client)];
+        let me = self.owner(client, c.session);
+        let Phase::Inside(Some(token)) = c.phase else {
+            return None;
+        };
+        match s.resource {
+            Some((highest, _)) if token < highest => {
+                if s.stale_refused {
+                    return None;
+                }
+                s.stale_refused = true;
+            }
+            Some((highest, writer)) if highest == token && writer == me => return None,
+            Some((highest, writer)) => {
+                if writer != me && token <= highest {
+                    s.fence_broken = true;
+                }
+                s.resource = Some((token, me));
+            }
+            None => s.resource = Some((token, me)),
+        }
+        Some(())
+    }
+}
+
+impl Protocol for LockModel {
+    fn nets(&self, client: &Client) -> &'static [Net] {
+        match (
+            self.lost_replies,
+            self.delayed_requests && client.pending.is_none(),
+        ) {
+            (true, true) => &[
+                Net::Delivered,
+                Net::ReplyLost,
+                Net::RequestLost,
+                Net::Delayed,
+            ],
+            (true, false) => &[Net::Delivered, Net::ReplyLost, Net::RequestLost],
+            (false, true) => &[Net::Delivered, Net::Delayed],
+            (false, false) => &[Net::Delivered],
+        }
+    }
+
+    fn acquire(&self, s: &mut LockState, _: u8, owner: u8) -> Option<Option<u16>> {
+        self.take(s, owner).map(Some)
+    }
+
+    fn release(&self, s: &mut LockState, _: u8, owner: u8) {
+        self.give_back(s, owner);
+    }
+
+    fn renew(&self, s: &mut LockState, _: u8, owner: u8) -> Option<bool> {
+        let mut st = s.primary;
+        let renewed = holders::renew_hold(st.holder.as_mut().filter(|h| h.0 == owner), self.lease)?;
+        if renewed {
+            Self::write(s, st);
+        }
+        Some(renewed)
+    }
+
+    fn tick(&self, s: &mut LockState) {
+        s.now += 1;
+        Self::tick_store(&mut s.replica);
+        let lapsed = Self::tick_store(&mut s.primary);
+        if holders::lapsed_inside(&s.clients, self.sessions, lapsed) {
+            s.lapsed_inside = true;
+        }
+    }
+
+    fn after_lost_acquire(&self) -> Phase {
+        if self.has(LockBug::EnterAfterLostAcquire) {
+            Phase::Inside(None)
+        } else {
+            Phase::Cleanup
+        }
+    }
+
+    fn holder_actions(&self, client: u8, token: Option<u16>, actions: &mut Vec<Action>) {
+        if token.is_some() {
+            actions.push(Action::Write { client });
+        }
+    }
+
+    fn clock_actions(&self, s: &LockState, actions: &mut Vec<Action>) {
+        if self.failover && !s.failed_over {
+            actions.push(Action::Failover);
+        }
+    }
+
+    fn own_step(&self, s: &mut LockState, action: Action) -> Option<()> {
+        match action {
+            Action::Write { client } => self.write_resource(s, client)?,
+            Action::Deliver { client } => match s.clients[usize::from(client)].pending.take() {
+                Some(Command::Acquire(owner)) => {
+                    self.take(s, owner);
+                }
+                Some(Command::Release(owner)) => self.give_back(s, owner),
+                None => return None,
+            },
+            Action::Failover => {
+                s.primary = s.replica;
+                s.failed_over = true;
+                if !self.has(LockBug::FailoverWithoutClockAdvance) {
+                    self.tick(s);
+                }
+                s.replica = s.primary;
+            }
+            _ => return None,
+        }
+        Some(())
     }
 }

@@ -19,7 +19,7 @@
 //! * `release(o, mode)`: removes `o`'s hold of that mode if it has one (and, for a writer, its
 //!   claim); changes nothing else.
 //!
-//! Time advances in ticks ([`RwAction::Tick`], up to [`RwModel::horizon`]); a tick takes one
+//! Time advances in ticks ([`RwAction::Tick`](crate::holders::Action::Tick), up to [`RwModel::horizon`]); a tick takes one
 //! tick off every lease and claim, and one at zero is dropped.
 //!
 //! # The client (one call per session)
@@ -28,6 +28,7 @@
 //! `acquire` (granted: enter with the token; refused: retry or give up, a writer's claim left
 //! behind as a crashed waiting writer's would be; **no reply**: do not enter, release in
 //! cleanup); inside, renew or leave; then send `release`, retried on a lost reply, or give up.
+//! This is the client of [`crate::holders`], which the lock and semaphore models share.
 //!
 //! # Properties
 //!
@@ -40,9 +41,10 @@
 //! Reachability: [`REACH_SHARED`] (two readers inside at once), [`REACH_WRITER`] (a writer
 //! inside), [`REACH_CLAIM`] (a reader refused because of a claim).
 
-use stateright::{Model, Property};
+use stateright::Property;
 
-use crate::semaphore::Net;
+use crate::holders::{self, Action, Protocol, holders_model};
+pub use crate::holders::{Client, Net, Phase};
 
 /// Property: a writer shares the key only after a lease lapsed under a holder.
 pub const EXCLUSION_ONLY_BY_EXPIRY: &str = "a writer is alone, except through expiry";
@@ -113,57 +115,9 @@ impl RwModel {
         }
     }
 
-    fn has(&self, bug: RwBug) -> bool {
-        self.bug == Some(bug)
-    }
-
-    fn owner(&self, client: u8, session: u8) -> u8 {
-        client * self.sessions + session
-    }
-
     fn writes(&self, client: u8) -> bool {
         client < self.writers
     }
-
-    fn nets(&self) -> &'static [Net] {
-        if self.lost_replies {
-            &[Net::Delivered, Net::ReplyLost, Net::RequestLost]
-        } else {
-            &[Net::Delivered]
-        }
-    }
-}
-
-impl Default for RwModel {
-    fn default() -> Self {
-        RwModel::new()
-    }
-}
-
-/// Where a client is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Phase {
-    /// Sending acquire.
-    Acquiring,
-    /// Its acquire got no reply: releasing in cleanup.
-    Cleanup,
-    /// Inside, with its hold's token.
-    Inside(u16),
-    /// Left: releasing.
-    Releasing,
-    /// Between calls, or finished.
-    Idle,
-}
-
-/// One client.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Client {
-    /// Its current call.
-    pub session: u8,
-    /// Where it is.
-    pub phase: Phase,
-    /// Its last request failed or was refused: it may give up.
-    pub retrying: bool,
 }
 
 /// The whole system.
@@ -195,39 +149,8 @@ pub struct RwState {
     pub held_back: bool,
 }
 
-/// A step of the system.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum RwAction {
-    /// The client sends its phase's command.
-    Send {
-        /// Which client.
-        client: u8,
-        /// What became of the command.
-        net: Net,
-    },
-    /// The client stops retrying.
-    GiveUp {
-        /// Which client.
-        client: u8,
-    },
-    /// The client starts its next call.
-    Begin {
-        /// Which client.
-        client: u8,
-    },
-    /// The holder renews its hold.
-    Renew {
-        /// Which client.
-        client: u8,
-    },
-    /// The holder leaves the section.
-    Leave {
-        /// Which client.
-        client: u8,
-    },
-    /// One tick of the store's clock.
-    Tick,
-}
+/// A step of the system: the shared client steps and [`Action::Tick`].
+pub type RwAction = Action;
 
 impl RwModel {
     fn mint(&self, s: &mut RwState, write: bool) -> u16 {
@@ -246,7 +169,7 @@ impl RwModel {
     }
 
     /// The acquire script: `Some(token)` when `owner` holds the key in its mode after it.
-    fn acquire(&self, s: &mut RwState, owner: u8, write: bool) -> Option<u16> {
+    fn take(&self, s: &mut RwState, owner: u8, write: bool) -> Option<u16> {
         if write {
             if let Some(w) = s.writer.as_mut().filter(|w| w.0 == owner) {
                 w.1 = self.lease;
@@ -285,7 +208,7 @@ impl RwModel {
         None
     }
 
-    fn release(&self, s: &mut RwState, owner: u8, write: bool) {
+    fn give_back(&self, s: &mut RwState, owner: u8, write: bool) {
         if write {
             if s.writer.is_some_and(|w| w.0 == owner) {
                 s.writer = None;
@@ -303,168 +226,27 @@ impl RwModel {
     }
 }
 
-impl Model for RwModel {
-    type State = RwState;
-    type Action = RwAction;
+holders_model!(RwModel, RwState, u16, RwBug, initial, checks);
 
-    fn init_states(&self) -> Vec<RwState> {
-        vec![RwState {
+impl RwModel {
+    fn initial(&self) -> RwState {
+        RwState {
             readers: Vec::new(),
             writer: None,
             claim: None,
             fence: 0,
             write_fence: 0,
             now: 0,
-            clients: vec![
-                Client {
-                    session: 0,
-                    phase: Phase::Acquiring,
-                    retrying: false,
-                };
-                usize::from(self.clients)
-            ],
+            clients: holders::starting(self.clients),
             lapsed_inside: false,
             highest: 0,
             fence_broken: false,
             read_past_claim: false,
             held_back: false,
-        }]
-    }
-
-    fn actions(&self, s: &RwState, actions: &mut Vec<RwAction>) {
-        for (i, c) in s.clients.iter().enumerate() {
-            let client = i as u8;
-            match c.phase {
-                Phase::Acquiring | Phase::Cleanup | Phase::Releasing => {
-                    for &net in self.nets() {
-                        actions.push(RwAction::Send { client, net });
-                    }
-                    if c.retrying {
-                        actions.push(RwAction::GiveUp { client });
-                    }
-                }
-                Phase::Inside(_) => {
-                    actions.push(RwAction::Renew { client });
-                    actions.push(RwAction::Leave { client });
-                }
-                Phase::Idle => {
-                    if c.session + 1 < self.sessions {
-                        actions.push(RwAction::Begin { client });
-                    }
-                }
-            }
-        }
-        if s.now < self.horizon {
-            actions.push(RwAction::Tick);
         }
     }
 
-    fn next_state(&self, last: &RwState, action: RwAction) -> Option<RwState> {
-        let mut s = last.clone();
-        match action {
-            RwAction::Send { client, net } => {
-                let i = usize::from(client);
-                let c = s.clients[i];
-                let me = self.owner(client, c.session);
-                let write = self.writes(client);
-                let runs = net != Net::RequestLost;
-                let answered = net == Net::Delivered;
-                match c.phase {
-                    Phase::Acquiring => {
-                        let granted = if runs {
-                            self.acquire(&mut s, me, write)
-                        } else {
-                            None
-                        };
-                        let c = &mut s.clients[i];
-                        c.retrying = false;
-                        c.phase = match (answered, granted) {
-                            (true, Some(token)) => Phase::Inside(token),
-                            (true, None) => {
-                                c.retrying = true;
-                                Phase::Acquiring
-                            }
-                            (false, _) => Phase::Cleanup,
-                        };
-                    }
-                    Phase::Cleanup | Phase::Releasing => {
-                        if runs {
-                            self.release(&mut s, me, write);
-                        }
-                        let c = &mut s.clients[i];
-                        if answered {
-                            c.retrying = false;
-                            c.phase = Phase::Idle;
-                        } else {
-                            c.retrying = true;
-                        }
-                    }
-                    Phase::Inside(_) | Phase::Idle => return None,
-                }
-            }
-            RwAction::GiveUp { client } => {
-                let c = &mut s.clients[usize::from(client)];
-                c.retrying = false;
-                c.phase = Phase::Idle;
-            }
-            RwAction::Begin { client } => {
-                let c = &mut s.clients[usize::from(client)];
-                c.session += 1;
-                c.phase = Phase::Acquiring;
-            }
-            RwAction::Renew { client } => {
-                let i = usize::from(client);
-                let me = self.owner(client, s.clients[i].session);
-                let lease = self.lease;
-                let hold = if self.writes(client) {
-                    s.writer.as_mut().filter(|w| w.0 == me)
-                } else {
-                    s.readers.iter_mut().find(|r| r.0 == me)
-                };
-                match hold {
-                    Some(h) if h.1 == lease => return None,
-                    Some(h) => h.1 = lease,
-                    // The renewal finds the hold gone: it is lost, the call ends.
-                    None => s.clients[i].phase = Phase::Idle,
-                }
-            }
-            RwAction::Leave { client } => {
-                s.clients[usize::from(client)].phase = Phase::Releasing;
-            }
-            RwAction::Tick => {
-                s.now += 1;
-                for r in &mut s.readers {
-                    r.1 = r.1.saturating_sub(1);
-                }
-                if let Some(w) = &mut s.writer {
-                    w.1 = w.1.saturating_sub(1);
-                }
-                if let Some(c) = &mut s.claim {
-                    c.1 = c.1.saturating_sub(1);
-                }
-                let lapsed: Vec<u8> = s
-                    .readers
-                    .iter()
-                    .chain(s.writer.iter())
-                    .filter(|h| h.1 == 0)
-                    .map(|h| h.0)
-                    .collect();
-                for owner in lapsed {
-                    let (client, session) = (owner / self.sessions, owner % self.sessions);
-                    let c = s.clients[usize::from(client)];
-                    if c.session == session && matches!(c.phase, Phase::Inside(_)) {
-                        s.lapsed_inside = true;
-                    }
-                }
-                s.readers.retain(|r| r.1 > 0);
-                s.writer = s.writer.filter(|w| w.1 > 0);
-                s.claim = s.claim.filter(|c| c.1 > 0);
-            }
-        }
-        Some(s)
-    }
-
-    fn properties(&self) -> Vec<Property<Self>> {
+    fn checks(&self) -> Vec<Property<Self>> {
         fn inside(m: &RwModel, s: &RwState, writers: bool) -> usize {
             s.clients
                 .iter()
@@ -494,5 +276,48 @@ impl Model for RwModel {
             }),
             Property::sometimes(REACH_CLAIM, |_: &RwModel, s: &RwState| s.held_back),
         ]
+    }
+}
+
+impl Protocol for RwModel {
+    fn nets(&self, _: &Client) -> &'static [Net] {
+        holders::nets(self.lost_replies)
+    }
+
+    fn acquire(&self, s: &mut RwState, client: u8, owner: u8) -> Option<u16> {
+        self.take(s, owner, self.writes(client))
+    }
+
+    fn release(&self, s: &mut RwState, client: u8, owner: u8) {
+        self.give_back(s, owner, self.writes(client));
+    }
+
+    fn renew(&self, s: &mut RwState, client: u8, owner: u8) -> Option<bool> {
+        let hold = if self.writes(client) {
+            s.writer.as_mut().filter(|w| w.0 == owner)
+        } else {
+            s.readers.iter_mut().find(|r| r.0 == owner)
+        };
+        holders::renew_hold(hold, self.lease)
+    }
+
+    fn tick(&self, s: &mut RwState) {
+        s.now += 1;
+        for r in &mut s.readers {
+            r.1 = r.1.saturating_sub(1);
+        }
+        if let Some(w) = &mut s.writer {
+            w.1 = w.1.saturating_sub(1);
+        }
+        if let Some(c) = &mut s.claim {
+            c.1 = c.1.saturating_sub(1);
+        }
+        let lapsed = s.readers.iter().chain(s.writer.iter()).filter(|h| h.1 == 0);
+        if holders::lapsed_inside(&s.clients, self.sessions, lapsed.map(|h| h.0)) {
+            s.lapsed_inside = true;
+        }
+        s.readers.retain(|r| r.1 > 0);
+        s.writer = s.writer.filter(|w| w.1 > 0);
+        s.claim = s.claim.filter(|c| c.1 > 0);
     }
 }

@@ -13,7 +13,7 @@
 //! * `release(o)`: removes `o`'s permit if it holds a live one; changes nothing otherwise.
 //! * `renew(o)`: resets the lease of `o`'s live permit; answers whether there was one.
 //!
-//! Time advances in ticks ([`SemAction::Tick`], up to [`SemModel::horizon`]); a tick takes one
+//! Time advances in ticks ([`SemAction::Tick`](crate::holders::Action::Tick), up to [`SemModel::horizon`]); a tick takes one
 //! tick off every lease and a lease at zero drops its permit. (The fence counter's own expiry
 //! and failover are the lock model's: the semaphore mints the same way.)
 //!
@@ -23,7 +23,8 @@
 //! `acquire` (granted: enter with the token; full: retry or give up; **no reply**: do not
 //! enter, release owner-checked in cleanup); inside, renew or leave; then send `release`,
 //! retried on a lost reply, or give up (the lease frees the permit). A paused client is one
-//! that takes no step while ticks pass.
+//! that takes no step while ticks pass. This is the client of [`crate::holders`], which the
+//! lock and read-write lock models share.
 //!
 //! # Properties
 //!
@@ -36,7 +37,10 @@
 //! Reachability: [`REACH_FULL`] (`limit` clients inside at once), [`REACH_OVER_BY_LAPSE`]
 //! (more than `limit` inside, after a lapse).
 
-use stateright::{Model, Property};
+use stateright::Property;
+
+use crate::holders::{self, Action, Frame, Protocol, holders_model};
+pub use crate::holders::{Client, Net, Phase};
 
 /// Property: more holders inside than permits only after a lease lapsed under a holder.
 pub const LIMIT_ONLY_BY_EXPIRY: &str = "more holders than permits only through expiry";
@@ -95,67 +99,6 @@ impl SemModel {
             bug: None,
         }
     }
-
-    fn has(&self, bug: SemBug) -> bool {
-        self.bug == Some(bug)
-    }
-
-    fn owner(&self, client: u8, session: u8) -> u8 {
-        client * self.sessions + session
-    }
-
-    fn nets(&self) -> &'static [Net] {
-        if self.lost_replies {
-            &[Net::Delivered, Net::ReplyLost, Net::RequestLost]
-        } else {
-            &[Net::Delivered]
-        }
-    }
-}
-
-impl Default for SemModel {
-    fn default() -> Self {
-        SemModel::new()
-    }
-}
-
-/// What happened to one command.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Net {
-    /// It ran and its reply arrived.
-    Delivered,
-    /// It ran; its reply was lost.
-    ReplyLost,
-    /// It never ran.
-    RequestLost,
-}
-
-/// Where a client is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Phase {
-    /// Sending acquire.
-    Acquiring,
-    /// Saw room and will add its permit in a second step ([`SemBug::CheckThenAdd`] only).
-    Checked,
-    /// Its acquire got no reply: releasing in cleanup.
-    Cleanup,
-    /// Inside, with its permit's token.
-    Inside(u16),
-    /// Left: releasing.
-    Releasing,
-    /// Between calls, or finished.
-    Idle,
-}
-
-/// One client.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Client {
-    /// Its current call.
-    pub session: u8,
-    /// Where it is.
-    pub phase: Phase,
-    /// Its last request failed or found the semaphore full: it may give up.
-    pub retrying: bool,
 }
 
 /// The whole system.
@@ -175,44 +118,9 @@ pub struct SemState {
     pub fence_broken: bool,
 }
 
-/// A step of the system.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum SemAction {
-    /// The client sends its phase's command.
-    Send {
-        /// Which client.
-        client: u8,
-        /// What became of the command.
-        net: Net,
-    },
-    /// The second step of a non-atomic acquire ([`SemBug::CheckThenAdd`]).
-    Add {
-        /// Which client.
-        client: u8,
-    },
-    /// The client stops retrying.
-    GiveUp {
-        /// Which client.
-        client: u8,
-    },
-    /// The client starts its next call.
-    Begin {
-        /// Which client.
-        client: u8,
-    },
-    /// The holder renews its permit.
-    Renew {
-        /// Which client.
-        client: u8,
-    },
-    /// The holder leaves the section.
-    Leave {
-        /// Which client.
-        client: u8,
-    },
-    /// One tick of the store's clock.
-    Tick,
-}
+/// A step of the system: the shared client steps, [`Action::Tick`], and [`Action::Add`] (the
+/// second step of a [`SemBug::CheckThenAdd`] acquire).
+pub type SemAction = Action;
 
 impl SemModel {
     fn mint(&self, s: &mut SemState) -> u16 {
@@ -236,7 +144,7 @@ impl SemModel {
     }
 
     /// The acquire script: `Some(token)` when `owner` holds a permit after it.
-    fn acquire(&self, s: &mut SemState, owner: u8) -> Option<u16> {
+    fn take(&self, s: &mut SemState, owner: u8) -> Option<u16> {
         if let Some(p) = s.permits.iter_mut().find(|p| p.0 == owner) {
             p.1 = self.lease;
             return Some(p.2);
@@ -247,188 +155,100 @@ impl SemModel {
         None
     }
 
-    fn release(&self, s: &mut SemState, owner: u8) {
-        let before = s.permits.len();
-        s.permits.retain(|p| p.0 != owner);
-        if s.permits.len() == before && self.has(SemBug::LateReleaseFreesAnother) {
-            s.permits.pop();
-        }
-    }
-}
-
-impl Model for SemModel {
-    type State = SemState;
-    type Action = SemAction;
-
-    fn init_states(&self) -> Vec<SemState> {
-        vec![SemState {
+    fn initial(&self) -> SemState {
+        SemState {
             permits: Vec::new(),
             fence: 0,
             now: 0,
-            clients: vec![
-                Client {
-                    session: 0,
-                    phase: Phase::Acquiring,
-                    retrying: false,
-                };
-                usize::from(self.clients)
-            ],
+            clients: holders::starting(self.clients),
             lapsed_inside: false,
             fence_broken: false,
-        }]
-    }
-
-    fn actions(&self, s: &SemState, actions: &mut Vec<SemAction>) {
-        for (i, c) in s.clients.iter().enumerate() {
-            let client = i as u8;
-            match c.phase {
-                Phase::Acquiring | Phase::Cleanup | Phase::Releasing => {
-                    for &net in self.nets() {
-                        actions.push(SemAction::Send { client, net });
-                    }
-                    if c.retrying {
-                        actions.push(SemAction::GiveUp { client });
-                    }
-                }
-                Phase::Checked => actions.push(SemAction::Add { client }),
-                Phase::Inside(_) => {
-                    actions.push(SemAction::Renew { client });
-                    actions.push(SemAction::Leave { client });
-                }
-                Phase::Idle => {
-                    if c.session + 1 < self.sessions {
-                        actions.push(SemAction::Begin { client });
-                    }
-                }
-            }
-        }
-        if s.now < self.horizon {
-            actions.push(SemAction::Tick);
         }
     }
 
-    fn next_state(&self, last: &SemState, action: SemAction) -> Option<SemState> {
-        let mut s = last.clone();
-        match action {
-            SemAction::Send { client, net } => {
-                let i = usize::from(client);
-                let c = s.clients[i];
-                let me = self.owner(client, c.session);
-                let runs = net != Net::RequestLost;
-                let answered = net == Net::Delivered;
-                match c.phase {
-                    Phase::Acquiring if self.has(SemBug::CheckThenAdd) => {
-                        // Only the count is read here; the add is a later step.
-                        if !answered {
-                            return None;
-                        }
-                        let room = s.permits.len() < usize::from(self.limit);
-                        let c = &mut s.clients[i];
-                        c.retrying = !room;
-                        c.phase = if room {
-                            Phase::Checked
-                        } else {
-                            Phase::Acquiring
-                        };
-                    }
-                    Phase::Acquiring => {
-                        let granted = if runs { self.acquire(&mut s, me) } else { None };
-                        let c = &mut s.clients[i];
-                        c.retrying = false;
-                        c.phase = match (answered, granted) {
-                            (true, Some(token)) => Phase::Inside(token),
-                            (true, None) => {
-                                c.retrying = true;
-                                Phase::Acquiring
-                            }
-                            (false, _) => Phase::Cleanup,
-                        };
-                    }
-                    Phase::Cleanup | Phase::Releasing => {
-                        if runs {
-                            self.release(&mut s, me);
-                        }
-                        let c = &mut s.clients[i];
-                        if answered {
-                            c.retrying = false;
-                            c.phase = Phase::Idle;
-                        } else {
-                            c.retrying = true;
-                        }
-                    }
-                    Phase::Checked | Phase::Inside(_) | Phase::Idle => return None,
-                }
-            }
-            SemAction::Add { client } => {
-                let i = usize::from(client);
-                let me = self.owner(client, s.clients[i].session);
-                let token = self.add(&mut s, me);
-                s.clients[i].phase = Phase::Inside(token);
-            }
-            SemAction::GiveUp { client } => {
-                let c = &mut s.clients[usize::from(client)];
-                c.retrying = false;
-                c.phase = Phase::Idle;
-            }
-            SemAction::Begin { client } => {
-                let c = &mut s.clients[usize::from(client)];
-                c.session += 1;
-                c.phase = Phase::Acquiring;
-            }
-            SemAction::Renew { client } => {
-                let i = usize::from(client);
-                let me = self.owner(client, s.clients[i].session);
-                match s.permits.iter_mut().find(|p| p.0 == me) {
-                    Some(p) if p.1 == self.lease => return None,
-                    Some(p) => p.1 = self.lease,
-                    // The renewal finds the permit gone: the hold is lost, the call ends.
-                    None => s.clients[i].phase = Phase::Idle,
-                }
-            }
-            SemAction::Leave { client } => {
-                s.clients[usize::from(client)].phase = Phase::Releasing;
-            }
-            SemAction::Tick => {
-                s.now += 1;
-                for p in &mut s.permits {
-                    p.1 = p.1.saturating_sub(1);
-                }
-                let sessions = self.sessions;
-                let lapsed: Vec<u8> = s.permits.iter().filter(|p| p.1 == 0).map(|p| p.0).collect();
-                for owner in lapsed {
-                    let (client, session) = (owner / sessions, owner % sessions);
-                    let c = s.clients[usize::from(client)];
-                    if c.session == session && matches!(c.phase, Phase::Inside(_)) {
-                        s.lapsed_inside = true;
-                    }
-                }
-                s.permits.retain(|p| p.1 > 0);
-            }
-        }
-        Some(s)
-    }
-
-    fn properties(&self) -> Vec<Property<Self>> {
-        fn inside(s: &SemState) -> usize {
-            s.clients
-                .iter()
-                .filter(|c| matches!(c.phase, Phase::Inside(_)))
-                .count()
-        }
+    fn checks(&self) -> Vec<Property<Self>> {
         vec![
             Property::always(LIMIT_ONLY_BY_EXPIRY, |m: &SemModel, s: &SemState| {
-                inside(s) <= usize::from(m.limit) || s.lapsed_inside
+                holders::inside(&s.clients) <= usize::from(m.limit) || s.lapsed_inside
             }),
             Property::always(STORE_LIMIT, |m: &SemModel, s: &SemState| {
                 s.permits.len() <= usize::from(m.limit)
             }),
             Property::always(FENCE_ORDER, |_: &SemModel, s: &SemState| !s.fence_broken),
             Property::sometimes(REACH_FULL, |m: &SemModel, s: &SemState| {
-                inside(s) == usize::from(m.limit)
+                holders::inside(&s.clients) == usize::from(m.limit)
             }),
             Property::sometimes(REACH_OVER_BY_LAPSE, |m: &SemModel, s: &SemState| {
-                inside(s) > usize::from(m.limit)
+                holders::inside(&s.clients) > usize::from(m.limit)
             }),
         ]
+    }
+}
+
+holders_model!(SemModel, SemState, u16, SemBug, initial, checks);
+
+impl Protocol for SemModel {
+    fn nets(&self, _: &Client) -> &'static [Net] {
+        holders::nets(self.lost_replies)
+    }
+
+    fn acquire(&self, s: &mut SemState, _: u8, owner: u8) -> Option<u16> {
+        self.take(s, owner)
+    }
+
+    fn release(&self, s: &mut SemState, _: u8, owner: u8) {
+        let before = s.permits.len();
+        s.permits.retain(|p| p.0 != owner);
+        if s.permits.len() == before && self.has(SemBug::LateReleaseFreesAnother) {
+            s.permits.pop();
+        }
+    }
+
+    fn renew(&self, s: &mut SemState, _: u8, owner: u8) -> Option<bool> {
+        holders::renew_hold(s.permits.iter_mut().find(|p| p.0 == owner), self.lease)
+    }
+
+    fn tick(&self, s: &mut SemState) {
+        s.now += 1;
+        for p in &mut s.permits {
+            p.1 = p.1.saturating_sub(1);
+        }
+        let lapsed = s.permits.iter().filter(|p| p.1 == 0).map(|p| p.0);
+        if holders::lapsed_inside(&s.clients, self.sessions, lapsed) {
+            s.lapsed_inside = true;
+        }
+        s.permits.retain(|p| p.1 > 0);
+    }
+
+    /// With [`SemBug::CheckThenAdd`], only the count is read here, and only an answered one
+    /// counts; the add is the later [`Action::Add`].
+    fn send_acquire(&self, s: &mut SemState, client: u8, owner: u8, net: Net) -> Option<()> {
+        if !self.has(SemBug::CheckThenAdd) {
+            holders::send_acquire(self, s, client, owner, net);
+            return Some(());
+        }
+        if net != Net::Delivered {
+            return None;
+        }
+        let room = s.permits.len() < usize::from(self.limit);
+        let c = &mut s.clients[usize::from(client)];
+        c.retrying = !room;
+        c.phase = if room {
+            Phase::Checked
+        } else {
+            Phase::Acquiring
+        };
+        Some(())
+    }
+
+    fn own_step(&self, s: &mut SemState, action: Action) -> Option<()> {
+        let Action::Add { client } = action else {
+            return None;
+        };
+        let i = usize::from(client);
+        let me = self.owner(client, s.clients[i].session);
+        let token = self.add(s, me);
+        s.clients[i].phase = Phase::Inside(token);
+        Some(())
     }
 }

@@ -6,123 +6,36 @@
 //!   current-thread runtime and a coordinator of its own over one shared provider) take turns
 //!   on one renewing fenced lock, and every third call blocks its runtime 2 s past the 1 s
 //!   lease. No call that returned `Ok` may have seen a newer token write to the resource
-//!   between its own first and last write. The focused form of a recorded-history property;
-//!   the general history checker is a separate piece of work.
+//!   between its own first and last write. The run is `coord_history::paused_holders`, which
+//!   the Redis tests make too.
 //! * `a_renewing_hold_in_a_sigstopped_process_ends_in_lock_lost`: this test binary, run again
 //!   as a child, is stopped with SIGSTOP for 2 s while its renewing hold's body awaits, and
 //!   continued: the call ends in `LockLost { cause: Expired }`.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use coord_core::memory::MemoryProvider;
-use coord_core::{CoordError, Coordinator, distributed_lock, fencing_token, is_held};
-use tokio::sync::Notify;
+use coord_core::{CoordError, Coordinator, distributed_lock, is_held};
+use coord_history::paused_holders;
 
 const STALL: Duration = Duration::from_secs(2);
-
-/// A fenced resource that records every write it is sent, in order.
-#[derive(Default)]
-struct Witness {
-    writes: Mutex<Vec<u64>>,
-}
-
-impl Witness {
-    fn write(&self, token: u64) {
-        self.writes.lock().unwrap().push(token);
-    }
-}
-
-#[distributed_lock(key_from = "resource", coordinator = coord, name = "stalls.history", lease = "1s", wait = "60s", renew = true, fenced = true)]
-async fn hold_and_write(
-    coord: &Coordinator,
-    resource: u32,
-    witness: Arc<Witness>,
-    stall: Option<Arc<Notify>>,
-) -> Result<u64, CoordError> {
-    let token = fencing_token().expect("a fenced hold has a token").get();
-    witness.write(token);
-    if let Some(stall) = stall {
-        stall.notify_one();
-    }
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    witness.write(token);
-    Ok(token)
-}
 
 #[test]
 fn renewing_holds_that_returned_ok_held_throughout() {
     let provider = Arc::new(MemoryProvider::new());
-    let witness = Arc::new(Witness::default());
-    let processes: Vec<_> = (0..3)
-        .map(|p| {
-            let (provider, witness) = (provider.clone(), witness.clone());
-            std::thread::spawn(move || {
-                let runtime = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .unwrap();
-                runtime.block_on(async move {
-                    let c = Coordinator::builder()
-                        .namespace("history")
-                        .provider(provider)
-                        .build()
-                        .unwrap();
-                    let stall = Arc::new(Notify::new());
-                    let staller = {
-                        let stall = stall.clone();
-                        tokio::spawn(async move {
-                            loop {
-                                stall.notified().await;
-                                tokio::time::sleep(Duration::from_millis(50)).await;
-                                std::thread::sleep(STALL);
-                            }
-                        })
-                    };
-                    let mut outcomes = Vec::new();
-                    for k in 0..4 {
-                        let stall = ((k + p) % 3 == 0).then(|| stall.clone());
-                        outcomes.push(hold_and_write(&c, 1, witness.clone(), stall).await);
-                    }
-                    staller.abort();
-                    outcomes
-                })
-            })
-        })
-        .collect();
-    let outcomes: Vec<Result<u64, CoordError>> = processes
-        .into_iter()
-        .flat_map(|p| p.join().unwrap())
-        .collect();
-    let writes = witness.writes.lock().unwrap();
-    let mut lost = 0;
-    for outcome in &outcomes {
-        match outcome {
-            Ok(token) => {
-                let first = writes.iter().position(|t| t == token).unwrap();
-                let last = writes.iter().rposition(|t| t == token).unwrap();
-                let newer: Vec<u64> = writes[first..=last]
-                    .iter()
-                    .copied()
-                    .filter(|t| t > token)
-                    .collect();
-                assert!(
-                    newer.is_empty(),
-                    "the hold with token {token} returned Ok, but tokens {newer:?} wrote to the \
-                     resource during its body (writes in order: {writes:?})"
-                );
-            }
-            Err(CoordError::LockLost { .. }) => lost += 1,
-            Err(err) => panic!("unexpected error: {err:?}"),
+    paused_holders::run_and_check(move || {
+        let provider = provider.clone();
+        async move {
+            Coordinator::builder()
+                .namespace("history")
+                .provider(provider)
+                .build()
+                .unwrap()
         }
-    }
-    assert!(
-        lost > 0,
-        "no stalled hold was lost, so the run did not exercise a stall past the lease: \
-         {outcomes:?}"
-    );
+    });
 }
 
 /// Set in the child's environment: run the child's part.

@@ -36,6 +36,7 @@ mod reconnect;
 mod records;
 mod replica_acks;
 mod replica_acks_per_operation;
+mod replicated;
 mod round_trips;
 mod rw_lock_faults;
 mod rw_locks;

@@ -3,110 +3,28 @@
 //! primary keeps it listed but it stops acknowledging, as a partitioned replica does.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use coord_core::provider::{BackendErrorKind, ReplicaShortfall};
+use coord_core::provider::BackendErrorKind;
 use coord_core::{CoordError, Coordinator, distributed_lock, idempotent};
+use coord_history::replica_acks::{Runs, ran};
 use coord_redis::{Client, RedisProvider};
-use coord_redis_testing::RedisServer;
+use tokio::sync::Notify;
 
-/// A primary and one replica in step with it (both without persistence: the test is about
-/// replication, not disks).
-pub(super) fn primary_and_replica() -> (RedisServer, RedisServer) {
-    let primary = RedisServer::start();
-    let port = primary.port().to_string();
-    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
-    await_online(&primary);
-    (primary, replica)
-}
-
-/// Waits until the primary lists an online replica that acknowledged recently.
-pub(super) fn await_online(primary: &RedisServer) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let info = primary
-            .command(&["INFO", "replication"])
-            .text()
-            .unwrap_or_default();
-        if info.contains("state=online") && info.contains("lag=0") {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the replica never came online: {info}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// How long a granting write waits for the replica: long enough that a replica in step on a
-/// loaded machine acknowledges within it (a test about a cut-off replica must not fail
-/// because a healthy one was slow).
-pub(super) const ACK_WAIT: Duration = Duration::from_secs(1);
-
-pub(super) async fn coordinator(
-    primary: &RedisServer,
-    client: Client,
-    acks: bool,
-    ns: &str,
-) -> Coordinator {
-    let mut builder = RedisProvider::builder(primary.url())
-        .client(client)
-        .command_timeout(Duration::from_secs(3));
-    if acks {
-        builder = builder.replica_acks(1, ACK_WAIT);
-    }
-    let provider = builder
-        .connect()
-        .await
-        .expect("connect to the test primary");
-    Coordinator::builder()
-        .namespace(ns)
-        .provider(provider)
-        .build()
-        .expect("coordinator")
-}
-
-/// How many keys match `pattern` on `server`.
-fn matching(server: &RedisServer, pattern: &str) -> usize {
-    match server.command(&["KEYS", pattern]) {
-        coord_redis_testing::Resp::Array(items) => items.len(),
-        other => panic!("KEYS {pattern}: {other:?}"),
-    }
-}
-
-/// Polls until no key matches `pattern` on `server`, for up to 10 s.
-pub(super) async fn eventually_absent(server: &RedisServer, pattern: &str) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while matching(server, pattern) > 0 {
-        assert!(
-            Instant::now() < deadline,
-            "`{pattern}` was never removed by its owner"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
+use super::replicated::{
+    ACK_WAIT, await_online, cut_off_under_a_renewing_hold, enter_and_wait, eventually_absent,
+    not_replicated, refused_within_the_wait, replicated,
+};
 
 #[distributed_lock(key_from = "id", coordinator = c, name = "acks.job", lease = "5s", fenced = true)]
-async fn job(c: &Coordinator, id: u32, runs: Arc<AtomicUsize>) -> Result<u32, CoordError> {
-    runs.fetch_add(1, Ordering::SeqCst);
-    Ok(id)
+async fn job(c: &Coordinator, id: u32, runs: Runs) -> Result<u32, CoordError> {
+    ran(&runs, id)
 }
 
 #[idempotent(key_from = "order", coordinator = c, name = "acks.charge")]
-async fn charge(c: &Coordinator, order: u32, runs: Arc<AtomicUsize>) -> Result<u32, CoordError> {
-    runs.fetch_add(1, Ordering::SeqCst);
-    Ok(order * 10)
-}
-
-pub(super) fn not_replicated(err: &CoordError) -> ReplicaShortfall {
-    match err {
-        CoordError::Backend(b) if b.kind() == BackendErrorKind::NotReplicated => b
-            .replica_shortfall()
-            .expect("a NotReplicated error names the shortfall"),
-        other => panic!("expected a NotReplicated backend error, got {other:?}"),
-    }
+async fn charge(c: &Coordinator, order: u32, runs: Runs) -> Result<u32, CoordError> {
+    ran(&runs, order * 10)
 }
 
 /// With a replica in step, grants and claims succeed and cost one `WAIT` each; with the
@@ -114,9 +32,8 @@ pub(super) fn not_replicated(err: &CoordError) -> ReplicaShortfall {
 /// the body does not run, and the written key is removed by its owner; back in step, the
 /// calls succeed again and the idempotent body runs once.
 async fn grants_fail_without_the_replica(client: Client) {
-    let (primary, replica) = primary_and_replica();
-    let c = coordinator(&primary, client, true, "acks").await;
-    let runs = Arc::new(AtomicUsize::new(0));
+    let (primary, replica, c) = replicated(client, true, "acks").await;
+    let runs = Runs::default();
 
     assert_eq!(job(&c, 1, runs.clone()).await.unwrap(), 1);
     assert_eq!(charge(&c, 1, runs.clone()).await.unwrap(), 10);
@@ -132,23 +49,10 @@ async fn grants_fail_without_the_replica(client: Client) {
     );
 
     replica.pause();
-    let started = Instant::now();
-    let err = job(&c, 2, runs.clone()).await.unwrap_err();
-    assert_eq!(
-        not_replicated(&err),
-        ReplicaShortfall {
-            acknowledged: 0,
-            asked: 1
-        }
-    );
+    let err = refused_within_the_wait(job(&c, 2, runs.clone())).await;
     assert!(
         err.to_string().contains("0 of 1 replica"),
         "the message names the count: {err}"
-    );
-    assert!(
-        started.elapsed() < ACK_WAIT + Duration::from_secs(2),
-        "bounded by the WAIT timeout, not the lease: {:?}",
-        started.elapsed()
     );
     eventually_absent(&primary, "acks:lock:*acks.job*2*").await;
 
@@ -172,9 +76,8 @@ async fn grants_fail_without_the_replica(client: Client) {
 /// Without `replica_acks`, the same cut-off replica changes nothing for the caller: the
 /// control showing that the failures above come from the option.
 async fn without_acks_a_cut_off_replica_is_not_noticed(client: Client) {
-    let (primary, replica) = primary_and_replica();
-    let c = coordinator(&primary, client, false, "noacks").await;
-    let runs = Arc::new(AtomicUsize::new(0));
+    let (primary, replica, c) = replicated(client, false, "noacks").await;
+    let runs = Runs::default();
     replica.pause();
     assert_eq!(job(&c, 1, runs.clone()).await.unwrap(), 1);
     assert_eq!(charge(&c, 1, runs.clone()).await.unwrap(), 10);
@@ -190,56 +93,30 @@ async fn without_acks_a_cut_off_replica_is_not_noticed(client: Client) {
 }
 
 #[distributed_lock(key_from = "id", coordinator = c, name = "acks.hold", lease = "3s", renew = true)]
-async fn long_hold(
-    c: &Coordinator,
-    id: u32,
-    entered: Arc<tokio::sync::Notify>,
-) -> Result<(), CoordError> {
-    entered.notify_one();
-    tokio::time::sleep(Duration::from_secs(30)).await;
-    Ok(())
+async fn long_hold(c: &Coordinator, id: u32, entered: Arc<Notify>) -> Result<(), CoordError> {
+    enter_and_wait(entered).await
 }
 
 /// A renewing holder whose renewals the replica stops acknowledging loses its hold within
 /// the lease: the renewals landed on the primary only, which a failover would forget.
 async fn unreplicated_renewals_lose_the_hold(client: Client) {
-    let (primary, replica) = primary_and_replica();
-    let c = coordinator(&primary, client, true, "acks-renew").await;
-    let entered = Arc::new(tokio::sync::Notify::new());
-    let mut hold = tokio::spawn({
-        let (c, entered) = (c.clone(), entered.clone());
-        async move { long_hold(&c, 1, entered).await }
-    });
-    tokio::select! {
-        _ = entered.notified() => {}
-        ended = &mut hold => panic!("the hold ended before its body ran: {ended:?}"),
-        _ = tokio::time::sleep(Duration::from_secs(10)) => panic!("the body never ran"),
-    }
-    tokio::time::sleep(Duration::from_millis(1200)).await;
-    replica.pause();
-    let cut_at = Instant::now();
-    let outcome = tokio::time::timeout(Duration::from_secs(15), hold)
-        .await
-        .expect("the body must be cancelled, not left running")
-        .unwrap();
-    let after = cut_at.elapsed();
-    replica.resume();
-    assert!(
-        matches!(outcome, Err(CoordError::LockLost { .. })),
-        "got {outcome:?}"
-    );
-    assert!(
+    let (_primary, replica, c) = replicated(client, true, "acks-renew").await;
+    cut_off_under_a_renewing_hold(
+        // A few renewals in step first.
+        Duration::from_millis(1200),
         // One lease from the last replicated renewal, with a margin for a loaded machine.
-        after <= Duration::from_secs(3) + Duration::from_secs(2),
-        "lost within the lease: {after:?}"
-    );
+        Duration::from_secs(3) + Duration::from_secs(2),
+        &replica,
+        move |entered| async move { long_hold(&c, 1, entered).await },
+    )
+    .await;
 }
 
 #[idempotent(key_from = "order", coordinator = c, name = "acks.late", in_flight_lease = "3s")]
 async fn charge_then_cut(
     c: &Coordinator,
     order: u32,
-    runs: Arc<AtomicUsize>,
+    runs: Runs,
     replica_pid: u32,
 ) -> Result<u32, CoordError> {
     runs.fetch_add(1, Ordering::SeqCst);
@@ -254,9 +131,8 @@ async fn charge_then_cut(
 
 /// A completion the replica does not acknowledge is reported as not stored, never `Ok`.
 async fn an_unreplicated_completion_is_not_stored(client: Client) {
-    let (primary, replica) = primary_and_replica();
-    let c = coordinator(&primary, client, true, "acks-complete").await;
-    let runs = Arc::new(AtomicUsize::new(0));
+    let (_primary, replica, c) = replicated(client, true, "acks-complete").await;
+    let runs = Runs::default();
     let pid = replica.pid().expect("the replica runs");
     let outcome = charge_then_cut(&c, 7, runs.clone(), pid).await;
     replica.resume();
@@ -268,13 +144,8 @@ async fn an_unreplicated_completion_is_not_stored(client: Client) {
 }
 
 #[idempotent(key_from = "order", coordinator = c, name = "acks.failover")]
-async fn charge_once(
-    c: &Coordinator,
-    order: u32,
-    runs: Arc<AtomicUsize>,
-) -> Result<u32, CoordError> {
-    runs.fetch_add(1, Ordering::SeqCst);
-    Ok(order + 1)
+async fn charge_once(c: &Coordinator, order: u32, runs: Runs) -> Result<u32, CoordError> {
+    ran(&runs, order + 1)
 }
 
 /// Through Sentinel: a record whose completion the replica acknowledged is still there after
@@ -297,7 +168,7 @@ async fn an_acknowledged_record_survives_the_primary_crashing(client: Client) {
         .provider(provider)
         .build()
         .expect("coordinator");
-    let runs = Arc::new(AtomicUsize::new(0));
+    let runs = Runs::default();
     assert_eq!(charge_once(&c, 41, runs.clone()).await.unwrap(), 42);
     setup.crash_master();
     setup.await_promotion();

@@ -7,14 +7,15 @@
 //! | `cache_write_to_a_frozen_server` | the server frozen (SIGSTOP) 2 s from the body's return | the write, executed on thaw, does not outlive its ttl |
 //! | `renewing_holds_that_returned_ok_held_throughout` | three processes contend a renewing fenced lock; holders stall 2 s past the 1 s lease | no call that returned `Ok` saw a newer token write between its first and last write |
 //!
-//! The last is the focused form of a recorded-history property; the general history checker
-//! is a separate piece of work.
+//! The last is `coord_history::paused_holders`, the run the in-process tests make too, here
+//! with a connection of its own per process.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use coord_core::{CoordError, Coordinator, cached, distributed_lock, fencing_token};
+use coord_core::{CoordError, Coordinator, cached};
+use coord_history::paused_holders;
 use coord_redis::{Client, RedisProvider};
 use coord_redis_testing::RedisServer;
 use tokio::sync::Notify;
@@ -162,35 +163,6 @@ async fn cache_write_to_a_frozen_server(client: Client) {
     read_later(&url, client, started, &answers).await;
 }
 
-/// A fenced resource that records every write it is sent, in order.
-#[derive(Default)]
-struct Witness {
-    writes: Mutex<Vec<u64>>,
-}
-
-impl Witness {
-    fn write(&self, token: u64) {
-        self.writes.lock().unwrap().push(token);
-    }
-}
-
-#[distributed_lock(key_from = "resource", coordinator = coord, name = "stalls.history", lease = "1s", wait = "60s", renew = true, fenced = true)]
-async fn hold_and_write(
-    coord: &Coordinator,
-    resource: u32,
-    witness: Arc<Witness>,
-    stall: Option<Arc<Notify>>,
-) -> Result<u64, CoordError> {
-    let token = fencing_token().expect("a fenced hold has a token").get();
-    witness.write(token);
-    if let Some(stall) = stall {
-        stall.notify_one();
-    }
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    witness.write(token);
-    Ok(token)
-}
-
 /// Three processes (threads, each with a current-thread runtime and a connection of its own)
 /// take turns on one renewing fenced lock, four calls each; every third call stalls its process
 /// 2 s, 50 ms into the body, past the 1 s lease. A call that returned `Ok` must have held the
@@ -198,78 +170,11 @@ async fn hold_and_write(
 async fn renewing_holds_that_returned_ok_held_throughout(client: Client) {
     let server = RedisServer::start();
     let url = server.url();
-    let witness = Arc::new(Witness::default());
-    let processes: Vec<_> = (0..3)
-        .map(|p| {
-            let (url, witness) = (url.clone(), witness.clone());
-            std::thread::spawn(move || {
-                let runtime = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .unwrap();
-                runtime.block_on(async move {
-                    let c = coordinator(&url, client, Duration::from_secs(2)).await;
-                    let stall = Arc::new(Notify::new());
-                    let staller = {
-                        let stall = stall.clone();
-                        tokio::spawn(async move {
-                            loop {
-                                stall.notified().await;
-                                tokio::time::sleep(Duration::from_millis(50)).await;
-                                std::thread::sleep(STALL);
-                            }
-                        })
-                    };
-                    let mut outcomes = Vec::new();
-                    for k in 0..4 {
-                        let stalls = (k + p) % 3 == 0;
-                        let stall = stalls.then(|| stall.clone());
-                        outcomes.push(hold_and_write(&c, 1, witness.clone(), stall).await);
-                    }
-                    staller.abort();
-                    outcomes
-                })
-            })
-        })
-        .collect();
-    let outcomes: Vec<Result<u64, CoordError>> = tokio::task::spawn_blocking(move || {
-        processes
-            .into_iter()
-            .flat_map(|p| p.join().unwrap())
-            .collect()
-    })
-    .await
-    .unwrap();
-    check_history(&witness.writes.lock().unwrap(), &outcomes);
-}
-
-/// No call that returned `Ok(token)` has a newer token's write between its own first and last
-/// write; some stalled call did lose its hold (the run exercised the stall).
-fn check_history(writes: &[u64], outcomes: &[Result<u64, CoordError>]) {
-    let mut lost = 0;
-    for outcome in outcomes {
-        match outcome {
-            Ok(token) => {
-                let first = writes.iter().position(|t| t == token).unwrap();
-                let last = writes.iter().rposition(|t| t == token).unwrap();
-                let newer: Vec<u64> = writes[first..=last]
-                    .iter()
-                    .copied()
-                    .filter(|t| t > token)
-                    .collect();
-                assert!(
-                    newer.is_empty(),
-                    "the hold with token {token} returned Ok, but tokens {newer:?} wrote to the \
-                     resource during its body (writes in order: {writes:?})"
-                );
-            }
-            Err(CoordError::LockLost { .. }) => lost += 1,
-            Err(err) => panic!("unexpected error: {err:?}"),
-        }
-    }
-    assert!(
-        lost > 0,
-        "no stalled hold was lost, so the run did not exercise a stall past the lease: \
-         {outcomes:?}"
-    );
+    let connect = move || {
+        let url = url.clone();
+        async move { coordinator(&url, client, Duration::from_secs(2)).await }
+    };
+    tokio::task::spawn_blocking(move || paused_holders::run_and_check(connect))
+        .await
+        .unwrap();
 }

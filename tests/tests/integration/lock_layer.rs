@@ -2,15 +2,18 @@
 //! lapsed leases and backend faults.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use coord_core::CallReport;
 use coord_core::provider::{LockRequest, OwnerToken};
 use coord_core::report::LockOutcome;
 use coord_core::{
     CoordError, Coordinator, OnBackendError, distributed_lock, fencing_token, observe,
 };
 use coord_tests::support::{InstrumentedProvider, SpanRecorder, eventually, lock_is_free};
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
 
 fn lock_key(c: &Coordinator, op: &str, part: u64) -> coord_core::CallKey {
     c.key(op).part(&part).finish()
@@ -18,6 +21,42 @@ fn lock_key(c: &Coordinator, op: &str, part: u64) -> coord_core::CallKey {
 
 async fn is_free(c: &Coordinator, key: &coord_core::CallKey) -> bool {
     lock_is_free(c, key).await
+}
+
+/// Waits until the lock of operation `op`, part `part`, is free, for 2 s: far less than any
+/// lease here, so only the release described by `what` can have freed it.
+async fn freed_promptly(c: &Coordinator, op: &str, part: u64, what: &str) {
+    let key = lock_key(c, op, part);
+    eventually(what, Duration::from_secs(2), || is_free(c, &key)).await;
+}
+
+/// The body of the holds that never end by themselves: signals `entered`, then waits for ever.
+async fn enter_and_park(entered: Arc<Notify>) -> Result<(), CoordError> {
+    entered.notify_one();
+    std::future::pending::<()>().await;
+    Ok(())
+}
+
+/// A recorder of this thread's log lines, installed until the guard is dropped.
+fn recording_warnings() -> (SpanRecorder, tracing::subscriber::DefaultGuard) {
+    use tracing_subscriber::layer::SubscriberExt;
+    let recorder = SpanRecorder::default();
+    let guard =
+        tracing::subscriber::set_default(tracing_subscriber::registry().with(recorder.clone()));
+    (recorder, guard)
+}
+
+/// Spawns `call` with a fresh `entered` signal and returns its task once the body signalled it.
+async fn spawned_and_entered<F, Fut>(call: F) -> JoinHandle<Fut::Output>
+where
+    F: FnOnce(Arc<Notify>) -> Fut,
+    Fut: Future + Send + 'static,
+    Fut::Output: Send + 'static,
+{
+    let entered = Arc::new(Notify::new());
+    let task = tokio::spawn(call(entered.clone()));
+    entered.notified().await;
+    task
 }
 
 #[distributed_lock(key_from = "id", wait = "10s", coordinator = c, name = "tests.nested")]
@@ -60,51 +99,30 @@ async fn a_panicking_body_releases_the_lock_at_once() {
         async move { panics_inside(&c, 3).await }
     });
     assert!(task.await.unwrap_err().is_panic());
-    let key = lock_key(&c, "tests.panics", 3);
-    eventually(
-        "the lock is freed after the panic, long before its 30 s lease",
-        Duration::from_secs(2),
-        || is_free(&c, &key),
-    )
-    .await;
+    let what = "the lock is freed after the panic, long before its 30 s lease";
+    freed_promptly(&c, "tests.panics", 3, what).await;
 }
 
 #[distributed_lock(key_from = "id", coordinator = c, name = "tests.cancel", lease = "60s")]
-async fn parks(
-    c: &Coordinator,
-    id: u64,
-    entered: Arc<tokio::sync::Notify>,
-) -> Result<(), CoordError> {
-    entered.notify_one();
-    std::future::pending::<()>().await;
-    Ok(())
+async fn parks(c: &Coordinator, id: u64, entered: Arc<Notify>) -> Result<(), CoordError> {
+    enter_and_park(entered).await
 }
 
 #[tokio::test]
 async fn a_dropped_caller_releases_the_lock_at_once() {
     let (_, c) = InstrumentedProvider::coordinator("cancel");
-    let entered = Arc::new(tokio::sync::Notify::new());
+    let entered = Arc::new(Notify::new());
     let call = parks(&c, 4, entered.clone());
     tokio::select! {
         _ = call => unreachable!("the body never finishes"),
         _ = entered.notified() => {}
     }
     // `call` was dropped by select!: the lock must be freed promptly, not after its lease.
-    let key = lock_key(&c, "tests.cancel", 4);
-    eventually(
-        "the dropped caller's lock is freed",
-        Duration::from_secs(2),
-        || is_free(&c, &key),
-    )
-    .await;
+    freed_promptly(&c, "tests.cancel", 4, "the dropped caller's lock is freed").await;
 }
 
 #[distributed_lock(key_from = "id", coordinator = c, name = "tests.lapse", lease = "100ms")]
-async fn outlives_lease(
-    c: &Coordinator,
-    id: u64,
-    entered: Arc<tokio::sync::Notify>,
-) -> Result<(), CoordError> {
+async fn outlives_lease(c: &Coordinator, id: u64, entered: Arc<Notify>) -> Result<(), CoordError> {
     entered.notify_one();
     tokio::time::sleep(Duration::from_millis(300)).await;
     Ok(())
@@ -112,18 +130,14 @@ async fn outlives_lease(
 
 #[tokio::test]
 async fn releasing_after_the_lease_lapsed_warns_and_frees_nobody() {
-    use tracing_subscriber::layer::SubscriberExt;
-    let recorder = SpanRecorder::default();
-    let _guard =
-        tracing::subscriber::set_default(tracing_subscriber::registry().with(recorder.clone()));
+    let (recorder, _guard) = recording_warnings();
     let (_, c) = InstrumentedProvider::coordinator("lapse");
     let key = lock_key(&c, "tests.lapse", 5);
-    let entered = Arc::new(tokio::sync::Notify::new());
-    let task = tokio::spawn({
-        let (c, entered) = (c.clone(), entered.clone());
-        async move { outlives_lease(&c, 5, entered).await }
-    });
-    entered.notified().await;
+    let task = spawned_and_entered({
+        let c = c.clone();
+        move |entered| async move { outlives_lease(&c, 5, entered).await }
+    })
+    .await;
     // Take the lock as soon as the first holder's lease lapses.
     let successor = OwnerToken::new();
     let grant = c
@@ -157,12 +171,29 @@ async fn releasing_after_the_lease_lapsed_warns_and_frees_nobody() {
 async fn held_until(
     c: &Coordinator,
     id: u64,
-    entered: Arc<tokio::sync::Notify>,
-    go: Arc<tokio::sync::Notify>,
+    entered: Arc<Notify>,
+    go: Arc<Notify>,
 ) -> Result<(), CoordError> {
     entered.notify_one();
     go.notified().await;
     Ok(())
+}
+
+/// A spawned, observed `held_until` call of part `id`, once its body runs, with its `go`.
+async fn holding_until_go(
+    c: &Coordinator,
+    id: u64,
+) -> (
+    Arc<Notify>,
+    JoinHandle<(Result<(), CoordError>, CallReport)>,
+) {
+    let go = Arc::new(Notify::new());
+    let call = spawned_and_entered({
+        let (c, go) = (c.clone(), go.clone());
+        move |entered| async move { observe(held_until(&c, id, entered, go)).await }
+    })
+    .await;
+    (go, call)
 }
 
 /// What an application sees when an operator force-releases its lock (what `coord locks
@@ -173,25 +204,14 @@ async fn held_until(
 #[tokio::test]
 async fn a_forced_release_is_reported_as_one_and_a_vanished_lock_names_both_causes() {
     use coord_core::LossCause;
-    use tracing_subscriber::layer::SubscriberExt;
-    let recorder = SpanRecorder::default();
-    let _guard =
-        tracing::subscriber::set_default(tracing_subscriber::registry().with(recorder.clone()));
+    let (recorder, _guard) = recording_warnings();
     let c = Coordinator::builder()
         .namespace("forced")
         .memory()
         .build()
         .unwrap();
     let key = lock_key(&c, "tests.forced", 1);
-    let (entered, go) = (
-        Arc::new(tokio::sync::Notify::new()),
-        Arc::new(tokio::sync::Notify::new()),
-    );
-    let call = tokio::spawn({
-        let (c, entered, go) = (c.clone(), entered.clone(), go.clone());
-        async move { observe(held_until(&c, 1, entered, go)).await }
-    });
-    entered.notified().await;
+    let (go, call) = holding_until_go(&c, 1).await;
     let released = c.operator().release_lock(&key, "alice").await.unwrap();
     assert!(
         matches!(
@@ -226,15 +246,7 @@ async fn a_forced_release_is_reported_as_one_and_a_vanished_lock_names_both_caus
     // The lock vanishes without a marker (a backend that lost it, or a provider that keeps
     // none): the holder cannot tell a forced release from an expiry, and says both.
     let key = lock_key(&c, "tests.forced", 2);
-    let (entered, go) = (
-        Arc::new(tokio::sync::Notify::new()),
-        Arc::new(tokio::sync::Notify::new()),
-    );
-    let call = tokio::spawn({
-        let (c, entered, go) = (c.clone(), entered.clone(), go.clone());
-        async move { observe(held_until(&c, 2, entered, go)).await }
-    });
-    entered.notified().await;
+    let (go, call) = holding_until_go(&c, 2).await;
     let owner = c.operator().lock(&key).await.unwrap().holder.unwrap().owner;
     c.lock_provider().release(&key, owner).await.unwrap();
     let before = recorder.warnings().len();
@@ -255,24 +267,20 @@ async fn a_forced_release_is_reported_as_one_and_a_vanished_lock_names_both_caus
     );
 }
 
-#[distributed_lock(key_from = "id", coordinator = c, name = "tests.faults")]
-async fn closed(
-    c: &Coordinator,
-    id: u64,
-    ran: Arc<std::sync::atomic::AtomicBool>,
-) -> Result<(), CoordError> {
+/// The body of the fault policy's operations: says it ran.
+fn ran_body(ran: &AtomicBool) -> Result<(), CoordError> {
     ran.store(true, Ordering::SeqCst);
     Ok(())
 }
 
+#[distributed_lock(key_from = "id", coordinator = c, name = "tests.faults")]
+async fn closed(c: &Coordinator, id: u64, ran: Arc<AtomicBool>) -> Result<(), CoordError> {
+    ran_body(&ran)
+}
+
 #[distributed_lock(key_from = "id", coordinator = c, name = "tests.faults", on_backend_error = "fail_open")]
-async fn open(
-    c: &Coordinator,
-    id: u64,
-    ran: Arc<std::sync::atomic::AtomicBool>,
-) -> Result<(), CoordError> {
-    ran.store(true, Ordering::SeqCst);
-    Ok(())
+async fn open(c: &Coordinator, id: u64, ran: Arc<AtomicBool>) -> Result<(), CoordError> {
+    ran_body(&ran)
 }
 
 #[tokio::test]
@@ -280,7 +288,7 @@ async fn backend_faults_follow_the_policy() {
     let (provider, c) = InstrumentedProvider::coordinator("faults");
     provider.fail_locks.store(true, Ordering::SeqCst);
 
-    let ran = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let ran = Arc::new(AtomicBool::new(false));
     let (out, report) = observe(closed(&c, 1, ran.clone())).await;
     assert!(
         matches!(out, Err(CoordError::Backend(_))),
@@ -310,7 +318,7 @@ async fn backend_faults_follow_the_policy() {
         .on_backend_error(OnBackendError::FailOpen)
         .build()
         .unwrap();
-    let ran = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let ran = Arc::new(AtomicBool::new(false));
     assert!(closed(&lenient, 2, ran.clone()).await.is_ok());
     assert!(ran.load(Ordering::SeqCst));
 }
@@ -364,14 +372,8 @@ async fn direct_again(c: &Coordinator, id: u64) -> Result<(), CoordError> {
 }
 
 #[distributed_lock(key_from = "id", coordinator = c, name = "tests.direct", lease = "60s")]
-async fn direct_parks(
-    c: &Coordinator,
-    id: u64,
-    entered: Arc<tokio::sync::Notify>,
-) -> Result<(), CoordError> {
-    entered.notify_one();
-    std::future::pending::<()>().await;
-    Ok(())
+async fn direct_parks(c: &Coordinator, id: u64, entered: Arc<Notify>) -> Result<(), CoordError> {
+    enter_and_park(entered).await
 }
 
 #[tokio::test]
@@ -403,12 +405,11 @@ async fn the_direct_in_process_path_releases_after_a_panic_and_a_cancellation() 
         "the panicking body's lock is free at once"
     );
 
-    let entered = Arc::new(tokio::sync::Notify::new());
-    let task = tokio::spawn({
-        let (c, entered) = (c.clone(), entered.clone());
-        async move { direct_parks(&c, 3, entered).await }
-    });
-    entered.notified().await;
+    let task = spawned_and_entered({
+        let c = c.clone();
+        move |entered| async move { direct_parks(&c, 3, entered).await }
+    })
+    .await;
     assert!(!is_free(&c, &lock_key(&c, "tests.direct", 3)).await);
     assert_eq!(c.locks_held(), 1, "a waiting body's lock is listed");
     task.abort();

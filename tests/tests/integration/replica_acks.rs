@@ -1,7 +1,8 @@
 //! `replica_acks` per operation on the in-process provider, which has no replicas: an
 //! operation that asks for replicas is refused with `CoordError::Unsupported` before anything
 //! is taken or run (never a silent no-op), one that turns waiting off runs, and
-//! `require(Capability::ReplicaAcks)` fails the build. Cluster single-flight included.
+//! `require(Capability::ReplicaAcks)` fails the build. Cluster single-flight included. The
+//! operations are `coord_history::replica_acks`, the ones the Redis tests use.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -10,7 +11,9 @@ use std::time::Duration;
 use coord_core::provider::{Capability, ReplicaAcks, replicas};
 use coord_core::{
     BuildError, CoordError, Coordinator, OnBackendError, distributed_lock, idempotent,
-    single_flight,
+};
+use coord_history::replica_acks::{
+    Runs, charge_on, flight_off, flight_on, lock_on, many_on, permit_on, ran, write_on,
 };
 use coord_tests::support::InstrumentedProvider;
 
@@ -38,61 +41,10 @@ fn refused(err: &CoordError) {
     }
 }
 
-#[distributed_lock(key_from = "id", coordinator = c, name = "mem.lock", replica_acks = 1, replica_acks_timeout = "500ms")]
-async fn lock_on(c: &Coordinator, id: u32, runs: Arc<AtomicUsize>) -> Result<u32, CoordError> {
-    runs.fetch_add(1, Ordering::SeqCst);
-    Ok(id)
-}
-
-#[distributed_lock(key_from = "id", coordinator = c, name = "mem.permit", permits = 2, replica_acks = 2, replica_acks_timeout = "500ms")]
-async fn permit_on(c: &Coordinator, id: u32, runs: Arc<AtomicUsize>) -> Result<u32, CoordError> {
-    runs.fetch_add(1, Ordering::SeqCst);
-    Ok(id)
-}
-
-#[distributed_lock(key_from = "id", coordinator = c, name = "mem.rw", mode = "write", replica_acks = 1, replica_acks_timeout = "500ms")]
-async fn write_on(c: &Coordinator, id: u32, runs: Arc<AtomicUsize>) -> Result<u32, CoordError> {
-    runs.fetch_add(1, Ordering::SeqCst);
-    Ok(id)
-}
-
-#[distributed_lock(key_from_each = "ids", coordinator = c, name = "mem.many", replica_acks = 1, replica_acks_timeout = "500ms")]
-async fn many_on(
-    c: &Coordinator,
-    ids: Vec<u32>,
-    runs: Arc<AtomicUsize>,
-) -> Result<u32, CoordError> {
-    runs.fetch_add(1, Ordering::SeqCst);
-    Ok(ids.len() as u32)
-}
-
-#[idempotent(key_from = "order", coordinator = c, name = "mem.charge", replica_acks = 1, replica_acks_timeout = "500ms")]
-async fn charge_on(c: &Coordinator, order: u32, runs: Arc<AtomicUsize>) -> Result<u32, CoordError> {
-    runs.fetch_add(1, Ordering::SeqCst);
-    Ok(order)
-}
-
 #[idempotent(key_from = "order", coordinator = c, name = "mem.charge_off", replica_acks = 0)]
 #[distributed_lock(key_from = "order", coordinator = c, name = "mem.charge_off", replica_acks = 0, renew = true)]
-async fn charge_off(
-    c: &Coordinator,
-    order: u32,
-    runs: Arc<AtomicUsize>,
-) -> Result<u32, CoordError> {
-    runs.fetch_add(1, Ordering::SeqCst);
-    Ok(order)
-}
-
-#[single_flight(key_from = "id", coordinator = c, name = "mem.flight", scope = "cluster", replica_acks = 1, replica_acks_timeout = "500ms")]
-async fn flight_on(c: &Coordinator, id: u32, runs: Arc<AtomicUsize>) -> Result<u32, CoordError> {
-    runs.fetch_add(1, Ordering::SeqCst);
-    Ok(id)
-}
-
-#[single_flight(key_from = "id", coordinator = c, name = "mem.flight_off", scope = "cluster", replica_acks = 0)]
-async fn flight_off(c: &Coordinator, id: u32, runs: Arc<AtomicUsize>) -> Result<u32, CoordError> {
-    runs.fetch_add(1, Ordering::SeqCst);
-    Ok(id)
+async fn charge_and_lock_off(c: &Coordinator, order: u32, runs: Runs) -> Result<u32, CoordError> {
+    ran(&runs, order)
 }
 
 /// A cluster flight asking for a replica is refused before it claims or runs anything, on
@@ -109,46 +61,26 @@ async fn a_cluster_flight_asking_for_replicas_is_refused_before_anything_runs() 
             .unwrap();
         let runs = Arc::new(AtomicUsize::new(0));
         refused(&flight_on(&c, 1, runs.clone()).await.unwrap_err());
-        let counted = runs.clone();
-        refused(
-            &c.single_flight(c.key("mem.h.flight").part(&1u32).finish())
+        let flight = |id: u32| {
+            c.single_flight(c.key("mem.h.flight").part(&id).finish())
                 .cluster()
-                .replica_acks(2, Duration::from_millis(500))
-                .run(|| async move {
-                    counted.fetch_add(1, Ordering::SeqCst);
-                    Ok::<_, CoordError>(1u32)
-                })
-                .await
-                .unwrap_err(),
-        );
+        };
+        // A body that counts its run and answers `n`.
+        let counted = |n: u32| {
+            let runs = runs.clone();
+            move || async move { ran(&runs, n) }
+        };
+        let wait = Duration::from_millis(500);
+        let asked = flight(1).replica_acks(2, wait).run(counted(1)).await;
+        refused(&asked.unwrap_err());
         assert_eq!(runs.load(Ordering::SeqCst), 0, "no body ran ({policy:?})");
 
         // Turned off, on the same keys: the flight runs (nothing was left claimed).
         assert_eq!(flight_off(&c, 1, runs.clone()).await.unwrap(), 1);
-        let counted = runs.clone();
-        let led = c
-            .single_flight(c.key("mem.h.flight").part(&1u32).finish())
-            .cluster()
-            .without_replica_acks()
-            .run(|| async move {
-                counted.fetch_add(1, Ordering::SeqCst);
-                Ok::<_, CoordError>(2u32)
-            })
-            .await
-            .unwrap();
-        assert_eq!(led, 2);
-        let counted = runs.clone();
-        let zero = c
-            .single_flight(c.key("mem.h.flight").part(&2u32).finish())
-            .cluster()
-            .replica_acks(0, Duration::from_millis(500))
-            .run(|| async move {
-                counted.fetch_add(1, Ordering::SeqCst);
-                Ok::<_, CoordError>(3u32)
-            })
-            .await
-            .unwrap();
-        assert_eq!(zero, 3, "zero replicas is the same as off");
+        let led = flight(1).without_replica_acks().run(counted(2)).await;
+        assert_eq!(led.unwrap(), 2);
+        let zero = flight(2).replica_acks(0, wait).run(counted(3)).await;
+        assert_eq!(zero.unwrap(), 3, "zero replicas is the same as off");
         assert_eq!(runs.load(Ordering::SeqCst), 3);
     }
 }
@@ -267,7 +199,7 @@ async fn an_operation_asking_for_replicas_is_refused_before_anything_runs() {
             .is_some()
     );
     assert!(
-        c.lock(c.key("mem.lock").part(&1u32).finish())
+        c.lock(c.key("op.lock").part(&1u32).finish())
             .try_acquire()
             .await
             .unwrap()
@@ -275,33 +207,27 @@ async fn an_operation_asking_for_replicas_is_refused_before_anything_runs() {
     );
 }
 
+/// Takes `lock` and releases it; whether the release found the lock still held.
+async fn taken_and_released(lock: coord_core::handle::Lock<'_>) -> bool {
+    let guard = lock.acquire().await.unwrap();
+    guard.release().await.unwrap()
+}
+
 #[tokio::test]
 async fn turning_waiting_off_runs_on_any_provider() {
     let c = coordinator("mem-acks-off");
     let runs = Arc::new(AtomicUsize::new(0));
-    assert_eq!(charge_off(&c, 3, runs.clone()).await.unwrap(), 3);
+    assert_eq!(charge_and_lock_off(&c, 3, runs.clone()).await.unwrap(), 3);
     assert_eq!(
-        charge_off(&c, 3, runs.clone()).await.unwrap(),
+        charge_and_lock_off(&c, 3, runs.clone()).await.unwrap(),
         3,
         "a replay"
     );
     assert_eq!(runs.load(Ordering::SeqCst), 1);
     let key = c.key("mem.h.off").part(&1u32).finish();
-    let guard = c
-        .lock(key.clone())
-        .without_replica_acks()
-        .acquire()
-        .await
-        .unwrap();
-    assert!(guard.release().await.unwrap());
+    assert!(taken_and_released(c.lock(key.clone()).without_replica_acks()).await);
     // Zero replicas is the same as off.
-    let guard = c
-        .lock(key)
-        .replica_acks(0, Duration::from_millis(500))
-        .acquire()
-        .await
-        .unwrap();
-    assert!(guard.release().await.unwrap());
+    assert!(taken_and_released(c.lock(key).replica_acks(0, Duration::from_millis(500))).await);
     assert_eq!(
         ReplicaAcks::wait(0, Duration::from_secs(1)),
         ReplicaAcks::Off

@@ -346,13 +346,9 @@ impl<'c> CallHold<'c> {
     /// Stops renewing, then releases, after the body returned at `now` (this call's reading of
     /// tokio's clock). A lock of the in-process provider is freed at once, synchronously at
     /// `now` (see [`LockTable::release_at`](coord_memory::LockTable::release_at)); any other
-    /// hold through [`release_hold`], boxed so that the call's future keeps no room for it.
-    /// `lapse_reported`: the caller logged the lapse already.
-    pub(super) async fn release(
-        &mut self,
-        lapse_reported: bool,
-        now: Instant,
-    ) -> Result<ReleaseOutcome, BackendError> {
+    /// hold through [`release_hold`], boxed so that the call's future keeps no room for it
+    /// beyond the box. `lapse_reported`: the caller logged the lapse already.
+    pub(super) fn release(&mut self, lapse_reported: bool, now: Instant) -> Releasing<'_> {
         drop(self.renewal.take());
         self.armed = false;
         let (coordinator, hold) = (self.coordinator, self.hold());
@@ -361,18 +357,24 @@ impl<'c> CallHold<'c> {
             false => coordinator.in_process_locks(),
         };
         let Some(table) = in_process else {
-            return Box::pin(release_hold(coordinator, hold, lapse_reported)).await;
+            return Releasing::Awaited(Box::pin(release_hold(coordinator, hold, lapse_reported)));
         };
         if !hold.hand_back() {
             // Shutdown released it already (the hold reads as lost, cause `ShutDown`).
-            return Ok(ReleaseOutcome::Released);
+            return Releasing::Done(Ok(ReleaseOutcome::Released));
         }
         let released = table.release_lock_at(&hold.key, hold.owner(), now);
         if released != ReleaseOutcome::Released {
             gone_at_release(coordinator, hold, released, lapse_reported);
         }
-        Ok(released)
+        Releasing::Done(Ok(released))
     }
+}
+
+/// A call's release: answered at once, or to be awaited.
+pub(super) enum Releasing<'a> {
+    Done(Result<ReleaseOutcome, BackendError>),
+    Awaited(BoxFuture<'a, Result<ReleaseOutcome, BackendError>>),
 }
 
 impl Drop for CallHold<'_> {

@@ -22,7 +22,7 @@ use crate::runtime::renewal::{Hold, Registration, lease_checked};
 use crate::runtime::spec::LockSpec;
 
 use super::acquire::{Acquired, Begun, Grant, begin};
-use super::guard::CallHold;
+use super::guard::{CallHold, Releasing};
 
 /// Runs `body` while holding the call's lock, in three steps read top to bottom: take the lock
 /// (one synchronous step, and an await only when the provider's answer must be waited for),
@@ -51,9 +51,14 @@ where
     // across the body's await.
     #[allow(clippy::blocks_in_conditions)]
     let (mut held, granted_at) = match {
-        let acquired = match begin(call.coordinator, &call.key, spec) {
-            Begun::Done(acquired) => acquired,
-            Begun::Waiting(pending) => Box::pin(pending.finish()).await,
+        // The first step's answer is taken apart before the await, so that only the box is
+        // kept across it.
+        let acquired = 'taken: {
+            let finishing = match begin(call.coordinator, &call.key, spec) {
+                Begun::Done(acquired) => break 'taken acquired,
+                Begun::Waiting(pending) => Box::pin(pending.finish()),
+            };
+            finishing.await
         };
         match acquired {
             Acquired::Granted(Grant {
@@ -120,7 +125,10 @@ where
     if lapsed {
         report_lapse(call, hold, spec, hold.held_for_at(returned_at));
     }
-    let released = held.release(lapsed, returned_at).await;
+    let released = match held.release(lapsed, returned_at) {
+        Releasing::Done(released) => released,
+        Releasing::Awaited(releasing) => releasing.await,
+    };
     if released.is_err() {
         // One release attempt (bounded by the provider's command timeout) is all the caller
         // waits for; the rest is the background's, and the report says so.

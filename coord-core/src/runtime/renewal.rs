@@ -102,6 +102,8 @@ pub(crate) struct HoldTerms {
 }
 
 impl Hold {
+    // Inlined so that the terms are written straight into the new hold, not moved twice.
+    #[inline]
     pub(crate) fn new(terms: HoldTerms) -> Arc<Hold> {
         let HoldTerms {
             kind,

@@ -1,19 +1,14 @@
 //! `coord.lock(key)`: `#[distributed_lock]` configured at run time.
 
 use std::future::Future;
-use std::time::Duration;
 
 use crate::error::CoordError;
-use crate::policy::{OnBackendError, OnLost};
 use crate::provider::CallKey;
 use crate::runtime::call::Call;
 use crate::runtime::lock::{Acquired, LockGuard, acquire_lock};
-use crate::runtime::settings;
-use crate::runtime::spec::KeyPrefixCache;
-use crate::runtime::spec::Written;
-use crate::runtime::spec::{LockSpec, OpSpec};
+
+use super::lock_options::LockOptions;
 use crate::runtime::state::Coordinator;
-use crate::telemetry::OpTelemetry;
 
 /// A lock configured at run time: from [`Coordinator::lock`].
 ///
@@ -42,8 +37,7 @@ use crate::telemetry::OpTelemetry;
 pub struct Lock<'c> {
     coordinator: &'c Coordinator,
     key: CallKey,
-    spec: LockSpec,
-    profile: Option<String>,
+    options: LockOptions,
 }
 
 impl Coordinator {
@@ -52,72 +46,39 @@ impl Coordinator {
         Lock {
             coordinator: self,
             key,
-            spec: LockSpec {
-                lease: Duration::from_secs(30),
-                wait: Duration::ZERO,
-                fenced: false,
-                permits: 0,
-                rw: None,
-                on_backend_error: None,
-                renew: None,
-                on_lost: None,
-                replica_acks: None,
-                written: Written::NONE,
-            },
-            profile: None,
+            options: LockOptions::new(false, 0),
         }
     }
 }
 
 impl Lock<'_> {
-    /// How long the lock is held if its holder dies (never released, never renewed).
-    /// Default 30 s.
-    pub fn lease(mut self, lease: Duration) -> Self {
-        self.spec.lease = lease;
-        self.spec.written = self.spec.written.with(Written::LEASE);
-        self
-    }
-
-    /// How long to wait for a held lock. Default zero (one attempt).
-    pub fn wait(mut self, wait: Duration) -> Self {
-        self.spec.wait = wait;
-        self.spec.written = self.spec.written.with(Written::WAIT);
-        self
+    lock_kind_setters! {
+        /// How long the lock is held if its holder dies (never released, never renewed).
+        /// Default 30 s.
+        lease;
+        /// How long to wait for a held lock. Default zero (one attempt).
+        wait;
+        /// Renews the lease this often while the lock is held; a renewal that finds the lock
+        /// gone, or a whole lease without a confirmed renewal, marks the hold lost
+        /// ([`LockGuard::lost`]; with [`Lock::run`], the body is cancelled).
+        renew;
+        replica_acks: "each grant and renewal of this lock";
+        /// Takes durations and the backend-fault policy from the coordinator's profile `name`:
+        /// a field the profile sets beats this handle's setters, which beat the configured
+        /// defaults (see [`config`](crate::config)). A profile the coordinator does not have is
+        /// [`CoordError::UnknownProfile`] from `acquire`, `try_acquire` and `run`, before the
+        /// lock is asked for.
+        profile;
+        /// What to do when the backend fails. Default: the coordinator's policy. Under
+        /// `FailOpen`, [`Lock::acquire`] and [`Lock::try_acquire`] still report the fault (they
+        /// cannot hand out a guard for a lock nobody holds); [`Lock::run`] runs the body
+        /// unguarded.
+        on_backend_error;
     }
 
     /// Mints a fencing token with the acquisition ([`LockGuard::fencing_token`]).
     pub fn fenced(mut self) -> Self {
-        self.spec.fenced = true;
-        self
-    }
-
-    /// Renews the lease this often while the lock is held; a renewal that finds the lock gone,
-    /// or a whole lease without a confirmed renewal, marks the hold lost
-    /// ([`LockGuard::lost`]; with [`Lock::run`], the body is cancelled).
-    pub fn renew(mut self, every: Duration) -> Self {
-        self.spec.renew = Some(every);
-        self.spec.on_lost.get_or_insert(OnLost::Cancel);
-        self.spec.written = self.spec.written.with(Written::RENEW);
-        self
-    }
-
-    replica_acks_setters!("each grant and renewal of this lock");
-
-    /// Takes durations and the backend-fault policy from the coordinator's profile `name`:
-    /// a field the profile sets beats this handle's setters, which beat the configured
-    /// defaults (see [`config`](crate::config)). A profile the coordinator does not have is
-    /// [`CoordError::UnknownProfile`] from `acquire`, `try_acquire` and `run`, before the lock
-    /// is asked for.
-    pub fn profile(mut self, name: impl Into<String>) -> Self {
-        self.profile = Some(name.into());
-        self
-    }
-
-    /// What to do when the backend fails. Default: the coordinator's policy. Under
-    /// `FailOpen`, [`Lock::acquire`] and [`Lock::try_acquire`] still report the fault (they
-    /// cannot hand out a guard for a lock nobody holds); [`Lock::run`] runs the body unguarded.
-    pub fn on_backend_error(mut self, policy: OnBackendError) -> Self {
-        self.spec.on_backend_error = Some(policy);
+        self.options.spec.fenced = true;
         self
     }
 
@@ -125,20 +86,10 @@ impl Lock<'_> {
     /// [`CoordError::Reentrant`] if this task already holds it inside a `#[distributed_lock]`
     /// body or [`Lock::run`], [`CoordError::Backend`] on a backend fault.
     pub async fn acquire(self) -> Result<LockGuard, CoordError> {
-        let defaults = self.coordinator.configured_defaults();
-        let Ok(profile) = settings::find_profile(self.coordinator, self.profile.as_deref()) else {
-            return Err(CoordError::UnknownProfile {
-                profile: self.profile.unwrap_or_default(),
-                key: self.key,
-            });
-        };
-        let mut spec = if profile.is_some() || defaults.is_some() {
-            settings::lock(&self.spec, profile, defaults)
-        } else {
-            self.spec
-        };
         // A guard stands for a held lock: a fault is always reported here.
-        spec.on_backend_error = Some(OnBackendError::FailClosed);
+        let spec = self
+            .options
+            .guard_spec(self.coordinator, || self.key.clone())?;
         match acquire_lock(self.coordinator, &self.key, &spec).await {
             Acquired::Granted(grant) => Ok(LockGuard::new(
                 self.coordinator,
@@ -172,16 +123,7 @@ impl Lock<'_> {
         E: From<CoordError>,
     {
         let op = self.key.operation().unwrap_or("").to_owned();
-        let spec = OpSpec {
-            name: &op,
-            idempotency: None,
-            cache: None,
-            lock: Some(self.spec),
-            telemetry: OpTelemetry::new(),
-            key_prefix: KeyPrefixCache::new(),
-            record_key: false,
-            profile: self.profile.as_deref(),
-        };
+        let spec = self.options.op_spec(&op);
         let call = Call::with_key(&spec, self.coordinator, self.key);
         call.run(crate::runtime::lock::distributed_lock(
             &call,

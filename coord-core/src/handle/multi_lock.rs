@@ -2,18 +2,14 @@
 //! time.
 
 use std::future::Future;
-use std::time::Duration;
 
 use crate::error::CoordError;
-use crate::policy::{OnBackendError, OnLost};
 use crate::provider::CallKey;
 use crate::runtime::call::Call;
 use crate::runtime::multi_lock::{MultiAcquired, MultiLockGuard, acquire_multi};
-use crate::runtime::settings;
-use crate::runtime::spec::KeyPrefixCache;
-use crate::runtime::spec::{LockSpec, OpSpec, Written};
+
+use super::lock_options::LockOptions;
 use crate::runtime::state::Coordinator;
-use crate::telemetry::OpTelemetry;
 
 /// A lock of several keys at once, configured at run time: from [`Coordinator::multi_lock`].
 ///
@@ -61,8 +57,7 @@ use crate::telemetry::OpTelemetry;
 pub struct MultiLock<'c> {
     coordinator: &'c Coordinator,
     keys: Vec<CallKey>,
-    spec: LockSpec,
-    profile: Option<String>,
+    options: LockOptions,
 }
 
 impl Coordinator {
@@ -72,65 +67,32 @@ impl Coordinator {
         MultiLock {
             coordinator: self,
             keys: keys.into_iter().collect(),
-            spec: LockSpec {
-                lease: Duration::from_secs(30),
-                wait: Duration::ZERO,
-                fenced: true,
-                permits: 0,
-                rw: None,
-                on_backend_error: None,
-                renew: None,
-                on_lost: None,
-                replica_acks: None,
-                written: Written::NONE,
-            },
-            profile: None,
+            options: LockOptions::new(true, 0),
         }
     }
 }
 
 impl MultiLock<'_> {
-    /// How long each key is held if its holder dies (never released, never renewed).
-    /// Default 30 s.
-    pub fn lease(mut self, lease: Duration) -> Self {
-        self.spec.lease = lease;
-        self.spec.written = self.spec.written.with(Written::LEASE);
-        self
-    }
-
-    /// How long to wait, in all, for keys held by others. Default zero (one attempt per key).
-    pub fn wait(mut self, wait: Duration) -> Self {
-        self.spec.wait = wait;
-        self.spec.written = self.spec.written.with(Written::WAIT);
-        self
-    }
-
-    /// Renews every key this often while they are held; a renewal that finds a key gone, or a
-    /// whole lease without a confirmed renewal of it, marks the guard lost
-    /// ([`MultiLockGuard::lost`]; with [`MultiLock::run`], the body is cancelled). Renewal
-    /// stops when the keys are released.
-    pub fn renew(mut self, every: Duration) -> Self {
-        self.spec.renew = Some(every);
-        self.spec.on_lost.get_or_insert(OnLost::Cancel);
-        self.spec.written = self.spec.written.with(Written::RENEW);
-        self
-    }
-
-    replica_acks_setters!("each grant (of every key) and renewal of this lock");
-
-    /// Takes durations and the backend-fault policy from the coordinator's profile `name`, as
-    /// [`Lock::profile`](crate::handle::Lock::profile) does.
-    pub fn profile(mut self, name: impl Into<String>) -> Self {
-        self.profile = Some(name.into());
-        self
-    }
-
-    /// What to do when the backend fails. Default: the coordinator's policy. As for locks,
-    /// `acquire` and `try_acquire` always report a fault; [`MultiLock::run`] under `FailOpen`
-    /// runs the body without the locks (whatever was taken is released first).
-    pub fn on_backend_error(mut self, policy: OnBackendError) -> Self {
-        self.spec.on_backend_error = Some(policy);
-        self
+    lock_kind_setters! {
+        /// How long each key is held if its holder dies (never released, never renewed).
+        /// Default 30 s.
+        lease;
+        /// How long to wait, in all, for keys held by others. Default zero (one attempt per
+        /// key).
+        wait;
+        /// Renews every key this often while they are held; a renewal that finds a key gone,
+        /// or a whole lease without a confirmed renewal of it, marks the guard lost
+        /// ([`MultiLockGuard::lost`]; with [`MultiLock::run`], the body is cancelled). Renewal
+        /// stops when the keys are released.
+        renew;
+        replica_acks: "each grant (of every key) and renewal of this lock";
+        /// Takes durations and the backend-fault policy from the coordinator's profile `name`,
+        /// as [`Lock::profile`](crate::handle::Lock::profile) does.
+        profile;
+        /// What to do when the backend fails. Default: the coordinator's policy. As for locks,
+        /// `acquire` and `try_acquire` always report a fault; [`MultiLock::run`] under
+        /// `FailOpen` runs the body without the locks (whatever was taken is released first).
+        on_backend_error;
     }
 
     /// Takes every key, waiting up to `wait` in all: [`CoordError::LockNotAcquired`] if some
@@ -138,22 +100,12 @@ impl MultiLock<'_> {
     /// holds one of the keys inside a `#[distributed_lock]` body, [`CoordError::Backend`] on a
     /// backend fault or an empty list of keys.
     pub async fn acquire(self) -> Result<MultiLockGuard, CoordError> {
-        let defaults = self.coordinator.configured_defaults();
-        let Ok(profile) = settings::find_profile(self.coordinator, self.profile.as_deref()) else {
-            return Err(CoordError::UnknownProfile {
-                profile: self.profile.unwrap_or_default(),
-                key: self.keys.into_iter().next().unwrap_or_else(|| {
-                    CallKey::builder(self.coordinator.namespace(), "multi_lock").finish()
-                }),
-            });
-        };
-        let mut spec = if profile.is_some() || defaults.is_some() {
-            settings::lock(&self.spec, profile, defaults)
-        } else {
-            self.spec
-        };
         // A guard stands for held locks: a fault is always reported here.
-        spec.on_backend_error = Some(OnBackendError::FailClosed);
+        let spec = self.options.guard_spec(self.coordinator, || {
+            self.keys.first().cloned().unwrap_or_else(|| {
+                CallKey::builder(self.coordinator.namespace(), "multi_lock").finish()
+            })
+        })?;
         match acquire_multi(
             self.coordinator,
             self.keys,
@@ -196,16 +148,7 @@ impl MultiLock<'_> {
             )));
         };
         let op = first.operation().unwrap_or("").to_owned();
-        let spec = OpSpec {
-            name: &op,
-            idempotency: None,
-            cache: None,
-            lock: Some(self.spec),
-            telemetry: OpTelemetry::new(),
-            key_prefix: KeyPrefixCache::new(),
-            record_key: false,
-            profile: self.profile.as_deref(),
-        };
+        let spec = self.options.op_spec(&op);
         let call = Call::with_key(&spec, self.coordinator, first.clone());
         call.run(crate::runtime::multi_lock::distributed_multi_lock(
             &call,

@@ -4,15 +4,12 @@ use std::future::Future;
 use std::time::Duration;
 
 use crate::error::CoordError;
-use crate::policy::{OnBackendError, OnLost};
 use crate::provider::{CallKey, FencingToken, LossCause, RwMode};
 use crate::runtime::call::Call;
 use crate::runtime::lock::{Acquired, LockGuard, acquire_lock};
-use crate::runtime::settings;
-use crate::runtime::spec::KeyPrefixCache;
-use crate::runtime::spec::{LockSpec, OpSpec, Written};
+
+use super::lock_options::LockOptions;
 use crate::runtime::state::Coordinator;
-use crate::telemetry::OpTelemetry;
 
 /// A read-write lock configured at run time: from [`Coordinator::rw_lock`].
 ///
@@ -63,8 +60,7 @@ use crate::telemetry::OpTelemetry;
 pub struct RwLock<'c> {
     coordinator: &'c Coordinator,
     key: CallKey,
-    spec: LockSpec,
-    profile: Option<String>,
+    options: LockOptions,
 }
 
 impl Coordinator {
@@ -74,82 +70,39 @@ impl Coordinator {
         RwLock {
             coordinator: self,
             key,
-            spec: LockSpec {
-                lease: Duration::from_secs(30),
-                wait: Duration::ZERO,
-                fenced: true,
-                permits: 0,
-                rw: None,
-                on_backend_error: None,
-                renew: None,
-                on_lost: None,
-                replica_acks: None,
-                written: Written::NONE,
-            },
-            profile: None,
+            options: LockOptions::new(true, 0),
         }
     }
 }
 
 impl RwLock<'_> {
-    /// How long a hold lasts if its holder dies (never released, never renewed).
-    /// Default 30 s.
-    pub fn lease(mut self, lease: Duration) -> Self {
-        self.spec.lease = lease;
-        self.spec.written = self.spec.written.with(Written::LEASE);
-        self
-    }
-
-    /// How long to wait while the hold cannot be granted. Default zero (one attempt; a
-    /// writer's single attempt leaves no claim, so it never holds readers back).
-    pub fn wait(mut self, wait: Duration) -> Self {
-        self.spec.wait = wait;
-        self.spec.written = self.spec.written.with(Written::WAIT);
-        self
-    }
-
-    /// Renews the hold this often while it is held; a renewal that finds it gone, or a whole
-    /// lease without a confirmed renewal, marks it lost ([`RwLockGuard::lost`]; with the
-    /// `run_*` methods, the body is cancelled). Renewal stops before the hold is released.
-    pub fn renew(mut self, every: Duration) -> Self {
-        self.spec.renew = Some(every);
-        self.spec.on_lost.get_or_insert(OnLost::Cancel);
-        self.spec.written = self.spec.written.with(Written::RENEW);
-        self
-    }
-
-    replica_acks_setters!("each grant and renewal of this hold");
-
-    /// Takes durations and the backend-fault policy from the coordinator's profile `name`, as
-    /// [`Lock::profile`](crate::handle::Lock::profile) does.
-    pub fn profile(mut self, name: impl Into<String>) -> Self {
-        self.profile = Some(name.into());
-        self
-    }
-
-    /// What to do when the backend fails. Default: the coordinator's policy. `read`, `write`
-    /// and their `try_` forms always report a fault; the `run_*` methods under `FailOpen` run
-    /// the body without a hold.
-    pub fn on_backend_error(mut self, policy: OnBackendError) -> Self {
-        self.spec.on_backend_error = Some(policy);
-        self
+    lock_kind_setters! {
+        /// How long a hold lasts if its holder dies (never released, never renewed).
+        /// Default 30 s.
+        lease;
+        /// How long to wait while the hold cannot be granted. Default zero (one attempt; a
+        /// writer's single attempt leaves no claim, so it never holds readers back).
+        wait;
+        /// Renews the hold this often while it is held; a renewal that finds it gone, or a
+        /// whole lease without a confirmed renewal, marks it lost ([`RwLockGuard::lost`]; with
+        /// the `run_*` methods, the body is cancelled). Renewal stops before the hold is
+        /// released.
+        renew;
+        replica_acks: "each grant and renewal of this hold";
+        /// Takes durations and the backend-fault policy from the coordinator's profile `name`,
+        /// as [`Lock::profile`](crate::handle::Lock::profile) does.
+        profile;
+        /// What to do when the backend fails. Default: the coordinator's policy. `read`,
+        /// `write` and their `try_` forms always report a fault; the `run_*` methods under
+        /// `FailOpen` run the body without a hold.
+        on_backend_error;
     }
 
     async fn acquire(mut self, mode: RwMode) -> Result<RwLockGuard, CoordError> {
-        self.spec.rw = Some(mode);
-        let defaults = self.coordinator.configured_defaults();
-        let Ok(profile) = settings::find_profile(self.coordinator, self.profile.as_deref()) else {
-            return Err(CoordError::UnknownProfile {
-                profile: self.profile.unwrap_or_default(),
-                key: self.key,
-            });
-        };
-        let mut spec = if profile.is_some() || defaults.is_some() {
-            settings::lock(&self.spec, profile, defaults)
-        } else {
-            self.spec
-        };
-        spec.on_backend_error = Some(OnBackendError::FailClosed);
+        self.options.spec.rw = Some(mode);
+        let spec = self
+            .options
+            .guard_spec(self.coordinator, || self.key.clone())?;
         match acquire_lock(self.coordinator, &self.key, &spec).await {
             Acquired::Granted(grant) => Ok(RwLockGuard {
                 guard: LockGuard::new(
@@ -219,18 +172,9 @@ impl RwLock<'_> {
         Fut: Future<Output = Result<T, E>>,
         E: From<CoordError>,
     {
-        self.spec.rw = Some(mode);
+        self.options.spec.rw = Some(mode);
         let op = self.key.operation().unwrap_or("").to_owned();
-        let spec = OpSpec {
-            name: &op,
-            idempotency: None,
-            cache: None,
-            lock: Some(self.spec),
-            telemetry: OpTelemetry::new(),
-            key_prefix: KeyPrefixCache::new(),
-            record_key: false,
-            profile: self.profile.as_deref(),
-        };
+        let spec = self.options.op_spec(&op);
         let call = Call::with_key(&spec, self.coordinator, self.key);
         call.run(crate::runtime::lock::distributed_lock(
             &call,

@@ -5,15 +5,12 @@ use std::future::Future;
 use std::time::Duration;
 
 use crate::error::CoordError;
-use crate::policy::{OnBackendError, OnLost};
 use crate::provider::{BackendError, BackendErrorKind, CallKey, FencingToken, LossCause};
 use crate::runtime::call::Call;
 use crate::runtime::lock::{Acquired, LockGuard, acquire_lock};
-use crate::runtime::settings;
-use crate::runtime::spec::KeyPrefixCache;
-use crate::runtime::spec::{LockSpec, OpSpec, Written};
+
+use super::lock_options::LockOptions;
 use crate::runtime::state::Coordinator;
-use crate::telemetry::OpTelemetry;
 
 /// A counting semaphore configured at run time: from [`Coordinator::semaphore`].
 ///
@@ -57,8 +54,7 @@ use crate::telemetry::OpTelemetry;
 pub struct Semaphore<'c> {
     coordinator: &'c Coordinator,
     key: CallKey,
-    spec: LockSpec,
-    profile: Option<String>,
+    options: LockOptions,
 }
 
 impl Coordinator {
@@ -68,69 +64,36 @@ impl Coordinator {
         Semaphore {
             coordinator: self,
             key,
-            spec: LockSpec {
-                lease: Duration::from_secs(30),
-                wait: Duration::ZERO,
-                fenced: true,
-                permits,
-                rw: None,
-                on_backend_error: None,
-                renew: None,
-                on_lost: None,
-                replica_acks: None,
-                written: Written::NONE,
-            },
-            profile: None,
+            options: LockOptions::new(true, permits),
         }
     }
 }
 
 impl Semaphore<'_> {
-    /// How long a permit is held if its holder dies (never released, never renewed).
-    /// Default 30 s.
-    pub fn lease(mut self, lease: Duration) -> Self {
-        self.spec.lease = lease;
-        self.spec.written = self.spec.written.with(Written::LEASE);
-        self
-    }
-
-    /// How long to wait while every permit is held. Default zero (one attempt).
-    pub fn wait(mut self, wait: Duration) -> Self {
-        self.spec.wait = wait;
-        self.spec.written = self.spec.written.with(Written::WAIT);
-        self
-    }
-
-    /// Renews the permit this often while it is held; a renewal that finds it gone, or a whole
-    /// lease without a confirmed renewal, marks it lost ([`PermitGuard::lost`]; with
-    /// [`Semaphore::run`], the body is cancelled). Renewal stops when the permit is released.
-    pub fn renew(mut self, every: Duration) -> Self {
-        self.spec.renew = Some(every);
-        self.spec.on_lost.get_or_insert(OnLost::Cancel);
-        self.spec.written = self.spec.written.with(Written::RENEW);
-        self
-    }
-
-    replica_acks_setters!("each grant and renewal of this permit");
-
-    /// Takes durations and the backend-fault policy from the coordinator's profile `name`, as
-    /// [`Lock::profile`](crate::handle::Lock::profile) does.
-    pub fn profile(mut self, name: impl Into<String>) -> Self {
-        self.profile = Some(name.into());
-        self
-    }
-
-    /// What to do when the backend fails. Default: the coordinator's policy. As for locks,
-    /// `acquire` and `try_acquire` always report a fault; [`Semaphore::run`] under `FailOpen`
-    /// runs the body without a permit.
-    pub fn on_backend_error(mut self, policy: OnBackendError) -> Self {
-        self.spec.on_backend_error = Some(policy);
-        self
+    lock_kind_setters! {
+        /// How long a permit is held if its holder dies (never released, never renewed).
+        /// Default 30 s.
+        lease;
+        /// How long to wait while every permit is held. Default zero (one attempt).
+        wait;
+        /// Renews the permit this often while it is held; a renewal that finds it gone, or a
+        /// whole lease without a confirmed renewal, marks it lost ([`PermitGuard::lost`]; with
+        /// [`Semaphore::run`], the body is cancelled). Renewal stops when the permit is
+        /// released.
+        renew;
+        replica_acks: "each grant and renewal of this permit";
+        /// Takes durations and the backend-fault policy from the coordinator's profile `name`,
+        /// as [`Lock::profile`](crate::handle::Lock::profile) does.
+        profile;
+        /// What to do when the backend fails. Default: the coordinator's policy. As for locks,
+        /// `acquire` and `try_acquire` always report a fault; [`Semaphore::run`] under
+        /// `FailOpen` runs the body without a permit.
+        on_backend_error;
     }
 
     /// Zero permits is refused before anything runs.
     fn checked(&self) -> Result<(), CoordError> {
-        if self.spec.permits == 0 {
+        if self.options.spec.permits == 0 {
             return Err(CoordError::Backend(
                 BackendError::new(
                     BackendErrorKind::Config,
@@ -149,19 +112,9 @@ impl Semaphore<'_> {
     /// on a backend fault.
     pub async fn acquire(self) -> Result<PermitGuard, CoordError> {
         self.checked()?;
-        let defaults = self.coordinator.configured_defaults();
-        let Ok(profile) = settings::find_profile(self.coordinator, self.profile.as_deref()) else {
-            return Err(CoordError::UnknownProfile {
-                profile: self.profile.unwrap_or_default(),
-                key: self.key,
-            });
-        };
-        let mut spec = if profile.is_some() || defaults.is_some() {
-            settings::lock(&self.spec, profile, defaults)
-        } else {
-            self.spec
-        };
-        spec.on_backend_error = Some(OnBackendError::FailClosed);
+        let spec = self
+            .options
+            .guard_spec(self.coordinator, || self.key.clone())?;
         match acquire_lock(self.coordinator, &self.key, &spec).await {
             Acquired::Granted(grant) => Ok(PermitGuard(LockGuard::new(
                 self.coordinator,
@@ -194,16 +147,7 @@ impl Semaphore<'_> {
             return Err(E::from(err));
         }
         let op = self.key.operation().unwrap_or("").to_owned();
-        let spec = OpSpec {
-            name: &op,
-            idempotency: None,
-            cache: None,
-            lock: Some(self.spec),
-            telemetry: OpTelemetry::new(),
-            key_prefix: KeyPrefixCache::new(),
-            record_key: false,
-            profile: self.profile.as_deref(),
-        };
+        let spec = self.options.op_spec(&op);
         let call = Call::with_key(&spec, self.coordinator, self.key);
         call.run(crate::runtime::lock::distributed_lock(
             &call,

@@ -300,10 +300,21 @@ impl<'c> Call<'c> {
         self.span_record("coord.loss_cause", cause.as_str());
     }
 
-    /// Records in the report that the lock was lost (or its lease ran out) before the body
-    /// returned.
+    /// Records that the lock was lost (or its lease ran out) before the body returned: the
+    /// cause on the span, as [`Call::record_loss`] does, and in the report.
     pub(crate) fn record_lock_lost(&self, cause: crate::provider::LossCause) {
+        self.record_loss(cause);
         self.report(|r| r.lock_lost = Some(cause));
+    }
+
+    /// Records a lock refused with `err`: the outcome, the error's class, and, when the lock
+    /// stayed held for all of `wait`, how long the call waited.
+    pub(crate) fn record_lock_refused(&self, err: &CoordError, outcome: LockOutcome) {
+        if let CoordError::LockNotAcquired { waited, .. } = err {
+            self.record_lock_wait(Elapsed::Known(*waited));
+        }
+        self.record_lock(outcome, None);
+        self.record_error(err);
     }
 
     /// Records the class of error a call answers with (OpenTelemetry's `error.type`).

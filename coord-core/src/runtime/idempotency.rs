@@ -24,7 +24,7 @@ use crate::runtime::call::{Call, replica_acks_refused};
 use crate::runtime::detach::DetachOnDrop;
 use crate::runtime::lease_guard::{LeaseGuard, LeaseStore};
 use crate::runtime::outcome::GuardedResult;
-use crate::runtime::renewal::{Hold, HoldKind, Registration, Renewer, lease_checked};
+use crate::runtime::renewal::{Hold, HoldKind, HoldTerms, Registration, Renewer, lease_checked};
 use crate::runtime::spec::IdempotencySpec;
 
 /// The one place fingerprints are compared. A record stored without a fingerprint (the
@@ -154,16 +154,16 @@ where
 
     // The marker as a lease: renewed while the body runs when asked, and while completion
     // retries in any case; its local end bounds how long completion keeps trying.
-    let hold = Hold::new(
-        HoldKind::Marker,
-        call.key.clone(),
+    let hold = Hold::new(HoldTerms {
+        kind: HoldKind::Marker,
+        key: call.key.clone(),
         owner,
-        spec.in_flight_lease,
-        claimed_at,
-        None,
-        None,
-        spec.replica_acks,
-    );
+        lease: spec.in_flight_lease,
+        acquired_at: claimed_at,
+        fencing_token: None,
+        outer: None,
+        replica_acks: spec.replica_acks,
+    });
     // Listed for shutdown's report while the body runs and its outcome is stored.
     let _registered = call.coordinator.lifecycle().register_marker(hold.clone());
     // Clears the marker if the call stops before settling it (cancelled or panicked), so

@@ -42,7 +42,7 @@ use crate::runtime::held;
 use crate::runtime::lease_guard::{LeaseGuard, LeaseStore};
 use crate::runtime::lock::{Grant, LockGuard};
 use crate::runtime::outcome::GuardedResult;
-use crate::runtime::renewal::{Hold, HoldKind};
+use crate::runtime::renewal::{Hold, HoldKind, HoldTerms};
 use crate::runtime::spec::LockSpec;
 use crate::runtime::state::Coordinator;
 
@@ -184,16 +184,16 @@ pub(crate) async fn acquire_multi(
         lease_from,
     } in taken
     {
-        let hold = Hold::new(
-            HoldKind::Lock,
+        let hold = Hold::new(HoldTerms {
+            kind: HoldKind::Lock,
             key,
             owner,
-            spec.lease,
-            lease_from,
-            Some(token),
-            chain.take(),
-            spec.replica_acks,
-        );
+            lease: spec.lease,
+            acquired_at: lease_from,
+            fencing_token: Some(token),
+            outer: chain.take(),
+            replica_acks: spec.replica_acks,
+        });
         chain = Some(hold.clone());
         let grant = Grant::of_hold(
             coordinator,
@@ -549,7 +549,6 @@ where
             // The owner-checked releases of the other keys finish in the background.
             drop(guard);
             call.record_lock(LockOutcome::Lost, None);
-            call.record_loss(cause);
             call.record_lock_lost(cause);
             R::from_coord_error(CoordError::LockLost {
                 key,

@@ -86,19 +86,35 @@ pub(crate) struct Hold {
     replica_acks: Option<ReplicaAcks>,
 }
 
+/// What a hold is made with, each part named at the call sites: every field of a hold but its
+/// state is fixed when it is made.
+pub(crate) struct HoldTerms {
+    pub(crate) kind: HoldKind,
+    pub(crate) key: CallKey,
+    pub(crate) owner: OwnerToken,
+    pub(crate) lease: Duration,
+    /// When the lease began, by the local clock.
+    pub(crate) acquired_at: Instant,
+    pub(crate) fencing_token: Option<FencingToken>,
+    /// The task's innermost hold when this one was taken (locks only).
+    pub(crate) outer: Option<Arc<Hold>>,
+    pub(crate) replica_acks: Option<ReplicaAcks>,
+}
+
 impl Hold {
-    // Every field of a hold is fixed when it is made; the four call sites name each one.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn new(
-        kind: HoldKind,
-        key: CallKey,
-        owner: OwnerToken,
-        lease: Duration,
-        acquired_at: Instant,
-        fencing_token: Option<FencingToken>,
-        outer: Option<Arc<Hold>>,
-        replica_acks: Option<ReplicaAcks>,
-    ) -> Arc<Hold> {
+    // Inlined so that the terms are written straight into the new hold, not moved twice.
+    #[inline]
+    pub(crate) fn new(terms: HoldTerms) -> Arc<Hold> {
+        let HoldTerms {
+            kind,
+            key,
+            owner,
+            lease,
+            acquired_at,
+            fencing_token,
+            outer,
+            replica_acks,
+        } = terms;
         Arc::new(Hold {
             kind,
             key,

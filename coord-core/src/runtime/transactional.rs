@@ -28,7 +28,7 @@ use crate::runtime::call::Call;
 use crate::runtime::idempotency::{Admission, abandon_marker, admit, run_marked};
 use crate::runtime::lifecycle::Registered;
 use crate::runtime::outcome::GuardedResult;
-use crate::runtime::renewal::{Hold, HoldKind, Registration};
+use crate::runtime::renewal::{Hold, HoldKind, HoldTerms, Registration};
 
 /// What a transactional call does after its claim.
 pub enum TransactionalStep<R> {
@@ -108,16 +108,16 @@ where
         } => (owner, claimed_at, fingerprint),
     };
     let spec = call.idempotency.as_ref().expect("admitted with a spec");
-    let hold = Hold::new(
-        HoldKind::Marker,
-        call.key.clone(),
+    let hold = Hold::new(HoldTerms {
+        kind: HoldKind::Marker,
+        key: call.key.clone(),
         owner,
-        spec.in_flight_lease,
-        claimed_at,
-        None,
-        None,
-        spec.replica_acks,
-    );
+        lease: spec.in_flight_lease,
+        acquired_at: claimed_at,
+        fencing_token: None,
+        outer: None,
+        replica_acks: spec.replica_acks,
+    });
     let registered = call.coordinator.lifecycle().register_marker(hold.clone());
     let renewal = spec
         .renew

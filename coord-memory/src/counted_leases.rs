@@ -8,7 +8,6 @@
 //! writer and its claim) stays with each kind.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use dashmap::DashMap;
@@ -19,6 +18,7 @@ use tokio::time::Instant;
 use coord_contract::{FencingToken, HoldInfo, LossCause, OwnerToken, RenewOutcome};
 
 use crate::deadline_after;
+use crate::fence::Fence;
 
 /// One hold: its owner, when its lease ends, and its fencing token.
 #[derive(Debug, Clone, Copy)]
@@ -122,17 +122,6 @@ pub(crate) struct Granted {
     pub(crate) contended: bool,
     /// When the lease began (the table's clock).
     pub(crate) lease_began: Instant,
-}
-
-/// The fencing counter of one table: tokens increase strictly across all its keys.
-#[derive(Default)]
-pub(crate) struct Fence(AtomicU64);
-
-impl Fence {
-    /// The next token.
-    pub(crate) fn mint(&self) -> FencingToken {
-        FencingToken::new(self.0.fetch_add(1, Ordering::Relaxed).saturating_add(1))
-    }
 }
 
 /// Keys to their leased holds, with one fencing counter.

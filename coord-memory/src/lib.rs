@@ -66,6 +66,7 @@
 //! [`BackendErrorKind::Config`]: coord_contract::BackendErrorKind::Config
 
 mod counted_leases;
+mod fence;
 mod flights;
 mod locks;
 mod multi_locks;

@@ -23,8 +23,8 @@ impl LockTable {
     /// [`ForcedRelease::NotHeld`] when nobody held the key (a lapsed entry is cleaned up all the
     /// same); never [`ForcedRelease::RemovedCorrupt`], as nothing but this table writes its
     /// entries. An operator's tool: the holder is not told, and finds out at its next renewal
-    /// or its release, which answer [`LossCause::ForceReleased`] /
-    /// [`ReleaseOutcome::ForceReleased`] for the rest of the released lease plus
+    /// or its release, which answer [`LossCause::ForceReleased`](coord_contract::LossCause::ForceReleased) /
+    /// [`ReleaseOutcome::ForceReleased`](coord_contract::ReleaseOutcome::ForceReleased) for the rest of the released lease plus
     /// [`FORCED_RELEASE_MEMORY`] (the table keeps a marker naming the released owner that
     /// long). The fencing counter is left alone.
     pub fn force_release(&self, key: &str) -> ForcedRelease {

@@ -76,7 +76,7 @@ impl LockProvider for MemoryProvider {
 }
 
 /// Multi-key locks taken in one synchronous pass over the lock table (see
-/// [`LockTable::acquire_all`]).
+/// [`LockTable::acquire_all`](crate::LockTable::acquire_all)).
 impl MultiLockStore for MemoryProvider {
     fn supports_multi_locks(&self) -> bool {
         true

@@ -27,7 +27,8 @@ use syn::{AttrStyle, Attribute, Ident, ItemFn, Signature, Stmt};
 
 use self::call::LayerSpecs;
 use self::function::{Locals, ReturnSite};
-use crate::args::{Args, Errors};
+use crate::args::Args;
+use crate::errors::Errors;
 use crate::fallback;
 use crate::model::Stack;
 use crate::options::Kind;

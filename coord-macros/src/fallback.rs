@@ -6,7 +6,7 @@ use proc_macro2::{Span, TokenStream};
 use quote::{ToTokens, quote};
 use syn::ItemFn;
 
-use crate::args::Errors;
+use crate::errors::Errors;
 use crate::options::Kind;
 
 /// The errors, then the function as the user wrote it (our attributes already removed), so

@@ -48,11 +48,16 @@
 //! so a duration means the same in an attribute and in a configuration file.
 
 mod args;
+mod errors;
 mod expand;
 mod fallback;
 mod model;
 mod multi_lock_model;
 mod options;
+mod parse_key_paths;
+mod parse_value;
+mod suggest;
+mod value;
 
 use proc_macro::TokenStream;
 

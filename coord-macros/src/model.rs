@@ -6,7 +6,8 @@ use syn::ext::IdentExt;
 use syn::spanned::Spanned;
 use syn::{Expr, FnArg, Ident, Pat, Path, Signature, Type};
 
-use crate::args::{self, Args, Errors, KeyPath, Renew, Setting, Value};
+use crate::args::Args;
+use crate::errors::Errors;
 use crate::options::PROFILE;
 use crate::options::{
     self, Abandoned, CACHE_ERR, COORDINATOR, CRATE, FENCED, FINGERPRINT, IN_FLIGHT_LEASE, KEY_FROM,
@@ -16,6 +17,8 @@ use crate::options::{
     TRANSACTION, TTL, WAIT,
 };
 use crate::options::{FLIGHT_LEASE, FLIGHT_SCOPE, FlightScope};
+use crate::suggest;
+use crate::value::{KeyPath, Renew, Setting, Value};
 
 /// `#[single_flight(scope = "cluster")]`: the cluster step after the process flight.
 pub(crate) struct ClusterFlightLayer {
@@ -192,13 +195,13 @@ fn check_paths(paths: &[KeyPath], option: &str, sig: &Signature, errors: &mut Er
                 path.text()
             )
         };
-        if let Some(close) = args::closest(&root, names.iter().map(String::as_str)) {
+        if let Some(close) = suggest::closest(&root, names.iter().map(String::as_str)) {
             message.push_str(&format!("; did you mean `{close}`?"));
         }
         if names.is_empty() {
             message.push_str(&format!("\n`{fn_name}` has no parameter that can be named"));
         } else {
-            message.push_str(&format!("\nparameters: {}", args::list(&names)));
+            message.push_str(&format!("\nparameters: {}", suggest::list(&names)));
         }
         if sig.inputs.len() > params.len() {
             message.push_str(
@@ -327,7 +330,7 @@ impl Stack {
                 // Every key of a multi-key lock is fenced (see `multi_lock_model`).
                 fenced: layer.flag(&FENCED).unwrap_or_default() || each.is_some(),
                 each,
-                // Parsed as a `u32` from 1 up (see `args::parse_permits`).
+                // Parsed as a `u32` from 1 up (see `parse_value::parse_permits`).
                 permits: layer
                     .count(&PERMITS)
                     .and_then(|n| u32::try_from(n).ok())

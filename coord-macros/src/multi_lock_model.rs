@@ -3,8 +3,10 @@
 //! parameter is a collection is checked by the compiler, through the
 //! `coord_core::__private::EachKeyPart` bound the generated code puts on it.
 
-use crate::args::{Args, Errors, KeyPath};
+use crate::args::Args;
+use crate::errors::Errors;
 use crate::options::{FENCED, KEY_FROM, KEY_FROM_EACH, PERMITS};
+use crate::value::KeyPath;
 
 /// The collection parameter of `key_from_each`, if written, checked against the lock's other
 /// options (the caller checks that it names a parameter); every problem is pushed onto

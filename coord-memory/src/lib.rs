@@ -65,6 +65,8 @@
 //! [`CompleteOutcome`]: coord_contract::CompleteOutcome
 //! [`BackendErrorKind::Config`]: coord_contract::BackendErrorKind::Config
 
+mod counted_leases;
+mod fence;
 mod flights;
 mod locks;
 mod multi_locks;

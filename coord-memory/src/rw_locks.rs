@@ -1,28 +1,17 @@
 //! Read-write locks whose holds are leases, for this process.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use dashmap::DashMap;
 use dashmap::mapref::entry::Entry;
-use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use coord_contract::{
-    FencingToken, HoldInfo, LossCause, OwnerToken, ReleaseOutcome, RenewOutcome, RwGrant, RwMode,
-    WriterClaim,
+    HoldInfo, LossCause, OwnerToken, ReleaseOutcome, RenewOutcome, RwGrant, RwMode, WriterClaim,
 };
 
+use crate::counted_leases::{self, CountedEntry, CountedLeases, Lease, Look, Try, Waiters};
 use crate::deadline_after;
-
-/// One hold: its owner, when its lease ends, and its fencing token.
-#[derive(Debug, Clone, Copy)]
-struct Held {
-    owner: OwnerToken,
-    expires_at: Instant,
-    token: FencingToken,
-}
 
 /// A waiting writer's claim: it keeps new readers out until it ends.
 #[derive(Debug, Clone, Copy)]
@@ -31,24 +20,23 @@ struct Claim {
     ends_at: Instant,
 }
 
-/// The holds of one key, its waiting writer's claim, and what its waiters listen on.
+/// The holds of one key, its waiting writer's claim, and its waiters (woken by released holds
+/// and withdrawn claims).
+#[derive(Default)]
 struct RwEntry {
-    readers: Vec<Held>,
-    writer: Option<Held>,
+    readers: Vec<Lease>,
+    writer: Option<Lease>,
     claim: Option<Claim>,
-    /// Callers waiting on this key; the entry stays while there are any.
-    waiting: usize,
-    /// Released holds and withdrawn claims are announced here (every waiter looks again).
-    freed: Arc<Notify>,
+    waiters: Waiters,
 }
 
 impl RwEntry {
     /// Forgets every hold and claim that ended by `now`; true if any did.
     fn drop_expired(&mut self, now: Instant) -> bool {
         let before = self.readers.len();
-        self.readers.retain(|r| r.expires_at > now);
+        self.readers.retain(|r| r.is_live(now));
         let mut dropped = self.readers.len() < before;
-        if self.writer.is_some_and(|w| w.expires_at <= now) {
+        if self.writer.is_some_and(|w| !w.is_live(now)) {
             self.writer = None;
             dropped = true;
         }
@@ -58,12 +46,26 @@ impl RwEntry {
         }
         dropped
     }
+}
+
+impl CountedEntry for RwEntry {
+    fn waiters(&mut self) -> &mut Waiters {
+        &mut self.waiters
+    }
 
     fn is_unused(&self) -> bool {
         self.readers.is_empty()
             && self.writer.is_none()
             && self.claim.is_none()
-            && self.waiting == 0
+            && self.waiters.waiting == 0
+    }
+
+    /// A waiter that leaves withdraws its claim, waking the readers it held back.
+    fn waiter_left(&mut self, owner: OwnerToken) {
+        if self.claim.is_some_and(|c| c.owner == owner) {
+            self.claim = None;
+            self.waiters.freed.notify_waiters();
+        }
     }
 }
 
@@ -97,46 +99,14 @@ pub struct RwView {
 /// Time is tokio's clock, so tests can pause and advance it.
 #[derive(Default)]
 pub struct RwLockTable {
-    entries: DashMap<Arc<str>, RwEntry>,
-    fence: AtomicU64,
+    leases: CountedLeases<RwEntry>,
 }
 
 impl std::fmt::Debug for RwLockTable {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RwLockTable")
-            .field("keys", &self.entries.len())
+            .field("keys", &self.leases.entries().len())
             .finish()
-    }
-}
-
-/// What one attempt found.
-enum Try {
-    Granted(FencingToken),
-    /// Not now: look again at this instant at the latest, or when this wakes.
-    Blocked(Instant, Arc<Notify>),
-}
-
-/// Counts a waiter in its entry while it waits; when it leaves, withdraws its claim (waking
-/// the readers it held back) and removes an entry nobody needs any more.
-struct Waiting<'a> {
-    table: &'a RwLockTable,
-    key: &'a str,
-    owner: OwnerToken,
-}
-
-impl Drop for Waiting<'_> {
-    fn drop(&mut self) {
-        if let Entry::Occupied(mut slot) = self.table.entries.entry(Arc::from(self.key)) {
-            let entry = slot.get_mut();
-            entry.waiting = entry.waiting.saturating_sub(1);
-            if entry.claim.is_some_and(|c| c.owner == self.owner) {
-                entry.claim = None;
-                entry.freed.notify_waiters();
-            }
-            if entry.is_unused() {
-                slot.remove();
-            }
-        }
     }
 }
 
@@ -148,21 +118,21 @@ impl RwLockTable {
 
     /// How many keys have holds, a claim or waiters (ended ones not yet removed count).
     pub fn len(&self) -> usize {
-        self.entries.len()
+        self.leases.entries().len()
     }
 
     /// True when no key has holds, claims or waiters.
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.leases.entries().is_empty()
     }
 
     /// The live read holds and whether a live write hold exists, for `key` now.
     pub fn held(&self, key: &str) -> (usize, bool) {
         let now = Instant::now();
-        self.entries.get(key).map_or((0, false), |e| {
+        self.leases.entries().get(key).map_or((0, false), |e| {
             (
-                e.readers.iter().filter(|r| r.expires_at > now).count(),
-                e.writer.is_some_and(|w| w.expires_at > now),
+                e.readers.iter().filter(|r| r.is_live(now)).count(),
+                e.writer.is_some_and(|w| w.is_live(now)),
             )
         })
     }
@@ -172,139 +142,93 @@ impl RwLockTable {
     /// only.
     pub fn inspect(&self, key: &str) -> RwView {
         let now = Instant::now();
-        let Some(entry) = self.entries.get(key) else {
+        let Some(entry) = self.leases.entries().get(key) else {
             return RwView::default();
         };
-        let hold = |h: &Held| {
-            HoldInfo::new(
-                h.owner,
-                h.expires_at.saturating_duration_since(now),
-                Some(h.token),
-            )
-        };
-        let mut readers: Vec<&Held> = entry
-            .readers
-            .iter()
-            .filter(|r| r.expires_at > now)
-            .collect();
-        readers.sort_by_key(|r| r.expires_at);
         RwView {
-            readers: readers.into_iter().map(hold).collect(),
-            writer: entry
-                .writer
-                .filter(|w| w.expires_at > now)
-                .as_ref()
-                .map(hold),
+            readers: counted_leases::live_infos(entry.readers.iter(), now),
+            writer: entry.writer.filter(|w| w.is_live(now)).map(|w| w.info(now)),
             claim: entry
                 .claim
                 .filter(|c| c.ends_at > now)
                 .map(|c| WriterClaim::new(c.owner, c.ends_at.saturating_duration_since(now))),
-            waiting: entry.waiting,
+            waiting: entry.waiters.waiting,
         }
     }
 
-    fn mint(&self) -> FencingToken {
-        FencingToken::new(self.fence.fetch_add(1, Ordering::Relaxed).saturating_add(1))
-    }
-
-    /// One attempt. `waiter` says whether the caller waits if refused (then a writer leaves
-    /// or re-asserts its claim) and whether it is counted among the key's waiters yet.
-    fn attempt(
-        &self,
-        key: &str,
-        owner: OwnerToken,
-        mode: RwMode,
-        terms: Terms,
-        waiter: Waiter,
-    ) -> Try {
+    /// One attempt, as [`CountedLeases::attempt`] runs it. A refused caller that waits (see
+    /// `look`) leaves or re-asserts its claim when it wants to write.
+    fn attempt(&self, key: &str, owner: OwnerToken, mode: RwMode, terms: Terms, look: Look) -> Try {
         let now = Instant::now();
         let lease_end = deadline_after(now, terms.lease);
-        let mut slot = self
-            .entries
-            .entry(Arc::from(key))
-            .or_insert_with(|| RwEntry {
-                readers: Vec::new(),
-                writer: None,
-                claim: None,
-                waiting: 0,
-                freed: Arc::new(Notify::new()),
-            });
-        let entry = slot.value_mut();
-        if entry.drop_expired(now) {
-            entry.freed.notify_waiters();
-        }
-        let granted = match mode {
-            RwMode::Read => {
-                if let Some(mine) = entry.readers.iter_mut().find(|r| r.owner == owner) {
-                    // A resent acquire by the holder: the same hold, its lease renewed.
-                    mine.expires_at = lease_end;
-                    Some(mine.token)
-                } else if entry.writer.is_none() && entry.claim.is_none() {
-                    let token = self.mint();
-                    entry.readers.push(Held {
-                        owner,
-                        expires_at: lease_end,
-                        token,
-                    });
-                    Some(token)
-                } else {
-                    None
-                }
+        self.leases.attempt(key, look, |entry, fence| {
+            if entry.drop_expired(now) {
+                entry.waiters.freed.notify_waiters();
             }
-            RwMode::Write => match &mut entry.writer {
-                Some(mine) if mine.owner == owner => {
-                    mine.expires_at = lease_end;
-                    Some(mine.token)
+            let granted = match mode {
+                RwMode::Read => {
+                    if let Some(mine) = entry.readers.iter_mut().find(|r| r.owner == owner) {
+                        // A resent acquire by the holder: the same hold, its lease renewed.
+                        mine.expires_at = lease_end;
+                        Some(mine.token)
+                    } else if entry.writer.is_none() && entry.claim.is_none() {
+                        let token = fence.mint();
+                        entry.readers.push(Lease {
+                            owner,
+                            expires_at: lease_end,
+                            token,
+                        });
+                        Some(token)
+                    } else {
+                        None
+                    }
                 }
-                Some(_) => None,
-                None if entry.readers.is_empty()
-                    && entry.claim.is_none_or(|c| c.owner == owner) =>
-                {
-                    let token = self.mint();
-                    entry.claim = None;
-                    entry.writer = Some(Held {
-                        owner,
-                        expires_at: lease_end,
-                        token,
-                    });
-                    Some(token)
-                }
-                None => None,
-            },
-        };
-        if let Some(token) = granted {
-            return Try::Granted(token);
-        }
-        let waits = waiter != Waiter::No;
-        if mode == RwMode::Write && waits && entry.claim.is_none_or(|c| c.owner == owner) {
-            entry.claim = Some(Claim {
-                owner,
-                ends_at: deadline_after(now, terms.claim),
-            });
-        }
-        if waiter == Waiter::First {
-            entry.waiting += 1;
-        }
-        // Look again when the first thing in the way ends, and, for a writer holding the
-        // claim, before its claim ends.
-        let mut next = entry
-            .readers
-            .iter()
-            .map(|r| r.expires_at)
-            .chain(entry.writer.map(|w| w.expires_at))
-            .chain(entry.claim.map(|c| c.ends_at))
-            .min()
-            .unwrap_or(now);
-        if entry.claim.is_some_and(|c| c.owner == owner) {
-            next = next.min(deadline_after(now, terms.claim / 2));
-        }
-        let freed = entry.freed.clone();
-        let unused = entry.is_unused();
-        drop(slot);
-        if unused {
-            self.entries.remove_if(key, |_, e| e.is_unused());
-        }
-        Try::Blocked(next, freed)
+                RwMode::Write => match &mut entry.writer {
+                    Some(mine) if mine.owner == owner => {
+                        mine.expires_at = lease_end;
+                        Some(mine.token)
+                    }
+                    Some(_) => None,
+                    None if entry.readers.is_empty()
+                        && entry.claim.is_none_or(|c| c.owner == owner) =>
+                    {
+                        let token = fence.mint();
+                        entry.claim = None;
+                        entry.writer = Some(Lease {
+                            owner,
+                            expires_at: lease_end,
+                            token,
+                        });
+                        Some(token)
+                    }
+                    None => None,
+                },
+            };
+            if let Some(token) = granted {
+                return Ok(token);
+            }
+            if mode == RwMode::Write && look.waits() && entry.claim.is_none_or(|c| c.owner == owner)
+            {
+                entry.claim = Some(Claim {
+                    owner,
+                    ends_at: deadline_after(now, terms.claim),
+                });
+            }
+            // Look again when the first thing in the way ends, and, for a writer holding the
+            // claim, before its claim ends.
+            let mut next = entry
+                .readers
+                .iter()
+                .map(|r| r.expires_at)
+                .chain(entry.writer.map(|w| w.expires_at))
+                .chain(entry.claim.map(|c| c.ends_at))
+                .min()
+                .unwrap_or(now);
+            if entry.claim.is_some_and(|c| c.owner == owner) {
+                next = next.min(deadline_after(now, terms.claim / 2));
+            }
+            Err(next)
+        })
     }
 
     /// Takes a hold of `key` in `mode` for `owner`, waiting up to `wait` (zero: one attempt,
@@ -318,55 +242,18 @@ impl RwLockTable {
         wait: Duration,
         claim: Duration,
     ) -> Option<RwGrant> {
-        let started = Instant::now();
         let terms = Terms { lease, claim };
-        let first = if wait.is_zero() {
-            Waiter::No
-        } else {
-            Waiter::First
-        };
-        let (next, freed) = match self.attempt(key, owner, mode, terms, first) {
-            Try::Granted(token) => {
-                return Some(RwGrant {
-                    fencing_token: token,
-                    contended: false,
-                    lease_began: Some(started),
-                });
-            }
-            Try::Blocked(..) if wait.is_zero() => return None,
-            Try::Blocked(next, freed) => (next, freed),
-        };
-        let _waiting = Waiting {
-            table: self,
-            key,
-            owner,
-        };
-        let deadline = deadline_after(started, wait);
-        let mut next = next;
-        loop {
-            let notified = freed.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            // Look again now that the wake-up is armed: a release in between is not missed.
-            match self.attempt(key, owner, mode, terms, Waiter::Counted) {
-                Try::Granted(token) => {
-                    return Some(RwGrant {
-                        fencing_token: token,
-                        contended: true,
-                        lease_began: Some(Instant::now()),
-                    });
-                }
-                Try::Blocked(again, _) => next = again.min(next.max(Instant::now())),
-            }
-            if Instant::now() >= deadline {
-                return None;
-            }
-            tokio::select! {
-                _ = &mut notified => {}
-                _ = tokio::time::sleep_until(next.min(deadline)) => {}
-            }
-            next = deadline;
-        }
+        let granted = self
+            .leases
+            .acquire(key, owner, wait, |look| {
+                self.attempt(key, owner, mode, terms, look)
+            })
+            .await?;
+        Some(RwGrant {
+            fencing_token: granted.token,
+            contended: granted.contended,
+            lease_began: Some(granted.lease_began),
+        })
     }
 
     /// Frees `owner`'s hold of `key` in `mode`; the other mode's holds are never touched (a
@@ -374,7 +261,7 @@ impl RwLockTable {
     /// answers `NotHeld`.
     pub fn release(&self, key: &str, owner: OwnerToken, mode: RwMode) -> ReleaseOutcome {
         let now = Instant::now();
-        let Entry::Occupied(mut slot) = self.entries.entry(Arc::from(key)) else {
+        let Entry::Occupied(mut slot) = self.leases.entries().entry(Arc::from(key)) else {
             return ReleaseOutcome::NotHeld;
         };
         let entry = slot.get_mut();
@@ -390,11 +277,11 @@ impl RwLockTable {
             },
         };
         let outcome = match mine {
-            Some(hold) if hold.expires_at > now => ReleaseOutcome::Released,
+            Some(hold) if hold.is_live(now) => ReleaseOutcome::Released,
             _ => ReleaseOutcome::NotHeld,
         };
         if entry.drop_expired(now) || mine.is_some() {
-            entry.freed.notify_waiters();
+            entry.waiters.freed.notify_waiters();
         }
         if entry.is_unused() {
             slot.remove();
@@ -412,20 +299,14 @@ impl RwLockTable {
     ) -> RenewOutcome {
         let now = Instant::now();
         let lease_end = deadline_after(now, lease);
-        let Some(mut entry) = self.entries.get_mut(key) else {
+        let Some(mut entry) = self.leases.entries().get_mut(key) else {
             return RenewOutcome::Lost(LossCause::Expired);
         };
         let mine = match mode {
             RwMode::Read => entry.readers.iter_mut().find(|r| r.owner == owner),
             RwMode::Write => entry.writer.as_mut().filter(|w| w.owner == owner),
         };
-        match mine {
-            Some(hold) if hold.expires_at > now => {
-                hold.expires_at = lease_end;
-                RenewOutcome::Renewed
-            }
-            _ => RenewOutcome::Lost(LossCause::Expired),
-        }
+        counted_leases::renew(mine, now, lease_end)
     }
 }
 
@@ -434,17 +315,6 @@ impl RwLockTable {
 struct Terms {
     lease: Duration,
     claim: Duration,
-}
-
-/// Whether an attempt's caller waits if refused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Waiter {
-    /// One attempt only: no claim, not counted.
-    No,
-    /// The first attempt of a waiter: counted from now on.
-    First,
-    /// A later attempt of a waiter, counted already.
-    Counted,
 }
 
 #[cfg(test)]

@@ -9,8 +9,8 @@ use syn::{Expr, Ident, LitStr, Signature};
 
 use super::function::Locals;
 use super::spans::respan;
-use crate::args::KeyPath;
 use crate::model::Stack;
+use crate::value::KeyPath;
 
 /// The layers' parts of the operation's `OpSpec`, each an `Option` of its spec.
 pub(super) struct LayerSpecs {

@@ -7,7 +7,7 @@ use syn::LitStr;
 
 use super::call::borrow_path;
 use super::function::ReturnSite;
-use crate::args::KeyPath;
+use crate::value::KeyPath;
 
 /// The multi-key lock's step around `inner`. The keys are built from a borrow of the
 /// collection before `inner` (which moves the parameters into the body) is evaluated. The

@@ -62,6 +62,7 @@ mod semaphores;
 pub mod time;
 mod tokens;
 mod transactions;
+pub mod waiting;
 
 pub use cache::{CacheEntry, CacheStore};
 pub use call_key::{CallKey, CallKeyBuilder, InvalidCallKey, KeyPrefix};

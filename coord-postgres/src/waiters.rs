@@ -1,5 +1,6 @@
-//! Waiting without polling: one listening connection per provider, fanned out to local
-//! waiter queues, and the one loop every wait runs ([`Hub::wait`]).
+//! PostgreSQL's side of waiting: one listening connection per provider, and its way into the
+//! shared waiter queues and wait loop (`coord_core::provider::waiting`: the queues, the head
+//! that watches, the loop of looks and re-checks), which [`Hub::wait`] runs.
 //!
 //! The listening connection is made the first time something waits, from the provider's
 //! settings but outside its pool (a pooled connection cannot stay in `LISTEN`; through
@@ -13,20 +14,21 @@
 //! notifications sent meanwhile were lost. A waiter also looks again at least every
 //! [`RECHECK_CAP`] (jittered), so a lost notification costs at most that.
 
-use std::collections::hash_map::Entry;
-use std::collections::{HashMap, VecDeque};
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use coord_core::BackendError;
 use coord_core::provider::BackendErrorKind;
-use tokio::sync::{Notify, watch};
+use coord_core::provider::waiting::{self, Queues, Recheck, Ticket, WaitRules, WeakQueues};
+use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_postgres::AsyncMessage;
 
 use crate::connection::{Drivers, Settings, Tls};
+
+pub(crate) use coord_core::provider::waiting::{Cue, Look, Wake};
 
 /// The longest a waiter sleeps before looking again when no notification comes (a lost one,
 /// a holder that crashed and lets its lease run out, a listening connection that dropped).
@@ -45,15 +47,6 @@ pub(crate) struct ListenerSettings {
     pub(crate) drivers: Drivers,
 }
 
-/// How a queue's waiters are woken.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Wake {
-    /// The head of the queue only (lock hand-off).
-    Head,
-    /// Everyone (a settled record, a finished flight).
-    All,
-}
-
 /// The listening connection's state, as waiters see it.
 #[derive(Debug, Clone)]
 enum Listening {
@@ -65,72 +58,13 @@ enum Listening {
     Failed(BackendError),
 }
 
-struct Waiter {
-    id: u64,
-    notify: Notify,
-    /// Set when the wake-up came from a reconnection rather than a notification.
-    resynced: AtomicBool,
-}
-
-/// Why a waiter woke.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Woken {
-    Message,
-    Resync,
-}
-
-struct Queue {
-    waiters: VecDeque<Arc<Waiter>>,
-    wake: Wake,
-}
-
-#[derive(Default)]
-struct Shared {
-    queues: Mutex<HashMap<String, Queue>>,
-    next_id: AtomicU64,
-    connections: AtomicU64,
-}
-
-impl Shared {
-    fn queues(&self) -> std::sync::MutexGuard<'_, HashMap<String, Queue>> {
-        // Every critical section is a single insert, remove or scan: a panic cannot leave
-        // the map inconsistent, so a poisoned lock is still usable.
-        self.queues.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn deliver(&self, payload: &str) {
-        let queues = self.queues();
-        if let Some(queue) = queues.get(payload) {
-            match queue.wake {
-                Wake::Head => {
-                    if let Some(head) = queue.waiters.front() {
-                        head.notify.notify_one();
-                    }
-                }
-                Wake::All => queue.waiters.iter().for_each(|w| w.notify.notify_one()),
-            }
-        }
-    }
-
-    /// Wakes every queue's head (and every waiter of a wake-all queue) to look again.
-    fn resync(&self) {
-        let wake = |w: &Arc<Waiter>| {
-            w.resynced.store(true, Ordering::Relaxed);
-            w.notify.notify_one();
-        };
-        let queues = self.queues();
-        for queue in queues.values() {
-            match queue.wake {
-                Wake::Head => queue.waiters.front().into_iter().for_each(wake),
-                Wake::All => queue.waiters.iter().for_each(wake),
-            }
-        }
-    }
-}
-
-/// The waiter queues of one provider and its listening connection.
+/// The waiter queues of one provider (one per notification payload; the one listening
+/// connection serves them all, so a queue keeps nothing of its own) and its listening
+/// connection.
 pub(crate) struct Hub {
-    shared: Arc<Shared>,
+    queues: Queues<()>,
+    /// How many times the listening connection was made.
+    connections: Arc<AtomicU64>,
     settings: Mutex<Option<ListenerSettings>>,
     state: OnceLock<watch::Receiver<Listening>>,
     timeout: Duration,
@@ -141,7 +75,8 @@ impl Hub {
     /// command timeout) bounds each of its round trips.
     pub(crate) fn new(settings: ListenerSettings, timeout: Duration) -> Hub {
         Hub {
-            shared: Arc::new(Shared::default()),
+            queues: Queues::new(),
+            connections: Arc::new(AtomicU64::new(0)),
             settings: Mutex::new(Some(settings)),
             state: OnceLock::new(),
             timeout,
@@ -150,7 +85,7 @@ impl Hub {
 
     /// How many times the listening connection was made.
     pub(crate) fn connections(&self) -> u64 {
-        self.shared.connections.load(Ordering::Relaxed)
+        self.connections.load(Ordering::Relaxed)
     }
 
     /// The listener's state, starting the listener on first use.
@@ -167,7 +102,8 @@ impl Hub {
                     let drivers = settings.drivers.clone();
                     drivers.spawn(listen(
                         settings,
-                        Arc::downgrade(&self.shared),
+                        self.queues.downgrade(),
+                        self.connections.clone(),
                         tx,
                         self.timeout,
                     ));
@@ -179,31 +115,10 @@ impl Hub {
 
     /// Joins the queue of `payload`, then waits (at most the command timeout) until the
     /// listener has confirmed `LISTEN`, so a notification sent after this returns is seen.
-    async fn join(&self, payload: String, wake: Wake) -> Result<Ticket, BackendError> {
+    async fn join(&self, payload: String, wake: Wake) -> Result<Ticket<()>, BackendError> {
         let mut state = self.state();
-        let waiter = Arc::new(Waiter {
-            id: self.shared.next_id.fetch_add(1, Ordering::Relaxed),
-            notify: Notify::new(),
-            resynced: AtomicBool::new(false),
-        });
-        {
-            let mut queues = self.shared.queues();
-            match queues.entry(payload.clone()) {
-                Entry::Occupied(mut slot) => slot.get_mut().waiters.push_back(waiter.clone()),
-                Entry::Vacant(slot) => {
-                    slot.insert(Queue {
-                        waiters: VecDeque::from([waiter.clone()]),
-                        wake,
-                    });
-                }
-            }
-        }
         // From here on, dropping the ticket takes the waiter out of its queue again.
-        let ticket = Ticket {
-            shared: self.shared.clone(),
-            payload,
-            waiter,
-        };
+        let (ticket, ()) = self.queues.join(payload, wake, |_| (), |_| ());
         let settled = tokio::time::timeout(
             self.timeout,
             state.wait_for(|s| !matches!(s, Listening::Connecting)),
@@ -228,63 +143,48 @@ impl Hub {
             )),
         }
     }
-}
 
-/// A place in a queue. Dropping it leaves the queue.
-struct Ticket {
-    shared: Arc<Shared>,
-    payload: String,
-    waiter: Arc<Waiter>,
-}
-
-impl Ticket {
-    fn is_head(&self) -> bool {
-        let queues = self.shared.queues();
-        queues
-            .get(&self.payload)
-            .and_then(|q| q.waiters.front())
-            .is_some_and(|head| head.id == self.waiter.id)
-    }
-
-    async fn woken(&self) -> Woken {
-        self.waiter.notify.notified().await;
-        if self.waiter.resynced.swap(false, Ordering::Relaxed) {
-            Woken::Resync
-        } else {
-            Woken::Message
-        }
-    }
-}
-
-impl Drop for Ticket {
-    fn drop(&mut self) {
-        let mut queues = self.shared.queues();
-        let Some(queue) = queues.get_mut(&self.payload) else {
-            return;
+    /// Waits on `payload` until `look` answers, or until `deadline` (`None`: no end) passes,
+    /// which answers `timed_out`: the shared loop (`waiting::wait`, whose promises hold here)
+    /// over the listening connection.
+    ///
+    /// PostgreSQL's rules: every waiter looks once when it joins (a hand-off queue's
+    /// followers too, each marking the row it waits on); after a look that did not answer,
+    /// the waiter looks again at the lapse the look named, and at most [`RECHECK_CAP`]
+    /// (jittered) after it, whichever is first (`waiting::recheck_after`); in a hand-off
+    /// queue only its head keeps that timer.
+    pub(crate) async fn wait<T, F, Fut>(
+        &self,
+        payload: String,
+        wake: Wake,
+        deadline: Option<Instant>,
+        timed_out: T,
+        look: F,
+    ) -> Result<T, BackendError>
+    where
+        F: FnMut(Cue) -> Fut,
+        Fut: Future<Output = Result<Look<T>, BackendError>>,
+    {
+        let rules = WaitRules {
+            wake,
+            recheck: Recheck::Capped(RECHECK_CAP),
+            followers_wait_for_head: false,
         };
-        let Some(pos) = queue.waiters.iter().position(|w| w.id == self.waiter.id) else {
-            return;
-        };
-        queue.waiters.remove(pos);
-        if queue.waiters.is_empty() {
-            queues.remove(&self.payload);
-        } else if pos == 0 && queue.wake == Wake::Head {
-            // The watch passes to the next waiter: it looks once and keeps the timer.
-            queue.waiters[0].notify.notify_one();
-        }
+        waiting::wait(self.join(payload, wake), rules, deadline, timed_out, look).await
     }
 }
 
 /// Keeps one listening connection up for as long as the hub exists.
 async fn listen(
     settings: ListenerSettings,
-    shared: Weak<Shared>,
+    queues: WeakQueues<()>,
+    connections: Arc<AtomicU64>,
     state: watch::Sender<Listening>,
     timeout: Duration,
 ) {
     let mut backoff = Duration::from_millis(50);
     loop {
-        let connecting = tokio::time::timeout(timeout, connect(&settings, shared.clone()));
+        let connecting = tokio::time::timeout(timeout, connect(&settings, queues.clone()));
         let outcome = tokio::select! {
             outcome = connecting => outcome,
             () = state.closed() => return,
@@ -313,8 +213,8 @@ async fn listen(
             }
         };
         backoff = Duration::from_millis(50);
-        let Some(live) = shared.upgrade() else { return };
-        live.connections.fetch_add(1, Ordering::Relaxed);
+        let Some(live) = queues.upgrade() else { return };
+        connections.fetch_add(1, Ordering::Relaxed);
         state.send_replace(Listening::Ready);
         // Whatever was notified before `LISTEN` took effect was not seen: look again.
         live.resync();
@@ -338,7 +238,7 @@ async fn listen(
         driver.abort();
         drop(client);
         state.send_replace(Listening::Connecting);
-        if let Some(live) = shared.upgrade() {
+        if let Some(live) = queues.upgrade() {
             // Notifications may be lost until the new connection listens: every waiter looks
             // again now, and keeps its timer.
             live.resync();
@@ -350,7 +250,7 @@ async fn listen(
 /// and sends `LISTEN`.
 async fn connect(
     settings: &ListenerSettings,
-    shared: Weak<Shared>,
+    queues: WeakQueues<()>,
 ) -> Result<(tokio_postgres::Client, tokio::task::JoinHandle<()>), BackendError> {
     let address = &settings.settings.address;
     let what = "making the listening connection";
@@ -363,7 +263,7 @@ async fn connect(
                 .connect(tokio_postgres::NoTls)
                 .await
                 .map_err(failed)?;
-            (client, tokio::spawn(drive(connection, shared)))
+            (client, tokio::spawn(drive(connection, queues)))
         }
         #[cfg(feature = "tls")]
         Tls::Rustls(tls) => {
@@ -373,7 +273,7 @@ async fn connect(
                 .connect(tls.clone())
                 .await
                 .map_err(failed)?;
-            (client, tokio::spawn(drive(connection, shared)))
+            (client, tokio::spawn(drive(connection, queues)))
         }
     };
     match client
@@ -389,142 +289,19 @@ async fn connect(
 }
 
 /// Reads the listening connection until it ends, delivering each notification.
-async fn drive<S, T>(mut connection: tokio_postgres::Connection<S, T>, shared: Weak<Shared>)
+async fn drive<S, T>(mut connection: tokio_postgres::Connection<S, T>, queues: WeakQueues<()>)
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
     T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
     loop {
         match std::future::poll_fn(|cx| connection.poll_message(cx)).await {
-            Some(Ok(AsyncMessage::Notification(note))) => match shared.upgrade() {
-                Some(shared) => shared.deliver(note.payload()),
+            Some(Ok(AsyncMessage::Notification(note))) => match queues.upgrade() {
+                Some(queues) => queues.deliver(note.payload()),
                 None => return,
             },
             Some(Ok(_)) => {}
             Some(Err(_)) | None => return,
         }
-    }
-}
-
-/// What one look at the watched state found.
-#[derive(Debug)]
-pub(crate) enum Look<T> {
-    /// The wait is over, with this answer.
-    Done(T),
-    /// Not yet. `Some(lapse)`: the state ends by itself within `lapse` at the latest (a
-    /// lease's remaining time, measured by the server).
-    Pending(Option<Duration>),
-}
-
-/// Why the state is looked at.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Cue {
-    /// The first look, once `LISTEN` is confirmed.
-    Listening,
-    /// A notification (or, in a hand-off queue, this waiter became its head).
-    Message,
-    /// The listening connection was made again: a notification may have been missed.
-    Resync,
-    /// The lapse the last look named, the re-check interval, or the deadline has come.
-    Timer,
-}
-
-impl Hub {
-    /// Waits on `payload` until `look` answers, or until `deadline` (`None`: no end) passes,
-    /// which answers `timed_out`.
-    ///
-    /// Promised:
-    /// * **No lost wake-up.** The listener has confirmed `LISTEN` before the first look; a
-    ///   change committed after that look's snapshot notifies this waiter, one before it is
-    ///   seen by the look.
-    /// * **A look after every wake-up**: a notification, a reconnection of the listener, or a
-    ///   timer.
-    /// * **Bounded sleeps.** The waiter looks again at the lapse the last look named, and at
-    ///   most [`RECHECK_CAP`] (jittered) after the last look, whichever is first; in a
-    ///   hand-off queue only its head keeps a timer (the others are woken when they become
-    ///   head).
-    /// * **Bounded.** Never sleeps past `deadline`; a deadline passing while joining answers
-    ///   `timed_out` at once, one passing during a sleep is followed by one last look.
-    pub(crate) async fn wait<T, F, Fut>(
-        &self,
-        payload: String,
-        wake: Wake,
-        deadline: Option<Instant>,
-        timed_out: T,
-        mut look: F,
-    ) -> Result<T, BackendError>
-    where
-        F: FnMut(Cue) -> Fut,
-        Fut: Future<Output = Result<Look<T>, BackendError>>,
-    {
-        let joining = self.join(payload, wake);
-        let ticket = match deadline {
-            Some(deadline) => match tokio::time::timeout_at(deadline, joining).await {
-                Ok(ticket) => ticket?,
-                Err(_) => return Ok(timed_out),
-            },
-            None => joining.await?,
-        };
-        let mut cue = Cue::Listening;
-        loop {
-            let lapse = match look(cue).await? {
-                Look::Done(answer) => return Ok(answer),
-                Look::Pending(lapse) => lapse,
-            };
-            let now = Instant::now();
-            if deadline.is_some_and(|d| now >= d) {
-                return Ok(timed_out);
-            }
-            let keeps_timer = wake == Wake::All || ticket.is_head();
-            let recheck = recheck_after(lapse);
-            let timer = keeps_timer.then(|| now.checked_add(recheck)).flatten();
-            let until = match (timer, deadline) {
-                (Some(t), Some(d)) => Some(t.min(d)),
-                (t, d) => t.or(d),
-            };
-            let sleep = async {
-                match until {
-                    Some(until) => tokio::time::sleep_until(until).await,
-                    None => std::future::pending().await,
-                }
-            };
-            cue = tokio::select! {
-                woken = ticket.woken() => match woken {
-                    Woken::Message => Cue::Message,
-                    Woken::Resync => Cue::Resync,
-                },
-                () = sleep => Cue::Timer,
-            };
-        }
-    }
-}
-
-/// When to look again without a notification: at the lapse (plus a millisecond, so the state
-/// has surely ended on the server), at most [`RECHECK_CAP`], with jitter so waiters of several
-/// processes do not look in lock-step.
-pub(crate) fn recheck_after(lapse: Option<Duration>) -> Duration {
-    let base = lapse.map_or(RECHECK_CAP, |l| l.min(RECHECK_CAP));
-    let spread = (base.as_micros() as u64 / 16).max(2000);
-    base + Duration::from_micros(1000 + rand::random_range(0..=spread))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn rechecks_are_capped_and_after_the_lapse() {
-        let d = recheck_after(Some(Duration::from_millis(200)));
-        assert!(
-            d > Duration::from_millis(200) && d < Duration::from_millis(220),
-            "{d:?}"
-        );
-        let d = recheck_after(Some(Duration::from_secs(60)));
-        assert!(
-            d > RECHECK_CAP && d < RECHECK_CAP + Duration::from_millis(70),
-            "{d:?}"
-        );
-        assert!(recheck_after(None) > RECHECK_CAP);
-        assert!(recheck_after(Some(Duration::ZERO)) >= Duration::from_millis(1));
     }
 }

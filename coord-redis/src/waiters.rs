@@ -1,16 +1,16 @@
-//! Local waiter queues over the one shared subscriber connection, and the loop every wait
-//! runs over them ([`Hub::wait`], in `wait_loop`).
+//! Redis's side of waiting: the one shared subscriber connection, with each channel someone
+//! waits on subscribed once, and Redis's way into the shared waiter queues and wait loop
+//! (`coord_core::provider::waiting`: the queues, the head that watches, the loop of looks
+//! and re-checks), which [`Hub::wait`] runs.
 //!
 //! A provider has one subscriber connection, opened the first time something waits. Each
 //! channel someone waits on is subscribed once, however many tasks wait on it, and
-//! unsubscribed when the last one leaves. A lock channel wakes only the head of its queue (the
-//! task that started waiting first): one release, one retry. Only the head talks to Redis: a
-//! task that joins a queue with a head already watching waits without a look of its own. When
-//! the head leaves the queue (it gave up or was cancelled, or got the lock without arranging a
-//! wake-up for the rest) the next one is woken to look and take over the watch; when it got
-//! the lock and left it marked for this process ([`Look::DoneWatched`]), the next one is
-//! promoted quietly ([`Cue::Promoted`]): it keeps the re-check timer and waits for the release.
-//! A record channel wakes every waiter, since a settled record answers them all.
+//! unsubscribed when the last one leaves. A lock channel wakes only the head of its queue;
+//! a task that joins behind a head makes no look of its own until it becomes head. When the
+//! head got the lock and left it marked for this process ([`Look::DoneWatched`]), the next
+//! one is promoted quietly ([`Cue::Promoted`]): it keeps the re-check timer and waits for the
+//! release. Re-check timers are the looks' own (capped and jittered where a lease is
+//! watched), so the loop sleeps exactly as long as the look said.
 //!
 //! Wake-one across processes: each provider has an id ([`Hub::id`]), and a lock channel is
 //! subscribed under two names, the channel itself and `<channel>#<id>`. A waiting process puts
@@ -24,30 +24,21 @@
 //! the subscriber reconnects, that task renews every subscription and wakes every head:
 //! a release published while the connection was down was not seen.
 
-use std::collections::hash_map::Entry;
-use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::future::Future;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use coord_core::BackendError;
 use coord_core::provider::BackendErrorKind;
-use tokio::sync::{Notify, mpsc, watch};
+use coord_core::provider::waiting::{
+    self, QueueState, Queues, Recheck, Ticket, WaitRules, WeakQueues,
+};
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
 
 use crate::transport::{Subscriber, SubscriberEvents, Transport};
 
-mod wait_loop;
-
-pub(crate) use wait_loop::{Cue, Look};
-
-/// How a channel's waiters are woken.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Wake {
-    /// The head of the queue only (lock hand-off).
-    Head,
-    /// Everyone (a settled idempotency record).
-    All,
-}
+pub(crate) use coord_core::provider::waiting::{Cue, Look, Wake};
 
 #[derive(Debug, Clone)]
 enum SubState {
@@ -56,32 +47,18 @@ enum SubState {
     Failed(BackendError),
 }
 
-struct Waiter {
-    id: u64,
-    notify: Notify,
-    /// Set when the wake-up came from a reconnection rather than a message: nothing may have
-    /// happened, the waiter should look again.
-    resynced: AtomicBool,
-    /// Set when the waiter became head because the previous head got the lock and left it
-    /// marked for this process: nothing to look at until the release.
-    promoted: AtomicBool,
-}
-
-/// Why a waiter woke.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Woken {
-    /// A message arrived on the channel (or the waiter became head of its queue).
-    Message,
-    /// The subscriber reconnected: a message may have been missed, or nothing happened.
-    Resync,
-    /// Became head of a hand-off queue whose wake-up is already arranged.
-    Promoted,
-}
-
+/// What a channel's queue keeps beside its waiters: its subscription.
 struct Channel {
-    waiters: VecDeque<Arc<Waiter>>,
-    wake: Wake,
+    /// Every name this process is subscribed under for the channel.
+    names: Vec<String>,
     ready: watch::Receiver<SubState>,
+    ops: mpsc::UnboundedSender<Op>,
+}
+
+impl QueueState for Channel {
+    fn emptied(self, _channel: &str, _wake: Wake) {
+        let _ = self.ops.send(Op::Unsubscribe(self.names));
+    }
 }
 
 enum Op {
@@ -91,22 +68,15 @@ enum Op {
     Resync,
 }
 
-#[derive(Default)]
-struct Shared {
-    channels: Mutex<HashMap<String, Channel>>,
-    next_id: AtomicU64,
+struct Events {
+    queues: WeakQueues<Channel>,
     /// `#<provider id>`: the suffix of this provider's own name for a lock channel.
     suffix: String,
+    ops: mpsc::WeakUnboundedSender<Op>,
 }
 
-impl Shared {
-    fn channels(&self) -> std::sync::MutexGuard<'_, HashMap<String, Channel>> {
-        // A panic while holding this lock cannot leave the map inconsistent (every critical
-        // section is a single insert/remove), so a poisoned lock is still usable.
-        self.channels.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn deliver(&self, channel: &[u8]) {
+impl SubscriberEvents for Events {
+    fn message(&self, channel: &[u8]) {
         let Ok(channel) = std::str::from_utf8(channel) else {
             return;
         };
@@ -114,49 +84,8 @@ impl Shared {
         let channel = channel
             .strip_suffix(self.suffix.as_str())
             .unwrap_or(channel);
-        let map = self.channels();
-        if let Some(ch) = map.get(channel) {
-            match ch.wake {
-                Wake::Head => {
-                    if let Some(head) = ch.waiters.front() {
-                        head.notify.notify_one();
-                    }
-                }
-                Wake::All => ch.waiters.iter().for_each(|w| w.notify.notify_one()),
-            }
-        }
-    }
-
-    /// Every name this process is subscribed under for `channel` (of kind `wake`).
-    fn names(&self, channel: &str, wake: Wake) -> impl Iterator<Item = String> + use<> {
-        let own = (wake == Wake::Head).then(|| format!("{channel}{}", self.suffix));
-        std::iter::once(channel.to_owned()).chain(own)
-    }
-
-    fn wake_every_head(&self) {
-        let wake = |w: &Arc<Waiter>| {
-            w.resynced.store(true, Ordering::Relaxed);
-            w.notify.notify_one();
-        };
-        let map = self.channels();
-        for ch in map.values() {
-            match ch.wake {
-                Wake::Head => ch.waiters.front().into_iter().for_each(wake),
-                Wake::All => ch.waiters.iter().for_each(wake),
-            }
-        }
-    }
-}
-
-struct Events {
-    shared: Weak<Shared>,
-    ops: mpsc::WeakUnboundedSender<Op>,
-}
-
-impl SubscriberEvents for Events {
-    fn message(&self, channel: &[u8]) {
-        if let Some(shared) = self.shared.upgrade() {
-            shared.deliver(channel);
+        if let Some(queues) = self.queues.upgrade() {
+            queues.deliver(channel);
         }
     }
 
@@ -167,9 +96,11 @@ impl SubscriberEvents for Events {
     }
 }
 
-/// The waiter queues of one provider.
+/// The waiter queues of one provider and its subscriber connection.
 pub(crate) struct Hub {
-    shared: Arc<Shared>,
+    queues: Queues<Channel>,
+    /// `#<provider id>`: the suffix of this provider's own name for a lock channel.
+    suffix: String,
     ops: OnceLock<mpsc::UnboundedSender<Op>>,
     /// The command timeout: bounds each subscription change.
     timeout: Duration,
@@ -181,10 +112,8 @@ impl Hub {
     pub(crate) fn new(timeout: Duration) -> Hub {
         let id = format!("{:016x}", rand::random::<u64>());
         Hub {
-            shared: Arc::new(Shared {
-                suffix: format!("#{id}"),
-                ..Shared::default()
-            }),
+            queues: Queues::new(),
+            suffix: format!("#{id}"),
             ops: OnceLock::new(),
             timeout,
         }
@@ -193,20 +122,23 @@ impl Hub {
     /// This provider's id in lock queues: 16 hex digits, random per provider. A release that
     /// picks this process publishes on `<channel>#<id>`.
     pub(crate) fn id(&self) -> &str {
-        &self.shared.suffix[1..]
+        &self.suffix[1..]
     }
 
     /// Whether a task of this process already waits on `channel`.
     pub(crate) fn has_waiters(&self, channel: &str) -> bool {
-        self.shared.channels().contains_key(channel)
+        self.queues.has_waiters(channel)
     }
 
     /// Whether more than one task of this process waits on `channel`.
     pub(crate) fn has_others(&self, channel: &str) -> bool {
-        self.shared
-            .channels()
-            .get(channel)
-            .is_some_and(|ch| ch.waiters.len() > 1)
+        self.queues.has_others(channel)
+    }
+
+    /// Every name this process is subscribed under for `channel` (of kind `wake`).
+    fn names(&self, channel: &str, wake: Wake) -> Vec<String> {
+        let own = (wake == Wake::Head).then(|| format!("{channel}{}", self.suffix));
+        std::iter::once(channel.to_owned()).chain(own).collect()
     }
 
     /// The subscription task's queue, starting the task (and the subscriber connection) on
@@ -216,14 +148,15 @@ impl Hub {
             .get_or_init(|| {
                 let (tx, rx) = mpsc::unbounded_channel();
                 let events = Arc::new(Events {
-                    shared: Arc::downgrade(&self.shared),
+                    queues: self.queues.downgrade(),
+                    suffix: self.suffix.clone(),
                     ops: tx.downgrade(),
                 });
                 let subscriber = transport.subscriber(events);
                 tokio::spawn(manage(
                     subscriber,
                     rx,
-                    Arc::downgrade(&self.shared),
+                    self.queues.downgrade(),
                     self.timeout,
                 ));
                 tx
@@ -240,42 +173,22 @@ impl Hub {
         channel: String,
         wake: Wake,
         limit: Duration,
-    ) -> Result<Ticket, BackendError> {
+    ) -> Result<Ticket<Channel>, BackendError> {
         let ops = self.ops(transport);
-        let waiter = Arc::new(Waiter {
-            id: self.shared.next_id.fetch_add(1, Ordering::Relaxed),
-            notify: Notify::new(),
-            resynced: AtomicBool::new(false),
-            promoted: AtomicBool::new(false),
-        });
-        let mut ready = {
-            let mut map = self.shared.channels();
-            match map.entry(channel.clone()) {
-                Entry::Occupied(mut slot) => {
-                    slot.get_mut().waiters.push_back(waiter.clone());
-                    slot.get().ready.clone()
-                }
-                Entry::Vacant(slot) => {
-                    let (tx, rx) = watch::channel(SubState::Pending);
-                    slot.insert(Channel {
-                        waiters: VecDeque::from([waiter.clone()]),
-                        wake,
-                        ready: rx.clone(),
-                    });
-                    let names = self.shared.names(&channel, wake).collect();
-                    let _ = ops.send(Op::Subscribe(names, tx));
-                    rx
-                }
+        let subscribe = |channel: &str| {
+            let (tx, rx) = watch::channel(SubState::Pending);
+            let names = self.names(channel, wake);
+            let _ = ops.send(Op::Subscribe(names.clone(), tx));
+            Channel {
+                names,
+                ready: rx,
+                ops: ops.clone(),
             }
         };
         // From here on, dropping the ticket takes the waiter out of the queue again.
-        let ticket = Ticket {
-            shared: self.shared.clone(),
-            ops,
-            channel,
-            waiter,
-            quiet: false,
-        };
+        let (ticket, mut ready) = self
+            .queues
+            .join(channel, wake, subscribe, |ch| ch.ready.clone());
         let state =
             tokio::time::timeout(limit, ready.wait_for(|s| !matches!(s, SubState::Pending))).await;
         match state {
@@ -292,70 +205,41 @@ impl Hub {
                 BackendErrorKind::Timeout,
                 format!(
                     "subscribing to `{}` took longer than {limit:?}",
-                    ticket.channel
+                    ticket.channel()
                 ),
             )),
         }
     }
-}
 
-/// A place in a channel's queue. Dropping it leaves the queue.
-struct Ticket {
-    shared: Arc<Shared>,
-    ops: mpsc::UnboundedSender<Op>,
-    channel: String,
-    waiter: Arc<Waiter>,
-    /// Leaving with the lock, marked for this process: the next head is promoted without a
-    /// look.
-    quiet: bool,
-}
-
-impl Ticket {
-    /// True while this waiter is the first in its queue.
-    fn is_head(&self) -> bool {
-        let map = self.shared.channels();
-        map.get(&self.channel)
-            .and_then(|ch| ch.waiters.front())
-            .is_some_and(|head| head.id == self.waiter.id)
-    }
-
-    /// Resolves on the next wake-up (or at once if one arrived since the last call).
-    async fn woken(&self) -> Woken {
-        self.waiter.notify.notified().await;
-        if self.waiter.resynced.swap(false, Ordering::Relaxed) {
-            Woken::Resync
-        } else if self.waiter.promoted.swap(false, Ordering::Relaxed) {
-            Woken::Promoted
-        } else {
-            Woken::Message
-        }
-    }
-}
-
-impl Drop for Ticket {
-    fn drop(&mut self) {
-        let mut map = self.shared.channels();
-        let Some(ch) = map.get_mut(&self.channel) else {
-            return;
+    /// Waits on `channel` until `look` answers, or until `deadline` (`None`: no end)
+    /// passes, which answers `timed_out`: the shared loop (`waiting::wait`, whose promises
+    /// hold here) over this provider's subscriptions.
+    ///
+    /// Redis's rules: on a hand-off channel ([`Wake::Head`]) a waiter that joins behind a
+    /// head makes no look until it becomes head (or its deadline comes); after a look that
+    /// did not answer the waiter sleeps exactly the lapse the look named (the looks cap and
+    /// jitter it where a lease is watched; none named: only a message or the deadline wakes
+    /// it). Making the subscription is bounded by the command timeout (an error then).
+    pub(crate) async fn wait<T, F, Fut>(
+        &self,
+        transport: &Arc<dyn Transport>,
+        channel: String,
+        wake: Wake,
+        deadline: Option<Instant>,
+        timed_out: T,
+        look: F,
+    ) -> Result<T, BackendError>
+    where
+        F: FnMut(Cue) -> Fut,
+        Fut: Future<Output = Result<Look<T>, BackendError>>,
+    {
+        let rules = WaitRules {
+            wake,
+            recheck: Recheck::AsLooked,
+            followers_wait_for_head: true,
         };
-        let Some(pos) = ch.waiters.iter().position(|w| w.id == self.waiter.id) else {
-            return;
-        };
-        ch.waiters.remove(pos);
-        if ch.waiters.is_empty() {
-            let wake = ch.wake;
-            map.remove(&self.channel);
-            let names = self.shared.names(&self.channel, wake).collect();
-            let _ = self.ops.send(Op::Unsubscribe(names));
-        } else if pos == 0 && ch.wake == Wake::Head {
-            // The watch passes to the next waiter: it retries once and keeps the backstop, or,
-            // when the release will wake this process anyway, only keeps the backstop.
-            let next = &ch.waiters[0];
-            if self.quiet {
-                next.promoted.store(true, Ordering::Relaxed);
-            }
-            next.notify.notify_one();
-        }
+        let joining = self.join(transport, channel, wake, self.timeout);
+        waiting::wait(joining, rules, deadline, timed_out, look).await
     }
 }
 
@@ -363,7 +247,7 @@ impl Drop for Ticket {
 async fn manage(
     subscriber: Box<dyn Subscriber>,
     mut rx: mpsc::UnboundedReceiver<Op>,
-    shared: Weak<Shared>,
+    queues: WeakQueues<Channel>,
     timeout: Duration,
 ) {
     let mut batch = Vec::new();
@@ -403,14 +287,11 @@ async fn manage(
                     let _ = tokio::time::timeout(timeout, subscriber.unsubscribe(&channels)).await;
                 }
                 Op::Resync => {
-                    let Some(shared) = shared.upgrade() else {
+                    let Some(queues) = queues.upgrade() else {
                         return;
                     };
-                    let channels: Vec<String> = shared
-                        .channels()
-                        .iter()
-                        .flat_map(|(name, ch)| shared.names(name, ch.wake))
-                        .collect();
+                    let mut channels = Vec::new();
+                    queues.for_each(|_, _, ch| channels.extend(ch.names.iter().cloned()));
                     if !channels.is_empty() {
                         let renewed =
                             tokio::time::timeout(timeout, subscriber.subscribe(&channels)).await;
@@ -420,7 +301,7 @@ async fn manage(
                             );
                         }
                     }
-                    shared.wake_every_head();
+                    queues.resync();
                 }
             }
         }

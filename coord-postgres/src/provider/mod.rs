@@ -6,6 +6,7 @@
 //! crate's `waiters` module serves the waits.
 
 mod cache;
+mod counted_leases;
 mod flights;
 mod locks;
 mod multi_locks;

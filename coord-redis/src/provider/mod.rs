@@ -7,6 +7,7 @@
 
 mod cache;
 mod commands;
+mod counted_leases;
 mod flights;
 mod locks;
 mod multi_locks;

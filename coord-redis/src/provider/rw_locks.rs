@@ -1,7 +1,7 @@
 //! The read-write lock capability: a hash with the writer, the waiting writer's claim, the
 //! readers' tokens and the key's one fencing counter, beside a sorted set of readers scored by
 //! the end of their lease on the server's clock; waiters woken by the release message (see
-//! `scripts::rw_locks` for the layout).
+//! `scripts::rw_locks` for the layout; the counted-lease shape, `counted_leases`).
 
 use std::time::Duration;
 
@@ -10,24 +10,26 @@ use coord_core::provider::{
     RwMode,
 };
 use coord_core::{BackendError, CallKey, FencingToken};
-use tokio::time::Instant;
 
 use super::commands::millis;
-use super::locks::{backstop_after, renew_outcome};
+use super::counted_leases::{Acquired, CountedKind};
 use super::{Inner, RedisProvider};
 use crate::encode::{Decimal, TokenText};
-use crate::keys::Names;
 use crate::scripts;
-use crate::transport::Reply;
-use crate::waiters::{Cue, Look, Wake};
+use crate::waiters::Wake;
 
-/// What one attempt found.
-enum Attempt {
-    /// The hold is ours, with its token.
-    Won(u64),
-    /// Not now; the first thing in the way ends in this many ms (server clock).
-    Blocked(i64),
-}
+/// Read-write locks as counted leases. Every waiter of the key is woken by a release, since
+/// one release can let several readers in.
+static RW_LOCKS: CountedKind = CountedKind {
+    acquire: &scripts::RW_ACQUIRE,
+    release: &scripts::RW_RELEASE,
+    renew: &scripts::RW_RENEW,
+    keys: |n| [n.rw_lock(), n.rw_readers()],
+    wake: Wake::All,
+    acquiring: "read-write lock acquire",
+    releasing: "read-write lock release",
+    renewing: "read-write lock renew",
+};
 
 fn mode_arg(mode: RwMode) -> &'static [u8] {
     match mode {
@@ -37,87 +39,33 @@ fn mode_arg(mode: RwMode) -> &'static [u8] {
 }
 
 impl Inner {
-    async fn try_rw(
-        &self,
-        req: &RwLockRequest<'_>,
-        names: &[String; 2],
-        waits: bool,
-    ) -> Result<Attempt, BackendError> {
-        let token = TokenText::new(req.owner);
-        let (reply, acks) = self
-            .eval_granting(
-                &scripts::RW_ACQUIRE,
-                &[&names[0], &names[1]],
-                &[
-                    token.as_ref(),
-                    mode_arg(req.mode),
-                    Decimal::new(millis(req.lease)).as_ref(),
-                    Decimal::new(millis(req.claim).max(2)).as_ref(),
-                    if waits { b"1" } else { b"0" },
-                ],
-                req.key,
-            )
-            .await?;
-        match reply {
-            Reply::Int(tok) if tok > 0 => {
-                // As for a lock grant: a hold the replicas lack fails, and is released by its
-                // owner.
-                self.replicated(acks, "read-write lock acquire", req.key)?;
-                Ok(Attempt::Won(tok as u64))
-            }
-            Reply::Array(items) => match items.as_slice() {
-                [Reply::Int(0), Reply::Int(left)] => Ok(Attempt::Blocked(*left)),
-                _ => Err(self.protocol(
-                    "read-write lock acquire",
-                    req.key,
-                    "unexpected script reply",
-                )),
-            },
-            _ => Err(self.protocol(
-                "read-write lock acquire",
-                req.key,
-                "unexpected script reply",
-            )),
-        }
-    }
-
     async fn acquire_rw(&self, req: RwLockRequest<'_>) -> Result<Option<RwGrant>, BackendError> {
-        let n = Names::of(req.key);
-        let names = [n.rw_lock(), n.rw_readers()];
-        let deadline = Instant::now().checked_add(req.wait);
-        match self.try_rw(&req, &names, false).await? {
-            Attempt::Won(token) => return Ok(Some(grant(token, false))),
-            Attempt::Blocked(_) if req.wait.is_zero() => return Ok(None),
-            Attempt::Blocked(_) => {}
+        let token = TokenText::new(req.owner);
+        let lease = Decimal::new(millis(req.lease));
+        let claim = Decimal::new(millis(req.claim).max(2));
+        let args: [&[u8]; 4] = [
+            token.as_ref(),
+            mode_arg(req.mode),
+            lease.as_ref(),
+            claim.as_ref(),
+        ];
+        // A waiting look leaves a writer's claim; the backstop is the first hold or claim in
+        // the way ending (for a claiming writer, half its claim).
+        match self
+            .counted_acquire(&RW_LOCKS, req.key, &args, req.wait)
+            .await?
+        {
+            Acquired::Granted { token, contended } => Ok(Some(grant(token, contended))),
+            Acquired::Refused => Ok(None),
+            Acquired::WaitEnded => {
+                if req.mode == RwMode::Write {
+                    // Gave up: withdraw the claim now rather than hold readers back until it
+                    // ends. Best effort: the claim ends on its own anyway.
+                    let _ = self.release_rw(req.key, req.owner, RwMode::Write).await;
+                }
+                Ok(None)
+            }
         }
-        // Subscribed before the next look, which notes the waiter (and leaves a writer's
-        // claim) so releases publish. Every waiter of the key is woken by a release, since
-        // one release can let several readers in; the backstop is the first hold or claim in
-        // the way ending (for a claiming writer, half its claim), capped and jittered.
-        let (rq, nm) = (&req, &names);
-        let look = move |_: Cue| async move {
-            Ok(match self.try_rw(rq, nm, true).await? {
-                Attempt::Won(token) => Look::Done(Some(grant(token, true))),
-                Attempt::Blocked(left) => Look::Pending(Some(backstop_after(Some(left.max(0))))),
-            })
-        };
-        let granted = self
-            .hub
-            .wait(
-                &self.transport,
-                names[0].clone(),
-                Wake::All,
-                deadline,
-                None,
-                look,
-            )
-            .await?;
-        if granted.is_none() && req.mode == RwMode::Write {
-            // Gave up: withdraw the claim now rather than hold readers back until it ends.
-            // Best effort: the claim ends on its own anyway.
-            let _ = self.release_rw(req.key, req.owner, RwMode::Write).await;
-        }
-        Ok(granted)
     }
 
     async fn release_rw(
@@ -126,21 +74,9 @@ impl Inner {
         owner: OwnerToken,
         mode: RwMode,
     ) -> Result<ReleaseOutcome, BackendError> {
-        let names = Names::of(key);
         let token = TokenText::new(owner);
-        let reply = self
-            .eval(
-                &scripts::RW_RELEASE,
-                &[&names.rw_lock(), &names.rw_readers()],
-                &[token.as_ref(), mode_arg(mode)],
-                key,
-            )
-            .await?;
-        match reply {
-            Reply::Int(1) => Ok(ReleaseOutcome::Released),
-            Reply::Int(0) => Ok(ReleaseOutcome::NotHeld),
-            _ => Err(self.protocol("read-write lock release", key, "unexpected script reply")),
-        }
+        self.counted_release(&RW_LOCKS, key, &[token.as_ref(), mode_arg(mode)])
+            .await
     }
 }
 
@@ -184,23 +120,15 @@ impl RwLockStore for RedisProvider {
         lease: Duration,
     ) -> BoxFuture<'a, Result<RenewOutcome, BackendError>> {
         Box::pin(async move {
-            let inner = &*self.inner;
-            let names = Names::of(key);
             let token = TokenText::new(owner);
             let lease = Decimal::new(millis(lease));
-            let (reply, acks) = inner
-                .eval_granting(
-                    &scripts::RW_RENEW,
-                    &[&names.rw_lock(), &names.rw_readers()],
-                    &[token.as_ref(), mode_arg(mode), lease.as_ref()],
+            self.inner
+                .counted_renew(
+                    &RW_LOCKS,
                     key,
+                    &[token.as_ref(), mode_arg(mode), lease.as_ref()],
                 )
-                .await?;
-            let outcome = renew_outcome(inner, reply, "read-write lock renew", key)?;
-            if outcome == RenewOutcome::Renewed {
-                inner.replicated(acks, "read-write lock renew", key)?;
-            }
-            Ok(outcome)
+                .await
         })
     }
 }

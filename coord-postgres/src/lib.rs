@@ -177,6 +177,7 @@ mod errors;
 mod from_config;
 mod provider;
 mod schema;
+mod server_checks;
 mod sql;
 mod sweeper;
 #[cfg(feature = "tls")]
@@ -186,9 +187,13 @@ mod waiters;
 
 pub use from_config::{coordinator_from_config, coordinator_from_env};
 pub use provider::{
-    ConnectError, MAX_KEY_BYTES, PostgresProvider, PostgresProviderBuilder, URL_ENV,
+    ConnectError, DEFAULT_POOL_SIZE, DEFAULT_SWEEP_INTERVAL, MAX_KEY_BYTES, PostgresProvider,
+    PostgresProviderBuilder, URL_ENV,
 };
 pub use schema::{DEFAULT_SCHEMA, MigrationReport, SCHEMA_VERSION, SchemaError};
+pub use server_checks::{
+    EXPIRED_COUNT_CAP, ExpiredRows, MIN_POSTGRES_VERSION_NUM, ServerReport, StandbyReport,
+};
 pub use transaction::{Transaction, TransactionError};
 
 /// The driver the application's transactions come from, re-exported so that its version is the

@@ -5,7 +5,8 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 /// Inspect and operate coord's locks and idempotency records in Redis or PostgreSQL, check a
-/// Redis deployment for coord, and create or upgrade coord's tables in PostgreSQL.
+/// Redis deployment or a PostgreSQL server for coord, and create or upgrade coord's tables in
+/// PostgreSQL.
 ///
 /// Keys are given and printed in coord's shown form, `operation:parts` (for example
 /// `payments.charge:order-7`, or `my_app::jobs::nightly:t-7` for an operation named by

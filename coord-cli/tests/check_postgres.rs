@@ -390,26 +390,41 @@ fn a_pool_larger_than_the_connections_left_warns_and_no_slot_left_fails() {
     let run = check(&url, false, &["--pool-size", "2"]);
     assert!(run.line("connections").contains(" OK "), "{run:?}");
 
-    // Three sessions take every slot an application may use.
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
         .build()
         .unwrap();
-    let held: Vec<_> = (0..3)
-        .map(|_| {
-            runtime.block_on(async {
-                let (client, connection) = coord_postgres::tokio_postgres::connect(
-                    &url,
-                    coord_postgres::tokio_postgres::NoTls,
-                )
-                .await
-                .expect("a session");
-                tokio::spawn(connection);
-                client
-            })
+    let session = || {
+        runtime.block_on(async {
+            let (client, connection) = coord_postgres::tokio_postgres::connect(
+                &url,
+                coord_postgres::tokio_postgres::NoTls,
+            )
+            .await
+            .expect("a session");
+            tokio::spawn(connection);
+            client
         })
-        .collect();
+    };
+    let mut held = vec![session()];
+
+    // An application's role, which is not shown other sessions' types: the session held
+    // counts, the server's own processes do not.
+    server.sql(
+        "CREATE ROLE app LOGIN; GRANT USAGE ON SCHEMA coord TO app;
+         GRANT SELECT ON ALL TABLES IN SCHEMA coord TO app;",
+    );
+    let app_url = url.replace("postgres@", "app@");
+    let run = check(&app_url, true, &["--pool-size", "1"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    assert_eq!(run.json()["nodes"][0]["connections_in_use"], 1, "{run:?}");
+    assert_eq!(run.check("connections")["status"], "ok", "{run:?}");
+    let run = check(&app_url, true, &["--pool-size", "2"]);
+    assert_eq!(run.check("connections")["status"], "warn", "{run:?}");
+
+    // Three sessions take every slot an application may use.
+    held.extend([session(), session()]);
     // The check connects as a superuser, into a reserved slot.
     let run = check(&url, true, &["--pool-size", "2"]);
     assert_eq!(run.code, 1, "{run:?}");

@@ -163,6 +163,13 @@
 //! flight). What each failure leaves is tabled in RELIABILITY.md ("Idempotency in the caller's
 //! transaction").
 //!
+//! ## Checking a server
+//! [`PostgresProviderBuilder::server_report`] reads, over one connection and without changing
+//! anything, what decides whether the server keeps what coord acknowledges: its version,
+//! whether it is a standby, `fsync`, `full_page_writes`, `synchronous_commit`, the synchronous
+//! standbys, the version of coord's tables, rows left unswept, connection headroom and its
+//! clock, as a [`ServerReport`]. `coord check --postgres-url ..` judges it.
+//!
 //! ## Features
 //! * `tls` (default): TLS with rustls on ring (no OpenSSL). Without it, `sslmode=require` is
 //!   refused at `connect` (kind `Config`) and the TLS builder methods do not exist.

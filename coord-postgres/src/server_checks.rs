@@ -82,7 +82,10 @@ pub struct ServerReport {
     /// `reserved_connections`.
     pub reserved_connections: u32,
     /// Client sessions connected besides the reporting one (`pg_stat_activity`, client
-    /// backends only: background workers and WAL senders have slots of their own).
+    /// backends only: background workers and WAL senders have slots of their own). A role
+    /// without `pg_read_all_stats` (or `pg_monitor`) is not shown other sessions' types:
+    /// then every session in a database, as a user, counts, which may count a background
+    /// worker that runs as one.
     pub connections_in_use: u32,
     /// The server's clock minus this host's, in milliseconds (positive: the server is ahead),
     /// from `clock_timestamp()` taken at the midpoint of the round trip.
@@ -226,7 +229,12 @@ pub(crate) async fn read(
                     current_setting('superuser_reserved_connections')::int
                       + coalesce(current_setting('reserved_connections', true)::int, 0),
                     (SELECT count(*)::int FROM pg_stat_activity
-                     WHERE backend_type = 'client backend' AND pid <> pg_backend_pid())",
+                     WHERE pid <> pg_backend_pid()
+                       AND CASE WHEN backend_type IS NOT NULL
+                                THEN backend_type = 'client backend'
+                                -- A role without `pg_read_all_stats` sees no other session's
+                                -- type: a session in a database, as a user, is a client's.
+                                ELSE datid IS NOT NULL AND usesysid IS NOT NULL END)",
             &[],
         )
         .await?;

@@ -308,6 +308,10 @@ fn the_schema_version_is_judged_against_the_tools() {
             && line.contains("run coord migrate"),
         "{run:?}"
     );
+    assert!(
+        run.stdout.contains("verdict: FAIL (1 failure, 0 warnings)"),
+        "{run:?}"
+    );
 
     // Newer than the tool: upgrade the tool.
     server.sql("INSERT INTO coord.schema_version (version, name) VALUES (99, 'future')");
@@ -320,6 +324,7 @@ fn the_schema_version_is_judged_against_the_tools() {
         "{run:?}"
     );
     assert_eq!(run.json()["nodes"][0]["schema_version"], 99);
+    assert_eq!(run.json()["verdict"], "fail");
 }
 
 #[test]
@@ -346,6 +351,10 @@ fn rows_expired_longer_than_the_sweep_interval_warn_with_count_and_age() {
     assert!(line.contains("2 in locks (oldest expired 2h"), "{run:?}");
     assert!(line.contains("1 in cache (oldest expired 3h"), "{run:?}");
     assert!(line.contains("sweeper"), "it says why: {run:?}");
+    assert!(
+        run.stdout.contains("verdict: WARN (0 failures, 1 warning)"),
+        "{run:?}"
+    );
 
     // With a one-second sweep interval, the row expired 10 s ago is late too.
     let run = check(&url, true, &["--sweep-interval", "1s"]);
@@ -386,6 +395,10 @@ fn a_pool_larger_than_the_connections_left_warns_and_no_slot_left_fails() {
         "{run:?}"
     );
     assert!(line.contains("pool of 8 needs 9"), "{run:?}");
+    assert!(
+        run.stdout.contains("verdict: WARN (0 failures, 1 warning)"),
+        "{run:?}"
+    );
 
     let run = check(&url, false, &["--pool-size", "2"]);
     assert!(run.line("connections").contains(" OK "), "{run:?}");
@@ -430,6 +443,8 @@ fn a_pool_larger_than_the_connections_left_warns_and_no_slot_left_fails() {
     assert_eq!(run.code, 1, "{run:?}");
     let connections = run.check("connections");
     assert_eq!(connections["status"], "fail", "{run:?}");
+    assert_eq!(run.json()["verdict"], "fail", "{run:?}");
+    assert_eq!(run.json()["failures"], 1, "{run:?}");
     assert_eq!(run.json()["nodes"][0]["connections_left"], 0);
     assert_eq!(run.json()["nodes"][0]["connections_in_use"], 3);
     drop(held);

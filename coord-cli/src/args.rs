@@ -5,7 +5,8 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 /// Inspect and operate coord's locks and idempotency records in Redis or PostgreSQL, check a
-/// Redis deployment for coord, and create or upgrade coord's tables in PostgreSQL.
+/// Redis deployment or a PostgreSQL server for coord, and create or upgrade coord's tables in
+/// PostgreSQL.
 ///
 /// Keys are given and printed in coord's shown form, `operation:parts` (for example
 /// `payments.charge:order-7`, or `my_app::jobs::nightly:t-7` for an operation named by
@@ -153,14 +154,27 @@ pub enum Command {
     Records(RecordCommand),
 
     /// Check a Redis deployment for coord: connectivity, server version, `maxmemory-policy`,
-    /// persistence, clock skew and replication, on every data node, with a verdict. Exits 1
-    /// when a check fails.
+    /// persistence, clock skew and replication, on every data node, with a verdict. With
+    /// --postgres-url, check a PostgreSQL server instead: version, standby or primary and its
+    /// synchronous standbys, `fsync`, `full_page_writes`, `synchronous_commit`, the version
+    /// of coord's tables, expired rows left unswept, connection headroom and clock skew.
+    /// Exits 1 when a check fails.
     Check {
-        /// The `replica_acks` replica count the application asks for
+        /// Redis: the `replica_acks` replica count the application asks for
         /// (`RedisProviderBuilder::replica_acks`): warns when a primary has fewer replicas
         /// in step, since every grant would then fail.
         #[arg(long, value_name = "N")]
         replica_acks: Option<u32>,
+
+        /// PostgreSQL: the application's `pool_size` (default: the provider's, 8): warns when
+        /// the connections left cannot take one more such pool and its listening connection.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1024))]
+        pool_size: Option<u32>,
+
+        /// PostgreSQL: the application's `sweep_interval` (default: the provider's, 60s): rows
+        /// expired for longer than twice this are reported as unswept.
+        #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+        sweep_interval: Option<Duration>,
     },
 
     /// Create coord's tables in PostgreSQL, or bring them up to this version (--postgres-url,

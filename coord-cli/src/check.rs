@@ -28,10 +28,10 @@ use crate::args::Connection;
 use crate::{Exit, Failure, connect};
 
 /// Clock offsets beyond this (after the measuring uncertainty) are worth a warning.
-const CLOCK_WARN: Duration = Duration::from_secs(1);
+pub(crate) const CLOCK_WARN: Duration = Duration::from_secs(1);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-enum Status {
+pub(crate) enum Status {
     Ok,
     Warn,
     Fail,
@@ -47,14 +47,19 @@ impl Status {
     }
 }
 
-struct Finding {
+pub(crate) struct Finding {
     node: Option<String>,
     check: &'static str,
-    status: Status,
+    pub(crate) status: Status,
     detail: String,
 }
 
-fn finding(node: Option<&str>, check: &'static str, status: Status, detail: String) -> Finding {
+pub(crate) fn finding(
+    node: Option<&str>,
+    check: &'static str,
+    status: Status,
+    detail: String,
+) -> Finding {
     Finding {
         node: node.map(str::to_owned),
         check,
@@ -350,26 +355,10 @@ pub async fn run(
             connection.url.clone().unwrap_or_default()
         }
     };
-    let verdict = findings
+    let nodes = nodes
         .iter()
-        .map(|f| f.status)
-        .max()
-        .unwrap_or(Status::Fail);
-    let failures = findings.iter().filter(|f| f.status == Status::Fail).count();
-    let warnings = findings.iter().filter(|f| f.status == Status::Warn).count();
-    if json {
-        let doc = json!({
-            "target": scrub_url(&target),
-            "verdict": verdict.word(),
-            "failures": failures,
-            "warnings": warnings,
-            "checks": findings.iter().map(|f| json!({
-                "node": f.node,
-                "check": f.check,
-                "status": f.status.word(),
-                "detail": f.detail,
-            })).collect::<Vec<_>>(),
-            "nodes": nodes.iter().map(|n| json!({
+        .map(|n| {
+            json!({
                 "node": n.node,
                 "version": n.version,
                 "maxmemory_policy": n.maxmemory_policy,
@@ -387,13 +376,53 @@ pub async fn run(
                     "lag_seconds": r.lag_seconds,
                     "offset": r.offset,
                 })).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    Ok(print(&target, &findings, nodes, json))
+}
+
+/// Prints the findings (text, or one JSON document with `nodes`, what was read from each
+/// server) and returns the exit code: [`Exit::CheckFailed`] when any check failed.
+pub(crate) fn print(
+    target: &str,
+    findings: &[Finding],
+    nodes: Vec<serde_json::Value>,
+    json: bool,
+) -> Exit {
+    let verdict = findings
+        .iter()
+        .map(|f| f.status)
+        .max()
+        .unwrap_or(Status::Fail);
+    let failures = findings.iter().filter(|f| f.status == Status::Fail).count();
+    let warnings = findings.iter().filter(|f| f.status == Status::Warn).count();
+    if json {
+        let doc = json!({
+            "target": scrub_url(target),
+            "verdict": verdict.word(),
+            "failures": failures,
+            "warnings": warnings,
+            "checks": findings.iter().map(|f| json!({
+                "node": f.node,
+                "check": f.check,
+                "status": f.status.word(),
+                "detail": f.detail,
             })).collect::<Vec<_>>(),
+            "nodes": nodes,
         });
         println!("{doc:#}");
     } else {
-        println!("coord check: {}", scrub_url(&target));
+        println!("coord check: {}", scrub_url(target));
+        // Redis's names fit in 17 columns; a longer name (PostgreSQL's settings) widens them.
+        let width = findings
+            .iter()
+            .map(|f| f.check.len() + 1)
+            .max()
+            .unwrap_or(0)
+            .max(17);
         let mut last_node: Option<&str> = None;
-        for f in &findings {
+        for f in findings {
             if f.node.as_deref() != last_node {
                 if let Some(node) = &f.node {
                     println!("node {node}");
@@ -401,7 +430,7 @@ pub async fn run(
                 last_node = f.node.as_deref();
             }
             println!(
-                "  {:<17} {:<5} {}",
+                "  {:<width$} {:<5} {}",
                 f.check,
                 f.status.word().to_uppercase(),
                 f.detail
@@ -416,16 +445,16 @@ pub async fn run(
             plural(warnings, "warning", "warnings")
         );
     }
-    Ok(if verdict == Status::Fail {
+    if verdict == Status::Fail {
         Exit::CheckFailed
     } else {
         Exit::Done
-    })
+    }
 }
 
 /// A URL without its password (`redis://user:secret@host` → `redis://user:***@host`), for a
 /// target given by the user that could not be connected to.
-fn scrub_url(text: &str) -> String {
+pub(crate) fn scrub_url(text: &str) -> String {
     text.split(',')
         .map(|url| match (url.find("://"), url.rfind('@')) {
             (Some(scheme), Some(at)) if at > scheme => {

@@ -5,6 +5,7 @@
 
 mod args;
 mod check;
+mod check_postgres;
 mod migrate;
 mod ops;
 mod render;
@@ -133,11 +134,36 @@ async fn run(cli: Cli) -> Result<Exit, Failure> {
     } = cli;
     match command {
         Command::Migrate => migrate::run(&connection, json).await,
-        Command::Check { .. } if postgres_url(&connection).is_some() => Err(Failure::usage(
-            "`coord check` checks a Redis deployment; for PostgreSQL, `coord migrate` creates or \
-             upgrades coord's tables and says which version they are at",
-        )),
-        Command::Check { replica_acks } => check::run(&connection, json, replica_acks).await,
+        Command::Check {
+            replica_acks,
+            pool_size,
+            sweep_interval,
+        } => match postgres_url(&connection) {
+            Some(url) => {
+                if redis_url_given(&connection) {
+                    return Err(both_urls());
+                }
+                if replica_acks.is_some() {
+                    return Err(Failure::usage(
+                        "--replica-acks is for Redis; a PostgreSQL check judges \
+                         `synchronous_standby_names` instead",
+                    ));
+                }
+                let options = check_postgres::Options {
+                    pool_size: pool_size.map(|n| n as usize),
+                    sweep_interval,
+                };
+                check_postgres::run(&connection, url, json, options).await
+            }
+            None => {
+                if pool_size.is_some() || sweep_interval.is_some() {
+                    return Err(Failure::usage(
+                        "--pool-size and --sweep-interval are for PostgreSQL (--postgres-url)",
+                    ));
+                }
+                check::run(&connection, json, replica_acks).await
+            }
+        },
         Command::Locks(cmd) => {
             let coordinator = coordinator(&connection).await?;
             ops::locks(&coordinator, cmd, json).await
@@ -265,21 +291,29 @@ fn namespace(connection: &Connection) -> Result<String, Failure> {
     }
 }
 
+/// Whether a Redis URL is given (`--url` or `COORD_REDIS_URL`).
+fn redis_url_given(connection: &Connection) -> bool {
+    connection
+        .url
+        .as_deref()
+        .is_some_and(|u| !u.trim().is_empty())
+}
+
+/// Both backends named at once: refused rather than guessed.
+fn both_urls() -> Failure {
+    Failure::usage(
+        "both a Redis URL (--url, COORD_REDIS_URL) and a PostgreSQL URL (--postgres-url, \
+         COORD_POSTGRES_URL) are set: give the one the application uses",
+    )
+}
+
 async fn coordinator(connection: &Connection) -> Result<Coordinator, Failure> {
     let namespace = namespace(connection)?;
     let builder = Coordinator::builder().namespace(namespace);
     let builder = match postgres_url(connection) {
         Some(url) => {
-            if connection
-                .url
-                .as_deref()
-                .is_some_and(|u| !u.trim().is_empty())
-            {
-                return Err(Failure::usage(
-                    "both a Redis URL (--url, COORD_REDIS_URL) and a PostgreSQL URL \
-                     (--postgres-url, COORD_POSTGRES_URL) are set: give the one the \
-                     application uses",
-                ));
+            if redis_url_given(connection) {
+                return Err(both_urls());
             }
             builder.provider(postgres_builder(connection, url).connect().await?)
         }

@@ -163,6 +163,13 @@
 //! flight). What each failure leaves is tabled in RELIABILITY.md ("Idempotency in the caller's
 //! transaction").
 //!
+//! ## Checking a server
+//! [`PostgresProviderBuilder::server_report`] reads, over one connection and without changing
+//! anything, what decides whether the server keeps what coord acknowledges: its version,
+//! whether it is a standby, `fsync`, `full_page_writes`, `synchronous_commit`, the synchronous
+//! standbys, the version of coord's tables, rows left unswept, connection headroom and its
+//! clock, as a [`ServerReport`]. `coord check --postgres-url ..` judges it.
+//!
 //! ## Features
 //! * `tls` (default): TLS with rustls on ring (no OpenSSL). Without it, `sslmode=require` is
 //!   refused at `connect` (kind `Config`) and the TLS builder methods do not exist.
@@ -177,6 +184,7 @@ mod errors;
 mod from_config;
 mod provider;
 mod schema;
+mod server_checks;
 mod sql;
 mod sweeper;
 #[cfg(feature = "tls")]
@@ -186,9 +194,13 @@ mod waiters;
 
 pub use from_config::{coordinator_from_config, coordinator_from_env};
 pub use provider::{
-    ConnectError, MAX_KEY_BYTES, PostgresProvider, PostgresProviderBuilder, URL_ENV,
+    ConnectError, DEFAULT_POOL_SIZE, DEFAULT_SWEEP_INTERVAL, MAX_KEY_BYTES, PostgresProvider,
+    PostgresProviderBuilder, URL_ENV,
 };
 pub use schema::{DEFAULT_SCHEMA, MigrationReport, SCHEMA_VERSION, SchemaError};
+pub use server_checks::{
+    EXPIRED_COUNT_CAP, ExpiredRows, MIN_POSTGRES_VERSION_NUM, ServerReport, StandbyReport,
+};
 pub use transaction::{Transaction, TransactionError};
 
 /// The driver the application's transactions come from, re-exported so that its version is the

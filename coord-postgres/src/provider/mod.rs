@@ -50,6 +50,14 @@ const MAX_COMMAND_TIMEOUT: Duration = Duration::from_secs(3600);
 /// The most pooled connections a provider opens.
 const MAX_POOL_SIZE: usize = 1024;
 
+/// How many pooled connections a provider opens at most unless
+/// [`PostgresProviderBuilder::pool_size`] says otherwise.
+pub const DEFAULT_POOL_SIZE: usize = 8;
+
+/// How often a provider's sweeper runs unless [`PostgresProviderBuilder::sweep_interval`]
+/// says otherwise.
+pub const DEFAULT_SWEEP_INTERVAL: Duration = Duration::from_secs(60);
+
 /// The longest call key coord stores: PostgreSQL's btree index refuses entries of about 2.7 kB
 /// and more, so longer keys are refused (kind `Config`) before they reach the server.
 pub const MAX_KEY_BYTES: usize = 2048;
@@ -220,9 +228,9 @@ impl PostgresProviderBuilder {
             source,
             schema: DEFAULT_SCHEMA.to_owned(),
             command_timeout: Duration::from_secs(1),
-            pool_size: 8,
+            pool_size: DEFAULT_POOL_SIZE,
             application_name: None,
-            sweep_interval: Some(Duration::from_secs(60)),
+            sweep_interval: Some(DEFAULT_SWEEP_INTERVAL),
             #[cfg(feature = "tls")]
             tls: TlsSettings::default(),
         }
@@ -414,6 +422,45 @@ impl PostgresProviderBuilder {
         }
     }
 
+    /// Reads what an operator's check judges (`coord check`): the server's version, whether
+    /// it is a standby, `fsync`, `full_page_writes`, `synchronous_commit`, synchronous
+    /// standbys, the version of coord's tables, rows expired for longer than `expired_for`
+    /// (the sweeper should have deleted them), connection headroom and the server's clock
+    /// against this host's. Over one connection of its own made from the builder's settings;
+    /// changes nothing, and works whatever version coord's tables are at (or without them).
+    /// Bounded by three command timeouts; an unreachable server or refused credentials are
+    /// an error, as for `connect`.
+    pub async fn server_report(
+        self,
+        expired_for: Duration,
+    ) -> Result<crate::ServerReport, BackendError> {
+        self.validate()?;
+        let url = match &self.source {
+            Source::Url(url) => url.clone(),
+            Source::Pool { listener_url, .. } => listener_url.clone(),
+        };
+        // The pool's settings: the server cancels a statement that runs past the timeout.
+        let settings = self.settings(&url, Purpose::Pool)?;
+        let what = "reading the server's report";
+        let limit = self.command_timeout.saturating_mul(3);
+        let work = async {
+            let client = settings
+                .connect_one()
+                .await
+                .map_err(|e| backend_error(&e, what, &settings.address))?;
+            crate::server_checks::read(&client, &settings.address, &self.schema, expired_for)
+                .await
+                .map_err(|e| backend_error(&e, what, &settings.address))
+        };
+        match tokio::time::timeout(limit, work).await {
+            Ok(report) => report,
+            Err(_) => Err(BackendError::new(
+                BackendErrorKind::Timeout,
+                format!("{what} at {}: no answer within {limit:?}", settings.address),
+            )),
+        }
+    }
+
     /// Connects: makes the pool (or takes the application's), checks the server (PostgreSQL
     /// 12 or newer) and that coord's tables are at [`SCHEMA_VERSION`](crate::SCHEMA_VERSION),
     /// reads the server's clock, and starts the sweeper. The listening connection is made the
@@ -447,7 +494,7 @@ impl PostgresProviderBuilder {
                 .await
                 .map_err(|e| backend_error(&e, what, &address))?
                 .get(0);
-            if version < 120_000 {
+            if version < crate::server_checks::MIN_POSTGRES_VERSION_NUM as i32 {
                 return Err(ConnectError::Backend(config_error(format!(
                     "{what} at {address}: PostgreSQL {version} is too old; coord-postgres needs \
                      12 or newer"

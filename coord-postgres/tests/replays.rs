@@ -6,6 +6,7 @@
 //! |---|---|---|---|
 //! | `replays_write_no_wal` | 100 replays through the attribute, then 100 through the handle, of one completed record each | `pg_current_wal_insert_lsn()` read on a connection of its own is the same before and after each 100; the body ran once per key | 9 624 bytes of WAL for the attribute's 100 replays (about 96 bytes each: the row lock and the commit record of a transaction that changed nothing); the handle sends the same claim |
 //! | `in_flight_duplicates_write_no_wal` | 100 duplicates (no `wait`) of a call whose body is still running | `InFlight` each time, and the same WAL position before and after | 9 624 bytes |
+//! | `a_waiter_marks_a_marker_once` | a caller waits (`wait_settled`, one look each, 100 ms) on another's marker 21 times | the first wait moves the WAL (it marks the marker as waited for, so that its settling notifies); the next 20 move it by 0 bytes | every look locked the marker's row (`FOR UPDATE`): 3 840 bytes for the 20 (192 each) |
 //! | `replay_does_not_wait_for_a_locked_row` | a session holds the record's row lock (`SELECT .. FOR UPDATE` in an open transaction), then a replay | the stored value within 10 s (measured: a few milliseconds), while the lock is still held | blocked on the row lock: still waiting at the 10 s deadline (its command timeout is 30 s here) |
 //!
 //! The WAL tests run each on a server of their own, with `wal_level = minimal` (no
@@ -17,7 +18,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use coord_core::{CoordError, Coordinator, idempotent};
+use coord_core::provider::{ClaimOutcome, ClaimRequest, IdempotencyStore, OwnerToken};
+use coord_core::{CallKey, CoordError, Coordinator, idempotent};
 use coord_postgres::PostgresProvider;
 use coord_postgres_testing::{PostgresServer, ServerOptions};
 
@@ -43,14 +45,18 @@ fn quiet_server() -> PostgresServer {
     server
 }
 
-async fn coordinator(url: &str, command_timeout: Duration) -> Coordinator {
-    let provider = PostgresProvider::builder(url)
+async fn provider(url: &str, command_timeout: Duration) -> PostgresProvider {
+    PostgresProvider::builder(url)
         .command_timeout(command_timeout)
         .pool_size(4)
         .sweep_interval(None)
         .connect()
         .await
-        .expect("connect to the test server");
+        .expect("connect to the test server")
+}
+
+async fn coordinator(url: &str, command_timeout: Duration) -> Coordinator {
+    let provider = provider(url, command_timeout).await;
     Coordinator::builder()
         .namespace("replays")
         .provider(provider)
@@ -194,6 +200,47 @@ async fn in_flight_duplicates_write_no_wal() {
     finish.send(()).unwrap();
     assert_eq!(first.await.unwrap().unwrap(), 7);
     assert_eq!(duplicate().await.unwrap(), 7, "the duplicate now replays");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_marks_a_marker_once() {
+    let server = tokio::task::spawn_blocking(quiet_server).await.unwrap();
+    let provider = provider(&server.url(), Duration::from_secs(5)).await;
+    let observer = client(&server.url()).await;
+    let key = CallKey::builder("replays", "pay.wait").part("w-1").finish();
+    // Another caller's marker, in a lease far longer than the test.
+    let claimed = provider
+        .claim(ClaimRequest {
+            key: &key,
+            owner: OwnerToken::new(),
+            in_flight_lease: Duration::from_secs(600),
+            fingerprint: None,
+            keep_abandoned_for: None,
+            transactional: false,
+        })
+        .await
+        .unwrap();
+    assert_eq!(claimed, ClaimOutcome::Claimed);
+
+    // Each wait looks once, finds the marker in its lease, and ends at its own timeout.
+    let wait = Duration::from_millis(100);
+    let before = wal_position(&observer).await;
+    provider.wait_settled(&key, wait).await.unwrap();
+    let marked = wal_position(&observer).await;
+    assert!(
+        marked > before,
+        "the first look marks the marker as waited for, a write"
+    );
+    for _ in 0..20 {
+        provider.wait_settled(&key, wait).await.unwrap();
+    }
+    let after = wal_position(&observer).await;
+    assert_eq!(
+        after - marked,
+        0,
+        "20 later looks at a marked marker wrote {} bytes of WAL",
+        after - marked
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -11,9 +11,9 @@
 //! sends the claim statement (`RECORD_CLAIM`, which inserts the marker or reads what is there,
 //! in one statement) only when that read cannot answer. So a replay of a completed record, and
 //! a duplicate that finds another caller's marker, take no row lock, are given no transaction
-//! id, write no WAL and never wait for a row another session holds: one round trip, as cheap
-//! as a hand-written `SELECT`. A first call pays one extra round trip (the read that finds
-//! nothing) before its claim.
+//! id, write no WAL and never wait for a row another session holds: one round trip of a plain
+//! read, the statement an application would write by hand. A first call pays one extra round
+//! trip (the read that finds nothing) before its claim.
 //!
 //! Every answer is the one the claim statement alone would give:
 //!

@@ -216,4 +216,9 @@ pub mod __bench {
         let statements = crate::sql::Statements::new(&crate::schema::quoted(schema));
         (statements.lock_acquire, statements.lock_release)
     }
+
+    /// The statement a claim reads the record with first (all of a replay), for `schema`.
+    pub fn record_read_statement(schema: &str) -> String {
+        crate::sql::Statements::new(&crate::schema::quoted(schema)).record_read
+    }
 }

@@ -2,7 +2,21 @@
 //!
 //! Each operation of the contract is **one statement** (one round trip, one implicit
 //! transaction): the reads it needs and its writes are CTEs of that statement. Parameters are
-//! cast in the text (`$1::text`), so a statement prepares the same way everywhere.
+//! cast in the text (`$1::text`), so a statement prepares the same way everywhere. Two
+//! operations first send a plain read, which answers the common case alone: a claim
+//! ([`RECORD_READ`], then [`RECORD_CLAIM`] only when the read cannot answer) and a waiter's
+//! look ([`RECORD_PEEK`], then [`RECORD_PROBE`] only to mark a marker not yet marked).
+//!
+//! # What writes
+//! A statement that writes, or locks a row, is a write transaction even when it ends up
+//! changing nothing: an `INSERT .. ON CONFLICT DO UPDATE .. WHERE <false>` still locks the
+//! conflicting row, is given a transaction id and writes WAL, and with
+//! `synchronous_commit = on` its commit waits for a flush. So what only reads is sent as a
+//! plain `SELECT` (no `FOR UPDATE`/`FOR SHARE`, no data-modifying CTE): a replay of a live
+//! record ([`RECORD_READ`]), a waiter's look at a marker it already marked ([`RECORD_PEEK`]),
+//! a cache read ([`CACHE_GET`]), a follower's look at its leader ([`FLIGHT_PEEK`]) and every
+//! operator's read ([`LOCK_INSPECT`], [`RECORD_INSPECT`], [`LOCK_LIST`], [`RECORD_LIST`]).
+//! None of them takes a row lock, waits for one, is given a transaction id or writes WAL.
 //!
 //! # Time
 //! `now` is `clock_timestamp()` read once per statement (a `MATERIALIZED` CTE), so every
@@ -55,12 +69,14 @@ pub(crate) struct Statements {
     pub(crate) lock_inspect: String,
     pub(crate) lock_force_release: String,
     pub(crate) lock_list: String,
+    pub(crate) record_read: String,
     pub(crate) record_claim: String,
     pub(crate) record_complete: String,
     pub(crate) record_complete_in_transaction: String,
     pub(crate) record_abandon: String,
     pub(crate) record_renew: String,
     pub(crate) record_probe: String,
+    pub(crate) record_peek: String,
     pub(crate) record_purge: String,
     pub(crate) record_inspect: String,
     pub(crate) record_list: String,
@@ -88,12 +104,14 @@ impl Statements {
             lock_inspect: s(LOCK_INSPECT),
             lock_force_release: s(LOCK_FORCE_RELEASE),
             lock_list: s(LOCK_LIST),
+            record_read: s(RECORD_READ),
             record_claim: s(RECORD_CLAIM),
             record_complete: completion_statement(schema),
             record_complete_in_transaction: s(RECORD_COMPLETE_IN_TRANSACTION),
             record_abandon: s(RECORD_ABANDON),
             record_renew: s(RECORD_RENEW),
             record_probe: s(RECORD_PROBE),
+            record_peek: s(RECORD_PEEK),
             record_purge: s(RECORD_PURGE),
             record_inspect: s(RECORD_INSPECT),
             record_list: s(RECORD_LIST),
@@ -122,12 +140,14 @@ impl Statements {
             &self.lock_inspect,
             &self.lock_force_release,
             &self.lock_list,
+            &self.record_read,
             &self.record_claim,
             &self.record_complete,
             &self.record_complete_in_transaction,
             &self.record_abandon,
             &self.record_renew,
             &self.record_probe,
+            &self.record_peek,
             &self.record_purge,
             &self.record_inspect,
             &self.record_list,
@@ -261,6 +281,30 @@ const LOCK_LIST: &str = "SELECT key FROM {s}.locks
 WHERE key >= $1::text AND key < $1::text || ';' AND key > $2::text
   AND (key = $1::text OR key > $1::text || ':') AND expires_at > clock_timestamp()
 ORDER BY key LIMIT $3::bigint";
+
+/// Read the live record at a key: a claim's first step, and all of a replay. `$1` key.
+/// Returns `(state, owner, fingerprint, payload, lease_left_ms, expires_in_ms, age_ms,
+/// transactional)` for a record past none of its expiry, no row otherwise.
+///
+/// A plain `SELECT` in its own implicit transaction: it takes no row lock, is given no
+/// transaction id and writes no WAL, and it never waits for a writer (it reads the newest
+/// version committed when it started). What it finds is the answer whenever [`RECORD_CLAIM`]
+/// could not have applied to that row: a live record that is not a transactional marker (a
+/// completed one, or a marker in its lease or kept after it) belongs to nobody else's claim
+/// until it expires, so the claim statement would have written nothing and reported the same
+/// row. Anything else (no live row, a transactional marker, the caller's own marker) goes on
+/// to [`RECORD_CLAIM`], which decides again on the newest row.
+const RECORD_READ: &str = concat!(
+    "WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t)
+SELECT r.state, r.owner, r.fingerprint, r.payload, ",
+    ms_between!("r.lease_ends_at", "now.t"),
+    " AS lease_left_ms, ",
+    ms_between!("r.expires_at", "now.t"),
+    " AS expires_in_ms, ",
+    ms_between!("now.t", "r.written_at"),
+    " AS age_ms, r.transactional
+FROM {s}.records r, now WHERE r.key = $1::text AND r.expires_at > now.t"
+);
 
 /// Claim an idempotency key, or read what is there. `$1` key, `$2` owner, `$3` lease ms,
 /// `$4` fingerprint, `$5` keep-when-abandoned ms (NULL: do not keep), `$6` not-after (server
@@ -524,6 +568,24 @@ UNION ALL
 SELECT 25::bigint, 0::bigint FROM seen WHERE NOT EXISTS (SELECT 1 FROM cur)"
 );
 
+/// What a waiter reads before it marks anything: the in-flight marker at a key. `$1` key.
+/// Returns `(transactional, waited, in_lease, left_ms)` for a marker within its lease (or a
+/// transactional one, lapsed or not), no row when nothing is in flight.
+///
+/// A plain `SELECT`: no row lock, no transaction id, no WAL. A marker already marked
+/// `waited` (by this waiter's earlier look, or by another waiter) will notify when it settles,
+/// so the waiter needs nothing more than its lease left; only a marker not yet marked, or a
+/// transactional one (whose row its owner's transaction may hold, which only a locking read
+/// can tell), is sent [`RECORD_PROBE`].
+const RECORD_PEEK: &str = concat!(
+    "WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t)
+SELECT r.transactional, r.waited, r.lease_ends_at > now.t AS in_lease, ",
+    ms_between!("r.lease_ends_at", "now.t"),
+    " AS left_ms
+FROM {s}.records r, now
+WHERE r.key = $1::text AND r.state = 'in_flight' AND (r.lease_ends_at > now.t OR r.transactional)"
+);
+
 /// Remove whatever record is at a key. `$1` key, `$2` channel, `$3` payload. Returns
 /// `(removed)`: whether a live record was there (waiters are notified).
 const RECORD_PURGE: &str = "WITH gone AS (
@@ -676,39 +738,3 @@ const SWEEP: &str = "WITH doomed AS (
 ),
 gone AS (DELETE FROM {s}.{table} t USING doomed WHERE t.ctid = doomed.ctid RETURNING 1)
 SELECT count(*) AS swept FROM gone";
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::schema;
-
-    /// Every statement parses, plans and type-checks against the tables the migrations make
-    /// (and uses a parameter type per placeholder the provider binds).
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn every_statement_prepares_against_the_migrated_schema() {
-        let server = tokio::task::spawn_blocking(coord_postgres_testing::PostgresServer::start)
-            .await
-            .unwrap();
-        let (mut client, connection) =
-            tokio_postgres::connect(&server.url(), tokio_postgres::NoTls)
-                .await
-                .unwrap();
-        tokio::spawn(connection);
-        schema::migrate(&mut client, "prep").await.unwrap().unwrap();
-        let statements = Statements::new(&schema::quoted("prep"));
-        let semaphores = crate::provider::SemaphoreStatements::new(&schema::quoted("prep"));
-        let rw = crate::provider::RwStatements::new(&schema::quoted("prep"));
-        let multi = crate::provider::multi_lock_statement(&schema::quoted("prep"));
-        for text in statements
-            .all()
-            .into_iter()
-            .chain(semaphores.all())
-            .chain(rw.all())
-            .chain([multi.as_str()])
-        {
-            if let Err(err) = client.prepare(text).await {
-                panic!("{err:?}\n{text}");
-            }
-        }
-    }
-}

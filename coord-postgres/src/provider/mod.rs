@@ -15,8 +15,6 @@ mod records;
 mod rw_locks;
 mod semaphores;
 
-#[cfg(test)]
-pub(crate) use multi_locks::statement as multi_lock_statement;
 pub(crate) use rw_locks::RwStatements;
 pub(crate) use semaphores::SemaphoreStatements;
 
@@ -834,6 +832,84 @@ impl PostgresProvider {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every statement parses, plans and type-checks against the tables the migrations make
+    /// (and uses a parameter type per placeholder the provider binds).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn every_statement_prepares_against_the_migrated_schema() {
+        let server = tokio::task::spawn_blocking(coord_postgres_testing::PostgresServer::start)
+            .await
+            .unwrap();
+        let (mut client, connection) =
+            tokio_postgres::connect(&server.url(), tokio_postgres::NoTls)
+                .await
+                .unwrap();
+        tokio::spawn(connection);
+        schema::migrate(&mut client, "prep").await.unwrap().unwrap();
+        let statements = Statements::new(&schema::quoted("prep"));
+        let semaphores = SemaphoreStatements::new(&schema::quoted("prep"));
+        let rw = RwStatements::new(&schema::quoted("prep"));
+        let multi = multi_locks::statement(&schema::quoted("prep"));
+        for text in statements
+            .all()
+            .into_iter()
+            .chain(semaphores.all())
+            .chain(rw.all())
+            .chain([multi.as_str()])
+        {
+            if let Err(err) = client.prepare(text).await {
+                panic!("{err:?}\n{text}");
+            }
+        }
+    }
+
+    /// What only reads is sent as statements PostgreSQL runs in a `READ ONLY` transaction
+    /// (which refuses any write, and a data-modifying CTE even when it would change no row):
+    /// the replay's read, the waiter's look, a cache read, a follower's look and the
+    /// operator's reads. The waiter's marking probe, which writes, is refused there.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn reads_run_in_a_read_only_transaction() {
+        let server = tokio::task::spawn_blocking(coord_postgres_testing::PostgresServer::start)
+            .await
+            .unwrap();
+        let (mut client, connection) =
+            tokio_postgres::connect(&server.url(), tokio_postgres::NoTls)
+                .await
+                .unwrap();
+        tokio::spawn(connection);
+        schema::migrate(&mut client, "ro").await.unwrap().unwrap();
+        let sql = Statements::new(&schema::quoted("ro"));
+        let key = "ns:op:1";
+        let owner = uuid::Uuid::nil();
+        let page: i64 = 10;
+        let read_only = async |text: &str, params: &[&(dyn ToSql + Sync)]| {
+            client.batch_execute("BEGIN READ ONLY").await.unwrap();
+            let outcome = client.query(text, params).await;
+            client.batch_execute("ROLLBACK").await.unwrap();
+            outcome.map(|_| ())
+        };
+        let reads: [(&str, &[&(dyn ToSql + Sync)]); 9] = [
+            (&sql.record_read, &[&key]),
+            (&sql.record_peek, &[&key]),
+            (&sql.record_inspect, &[&key]),
+            (&sql.lock_inspect, &[&key]),
+            (&sql.cache_get, &[&key]),
+            (&sql.flight_peek, &[&key, &owner]),
+            (&sql.lock_list, &[&"ns:op", &"", &page]),
+            (&sql.record_list, &[&"ns:op", &"", &page]),
+            (sql.server_time, &[]),
+        ];
+        for (text, params) in reads {
+            if let Err(err) = read_only(text, params).await {
+                panic!("a read refused in a read-only transaction: {err:?}\n{text}");
+            }
+        }
+        let refused = read_only(&sql.record_probe, &[&key]).await;
+        assert!(
+            refused.is_err(),
+            "the marking probe writes, so it is refused"
+        );
+    }
 
     #[test]
     fn millis_round_up_and_clamp() {

@@ -5,6 +5,32 @@
 //! stored; it touches only the key's row, so the same statement can later run inside an
 //! application's own transaction (the records table's `transactional` column says which
 //! completions did).
+//!
+//! # A replay is a read
+//! A claim first reads the live record at its key with a plain `SELECT` (`RECORD_READ`), and
+//! sends the claim statement (`RECORD_CLAIM`, which inserts the marker or reads what is there,
+//! in one statement) only when that read cannot answer. So a replay of a completed record, and
+//! a duplicate that finds another caller's marker, take no row lock, are given no transaction
+//! id, write no WAL and never wait for a row another session holds: one round trip of a plain
+//! read, the statement an application would write by hand. A first call pays one extra round
+//! trip (the read that finds nothing) before its claim.
+//!
+//! Every answer is the one the claim statement alone would give:
+//!
+//! | What the read finds | Answer | Why it is the same |
+//! |---|---|---|
+//! | a completed record within its retention | `Completed` (the caller checks the fingerprint: a different one is `KeyReused`) | the claim statement writes only over an expired row, and would have reported this one |
+//! | another caller's marker in its lease | `InFlight` with its lease left (the caller waits, then claims again) | as above; the claim statement reported it the same way |
+//! | another caller's marker past its lease, kept (`on_abandoned = "fail"`) | `Abandoned` | as above |
+//! | nothing, or a row past its expiry (any retention: the row's own expiry decides) | the claim statement is sent | it decides on the newest row: it claims, or, if a record was completed or claimed since the read, reports that one |
+//! | a transactional marker | the claim statement is sent | only its `FOR UPDATE SKIP LOCKED` tells a marker whose owner's transaction holds the row (in flight however its lease stands) from one that lapsed (taken over) |
+//! | this caller's own marker | the claim statement is sent | a resend whose first send landed is answered `Claimed` under the claim's not-after rule, as before |
+//!
+//! A record completed, purged or expired between the read and the answer changes nothing:
+//! the answer is what the key held at the read's instant, inside the call. A waiter
+//! (`wait_settled`) reads first too (`RECORD_PEEK`): a marker already marked as waited for is
+//! answered from the read; only the first look at a marker marks it (one write per marker, so
+//! that its settling notifies).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -65,7 +91,100 @@ fn fingerprint_of(
 }
 
 impl Inner {
+    /// A claim: the record read first, the claim statement sent only when the read cannot
+    /// answer (see [`Inner::replay`]).
     async fn claim(&self, req: ClaimRequest<'_>) -> Result<ClaimOutcome, BackendError> {
+        if let Some(found) = self.replay(&req).await? {
+            return Ok(found);
+        }
+        self.claim_or_read(req).await
+    }
+
+    /// The claim's first step: a plain read of the live record at the key (`RECORD_READ`: no
+    /// row lock, no transaction id, no WAL, never waiting for a writer). Answers when the
+    /// claim statement could not have applied to what it found, which is every live record
+    /// but a transactional marker and the caller's own marker: a completed record (a replay,
+    /// or a fingerprint mismatch the caller reports as key reuse), another caller's marker in
+    /// its lease (in flight) or kept after it (abandoned). `None`: no live record, a
+    /// transactional marker (its row may be held by its owner's transaction, which only the
+    /// claim statement's `SKIP LOCKED` tells) or this owner's marker (a resend, which the claim
+    /// statement answers under its not-after rule): send the claim statement, which decides
+    /// again on the newest row, whatever happened since this read.
+    async fn replay(&self, req: &ClaimRequest<'_>) -> Result<Option<ClaimOutcome>, BackendError> {
+        let key = req.key;
+        let rows = self
+            .query(&self.sql.record_read, &[&key.qualified()], "claim", key)
+            .await?;
+        let Some(row) = rows.first() else {
+            return Ok(None);
+        };
+        let state: String = self.get(row, 0, "claim", key)?;
+        let stored_owner: uuid::Uuid = self.get(row, 1, "claim", key)?;
+        let expires_in: i64 = self.get(row, 5, "claim", key)?;
+        let transactional: bool = self.get(row, 7, "claim", key)?;
+        if expires_in <= 0
+            || (transactional && state == "in_flight")
+            || stored_owner == uuid_of(req.owner)
+        {
+            return Ok(None);
+        }
+        self.found(row, 0, uuid_of(req.owner), key).map(Some)
+    }
+
+    /// What a live record read at columns `at..at + 7` (`state, owner, fingerprint, payload,
+    /// lease_left_ms, expires_in_ms, age_ms`) answers a claim by `owner` that did not write.
+    fn found(
+        &self,
+        row: &tokio_postgres::Row,
+        at: usize,
+        owner: uuid::Uuid,
+        key: &CallKey,
+    ) -> Result<ClaimOutcome, BackendError> {
+        let state: Option<String> = self.get(row, at, "claim", key)?;
+        let stored_owner: Option<uuid::Uuid> = self.get(row, at + 1, "claim", key)?;
+        let fingerprint = fingerprint_of(self, self.get(row, at + 2, "claim", key)?, key)?;
+        match state.as_deref() {
+            Some("in_flight") => {
+                let lease_left: Option<i64> = self.get(row, at + 4, "claim", key)?;
+                match lease_left {
+                    Some(ms) if ms > 0 => {
+                        if stored_owner == Some(owner) {
+                            // A resend whose first send landed.
+                            Ok(ClaimOutcome::Claimed)
+                        } else {
+                            Ok(ClaimOutcome::InFlight {
+                                fingerprint,
+                                remaining: from_ms(ms),
+                            })
+                        }
+                    }
+                    // Past its lease but kept: abandoned.
+                    _ => Ok(ClaimOutcome::Abandoned { fingerprint }),
+                }
+            }
+            Some("completed") => {
+                let payload: Option<Vec<u8>> = self.get(row, at + 3, "claim", key)?;
+                let age: Option<i64> = self.get(row, at + 6, "claim", key)?;
+                let payload = payload.ok_or_else(|| {
+                    self.protocol("claim", key, "a completed record without a payload")
+                })?;
+                Ok(ClaimOutcome::Completed {
+                    payload: Arc::from(payload),
+                    fingerprint,
+                    age: age.map(from_ms),
+                })
+            }
+            _ => Err(BackendError::new(
+                BackendErrorKind::Corrupt,
+                format!("claim at {}: the record has an unknown state", self.address),
+            )
+            .with_key(key)),
+        }
+    }
+
+    /// The claim statement (`RECORD_CLAIM`): writes the marker when no live record is there,
+    /// or reads what is, in one statement, under the not-after rule.
+    async fn claim_or_read(&self, req: ClaimRequest<'_>) -> Result<ClaimOutcome, BackendError> {
         let key = req.key;
         let owner = uuid_of(req.owner);
         let lease = millis(req.in_flight_lease);
@@ -152,45 +271,7 @@ impl Inner {
                 }
                 continue;
             }
-            let stored_owner: Option<uuid::Uuid> = self.get(row, 3, "claim", key)?;
-            let fingerprint = fingerprint_of(self, self.get(row, 4, "claim", key)?, key)?;
-            return match state.as_deref() {
-                Some("in_flight") => {
-                    let lease_left: Option<i64> = self.get(row, 6, "claim", key)?;
-                    match lease_left {
-                        Some(ms) if ms > 0 => {
-                            if stored_owner == Some(owner) {
-                                // A resend whose first send landed.
-                                Ok(ClaimOutcome::Claimed)
-                            } else {
-                                Ok(ClaimOutcome::InFlight {
-                                    fingerprint,
-                                    remaining: from_ms(ms),
-                                })
-                            }
-                        }
-                        // Past its lease but kept: abandoned.
-                        _ => Ok(ClaimOutcome::Abandoned { fingerprint }),
-                    }
-                }
-                Some("completed") => {
-                    let payload: Option<Vec<u8>> = self.get(row, 5, "claim", key)?;
-                    let age: Option<i64> = self.get(row, 8, "claim", key)?;
-                    let payload = payload.ok_or_else(|| {
-                        self.protocol("claim", key, "a completed record without a payload")
-                    })?;
-                    Ok(ClaimOutcome::Completed {
-                        payload: Arc::from(payload),
-                        fingerprint,
-                        age: age.map(from_ms),
-                    })
-                }
-                _ => Err(BackendError::new(
-                    BackendErrorKind::Corrupt,
-                    format!("claim at {}: the record has an unknown state", self.address),
-                )
-                .with_key(key)),
-            };
+            return self.found(row, 2, owner, key);
         }
     }
 
@@ -259,6 +340,27 @@ impl Inner {
         // `None`: no end (a timeout too long to represent): until the marker settles.
         let deadline = Instant::now().checked_add(timeout);
         let probe = move |_: Cue| async move {
+            // A plain read first: a marker already marked as waited for notifies when it
+            // settles, so there is nothing to write; only a first look at it (or a
+            // transactional marker, whose row its owner's transaction may hold) locks it.
+            let seen = self
+                .query(&self.sql.record_peek, &[&key.qualified()], "wait", key)
+                .await?;
+            let Some(row) = seen.first() else {
+                // Nothing in flight: settled (completed, abandoned, lapsed or purged).
+                return Ok(Look::Done(()));
+            };
+            let transactional: bool = self.get(row, 0, "wait", key)?;
+            let waited: bool = self.get(row, 1, "wait", key)?;
+            let in_lease: bool = self.get(row, 2, "wait", key)?;
+            let left: Option<i64> = self.get(row, 3, "wait", key)?;
+            if waited
+                && in_lease
+                && !transactional
+                && let Some(ms) = left.filter(|ms| *ms > 0)
+            {
+                return Ok(Look::Pending(Some(from_ms(ms))));
+            }
             let rows = self
                 .query(&self.sql.record_probe, &[&key.qualified()], "wait", key)
                 .await?;

@@ -34,6 +34,7 @@ mod outcome_faults;
 mod own_client;
 mod reconnect;
 mod records;
+mod replays;
 mod replica_acks;
 mod replica_acks_per_operation;
 mod replicated;

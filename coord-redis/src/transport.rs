@@ -6,6 +6,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use coord_core::BackendError;
 use coord_core::provider::{BackendErrorKind, BoxFuture};
@@ -15,10 +16,10 @@ pub(crate) mod fred_client;
 #[cfg(feature = "redis-client")]
 pub(crate) mod redis_rs;
 mod server_error;
-#[cfg(feature = "redis-client")]
-mod wire;
+mod server_watch;
 
 pub(crate) use server_error::{ErrorCode, ServerError};
+pub(crate) use server_watch::{ServerWatch, info_field, info_server};
 
 /// Boxes the future `make` returns, made in its box rather than on the stack and then moved
 /// into it: fred's command futures are several kilobytes, and a move would copy all of them
@@ -182,6 +183,53 @@ impl Fault {
 
 /// One reply (or error reply) per node, with the node's `host:port`.
 pub(crate) type NodeReplies = Vec<(String, Result<Reply, Fault>)>;
+
+/// One node's entry of [`Transport::each_node`]'s answer: an error reply is that node's
+/// answer; any other fault (no connection, no answer in time) fails the whole call.
+pub(crate) fn node_answer(
+    node: String,
+    answer: Result<Reply, Fault>,
+) -> Result<(String, Result<Reply, Fault>), Fault> {
+    match answer {
+        Ok(reply) => Ok((node, Ok(reply))),
+        Err(Fault::Server(err)) => Ok((node, Err(Fault::Server(err)))),
+        Err(other) => Err(other),
+    }
+}
+
+/// Pauses that double, up to a ceiling, between attempts of one thing: both client libraries
+/// wait the same way before a resend and before reopening the subscriber connection.
+pub(crate) struct Backoff {
+    pause: Duration,
+    most: Duration,
+}
+
+impl Backoff {
+    /// Between resends of one command (within its command timeout): 5 ms, doubling to 100 ms.
+    pub(crate) fn resend() -> Backoff {
+        Backoff::new(Duration::from_millis(5), Duration::from_millis(100))
+    }
+
+    /// Between attempts to open the subscriber connection: 10 ms, doubling to 500 ms.
+    pub(crate) fn reconnect() -> Backoff {
+        Backoff::new(Duration::from_millis(10), Duration::from_millis(500))
+    }
+
+    fn new(first: Duration, most: Duration) -> Backoff {
+        Backoff { pause: first, most }
+    }
+
+    /// Whether the next pause, taken now, ends before `deadline`.
+    pub(crate) fn ends_before(&self, deadline: tokio::time::Instant) -> bool {
+        tokio::time::Instant::now() + self.pause < deadline
+    }
+
+    /// Sleeps the next pause; the one after is twice as long, up to the ceiling.
+    pub(crate) async fn sleep(&mut self) {
+        tokio::time::sleep(self.pause).await;
+        self.pause = (self.pause * 2).min(self.most);
+    }
+}
 
 /// A client library behind the provider.
 pub(crate) trait Transport: Send + Sync + 'static {

@@ -25,8 +25,8 @@ use coord_core::provider::BackendErrorKind;
 #[cfg(feature = "tls")]
 use crate::config::Pem;
 use crate::config::{Client, Options, Target, TlsMaterial, Topology, scrub};
-use crate::server_checks::{self, CheckOptions, ServerWatch};
-use crate::transport::{Command, Fault, Reply, Transport};
+use crate::server_checks::{self, CheckOptions};
+use crate::transport::{Command, Fault, Reply, ServerWatch, Transport};
 use crate::waiters::Hub;
 
 /// The environment variable [`RedisProvider::from_env`] reads.

@@ -131,8 +131,8 @@ impl Layer {
     }
 }
 
-/// What one [`sweep`] did. A sweep that finds a key left blocked panics, so every returned
-/// sweep left nothing behind.
+/// What one [`sweep`] did. A sweep that finds a key left blocked panics (or, from
+/// [`try_sweep`], returns a [`Finding`]), so every returned sweep left nothing behind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Sweep {
@@ -142,6 +142,31 @@ pub struct Sweep {
     pub drop_points: usize,
     /// Of those, calls dropped after their body had started.
     pub dropped_in_body: usize,
+}
+
+/// What a [`try_sweep`] found left behind by one drop: the first drop point that left the key
+/// blocked (or the provider holding something of the call) and what was found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Finding {
+    /// The layer swept.
+    pub layer: Layer,
+    /// The drop point: the call was dropped after this many polls.
+    pub polls: usize,
+    /// Whether the call's body had started when it was dropped.
+    pub in_body: bool,
+    /// What was left behind, in words (the same text [`sweep`] panics with).
+    pub what: String,
+}
+
+impl std::fmt::Display for Finding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{:?} dropped after {} poll(s) (body started: {}): {}",
+            self.layer, self.polls, self.in_body, self.what
+        )
+    }
 }
 
 /// Sweeps the drop points of one call of `layer`: for N = 1, 2, …, a call on a new key (from
@@ -158,7 +183,28 @@ pub struct Sweep {
 ///
 /// With a message naming the layer, N and what was left behind, when a drop leaves anything
 /// behind, or when the call has not completed on its own after [`MAX_POLLS`] polls.
-pub async fn sweep<M, MF>(layer: Layer, tag: &str, mut coordinator_for: M) -> Sweep
+pub async fn sweep<M, MF>(layer: Layer, tag: &str, coordinator_for: M) -> Sweep
+where
+    M: FnMut(usize) -> MF,
+    MF: Future<Output = Coordinator>,
+{
+    match try_sweep(layer, tag, coordinator_for).await {
+        Ok(sweep) => sweep,
+        Err(finding) => panic!("{finding}"),
+    }
+}
+
+/// [`sweep`], returning the first drop point that left something behind instead of panicking:
+/// for a test that a broken layer or provider is caught, at the drop point where it breaks.
+///
+/// # Panics
+///
+/// When the call has not completed on its own after [`MAX_POLLS`] polls.
+pub async fn try_sweep<M, MF>(
+    layer: Layer,
+    tag: &str,
+    mut coordinator_for: M,
+) -> Result<Sweep, Finding>
 where
     M: FnMut(usize) -> MF,
     MF: Future<Output = Coordinator>,
@@ -180,15 +226,21 @@ where
         let started = Arc::new(AtomicBool::new(false));
         let call = one_call(&c, layer, key.clone(), started.clone());
         if poll_then_drop(call, polls).await.is_some() {
-            return sweep;
+            return Ok(sweep);
         }
         sweep.drop_points += 1;
         let in_body = started.load(Ordering::SeqCst);
         if in_body {
             sweep.dropped_in_body += 1;
         }
-        let at = || format!("{layer:?} dropped after {polls} poll(s) (body started: {in_body})");
-        check_left_nothing(&c, layer, &key, in_body, polls, &at).await;
+        if let Err(what) = check_left_nothing(&c, layer, &key, in_body, polls).await {
+            return Err(Finding {
+                layer,
+                polls,
+                in_body,
+                what,
+            });
+        }
     }
     panic!("{layer:?}: the call did not complete on its own within {MAX_POLLS} polls");
 }
@@ -234,8 +286,9 @@ async fn one_call(c: &Coordinator, layer: Layer, key: CallKey, started: Arc<Atom
     };
 }
 
-/// Waits until `check` passes, for at most [`SETTLE_LIMIT`]; panics with its last complaint.
-async fn eventually<C, CF>(at: &(dyn Fn() -> String + Sync), what: &str, mut check: C)
+/// Waits until `check` passes, for at most [`SETTLE_LIMIT`]; then fails with its last
+/// complaint.
+async fn eventually<C, CF>(what: &str, mut check: C) -> Result<(), String>
 where
     C: FnMut() -> CF,
     CF: Future<Output = Result<(), String>>,
@@ -243,25 +296,22 @@ where
     let until = Instant::now() + SETTLE_LIMIT;
     loop {
         match check().await {
-            Ok(()) => return,
-            Err(why) if Instant::now() >= until => panic!(
-                "{}: {what} was not the case {SETTLE_LIMIT:?} after the drop: {why}",
-                at()
-            ),
+            Ok(()) => return Ok(()),
+            Err(why) if Instant::now() >= until => {
+                return Err(format!(
+                    "{what} was not the case {SETTLE_LIMIT:?} after the drop: {why}"
+                ));
+            }
             Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
         }
     }
 }
 
 /// A new call with the key must complete within [`SETTLE_LIMIT`].
-async fn completes<F: Future>(at: &(dyn Fn() -> String + Sync), what: &str, fut: F) -> F::Output {
-    match tokio::time::timeout(SETTLE_LIMIT, fut).await {
-        Ok(output) => output,
-        Err(_) => panic!(
-            "{}: {what} did not answer within {SETTLE_LIMIT:?}: the key was left blocked",
-            at()
-        ),
-    }
+async fn completes<F: Future>(what: &str, fut: F) -> Result<F::Output, String> {
+    tokio::time::timeout(SETTLE_LIMIT, fut).await.map_err(|_| {
+        format!("{what} did not answer within {SETTLE_LIMIT:?}: the key was left blocked")
+    })
 }
 
 async fn check_left_nothing(
@@ -270,20 +320,19 @@ async fn check_left_nothing(
     key: &CallKey,
     in_body: bool,
     polls: usize,
-    at: &(dyn Fn() -> String + Sync),
-) {
-    eventually(at, "no renewal registered", || async {
+) -> Result<(), String> {
+    eventually("no renewal registered", || async {
         match c.active_renewals() {
             0 => Ok(()),
             n => Err(format!("{n} renewals still registered")),
         }
     })
-    .await;
+    .await?;
     match layer {
         Layer::Idempotent { on_abandoned, .. } => {
             // Kept (in flight, then abandoned) only for a body stopped half-way under "fail".
             let may_keep = in_body && on_abandoned == OnAbandoned::Fail;
-            eventually(at, "no record but what the docs allow", || async {
+            eventually("no record but what the docs allow", || async {
                 let info = c
                     .operations()
                     .inspect_record(key)
@@ -295,21 +344,21 @@ async fn check_left_nothing(
                     Some(status) => Err(format!("the record is {status}")),
                 }
             })
-            .await;
+            .await?;
             let again = c
                 .idempotent(key.clone())
                 .in_flight_lease(LEASE)
                 .on_abandoned(on_abandoned)
                 .run(|| async { Ok::<u64, CoordError>(7) });
-            match completes(at, "the next idempotent call", again).await {
+            match completes("the next idempotent call", again).await? {
                 Ok(7) => {}
                 Err(CoordError::InFlight { .. } | CoordError::OutcomeUnknown { .. })
                     if may_keep => {}
-                other => panic!("{}: the next idempotent call answered {other:?}", at()),
+                other => return Err(format!("the next idempotent call answered {other:?}")),
             }
         }
         Layer::Lock { .. } => {
-            eventually(at, "the lock has no holder", || async {
+            eventually("the lock has no holder", || async {
                 let info = c
                     .operations()
                     .inspect_lock(key)
@@ -320,38 +369,40 @@ async fn check_left_nothing(
                     Some(holder) => Err(format!("held by {:?}", holder.owner)),
                 }
             })
-            .await;
-            let guard = completes(at, "taking the lock", c.lock(key.clone()).try_acquire())
-                .await
-                .unwrap_or_else(|e| panic!("{}: taking the lock failed: {e}", at()))
-                .unwrap_or_else(|| panic!("{}: the lock was not free", at()));
+            .await?;
+            let guard = completes("taking the lock", c.lock(key.clone()).try_acquire())
+                .await?
+                .map_err(|e| format!("taking the lock failed: {e}"))?
+                .ok_or_else(|| "the lock was not free".to_owned())?;
             let _ = guard.release().await;
         }
         Layer::ProcessFlight => {
             let next = c.single_flight(key.clone()).run(|| async move { polls });
-            let got = completes(at, "the next flight", next).await;
-            assert_eq!(got, polls, "{}: the next flight answered another run", at());
+            let got = completes("the next flight", next).await?;
+            if got != polls {
+                return Err(format!("the next flight answered another run's {got}"));
+            }
         }
         Layer::ClusterFlight => {
             let store = c.flight_store();
             let probe = OwnerToken::new();
-            eventually(at, "the cluster flight is vacant", || async {
+            eventually("the cluster flight is vacant", || async {
                 match store.flight_claim(key, probe, LEASE).await {
                     Ok(FlightClaim::Claimed) => Ok(()),
                     Ok(FlightClaim::Joined { leader, .. }) => Err(format!("still led by {leader}")),
                     Err(e) => Err(format!("claiming: {e}")),
                 }
             })
-            .await;
+            .await?;
             let _ = store.flight_abandon(key, probe).await;
             let next = c
                 .single_flight(key.clone())
                 .cluster()
                 .lease(LEASE)
                 .run(|| async { Ok::<u64, CoordError>(8) });
-            match completes(at, "the next cluster flight", next).await {
+            match completes("the next cluster flight", next).await? {
                 Ok(8) => {}
-                other => panic!("{}: the next cluster flight answered {other:?}", at()),
+                other => return Err(format!("the next cluster flight answered {other:?}")),
             }
         }
         Layer::CachedShared => {
@@ -360,10 +411,192 @@ async fn check_left_nothing(
                 .scope(CacheScope::Shared)
                 .ttl(LEASE)
                 .run(|| async { Ok::<u64, CoordError>(7) });
-            match completes(at, "the next cached call", next).await {
+            match completes("the next cached call", next).await? {
                 Ok(7) => {}
-                other => panic!("{}: the next cached call answered {other:?}", at()),
+                other => return Err(format!("the next cached call answered {other:?}")),
             }
         }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    //! The harness catches a broken provider, at the drop point where it breaks.
+
+    use super::*;
+
+    use coord_core::memory::MemoryProvider;
+    use coord_core::provider::{
+        BackendError, BoxFuture, CacheStore, ClaimOutcome, ClaimRequest, CompleteOutcome,
+        CompleteRequest, FlightStore, IdempotencyStore, LockGrant, LockInfo, LockProvider,
+        LockRequest, MultiLockStore, Operations, RecordInfo, ReleaseOutcome, RenewOutcome,
+        RwLockStore, SemaphoreStore,
+    };
+
+    /// The in-process provider, except that, when `broken`, `abandon` answers that it cleared
+    /// the marker and clears nothing: a call dropped after its claim leaves its marker behind
+    /// until the lease ends (a clean-up script that misses its key, say). Everything else is
+    /// the in-process provider's.
+    struct LeavesMarkerOnDrop {
+        inner: MemoryProvider,
+        broken: bool,
+    }
+
+    impl LockProvider for LeavesMarkerOnDrop {
+        fn acquire<'a>(
+            &'a self,
+            req: LockRequest<'a>,
+        ) -> BoxFuture<'a, Result<Option<LockGrant>, BackendError>> {
+            self.inner.acquire(req)
+        }
+
+        fn release<'a>(
+            &'a self,
+            key: &'a CallKey,
+            owner: OwnerToken,
+        ) -> BoxFuture<'a, Result<ReleaseOutcome, BackendError>> {
+            self.inner.release(key, owner)
+        }
+
+        fn renew<'a>(
+            &'a self,
+            key: &'a CallKey,
+            owner: OwnerToken,
+            lease: Duration,
+        ) -> BoxFuture<'a, Result<RenewOutcome, BackendError>> {
+            self.inner.renew(key, owner, lease)
+        }
+    }
+
+    impl IdempotencyStore for LeavesMarkerOnDrop {
+        fn claim<'a>(
+            &'a self,
+            req: ClaimRequest<'a>,
+        ) -> BoxFuture<'a, Result<ClaimOutcome, BackendError>> {
+            self.inner.claim(req)
+        }
+
+        fn complete<'a>(
+            &'a self,
+            req: CompleteRequest<'a>,
+        ) -> BoxFuture<'a, Result<CompleteOutcome, BackendError>> {
+            self.inner.complete(req)
+        }
+
+        fn abandon<'a>(
+            &'a self,
+            key: &'a CallKey,
+            owner: OwnerToken,
+        ) -> BoxFuture<'a, Result<bool, BackendError>> {
+            if self.broken {
+                return Box::pin(std::future::ready(Ok(true)));
+            }
+            self.inner.abandon(key, owner)
+        }
+
+        fn wait_settled<'a>(
+            &'a self,
+            key: &'a CallKey,
+            timeout: Duration,
+        ) -> BoxFuture<'a, Result<(), BackendError>> {
+            self.inner.wait_settled(key, timeout)
+        }
+
+        fn renew_marker<'a>(
+            &'a self,
+            key: &'a CallKey,
+            owner: OwnerToken,
+            lease: Duration,
+        ) -> BoxFuture<'a, Result<RenewOutcome, BackendError>> {
+            self.inner.renew_marker(key, owner, lease)
+        }
+    }
+
+    impl Operations for LeavesMarkerOnDrop {
+        fn inspect_lock<'a>(
+            &'a self,
+            key: &'a CallKey,
+        ) -> BoxFuture<'a, Result<LockInfo, BackendError>> {
+            self.inner.inspect_lock(key)
+        }
+
+        fn inspect_record<'a>(
+            &'a self,
+            key: &'a CallKey,
+        ) -> BoxFuture<'a, Result<Option<RecordInfo>, BackendError>> {
+            self.inner.inspect_record(key)
+        }
+    }
+
+    impl CacheStore for LeavesMarkerOnDrop {}
+    impl FlightStore for LeavesMarkerOnDrop {}
+    impl SemaphoreStore for LeavesMarkerOnDrop {}
+    impl RwLockStore for LeavesMarkerOnDrop {}
+    impl MultiLockStore for LeavesMarkerOnDrop {}
+
+    /// A coordinator over a new provider, broken when `broken`.
+    fn over(broken: bool) -> Coordinator {
+        Coordinator::builder()
+            .namespace("broken")
+            .provider(LeavesMarkerOnDrop {
+                inner: MemoryProvider::new(),
+                broken,
+            })
+            .build()
+            .expect("coordinator")
+    }
+
+    const RERUN: Layer = Layer::Idempotent {
+        on_abandoned: OnAbandoned::Rerun,
+        renewing: false,
+    };
+
+    /// Cold sweeps (a new provider per drop point): with the provider whole, the sweep passes;
+    /// with the provider broken at one drop point only (a drop in the body, after the claim),
+    /// the sweep passes every earlier point and reports exactly that one, naming the marker it
+    /// found.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_marker_left_on_a_drop_at_the_chosen_poll_is_reported_there() {
+        let whole = try_sweep(RERUN, "whole", |_| std::future::ready(over(false)))
+            .await
+            .expect("the whole provider leaves nothing behind");
+        assert!(whole.dropped_in_body > 0, "{whole:?}: no drop in the body");
+        // The last drop point is in the body (it suspends once), so after the claim.
+        let chosen = whole.drop_points;
+        let finding = try_sweep(RERUN, "broken", |polls| {
+            std::future::ready(over(polls == chosen))
+        })
+        .await
+        .expect_err("the sweep passed a provider that left a marker behind");
+        assert_eq!(finding.layer, RERUN);
+        assert_eq!(finding.polls, chosen, "{finding}");
+        assert!(finding.in_body, "{finding}");
+        assert!(finding.what.contains("record"), "{finding}");
+    }
+
+    /// The panicking form reports the same finding.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sweep_panics_with_the_finding() {
+        let whole = try_sweep(RERUN, "whole", |_| std::future::ready(over(false)))
+            .await
+            .expect("the whole provider leaves nothing behind");
+        let chosen = whole.drop_points;
+        let swept = tokio::spawn(async move {
+            sweep(RERUN, "broken", |polls| {
+                std::future::ready(over(polls == chosen))
+            })
+            .await
+        })
+        .await;
+        let panic = swept.expect_err("the sweep passed a broken provider");
+        let message = panic.into_panic();
+        let message = message
+            .downcast_ref::<String>()
+            .expect("a formatted panic message");
+        assert!(
+            message.contains(&format!("dropped after {chosen} poll(s)")),
+            "{message}"
+        );
     }
 }

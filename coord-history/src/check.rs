@@ -37,8 +37,9 @@ pub enum Promise {
     /// A renewing hold that returned `Ok` held throughout its body: no newer token reached
     /// the resource between its `enter` and its `exit`. Judged only for holds recorded with
     /// their renewal ([`crate::recorder::Recorder::invoke_renewing_lock`]): an unrenewed lease
-    /// promises nothing of the kind, and neither does a holder whose process was paused past
-    /// its lease (no test pauses such a holder while judging this).
+    /// promises nothing of the kind. It holds for a renewing holder whose process was paused,
+    /// or whose clock stalled or jumped, past its lease too: such a hold must end `LockLost`,
+    /// not `Ok` (the shared workload's renewing holds run under every nemesis).
     HeldThroughout,
     /// An idempotent body's effect happens at most once per key.
     AtMostOnce,
@@ -98,8 +99,25 @@ pub struct Report {
     pub longest_by_fault: BTreeMap<String, u64>,
     /// The error kinds of the calls that ended `fail` or `info`, and how many of each.
     pub errors: BTreeMap<String, usize>,
+    /// The `info` share broken down by cause: the error kinds of the calls that ended `info`
+    /// (outcome unknown), and how many of each.
+    pub info_causes: BTreeMap<String, usize>,
     /// New versions written to cached sources.
     pub source_writes: usize,
+    /// How many times each kind of fault bit: the calls whose span overlaps a window of that
+    /// kind (start to heal) and that did not end `ok` (a `fail`, an `info`, or never
+    /// completed), plus the fenced writes the resource refused during such a window. Kinds
+    /// injected that bit nothing are listed with 0.
+    pub bites: BTreeMap<String, usize>,
+    /// Renewing lock holds ([`crate::recorder::Recorder::invoke_renewing_lock`]) that ended
+    /// `LockLost`: the runtime saw the hold lost and stopped its body.
+    pub renewing_lost: usize,
+    /// Renewing lock holds recorded, all outcomes.
+    pub renewing_holds: usize,
+    /// Idempotent calls whose span overlaps a fault window and that ended `ok`: calls that met
+    /// a fault and still answered (whose answers the same-answer and at-most-once checks
+    /// judge).
+    pub idempotent_through_faults: usize,
     /// The span of the history, first to last event, in nanoseconds.
     pub span: u64,
     pub violations: Vec<Violation>,
@@ -114,6 +132,71 @@ impl Report {
     /// Faults started, all kinds.
     pub fn total_faults(&self) -> usize {
         self.faults.values().sum()
+    }
+
+    /// The share of completed calls that ended `info` (outcome unknown), 0 to 1.
+    pub fn info_share(&self) -> f64 {
+        let info = self.outcomes.get("info").copied().unwrap_or(0);
+        let done: usize = ["ok", "fail", "info"]
+            .iter()
+            .map(|o| self.outcomes.get(*o).copied().unwrap_or(0))
+            .sum();
+        if done == 0 {
+            0.0
+        } else {
+            info as f64 / done as f64
+        }
+    }
+
+    /// One line per fault kind injected: how many times it was started and how many times it
+    /// bit ([`Report::bites`]).
+    pub fn bite_lines(&self) -> Vec<String> {
+        self.faults
+            .iter()
+            .map(|(kind, started)| {
+                format!(
+                    "fault {kind}: started {started}, bit {}",
+                    self.bites.get(kind).copied().unwrap_or(0)
+                )
+            })
+            .collect()
+    }
+
+    /// The figures a run proves its faults by, in one line: calls, the `info` share (by
+    /// cause), fenced writes refused, renewing holds lost, idempotent calls answered through a
+    /// fault.
+    pub fn bite_summary(&self) -> String {
+        format!(
+            "calls {}, info {:.1} % {:?}, refusals {}, losses {} of {} renewing holds, idempotent ok through faults {}",
+            self.total_calls(),
+            self.info_share() * 100.0,
+            self.info_causes,
+            self.writes_refused,
+            self.renewing_lost,
+            self.renewing_holds,
+            self.idempotent_through_faults
+        )
+    }
+
+    /// What a run under faults must show to prove its faults bit: at least one fenced write
+    /// refused at the resource, one renewing hold ended `LockLost`, and one idempotent call
+    /// answered through a fault. `Err` names what is missing.
+    pub fn faults_bit(&self) -> Result<(), String> {
+        let mut missing = Vec::new();
+        if self.writes_refused == 0 {
+            missing.push("no fenced write was refused at the resource");
+        }
+        if self.renewing_lost == 0 {
+            missing.push("no renewing hold ended LockLost");
+        }
+        if self.idempotent_through_faults == 0 {
+            missing.push("no idempotent call answered through a fault");
+        }
+        if missing.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("the nemesis did not bite: {}", missing.join("; ")))
+        }
     }
 
     /// Violations of `promise`.
@@ -220,6 +303,9 @@ pub fn check(events: &[Event]) -> Report {
                 *report.outcomes.entry(name.into()).or_default() += 1;
                 if let Some(kind) = &c.error {
                     *report.errors.entry(kind.clone()).or_default() += 1;
+                    if c.outcome == Outcome::Info {
+                        *report.info_causes.entry(kind.clone()).or_default() += 1;
+                    }
                 }
                 completes.insert(c.call, c);
             }
@@ -274,6 +360,7 @@ pub fn check(events: &[Event]) -> Report {
         .max()
         .unwrap_or(0);
     report.longest_by_fault = longest_by_fault(&calls, &fault_events, last);
+    bites(&calls, &writes, &fault_events, last, &mut report);
 
     check_resource(&writes, &mut report);
     check_held_throughout(&writes, &calls, &mut report);
@@ -313,6 +400,60 @@ fn fault_windows(faults: &[&crate::event::Fault], last: u64) -> BTreeMap<String,
         w.sort_unstable();
     }
     windows
+}
+
+/// Whether a window of `ws` (sorted) overlaps `start..=end`.
+fn overlaps(ws: &[(u64, u64)], start: u64, end: u64) -> bool {
+    // The first window that ends at or after `start` overlaps if it began by `end`.
+    let i = ws.partition_point(|(_, e)| *e < start);
+    ws.get(i).is_some_and(|(s, _)| *s <= end)
+}
+
+/// Fills [`Report::bites`], [`Report::renewing_lost`], [`Report::renewing_holds`] and
+/// [`Report::idempotent_through_faults`].
+fn bites(
+    calls: &[Paired<'_>],
+    writes: &[&crate::event::ResourceWrite],
+    faults: &[&crate::event::Fault],
+    last: u64,
+    report: &mut Report,
+) {
+    let windows = fault_windows(faults, last);
+    for kind in report.faults.keys() {
+        report.bites.insert(kind.clone(), 0);
+    }
+    for c in calls {
+        let start = c.invoke.at;
+        let end = c.end().unwrap_or(last);
+        let outcome = c.complete.map(|d| d.outcome);
+        if c.invoke.op == Op::Lock && c.invoke.renew.is_some() {
+            report.renewing_holds += 1;
+            if c.complete
+                .is_some_and(|d| d.error.as_deref() == Some("LockLost"))
+            {
+                report.renewing_lost += 1;
+            }
+        }
+        let mut through_fault = false;
+        for (kind, ws) in &windows {
+            if overlaps(ws, start, end) {
+                through_fault = true;
+                if outcome != Some(Outcome::Ok) {
+                    *report.bites.entry(kind.clone()).or_default() += 1;
+                }
+            }
+        }
+        if through_fault && c.invoke.op == Op::Idempotent && outcome == Some(Outcome::Ok) {
+            report.idempotent_through_faults += 1;
+        }
+    }
+    for w in writes.iter().filter(|w| !w.accepted) {
+        for (kind, ws) in &windows {
+            if overlaps(ws, w.at, w.at) {
+                *report.bites.entry(kind.clone()).or_default() += 1;
+            }
+        }
+    }
 }
 
 fn longest_by_fault(

@@ -15,8 +15,10 @@
 //!   fencing are judged where they matter, at the resource, not from what the clients believe.
 //! - **Faults** ([`nemesis`]): a TCP proxy between clients and a server that delays, drops,
 //!   holds, blackholes or half-opens connections, and seeded schedules that combine several
-//!   faults in one run. Pausing, killing and restarting servers is left to the test (the
-//!   testing crates of each backend do that); the schedule says when.
+//!   faults in one run and hold every kind at least once. The check reports how many times
+//!   each kind bit, and [`Report::faults_bit`] fails a run whose faults did not. Pausing,
+//!   killing and restarting servers is left to the test (the testing crates of each backend
+//!   do that); the schedule says when.
 //! - **Checking** ([`mod@check`]): decides each promise on the whole history and reports every
 //!   violation with the events that show it.
 //!

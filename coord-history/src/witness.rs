@@ -42,6 +42,9 @@ struct State {
     newest: HashMap<String, u64>,
     versions: HashMap<String, u64>,
     events: Vec<Event>,
+    /// The body inside right now, by key: the last admitted `enter`, while its `exit` has not
+    /// come, with when it came in.
+    inside: HashMap<String, HashMap<CallId, u64>>,
 }
 
 impl State {
@@ -148,6 +151,21 @@ impl WitnessServer {
             .clone()
     }
 
+    /// The bodies inside right now on keys starting with `prefix`: per key, the call whose
+    /// `enter` was admitted last, if its `exit` has not come (admitted or refused), with when
+    /// it came in
+    /// (the monotonic clock of [`crate::clock::now_ns`]). A nemesis aims a fault with it: a
+    /// pause that starts while a holder is inside is one that can bite.
+    pub fn inside(&self, prefix: &str) -> Vec<(CallId, u64)> {
+        let state = self.shared.state.lock().unwrap_or_else(|e| e.into_inner());
+        state
+            .inside
+            .iter()
+            .filter(|(key, _)| key.starts_with(prefix))
+            .flat_map(|(_, calls)| calls.iter().map(|(call, at)| (*call, *at)))
+            .collect()
+    }
+
     /// Moves clients to fresh keys (after the server's data was destroyed).
     pub fn bump_generation(&self) -> u64 {
         self.shared.generation.fetch_add(1, Ordering::AcqRel) + 1
@@ -205,9 +223,26 @@ fn answer(line: &str, shared: &Shared) -> String {
             }
             state.seq += 1;
             let seq = state.seq;
+            let at = now_ns();
+            match phase {
+                // The newest admitted holder is the one inside: an older one whose body ended
+                // without its `exit` (cancelled, say) is not, and any later write of its is
+                // refused.
+                Phase::Enter if accepted => {
+                    let calls = state.inside.entry((*key).to_owned()).or_default();
+                    calls.clear();
+                    calls.insert(CallId(call), at);
+                }
+                Phase::Enter => {}
+                Phase::Exit => {
+                    if let Some(calls) = state.inside.get_mut(*key) {
+                        calls.remove(&CallId(call));
+                    }
+                }
+            }
             state.events.push(Event::Resource(ResourceWrite {
                 seq,
-                at: now_ns(),
+                at,
                 key: (*key).to_owned(),
                 token,
                 call: CallId(call),

@@ -366,3 +366,71 @@ fn the_longest_wait_is_kept_per_fault_overlapping_the_call_and_errors_are_counte
         "{report}"
     );
 }
+
+#[test]
+fn bites_are_counted_per_fault_and_a_run_that_did_not_bite_is_told_what_is_missing() {
+    let (hold, stale, lost, idem, calm) =
+        (call(1, 1), call(2, 1), call(2, 2), call(1, 3), call(1, 4));
+    let mut lost_end = done(48, lost, Op::Lock, "r", Outcome::Info, None);
+    if let Event::Complete(x) = &mut lost_end {
+        x.error = Some("LockLost".into());
+    }
+    let mut renewing = invoke(12, lost, Op::Lock, "r", None);
+    if let Event::Invoke(x) = &mut renewing {
+        x.renew = Some(300);
+    }
+    let events = vec![
+        fault(10, "client-pause", true),
+        fault(50, "client-pause", false),
+        fault(60, "proxy-delay", true),
+        fault(70, "proxy-delay", false),
+        fault(90, "proxy-reset", true),
+        fault(95, "proxy-reset", false),
+        // A stale holder's exit refused during the pause: one bite of client-pause.
+        write(11, stale, 5, Phase::Enter, true),
+        write(20, hold, 6, Phase::Enter, true),
+        write(30, stale, 5, Phase::Exit, false),
+        write(31, hold, 6, Phase::Exit, true),
+        // A renewing hold lost during the pause: a second bite, and a loss.
+        renewing,
+        lost_end,
+        // An idempotent call through the delay that answered: no bite, through a fault.
+        invoke(55, idem, Op::Idempotent, "i", Some("a")),
+        effect(62, idem, "i", EffectKind::Body),
+        done(65, idem, Op::Idempotent, "i", Outcome::Ok, Some("a")),
+        // A call clear of every fault.
+        invoke(75, calm, Op::Idempotent, "j", Some("b")),
+        effect(76, calm, "j", EffectKind::Body),
+        done(80, calm, Op::Idempotent, "j", Outcome::Ok, Some("b")),
+    ];
+    let report = check(&events);
+    assert!(report.violations.is_empty(), "{report}");
+    let bites: Vec<(&str, usize)> = report.bites.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+    assert_eq!(
+        bites,
+        [("client-pause", 2), ("proxy-delay", 0), ("proxy-reset", 0)],
+        "{report}"
+    );
+    assert_eq!((report.renewing_holds, report.renewing_lost), (1, 1));
+    assert_eq!(report.idempotent_through_faults, 1);
+    assert_eq!(report.info_causes.get("LockLost"), Some(&1));
+    assert!(report.faults_bit().is_ok(), "{}", report.bite_summary());
+    assert_eq!(
+        report.bite_lines(),
+        [
+            "fault client-pause: started 1, bit 2",
+            "fault proxy-delay: started 1, bit 0",
+            "fault proxy-reset: started 1, bit 0"
+        ]
+    );
+    // The same faults with nothing refused, lost or answered through them.
+    let quiet: Vec<Event> = events[..6]
+        .iter()
+        .cloned()
+        .chain(events[15..].iter().cloned())
+        .collect();
+    let missing = check(&quiet).faults_bit().expect_err("nothing bit");
+    for what in ["refused", "LockLost", "idempotent"] {
+        assert!(missing.contains(what), "{missing}");
+    }
+}

@@ -44,8 +44,15 @@ async fn a_blackhole_that_dropped_bytes_closes_the_connection_at_the_heal() {
 
     proxy.set(Mode::Blackhole);
     conn.write_all(b"lost").await.unwrap();
-    // Give the proxy time to read (and drop) the bytes before the heal.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The heal comes only once the proxy has read (and dropped) those bytes.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while proxy.dropped_bytes() < b"lost".len() as u64 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the proxy never dropped the bytes"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     proxy.set(Mode::Pass);
 
     // Whatever is written now, the connection must end without echoing anything that
@@ -74,5 +81,6 @@ async fn a_blackhole_that_dropped_nothing_leaves_the_connection_open() {
     proxy.set(Mode::Blackhole);
     tokio::time::sleep(Duration::from_millis(100)).await;
     proxy.set(Mode::Pass);
+    assert_eq!(proxy.dropped_bytes(), 0);
     assert_eq!(round_trip(&mut conn, b"two").await, b"two");
 }

@@ -12,9 +12,14 @@
 //!    nothing new, then to every backend and background process, each checked stopped), its
 //!    clients' sessions ended with `pg_terminate_backend` (pooled and listening connections
 //!    alike), the server killed (SIGKILL to all of it) and restarted on its data directory
-//!    (crash recovery); one client process paused past its leases. Every call is recorded
-//!    (JSON lines, one file per process, merged with what the protected resource witnessed),
-//!    then checked: zero violations. The same tasks also hold permits of a 2-permit semaphore,
+//!    (crash recovery); one client process paused past its leases; every kind at least once
+//!    per run. Each process also runs long-hold tasks (in each client process one of long
+//!    unrenewed holds and one of long renewing holds, in the test process one of short holds
+//!    of the unrenewed key), and the nemesis aims its pauses at those holds. Every call is
+//!    recorded (JSON lines, one file per process, merged with what the protected resource
+//!    witnessed), then checked: zero violations, and the faults must have bitten (a fenced
+//!    write refused at the resource, a renewing hold ended `LockLost`, an idempotent call
+//!    answered through a fault). The same tasks also hold permits of a 2-permit semaphore,
 //!    judged at a resource of its own: never more than 2 holds inside at once among those
 //!    certainly within their lease (checked on made-up writes by a case of its own).
 //! 2. **planted bugs**: the same workload through `coord_history::planted::Planted` over a
@@ -22,7 +27,9 @@
 //!    completed records reported as free; the checker must report violations for each, or it
 //!    is not checking anything.
 //!
-//! The short form (CI) runs the fault phase for 12 s. A long form:
+//! Every run draws a fresh seed, printed as `seed 0x…`; `COORD_HISTORY_SEED=0x…` replays that
+//! run's schedule. The short form (CI) runs the steps that hold every kind of fault once
+//! (about 6 s). A long form:
 //! `COORD_HISTORY_SECS=300 COORD_HISTORY_SEED=<n> cargo test -p coord-postgres --all-features
 //! --test histories`. `COORD_HISTORY_ONLY=<text>` runs only the cases whose name contains it;
 //! `COORD_HISTORY_KEEP=1` keeps a passing run's history; `COORD_HISTORY_WATCHDOG=1` prints any
@@ -40,11 +47,13 @@ use std::time::{Duration, Instant};
 use coord_core::{CoordError, Coordinator, fencing_token};
 use coord_history::clock::now_ns;
 use coord_history::nemesis::proxy::{Mode, Proxy};
-use coord_history::nemesis::schedule::{FaultClass, FaultKind, Rng};
+use coord_history::nemesis::schedule::{FaultClass, FaultKind, Rng, cover, run_seed, seed_text};
 use coord_history::planted::{Planted, PlantedBug};
 use coord_history::recorder::Recorder;
 use coord_history::witness::{WitnessClient, WitnessServer};
-use coord_history::workload::{Caller, Watched, start_watchdog};
+use coord_history::workload::{
+    AIM_FRESH, Caller, LongHolds, RENEWING_KEY, UNRENEWED_KEY, Watched, start_watchdog,
+};
 use coord_history::{Event, Fault, Op, Phase, Promise, Report};
 use coord_postgres::PostgresProvider;
 use coord_postgres_testing::PostgresServer;
@@ -58,6 +67,19 @@ const PROCESSES: usize = 2;
 /// The `application_name` of every client's connections (the listening ones add
 /// `-listener`): what the nemesis ends with `pg_terminate_backend`.
 const APP: &str = "coord-history-client";
+
+/// How long a client pause and a server pause last: past the lock lease with room for a
+/// successor to take and write the lapsed lock (client) or for a lease of unanswered renewals
+/// to pass (server), short of the 2 s in-flight marker.
+const PAUSE: Duration = Duration::from_millis(1_500);
+/// How long the nemesis waits, at most, for the hold a pause is aimed at before it starts the
+/// pause all the same (the run then fails if nothing bit), and how much longer than its
+/// schedule a run lasts to leave the aims that time.
+const AIM: Duration = Duration::from_secs(3);
+const AIM_BUDGET: Duration = Duration::from_secs(4);
+/// How much longer than its schedule and aims a run lasts, for the time faults take to start
+/// and heal beyond their steps (a restart's recovery, a pause's checks).
+const SLACK: Duration = Duration::from_secs(2);
 
 /// Permits of the semaphore every process shares.
 const PERMITS: u32 = 2;
@@ -283,8 +305,10 @@ async fn coordinator(url: &str, ns: &str) -> Coordinator {
         .expect("coordinator")
 }
 
-/// Runs `TASKS` workers on `coord` until `until`, then gives stragglers `grace`. Returns how
-/// many tasks panicked (a harness bug: their calls would show only as never completed).
+/// Runs `TASKS` workers on `coord` until `until`, and a long-hold task for each of `long`,
+/// then gives stragglers `grace`. Returns how many tasks panicked (a harness bug: their calls
+/// would show only as never completed).
+#[allow(clippy::too_many_arguments)]
 async fn run_workers(
     coord: Coordinator,
     rec: Recorder,
@@ -293,7 +317,24 @@ async fn run_workers(
     until: Instant,
     seed: u64,
     mix: Mix,
+    long: &[LongHolds],
 ) -> usize {
+    let long: Vec<_> = long
+        .iter()
+        .enumerate()
+        .map(|(i, &role)| {
+            let client = TASKS + i as u32;
+            tokio::spawn(long_holds(
+                coord.clone(),
+                rec.clone(),
+                witness,
+                until,
+                seed,
+                role,
+                client,
+            ))
+        })
+        .collect();
     let tasks: Vec<_> = (0..TASKS)
         .map(|client| {
             tokio::spawn(work(
@@ -317,7 +358,40 @@ async fn run_workers(
             panicked += usize::from(err.is_panic());
         }
     }
+    for long in long {
+        let left = grace.saturating_duration_since(Instant::now());
+        if let Ok(Err(err)) = tokio::time::timeout(left, long).await {
+            panicked += usize::from(err.is_panic());
+        }
+    }
     panicked
+}
+
+/// One long-hold task ([`LongHolds`]) of a process, numbered `client`, until `until`: what
+/// the nemesis aims its pauses at.
+async fn long_holds(
+    coord: Coordinator,
+    rec: Recorder,
+    witness: SocketAddr,
+    until: Instant,
+    seed: u64,
+    role: LongHolds,
+    client: u32,
+) {
+    let witness = WitnessClient::connect(witness)
+        .await
+        .expect("the witness listens on loopback");
+    let mut rng = Rng::new(seed ^ (u64::from(std::process::id()) << 16) ^ u64::from(client));
+    // Numbered after the mix's tasks.
+    let caller = Caller {
+        coord: &coord,
+        rec: &rec,
+        witness: &witness,
+        client,
+    };
+    while Instant::now() < until {
+        caller.long_hold(role, LEASE, "", &mut rng).await;
+    }
 }
 
 fn child() {
@@ -335,7 +409,18 @@ fn child() {
     let panicked = rt.block_on(async {
         let until = Instant::now() + Duration::from_millis(millis);
         let coord = coordinator(&url, &ns).await;
-        run_workers(coord, rec.clone(), witness, permits, until, seed, Mix::All).await
+        let long = [LongHolds::Unrenewed, LongHolds::Renewing];
+        run_workers(
+            coord,
+            rec.clone(),
+            witness,
+            permits,
+            until,
+            seed,
+            Mix::All,
+            &long,
+        )
+        .await
     });
     rec.write_to(std::path::Path::new(&out))
         .expect("write the history");
@@ -416,14 +501,47 @@ struct Step {
     target: u64,
 }
 
-/// Steps filling about `total`, as `coord_history::nemesis::schedule::Schedule::seeded`
-/// draws them (gaps 300 to 900 ms, holds 300 to 1 500 ms, half the steps combining two or
-/// three faults of different classes), except that a step pausing a client process holds at
-/// least 1.2 leases, so that the paused process outlives its leases.
-fn schedule(seed: u64, total: Duration) -> Vec<Step> {
+/// Every fault of [`PgFault::ALL`] at least once (`coord_history::nemesis::schedule::cover`:
+/// as few steps as one fault of a class per step allows, the client pause in a step of its own,
+/// since a fault on the network or the server in its step would keep the successor from the
+/// lapsed lock; gaps 150 to 400 ms, holds 250 to 700 ms), then, while that fills less than
+/// `total`, steps as `coord_history::nemesis::schedule::Schedule::seeded` draws them (gaps 300
+/// to 900 ms, holds 300 to 1 500 ms, half the steps combining two or three faults of different
+/// classes). A step pausing a client process or the server holds [`PAUSE`], past the lease;
+/// those steps come first. Returns the steps and how many of the first hold every kind once.
+fn schedule(seed: u64, total: Duration) -> (Vec<Step>, usize) {
     let mut rng = Rng::new(seed);
     let mut steps = Vec::new();
     let mut used = Duration::ZERO;
+    let paused = |faults: &[PgFault]| {
+        faults.iter().any(|f| {
+            matches!(
+                f,
+                PgFault::Common(FaultKind::ClientPause | FaultKind::ServerPause)
+            )
+        })
+    };
+    let alone = |f: PgFault| f == PgFault::Common(FaultKind::ClientPause);
+    let mut covered = cover(&mut rng, &PgFault::ALL, PgFault::class, alone);
+    // The paused steps first, while the clients are in their stride: what they are aimed at
+    // may take seconds to come back after a kill or a reset.
+    covered.sort_by_key(|faults| !paused(faults));
+    let covering = covered.len();
+    for faults in covered {
+        let gap = Duration::from_millis(rng.between(150, 400));
+        let mut hold = Duration::from_millis(rng.between(250, 700));
+        if paused(&faults) {
+            hold = hold.max(PAUSE);
+        }
+        steps.push(Step {
+            gap,
+            faults,
+            hold,
+            delay: Duration::from_millis(rng.between(50, 250)),
+            target: rng.next_u64(),
+        });
+        used += gap + hold;
+    }
     let pick = |rng: &mut Rng| PgFault::ALL[rng.between(0, PgFault::ALL.len() as u64 - 1) as usize];
     while used < total {
         let gap = Duration::from_millis(rng.between(300, 900));
@@ -437,8 +555,8 @@ fn schedule(seed: u64, total: Duration) -> Vec<Step> {
                 }
             }
         }
-        if faults.contains(&PgFault::Common(FaultKind::ClientPause)) {
-            hold = hold.max(LEASE * 6 / 5);
+        if paused(&faults) {
+            hold = hold.max(PAUSE);
         }
         steps.push(Step {
             gap,
@@ -449,13 +567,14 @@ fn schedule(seed: u64, total: Duration) -> Vec<Step> {
         });
         used += gap + hold;
     }
-    steps
+    (steps, covering)
 }
 
 struct Target {
     server: Mutex<PostgresServer>,
     proxy: Arc<Proxy>,
     workers: Vec<Worker>,
+    witness: Arc<WitnessServer>,
     /// Sessions ended by `pg_terminate_backend`, all steps.
     terminated: AtomicUsize,
     /// Processes of the server seen stopped by a pause, all steps.
@@ -601,12 +720,68 @@ fn heal(target: &Target, step: &Step, fault: PgFault) {
     }
 }
 
+/// Waits, until `latest` at most, until the holds `step`'s pauses are
+/// aimed at are there: for a client pause, its target process inside a long unrenewed hold;
+/// for a server pause, a renewing hold that came in within [`AIM_FRESH`]. Returns whether
+/// they were.
+fn aim(target: &Target, step: &Step, latest: Instant) -> bool {
+    let client = step
+        .faults
+        .contains(&PgFault::Common(FaultKind::ClientPause))
+        .then(|| {
+            target.workers[(step.target % target.workers.len() as u64) as usize]
+                .child
+                .id()
+        });
+    let server = step
+        .faults
+        .contains(&PgFault::Common(FaultKind::ServerPause));
+    let deadline = latest;
+    loop {
+        let client_ready = client.is_none_or(|pid| {
+            target
+                .witness
+                .inside(UNRENEWED_KEY)
+                .iter()
+                .any(|(call, _)| call.pid() == pid)
+        });
+        let server_ready = !server || {
+            let fresh = now_ns().saturating_sub(AIM_FRESH.as_nanos() as u64);
+            target
+                .witness
+                .inside(RENEWING_KEY)
+                .iter()
+                .any(|(_, at)| *at >= fresh)
+        };
+        if client_ready && server_ready {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
 /// Runs `steps` against `target` until `until`, recording every fault.
-fn nemesis(target: &Target, steps: &[Step], rec: &Recorder, until: Instant) {
-    for step in steps {
+fn nemesis(target: &Target, steps: &[Step], covering: usize, rec: &Recorder, until: Instant) {
+    let mut aim_left = AIM_BUDGET;
+    for (i, step) in steps.iter().enumerate() {
         std::thread::sleep(step.gap);
-        if Instant::now() + step.hold > until {
+        // The steps that hold every kind once all run, late or not (the run's length leaves
+        // them room); the ones after them only while they fit.
+        if i >= covering && Instant::now() + step.hold > until {
             break;
+        }
+        // The aims of a run share one allowance, which its length includes.
+        let aim_started = Instant::now();
+        let aimed = aim(target, step, aim_started + AIM.min(aim_left));
+        aim_left = aim_left.saturating_sub(aim_started.elapsed());
+        if !aimed {
+            println!(
+                "  nemesis: the holds {:?} is aimed at were not there within {AIM:?}; started anyway",
+                step.faults
+            );
         }
         for &fault in &step.faults {
             rec.push(fault_event(fault, true));
@@ -622,18 +797,20 @@ fn nemesis(target: &Target, steps: &[Step], rec: &Recorder, until: Instant) {
 
 // ---------------------------------------------------------------- runs
 
+/// The run's seed: `COORD_HISTORY_SEED` (decimal or `0x…`), else a fresh one, drawn once per
+/// run of this binary and printed (`seed 0x…`), so a failing run replays exactly.
 fn seed() -> u64 {
-    std::env::var("COORD_HISTORY_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0x5eed_2026)
+    static SEED: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *SEED.get_or_init(run_seed)
 }
 
+/// How long the schedule's steps fill at least (`COORD_HISTORY_SECS`): by default only the
+/// steps that hold every kind of fault once (about 6 s); a longer run adds seeded steps.
 fn fault_millis() -> u64 {
     std::env::var("COORD_HISTORY_SECS")
         .ok()
         .and_then(|s| s.parse::<u64>().ok())
-        .map_or(12_000, |s| s * 1000)
+        .map_or(0, |s| s * 1000)
 }
 
 fn save(events: &[Event], name: &str) -> std::path::PathBuf {
@@ -668,7 +845,10 @@ fn endings(events: &[Event]) -> BTreeMap<String, usize> {
 /// Client processes and in-process tasks under the seeded schedule: zero violations.
 fn under_faults() -> Report {
     let seed = seed();
-    let millis = fault_millis();
+    let (steps, covering) = schedule(seed, Duration::from_millis(fault_millis()));
+    let length: Duration = steps.iter().map(|s| s.gap + s.hold).sum();
+    let millis = u64::try_from((length + AIM_BUDGET + SLACK).as_millis()).expect("short");
+    println!("histories/postgres/under-faults: seed {}", seed_text(seed));
     start_watchdog();
     let rt = runtime();
     let server = migrated_server(&rt);
@@ -719,14 +899,14 @@ fn under_faults() -> Report {
         terminated: AtomicUsize::new(0),
         stopped: AtomicUsize::new(0),
         late: Mutex::new(Vec::new()),
+        witness: witness.clone(),
     };
-    let steps = schedule(seed, Duration::from_millis(millis));
     let started = Instant::now();
     std::thread::scope(|scope| {
         let nemesis_rec = rec.clone();
         let target = &target;
         let steps = &steps;
-        scope.spawn(move || nemesis(target, steps, &nemesis_rec, until));
+        scope.spawn(move || nemesis(target, steps, covering, &nemesis_rec, until));
         let panicked = rt.block_on(async {
             let coord = coordinator(&url, ns).await;
             run_workers(
@@ -737,12 +917,13 @@ fn under_faults() -> Report {
                 until,
                 seed,
                 Mix::All,
+                &[LongHolds::Successor],
             )
             .await
         });
         assert_eq!(
             panicked, 0,
-            "a task of the test process panicked (seed {seed})"
+            "a task of the test process panicked (seed {seed:#x})"
         );
     });
     // Everything healed (the nemesis heals each step before it ends); collect the children.
@@ -754,29 +935,34 @@ fn under_faults() -> Report {
             if let Some(status) = w.child.try_wait().expect("wait") {
                 assert!(
                     status.success(),
-                    "a client process ended with {status} (a task panicked: see its output; seed {seed})"
+                    "a client process ended with {status} (a task panicked: see its output; seed {seed:#x})"
                 );
                 break;
             }
             assert!(
                 Instant::now() < deadline,
-                "a client process did not finish within 40 s of the run's end (seed {seed})"
+                "a client process did not finish within 40 s of the run's end (seed {seed:#x})"
             );
             std::thread::sleep(Duration::from_millis(20));
         }
         let mut theirs = coord_history::read_jsonl(&w.out).unwrap_or_else(|e| {
-            panic!("the client process wrote no readable history ({e}); seed {seed}")
+            panic!("the client process wrote no readable history ({e}); seed {seed:#x}")
         });
         events.append(&mut theirs);
     }
     events.extend(witness.events());
     let path = save(&events, "under-faults");
     let report = coord_history::check(&events);
+    let seed = seed_text(seed);
     println!(
         "histories/postgres/under-faults (seed {seed}, {:.1} s, history {}): {report}",
         started.elapsed().as_secs_f64(),
         path.display()
     );
+    for line in report.bite_lines() {
+        println!("  {line}");
+    }
+    println!("  {}", report.bite_summary());
     let sem = check_permits(&permits.events());
     println!(
         "  endings {:?}; sessions ended by pg_terminate_backend {}; server processes stopped by pauses {} (missed by a pause and stopped late: {:?})",
@@ -812,7 +998,20 @@ fn under_faults() -> Report {
         );
     }
     assert!(report.writes_accepted > 0 && report.effects > 0, "{report}");
-    assert!(report.total_faults() > 0, "no fault was injected: {report}");
+    for fault in PgFault::ALL {
+        assert!(
+            report.faults.contains_key(fault.name()),
+            "the schedule holds {} but it was never injected (seed {seed}): {report}",
+            fault.name()
+        );
+    }
+    if let Err(missing) = report.faults_bit() {
+        panic!(
+            "{missing} (seed {seed}; {}; history {})",
+            report.bite_summary(),
+            path.display()
+        );
+    }
     // `COORD_HISTORY_KEEP=1` keeps a passing run's history too, to study it.
     if std::env::var_os("COORD_HISTORY_KEEP").is_none() {
         let _ = std::fs::remove_file(&path);
@@ -848,6 +1047,7 @@ fn planted(bug: PlantedBug, mix: Mix) -> Report {
             until,
             seed(),
             mix,
+            &[],
         )
         .await;
     });

@@ -10,9 +10,16 @@
 //!    few hot keys, and the test process's tasks making cached reads of sources a writer
 //!    versions at the resource; a seeded schedule of combined faults (proxy delay, blackhole,
 //!    hold, half-open and reset; server pause, kill and restart with and without its data, full
-//!    memory; client process pause, its clock jumped forward or stalled). Every call is
+//!    memory; client process pause, its clock jumped forward or stalled), every kind at least
+//!    once per run. Each process also runs long-hold tasks: in each client process one of long
+//!    unrenewed holds and one of long renewing holds; in the test process one of short holds
+//!    of the unrenewed key (the successor of a paused holder). The nemesis aims
+//!    its pauses: a client pause or clock stall starts while its target is inside a long
+//!    unrenewed hold, a server pause just after a renewing hold came in. Every call is
 //!    recorded (JSON lines, one file per process, merged with what the protected resource
-//!    witnessed), then checked: zero violations; then every hot lock must be free again.
+//!    witnessed), then checked: zero violations; the faults must have bitten (a fenced write
+//!    refused at the resource, a renewing hold ended `LockLost`, an idempotent call answered
+//!    through a fault); then every hot lock must be free again.
 //! 2. **in process**: the same workload on the in-process provider, without faults.
 //! 3. **planted bugs**: the same workload through a provider that grants locks without
 //!    checking (all holders get token 1), one that replays a fresh answer, and one whose
@@ -28,11 +35,13 @@
 //!    acknowledgement runs in the long form. One cycle each in the short form (about 35 s);
 //!    `COORD_FAILOVER_SECS=<n>` repeats cycles for `n` seconds.
 //!
-//! The short form (CI) runs each fault phase for 8 s. A long form:
-//! `COORD_HISTORY_SECS=1800 COORD_HISTORY_SEED=<n> cargo test -p coord-redis --all-features
-//! --test histories`. A failed run prints its seed and the path of the merged history, which
-//! `cargo run -p coord-history --bin check -- <path>` re-checks. `COORD_HISTORY_FAULTS=<kind>,..`
-//! limits the schedule to some kinds of fault.
+//! Every run draws a fresh seed, printed as `seed 0x…`; `COORD_HISTORY_SEED=0x…` replays that
+//! run's schedule. The short form (CI) runs the steps that hold every kind of fault once
+//! (about 6 s). A long form: `COORD_HISTORY_SECS=1800 COORD_HISTORY_SEED=<n> cargo test -p
+//! coord-redis --all-features --test histories`. A failed run prints its seed and the path of
+//! the merged history, which `cargo run -p coord-history --bin check -- <path>` re-checks.
+//! `COORD_HISTORY_FAULTS=<kind>,..` limits the schedule to some kinds of fault (and then does
+//! not require the faults to bite).
 
 #[path = "histories/failover.rs"]
 mod failover;
@@ -50,11 +59,13 @@ use coord_core::handle::CacheScope;
 use coord_core::{CoordError, Coordinator};
 use coord_history::clock::now_ns;
 use coord_history::nemesis::proxy::{Mode, Proxy};
-use coord_history::nemesis::schedule::{FaultKind, Rng, Schedule};
+use coord_history::nemesis::schedule::{FaultKind, Rng, Schedule, run_seed, seed_text};
 use coord_history::planted::{Planted, PlantedBug};
 use coord_history::recorder::{Ending, Recorder};
 use coord_history::witness::{WitnessClient, WitnessServer};
-use coord_history::workload::{Caller, classify, start_watchdog};
+use coord_history::workload::{
+    AIM_FRESH, Caller, LongHolds, RENEWING_KEY, UNRENEWED_KEY, classify, start_watchdog,
+};
 use coord_history::{Event, Fault, Op, Promise, Report};
 use coord_redis::{Client, RedisProvider};
 use coord_redis_testing::{RedisServer, Resp};
@@ -79,6 +90,18 @@ const CLOCK_JUMP: Duration = Duration::from_secs(3);
 /// The longest [`FaultKind::ClockStall`]: past the lock lease, short of what an in-flight
 /// marker (2 s, renewed every third of it) survives, as for a client pause.
 const CLOCK_STALL_MAX: Duration = Duration::from_millis(1_200);
+/// How long a client pause and a server pause last: past the lock lease with room for a
+/// successor to take and write the lapsed lock (client) or for a lease of unanswered renewals
+/// to pass (server), short of the 2 s in-flight marker.
+const PAUSE: Duration = Duration::from_millis(1_500);
+/// How long the nemesis waits, at most, for the hold a pause is aimed at before it starts the
+/// pause all the same (the run then fails if nothing bit), and how much longer than its
+/// schedule a run lasts to leave the aims that time.
+const AIM: Duration = Duration::from_secs(3);
+const AIM_BUDGET: Duration = Duration::from_secs(4);
+/// How much longer than its schedule and aims a run lasts, for the time faults take to start
+/// and heal beyond their steps (a restart's recovery, a pause's checks).
+const SLACK: Duration = Duration::from_secs(2);
 
 /// Which calls a worker makes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -165,6 +188,34 @@ async fn work(
     }
 }
 
+/// One long-hold task ([`LongHolds`]) of a process, numbered `client`, until `until`, on keys of the current data
+/// generation: what the nemesis aims its pauses at.
+async fn long_holds(
+    coord: Coordinator,
+    rec: Recorder,
+    witness: SocketAddr,
+    until: Instant,
+    seed: u64,
+    role: LongHolds,
+    client: u32,
+) {
+    let witness = WitnessClient::connect(witness)
+        .await
+        .expect("the witness listens on loopback");
+    let mut rng = Rng::new(seed ^ (u64::from(std::process::id()) << 16) ^ u64::from(client));
+    // Numbered after the mix's tasks.
+    let caller = Caller {
+        coord: &coord,
+        rec: &rec,
+        witness: &witness,
+        client,
+    };
+    while Instant::now() < until {
+        let suffix = format!("-g{}", witness.generation().await);
+        caller.long_hold(role, LEASE, &suffix, &mut rng).await;
+    }
+}
+
 /// A cached read of a versioned source (two tiers: a local copy, and the shared entry in
 /// Redis); its staleness bound is the ttl plus [`CACHE_MARGIN`].
 async fn cache_call(
@@ -188,8 +239,11 @@ async fn cache_call(
     let ending = match result {
         Ok(version) => Ending::ok(Some(version.to_string()), None),
         Err(err) => {
-            let (outcome, kind) = classify(&err);
-            Ending::failed(outcome, kind)
+            // A read changes nothing the checker judges (the source is the resource's, and
+            // only answered reads are held to their bound): a failed one certainly had no
+            // effect.
+            let (_, kind) = classify(&err);
+            Ending::failed(coord_history::Outcome::Fail, kind)
         }
     };
     rec.complete(&invoked, ending);
@@ -244,6 +298,27 @@ async fn run_workers(
 ) {
     let writer =
         matches!(mix, Mix::All | Mix::Cache).then(|| tokio::spawn(write_sources(witness, until)));
+    let long: &[LongHolds] = match mix {
+        Mix::All => &[LongHolds::Successor],
+        Mix::Worker => &[LongHolds::Unrenewed, LongHolds::Renewing],
+        _ => &[],
+    };
+    let long: Vec<_> = long
+        .iter()
+        .enumerate()
+        .map(|(i, &role)| {
+            let client = TASKS + i as u32;
+            tokio::spawn(long_holds(
+                coord.clone(),
+                rec.clone(),
+                witness,
+                until,
+                seed,
+                role,
+                client,
+            ))
+        })
+        .collect();
     let tasks: Vec<_> = (0..TASKS)
         .map(|client| {
             tokio::spawn(work(
@@ -268,6 +343,12 @@ async fn run_workers(
     }
     if let Some(writer) = writer {
         writer.abort();
+    }
+    for long in long {
+        let left = grace.saturating_duration_since(Instant::now());
+        if let Ok(Err(err)) = tokio::time::timeout(left, long).await {
+            panicked += usize::from(err.is_panic());
+        }
     }
     // A panicked task is a harness bug whose call would only show as never completed: it
     // fails the run (in a client process, before the history is written, which the test
@@ -489,12 +570,63 @@ fn heal(target: &Target, step: &coord_history::nemesis::schedule::Step, kind: Fa
     }
 }
 
+/// Waits, until `latest` at most, until the holds `step`'s pauses are aimed at are there: for a
+/// client pause or clock stall, its target process inside a long unrenewed hold; for a server
+/// pause, a renewing hold that came in within [`AIM_FRESH`]. Returns whether they were.
+fn aim(target: &Target, step: &coord_history::nemesis::schedule::Step, latest: Instant) -> bool {
+    let client = step
+        .faults
+        .iter()
+        .any(|k| matches!(k, FaultKind::ClientPause | FaultKind::ClockStall))
+        .then(|| worker_of(target, step).child.id());
+    let server = step.faults.contains(&FaultKind::ServerPause);
+    let deadline = latest;
+    loop {
+        let client_ready = client.is_none_or(|pid| {
+            target
+                .witness
+                .inside(UNRENEWED_KEY)
+                .iter()
+                .any(|(call, _)| call.pid() == pid)
+        });
+        let server_ready = !server || {
+            let fresh = now_ns().saturating_sub(AIM_FRESH.as_nanos() as u64);
+            target
+                .witness
+                .inside(RENEWING_KEY)
+                .iter()
+                .any(|(_, at)| *at >= fresh)
+        };
+        if client_ready && server_ready {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
 /// Runs `schedule` against `target` until `until`, recording every fault.
 fn nemesis(target: &Target, schedule: &Schedule, rec: &Recorder, until: Instant) {
-    for step in &schedule.steps {
+    let covering = schedule.covering;
+    let mut aim_left = AIM_BUDGET;
+    for (i, step) in schedule.steps.iter().enumerate() {
         std::thread::sleep(step.gap);
-        if Instant::now() + step.hold > until {
+        // The steps that hold every kind once all run, late or not (the run's length leaves
+        // them room); the ones after them only while they fit.
+        if i >= covering && Instant::now() + step.hold > until {
             break;
+        }
+        // The aims of a run share one allowance, which its length includes.
+        let aim_started = Instant::now();
+        let aimed = aim(target, step, aim_started + AIM.min(aim_left));
+        aim_left = aim_left.saturating_sub(aim_started.elapsed());
+        if !aimed {
+            println!(
+                "  nemesis: the holds {:?} is aimed at were not there within {AIM:?}; started anyway",
+                step.faults
+            );
         }
         for &kind in &step.faults {
             rec.push(fault_event(kind, true));
@@ -522,18 +654,20 @@ fn nemesis(target: &Target, schedule: &Schedule, rec: &Recorder, until: Instant)
 
 // ---------------------------------------------------------------- runs
 
+/// The run's seed: `COORD_HISTORY_SEED` (decimal or `0x…`), else a fresh one, drawn once per
+/// run of this binary and printed (`seed 0x…`), so a failing run replays exactly.
 fn seed() -> u64 {
-    std::env::var("COORD_HISTORY_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0x5eed_2026)
+    static SEED: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *SEED.get_or_init(run_seed)
 }
 
+/// How long the schedule's steps fill at least (`COORD_HISTORY_SECS`): by default only the
+/// steps that hold every kind of fault once (about 6 s); a longer run adds seeded steps.
 fn fault_millis() -> u64 {
     std::env::var("COORD_HISTORY_SECS")
         .ok()
         .and_then(|s| s.parse::<u64>().ok())
-        .map_or(8_000, |s| s * 1000)
+        .map_or(0, |s| s * 1000)
 }
 
 /// `COORD_HISTORY_FAULTS=<name>,<name>` limits the schedule to those kinds (names as recorded:
@@ -564,8 +698,23 @@ fn save(events: &[Event], name: &str) -> std::path::PathBuf {
 /// Client processes and in-process tasks under the seeded schedule: zero violations.
 fn under_faults(client: Client) -> Report {
     let seed = seed();
-    let millis = fault_millis();
+    let kinds = fault_kinds();
+    // Every kind of fault at least once, the client pause in a step of its own (a fault on the
+    // network or the server in the same step would keep the successor from the lapsed lock).
+    let mut schedule = Schedule::covering(
+        seed,
+        Duration::from_millis(fault_millis()),
+        &kinds,
+        &[FaultKind::ClientPause],
+        &[FaultKind::ServerPause],
+        (250, 700),
+        (150, 400),
+    );
+    schedule.hold_at_least(&[FaultKind::ClientPause, FaultKind::ServerPause], PAUSE);
+    let millis =
+        u64::try_from((schedule.length() + AIM_BUDGET + SLACK).as_millis()).expect("short");
     let name = client_name(client);
+    println!("histories/{name}/under-faults: seed {}", seed_text(seed));
     let server = RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
     let data_dir = match server.command(&["CONFIG", "GET", "dir"]) {
         Resp::Array(items) => items[1].text().expect("the server's directory"),
@@ -617,8 +766,6 @@ fn under_faults(client: Client) -> Report {
         workers,
         witness: witness.clone(),
     };
-    let kinds = fault_kinds();
-    let schedule = Schedule::seeded(seed, Duration::from_millis(millis), &kinds, (300, 1500));
     let started = Instant::now();
     std::thread::scope(|scope| {
         let nemesis_rec = rec.clone();
@@ -635,18 +782,18 @@ fn under_faults(client: Client) -> Report {
     let mut target = target;
     for w in &mut target.workers {
         let deadline = Instant::now() + Duration::from_secs(40);
-        loop {
-            if w.child.try_wait().expect("wait").is_some() {
-                break;
+        let status = loop {
+            if let Some(status) = w.child.try_wait().expect("wait") {
+                break status;
             }
             assert!(
                 Instant::now() < deadline,
-                "a client process did not finish within 40 s of the run's end (seed {seed})"
+                "a client process did not finish within 40 s of the run's end (seed {seed:#x})"
             );
             std::thread::sleep(Duration::from_millis(20));
-        }
+        };
         let mut theirs = coord_history::read_jsonl(&w.out).unwrap_or_else(|e| {
-            panic!("the client process wrote no readable history ({e}); seed {seed}")
+            panic!("the client process ({status}) wrote no readable history ({e}); seed {seed:#x}")
         });
         events.append(&mut theirs);
     }
@@ -669,7 +816,7 @@ fn under_faults(client: Client) -> Report {
                 .await;
             assert!(
                 held.is_ok(),
-                "lock {part} still blocked after every fault healed: {held:?} (seed {seed}; history {})",
+                "lock {part} still blocked after every fault healed: {held:?} (seed {seed:#x}; history {})",
                 path.display()
             );
         }
@@ -682,15 +829,20 @@ fn under_faults(client: Client) -> Report {
             .await;
         assert!(
             stored.is_ok(),
-            "an idempotent call failed after every fault healed: {stored:?} (seed {seed})"
+            "an idempotent call failed after every fault healed: {stored:?} (seed {seed:#x})"
         );
     });
     let report = coord_history::check(&events);
+    let seed = seed_text(seed);
     println!(
         "histories/{name}/under-faults (seed {seed}, {:.1} s, history {}): {report}",
         started.elapsed().as_secs_f64(),
         path.display()
     );
+    for line in report.bite_lines() {
+        println!("  {line}");
+    }
+    println!("  {}", report.bite_summary());
     assert!(
         report.violations.is_empty(),
         "{} violations under faults with {name} (seed {seed}); the history is {}",
@@ -707,7 +859,23 @@ fn under_faults(client: Client) -> Report {
         report.writes_accepted > 0 && report.effects > 0 && report.source_writes > 0,
         "{report}"
     );
-    assert!(report.total_faults() > 0, "no fault was injected: {report}");
+    for kind in &kinds {
+        assert!(
+            report.faults.contains_key(kind.name()),
+            "the schedule holds {} but it was never injected (seed {seed}): {report}",
+            kind.name()
+        );
+    }
+    // A run restricted to some kinds may have nothing that can bite so; a whole run must.
+    if kinds.len() == FaultKind::ALL.len()
+        && let Err(missing) = report.faults_bit()
+    {
+        panic!(
+            "{missing} (seed {seed}; {}; history {})",
+            report.bite_summary(),
+            path.display()
+        );
+    }
     let _ = std::fs::remove_file(&path);
     report
 }

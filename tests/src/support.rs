@@ -50,6 +50,9 @@ pub struct InstrumentedProvider {
     pub lose_flight_claim_replies: AtomicBool,
     /// When set, flight renewals fail as if the backend were unreachable.
     pub fail_flight_renewals: AtomicBool,
+    /// `flight_wait` calls (a cluster follower waiting on another instance's leader), counted
+    /// when they start.
+    pub flight_waits: AtomicUsize,
     /// `flight_finish` calls (hand-over writes), counted when they start.
     pub flight_finishes: AtomicUsize,
     /// When set, hand-over writes fail as if the backend were unreachable.
@@ -458,6 +461,7 @@ impl coord_core::provider::FlightStore for InstrumentedProvider {
         leader: OwnerToken,
         timeout: Duration,
     ) -> BoxFuture<'a, Result<coord_core::provider::FlightWait, BackendError>> {
+        self.flight_waits.fetch_add(1, Ordering::SeqCst);
         if self.fail_flights.load(Ordering::SeqCst) {
             return Box::pin(async { Err(Self::fault()) });
         }

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use coord_core::provider::RecordStatus;
 use coord_core::{CoordError, Coordinator, OnAbandoned, distributed_lock, idempotent};
 
 use crate::cancellation::{LEASE, Layer, SETTLE_LIMIT, sweep};
@@ -54,9 +55,37 @@ async fn dropped_while_waiting_for_the_lock_leaves_no_marker(c: &Coordinator) {
         .await
         .expect("the lock is free at first");
     let runs = Arc::new(AtomicUsize::new(0));
-    let waiting = charge_under_lock(c, order, runs.clone());
-    let dropped = tokio::time::timeout(Duration::from_millis(200), waiting).await;
-    assert!(dropped.is_err(), "the call waited for the held lock");
+    // The call is dropped only once its marker is claimed (the state under test: marker
+    // there, body not started), however long that takes; a drop before the claim would pass
+    // without testing anything.
+    {
+        let mut waiting = std::pin::pin!(charge_under_lock(c, order, runs.clone()));
+        let marker_claimed = async {
+            loop {
+                let record = c.operations().inspect_record(&lock_key).await;
+                if let Ok(Some(info)) = record
+                    && info.status == RecordStatus::InFlight
+                {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        };
+        tokio::select! {
+            answer = &mut waiting => {
+                panic!("the call answered {answer:?} while its lock was held by another")
+            }
+            () = marker_claimed => {}
+            () = tokio::time::sleep(SETTLE_LIMIT) => {
+                panic!("the call never claimed its marker within {SETTLE_LIMIT:?}")
+            }
+        }
+    }
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        0,
+        "the body ran while the lock was held by another"
+    );
     held.release().await.expect("releasing the lock");
     let until = std::time::Instant::now() + SETTLE_LIMIT;
     loop {

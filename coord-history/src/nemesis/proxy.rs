@@ -1,6 +1,8 @@
 //! A TCP proxy on 127.0.0.1 whose behaviour the test switches while clients use it.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -37,6 +39,7 @@ pub enum Mode {
 pub struct Proxy {
     addr: SocketAddr,
     mode: watch::Sender<Mode>,
+    dropped: Arc<AtomicU64>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -46,16 +49,23 @@ impl Proxy {
         let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
         let addr = listener.local_addr()?;
         let (mode, rx) = watch::channel(Mode::Pass);
+        let dropped = Arc::new(AtomicU64::new(0));
+        let counter = dropped.clone();
         let task = tokio::spawn(async move {
             loop {
                 let Ok((client, _)) = listener.accept().await else {
                     continue;
                 };
                 let rx = rx.clone();
-                tokio::spawn(connection(client, upstream, rx));
+                tokio::spawn(connection(client, upstream, rx, counter.clone()));
             }
         });
-        Ok(Proxy { addr, mode, task })
+        Ok(Proxy {
+            addr,
+            mode,
+            dropped,
+            task,
+        })
     }
 
     /// Where clients connect.
@@ -77,6 +87,13 @@ impl Proxy {
     pub fn mode(&self) -> Mode {
         *self.mode.borrow()
     }
+
+    /// How many bytes a [`Mode::Blackhole`] has dropped since the proxy started, both ways,
+    /// counted as each chunk is dropped: a test waits on this rather than on time to know that
+    /// what it sent was lost, and a run counts whether its partitions dropped anything.
+    pub fn dropped_bytes(&self) -> u64 {
+        self.dropped.load(Ordering::SeqCst)
+    }
 }
 
 impl Drop for Proxy {
@@ -86,7 +103,12 @@ impl Drop for Proxy {
     }
 }
 
-async fn connection(mut client: TcpStream, upstream: SocketAddr, mut mode: watch::Receiver<Mode>) {
+async fn connection(
+    mut client: TcpStream,
+    upstream: SocketAddr,
+    mut mode: watch::Receiver<Mode>,
+    dropped: Arc<AtomicU64>,
+) {
     let _ = client.set_nodelay(true);
     let now = *mode.borrow_and_update();
     if now == Mode::Reset {
@@ -117,14 +139,14 @@ async fn connection(mut client: TcpStream, upstream: SocketAddr, mut mode: watch
         tokio::select! {
             read = client.read(&mut cbuf) => {
                 let n = match read { Ok(0) | Err(_) => return, Ok(n) => n };
-                if !forward(&mut mode, &mut server, &cbuf[..n], true, &mut client, &mut lost).await {
+                if !forward(&mut mode, &mut server, &cbuf[..n], true, &mut client, &mut lost, &dropped).await {
                     return;
                 }
             }
             read = from_server => {
                 let n = match read { Ok(0) | Err(_) => return, Ok(n) => n };
                 let chunk = sbuf[..n].to_vec();
-                if !forward(&mut mode, &mut server, &chunk, false, &mut client, &mut lost).await {
+                if !forward(&mut mode, &mut server, &chunk, false, &mut client, &mut lost, &dropped).await {
                     return;
                 }
             }
@@ -143,7 +165,8 @@ async fn connection(mut client: TcpStream, upstream: SocketAddr, mut mode: watch
 }
 
 /// Forwards one chunk as the mode says; `false` when the connection is to be closed. Sets
-/// `lost` when a blackhole drops the chunk.
+/// `lost` when a blackhole drops the chunk, and counts the chunk's bytes in `dropped`.
+#[allow(clippy::too_many_arguments)]
 async fn forward(
     mode: &mut watch::Receiver<Mode>,
     server: &mut Option<TcpStream>,
@@ -151,6 +174,7 @@ async fn forward(
     to_server: bool,
     client: &mut TcpStream,
     lost: &mut bool,
+    dropped: &AtomicU64,
 ) -> bool {
     loop {
         let now = *mode.borrow_and_update();
@@ -158,6 +182,7 @@ async fn forward(
             Mode::Reset => return false,
             Mode::Blackhole => {
                 *lost = true;
+                dropped.fetch_add(chunk.len() as u64, Ordering::SeqCst);
                 return true;
             }
             // Bytes were skipped: nothing after them may be delivered.

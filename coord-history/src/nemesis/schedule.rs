@@ -127,6 +127,9 @@ pub struct Step {
 pub struct Schedule {
     pub seed: u64,
     pub steps: Vec<Step>,
+    /// How many of the first steps hold every kind asked for once ([`Schedule::covering`]; 0
+    /// for [`Schedule::seeded`]): a run must inject them all, late or not.
+    pub covering: usize,
 }
 
 /// splitmix64: small, seedable, good enough to pick faults.
@@ -152,7 +155,142 @@ impl Rng {
     }
 }
 
+/// A seed for a run: `COORD_HISTORY_SEED` when set (decimal, or hexadecimal with `0x`, as
+/// [`seed_text`] prints it), else a fresh one from the time and the process id, so that every
+/// run draws another schedule and a failing one replays exactly from its printed seed.
+///
+/// # Panics
+///
+/// When `COORD_HISTORY_SEED` is set to something that is not a number.
+pub fn run_seed() -> u64 {
+    match std::env::var("COORD_HISTORY_SEED") {
+        Ok(text) => {
+            parse_seed(&text).unwrap_or_else(|| panic!("COORD_HISTORY_SEED={text} is not a number"))
+        }
+        Err(_) => {
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64);
+            Rng::new(nanos ^ (u64::from(std::process::id()) << 40)).next_u64()
+        }
+    }
+}
+
+/// A seed as written: decimal, or hexadecimal after `0x` (underscores allowed in both).
+pub fn parse_seed(text: &str) -> Option<u64> {
+    let text = text.trim().replace('_', "");
+    match text.strip_prefix("0x").or_else(|| text.strip_prefix("0X")) {
+        Some(hex) => u64::from_str_radix(hex, 16).ok(),
+        None => text.parse().ok(),
+    }
+}
+
+/// A seed as a run prints it (`0x…`), which [`parse_seed`] reads back.
+pub fn seed_text(seed: u64) -> String {
+    format!("{seed:#x}")
+}
+
+/// Every fault of `kinds` once, in a seeded order, grouped into as few steps as one fault of a
+/// class per step allows (so the steps number as many as the largest class has kinds), except
+/// that a kind for which `alone` is true takes a step of its own (a fault aimed to bite that
+/// another fault in its step would blunt). Works on any kind of fault that has a class, so a
+/// backend with faults of its own uses it too.
+pub fn cover<K: Copy>(
+    rng: &mut Rng,
+    kinds: &[K],
+    class: impl Fn(K) -> FaultClass,
+    alone: impl Fn(K) -> bool,
+) -> Vec<Vec<K>> {
+    let mut shuffled = kinds.to_vec();
+    for i in (1..shuffled.len()).rev() {
+        let j = rng.between(0, i as u64) as usize;
+        shuffled.swap(i, j);
+    }
+    let mut steps: Vec<Vec<K>> = Vec::new();
+    for kind in shuffled {
+        if alone(kind) {
+            steps.push(vec![kind]);
+            continue;
+        }
+        match steps
+            .iter_mut()
+            .find(|step| step.iter().all(|&k| !alone(k) && class(k) != class(kind)))
+        {
+            Some(step) => step.push(kind),
+            None => steps.push(vec![kind]),
+        }
+    }
+    steps
+}
+
 impl Schedule {
+    /// Steps that hold every kind of `kinds` at least once ([`cover`]; the kinds in `alone`
+    /// each in a step of its own), then, while the steps so far fill less than `total`, steps
+    /// drawn as [`Schedule::seeded`] draws them. Gaps are `gap_ms` (min, max), holds
+    /// `hold_ms`. The covering steps come first, so a run as short as they are still meets
+    /// every kind; among them, those holding a kind of `alone` or `early` come first of all,
+    /// while the clients are in their stride (a fault aimed at a hold needs the hold to be
+    /// there, which after a kill or a reset may take seconds).
+    pub fn covering(
+        seed: u64,
+        total: Duration,
+        kinds: &[FaultKind],
+        alone: &[FaultKind],
+        early: &[FaultKind],
+        hold_ms: (u64, u64),
+        gap_ms: (u64, u64),
+    ) -> Schedule {
+        assert!(
+            !kinds.is_empty(),
+            "a schedule needs at least one kind of fault"
+        );
+        let mut rng = Rng::new(seed);
+        let mut steps = Vec::new();
+        let mut used = Duration::ZERO;
+        let mut covered = cover(&mut rng, kinds, FaultKind::class, |k| alone.contains(&k));
+        covered.sort_by_key(|faults| {
+            !faults
+                .iter()
+                .any(|k| alone.contains(k) || early.contains(k))
+        });
+        let covering = covered.len();
+        for faults in covered {
+            let step = Step {
+                gap: Duration::from_millis(rng.between(gap_ms.0, gap_ms.1)),
+                faults,
+                hold: Duration::from_millis(rng.between(hold_ms.0, hold_ms.1)),
+                delay: Duration::from_millis(rng.between(50, 250)),
+                target: rng.next_u64(),
+            };
+            used += step.gap + step.hold;
+            steps.push(step);
+        }
+        if used < total {
+            let rest = Schedule::seeded(rng.next_u64(), total - used, kinds, hold_ms);
+            steps.extend(rest.steps);
+        }
+        Schedule {
+            seed,
+            steps,
+            covering,
+        }
+    }
+
+    /// Makes every step that holds one of `kinds` hold at least `min` (a pause that must
+    /// outlast a lease, say).
+    pub fn hold_at_least(&mut self, kinds: &[FaultKind], min: Duration) {
+        for step in &mut self.steps {
+            if step.faults.iter().any(|f| kinds.contains(f)) {
+                step.hold = step.hold.max(min);
+            }
+        }
+    }
+
+    /// How long the whole schedule takes, gaps and holds.
+    pub fn length(&self) -> Duration {
+        self.steps.iter().map(|s| s.gap + s.hold).sum()
+    }
+
     /// Steps filling about `total`, drawing faults from `kinds`: each step takes one fault, or
     /// (half the time, when `kinds` allow) two or three of different classes at once. Gaps are
     /// 300 to 900 ms, holds `hold_ms` (min, max).
@@ -190,13 +328,121 @@ impl Schedule {
             });
             used += gap + hold;
         }
-        Schedule { seed, steps }
+        Schedule {
+            seed,
+            steps,
+            covering: 0,
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_covering_schedule_holds_every_kind_and_replays_from_its_seed() {
+        for seed in [0, 1, 7, 0x5eed_2026, u64::MAX] {
+            let a = Schedule::covering(
+                seed,
+                Duration::from_secs(4),
+                &FaultKind::ALL,
+                &[FaultKind::ClientPause],
+                &[FaultKind::ServerPause],
+                (300, 900),
+                (200, 500),
+            );
+            let b = Schedule::covering(
+                seed,
+                Duration::from_secs(4),
+                &FaultKind::ALL,
+                &[FaultKind::ClientPause],
+                &[FaultKind::ServerPause],
+                (300, 900),
+                (200, 500),
+            );
+            assert_eq!(a, b);
+            for kind in FaultKind::ALL {
+                assert!(
+                    a.steps.iter().any(|s| s.faults.contains(&kind)),
+                    "seed {seed}: {kind:?} missing from {a:?}"
+                );
+            }
+            // The network class has the most kinds (5), and the client pause has a step of
+            // its own: the covering part is 6 steps.
+            assert!(a.steps.len() >= 6, "{a:?}");
+            let pause = a
+                .steps
+                .iter()
+                .find(|s| s.faults.contains(&FaultKind::ClientPause))
+                .expect("a client pause");
+            assert_eq!(pause.faults, [FaultKind::ClientPause], "{a:?}");
+            // The aimed faults come first, then the rest of the covering steps.
+            assert_eq!(a.covering, 6, "{a:?}");
+            let aimed = |s: &Step| {
+                s.faults
+                    .iter()
+                    .any(|k| matches!(k, FaultKind::ClientPause | FaultKind::ServerPause))
+            };
+            assert!(a.steps[..2].iter().all(aimed), "{a:?}");
+            assert!(!a.steps[2..6].iter().any(aimed), "{a:?}");
+            for s in &a.steps {
+                for (i, f) in s.faults.iter().enumerate() {
+                    assert!(s.faults[i + 1..].iter().all(|g| g.class() != f.class()));
+                }
+            }
+        }
+        let a = Schedule::covering(
+            1,
+            Duration::ZERO,
+            &FaultKind::ALL,
+            &[FaultKind::ClientPause],
+            &[FaultKind::ServerPause],
+            (300, 900),
+            (200, 500),
+        );
+        let b = Schedule::covering(
+            2,
+            Duration::ZERO,
+            &FaultKind::ALL,
+            &[FaultKind::ClientPause],
+            &[FaultKind::ServerPause],
+            (300, 900),
+            (200, 500),
+        );
+        assert_ne!(a.steps, b.steps, "two seeds drew one schedule");
+    }
+
+    #[test]
+    fn seeds_read_back_as_printed() {
+        for seed in [0, 7, 0x5eed_2026, u64::MAX] {
+            assert_eq!(parse_seed(&seed_text(seed)), Some(seed));
+            assert_eq!(parse_seed(&seed.to_string()), Some(seed));
+        }
+        assert_eq!(parse_seed("0x5eed_2026"), Some(0x5eed_2026));
+        assert_eq!(parse_seed("seven"), None);
+    }
+
+    #[test]
+    fn hold_at_least_lengthens_only_the_steps_named() {
+        let mut s = Schedule::covering(
+            3,
+            Duration::ZERO,
+            &FaultKind::ALL,
+            &[],
+            &[],
+            (300, 400),
+            (200, 300),
+        );
+        s.hold_at_least(&[FaultKind::ServerPause], Duration::from_millis(1500));
+        for step in &s.steps {
+            if step.faults.contains(&FaultKind::ServerPause) {
+                assert_eq!(step.hold, Duration::from_millis(1500));
+            } else {
+                assert!(step.hold <= Duration::from_millis(400));
+            }
+        }
+    }
 
     #[test]
     fn one_seed_one_schedule_and_faults_combine() {

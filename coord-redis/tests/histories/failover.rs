@@ -279,7 +279,7 @@ pub(crate) fn run(client: Client, setting: Setting) -> Outcomes {
     let outcomes = figures(&events, report, history.clone());
     let r = &outcomes.report;
     println!(
-        "histories/{name}/failover {} (seed {}, {:.1} s, history {}): {} faults {:?}; {} \
+        "histories/{name}/failover {} (seed {:#x}, {:.1} s, history {}): {} faults {:?}; {} \
          calls {:?}, outcomes {:?}; violations: at-most-once {}, same-answer {}, \
          held-throughout {}, no-overlap {}, tokens-grow {}; resource writes {} admitted / {} \
          refused; errors {:.0}/min ({} lock, {} idempotent); double-holder window {} ms; ok \

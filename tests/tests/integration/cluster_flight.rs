@@ -174,7 +174,7 @@ async fn slow_refresh(
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_cancelled_leader_is_replaced_by_exactly_one_follower_at_once() {
     let ns = "cf4";
-    let provider = Arc::new(MemoryProvider::new());
+    let provider = Arc::new(InstrumentedProvider::default());
     let instances: Vec<Coordinator> = (0..4)
         .map(|_| {
             Coordinator::builder()
@@ -201,7 +201,13 @@ async fn a_cancelled_leader_is_replaced_by_exactly_one_follower_at_once() {
             }));
         }
     }
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Every other instance's local leader is waiting on the cluster flight before the leader
+    // goes: only then is "exactly one took over" the thing being tested.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while provider.flight_waits.load(Ordering::SeqCst) < instances.len() - 1 {
+        assert!(Instant::now() < deadline, "the followers never waited");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
     let cancelled_at = Instant::now();
     leader.abort();
     let mut took_over = 0;

@@ -4,10 +4,9 @@ use std::future::Future;
 
 use crate::error::CoordError;
 use crate::provider::CallKey;
-use crate::runtime::call::Call;
-use crate::runtime::lock::{Acquired, LockGuard, acquire_lock};
+use crate::runtime::lock::LockGuard;
 
-use super::lock_options::LockOptions;
+use super::lock_options::{LockOptions, none_when_not_acquired};
 use crate::runtime::state::Coordinator;
 
 /// A lock configured at run time: from [`Coordinator::lock`].
@@ -87,28 +86,14 @@ impl Lock<'_> {
     /// body or [`Lock::run`], [`CoordError::Backend`] on a backend fault.
     pub async fn acquire(self) -> Result<LockGuard, CoordError> {
         // A guard stands for a held lock: a fault is always reported here.
-        let spec = self
-            .options
-            .guard_spec(self.coordinator, || self.key.clone())?;
-        match acquire_lock(self.coordinator, &self.key, &spec).await {
-            Acquired::Granted(grant) => Ok(LockGuard::new(
-                self.coordinator,
-                grant,
-                tokio::runtime::Handle::try_current().ok(),
-            )),
-            Acquired::Refused(err, _) => Err(err),
-            // Only `fail_open` runs unguarded, and it was overridden above.
-            Acquired::Unguarded => unreachable!("fail_closed never runs unguarded"),
-        }
+        self.options
+            .acquire_guard(self.coordinator, &self.key)
+            .await
     }
 
     /// Like [`Lock::acquire`], but a lock that stayed held is `Ok(None)` rather than an error.
     pub async fn try_acquire(self) -> Result<Option<LockGuard>, CoordError> {
-        match self.acquire().await {
-            Ok(guard) => Ok(Some(guard)),
-            Err(CoordError::LockNotAcquired { .. }) => Ok(None),
-            Err(err) => Err(err),
-        }
+        none_when_not_acquired(self.acquire().await)
     }
 
     /// Runs `body` while holding the lock, exactly as `#[distributed_lock]` does: the lock is
@@ -122,13 +107,8 @@ impl Lock<'_> {
         Fut: Future<Output = Result<T, E>>,
         E: From<CoordError>,
     {
-        let op = self.key.operation().unwrap_or("").to_owned();
-        let spec = self.options.op_spec(&op);
-        let call = Call::with_key(&spec, self.coordinator, self.key);
-        call.run(crate::runtime::lock::distributed_lock(
-            &call,
-            call.body(async move { body().await }),
-        ))
-        .await
+        self.options
+            .run_locked(self.coordinator, self.key, body)
+            .await
     }
 }

@@ -5,11 +5,14 @@
 //! `lock_kind_setters!` (in the module root) gives each handle its public setters, each with the
 //! docs of its own kind.
 
+use std::future::Future;
 use std::time::Duration;
 
 use crate::error::CoordError;
 use crate::policy::{OnBackendError, OnLost};
 use crate::provider::CallKey;
+use crate::runtime::call::Call;
+use crate::runtime::lock::{Acquired, LockGuard, acquire_lock};
 use crate::runtime::settings;
 use crate::runtime::spec::{KeyPrefixCache, LockSpec, OpSpec, Written};
 use crate::runtime::state::Coordinator;
@@ -107,5 +110,59 @@ impl LockOptions {
             record_key: false,
             profile: self.profile.as_deref(),
         }
+    }
+
+    /// Takes the single-key hold these settings describe (a lock, a permit, a read or write
+    /// hold) as a guard: the answer of every handle's `acquire`.
+    pub(super) async fn acquire_guard(
+        &self,
+        coordinator: &Coordinator,
+        key: &CallKey,
+    ) -> Result<LockGuard, CoordError> {
+        let spec = self.guard_spec(coordinator, || key.clone())?;
+        match acquire_lock(coordinator, key, &spec).await {
+            Acquired::Granted(grant) => Ok(LockGuard::new(
+                coordinator,
+                grant,
+                tokio::runtime::Handle::try_current().ok(),
+            )),
+            Acquired::Refused(err, _) => Err(err),
+            // Only `fail_open` runs unguarded, and `guard_spec` overrides it.
+            Acquired::Unguarded => unreachable!("fail_closed never runs unguarded"),
+        }
+    }
+
+    /// Runs `body` under the single-key hold these settings describe, exactly as
+    /// `#[distributed_lock]` does: every handle's `run`.
+    pub(super) async fn run_locked<T, E, F, Fut>(
+        &self,
+        coordinator: &Coordinator,
+        key: CallKey,
+        body: F,
+    ) -> Result<T, E>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        E: From<CoordError>,
+    {
+        let op = key.operation().unwrap_or("").to_owned();
+        let spec = self.op_spec(&op);
+        let call = Call::with_key(&spec, coordinator, key);
+        call.run(crate::runtime::lock::distributed_lock(
+            &call,
+            call.body(async move { body().await }),
+        ))
+        .await
+    }
+}
+
+/// A `try_*` handle method's answer: a hold that could not be granted in time is `Ok(None)`.
+pub(super) fn none_when_not_acquired<G>(
+    acquired: Result<G, CoordError>,
+) -> Result<Option<G>, CoordError> {
+    match acquired {
+        Ok(guard) => Ok(Some(guard)),
+        Err(CoordError::LockNotAcquired { .. }) => Ok(None),
+        Err(err) => Err(err),
     }
 }

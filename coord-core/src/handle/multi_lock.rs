@@ -8,7 +8,7 @@ use crate::provider::CallKey;
 use crate::runtime::call::Call;
 use crate::runtime::multi_lock::{MultiAcquired, MultiLockGuard, acquire_multi};
 
-use super::lock_options::LockOptions;
+use super::lock_options::{LockOptions, none_when_not_acquired};
 use crate::runtime::state::Coordinator;
 
 /// A lock of several keys at once, configured at run time: from [`Coordinator::multi_lock`].
@@ -123,11 +123,7 @@ impl MultiLock<'_> {
     /// Like [`MultiLock::acquire`], but keys that stayed held are `Ok(None)` rather than an
     /// error.
     pub async fn try_acquire(self) -> Result<Option<MultiLockGuard>, CoordError> {
-        match self.acquire().await {
-            Ok(guard) => Ok(Some(guard)),
-            Err(CoordError::LockNotAcquired { .. }) => Ok(None),
-            Err(err) => Err(err),
-        }
+        none_when_not_acquired(self.acquire().await)
     }
 
     /// Runs `body` while holding every key, exactly as

@@ -5,10 +5,9 @@ use std::time::Duration;
 
 use crate::error::CoordError;
 use crate::provider::{CallKey, FencingToken, LossCause, RwMode};
-use crate::runtime::call::Call;
-use crate::runtime::lock::{Acquired, LockGuard, acquire_lock};
+use crate::runtime::lock::LockGuard;
 
-use super::lock_options::LockOptions;
+use super::lock_options::{LockOptions, none_when_not_acquired};
 use crate::runtime::state::Coordinator;
 
 /// A read-write lock configured at run time: from [`Coordinator::rw_lock`].
@@ -100,21 +99,11 @@ impl RwLock<'_> {
 
     async fn acquire(mut self, mode: RwMode) -> Result<RwLockGuard, CoordError> {
         self.options.spec.rw = Some(mode);
-        let spec = self
+        let guard = self
             .options
-            .guard_spec(self.coordinator, || self.key.clone())?;
-        match acquire_lock(self.coordinator, &self.key, &spec).await {
-            Acquired::Granted(grant) => Ok(RwLockGuard {
-                guard: LockGuard::new(
-                    self.coordinator,
-                    grant,
-                    tokio::runtime::Handle::try_current().ok(),
-                ),
-                mode,
-            }),
-            Acquired::Refused(err, _) => Err(err),
-            Acquired::Unguarded => unreachable!("fail_closed never runs unguarded"),
-        }
+            .acquire_guard(self.coordinator, &self.key)
+            .await?;
+        Ok(RwLockGuard { guard, mode })
     }
 
     /// Takes a read hold, waiting up to `wait` while a writer holds the key or waits for it:
@@ -135,12 +124,12 @@ impl RwLock<'_> {
 
     /// Like [`RwLock::read`], but a hold that could not be granted is `Ok(None)`.
     pub async fn try_read(self) -> Result<Option<RwLockGuard>, CoordError> {
-        not_acquired_is_none(self.read().await)
+        none_when_not_acquired(self.read().await)
     }
 
     /// Like [`RwLock::write`], but a hold that could not be granted is `Ok(None)`.
     pub async fn try_write(self) -> Result<Option<RwLockGuard>, CoordError> {
-        not_acquired_is_none(self.write().await)
+        none_when_not_acquired(self.write().await)
     }
 
     /// Runs `body` holding the key for reading, exactly as
@@ -173,24 +162,9 @@ impl RwLock<'_> {
         E: From<CoordError>,
     {
         self.options.spec.rw = Some(mode);
-        let op = self.key.operation().unwrap_or("").to_owned();
-        let spec = self.options.op_spec(&op);
-        let call = Call::with_key(&spec, self.coordinator, self.key);
-        call.run(crate::runtime::lock::distributed_lock(
-            &call,
-            call.body(async move { body().await }),
-        ))
-        .await
-    }
-}
-
-fn not_acquired_is_none(
-    acquired: Result<RwLockGuard, CoordError>,
-) -> Result<Option<RwLockGuard>, CoordError> {
-    match acquired {
-        Ok(guard) => Ok(Some(guard)),
-        Err(CoordError::LockNotAcquired { .. }) => Ok(None),
-        Err(err) => Err(err),
+        self.options
+            .run_locked(self.coordinator, self.key, body)
+            .await
     }
 }
 

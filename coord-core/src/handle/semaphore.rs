@@ -6,10 +6,9 @@ use std::time::Duration;
 
 use crate::error::CoordError;
 use crate::provider::{BackendError, BackendErrorKind, CallKey, FencingToken, LossCause};
-use crate::runtime::call::Call;
-use crate::runtime::lock::{Acquired, LockGuard, acquire_lock};
+use crate::runtime::lock::LockGuard;
 
-use super::lock_options::LockOptions;
+use super::lock_options::{LockOptions, none_when_not_acquired};
 use crate::runtime::state::Coordinator;
 
 /// A counting semaphore configured at run time: from [`Coordinator::semaphore`].
@@ -112,27 +111,15 @@ impl Semaphore<'_> {
     /// on a backend fault.
     pub async fn acquire(self) -> Result<PermitGuard, CoordError> {
         self.checked()?;
-        let spec = self
-            .options
-            .guard_spec(self.coordinator, || self.key.clone())?;
-        match acquire_lock(self.coordinator, &self.key, &spec).await {
-            Acquired::Granted(grant) => Ok(PermitGuard(LockGuard::new(
-                self.coordinator,
-                grant,
-                tokio::runtime::Handle::try_current().ok(),
-            ))),
-            Acquired::Refused(err, _) => Err(err),
-            Acquired::Unguarded => unreachable!("fail_closed never runs unguarded"),
-        }
+        self.options
+            .acquire_guard(self.coordinator, &self.key)
+            .await
+            .map(PermitGuard)
     }
 
     /// Like [`Semaphore::acquire`], but a full semaphore is `Ok(None)` rather than an error.
     pub async fn try_acquire(self) -> Result<Option<PermitGuard>, CoordError> {
-        match self.acquire().await {
-            Ok(guard) => Ok(Some(guard)),
-            Err(CoordError::LockNotAcquired { .. }) => Ok(None),
-            Err(err) => Err(err),
-        }
+        none_when_not_acquired(self.acquire().await)
     }
 
     /// Runs `body` while holding a permit, exactly as `#[distributed_lock(permits = n)]` does;
@@ -146,14 +133,9 @@ impl Semaphore<'_> {
         if let Err(err) = self.checked() {
             return Err(E::from(err));
         }
-        let op = self.key.operation().unwrap_or("").to_owned();
-        let spec = self.options.op_spec(&op);
-        let call = Call::with_key(&spec, self.coordinator, self.key);
-        call.run(crate::runtime::lock::distributed_lock(
-            &call,
-            call.body(async move { body().await }),
-        ))
-        .await
+        self.options
+            .run_locked(self.coordinator, self.key, body)
+            .await
     }
 }
 

@@ -45,8 +45,8 @@ use tokio::sync::watch;
 
 use super::wire::{Watched, Wire};
 use super::{
-    Command, ErrorCode, Fault, NodeReplies, Reply, ServerError, Subscriber, SubscriberEvents,
-    Transport, boxed_in_place,
+    Command, ErrorCode, Fault, NodeReplies, Reply, SendWatch, ServerError, Subscriber,
+    SubscriberEvents, Transport, boxed_in_place,
 };
 use crate::config::{Address, Options, Place, Target, TlsMaterial};
 use crate::server_checks::{ServerWatch, info_server};
@@ -280,6 +280,23 @@ impl Transport for RedisRs {
         match &self.conns {
             Conns::Slots(pool) => boxed_in_place(|| pool[i % pool.len()].exec(cmds)),
             Conns::Cluster(pool) => boxed_in_place(|| pool[i % pool.len()].exec(cmds)),
+        }
+    }
+
+    fn run_noting_sent<'a>(
+        &'a self,
+        cmds: &'a [Command<'a>],
+        watch: SendWatch,
+    ) -> BoxFuture<'a, Result<Vec<Reply>, Fault>> {
+        let i = self.next.fetch_add(1, Ordering::Relaxed);
+        match &self.conns {
+            Conns::Slots(pool) => Box::pin(pool[i % pool.len()].exec_noting_sent(cmds, watch)),
+            // A cluster connection's sockets are redis-rs's own: told when answered.
+            Conns::Cluster(pool) => Box::pin(async move {
+                let replies = pool[i % pool.len()].exec(cmds).await;
+                drop(watch);
+                replies
+            }),
         }
     }
 
@@ -670,6 +687,48 @@ impl Slot {
             forget(&self.current, live.generation);
             return Box::pin(self.dial_and_exec(cmds)).await;
         }
+        self.check(live.generation, result)
+    }
+
+    /// [`Slot::exec`], telling `watch.notice` once the kernel accepted the whole request, on
+    /// a socket dialled here (whose writes are seen); otherwise, or when the request goes out
+    /// on a connection dialled for it, once it is answered.
+    async fn exec_noting_sent(
+        &self,
+        cmds: &[Command<'_>],
+        watch: SendWatch,
+    ) -> Result<Vec<Reply>, Fault> {
+        let (mut live, wire) = match self.cached() {
+            Some(live) => match live.wire.clone() {
+                Some(wire) => (live, wire),
+                None => {
+                    let replies = self.exec(cmds).await;
+                    drop(watch);
+                    return replies;
+                }
+            },
+            None => {
+                let replies = Box::pin(self.dial_and_exec(cmds)).await;
+                drop(watch);
+                return replies;
+            }
+        };
+        let before = wire.written();
+        let id = wire.watch(watch.needle, watch.tail, watch.notice);
+        let result = exec(&mut live.conn, cmds).await;
+        // `None`: told already. Otherwise dropped once this request is answered below.
+        let untold = wire.unwatch(id);
+        if let Err(Fault::Unavailable(why)) = &result
+            && wire.written() == before
+        {
+            // As in `exec`: not one byte went out, so it is sent once more on a new connection.
+            tracing::debug!(error = %why, "coord-redis: the connection was closed before the command was written; sending it on a new connection");
+            forget(&self.current, live.generation);
+            let replies = Box::pin(self.dial_and_exec(cmds)).await;
+            drop(untold);
+            return replies;
+        }
+        drop(untold);
         self.check(live.generation, result)
     }
 

@@ -283,3 +283,77 @@ impl<S: AsyncWrite + Socket + Unpin> AsyncWrite for Watched<S> {
         Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::future::Future;
+    use std::task::{Context, Poll, Waker};
+
+    use coord_core::provider::{SentNotice, SentWait};
+
+    use super::Wire;
+
+    fn told(wait: &mut SentWait) -> bool {
+        let mut cx = Context::from_waker(Waker::noop());
+        matches!(std::pin::Pin::new(wait).poll(&mut cx), Poll::Ready(()))
+    }
+
+    /// Feeds `bytes` to the wire as the kernel accepting them, as `poll_write` does.
+    fn write(wire: &Wire, bytes: &[u8]) {
+        let start = wire
+            .written
+            .fetch_add(bytes.len() as u64, std::sync::atomic::Ordering::AcqRel);
+        wire.accepted(start, &[bytes]);
+    }
+
+    #[test]
+    fn told_once_the_needle_and_its_tail_are_accepted_even_when_split() {
+        let wire = Wire::default();
+        let (notice, mut wait) = SentNotice::new();
+        // Another request is being written when the watch starts; it holds a prefix of the
+        // needle, which must not count.
+        write(&wire, b"*2\r\n$3\r\nGET\r\n$4\r\nke");
+        let id = wire.watch(b"NEEDLE".to_vec(), 5, notice);
+        write(&wire, b"y1\r\nNEED");
+        write(&wire, b"NEE");
+        assert!(!told(&mut wait), "a partial needle is not the request");
+        write(&wire, b"DLE12");
+        assert!(
+            !told(&mut wait),
+            "two of the five bytes after the needle are out"
+        );
+        write(&wire, b"345");
+        assert!(told(&mut wait), "the last byte of the request was accepted");
+        assert!(wire.unwatch(id).is_none(), "already told");
+    }
+
+    #[test]
+    fn a_watch_given_up_before_its_request_went_out_gives_the_notice_back() {
+        let wire = Wire::default();
+        let (notice, mut wait) = SentNotice::new();
+        let id = wire.watch(b"NEEDLE".to_vec(), 0, notice);
+        write(&wire, b"something else entirely");
+        let notice = wire.unwatch(id).expect("not told");
+        assert!(!told(&mut wait));
+        // Dropped once the request is answered: the waiting side stops waiting then.
+        drop(notice);
+        assert!(told(&mut wait));
+        write(&wire, b"NEEDLE");
+    }
+
+    #[test]
+    fn watches_on_one_connection_are_told_each_at_its_own_request() {
+        let wire = Wire::default();
+        let (first, mut first_wait) = SentNotice::new();
+        let (second, mut second_wait) = SentNotice::new();
+        wire.watch(b"AAAA".to_vec(), 2, first);
+        wire.watch(b"BBBB".to_vec(), 2, second);
+        write(&wire, b"xxAAAA..BB");
+        assert!(told(&mut first_wait));
+        assert!(!told(&mut second_wait));
+        write(&wire, b"BB.");
+        assert!(!told(&mut second_wait));
+        write(&wire, b".");
+        assert!(told(&mut second_wait));
+    }
+}

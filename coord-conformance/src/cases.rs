@@ -53,6 +53,7 @@ pub use cluster_flights::{
     attribute_cluster_single_flight_runs_once_and_takes_over,
     flight_abandon_and_lapse_make_the_flight_vacant, flight_claim_is_exclusive_and_owner_scoped,
     flight_finish_hands_over_and_is_fenced,
+    flight_finish_noting_sent_tells_no_later_than_the_answer,
 };
 pub use completion_outcomes::{
     idempotency_completion_after_purge_is_stored_without_marker,

@@ -12,13 +12,19 @@
 //!    ran out), or when the follower's own timeout passed;
 //! 4. the leader calls [`FlightStore::flight_finish`] with the encoded outcome (refused unless
 //!    its claim is still its own: a leader whose lease lapsed never hands anything over), or
-//!    [`FlightStore::flight_abandon`] when its caller was cancelled.
+//!    [`FlightStore::flight_abandon`] when its caller was cancelled. The runtime calls it
+//!    through [`FlightStore::flight_finish_noting_sent`], which also says when the request has
+//!    left the process: the leader answers its callers then, before the reply, so a process
+//!    that exits right after its callers were answered has still sent its hand-over.
 //!
 //! The outcome is kept only for the hand-over time the runtime gives, under a name that includes
 //! the leader's token: a call that starts after the flight ended finds no claim and runs again;
 //! nothing is remembered. The bytes are opaque to the provider.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use crate::BoxFuture;
@@ -53,6 +59,43 @@ pub enum FlightWait {
     Vacant,
     /// The timeout passed and the leader still holds its claim.
     Expired,
+}
+
+/// Told by a provider once a request has left the process: every byte of it was accepted by
+/// the operating system (written to the socket), so the request reaches the server even if the
+/// process exits at once, unless the connection itself fails. What it promises is about the
+/// request only, not its reply: a request that left may still be refused, or fail.
+///
+/// Dropping it without [`SentNotice::notify`] tells the waiting side to stop waiting too: a
+/// provider that cannot tell when its request left drops it once the reply is in (the default
+/// of [`FlightStore::flight_finish_noting_sent`]), which is later than needed but never early.
+#[derive(Debug)]
+pub struct SentNotice(tokio::sync::oneshot::Sender<()>);
+
+/// The waiting side of a [`SentNotice`]: resolves once the request left the process, or once
+/// the notice was dropped (the request was answered or failed, or the provider gave it up).
+#[derive(Debug)]
+pub struct SentWait(tokio::sync::oneshot::Receiver<()>);
+
+impl SentNotice {
+    /// A notice and the future that waits for it.
+    pub fn new() -> (SentNotice, SentWait) {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        (SentNotice(tx), SentWait(rx))
+    }
+
+    /// Says the request has left the process.
+    pub fn notify(self) {
+        let _ = self.0.send(());
+    }
+}
+
+impl Future for SentWait {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        Pin::new(&mut self.0).poll(cx).map(|_| ())
+    }
 }
 
 /// Leased flight claims and the hand-over of outcomes, for cluster-scope single-flight.
@@ -117,6 +160,31 @@ pub trait FlightStore: Send + Sync + 'static {
         Box::pin(std::future::ready(Err(not_supported())))
     }
 
+    /// [`FlightStore::flight_finish`], telling `sent` as soon as the request has left the
+    /// process (see [`SentNotice`]). The leader answers its callers at that moment, before the
+    /// reply: a provider that tells it early (before the request is really out) lets a process
+    /// that exits right after its callers were answered lose its hand-over, and its followers
+    /// wait out the lease; one that tells it late only delays the leader's answer.
+    ///
+    /// The default tells it when [`FlightStore::flight_finish`] has answered (the request has
+    /// certainly left then): correct for every provider, one round trip later than needed for
+    /// one that can see its writes. A provider whose finish does not leave the process (the
+    /// in-process one) needs nothing more.
+    fn flight_finish_noting_sent<'a>(
+        &'a self,
+        key: &'a CallKey,
+        owner: OwnerToken,
+        outcome: &'a [u8],
+        hand_over: Duration,
+        sent: SentNotice,
+    ) -> BoxFuture<'a, Result<bool, BackendError>> {
+        Box::pin(async move {
+            let finished = self.flight_finish(key, owner, outcome, hand_over).await;
+            drop(sent);
+            finished
+        })
+    }
+
     /// Gives up `owner`'s claim on `key` without an outcome and wakes the waiters.
     fn flight_abandon<'a>(
         &'a self,
@@ -173,6 +241,17 @@ impl<P: FlightStore> FlightStore for Arc<P> {
         hand_over: Duration,
     ) -> BoxFuture<'a, Result<bool, BackendError>> {
         (**self).flight_finish(key, owner, outcome, hand_over)
+    }
+
+    fn flight_finish_noting_sent<'a>(
+        &'a self,
+        key: &'a CallKey,
+        owner: OwnerToken,
+        outcome: &'a [u8],
+        hand_over: Duration,
+        sent: SentNotice,
+    ) -> BoxFuture<'a, Result<bool, BackendError>> {
+        (**self).flight_finish_noting_sent(key, owner, outcome, hand_over, sent)
     }
 
     fn flight_abandon<'a>(

@@ -67,7 +67,7 @@ pub mod waiting;
 pub use cache::{CacheEntry, CacheStore};
 pub use call_key::{CallKey, CallKeyBuilder, InvalidCallKey, KeyPrefix};
 pub use error::{BackendError, BackendErrorKind, ReplicaShortfall};
-pub use flights::{FlightClaim, FlightStore, FlightWait};
+pub use flights::{FlightClaim, FlightStore, FlightWait, SentNotice, SentWait};
 pub use key_builder::{KeyPart, KeyWriter};
 pub use locks::{
     FORCED_RELEASE_MEMORY, LockGrant, LockProvider, LockRequest, LossCause, ReleaseOutcome,

@@ -6,6 +6,11 @@
 //! (the same plus the commands run inside coord's scripts; the harness's own `INCR` per run,
 //! its "go" `SET` and its `EXISTS` polls are left out).
 //!
+//! Also the leader's answer: from its body's return to the first of its process's callers
+//! answered, for the process that ran the body (the mean over the four for `process`, where
+//! each runs it): what the cluster leader adds there is waiting for its hand-over request to
+//! leave the process.
+//!
 //! `cargo bench -p coord-redis --bench cluster_stampede` (`-- --rounds N` to repeat; default
 //! 3). Like the process tests, it re-runs itself as child processes, with `COORD_BENCH_ROLE`
 //! set.
@@ -36,10 +41,18 @@ fn count_run(port: u16, ns: &str) {
     command_at(port, &["INCR", &format!("{ns}:w:runs")]).expect("count the run");
 }
 
+/// When this process's body last returned.
+static BODY_RETURNED: std::sync::Mutex<Option<Instant>> = std::sync::Mutex::new(None);
+
+fn body_returns() {
+    *BODY_RETURNED.lock().unwrap() = Some(Instant::now());
+}
+
 #[single_flight(key_from = "key", coordinator = c, name = "bench.stampede", scope = "cluster")]
 async fn cluster_fetch(c: &Coordinator, key: &str, port: u16, ns: &str) -> Result<u64, CoordError> {
     count_run(port, ns);
     tokio::time::sleep(BODY).await;
+    body_returns();
     Ok(42)
 }
 
@@ -47,6 +60,7 @@ async fn cluster_fetch(c: &Coordinator, key: &str, port: u16, ns: &str) -> Resul
 async fn process_fetch(c: &Coordinator, key: &str, port: u16, ns: &str) -> Result<u64, CoordError> {
     count_run(port, ns);
     tokio::time::sleep(BODY).await;
+    body_returns();
     Ok(42)
 }
 
@@ -71,6 +85,7 @@ async fn child(role: &str) {
             .await
             .expect("warm-up");
     }
+    *BODY_RETURNED.lock().unwrap() = None;
     println!("READY");
     let _ = std::io::stdout().flush();
     let go = format!("{ns}:w:go");
@@ -85,18 +100,28 @@ async fn child(role: &str) {
         .map(|_| {
             let (c, ns) = (c.clone(), ns.clone());
             tokio::spawn(async move {
-                if cluster {
+                let answer = if cluster {
                     cluster_fetch(&c, "cold", port, &ns).await
                 } else {
                     process_fetch(&c, "cold", port, &ns).await
-                }
+                };
+                (answer, Instant::now())
             })
         })
         .collect();
+    let mut first = None::<Instant>;
     for call in calls {
-        assert_eq!(call.await.expect("caller").expect("answer"), 42);
+        let (answer, at) = call.await.expect("caller");
+        assert_eq!(answer.expect("answer"), 42);
+        first = Some(first.map_or(at, |f| f.min(at)));
     }
-    println!("DONE");
+    match (*BODY_RETURNED.lock().unwrap(), first) {
+        (Some(returned), Some(first)) => println!(
+            "DONE leader_us={}",
+            first.saturating_duration_since(returned).as_micros()
+        ),
+        _ => println!("DONE"),
+    }
     let _ = std::io::stdout().flush();
 }
 
@@ -127,10 +152,10 @@ impl Player {
         Player { child, lines }
     }
 
-    fn expect_line(&self, prefix: &str) {
+    fn expect_line(&self, prefix: &str) -> String {
         loop {
             match self.lines.recv_timeout(Duration::from_secs(120)) {
-                Ok(line) if line.starts_with(prefix) => return,
+                Ok(line) if line.starts_with(prefix) => return line,
                 Ok(_) => {}
                 Err(_) => panic!("child {}: no {prefix:?} line", self.child.id()),
             }
@@ -168,6 +193,9 @@ fn commandstats(port: u16) -> BTreeMap<String, u64> {
 struct Round {
     runs: u64,
     total: Duration,
+    /// Microseconds from the body's return to its process's first caller answered (mean over
+    /// the processes that ran the body).
+    leader_us: f64,
     sent_per_caller: f64,
     executed_per_caller: f64,
     by_command: BTreeMap<String, u64>,
@@ -186,8 +214,12 @@ fn stampede(server: &RedisServer, role: &str, round: usize) -> Round {
     let before = commandstats(server.port());
     let started = Instant::now();
     command_at(server.port(), &["SET", &format!("{ns}:w:go"), "1"]).expect("go");
+    let mut leader_us = Vec::new();
     for p in &players {
-        p.expect_line("DONE");
+        let line = p.expect_line("DONE");
+        if let Some(us) = line.strip_prefix("DONE leader_us=") {
+            leader_us.push(us.parse::<f64>().expect("microseconds"));
+        }
     }
     let total = started.elapsed();
     let after = commandstats(server.port());
@@ -216,6 +248,7 @@ fn stampede(server: &RedisServer, role: &str, round: usize) -> Round {
     Round {
         runs,
         total,
+        leader_us: leader_us.iter().sum::<f64>() / leader_us.len().max(1) as f64,
         sent_per_caller: sent as f64 / callers,
         executed_per_caller: executed as f64 / callers,
         by_command,
@@ -244,9 +277,9 @@ fn main() {
         "cluster stampede: {PROCESSES} processes x {CALLERS} callers, one cold key, body {BODY:?}"
     );
     println!(
-        "| scope | round | body runs | total | commands sent per caller | commands executed per caller | executed, by command |"
+        "| scope | round | body runs | total | leader's answer after its body | commands sent per caller | commands executed per caller | executed, by command |"
     );
-    println!("|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|");
     for role in ["process", "cluster"] {
         for round in 0..rounds {
             let r = stampede(&server, role, round);
@@ -256,9 +289,10 @@ fn main() {
                 .map(|(name, calls)| format!("{name} {calls}"))
                 .collect();
             println!(
-                "| {role} | {round} | {} | {:.0} ms | {:.4} | {:.4} | {} |",
+                "| {role} | {round} | {} | {:.0} ms | {:.0} µs | {:.4} | {:.4} | {} |",
                 r.runs,
                 r.total.as_secs_f64() * 1000.0,
+                r.leader_us,
                 r.sent_per_caller,
                 r.executed_per_caller,
                 commands.join(", ")

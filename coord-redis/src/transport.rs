@@ -5,11 +5,12 @@
 //! connection. Everything above this module is the same for every client library.
 
 use std::future::Future;
+use std::ops::Range;
 use std::sync::Arc;
 use std::time::Duration;
 
 use coord_core::BackendError;
-use coord_core::provider::{BackendErrorKind, BoxFuture};
+use coord_core::provider::{BackendErrorKind, BoxFuture, SentNotice};
 
 #[cfg(feature = "fred")]
 pub(crate) mod fred_client;
@@ -122,6 +123,48 @@ impl<'a> Command<'a> {
     pub(crate) fn arg_bytes(&self) -> usize {
         self.args().iter().map(|a| a.len()).sum()
     }
+}
+
+/// A request to be told about once it has left the process (see [`Transport::run_noting_sent`]):
+/// how to find it in the bytes a connection writes, and whom to tell.
+#[derive(Debug)]
+pub(crate) struct SendWatch {
+    /// The request's bytes that no other request contains.
+    pub(crate) needle: Vec<u8>,
+    /// How many bytes of the request follow the needle.
+    pub(crate) tail: u64,
+    pub(crate) notice: SentNotice,
+}
+
+impl SendWatch {
+    /// Watches for `cmd`, whose arguments `unique` (indices into [`Command::args`]), taken
+    /// together as written on the wire, occur in no other request.
+    pub(crate) fn new(cmd: &Command<'_>, unique: Range<usize>, notice: SentNotice) -> SendWatch {
+        let args = cmd.args();
+        let mut needle = Vec::new();
+        for arg in &args[unique.clone()] {
+            push_bulk(&mut needle, arg);
+        }
+        let tail = args[unique.end..].iter().map(|a| bulk_len(a)).sum();
+        SendWatch {
+            needle,
+            tail,
+            notice,
+        }
+    }
+}
+
+/// One argument as a request carries it: `$<length>\r\n<bytes>\r\n` (RESP).
+fn push_bulk(out: &mut Vec<u8>, arg: &[u8]) {
+    out.push(b'$');
+    out.extend_from_slice(arg.len().to_string().as_bytes());
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(arg);
+    out.extend_from_slice(b"\r\n");
+}
+
+fn bulk_len(arg: &[u8]) -> u64 {
+    (1 + arg.len().to_string().len() + 2 + arg.len() + 2) as u64
 }
 
 /// A reply, as far as coord needs to tell replies apart.
@@ -251,6 +294,22 @@ pub(crate) trait Transport: Send + Sync + 'static {
     /// the next call goes out on a freshly made one, so it never queues behind a reply that
     /// may never come.
     fn run<'a>(&'a self, cmds: &'a [Command<'a>]) -> BoxFuture<'a, Result<Vec<Reply>, Fault>>;
+
+    /// [`Transport::run`], telling `watch.notice` once the kernel has accepted every byte of
+    /// the request it describes (the request has left the process). A transport that cannot
+    /// see its socket's writes drops the notice once the reply is in: never early, only later
+    /// than it could be. A command resent on a fresh connection is told about when answered.
+    fn run_noting_sent<'a>(
+        &'a self,
+        cmds: &'a [Command<'a>],
+        watch: SendWatch,
+    ) -> BoxFuture<'a, Result<Vec<Reply>, Fault>> {
+        Box::pin(async move {
+            let replies = self.run(cmds).await;
+            drop(watch);
+            replies
+        })
+    }
 
     /// Sends the keyless `cmd` to every data node this transport sends commands to (the one
     /// server, Sentinel's current master, every Cluster master) and returns each node's

@@ -444,6 +444,21 @@ impl coord_core::provider::FlightStore for InstrumentedProvider {
         )
     }
 
+    /// This double's hand-over request "leaves the process" when it is made (counted), before
+    /// the gate that holds its answer back, as a request written to a slow server would.
+    fn flight_finish_noting_sent<'a>(
+        &'a self,
+        key: &'a CallKey,
+        owner: OwnerToken,
+        outcome: &'a [u8],
+        hand_over: Duration,
+        sent: coord_core::provider::SentNotice,
+    ) -> BoxFuture<'a, Result<bool, BackendError>> {
+        let finish = self.flight_finish(key, owner, outcome, hand_over);
+        sent.notify();
+        finish
+    }
+
     fn flight_abandon<'a>(
         &'a self,
         key: &'a CallKey,

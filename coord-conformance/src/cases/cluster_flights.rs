@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use coord_core::provider::{FlightClaim, FlightWait, OwnerToken};
+use coord_core::provider::{FlightClaim, FlightWait, OwnerToken, SentNotice};
 use coord_core::{CoordError, Coordinator, single_flight};
 
 use super::durations::LONG;
@@ -64,6 +64,51 @@ pub async fn flight_claim_is_exclusive_and_owner_scoped(c: Coordinator) {
         store.flight_claim(&k, b, LONG).await.unwrap(),
         FlightClaim::Claimed,
         "an abandoned flight is free"
+    );
+}
+
+/// The finish through `flight_finish_noting_sent` (the runtime's way): it hands over and is
+/// fenced as `flight_finish` is, and its notice is told (or given up) no later than its answer,
+/// so a leader waiting for it is never held past the reply.
+pub async fn flight_finish_noting_sent_tells_no_later_than_the_answer(c: Coordinator) {
+    let store = c.flight_store().clone();
+    let k = key(&c, "flight-finish-sent");
+    let (a, b) = (OwnerToken::new(), OwnerToken::new());
+    assert_eq!(
+        store.flight_claim(&k, a, LONG).await.unwrap(),
+        FlightClaim::Claimed
+    );
+    let (sent, mut told) = SentNotice::new();
+    assert!(
+        !store
+            .flight_finish_noting_sent(&k, b, b"theirs", LONG, sent)
+            .await
+            .unwrap(),
+        "only the leader hands over"
+    );
+    assert!(
+        tokio::time::timeout(Duration::ZERO, &mut told)
+            .await
+            .is_ok(),
+        "a refused finish still ends the wait for its send"
+    );
+    let (sent, mut told) = SentNotice::new();
+    assert!(
+        store
+            .flight_finish_noting_sent(&k, a, b"outcome", LONG, sent)
+            .await
+            .unwrap()
+    );
+    assert!(
+        tokio::time::timeout(Duration::ZERO, &mut told)
+            .await
+            .is_ok(),
+        "told no later than the answer"
+    );
+    assert_eq!(
+        store.flight_wait(&k, a, LONG).await.unwrap(),
+        FlightWait::Finished(b"outcome".to_vec()),
+        "the hand-over is there for the followers"
     );
 }
 

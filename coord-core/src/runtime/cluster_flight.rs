@@ -8,14 +8,45 @@
 //! outcome the leader elsewhere hands over (pub/sub for Redis, no polling) and shares it with
 //! its local followers.
 //!
-//! The leader answers its own callers as soon as its body returns; the hand-over is written in
-//! the background (its failure is counted in [`Metrics::hand_overs_not_written`] and logged;
-//! `Coordinator::shutdown` waits for it, so a process that shuts down before it exits does not
-//! leave its followers to the lease).
+//! The leader answers its own callers once its hand-over request has been *sent*, not once it
+//! is answered: the request is written to the connection's socket first (the provider says
+//! when, through [`FlightStore::flight_finish_noting_sent`]), and its reply is read in the
+//! background (a failure is counted in [`Metrics::hand_overs_not_written`] and logged).
 //! Followers that miss it fall back as for a leader that stopped answering (below). Later
 //! calls of the same process on the same key wait for that write before claiming, so they run
 //! the body again rather than join a flight whose caller was already answered; a call on
 //! another instance that claims in that window joins the flight and gets its outcome.
+//!
+//! ## Why the leader waits for the send, and only for it
+//!
+//! A leader process that exits right after its callers are answered (a batch job, a command
+//! line tool, any `main` that returns without `Coordinator::shutdown`) drops the tasks of its
+//! runtime, a hand-over still to be written among them. Answering before the write even left
+//! the process lost it: its followers waited out the lease, then one of them ran the body
+//! again (4 processes x 25 calls on one key, lease 10 s: 4 runs, 10 s apart). Three ways out
+//! were weighed:
+//!
+//! * **Send, then answer** (this). Bytes the kernel has accepted leave with the process's
+//!   exit: the server reads them and runs the finish, which removes the claim, stores the
+//!   outcome and wakes the followers. It costs the leader a hand-off to the connection's writer
+//!   and one `write`, not the round trip the earlier synchronous hand-over cost. Under failure
+//!   it promises no more than before: a connection that breaks with the request unsent or half
+//!   read, or a process killed before the write, leaves the claim to its lease, which bounds
+//!   every follower's wait as it always did; a finish that lands after its caller's process
+//!   is gone is as good as any other (its reply is simply never read).
+//! * **Tell the followers at once that the leader is gone** (a claim tied to its connection
+//!   or session). Followers would stop waiting sooner, but the leader's outcome would still
+//!   be lost: one of them would run the body again, so the cost of an exit stays a second run.
+//!   Redis also has no per-connection keys; it would take polling for the leader's connection.
+//! * **Wait at the end of the leader's call only when the process is about to exit**: the
+//!   runtime cannot know that a `main` is returning, and waiting for the whole reply always is
+//!   the synchronous hand-over this layer moved away from.
+//!
+//! How early "sent" is known depends on the provider: Redis over its plain TCP and Unix sockets
+//! (the default redis-rs client) sees the kernel accept the request's last byte; a provider or
+//! connection that cannot see its writes (TLS, Cluster, the fred client, PostgreSQL) says so
+//! when the reply is in, the earlier synchronous hand-over, one round trip later but never
+//! early. The wait is bounded by [`HAND_OVER`]: a hand-over sent later than that is of no use.
 //!
 //! [`Metrics::hand_overs_not_written`]: crate::telemetry::Metrics::hand_overs_not_written
 //!
@@ -47,7 +78,7 @@ use crate::error::CoordError;
 use crate::provider::CallKey;
 use crate::provider::OwnerToken;
 use crate::provider::background::{spawn_detached, spawn_retried};
-use crate::provider::{FlightClaim, FlightStore, FlightWait, ReplicaAcks, replicas};
+use crate::provider::{FlightClaim, FlightStore, FlightWait, ReplicaAcks, SentNotice, replicas};
 use crate::report::FlightOutcome;
 use crate::runtime::call::{Call, replica_acks_refused};
 use crate::runtime::flight::single_flight_in;
@@ -408,21 +439,25 @@ where
 
     let codec = call.coordinator.codec();
     let bytes = encode_hand_over(&output, codec, errors);
-    // The caller is answered now; the hand-over is written in the background. Followers that
-    // miss it (the write failed, or the process stopped first) fall back as they do for a
-    // leader that stopped answering: an abandoned claim lets one of them take over at once, a
-    // claim left behind lapses with its lease. Calls of this process on the same key wait for
-    // the write first (see `PendingHandOvers`), so a call that starts after this one returned
-    // runs the body again instead of joining the flight that just ended.
+    // The caller is answered once the hand-over request has left the process (see the module
+    // docs); its reply is read in the background. Followers that miss it (the write failed, or
+    // the process stopped before it was sent) fall back as they do for a leader that stopped
+    // answering: an abandoned claim lets one of them take over at once, a claim left behind
+    // lapses with its lease. Calls of this process on the same key wait for the write first
+    // (see `PendingHandOvers`), so a call that starts after this one returned runs the body
+    // again instead of joining the flight that just ended.
     let pending = PendingHandOvers::begin(&store, &call.key);
     let coordinator = call.coordinator.clone();
     let key = call.key.clone();
+    let (sent, on_the_wire) = SentNotice::new();
     // The operation's replica acknowledgement is a task-local: it does not follow the spawn,
     // so the spawned future carries it itself.
     spawn_detached(replicas::scoped(
         spec.replica_acks,
         Box::pin(async move {
-            let finished = store.flight_finish(&key, owner, &bytes, HAND_OVER).await;
+            let finished = store
+                .flight_finish_noting_sent(&key, owner, &bytes, HAND_OVER, sent)
+                .await;
             match finished {
                 Ok(true) => {}
                 Ok(false) => {
@@ -443,6 +478,10 @@ where
             drop(pending);
         }),
     ));
+    // Resolves when the request left the process, or when the write ended without saying so
+    // (answered, failed, or given up). Bounded all the same: past the hand-over's own time the
+    // outcome would be of no use to anyone, and the caller is owed its answer.
+    let _ = tokio::time::timeout(HAND_OVER, on_the_wire).await;
     output
 }
 

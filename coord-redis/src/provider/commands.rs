@@ -3,14 +3,16 @@
 use std::borrow::Cow;
 use std::time::Duration;
 
-use coord_core::provider::{BackendErrorKind, OwnerToken, ReplicaAcks, ReplicaShortfall, replicas};
+use coord_core::provider::{
+    BackendErrorKind, OwnerToken, ReplicaAcks, ReplicaShortfall, SentNotice, replicas,
+};
 use coord_core::{BackendError, CallKey};
 
 use super::{AckWait, Inner, MAX_MILLIS};
 use crate::config::scrub;
 use crate::encode::TokenText;
 use crate::scripts::Script;
-use crate::transport::{Command, Fault, Reply};
+use crate::transport::{Command, Fault, Reply, SendWatch};
 
 impl Inner {
     pub(super) fn error(&self, fault: Fault, what: &str, key: &CallKey) -> BackendError {
@@ -56,6 +58,41 @@ impl Inner {
         let first = self.transport.run(&[build("EVALSHA", sha)]).await;
         let outcome = match first {
             // Rare (a fresh or flushed server): boxed, so the common path's future stays small.
+            Err(fault) if fault.is_noscript() => {
+                let source = [build("EVAL", script.source)];
+                Box::pin(self.transport.run(&source)).await
+            }
+            other => other,
+        };
+        let what = || format!("script `{}`", script.name);
+        match outcome {
+            Ok(mut replies) if replies.len() == 1 => Ok(replies.pop().expect("one reply")),
+            Ok(_) => Err(self.protocol(&what(), key, "wrong number of replies")),
+            Err(fault) => Err(self.error(fault, &what(), key)),
+        }
+    }
+
+    /// [`Inner::eval`], telling `sent` once the request has left the process (where the
+    /// transport can see that; otherwise once it is answered). `unique` indexes `keys` followed by
+    /// `args`: those, together, must occur in no other request. After a `NOSCRIPT` the
+    /// notice has been told already by the refused `EVALSHA`: the source is sent without one
+    /// (a fresh or flushed server only).
+    pub(super) async fn eval_noting_sent(
+        &self,
+        script: &Script,
+        keys: &[&str],
+        args: &[&[u8]],
+        unique: std::ops::Range<usize>,
+        key: &CallKey,
+        sent: SentNotice,
+    ) -> Result<Reply, BackendError> {
+        let build = |name: &'static str, body| script_command(name, body, keys, args);
+        let cmd = [build("EVALSHA", &script.sha)];
+        // `EVALSHA sha numkeys` come before the keys.
+        let offset = 2;
+        let watch = SendWatch::new(&cmd[0], unique.start + offset..unique.end + offset, sent);
+        let first = self.transport.run_noting_sent(&cmd, watch).await;
+        let outcome = match first {
             Err(fault) if fault.is_noscript() => {
                 let source = [build("EVAL", script.source)];
                 Box::pin(self.transport.run(&source)).await

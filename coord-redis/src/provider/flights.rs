@@ -12,7 +12,9 @@
 
 use std::time::Duration;
 
-use coord_core::provider::{BoxFuture, FlightClaim, FlightStore, FlightWait, OwnerToken};
+use coord_core::provider::{
+    BoxFuture, FlightClaim, FlightStore, FlightWait, OwnerToken, SentNotice,
+};
 use coord_core::{BackendError, CallKey};
 use tokio::time::Instant;
 
@@ -182,6 +184,41 @@ impl FlightStore for RedisProvider {
                     &[&claim, &kept],
                     &[token.as_ref(), outcome, hand_over.as_ref()],
                     key,
+                )
+                .await?;
+            flag(inner, reply, "flight finish", key)
+        })
+    }
+
+    /// The finish, told as sent once the kernel accepted its last byte (redis-rs over a plain
+    /// TCP or Unix socket; otherwise once answered). Its hand-over key followed by the owner
+    /// token is in no other request: the claim and renewals carry the token, not that key.
+    fn flight_finish_noting_sent<'a>(
+        &'a self,
+        key: &'a CallKey,
+        owner: OwnerToken,
+        outcome: &'a [u8],
+        hand_over: Duration,
+        sent: SentNotice,
+    ) -> BoxFuture<'a, Result<bool, BackendError>> {
+        Box::pin(async move {
+            let inner = &*self.inner;
+            let token = TokenText::new(owner);
+            let hand_over = Decimal::new(millis(hand_over));
+            let names = Names::of(key);
+            let claim = names.flight();
+            let kept =
+                names.flight_outcome(std::str::from_utf8(token.as_ref()).unwrap_or_default());
+            // Written as `.. <claim> <kept> <token> <outcome> <hand-over>`: `kept` (whose name
+            // ends in the token) then the token itself mark this request.
+            let reply = inner
+                .eval_noting_sent(
+                    &scripts::FLIGHT_FINISH,
+                    &[&claim, &kept],
+                    &[token.as_ref(), outcome, hand_over.as_ref()],
+                    1..3,
+                    key,
+                    sent,
                 )
                 .await?;
             flag(inner, reply, "flight finish", key)

@@ -56,7 +56,7 @@ use self::command::fault;
 use self::slot::Slot;
 use self::subscriber::PubSubSource;
 use super::{
-    Command, Fault, NodeReplies, Reply, ServerWatch, Subscriber, SubscriberEvents, Transport,
+    Command, Fault, NodeReplies, Reply, SendWatch, ServerWatch, Subscriber, SubscriberEvents, Transport,
     boxed_in_place, node_answer,
 };
 use crate::config::{Options, Target, TlsMaterial};
@@ -215,6 +215,23 @@ impl Transport for RedisRs {
         match &self.conns {
             Conns::Slots(pool) => boxed_in_place(|| pool[i % pool.len()].exec(cmds)),
             Conns::Cluster(pool) => boxed_in_place(|| pool[i % pool.len()].exec(cmds)),
+        }
+    }
+
+    fn run_noting_sent<'a>(
+        &'a self,
+        cmds: &'a [Command<'a>],
+        watch: SendWatch,
+    ) -> BoxFuture<'a, Result<Vec<Reply>, Fault>> {
+        let i = self.next.fetch_add(1, Ordering::Relaxed);
+        match &self.conns {
+            Conns::Slots(pool) => Box::pin(pool[i % pool.len()].exec_noting_sent(cmds, watch)),
+            // A cluster connection's sockets are redis-rs's own: told when answered.
+            Conns::Cluster(pool) => Box::pin(async move {
+                let replies = pool[i % pool.len()].exec(cmds).await;
+                drop(watch);
+                replies
+            }),
         }
     }
 

@@ -161,3 +161,49 @@ async fn a_claim_coord_did_not_write_is_corrupt(client: Client) {
         .unwrap_err();
     assert_eq!(err.kind(), BackendErrorKind::Corrupt, "{err}");
 }
+
+/// redis-rs over TCP (a socket coord dials and watches): the finish's notice is told once the
+/// request is written, before any reply. With the server frozen nothing can answer, yet the
+/// notice is told; the finish lands once the server thaws. (Other clients tell it when
+/// answered, which the conformance kit holds to "no later than the answer".)
+#[cfg(feature = "redis-client")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finish_is_told_sent_before_its_reply() {
+    use coord_core::provider::SentNotice;
+
+    let server = RedisServer::start();
+    let p = Arc::new(
+        coord_redis::RedisProvider::builder(server.url())
+            .client(Client::RedisRs)
+            .command_timeout(Duration::from_secs(30))
+            .connect()
+            .await
+            .expect("connect to the test server"),
+    );
+    let k = key("sent-before-reply");
+    let a = OwnerToken::new();
+    assert_eq!(
+        p.flight_claim(&k, a, LONG).await.unwrap(),
+        FlightClaim::Claimed
+    );
+    server.pause();
+    let (sent, told) = SentNotice::new();
+    let finish = {
+        let (p, k) = (p.clone(), k.clone());
+        tokio::spawn(async move {
+            p.flight_finish_noting_sent(&k, a, b"outcome", Duration::from_secs(5), sent)
+                .await
+        })
+    };
+    let waited = tokio::time::timeout(Duration::from_secs(10), told).await;
+    let unanswered = !finish.is_finished();
+    server.resume();
+    waited.expect("told once written, though the frozen server could not answer");
+    assert!(unanswered, "a frozen server answered the finish");
+    assert!(finish.await.unwrap().unwrap(), "the finish landed on thaw");
+    let kept = format!("{}:{a}", redis_key(&k, "flight"));
+    assert_eq!(
+        server.command(&["GET", &kept]),
+        Resp::Bulk(b"outcome".to_vec())
+    );
+}

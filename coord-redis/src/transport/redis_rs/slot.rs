@@ -13,7 +13,7 @@ use redis::{AsyncConnectionConfig, ConnectionAddr, PushInfo, PushKind};
 use super::clients::{Dialer, resp3};
 use super::command::{exec, fault, stale};
 use super::wire::{Watched, Wire};
-use crate::transport::{Command, Fault, Reply, ServerWatch, info_server};
+use crate::transport::{Command, Fault, Reply, SendWatch, ServerWatch, info_server};
 
 /// The connection a slot holds, tagged with the dial that made it.
 type Current = Mutex<Option<Live>>;
@@ -223,6 +223,48 @@ impl Slot {
             forget(&self.current, live.generation);
             return Box::pin(self.dial_and_exec(cmds)).await;
         }
+        self.check(live.generation, result)
+    }
+
+    /// [`Slot::exec`], telling `watch.notice` once the kernel accepted the whole request, on
+    /// a socket dialled here (whose writes are seen); otherwise, or when the request goes out
+    /// on a connection dialled for it, once it is answered.
+    pub(super) async fn exec_noting_sent(
+        &self,
+        cmds: &[Command<'_>],
+        watch: SendWatch,
+    ) -> Result<Vec<Reply>, Fault> {
+        let (mut live, wire) = match self.cached() {
+            Some(live) => match live.wire.clone() {
+                Some(wire) => (live, wire),
+                None => {
+                    let replies = self.exec(cmds).await;
+                    drop(watch);
+                    return replies;
+                }
+            },
+            None => {
+                let replies = Box::pin(self.dial_and_exec(cmds)).await;
+                drop(watch);
+                return replies;
+            }
+        };
+        let before = wire.written();
+        let id = wire.watch(watch.needle, watch.tail, watch.notice);
+        let result = exec(&mut live.conn, cmds).await;
+        // `None`: told already. Otherwise dropped once this request is answered below.
+        let untold = wire.unwatch(id);
+        if let Err(Fault::Unavailable(why)) = &result
+            && wire.written() == before
+        {
+            // As in `exec`: not one byte went out, so it is sent once more on a new connection.
+            tracing::debug!(error = %why, "coord-redis: the connection was closed before the command was written; sending it on a new connection");
+            forget(&self.current, live.generation);
+            let replies = Box::pin(self.dial_and_exec(cmds)).await;
+            drop(untold);
+            return replies;
+        }
+        drop(untold);
         self.check(live.generation, result)
     }
 

@@ -9,19 +9,50 @@
 //! refuses the write if so, since a server that has closed the connection cannot read what is
 //! written after. A caller that reads [`Wire::written`] before handing a command over and finds
 //! it unchanged after the command failed knows none of the command's bytes reached the socket.
+//!
+//! It also tells when one given request has been accepted whole ([`Wire::watch`]), for a
+//! leader that answers its callers once its hand-over has left the process but before its
+//! reply: the request is found by bytes that occur in it only (a needle), and is out once the
+//! kernel accepted the needle and the known number of bytes after it. The connection writes
+//! requests whole and in order, so nothing else can sit between them. Only while a watch is
+//! registered are written bytes looked at; otherwise a write costs one atomic load more.
 
 use std::io;
 use std::pin::Pin;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
+use coord_core::provider::SentNotice;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// What one connection's socket has seen.
 #[derive(Debug, Default)]
 pub(crate) struct Wire {
     written: AtomicU64,
+    /// How many watches are registered: read on every write, the lock taken only when above 0.
+    watched: AtomicUsize,
+    watches: Mutex<Watches>,
+}
+
+#[derive(Debug, Default)]
+struct Watches {
+    next_id: u64,
+    list: Vec<Watch>,
+    /// The last bytes written (fewer than the longest needle still looked for), so a needle
+    /// split between two writes is found.
+    carry: Vec<u8>,
+}
+
+#[derive(Debug)]
+struct Watch {
+    id: u64,
+    needle: Vec<u8>,
+    /// Bytes of the request after its needle.
+    tail: u64,
+    /// Where in the stream the request's last byte is, once its needle was seen.
+    end: Option<u64>,
+    notice: SentNotice,
 }
 
 impl Wire {
@@ -29,6 +60,87 @@ impl Wire {
     pub(crate) fn written(&self) -> u64 {
         self.written.load(Ordering::Acquire)
     }
+
+    /// Tells `notice` once the kernel accepted the bytes `needle`, and `tail` bytes after them.
+    /// Register it before the request is handed to the connection, and [`Wire::unwatch`] it
+    /// once the request is answered or failed. `needle` must occur in no other request sent
+    /// on this connection from now on.
+    pub(crate) fn watch(&self, needle: Vec<u8>, tail: u64, notice: SentNotice) -> u64 {
+        let mut watches = self.lock();
+        watches.next_id += 1;
+        let id = watches.next_id;
+        watches.list.push(Watch {
+            id,
+            needle,
+            tail,
+            end: None,
+            notice,
+        });
+        self.watched.fetch_add(1, Ordering::AcqRel);
+        id
+    }
+
+    /// Removes watch `id`, giving back its notice if it was not told yet.
+    pub(crate) fn unwatch(&self, id: u64) -> Option<SentNotice> {
+        let mut watches = self.lock();
+        let at = watches.list.iter().position(|w| w.id == id)?;
+        let watch = watches.list.swap_remove(at);
+        self.watched.fetch_sub(1, Ordering::AcqRel);
+        if watches.list.is_empty() {
+            watches.carry.clear();
+        }
+        Some(watch.notice)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Watches> {
+        // Every critical section leaves the list whole: a poisoned one is still usable.
+        self.watches.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The kernel accepted `chunks` (in order), the first byte at stream offset `start`.
+    fn accepted(&self, start: u64, chunks: &[&[u8]]) {
+        let mut watches = self.lock();
+        if watches.list.is_empty() {
+            return;
+        }
+        let Watches { list, carry, .. } = &mut *watches;
+        let carried = carry.len() as u64;
+        let mut hay = std::mem::take(carry);
+        for chunk in chunks {
+            hay.extend_from_slice(chunk);
+        }
+        let hay_start = start - carried;
+        let done = hay_start + hay.len() as u64;
+        for watch in list.iter_mut().filter(|w| w.end.is_none()) {
+            if let Some(at) = find(&hay, &watch.needle) {
+                watch.end = Some(hay_start + (at + watch.needle.len()) as u64 + watch.tail);
+            }
+        }
+        let mut i = 0;
+        while i < list.len() {
+            if list[i].end.is_some_and(|end| end <= done) {
+                list.swap_remove(i).notice.notify();
+                self.watched.fetch_sub(1, Ordering::AcqRel);
+            } else {
+                i += 1;
+            }
+        }
+        let keep = list
+            .iter()
+            .filter(|w| w.end.is_none())
+            .map(|w| w.needle.len().saturating_sub(1))
+            .max()
+            .unwrap_or(0);
+        hay.drain(..hay.len().saturating_sub(keep));
+        *carry = hay;
+    }
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    if needle.is_empty() || hay.len() < needle.len() {
+        return None;
+    }
+    hay.windows(needle.len()).position(|w| w == needle)
 }
 
 /// A socket whose writes are counted in its [`Wire`], and refused once the peer closed.
@@ -122,7 +234,10 @@ impl<S: AsyncWrite + Socket + Unpin> AsyncWrite for Watched<S> {
         }
         let polled = Pin::new(&mut self.inner).poll_write(cx, buf);
         if let Poll::Ready(Ok(n)) = &polled {
-            self.wire.written.fetch_add(*n as u64, Ordering::AcqRel);
+            let start = self.wire.written.fetch_add(*n as u64, Ordering::AcqRel);
+            if self.wire.watched.load(Ordering::Acquire) > 0 {
+                self.wire.accepted(start, &[&buf[..*n]]);
+            }
         }
         polled
     }
@@ -137,7 +252,21 @@ impl<S: AsyncWrite + Socket + Unpin> AsyncWrite for Watched<S> {
         }
         let polled = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
         if let Poll::Ready(Ok(n)) = &polled {
-            self.wire.written.fetch_add(*n as u64, Ordering::AcqRel);
+            let start = self.wire.written.fetch_add(*n as u64, Ordering::AcqRel);
+            if self.wire.watched.load(Ordering::Acquire) > 0 {
+                // The accepted bytes: the first `n` of the buffers, in order.
+                let mut left = *n;
+                let mut chunks = Vec::with_capacity(bufs.len());
+                for buf in bufs {
+                    if left == 0 {
+                        break;
+                    }
+                    let take = left.min(buf.len());
+                    chunks.push(&buf[..take]);
+                    left -= take;
+                }
+                self.wire.accepted(start, &chunks);
+            }
         }
         polled
     }
@@ -152,5 +281,79 @@ impl<S: AsyncWrite + Socket + Unpin> AsyncWrite for Watched<S> {
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::future::Future;
+    use std::task::{Context, Poll, Waker};
+
+    use coord_core::provider::{SentNotice, SentWait};
+
+    use super::Wire;
+
+    fn told(wait: &mut SentWait) -> bool {
+        let mut cx = Context::from_waker(Waker::noop());
+        matches!(std::pin::Pin::new(wait).poll(&mut cx), Poll::Ready(()))
+    }
+
+    /// Feeds `bytes` to the wire as the kernel accepting them, as `poll_write` does.
+    fn write(wire: &Wire, bytes: &[u8]) {
+        let start = wire
+            .written
+            .fetch_add(bytes.len() as u64, std::sync::atomic::Ordering::AcqRel);
+        wire.accepted(start, &[bytes]);
+    }
+
+    #[test]
+    fn told_once_the_needle_and_its_tail_are_accepted_even_when_split() {
+        let wire = Wire::default();
+        let (notice, mut wait) = SentNotice::new();
+        // Another request is being written when the watch starts; it holds a prefix of the
+        // needle, which must not count.
+        write(&wire, b"*2\r\n$3\r\nGET\r\n$4\r\nke");
+        let id = wire.watch(b"NEEDLE".to_vec(), 5, notice);
+        write(&wire, b"y1\r\nNEED");
+        write(&wire, b"NEE");
+        assert!(!told(&mut wait), "a partial needle is not the request");
+        write(&wire, b"DLE12");
+        assert!(
+            !told(&mut wait),
+            "two of the five bytes after the needle are out"
+        );
+        write(&wire, b"345");
+        assert!(told(&mut wait), "the last byte of the request was accepted");
+        assert!(wire.unwatch(id).is_none(), "already told");
+    }
+
+    #[test]
+    fn a_watch_given_up_before_its_request_went_out_gives_the_notice_back() {
+        let wire = Wire::default();
+        let (notice, mut wait) = SentNotice::new();
+        let id = wire.watch(b"NEEDLE".to_vec(), 0, notice);
+        write(&wire, b"something else entirely");
+        let notice = wire.unwatch(id).expect("not told");
+        assert!(!told(&mut wait));
+        // Dropped once the request is answered: the waiting side stops waiting then.
+        drop(notice);
+        assert!(told(&mut wait));
+        write(&wire, b"NEEDLE");
+    }
+
+    #[test]
+    fn watches_on_one_connection_are_told_each_at_its_own_request() {
+        let wire = Wire::default();
+        let (first, mut first_wait) = SentNotice::new();
+        let (second, mut second_wait) = SentNotice::new();
+        wire.watch(b"AAAA".to_vec(), 2, first);
+        wire.watch(b"BBBB".to_vec(), 2, second);
+        write(&wire, b"xxAAAA..BB");
+        assert!(told(&mut first_wait));
+        assert!(!told(&mut second_wait));
+        write(&wire, b"BB.");
+        assert!(!told(&mut second_wait));
+        write(&wire, b".");
+        assert!(told(&mut second_wait));
     }
 }

@@ -241,10 +241,12 @@ pub async fn semaphore_fencing_tokens_increase(c: Coordinator) {
     }
     let p = c.semaphore_store();
     let k = key(&c, "sem-fence");
-    let owners: Vec<_> = (0..4).map(|_| OwnerToken::new()).collect();
+    let owners: Vec<_> = (0..5).map(|_| OwnerToken::new()).collect();
     let take = |owner, lease| p.acquire_permit(permit_req(&k, owner, 2, lease, Duration::ZERO));
+    // Long leases while the order of grants is checked: a short one could lapse on a slow
+    // host before the full semaphore is asked again, and free a permit the case says is held.
     let t0 = take(owners[0], LONG).await.unwrap().unwrap().fencing_token;
-    let t1 = take(owners[1], SHORT).await.unwrap().unwrap().fencing_token;
+    let t1 = take(owners[1], LONG).await.unwrap().unwrap().fencing_token;
     assert!(t1 > t0, "tokens must increase: {t0} then {t1}");
     let again = take(owners[0], LONG).await.unwrap().unwrap().fencing_token;
     assert_eq!(
@@ -259,11 +261,15 @@ pub async fn semaphore_fencing_tokens_increase(c: Coordinator) {
     p.release_permit(&k, owners[0]).await.unwrap();
     let t2 = take(owners[2], LONG).await.unwrap().unwrap().fencing_token;
     assert!(t2 > t1, "tokens must increase: {t1} then {t2}");
+    // Then a permit that lapses: its slot taken again mints a greater token still.
+    p.release_permit(&k, owners[1]).await.unwrap();
+    let t3 = take(owners[3], SHORT).await.unwrap().unwrap().fencing_token;
+    assert!(t3 > t2, "tokens must increase: {t2} then {t3}");
     tokio::time::sleep(PAST_SHORT).await;
-    let t3 = take(owners[3], LONG).await.unwrap().unwrap().fencing_token;
+    let t4 = take(owners[4], LONG).await.unwrap().unwrap().fencing_token;
     assert!(
-        t3 > t2,
-        "tokens must increase after a lapse: {t2} then {t3}"
+        t4 > t3,
+        "tokens must increase after a lapse: {t3} then {t4}"
     );
     for owner in owners {
         p.release_permit(&k, owner).await.unwrap();

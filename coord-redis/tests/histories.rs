@@ -58,6 +58,7 @@ use std::time::{Duration, Instant};
 use coord_core::handle::CacheScope;
 use coord_core::{CoordError, Coordinator};
 use coord_history::clock::now_ns;
+use coord_history::crash::{CrashFigures, CrashPlan, crash_run};
 use coord_history::nemesis::proxy::{Mode, Proxy};
 use coord_history::nemesis::schedule::{FaultKind, Rng, Schedule, run_seed, seed_text};
 use coord_history::planted::{Planted, PlantedBug};
@@ -102,6 +103,10 @@ const AIM_BUDGET: Duration = Duration::from_secs(4);
 /// How much longer than its schedule and aims a run lasts, for the time faults take to start
 /// and heal beyond their steps (a restart's recovery, a pause's checks).
 const SLACK: Duration = Duration::from_secs(2);
+/// Kill-and-restart cycles of a crash run, and its locks' lease: far longer than a restart
+/// of redis-server takes, so that a server that kept its data still has the lock when back.
+const CRASH_CYCLES: usize = 2;
+const CRASH_LEASE: Duration = Duration::from_secs(5);
 
 /// Which calls a worker makes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -880,6 +885,72 @@ fn under_faults(client: Client) -> Report {
     report
 }
 
+/// Lock holds spanning a server kill and restart, and completed keys asked again after each
+/// ([`coord_history::crash`]): with `persistent` (append-only file, `appendfsync always`)
+/// zero violations; without (no persistence, nothing saved: the restarted server is empty),
+/// the control, whose losses the checker must find (the test asserts which).
+fn crash_case(client: Client, persistent: bool) -> (Report, CrashFigures) {
+    let name = client_name(client);
+    let label = if persistent {
+        "persistent"
+    } else {
+        "without-data"
+    };
+    let args: &[&str] = if persistent {
+        &["--appendonly", "yes", "--appendfsync", "always"]
+    } else {
+        &["--appendonly", "no", "--save", ""]
+    };
+    let server = Arc::new(Mutex::new(RedisServer::start_with(args)));
+    let url = server.lock().unwrap().url();
+    let witness = WitnessServer::start();
+    let rec = Recorder::new();
+    let plan = CrashPlan {
+        cycles: CRASH_CYCLES,
+        lease: CRASH_LEASE,
+        keys_before_crash: 5,
+        fault: if persistent {
+            FaultKind::ServerKillRestart.name().into()
+        } else {
+            "server-kill-restart-without-data".into()
+        },
+    };
+    let started = Instant::now();
+    let figures = runtime().block_on(async {
+        let coord = coordinator(&url, client, &format!("crash-{name}-{label}")).await;
+        let crashed = server.clone();
+        let crash = Arc::new(move || crashed.lock().unwrap().restart());
+        crash_run(&coord, &rec, witness.addr(), &plan, crash).await
+    });
+    let mut events = rec.events();
+    events.extend(witness.events());
+    let report = coord_history::check(&events);
+    let path = save(&events, &format!("crash-{name}-{label}"));
+    println!(
+        "histories/{name}/crash-{label} ({:.1} s, history {}): {figures}; violations {:?}",
+        started.elapsed().as_secs_f64(),
+        path.display(),
+        violations_by_promise(&report)
+    );
+    assert!(
+        figures.spanning >= 1 && figures.asked_again >= plan.keys_before_crash,
+        "the crash run did not span a crash with a hold or ask keys again after it: {figures}; {report}"
+    );
+    if report.violations.is_empty() || !persistent {
+        let _ = std::fs::remove_file(&path);
+    }
+    (report, figures)
+}
+
+/// How many violations of each promise a report holds.
+fn violations_by_promise(report: &Report) -> std::collections::BTreeMap<Promise, usize> {
+    let mut out = std::collections::BTreeMap::new();
+    for v in &report.violations {
+        *out.entry(v.promise).or_default() += 1;
+    }
+    out
+}
+
 /// The workload through a provider with `bug` planted, with fencing checked at the resource:
 /// the checker must report it.
 fn planted(client: Client, bug: PlantedBug, mix: Mix) -> Report {
@@ -977,6 +1048,36 @@ fn main() {
         case(format!("{name}/under_faults_zero_violations"), &|| {
             under_faults(client);
         });
+        case(format!("{name}/crash_persistent_zero_violations"), &|| {
+            let (report, figures) = crash_case(client, true);
+            assert!(
+                report.violations.is_empty(),
+                "a server with fsync-always persistence lost a lock or a record in a crash: {figures}; {report}"
+            );
+            assert!(
+                figures.replayed_same == figures.asked_again,
+                "a key asked again after a crash did not replay its first answer: {figures}"
+            );
+        });
+        case(
+            format!("{name}/crash_without_data_control_finds_losses"),
+            &|| {
+                let (report, figures) = crash_case(client, false);
+                let locks = report.count(Promise::TokensGrow)
+                    + report.count(Promise::NoOverlap)
+                    + report.count(Promise::HeldThroughout);
+                assert!(
+                    report.count(Promise::AtMostOnce) > 0 && locks > 0,
+                    "restarted without its data, the server lost locks and records the checker did not find: {figures}; {report}"
+                );
+                println!(
+                    "  control found: {} second executions, {} lock losses ({:?})",
+                    report.count(Promise::AtMostOnce),
+                    locks,
+                    violations_by_promise(&report)
+                );
+            },
+        );
         case(
             format!("{name}/planted_grant_without_check_is_caught"),
             &|| {

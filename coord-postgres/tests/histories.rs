@@ -46,6 +46,7 @@ use std::time::{Duration, Instant};
 
 use coord_core::{CoordError, Coordinator, fencing_token};
 use coord_history::clock::now_ns;
+use coord_history::crash::{CrashFigures, CrashPlan, crash_run};
 use coord_history::nemesis::proxy::{Mode, Proxy};
 use coord_history::nemesis::schedule::{FaultClass, FaultKind, Rng, cover, run_seed, seed_text};
 use coord_history::planted::{Planted, PlantedBug};
@@ -56,7 +57,7 @@ use coord_history::workload::{
 };
 use coord_history::{Event, Fault, Op, Phase, Promise, Report};
 use coord_postgres::PostgresProvider;
-use coord_postgres_testing::PostgresServer;
+use coord_postgres_testing::{PostgresServer, ServerOptions};
 
 const ROLE: &str = "COORD_HISTORY_ROLE";
 const LEASE: Duration = Duration::from_secs(1);
@@ -80,6 +81,12 @@ const AIM_BUDGET: Duration = Duration::from_secs(4);
 /// How much longer than its schedule and aims a run lasts, for the time faults take to start
 /// and heal beyond their steps (a restart's recovery, a pause's checks).
 const SLACK: Duration = Duration::from_secs(2);
+
+/// Kill-and-restart cycles of a crash run, and its locks' lease: far longer than a restart
+/// of PostgreSQL takes (crash recovery, or a re-created directory and schema), so that a
+/// server that kept its data still has the lock when back.
+const CRASH_CYCLES: usize = 2;
+const CRASH_LEASE: Duration = Duration::from_secs(8);
 
 /// Permits of the semaphore every process shares.
 const PERMITS: u32 = 2;
@@ -830,6 +837,92 @@ fn migrated_server(rt: &tokio::runtime::Runtime) -> PostgresServer {
     server
 }
 
+/// Lock holds spanning a server kill and restart, and completed keys asked again after each
+/// ([`coord_history::crash`]): with `persistent` (`fsync` on, restarted on its data directory:
+/// crash recovery) zero violations; without (its data directory wiped and re-created, coord's
+/// schema migrated again, before the restart), the control, whose losses the checker must
+/// find (the test asserts which).
+fn crash_case(persistent: bool) -> (Report, CrashFigures) {
+    let label = if persistent {
+        "persistent"
+    } else {
+        "without-data"
+    };
+    let rt = runtime();
+    let server = PostgresServer::start_configured(ServerOptions::new().durable());
+    rt.block_on(PostgresProvider::migrate(&server.url()))
+        .expect("migrate the test server");
+    let url = server.url();
+    let server = Arc::new(Mutex::new(server));
+    let witness = WitnessServer::start();
+    let rec = Recorder::new();
+    let plan = CrashPlan {
+        cycles: CRASH_CYCLES,
+        lease: CRASH_LEASE,
+        keys_before_crash: 5,
+        fault: if persistent {
+            "server-kill-restart".into()
+        } else {
+            "server-kill-restart-without-data".into()
+        },
+    };
+    let started = Instant::now();
+    let figures = rt.block_on(async {
+        let coord = coordinator(&url, &format!("crash-postgres-{label}")).await;
+        let crashed = server.clone();
+        let migrate_url = url.clone();
+        let crash = Arc::new(move || {
+            let mut server = crashed.lock().unwrap();
+            if persistent {
+                server.restart();
+                return;
+            }
+            server.restart_without_data();
+            // The schema again, on a runtime of its own (this runs on a blocking thread of
+            // the test's runtime, which cannot be blocked on).
+            let url = migrate_url.clone();
+            std::thread::spawn(move || {
+                tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("runtime")
+                    .block_on(PostgresProvider::migrate(&url))
+                    .expect("migrate the re-created server")
+            })
+            .join()
+            .expect("the migration thread does not panic");
+        });
+        crash_run(&coord, &rec, witness.addr(), &plan, crash).await
+    });
+    let mut events = rec.events();
+    events.extend(witness.events());
+    let report = coord_history::check(&events);
+    let path = save(&events, &format!("crash-{label}"));
+    println!(
+        "histories/postgres/crash-{label} ({:.1} s, history {}): {figures}; violations {:?}",
+        started.elapsed().as_secs_f64(),
+        path.display(),
+        violations_by_promise(&report)
+    );
+    assert!(
+        figures.spanning >= 1 && figures.asked_again >= plan.keys_before_crash,
+        "the crash run did not span a crash with a hold or ask keys again after it: {figures}; {report}"
+    );
+    if report.violations.is_empty() || !persistent {
+        let _ = std::fs::remove_file(&path);
+    }
+    (report, figures)
+}
+
+/// How many violations of each promise a report holds.
+fn violations_by_promise(report: &Report) -> BTreeMap<Promise, usize> {
+    let mut out = BTreeMap::new();
+    for v in &report.violations {
+        *out.entry(v.promise).or_default() += 1;
+    }
+    out
+}
+
 /// How the calls ended, by error kind (`ok` for answers), for the printed figures.
 fn endings(events: &[Event]) -> BTreeMap<String, usize> {
     let mut out = BTreeMap::new();
@@ -1127,6 +1220,33 @@ fn main() {
     };
     case("postgres/under_faults_zero_violations", &|| {
         under_faults();
+    });
+    case("postgres/crash_persistent_zero_violations", &|| {
+        let (report, figures) = crash_case(true);
+        assert!(
+            report.violations.is_empty(),
+            "a server with fsync on lost a lock or a record in a crash: {figures}; {report}"
+        );
+        assert!(
+            figures.replayed_same == figures.asked_again,
+            "a key asked again after a crash did not replay its first answer: {figures}"
+        );
+    });
+    case("postgres/crash_without_data_control_finds_losses", &|| {
+        let (report, figures) = crash_case(false);
+        let locks = report.count(Promise::TokensGrow)
+            + report.count(Promise::NoOverlap)
+            + report.count(Promise::HeldThroughout);
+        assert!(
+            report.count(Promise::AtMostOnce) > 0 && locks > 0,
+            "with its data directory wiped and re-created, the server lost locks and records the checker did not find: {figures}; {report}"
+        );
+        println!(
+            "  control found: {} second executions, {} lock losses ({:?})",
+            report.count(Promise::AtMostOnce),
+            locks,
+            violations_by_promise(&report)
+        );
     });
     case("postgres/semaphore_check_sees_an_excess", &|| {
         semaphore_check_sees_an_excess();

@@ -20,12 +20,19 @@
 //!    witnessed), then checked: zero violations; the faults must have bitten (a fenced write
 //!    refused at the resource, a renewing hold ended `LockLost`, an idempotent call answered
 //!    through a fault); then every hot lock must be free again.
-//! 2. **in process**: the same workload on the in-process provider, without faults.
-//! 3. **planted bugs**: the same workload through a provider that grants locks without
+//! 2. **crashes the history can see** (`coord_history::crash`): a renewing hold spanning a
+//!    kill and restart of a server with `appendfsync always`, a contender asking for its
+//!    lock, and the idempotent keys completed before each kill asked again after it: zero
+//!    violations. The control runs a server without persistence (so a restart comes back
+//!    empty) and must find the losses (a second execution, and an overlap or a hold that
+//!    answered `Ok` after its lock was gone). `COORD_HISTORY_CRASHES=<n>` crashes `n` times
+//!    per run (2 by default).
+//! 3. **in process**: the same workload on the in-process provider, without faults.
+//! 4. **planted bugs**: the same workload through a provider that grants locks without
 //!    checking (all holders get token 1), one that replays a fresh answer, and one whose
 //!    shared cache keeps entries 30 times their ttl; the checker must report violations for
 //!    each, or it is not checking anything.
-//! 4. **Sentinel failover** (module `failover`; needs root for network namespaces): the
+//! 5. **Sentinel failover** (module `failover`; needs root for network namespaces): the
 //!    primary and a minority of five client processes cut off from the replicas, the
 //!    Sentinels and the other clients until a replica is promoted, then healed and the old
 //!    primary's demotion awaited. Without replica acknowledgement the checker must find
@@ -103,9 +110,8 @@ const AIM_BUDGET: Duration = Duration::from_secs(4);
 /// How much longer than its schedule and aims a run lasts, for the time faults take to start
 /// and heal beyond their steps (a restart's recovery, a pause's checks).
 const SLACK: Duration = Duration::from_secs(2);
-/// Kill-and-restart cycles of a crash run, and its locks' lease: far longer than a restart
+/// The lease of a crash run's locks: far longer than a restart
 /// of redis-server takes, so that a server that kept its data still has the lock when back.
-const CRASH_CYCLES: usize = 2;
 const CRASH_LEASE: Duration = Duration::from_secs(5);
 
 /// Which calls a worker makes.
@@ -906,7 +912,7 @@ fn crash_case(client: Client, persistent: bool) -> (Report, CrashFigures) {
     let witness = WitnessServer::start();
     let rec = Recorder::new();
     let plan = CrashPlan {
-        cycles: CRASH_CYCLES,
+        cycles: crash_cycles(),
         lease: CRASH_LEASE,
         keys_before_crash: 5,
         fault: if persistent {
@@ -940,6 +946,15 @@ fn crash_case(client: Client, persistent: bool) -> (Report, CrashFigures) {
         let _ = std::fs::remove_file(&path);
     }
     (report, figures)
+}
+
+/// Kill-and-restart cycles of a crash run: `COORD_HISTORY_CRASHES`, else 2 (a redis-server restart takes milliseconds).
+fn crash_cycles() -> usize {
+    std::env::var("COORD_HISTORY_CRASHES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .filter(|n| *n > 0)
+        .unwrap_or(2)
 }
 
 /// How many violations of each promise a report holds.

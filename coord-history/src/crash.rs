@@ -301,11 +301,11 @@ async fn contend(
     };
     let mut grants = Vec::new();
     while !*over.borrow() {
-        let before = witness_writes(&rec, &name);
+        let before = granted_holds(&rec, &name);
         caller
             .fenced_hold(&name, lease, Duration::from_millis(20))
             .await;
-        if witness_writes(&rec, &name) > before {
+        if granted_holds(&rec, &name) > before {
             grants.push(now_ns());
         }
         // A server that is down refuses at once: no tight loop of reconnects.
@@ -315,7 +315,7 @@ async fn contend(
 }
 
 /// How many lock calls of `name` in `rec` ended with a token (granted).
-fn witness_writes(rec: &Recorder, name: &str) -> usize {
+fn granted_holds(rec: &Recorder, name: &str) -> usize {
     rec.events()
         .iter()
         .filter(|e| matches!(e, Event::Complete(c) if c.op == Op::Lock && c.key == name && c.token.is_some()))

@@ -110,9 +110,11 @@ const AIM_BUDGET: Duration = Duration::from_secs(4);
 /// How much longer than its schedule and aims a run lasts, for the time faults take to start
 /// and heal beyond their steps (a restart's recovery, a pause's checks).
 const SLACK: Duration = Duration::from_secs(2);
-/// The lease of a crash run's locks: far longer than a restart
-/// of redis-server takes, so that a server that kept its data still has the lock when back.
-const CRASH_LEASE: Duration = Duration::from_secs(5);
+/// The lease of a crash run's locks: far longer than a restart of redis-server takes, so that
+/// a server that kept its data still has the lock when back; and its renewal (a third of it)
+/// far later than a spanning body ends on Redis (well under a second), so that in the control
+/// the holder does not learn of the loss first and answers `Ok`, which the checker must flag.
+const CRASH_LEASE: Duration = Duration::from_secs(10);
 
 /// Which calls a worker makes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -3,7 +3,7 @@
 //! | promise | judged on | violation |
 //! |---|---|---|
 //! | [`Promise::NoOverlap`] | the resource's fenced writes | two calls both had their `enter` and `exit` admitted, and the two spans overlap in the resource's order |
-//! | [`Promise::TokensGrow`] | the resource's admitted writes | an admitted token older than one admitted before for that key, or one token admitted for two calls |
+//! | [`Promise::TokensGrow`] | the resource's writes, and lock calls' invocations | an admitted token older than one admitted before for that key, or one token admitted for two calls; or a call invoked after a token was admitted that was granted a token not newer (admitted or refused: a server that lost its lock state in a crash) |
 //! | [`Promise::HeldThroughout`] | renewing lock holds that returned `Ok`, and the resource's writes | between the hold's `enter` and `exit`, the resource admitted a write of a newer token by another call, or refused one of the hold's own writes |
 //! | [`Promise::AtMostOnce`] | the effects of idempotent bodies | two body effects for one key (within one data epoch) |
 //! | [`Promise::SameAnswer`] | idempotent calls' answers | the calls of one key are not linearizable as a write-once register (stateright's tester up to 8 calls a key, an exact direct check beyond), or a call answered what no body of that key produced |
@@ -32,7 +32,10 @@ use crate::linearizable::{Call, linearizable};
 pub enum Promise {
     /// No two admitted fenced holds of one key overlap at the resource.
     NoOverlap,
-    /// Tokens admitted at the resource grow per key, each belonging to one holder.
+    /// Tokens admitted at the resource grow per key, each belonging to one holder; and a lock
+    /// call invoked after a token was admitted is granted a newer one (a server that lost its
+    /// lock state or token counter in a crash grants an older one, which fencing refuses but
+    /// this check still sees).
     TokensGrow,
     /// A renewing hold that returned `Ok` held throughout its body: no newer token reached
     /// the resource between its `enter` and its `exit`. Judged only for holds recorded with
@@ -362,7 +365,12 @@ pub fn check(events: &[Event]) -> Report {
     report.longest_by_fault = longest_by_fault(&calls, &fault_events, last);
     bites(&calls, &writes, &fault_events, last, &mut report);
 
-    check_resource(&writes, &mut report);
+    let invoked_at: HashMap<CallId, u64> = calls
+        .iter()
+        .filter(|c| c.invoke.op == Op::Lock)
+        .map(|c| (c.invoke.call, c.invoke.at))
+        .collect();
+    check_resource(&writes, &invoked_at, &losses, &mut report);
     check_held_throughout(&writes, &calls, &mut report);
     check_idempotent(&calls, &effects, &losses, &mut report);
     check_flights(&calls, &effects, &mut report);
@@ -486,13 +494,19 @@ fn longest_by_fault(
     longest
 }
 
-fn check_resource(writes: &[&crate::event::ResourceWrite], report: &mut Report) {
+fn check_resource(
+    writes: &[&crate::event::ResourceWrite],
+    invoked_at: &HashMap<CallId, u64>,
+    losses: &[u64],
+    report: &mut Report,
+) {
     let mut by_key: BTreeMap<&str, Vec<&crate::event::ResourceWrite>> = BTreeMap::new();
     for w in writes {
         by_key.entry(w.key.as_str()).or_default().push(w);
     }
     for (key, mut ws) in by_key {
         ws.sort_by_key(|w| w.seq);
+        check_granted_after(key, &ws, invoked_at, losses, report);
         // Tokens grow, each belonging to one holder.
         let mut newest: Option<&crate::event::ResourceWrite> = None;
         let mut reported = std::collections::HashSet::new();
@@ -562,6 +576,60 @@ fn check_resource(writes: &[&crate::event::ResourceWrite], report: &mut Report) 
                 });
             }
         }
+    }
+}
+
+/// Tokens granted in order: a lock call invoked after the resource admitted token `t` of
+/// another call on the key (within one data epoch) was granted after `t` was, so its own token
+/// must be newer, whether the resource admitted its writes or not. A token at or below `t`
+/// means the server handed out a grant it had already passed: its lock state or token counter
+/// went back (a crash that lost them). Fencing keeps such a write out at the resource, so only
+/// this check sees it; a holder that was granted early and wrote late (paused) was invoked
+/// before `t` was admitted and is not judged by it.
+fn check_granted_after(
+    key: &str,
+    ws: &[&crate::event::ResourceWrite],
+    invoked_at: &HashMap<CallId, u64>,
+    losses: &[u64],
+    report: &mut Report,
+) {
+    // Admitted writes by time, with the newest token admitted so far within each epoch.
+    let mut admitted: Vec<&crate::event::ResourceWrite> =
+        ws.iter().copied().filter(|w| w.accepted).collect();
+    admitted.sort_by_key(|w| w.at);
+    let mut newest: Vec<&crate::event::ResourceWrite> = Vec::with_capacity(admitted.len());
+    for (i, w) in admitted.iter().enumerate() {
+        let carried = i
+            .checked_sub(1)
+            .map(|p| newest[p])
+            .filter(|p| epoch(losses, p.at) == epoch(losses, w.at) && p.token >= w.token);
+        newest.push(carried.unwrap_or(w));
+    }
+    let mut reported = std::collections::HashSet::new();
+    for w in ws.iter().filter(|w| w.phase == Phase::Enter) {
+        let Some(&invoked) = invoked_at.get(&w.call) else {
+            continue;
+        };
+        let before = admitted.partition_point(|a| a.at < invoked);
+        let Some(prev) = before.checked_sub(1).map(|p| newest[p]) else {
+            continue;
+        };
+        if prev.call == w.call
+            || w.token > prev.token
+            || epoch(losses, prev.at) != epoch(losses, invoked)
+            || !reported.insert(w.call)
+        {
+            continue;
+        }
+        report.violations.push(Violation {
+            promise: Promise::TokensGrow,
+            key: key.into(),
+            what: format!(
+                "call {} was invoked after token {} (call {}) was admitted, yet was granted token {}: the server handed out a grant it had already passed",
+                w.call, prev.token, prev.call, w.token
+            ),
+            events: vec![Event::Resource(prev.clone()), Event::Resource((*w).clone())],
+        });
     }
 }
 

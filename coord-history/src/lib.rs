@@ -22,6 +22,10 @@
 //! - **Checking** ([`mod@check`]): decides each promise on the whole history and reports every
 //!   violation with the events that show it.
 //!
+//! [`crash`] is a run of its own, shared by the Redis and the PostgreSQL tests: lock holds
+//! that span a server's kill and restart, and completed idempotent keys asked again after it,
+//! so that a lock or a record lost in the crash is a violation the history shows.
+//!
 //! [`paused_holders`] is a run of its own, shared by the in-process and the Redis tests:
 //! holders of one renewing fenced lock paused past their lease, judged at a resource.
 //!
@@ -35,6 +39,7 @@
 
 pub mod check;
 pub mod clock;
+pub mod crash;
 pub mod event;
 mod linearizable;
 pub mod nemesis;

@@ -163,6 +163,54 @@ fn a_token_going_backwards_is_a_violation() {
 }
 
 #[test]
+fn a_grant_older_than_a_token_already_admitted_is_a_violation_even_when_refused() {
+    let (a, b, c) = (call(1, 1), call(2, 1), call(3, 1));
+    // b was invoked (at 3) after a's token 7 was admitted (at 2), yet got token 2: the server
+    // lost its lock state (a crash without its data). Fencing refused b's writes.
+    let mut events = vec![
+        write(2, a, 7, Phase::Enter, true),
+        write(4, b, 2, Phase::Enter, false),
+        write(5, b, 2, Phase::Exit, false),
+        write(6, a, 7, Phase::Exit, true),
+    ];
+    events.extend(lock_ok((1, 7), a, 7, true));
+    events.push(invoke(3, b, Op::Lock, "r", None));
+    let report = check(&events);
+    assert_eq!(report.count(Promise::TokensGrow), 1, "{report}");
+    assert_eq!(report.count(Promise::NoOverlap), 0, "{report}");
+
+    // A holder granted before a's token was admitted, writing late (paused), is no violation.
+    let mut paused = events[..4].to_vec();
+    paused.extend(lock_ok((1, 7), a, 7, true));
+    paused.push(invoke(1, b, Op::Lock, "r", None));
+    assert!(check(&paused).violations.is_empty());
+
+    // Nor one invoked after a data loss (a new epoch: the server's counter starts again).
+    let mut after_loss = events.clone();
+    after_loss.push(Event::Fault(Fault {
+        at: 3,
+        fault: "server-kill-wipe".into(),
+        start: true,
+        data_loss: true,
+    }));
+    assert_eq!(
+        check(&after_loss).count(Promise::TokensGrow),
+        0,
+        "{}",
+        check(&after_loss)
+    );
+
+    // A later grant with a newer token passes.
+    let mut in_order = events[..1].to_vec();
+    in_order.push(write(4, c, 8, Phase::Enter, true));
+    in_order.push(write(5, c, 8, Phase::Exit, true));
+    in_order.push(write(3, a, 7, Phase::Exit, true));
+    in_order.extend(lock_ok((1, 3), a, 7, true));
+    in_order.push(invoke(3, c, Op::Lock, "r", None));
+    assert!(check(&in_order).violations.is_empty());
+}
+
+#[test]
 fn idempotent_replays_pass_a_second_body_and_a_fresh_answer_fail() {
     let (a, b) = (call(1, 1), call(2, 1));
     let good = vec![

@@ -336,6 +336,22 @@ impl PostgresServer {
         self.start_again();
     }
 
+    /// Kills the server if it runs (as [`kill`](Self::kill) does), replaces its data
+    /// directory with a freshly initialised one (as `initdb` leaves it: every database,
+    /// table and commit of before is gone), and starts it again on the same port: a crash
+    /// that lost the disk. Schemas (coord's migration) must be created again by the caller.
+    ///
+    /// # Panics
+    /// When the old directory cannot be removed or the server does not come up within 30 s.
+    pub fn restart_without_data(&mut self) {
+        self.kill();
+        let data = self.data_dir();
+        std::fs::remove_dir_all(&data)
+            .unwrap_or_else(|e| panic!("remove the data directory {}: {e}", data.display()));
+        fresh_data_dir(&self.bin, &data, self.owner.as_ref());
+        self.start_again();
+    }
+
     /// Starts a stopped or killed server again on the same port and data directory.
     ///
     /// # Panics

@@ -21,8 +21,22 @@
 //!    write refused at the resource, a renewing hold ended `LockLost`, an idempotent call
 //!    answered through a fault). The same tasks also hold permits of a 2-permit semaphore,
 //!    judged at a resource of its own: never more than 2 holds inside at once among those
-//!    certainly within their lease (checked on made-up writes by a case of its own).
-//! 2. **planted bugs**: the same workload through `coord_history::planted::Planted` over a
+//!    certainly within their lease (checked on made-up writes by a case of its own). The
+//!    transactional path runs among them: `#[idempotent(transaction = "tx")]` over
+//!    `coord_postgres::Transaction` on each task's own application connection (through the
+//!    proxy), its body inserting a row into a business table in the same transaction, then
+//!    `COMMIT`; recorded as idempotent calls (`ok` only once `COMMIT` answered), its bodies'
+//!    effects read from the table after the run (the committed rows), and every one of its
+//!    keys asked once more after the faults healed: record ⇔ effect and replay = first
+//!    outcome are judged by the same at-most-once and same-answer checks.
+//! 2. **crashes the history can see** (`coord_history::crash`): a renewing hold spanning a
+//!    kill and restart of a server with `fsync` on, a contender asking for its lock, and the
+//!    idempotent keys completed before the kill asked again after it: zero violations. The
+//!    control wipes the data directory and re-creates it (initdb, coord's schema) before the
+//!    restart and must find the losses (a second execution, and a grant older than a token
+//!    in use or an overlap). `COORD_HISTORY_CRASHES=<n>` crashes `n` times per run (1 by
+//!    default).
+//! 3. **planted bugs**: the same workload through `coord_history::planted::Planted` over a
 //!    PostgreSQL provider: locks granted without asking the server (every holder token 1), and
 //!    completed records reported as free; the checker must report violations for each, or it
 //!    is not checking anything.
@@ -40,23 +54,24 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use coord_core::{CoordError, Coordinator, fencing_token};
+use coord_core::{CoordError, Coordinator, fencing_token, idempotent};
 use coord_history::clock::now_ns;
+use coord_history::crash::{CrashFigures, CrashPlan, crash_run};
 use coord_history::nemesis::proxy::{Mode, Proxy};
 use coord_history::nemesis::schedule::{FaultClass, FaultKind, Rng, cover, run_seed, seed_text};
 use coord_history::planted::{Planted, PlantedBug};
-use coord_history::recorder::Recorder;
+use coord_history::recorder::{Ending, Recorder};
 use coord_history::witness::{WitnessClient, WitnessServer};
 use coord_history::workload::{
-    AIM_FRESH, Caller, LongHolds, RENEWING_KEY, UNRENEWED_KEY, Watched, start_watchdog,
+    AIM_FRESH, Caller, LongHolds, RENEWING_KEY, UNRENEWED_KEY, Watched, classify, start_watchdog,
 };
-use coord_history::{Event, Fault, Op, Phase, Promise, Report};
-use coord_postgres::PostgresProvider;
-use coord_postgres_testing::PostgresServer;
+use coord_history::{Event, Fault, Op, Outcome, Phase, Promise, Report};
+use coord_postgres::{PostgresProvider, Transaction};
+use coord_postgres_testing::{PostgresServer, ServerOptions};
 
 const ROLE: &str = "COORD_HISTORY_ROLE";
 const LEASE: Duration = Duration::from_secs(1);
@@ -80,6 +95,11 @@ const AIM_BUDGET: Duration = Duration::from_secs(4);
 /// How much longer than its schedule and aims a run lasts, for the time faults take to start
 /// and heal beyond their steps (a restart's recovery, a pause's checks).
 const SLACK: Duration = Duration::from_secs(2);
+
+/// The lease of a crash run's locks: far longer than a restart
+/// of PostgreSQL takes (crash recovery, or a re-created directory and schema), so that a
+/// server that kept its data still has the lock when back.
+const CRASH_LEASE: Duration = Duration::from_secs(8);
 
 /// Permits of the semaphore every process shares.
 const PERMITS: u32 = 2;
@@ -105,7 +125,9 @@ async fn work(
     until: Instant,
     seed: u64,
     mix: Mix,
+    tx: Option<TxTarget>,
 ) {
+    let mut app: Option<tokio_postgres::Client> = None;
     let witness = WitnessClient::connect(witness)
         .await
         .expect("the witness listens on loopback");
@@ -119,7 +141,17 @@ async fn work(
             Mix::Locks => Op::Lock,
             Mix::Idempotent => Op::Idempotent,
             Mix::All if pick < 3 => Op::Lock,
-            Mix::All if pick < 6 => Op::Idempotent,
+            Mix::All if pick < 5 => Op::Idempotent,
+            Mix::All if pick < 6 => {
+                let Some(tx) = &tx else {
+                    continue;
+                };
+                // The same sliding window as the plain idempotent calls, keys of their own.
+                let window = now_ns() / 700_000_000;
+                let name = format!("tx{window}-{}", rng.between(0, 2));
+                transactional_call(&coord, &rec, tx, &mut app, client, &name).await;
+                continue;
+            }
             Mix::All if pick < 8 => {
                 // Semaphore holds are judged apart (no `Op` of their own in the history).
                 semaphore_call(&coord, &rec, &permits, &mut rng).await;
@@ -151,6 +183,222 @@ async fn work(
             }
         }
     }
+}
+
+// ---------------------------------------------------------------- the transactional path
+
+/// The business table the transactional path writes in the same transaction as its record:
+/// one row per committed body, naming its key and its call.
+const CHARGES: &str = "hist_charges";
+
+/// Where the transactional path's calls go: the URL the application's own connection takes
+/// (through the proxy, so the faults reach it), and a provider on that database, whose
+/// records its transactions complete.
+#[derive(Clone)]
+struct TxTarget {
+    url: String,
+    provider: PostgresProvider,
+}
+
+#[derive(Debug)]
+enum TxError {
+    Db(tokio_postgres::Error),
+    Coord(CoordError),
+}
+
+impl From<tokio_postgres::Error> for TxError {
+    fn from(err: tokio_postgres::Error) -> Self {
+        TxError::Db(err)
+    }
+}
+
+impl From<CoordError> for TxError {
+    fn from(err: CoordError) -> Self {
+        TxError::Coord(err)
+    }
+}
+
+/// The transactional call under test: its row in [`CHARGES`] and its completed record commit
+/// together, or neither does. Answers `proposal` (naming the call).
+#[idempotent(
+    key_from = "key",
+    coordinator = c,
+    name = "hist.tx",
+    transaction = "tx",
+    in_flight_lease = "2s",
+    wait = "3s"
+)]
+async fn tx_charge(
+    c: &Coordinator,
+    tx: &mut Transaction<'_>,
+    key: &str,
+    call: i64,
+    proposal: &str,
+) -> Result<String, TxError> {
+    tx.execute(
+        "INSERT INTO hist_charges (key, call) VALUES ($1, $2)",
+        &[&key, &call],
+    )
+    .await?;
+    Ok(proposal.to_owned())
+}
+
+/// How long one transactional call may take, from `BEGIN` through `COMMIT`, before it is
+/// given up (its outcome then unknown): the application's connection has no timeout of its
+/// own, and a blackholed or held connection would hang it.
+const TX_BOUND: Duration = Duration::from_secs(6);
+
+/// One transactional call of `name`, recorded as an idempotent call: `BEGIN` on the
+/// application's connection `app` (opened again when gone), [`tx_charge`], `COMMIT`. `ok`
+/// only when `COMMIT` succeeded (or a replay answered and committed); `fail` when the call
+/// failed before `COMMIT` was sent (rolled back: certainly no effect); `info` when `COMMIT`
+/// failed or the call was given up after sending it. The body writes nothing at the witness:
+/// its effect is its committed row, read from the database after the run
+/// ([`committed_charges`]).
+async fn transactional_call(
+    coord: &Coordinator,
+    rec: &Recorder,
+    target: &TxTarget,
+    app: &mut Option<tokio_postgres::Client>,
+    client: u32,
+    name: &str,
+) {
+    let (invoked, proposal) = rec.invoke_proposing(client, Op::Idempotent, name, |call| {
+        format!("answer-of-{call}")
+    });
+    let _watched = Watched::new(invoked.call, &format!("transactional {name}"));
+    let call = invoked.call.0 as i64;
+    let committing = AtomicBool::new(false);
+    let attempt = async {
+        if app.as_ref().is_none_or(|a| a.is_closed()) {
+            *app = None;
+            let url = format!("{}&application_name={APP}", target.url);
+            match tokio_postgres::connect(&url, tokio_postgres::NoTls).await {
+                Ok((c, connection)) => {
+                    tokio::spawn(connection);
+                    *app = Some(c);
+                }
+                Err(_) => {
+                    // A server that is down refuses at once: no tight loop of reconnects
+                    // (a run counts calls, not attempts).
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    return Ending::failed(Outcome::Fail, "Connect");
+                }
+            }
+        }
+        let Some(conn) = app.as_mut() else {
+            return Ending::failed(Outcome::Fail, "Connect");
+        };
+        let mut tx = match target.provider.begin(conn).await {
+            Ok(tx) => tx,
+            Err(_) => return Ending::failed(Outcome::Fail, "Begin"),
+        };
+        match tx_charge(coord, &mut tx, name, call, &proposal).await {
+            Ok(answer) => {
+                committing.store(true, Ordering::Release);
+                match tx.commit().await {
+                    Ok(()) => Ending::ok(Some(answer), None),
+                    // The commit's reply may be what was lost: committed or not, unknown.
+                    Err(_) => Ending::failed(Outcome::Info, "Commit"),
+                }
+            }
+            Err(err) => {
+                // Rolled back (or rolled back by the server when the connection ends): no
+                // `COMMIT` was sent, so certainly nothing committed.
+                let _ = tx.rollback().await;
+                let kind = match err {
+                    TxError::Coord(e) => classify(&e).1,
+                    TxError::Db(e) => format!("Db({})", e.code().map_or("no code", |c| c.code())),
+                };
+                Ending::failed(Outcome::Fail, kind)
+            }
+        }
+    };
+    let ending = match tokio::time::timeout(TX_BOUND, attempt).await {
+        Ok(ending) => ending,
+        Err(_) => {
+            // A connection given up mid-call is not used again.
+            *app = None;
+            if committing.load(Ordering::Acquire) {
+                Ending::failed(Outcome::Info, "Timeout")
+            } else {
+                Ending::failed(Outcome::Fail, "TimeoutBeforeCommit")
+            }
+        }
+    };
+    rec.complete(&invoked, ending);
+}
+
+/// The transactional path's committed bodies, read from [`CHARGES`]: one body effect per row,
+/// at its call's invocation (the checker judges at most one per key, and every answer one of
+/// them).
+fn committed_charges(server: &PostgresServer, events: &[Event]) -> Vec<Event> {
+    let invoked: BTreeMap<u64, u64> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Invoke(i) => Some((i.call.0, i.at)),
+            _ => None,
+        })
+        .collect();
+    server
+        .sql("SELECT key, call FROM hist_charges")
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .enumerate()
+        .map(|(seq, line)| {
+            let (key, call) = line.split_once('|').expect("key|call");
+            let call = call.trim().parse::<i64>().expect("a call id") as u64;
+            Event::Effect(coord_history::Effect {
+                seq: seq as u64,
+                at: invoked.get(&call).copied().unwrap_or(0),
+                key: key.trim().to_owned(),
+                call: coord_history::CallId(call),
+                kind: coord_history::EffectKind::Body,
+            })
+        })
+        .collect()
+}
+
+/// What the transactional path did in a run.
+#[derive(Debug, Default)]
+struct TxFigures {
+    calls: usize,
+    ok: usize,
+    fail: usize,
+    info: usize,
+    /// Rows committed in [`CHARGES`] (bodies whose transaction committed).
+    committed: usize,
+}
+
+impl std::fmt::Display for TxFigures {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} calls ({} ok, {} fail, {} info), {} bodies committed",
+            self.calls, self.ok, self.fail, self.info, self.committed
+        )
+    }
+}
+
+fn transactional_figures(events: &[Event], charges: &[Event]) -> TxFigures {
+    let mut figures = TxFigures {
+        committed: charges.len(),
+        ..TxFigures::default()
+    };
+    for e in events {
+        if let Event::Complete(c) = e
+            && c.op == Op::Idempotent
+            && c.key.starts_with("tx")
+        {
+            figures.calls += 1;
+            match c.outcome {
+                Outcome::Ok => figures.ok += 1,
+                Outcome::Fail => figures.fail += 1,
+                Outcome::Info => figures.info += 1,
+            }
+        }
+    }
+    figures
 }
 
 /// A hold of one of the [`PERMITS`] permits of the shared semaphore; the body writes `enter`
@@ -282,6 +530,11 @@ fn runtime() -> tokio::runtime::Runtime {
 /// A coordinator on `url` (through the proxy). The nemesis may already be at work when a
 /// client process starts, so connecting is retried for up to 30 s.
 async fn coordinator(url: &str, ns: &str) -> Coordinator {
+    coordinator_and_provider(url, ns).await.0
+}
+
+/// [`coordinator`], with its provider (which the transactional path's transactions wrap).
+async fn coordinator_and_provider(url: &str, ns: &str) -> (Coordinator, PostgresProvider) {
     let deadline = Instant::now() + Duration::from_secs(30);
     let provider = loop {
         match PostgresProvider::builder(url)
@@ -298,11 +551,12 @@ async fn coordinator(url: &str, ns: &str) -> Coordinator {
             Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
         }
     };
-    Coordinator::builder()
+    let coord = Coordinator::builder()
         .namespace(ns)
-        .provider(provider)
+        .provider(provider.clone())
         .build()
-        .expect("coordinator")
+        .expect("coordinator");
+    (coord, provider)
 }
 
 /// Runs `TASKS` workers on `coord` until `until`, and a long-hold task for each of `long`,
@@ -318,6 +572,7 @@ async fn run_workers(
     seed: u64,
     mix: Mix,
     long: &[LongHolds],
+    tx: Option<TxTarget>,
 ) -> usize {
     let long: Vec<_> = long
         .iter()
@@ -346,6 +601,7 @@ async fn run_workers(
                 until,
                 seed,
                 mix,
+                tx.clone(),
             ))
         })
         .collect();
@@ -408,8 +664,12 @@ fn child() {
     let rt = runtime();
     let panicked = rt.block_on(async {
         let until = Instant::now() + Duration::from_millis(millis);
-        let coord = coordinator(&url, &ns).await;
+        let (coord, provider) = coordinator_and_provider(&url, &ns).await;
         let long = [LongHolds::Unrenewed, LongHolds::Renewing];
+        let tx = TxTarget {
+            url: url.clone(),
+            provider,
+        };
         run_workers(
             coord,
             rec.clone(),
@@ -419,6 +679,7 @@ fn child() {
             seed,
             Mix::All,
             &long,
+            Some(tx),
         )
         .await
     });
@@ -830,6 +1091,102 @@ fn migrated_server(rt: &tokio::runtime::Runtime) -> PostgresServer {
     server
 }
 
+/// Lock holds spanning a server kill and restart, and completed keys asked again after each
+/// ([`coord_history::crash`]): with `persistent` (`fsync` on, restarted on its data directory:
+/// crash recovery) zero violations; without (its data directory wiped and re-created, coord's
+/// schema migrated again, before the restart), the control, whose losses the checker must
+/// find (the test asserts which).
+fn crash_case(persistent: bool) -> (Report, CrashFigures) {
+    let label = if persistent {
+        "persistent"
+    } else {
+        "without-data"
+    };
+    let rt = runtime();
+    let server = PostgresServer::start_configured(ServerOptions::new().durable());
+    rt.block_on(PostgresProvider::migrate(&server.url()))
+        .expect("migrate the test server");
+    let url = server.url();
+    let server = Arc::new(Mutex::new(server));
+    let witness = WitnessServer::start();
+    let rec = Recorder::new();
+    let plan = CrashPlan {
+        cycles: crash_cycles(),
+        lease: CRASH_LEASE,
+        keys_before_crash: 5,
+        fault: if persistent {
+            "server-kill-restart".into()
+        } else {
+            "server-kill-restart-without-data".into()
+        },
+    };
+    let started = Instant::now();
+    let figures = rt.block_on(async {
+        let coord = coordinator(&url, &format!("crash-postgres-{label}")).await;
+        let crashed = server.clone();
+        let migrate_url = url.clone();
+        let crash = Arc::new(move || {
+            let mut server = crashed.lock().unwrap();
+            if persistent {
+                server.restart();
+                return;
+            }
+            server.restart_without_data();
+            // The schema again, on a runtime of its own (this runs on a blocking thread of
+            // the test's runtime, which cannot be blocked on).
+            let url = migrate_url.clone();
+            std::thread::spawn(move || {
+                tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("runtime")
+                    .block_on(PostgresProvider::migrate(&url))
+                    .expect("migrate the re-created server")
+            })
+            .join()
+            .expect("the migration thread does not panic");
+        });
+        crash_run(&coord, &rec, witness.addr(), &plan, crash).await
+    });
+    let mut events = rec.events();
+    events.extend(witness.events());
+    let report = coord_history::check(&events);
+    let path = save(&events, &format!("crash-{label}"));
+    println!(
+        "histories/postgres/crash-{label} ({:.1} s, history {}): {figures}; violations {:?}",
+        started.elapsed().as_secs_f64(),
+        path.display(),
+        violations_by_promise(&report)
+    );
+    assert!(
+        figures.spanning >= 1 && figures.asked_again >= plan.keys_before_crash,
+        "the crash run did not span a crash with a hold or ask keys again after it: {figures}; {report}"
+    );
+    // Kept when the case is about to fail: violations in the real run, none in the control.
+    if report.violations.is_empty() == persistent {
+        let _ = std::fs::remove_file(&path);
+    }
+    (report, figures)
+}
+
+/// Kill-and-restart cycles of a crash run: `COORD_HISTORY_CRASHES`, else 1 (a PostgreSQL restart (crash recovery with fsync on, or a re-created directory and schema) takes seconds on a loaded host, so the short form crashes once).
+fn crash_cycles() -> usize {
+    std::env::var("COORD_HISTORY_CRASHES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .filter(|n| *n > 0)
+        .unwrap_or(1)
+}
+
+/// How many violations of each promise a report holds.
+fn violations_by_promise(report: &Report) -> BTreeMap<Promise, usize> {
+    let mut out = BTreeMap::new();
+    for v in &report.violations {
+        *out.entry(v.promise).or_default() += 1;
+    }
+    out
+}
+
 /// How the calls ended, by error kind (`ok` for answers), for the printed figures.
 fn endings(events: &[Event]) -> BTreeMap<String, usize> {
     let mut out = BTreeMap::new();
@@ -852,6 +1209,9 @@ fn under_faults() -> Report {
     start_watchdog();
     let rt = runtime();
     let server = migrated_server(&rt);
+    server.sql(&format!(
+        "CREATE TABLE {CHARGES} (key text NOT NULL, call bigint NOT NULL)"
+    ));
     let upstream: SocketAddr = format!("127.0.0.1:{}", server.port()).parse().unwrap();
     let proxy = Arc::new(
         rt.block_on(Proxy::start(upstream))
@@ -908,7 +1268,11 @@ fn under_faults() -> Report {
         let steps = &steps;
         scope.spawn(move || nemesis(target, steps, covering, &nemesis_rec, until));
         let panicked = rt.block_on(async {
-            let coord = coordinator(&url, ns).await;
+            let (coord, provider) = coordinator_and_provider(&url, ns).await;
+            let tx = TxTarget {
+                url: url.clone(),
+                provider,
+            };
             run_workers(
                 coord,
                 rec.clone(),
@@ -918,6 +1282,7 @@ fn under_faults() -> Report {
                 seed,
                 Mix::All,
                 &[LongHolds::Successor],
+                Some(tx),
             )
             .await
         });
@@ -951,6 +1316,45 @@ fn under_faults() -> Report {
         events.append(&mut theirs);
     }
     events.extend(witness.events());
+    // Every transactional key asked once more, faults healed: a key whose body committed
+    // must replay its answer (a record lost beside its row would run the body again: two
+    // rows); one whose body never committed runs it now, once (a record kept without its
+    // row would answer what no committed body produced).
+    let tx_keys: std::collections::BTreeSet<String> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Invoke(i) if i.op == Op::Idempotent && i.key.starts_with("tx") => {
+                Some(i.key.clone())
+            }
+            _ => None,
+        })
+        .collect();
+    // On the test process's own recorder (call ids go on from its run's), keeping only what
+    // it records from here on.
+    let after = rec.clone();
+    let recorded_before = after.events().len();
+    rt.block_on(async {
+        let (coord, provider) = coordinator_and_provider(&url, ns).await;
+        let target = TxTarget {
+            url: url.clone(),
+            provider,
+        };
+        let mut app = None;
+        for key in &tx_keys {
+            transactional_call(&coord, &after, &target, &mut app, 0, key).await;
+        }
+    });
+    let asked_after: Vec<Event> = after.events().split_off(recorded_before);
+    let replays_ok = asked_after
+        .iter()
+        .filter(|e| matches!(e, Event::Complete(c) if c.outcome == Outcome::Ok))
+        .count();
+    events.extend(asked_after);
+    let target_server = target.server.lock().unwrap();
+    let charges = committed_charges(&target_server, &events);
+    drop(target_server);
+    let tx_figures = transactional_figures(&events, &charges);
+    events.extend(charges);
     let path = save(&events, "under-faults");
     let report = coord_history::check(&events);
     let seed = seed_text(seed);
@@ -963,6 +1367,11 @@ fn under_faults() -> Report {
         println!("  {line}");
     }
     println!("  {}", report.bite_summary());
+    println!(
+        "  transactional path: {}; asked again after the faults healed: {} keys, {replays_ok} answered",
+        tx_figures,
+        tx_keys.len()
+    );
     let sem = check_permits(&permits.events());
     println!(
         "  endings {:?}; sessions ended by pg_terminate_backend {}; server processes stopped by pauses {} (missed by a pause and stopped late: {:?})",
@@ -998,6 +1407,12 @@ fn under_faults() -> Report {
         );
     }
     assert!(report.writes_accepted > 0 && report.effects > 0, "{report}");
+    assert!(
+        tx_figures.committed >= 3 && replays_ok == tx_keys.len(),
+        "the transactional path committed too little to judge, or a key asked again after the faults healed did not answer: {tx_figures}; {replays_ok} of {} answered (seed {seed}; history {})",
+        tx_keys.len(),
+        path.display()
+    );
     for fault in PgFault::ALL {
         assert!(
             report.faults.contains_key(fault.name()),
@@ -1048,6 +1463,7 @@ fn planted(bug: PlantedBug, mix: Mix) -> Report {
             seed(),
             mix,
             &[],
+            None,
         )
         .await;
     });
@@ -1127,6 +1543,33 @@ fn main() {
     };
     case("postgres/under_faults_zero_violations", &|| {
         under_faults();
+    });
+    case("postgres/crash_persistent_zero_violations", &|| {
+        let (report, figures) = crash_case(true);
+        assert!(
+            report.violations.is_empty(),
+            "a server with fsync on lost a lock or a record in a crash: {figures}; {report}"
+        );
+        assert!(
+            figures.replayed_same == figures.asked_again,
+            "a key asked again after a crash did not replay its first answer: {figures}"
+        );
+    });
+    case("postgres/crash_without_data_control_finds_losses", &|| {
+        let (report, figures) = crash_case(false);
+        let locks = report.count(Promise::TokensGrow)
+            + report.count(Promise::NoOverlap)
+            + report.count(Promise::HeldThroughout);
+        assert!(
+            report.count(Promise::AtMostOnce) > 0 && locks > 0,
+            "with its data directory wiped and re-created, the server lost locks and records the checker did not find: {figures}; {report}"
+        );
+        println!(
+            "  control found: {} second executions, {} lock losses ({:?})",
+            report.count(Promise::AtMostOnce),
+            locks,
+            violations_by_promise(&report)
+        );
     });
     case("postgres/semaphore_check_sees_an_excess", &|| {
         semaphore_check_sees_an_excess();

@@ -20,12 +20,19 @@
 //!    witnessed), then checked: zero violations; the faults must have bitten (a fenced write
 //!    refused at the resource, a renewing hold ended `LockLost`, an idempotent call answered
 //!    through a fault); then every hot lock must be free again.
-//! 2. **in process**: the same workload on the in-process provider, without faults.
-//! 3. **planted bugs**: the same workload through a provider that grants locks without
+//! 2. **crashes the history can see** (`coord_history::crash`): a renewing hold spanning a
+//!    kill and restart of a server with `appendfsync always`, a contender asking for its
+//!    lock, and the idempotent keys completed before each kill asked again after it: zero
+//!    violations. The control runs a server without persistence (so a restart comes back
+//!    empty) and must find the losses (a second execution, and an overlap or a hold that
+//!    answered `Ok` after its lock was gone). `COORD_HISTORY_CRASHES=<n>` crashes `n` times
+//!    per run (2 by default).
+//! 3. **in process**: the same workload on the in-process provider, without faults.
+//! 4. **planted bugs**: the same workload through a provider that grants locks without
 //!    checking (all holders get token 1), one that replays a fresh answer, and one whose
 //!    shared cache keeps entries 30 times their ttl; the checker must report violations for
 //!    each, or it is not checking anything.
-//! 4. **Sentinel failover** (module `failover`; needs root for network namespaces): the
+//! 5. **Sentinel failover** (module `failover`; needs root for network namespaces): the
 //!    primary and a minority of five client processes cut off from the replicas, the
 //!    Sentinels and the other clients until a replica is promoted, then healed and the old
 //!    primary's demotion awaited. Without replica acknowledgement the checker must find
@@ -58,6 +65,7 @@ use std::time::{Duration, Instant};
 use coord_core::handle::CacheScope;
 use coord_core::{CoordError, Coordinator};
 use coord_history::clock::now_ns;
+use coord_history::crash::{CrashFigures, CrashPlan, crash_run};
 use coord_history::nemesis::proxy::{Mode, Proxy};
 use coord_history::nemesis::schedule::{FaultKind, Rng, Schedule, run_seed, seed_text};
 use coord_history::planted::{Planted, PlantedBug};
@@ -102,6 +110,11 @@ const AIM_BUDGET: Duration = Duration::from_secs(4);
 /// How much longer than its schedule and aims a run lasts, for the time faults take to start
 /// and heal beyond their steps (a restart's recovery, a pause's checks).
 const SLACK: Duration = Duration::from_secs(2);
+/// The lease of a crash run's locks: far longer than a restart of redis-server takes, so that
+/// a server that kept its data still has the lock when back; and its renewal (a third of it)
+/// far later than a spanning body ends on Redis (well under a second), so that in the control
+/// the holder does not learn of the loss first and answers `Ok`, which the checker must flag.
+const CRASH_LEASE: Duration = Duration::from_secs(10);
 
 /// Which calls a worker makes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -880,6 +893,82 @@ fn under_faults(client: Client) -> Report {
     report
 }
 
+/// Lock holds spanning a server kill and restart, and completed keys asked again after each
+/// ([`coord_history::crash`]): with `persistent` (append-only file, `appendfsync always`)
+/// zero violations; without (no persistence, nothing saved: the restarted server is empty),
+/// the control, whose losses the checker must find (the test asserts which).
+fn crash_case(client: Client, persistent: bool) -> (Report, CrashFigures) {
+    let name = client_name(client);
+    let label = if persistent {
+        "persistent"
+    } else {
+        "without-data"
+    };
+    let args: &[&str] = if persistent {
+        &["--appendonly", "yes", "--appendfsync", "always"]
+    } else {
+        &["--appendonly", "no", "--save", ""]
+    };
+    let server = Arc::new(Mutex::new(RedisServer::start_with(args)));
+    let url = server.lock().unwrap().url();
+    let witness = WitnessServer::start();
+    let rec = Recorder::new();
+    let plan = CrashPlan {
+        cycles: crash_cycles(),
+        lease: CRASH_LEASE,
+        keys_before_crash: 5,
+        fault: if persistent {
+            FaultKind::ServerKillRestart.name().into()
+        } else {
+            "server-kill-restart-without-data".into()
+        },
+    };
+    let started = Instant::now();
+    let figures = runtime().block_on(async {
+        let coord = coordinator(&url, client, &format!("crash-{name}-{label}")).await;
+        let crashed = server.clone();
+        let crash = Arc::new(move || crashed.lock().unwrap().restart());
+        crash_run(&coord, &rec, witness.addr(), &plan, crash).await
+    });
+    let mut events = rec.events();
+    events.extend(witness.events());
+    let report = coord_history::check(&events);
+    let path = save(&events, &format!("crash-{name}-{label}"));
+    println!(
+        "histories/{name}/crash-{label} ({:.1} s, history {}): {figures}; violations {:?}",
+        started.elapsed().as_secs_f64(),
+        path.display(),
+        violations_by_promise(&report)
+    );
+    assert!(
+        figures.spanning >= 1 && figures.asked_again >= plan.keys_before_crash,
+        "the crash run did not span a crash with a hold or ask keys again after it: {figures}; {report}"
+    );
+    // Kept when the case is about to fail: violations in the real run, none in the control.
+    if report.violations.is_empty() == persistent {
+        let _ = std::fs::remove_file(&path);
+    }
+    (report, figures)
+}
+
+/// Kill-and-restart cycles of a crash run: `COORD_HISTORY_CRASHES`, else 2 (a redis-server restart takes milliseconds).
+fn crash_cycles() -> usize {
+    std::env::var("COORD_HISTORY_CRASHES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .filter(|n| *n > 0)
+        .unwrap_or(2)
+}
+
+/// How many violations of each promise a report holds.
+fn violations_by_promise(report: &Report) -> std::collections::BTreeMap<Promise, usize> {
+    let mut out = std::collections::BTreeMap::new();
+    for v in &report.violations {
+        *out.entry(v.promise).or_default() += 1;
+    }
+    out
+}
+
 /// The workload through a provider with `bug` planted, with fencing checked at the resource:
 /// the checker must report it.
 fn planted(client: Client, bug: PlantedBug, mix: Mix) -> Report {
@@ -977,6 +1066,36 @@ fn main() {
         case(format!("{name}/under_faults_zero_violations"), &|| {
             under_faults(client);
         });
+        case(format!("{name}/crash_persistent_zero_violations"), &|| {
+            let (report, figures) = crash_case(client, true);
+            assert!(
+                report.violations.is_empty(),
+                "a server with fsync-always persistence lost a lock or a record in a crash: {figures}; {report}"
+            );
+            assert!(
+                figures.replayed_same == figures.asked_again,
+                "a key asked again after a crash did not replay its first answer: {figures}"
+            );
+        });
+        case(
+            format!("{name}/crash_without_data_control_finds_losses"),
+            &|| {
+                let (report, figures) = crash_case(client, false);
+                let locks = report.count(Promise::TokensGrow)
+                    + report.count(Promise::NoOverlap)
+                    + report.count(Promise::HeldThroughout);
+                assert!(
+                    report.count(Promise::AtMostOnce) > 0 && locks > 0,
+                    "restarted without its data, the server lost locks and records the checker did not find: {figures}; {report}"
+                );
+                println!(
+                    "  control found: {} second executions, {} lock losses ({:?})",
+                    report.count(Promise::AtMostOnce),
+                    locks,
+                    violations_by_promise(&report)
+                );
+            },
+        );
         case(
             format!("{name}/planted_grant_without_check_is_caught"),
             &|| {

@@ -56,8 +56,8 @@ use self::command::fault;
 use self::slot::Slot;
 use self::subscriber::PubSubSource;
 use super::{
-    Command, Fault, NodeReplies, Reply, SendWatch, ServerWatch, Subscriber, SubscriberEvents, Transport,
-    boxed_in_place, node_answer,
+    Command, Fault, NodeReplies, Reply, SendWatch, ServerWatch, Subscriber, SubscriberEvents,
+    Transport, boxed_in_place, node_answer,
 };
 use crate::config::{Options, Target, TlsMaterial};
 

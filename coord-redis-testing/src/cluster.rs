@@ -1,5 +1,6 @@
 //! A Redis Cluster of [`RedisServer`] nodes: started with the slots split evenly between
-//! them, joined, and awaited until every node reports the cluster healthy.
+//! them, joined, and awaited until every node reports the cluster healthy; slots can then be
+//! moved between masters while clients use them (a live resharding).
 
 use std::time::Duration;
 

@@ -146,6 +146,7 @@ impl ServerError {
 
     /// For an `ASK` reply (`ASK <slot> <host>:<port>`): the node the slot is migrating to.
     /// `None` for any other reply, or an `ASK` whose address cannot be read.
+    #[cfg_attr(not(feature = "redis-client"), allow(dead_code))] // fred hides the reply
     pub(crate) fn ask_target(&self) -> Option<(&str, u16)> {
         if self.code != ErrorCode::Ask {
             return None;

@@ -150,7 +150,9 @@
 //! and is resent after a pause, within the command timeout, until the keys are together.
 //! redis-rs reads the target from the `ASK`; fred reports `ASK` and `MOVED` alike without
 //! saying where, so coord asks the slot's owner (`CLUSTER NODES`) whether the slot is
-//! migrating and where to. Every coord call's keys share one slot (one hash tag per call key),
+//! migrating and where to (an ACL that refuses `CLUSTER NODES` leaves fred resending an `ASK`
+//! to the old owner until the slot has moved or the command timeout ends, as a `MOVED` is
+//! resent). Every coord call's keys share one slot (one hash tag per call key),
 //! so a call's command never spans two nodes.
 //!
 //! **A fresh connection after an ambiguous fault.** After a call times out or its connection

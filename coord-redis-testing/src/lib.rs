@@ -39,7 +39,8 @@
 //! - `server`: one process, [`RedisServer`] (start, pause, resume, kill, restart, the
 //!   test's own commands, a process-wide [`RedisServer::shared`] one) and the
 //!   [`ServerOptions`] it starts with.
-//! - `cluster`: [`RedisCluster`], masters with the slots split evenly between them.
+//! - `cluster`: [`RedisCluster`], masters with the slots split evenly between them, and
+//!   slots moved between them under load ([`RedisCluster::move_slots`]).
 //! - `sentinel`: [`SentinelSetup`] (a master, its replica, three Sentinels; failovers and
 //!   crashes), the [`SentinelOptions`] it starts with, and each [`SentinelProcess`].
 //! - `certs`: [`TestCerts`], a throwaway CA with server and client certificates, for TLS.

@@ -137,8 +137,23 @@
 //! that way (a timeout, a connection closed mid-command) reaches the caller as an error of
 //! kind `Timeout` or `Unavailable`, and the outcome is then unknown: the command may or may
 //! not have run, once. The only resends are after Cluster replies that prove the command was
-//! not executed (`MOVED`, `TRYAGAIN`, `CLUSTERDOWN`), within the same command timeout. An
-//! `ASK` (a slot in mid-migration) is not followed: the call fails as `Unavailable`.
+//! not executed (`MOVED`, `TRYAGAIN`, `CLUSTERDOWN`), within the same command timeout.
+//!
+//! **Resharding.** An `ASK` (the command's slot is migrating and its keys are not on the old
+//! owner) also proves the command was not executed: the node decides it before running
+//! anything, a script included (its keys are those it declares, and coord's scripts touch no
+//! other). It is followed, so a live resharding fails no call: the command goes to the node
+//! the `ASK` names, right after `ASKING` on the same connection (one pipeline: no other
+//! command of a shared connection comes between). At most 4 are followed in a row, within the
+//! command timeout; more is a redirect loop, reported as `Unavailable` (nothing executed). A
+//! multi-key script whose keys are split between the two nodes mid-migration gets `TRYAGAIN`
+//! and is resent after a pause, within the command timeout, until the keys are together.
+//! redis-rs reads the target from the `ASK`; fred reports `ASK` and `MOVED` alike without
+//! saying where, so coord asks the slot's owner (`CLUSTER NODES`) whether the slot is
+//! migrating and where to (an ACL that refuses `CLUSTER NODES` leaves fred resending an `ASK`
+//! to the old owner until the slot has moved or the command timeout ends, as a `MOVED` is
+//! resent). Every coord call's keys share one slot (one hash tag per call key),
+//! so a call's command never spans two nodes.
 //!
 //! **A fresh connection after an ambiguous fault.** After a call times out or its connection
 //! breaks, that connection is not used for the next call, which goes out on a newly made

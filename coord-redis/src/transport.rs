@@ -274,6 +274,80 @@ impl Backoff {
     }
 }
 
+/// How many `ASK` redirects one command follows in a row before the call fails: a slot
+/// migrates from one node to one other, so a well-behaved cluster needs one; a few more cover
+/// a slot that moves on again meanwhile. More in a row is a redirect loop (a node that keeps
+/// pointing elsewhere, or an `ASKING` the target did not honour), reported as such.
+pub(crate) const MAX_ASKS_IN_A_ROW: u32 = 4;
+
+/// What follows an `ASK`: `cmds` for the node it names, each right after an `ASKING`, all in
+/// one pipeline on that node's connection (so no other command of a shared connection comes
+/// between an `ASKING` and its command). `ASKING` lets the node serve the one command after
+/// it for a slot it is importing; each command of a pipeline needs its own (a `PTTL` after a
+/// `SET` would otherwise be redirected back while the `SET` ran).
+pub(crate) fn asked_pipeline<'a>(cmds: &[Command<'a>]) -> Vec<Command<'a>> {
+    cmds.iter()
+        .flat_map(|cmd| [Command::new("ASKING"), *cmd])
+        .collect()
+}
+
+/// The replies to `cmds` (`count` of them) among the replies to their
+/// [`asked_pipeline`]: every second one (each `ASKING` answers `OK`).
+pub(crate) fn asked_replies(replies: Vec<Reply>, count: usize) -> Result<Vec<Reply>, Fault> {
+    if replies.len() != 2 * count {
+        return Err(Fault::Protocol(format!(
+            "{} replies to {count} commands, each after ASKING",
+            replies.len()
+        )));
+    }
+    Ok(replies.into_iter().skip(1).step_by(2).collect())
+}
+
+/// Following `ASK` redirects for one command.
+///
+/// A Cluster node answers `ASK <slot> <node>` while the command's slot migrates away from it
+/// and the command's keys are not all there (Redis 7.2 and later answer `TRYAGAIN` instead
+/// when only some are). The node decides this before it executes anything (the
+/// Cluster specification's "ASK redirection"; the server's `getNodeByQuery`, which runs
+/// before the command is called, a script included: its keys are the ones it declares, and
+/// coord's scripts touch no other key). So an `ASK` proves the command was not executed, and
+/// sending it to the named node, with `ASKING` right before it, is not a second send of
+/// something that may have run: the one-send promise holds.
+///
+/// Bounded: at most [`MAX_ASKS_IN_A_ROW`] followed without a pause, all within the command's
+/// timeout. A `TRYAGAIN` or `CLUSTERDOWN` (the slot is in flux: the call pauses, then sends
+/// the command again) starts the count again, a `MOVED` does not (a target that answers
+/// `MOVED` back to the source, which answers `ASK` again, is a loop).
+#[derive(Debug, Default)]
+pub(crate) struct AskFollow {
+    in_a_row: u32,
+}
+
+impl AskFollow {
+    /// Counts one more `ASK` to follow; the fault that ends the call when it would be one
+    /// too many (`redirect` is the last one).
+    pub(crate) fn follow(&mut self, redirect: &ServerError) -> Result<(), Fault> {
+        self.in_a_row += 1;
+        if self.in_a_row > MAX_ASKS_IN_A_ROW {
+            return Err(Fault::Unavailable(format!(
+                "a redirect loop: {MAX_ASKS_IN_A_ROW} ASK redirects followed in a row, then \
+                 `{redirect}` (the command was not executed)"
+            )));
+        }
+        Ok(())
+    }
+
+    /// After `fault`, the call pauses before sending the command again: a `TRYAGAIN` or
+    /// `CLUSTERDOWN` starts the count again.
+    pub(crate) fn pausing_after(&mut self, fault: &Fault) {
+        if let Fault::Server(err) = fault
+            && matches!(err.code(), ErrorCode::TryAgain | ErrorCode::ClusterDown)
+        {
+            self.in_a_row = 0;
+        }
+    }
+}
+
 /// A client library behind the provider.
 pub(crate) trait Transport: Send + Sync + 'static {
     /// Sends `cmds` in one round trip (a pipeline when more than one) and returns one reply
@@ -288,7 +362,9 @@ pub(crate) trait Transport: Send + Sync + 'static {
     /// (`MOVED`, `TRYAGAIN`, `CLUSTERDOWN` from a Cluster), and failures that prove it never
     /// left the process (its connection was closed, or known gone, before any byte of it was
     /// written), are followed by a resend, within the same timeout (redis-rs: once, on a
-    /// fresh connection, which may take a second command timeout).
+    /// fresh connection, which may take a second command timeout). An `ASK` (which proves the
+    /// same) is followed to the node it names, with `ASKING` right before the command on the
+    /// same connection, a few times in a row at most ([`AskFollow`]), within the same timeout.
     ///
     /// After a call times out or its connection breaks, that connection is not used again:
     /// the next call goes out on a freshly made one, so it never queues behind a reply that

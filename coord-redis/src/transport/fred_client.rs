@@ -10,7 +10,11 @@
 //! closes while it is in flight fails instead of being sent again after the reconnect. A single
 //! command that fred fails because it had no connection to route it to (the server closed the
 //! connection and fred is making a new one: "Failed to route command.") was never written, and
-//! is sent again within the same command timeout once fred has reconnected. A
+//! is sent again within the same command timeout once fred has reconnected. A redirect fred
+//! reports without following it (`MOVED` or `ASK`: fred does not say which) is sent again
+//! once fred has refreshed its slot map, or, when the slot's owner says the slot is migrating
+//! (`CLUSTER NODES`), to the node it migrates to, right after `ASKING` (an `ASK` proves the
+//! command was not executed; see [`AskFollow`](super::AskFollow)). A
 //! command that times out leaves its client's connection behind: the slot is given a new
 //! client (new connections), and the old one is closed in the background, so the next call
 //! never queues behind the stuck reply.
@@ -40,12 +44,15 @@ use fred::error::Error;
 use fred::prelude::{Builder, ClientLike, Config, Server, ServerConfig, Value};
 use fred::types::config::Options as FredOptions;
 
-use self::command::{Sender, custom, fault, reply, resendable, run_on, run_one};
+use self::command::{
+    Sender, custom, fault, is_redirect, migrating_to, reply, resendable, run_asking, run_on,
+    run_one,
+};
 use self::settings::{command_options, config, make_builder, server_name};
 use self::slot::{FredSlot, observe, watch_reconnections};
 use super::{
-    Backoff, Command, Fault, NodeReplies, Reply, ServerWatch, Subscriber, SubscriberEvents,
-    Transport, boxed_in_place, node_answer,
+    AskFollow, Backoff, Command, Fault, NodeReplies, Reply, ServerWatch, Subscriber,
+    SubscriberEvents, Transport, boxed_in_place, node_answer,
 };
 use crate::config::{Options, Target, TlsMaterial};
 
@@ -231,11 +238,30 @@ impl Fred {
     ) -> Result<Vec<Reply>, Fault> {
         let attempts = async {
             let mut backoff = Backoff::resend();
+            let mut asks = AskFollow::default();
             let mut last = fault;
             loop {
+                // A redirect fred did not follow: an `ASK` when the slot is migrating, which
+                // is followed at once (see `AskFollow`); a `MOVED` otherwise, resent below.
+                if self.clustered
+                    && is_redirect(&last)
+                    && let Some(node) = migrating_to(client, cmds, &self.options()).await
+                {
+                    if let Fault::Server(redirect) = &last {
+                        asks.follow(redirect)?;
+                    }
+                    match run_asking(client, cmds, node, &self.options()).await {
+                        Err(f) => {
+                            last = f;
+                            continue;
+                        }
+                        ok => return ok,
+                    }
+                }
                 if !resendable(&last) || !backoff.ends_before(deadline) {
                     return Err(last);
                 }
+                asks.pausing_after(&last);
                 if let Fault::NotSent(why) = &last {
                     tracing::debug!(error = %why, "coord-redis: fred had no connection for the command; sending it again");
                 }
@@ -250,6 +276,11 @@ impl Fred {
             Ok(result) => result,
             Err(_) => Err(Fault::Timeout("no answer in time".to_owned())),
         }
+    }
+
+    /// What every command is sent with (see [`command_options`]).
+    fn options(&self) -> FredOptions {
+        command_options(self.timeout)
     }
 
     /// A broken connection is redialled by fred before anything else is written to it; a

@@ -15,7 +15,8 @@
 //!   redis-rs's), each call under one command timeout. redis-rs's own retries are off (it
 //!   would resend a command whose connection dropped after sending it); replies that prove a
 //!   command was not executed (`MOVED`, `TRYAGAIN`, `CLUSTERDOWN`) are resent here, within the
-//!   same timeout. A cluster connection whose call failed or timed out is dropped and the
+//!   same timeout, and an `ASK` is followed here: the command goes to the node it names, in
+//!   one pipeline after `ASKING`. A cluster connection whose call failed or timed out is dropped and the
 //!   next call dials a new one.
 //!
 //! Every new connection is checked with `INFO server` before use: a changed run id means

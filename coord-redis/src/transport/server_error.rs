@@ -135,12 +135,26 @@ impl ServerError {
 
     /// True for the Cluster error replies that prove the command was not executed (`MOVED`:
     /// another node owns the slot; `TRYAGAIN`, `CLUSTERDOWN`: refused for now). Sending such
-    /// a command again cannot run it twice.
+    /// a command again cannot run it twice. (`ASK` proves it too, but is not resent to the
+    /// same node: it is followed to the node it names, see [`AskFollow`](super::AskFollow).)
     pub(crate) fn not_executed(&self) -> bool {
         matches!(
             self.code,
             ErrorCode::Moved | ErrorCode::TryAgain | ErrorCode::ClusterDown
         )
+    }
+
+    /// For an `ASK` reply (`ASK <slot> <host>:<port>`): the node the slot is migrating to.
+    /// `None` for any other reply, or an `ASK` whose address cannot be read.
+    #[cfg_attr(not(feature = "redis-client"), allow(dead_code))] // fred hides the reply
+    pub(crate) fn ask_target(&self) -> Option<(&str, u16)> {
+        if self.code != ErrorCode::Ask {
+            return None;
+        }
+        let (_slot, address) = self.message.trim().split_once(' ')?;
+        let (host, port) = address.trim().rsplit_once(':')?;
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        Some((host, port.parse().ok()?))
     }
 
     /// What the reply means to a caller. Replies that say "not now" (loading, failover,
@@ -237,6 +251,19 @@ mod tests {
         assert_eq!(err.to_string(), "ERR coord: the lock has no expiry");
         assert!(ServerError::new("MOVED", "12 10.0.0.1:7000").not_executed());
         assert!(!ServerError::new("ASK", "12 10.0.0.1:7000").not_executed());
+        assert_eq!(
+            ServerError::new("ASK", "12 10.0.0.1:7000").ask_target(),
+            Some(("10.0.0.1", 7000))
+        );
+        assert_eq!(
+            ServerError::new("ASK", "12 [::1]:7000").ask_target(),
+            Some(("::1", 7000))
+        );
+        assert_eq!(
+            ServerError::new("MOVED", "12 10.0.0.1:7000").ask_target(),
+            None
+        );
+        assert_eq!(ServerError::new("ASK", "12").ask_target(), None);
         let err = ServerError::from_reply_text("CUSTOM_CODE").unwrap();
         assert_eq!(err.code(), &ErrorCode::Other("CUSTOM_CODE".to_owned()));
         // A library's own message is not an error reply.

@@ -38,6 +38,7 @@ mod replays;
 mod replica_acks;
 mod replica_acks_per_operation;
 mod replicated;
+mod resharding;
 mod round_trips;
 mod rw_lock_faults;
 mod rw_locks;

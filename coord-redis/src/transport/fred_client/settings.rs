@@ -41,9 +41,13 @@ pub(super) fn make_builder(config: Config, timeout: Duration) -> Builder {
             // could outlive the command timeout.
             conn.max_command_attempts = 1;
             // fred counts following a redirect as another write attempt, so it cannot follow
-            // one here. It still refreshes its slot map on `MOVED`, then fails the command
-            // with "too many redirections": the command was not executed, and `Fred::run`
-            // sends it again, within the command timeout.
+            // one here (and it would follow `MOVED` and `ASK` alike, reading the `ASKING`
+            // reply off a connection other commands may be in flight on). It still refreshes
+            // its slot map on `MOVED`, then fails the command with "too many redirections",
+            // for an `ASK` as for a `MOVED`: the command was not executed. `Fred::resend`
+            // finds out whether the slot is migrating, and if so sends the command to the
+            // node it migrates to after `ASKING`; else sends it again, within the command
+            // timeout.
             conn.max_redirections = 0;
             conn.reconnect_errors = vec![
                 fred::types::config::ReconnectError::ClusterDown,

@@ -7,6 +7,7 @@
 //! | row | coord | baseline |
 //! |---|---|---|
 //! | lock pair | `LockProvider::acquire` (no wait, unfenced) + `release` | the same two statements, prepared, on one tokio-postgres connection per task |
+//! | lock pair, application's pool | the same pair, the provider made by `PostgresProvider::from_pool` over a pool of 8 whose connections this runtime drives (no hop to the provider's connection thread) | the same statements by hand |
 //! | advisory pair | the same coord pair | `pg_advisory_lock` + `pg_advisory_unlock` on one connection per task |
 //! | hand-off | a waiter's acquire returns after the holder's release (LISTEN/NOTIFY, then one statement) | a session blocked in `pg_advisory_lock` returns after the holder's `pg_advisory_unlock` |
 //! | claim + complete | `IdempotencyStore::claim` + `complete` on a fresh key | `INSERT .. ON CONFLICT DO NOTHING RETURNING` + an owner-checked `UPDATE` on a table of its own |
@@ -104,8 +105,9 @@ async fn coord_pair(provider: &PostgresProvider, key: &CallKey) {
     provider.release(key, owner).await.unwrap();
 }
 
-/// `COORD_BENCH_PROFILE=<coord|hand>:<pairs>` runs only `pairs` sequential lock pairs of one
-/// side on one key and exits, for running the bench under `valgrind --tool=callgrind`
+/// `COORD_BENCH_PROFILE=<coord|app|hand>:<pairs>` runs only `pairs` sequential lock pairs of
+/// one side on one key (`app`: the provider over the application's pool) and exits, printing
+/// the process's context switches per pair, for running the bench under `valgrind --tool=callgrind`
 /// (instructions are counted, not seconds; two runs with N and 3N pairs give N pairs' worth
 /// without the start-up, as BENCHMARKS.md does).
 const PROFILE_VAR: &str = "COORD_BENCH_PROFILE";
@@ -142,6 +144,82 @@ impl Row {
     }
 }
 
+/// The whole process's context switches so far (every thread, `getrusage(RUSAGE_SELF)`).
+#[derive(Clone, Copy)]
+struct Switches {
+    voluntary: i64,
+    involuntary: i64,
+}
+
+impl Switches {
+    fn since(self, before: Switches) -> (i64, i64) {
+        (
+            self.voluntary - before.voluntary,
+            self.involuntary - before.involuntary,
+        )
+    }
+}
+
+fn switches() -> Switches {
+    // SAFETY: `getrusage` writes one `rusage` into the zeroed value it is given, which lives
+    // for the call; an all-zero `rusage` is a valid value of that plain C struct.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        assert_eq!(libc::getrusage(libc::RUSAGE_SELF, &mut usage), 0);
+        usage
+    };
+    Switches {
+        voluntary: usage.ru_nvcsw,
+        involuntary: usage.ru_nivcsw,
+    }
+}
+
+/// One coord hand-off on `key`: the holder releases; the waiter, marked and listening, is
+/// woken and takes the lock. The time from the release's start to the waiter's grant.
+async fn coord_handoff(provider: &PostgresProvider, key: &CallKey) -> Duration {
+    // coord: the holder releases; the waiter, marked and listening, is woken.
+    let holder = OwnerToken::new();
+    let lease = Duration::from_secs(30);
+    let req = |owner, wait| LockRequest {
+        key,
+        owner,
+        lease,
+        wait,
+        fenced: false,
+    };
+    provider
+        .acquire(req(holder, Duration::ZERO))
+        .await
+        .unwrap()
+        .unwrap();
+    let waiter = tokio::spawn({
+        let (provider, key) = (provider.clone(), key.clone());
+        async move {
+            let owner = OwnerToken::new();
+            let granted = provider
+                .acquire(LockRequest {
+                    key: &key,
+                    owner,
+                    lease,
+                    wait: Duration::from_secs(10),
+                    fenced: false,
+                })
+                .await
+                .unwrap()
+                .expect("handed over");
+            let at = Instant::now();
+            assert!(granted.contended);
+            provider.release(&key, owner).await.unwrap();
+            at
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(15)).await;
+    let released = Instant::now();
+    provider.release(key, holder).await.unwrap();
+    let granted = waiter.await.unwrap();
+    granted.saturating_duration_since(released)
+}
+
 fn main() {
     let server = PostgresServer::start();
     let url = server.url();
@@ -165,6 +243,24 @@ async fn run(server: &PostgresServer, url: &str) {
         .connect()
         .await
         .expect("connect");
+    // The same provider over an application's pool: its connections are driven by this
+    // runtime, as the baseline's are, so the gap between the two coord rows is the provider's
+    // connection thread.
+    let on_app_pool = PostgresProvider::from_pool(
+        deadpool_postgres::Pool::builder(deadpool_postgres::Manager::new(
+            url.parse::<tokio_postgres::Config>()
+                .expect("the server's URL"),
+            tokio_postgres::NoTls,
+        ))
+        .max_size(8)
+        .build()
+        .expect("the application's pool"),
+        url,
+    )
+    .sweep_interval(None)
+    .connect()
+    .await
+    .expect("connect over the application's pool");
     let (acquire_sql, release_sql) = coord_postgres::__bench::lock_statements("coord");
     let mut clients = Vec::new();
     for _ in 0..8 {
@@ -206,10 +302,12 @@ async fn run(server: &PostgresServer, url: &str) {
         let (side, pairs) = spec
             .split_once(':')
             .and_then(|(side, pairs)| Some((side, pairs.parse::<u64>().ok()?)))
-            .unwrap_or_else(|| panic!("{PROFILE_VAR} is <coord|hand>:<pairs>, not {spec:?}"));
+            .unwrap_or_else(|| panic!("{PROFILE_VAR} is <coord|app|hand>:<pairs>, not {spec:?}"));
+        let before = switches();
         for _ in 0..pairs {
             match side {
                 "coord" => coord_pair(&provider, &keys[0]).await,
+                "app" => coord_pair(&on_app_pool, &keys[0]).await,
                 "hand" => {
                     let (client, s) = &*clients[0];
                     hand_pair(client, s, &keys[0], &channel).await
@@ -217,7 +315,13 @@ async fn run(server: &PostgresServer, url: &str) {
                 other => panic!("unknown profile side {other:?}"),
             }
         }
-        println!("profile: {pairs} lock pairs by {side}");
+        let (voluntary, involuntary) = switches().since(before);
+        println!(
+            "profile: {pairs} lock pairs by {side}; context switches (whole process) per pair: \
+             {:.2} voluntary, {:.2} involuntary",
+            voluntary as f64 / pairs as f64,
+            involuntary as f64 / pairs as f64
+        );
         return;
     }
     let mut rows = Vec::new();
@@ -225,6 +329,13 @@ async fn run(server: &PostgresServer, url: &str) {
     for tasks in [1usize, 8] {
         let mut pair = Row {
             name: format!("lock pair, {tasks} task(s), vs the same statements by hand"),
+            coord: vec![],
+            base: vec![],
+        };
+        let mut app_pair = Row {
+            name: format!(
+                "lock pair, provider on the application's pool, {tasks} task(s), vs the same statements by hand"
+            ),
             coord: vec![],
             base: vec![],
         };
@@ -258,6 +369,14 @@ async fn run(server: &PostgresServer, url: &str) {
                 })
                 .await
             };
+            let over_app_pool = {
+                let (provider, keys) = (on_app_pool.clone(), keys.clone());
+                throughput(tasks, move |task, _| {
+                    let (provider, keys) = (provider.clone(), keys.clone());
+                    async move { coord_pair(&provider, &keys[task]).await }
+                })
+                .await
+            };
             let adv = {
                 let clients = clients.clone();
                 throughput(tasks, move |task, _| {
@@ -273,6 +392,8 @@ async fn run(server: &PostgresServer, url: &str) {
             };
             pair.base.push(by_hand);
             pair.coord.push(coord);
+            app_pair.base.push(by_hand);
+            app_pair.coord.push(over_app_pool);
             advisory.base.push(adv);
             advisory.coord.push(coord);
 
@@ -334,55 +455,18 @@ async fn run(server: &PostgresServer, url: &str) {
             records.coord.push(coord_records);
         }
         rows.push(pair);
+        rows.push(app_pair);
         rows.push(advisory);
         rows.push(records);
     }
 
     // Hand-offs, interleaved sample by sample.
     let key = CallKey::builder("bench", "handoff").finish();
-    let (mut coord_handoffs, mut advisory_handoffs) = (Vec::new(), Vec::new());
+    let (mut coord_handoffs, mut app_handoffs, mut advisory_handoffs) =
+        (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..HANDOFFS {
-        // coord: the holder releases; the waiter, marked and listening, is woken.
-        let holder = OwnerToken::new();
-        let lease = Duration::from_secs(30);
-        let req = |owner, wait| LockRequest {
-            key: &key,
-            owner,
-            lease,
-            wait,
-            fenced: false,
-        };
-        provider
-            .acquire(req(holder, Duration::ZERO))
-            .await
-            .unwrap()
-            .unwrap();
-        let waiter = tokio::spawn({
-            let (provider, key) = (provider.clone(), key.clone());
-            async move {
-                let owner = OwnerToken::new();
-                let granted = provider
-                    .acquire(LockRequest {
-                        key: &key,
-                        owner,
-                        lease,
-                        wait: Duration::from_secs(10),
-                        fenced: false,
-                    })
-                    .await
-                    .unwrap()
-                    .expect("handed over");
-                let at = Instant::now();
-                assert!(granted.contended);
-                provider.release(&key, owner).await.unwrap();
-                at
-            }
-        });
-        tokio::time::sleep(Duration::from_millis(15)).await;
-        let released = Instant::now();
-        provider.release(&key, holder).await.unwrap();
-        let granted = waiter.await.unwrap();
-        coord_handoffs.push(granted.saturating_duration_since(released));
+        coord_handoffs.push(coord_handoff(&provider, &key).await);
+        app_handoffs.push(coord_handoff(&on_app_pool, &key).await);
 
         // Advisory: a second session blocked in pg_advisory_lock.
         let (a, sa) = &*clients[0];
@@ -404,6 +488,7 @@ async fn run(server: &PostgresServer, url: &str) {
         advisory_handoffs.push(granted.saturating_duration_since(released));
     }
     coord_handoffs.sort();
+    app_handoffs.sort();
     advisory_handoffs.sort();
 
     println!();
@@ -417,6 +502,7 @@ async fn run(server: &PostgresServer, url: &str) {
     println!("|---|---|---|---|");
     for (name, v) in [
         ("coord (LISTEN/NOTIFY, then one statement)", &coord_handoffs),
+        ("coord, provider on the application's pool", &app_handoffs),
         ("pg_advisory_lock (blocked session)", &advisory_handoffs),
     ] {
         println!(

@@ -41,13 +41,22 @@ async fn charge(coord: &Coordinator, order: &str) -> Result<String, CoordError> 
     Ok(format!("receipt for {order}"))
 }
 
-/// Runs `op` on [`TASKS`] tasks for [`ROUND`] and returns operations per second.
-async fn throughput<F, Fut>(op: F) -> f64
+/// One side's round: operations per second, and the process's voluntary context switches
+/// per operation (every thread: the runtime's workers, the provider's connection thread).
+#[derive(Clone, Copy)]
+struct Measured {
+    rate: f64,
+    switches: f64,
+}
+
+/// Runs `op` on [`TASKS`] tasks for [`ROUND`].
+async fn throughput<F, Fut>(op: F) -> Measured
 where
     F: Fn(usize, u64) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = ()> + Send,
 {
     let op = Arc::new(op);
+    let before = switches();
     let started = Instant::now();
     let handles: Vec<_> = (0..TASKS)
         .map(|task| {
@@ -66,7 +75,12 @@ where
     for h in handles {
         total += h.await.expect("task");
     }
-    total as f64 / started.elapsed().as_secs_f64()
+    let rate = total as f64 / started.elapsed().as_secs_f64();
+    let (voluntary, _) = switches().since(before);
+    Measured {
+        rate,
+        switches: voluntary as f64 / total.max(1) as f64,
+    }
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -78,6 +92,8 @@ struct Row {
     name: &'static str,
     coord: Vec<f64>,
     base: Vec<f64>,
+    coord_switches: Vec<f64>,
+    base_switches: Vec<f64>,
 }
 
 impl Row {
@@ -86,13 +102,26 @@ impl Row {
             name,
             coord: vec![],
             base: vec![],
+            coord_switches: vec![],
+            base_switches: vec![],
         }
+    }
+
+    fn push(&mut self, base: Measured, coord: Measured) {
+        self.base.push(base.rate);
+        self.coord.push(coord.rate);
+        self.base_switches.push(base.switches);
+        self.coord_switches.push(coord.switches);
     }
 
     fn print(&self) {
         let (c, b) = (median(self.coord.clone()), median(self.base.clone()));
+        let (cs, bs) = (
+            median(self.coord_switches.clone()),
+            median(self.base_switches.clone()),
+        );
         println!(
-            "| {} | {c:.0} /s | {b:.0} /s | {:.2}x | {} |",
+            "| {} | {c:.0} /s | {b:.0} /s | {:.2}x | {cs:.2} / {bs:.2} | {} |",
             self.name,
             c / b,
             self.coord
@@ -115,6 +144,43 @@ fn main() {
         .build()
         .expect("runtime");
     runtime.block_on(run(&server, &url));
+}
+
+/// `COORD_BENCH_PROFILE=<side>:<replays>` runs only `replays` sequential replays on one task
+/// of one side (`attribute`, `app` for the attribute over the application's pool, `provider`,
+/// `statement` for coord's read by hand, `hand`) and exits, printing the process's context
+/// switches per replay; for running under `valgrind --tool=callgrind` or `strace -c -f`, where
+/// two runs with N and 3N replays give 2N replays' worth without the start-up.
+const PROFILE_VAR: &str = "COORD_BENCH_PROFILE";
+
+/// The whole process's context switches so far (every thread, `getrusage(RUSAGE_SELF)`).
+#[derive(Clone, Copy)]
+struct Switches {
+    voluntary: i64,
+    involuntary: i64,
+}
+
+impl Switches {
+    fn since(self, before: Switches) -> (i64, i64) {
+        (
+            self.voluntary - before.voluntary,
+            self.involuntary - before.involuntary,
+        )
+    }
+}
+
+fn switches() -> Switches {
+    // SAFETY: `getrusage` writes one `rusage` into the zeroed value it is given, which lives
+    // for the call; an all-zero `rusage` is a valid value of that plain C struct.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        assert_eq!(libc::getrusage(libc::RUSAGE_SELF, &mut usage), 0);
+        usage
+    };
+    Switches {
+        voluntary: usage.ru_nvcsw,
+        involuntary: usage.ru_nivcsw,
+    }
 }
 
 /// The hand-written replay of `key` on a connection of `pool`, with the statement `sql`.
@@ -228,6 +294,51 @@ async fn run(server: &PostgresServer, url: &str) {
     let hand_keys = Arc::new(stored);
     let coord_read: Arc<str> = coord_postgres::__bench::record_read_statement("coord").into();
 
+    if let Ok(spec) = std::env::var(PROFILE_VAR) {
+        let (side, replays) = spec
+            .split_once(':')
+            .and_then(|(side, n)| Some((side, n.parse::<u64>().ok()?)))
+            .unwrap_or_else(|| {
+                panic!("{PROFILE_VAR} is <attribute|app|provider|statement|hand>:<replays>, not {spec:?}")
+            });
+        let before = switches();
+        for _ in 0..replays {
+            match side {
+                "attribute" => {
+                    charge(&coord, &orders[0]).await.expect("replayed");
+                }
+                "app" => {
+                    charge(&on_app_pool, &orders[0]).await.expect("replayed");
+                }
+                "provider" => {
+                    let found = provider
+                        .claim(ClaimRequest {
+                            key: &provider_keys[0],
+                            owner: OwnerToken::new(),
+                            in_flight_lease: Duration::from_secs(30),
+                            fingerprint: None,
+                            keep_abandoned_for: None,
+                            transactional: false,
+                        })
+                        .await
+                        .expect("claim");
+                    assert!(matches!(found, ClaimOutcome::Completed { .. }));
+                }
+                "statement" => hand_replay(&pool, &coord_read, &hand_keys[0]).await,
+                "hand" => hand_replay(&pool, HAND_READ, &hand_keys[0]).await,
+                other => panic!("unknown profile side {other:?}"),
+            }
+        }
+        let (voluntary, involuntary) = switches().since(before);
+        println!(
+            "profile: {replays} replays by {side}; context switches (whole process) per replay: \
+             {:.2} voluntary, {:.2} involuntary",
+            voluntary as f64 / replays as f64,
+            involuntary as f64 / replays as f64
+        );
+        return;
+    }
+
     let mut attribute = Row::new("replay, `#[idempotent]`, 16 tasks, vs a `SELECT` by hand");
     let mut handle = Row::new("replay, `Idempotent` handle, 16 tasks, vs a `SELECT` by hand");
     let mut app = Row::new(
@@ -298,16 +409,11 @@ async fn run(server: &PostgresServer, url: &str) {
             })
             .await
         };
-        app.base.push(by_hand);
-        app.coord.push(over_app_pool);
-        direct.base.push(by_hand);
-        direct.coord.push(through_provider);
-        statement.base.push(by_hand);
-        statement.coord.push(coord_statement);
-        attribute.base.push(by_hand);
-        attribute.coord.push(through_attribute);
-        handle.base.push(by_hand);
-        handle.coord.push(through_handle);
+        app.push(by_hand, over_app_pool);
+        direct.push(by_hand, through_provider);
+        statement.push(by_hand, coord_statement);
+        attribute.push(by_hand, through_attribute);
+        handle.push(by_hand, through_handle);
 
         let hand_first = {
             let pool = pool.clone();
@@ -353,16 +459,17 @@ async fn run(server: &PostgresServer, url: &str) {
             })
             .await
         };
-        first.base.push(hand_first);
-        first.coord.push(coord_first);
+        first.push(hand_first, coord_first);
     }
     assert_eq!(
         runs.load(Ordering::Relaxed),
         TASKS as u64,
         "every handle call after the first replayed"
     );
-    println!("| row | coord | baseline | ratio (median) | ratio per round |");
-    println!("|---|---|---|---|---|");
+    println!(
+        "| row | coord | baseline | ratio (median) | voluntary context switches per op, coord / baseline (median) | ratio per round |"
+    );
+    println!("|---|---|---|---|---|---|");
     attribute.print();
     handle.print();
     app.print();

@@ -274,29 +274,64 @@ pub struct RecordInfo {
 }
 
 impl RecordInfo {
-    /// A record as found, field by field (the struct is non-exhaustive: providers outside
-    /// this crate build it here).
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        key: CallKey,
-        status: RecordStatus,
-        owner: Option<OwnerToken>,
-        age: Option<Duration>,
-        lease_left: Option<Duration>,
-        expires_in: Duration,
-        payload_bytes: Option<usize>,
-        has_fingerprint: bool,
-    ) -> RecordInfo {
+    /// A record as found: its key, what it is, and the time until the backend drops it, with
+    /// nothing else known (no owner, age, lease, payload size or fingerprint). A provider adds
+    /// what its backend knows with the `with_*` methods, e.g.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use coord_contract::{CallKey, RecordInfo, RecordStatus};
+    /// let key = CallKey::builder("shop", "charge").part("order-7").finish();
+    /// let info = RecordInfo::new(key, RecordStatus::Completed, Duration::from_secs(60))
+    ///     .with_age(Some(Duration::from_secs(3)))
+    ///     .with_payload_bytes(Some(42));
+    /// assert_eq!(info.payload_bytes, Some(42));
+    /// assert_eq!(info.owner, None);
+    /// ```
+    ///
+    /// The struct is non-exhaustive: providers outside this crate build it here; a field added
+    /// later starts unknown and gets a `with_*` method of its own.
+    pub fn new(key: CallKey, status: RecordStatus, expires_in: Duration) -> RecordInfo {
         RecordInfo {
             key,
             status,
-            owner,
-            age,
-            lease_left,
+            owner: None,
+            age: None,
+            lease_left: None,
             expires_in,
-            payload_bytes,
-            has_fingerprint,
+            payload_bytes: None,
+            has_fingerprint: false,
         }
+    }
+
+    /// Sets [`RecordInfo::owner`] (`None`: the backend does not know it).
+    pub fn with_owner(mut self, owner: Option<OwnerToken>) -> RecordInfo {
+        self.owner = owner;
+        self
+    }
+
+    /// Sets [`RecordInfo::age`] (`None`: the backend does not know it).
+    pub fn with_age(mut self, age: Option<Duration>) -> RecordInfo {
+        self.age = age;
+        self
+    }
+
+    /// Sets [`RecordInfo::lease_left`] (`Some` for a marker in flight only).
+    pub fn with_lease_left(mut self, lease_left: Option<Duration>) -> RecordInfo {
+        self.lease_left = lease_left;
+        self
+    }
+
+    /// Sets [`RecordInfo::payload_bytes`] (`Some` for a completed record only).
+    pub fn with_payload_bytes(mut self, payload_bytes: Option<usize>) -> RecordInfo {
+        self.payload_bytes = payload_bytes;
+        self
+    }
+
+    /// Sets [`RecordInfo::has_fingerprint`].
+    pub fn with_fingerprint(mut self, has_fingerprint: bool) -> RecordInfo {
+        self.has_fingerprint = has_fingerprint;
+        self
     }
 }
 

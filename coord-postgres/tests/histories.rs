@@ -114,19 +114,35 @@ enum Mix {
 
 // ---------------------------------------------------------------- the workload
 
-/// One worker task: calls until `until`, recording each.
-#[allow(clippy::too_many_arguments)]
-async fn work(
+/// What every task of one process shares: where its calls go, where they are recorded, and
+/// how long and with which calls it runs.
+#[derive(Clone)]
+struct Workload {
     coord: Coordinator,
     rec: Recorder,
+    /// The witness the fenced and idempotent bodies report to.
     witness: SocketAddr,
+    /// The resource the semaphore's holders report to.
     permits: SocketAddr,
-    client: u32,
     until: Instant,
     seed: u64,
     mix: Mix,
+    /// `None`: no transactional calls (the mix's share of them is skipped).
     tx: Option<TxTarget>,
-) {
+}
+
+/// One worker task, numbered `client`: calls until the workload's end, recording each.
+async fn work(workload: Workload, client: u32) {
+    let Workload {
+        coord,
+        rec,
+        witness,
+        permits,
+        until,
+        seed,
+        mix,
+        tx,
+    } = workload;
     let mut app: Option<tokio_postgres::Client> = None;
     let witness = WitnessClient::connect(witness)
         .await
@@ -559,53 +575,22 @@ async fn coordinator_and_provider(url: &str, ns: &str) -> (Coordinator, Postgres
     (coord, provider)
 }
 
-/// Runs `TASKS` workers on `coord` until `until`, and a long-hold task for each of `long`,
+/// Runs `TASKS` workers of `workload` until its end, and a long-hold task for each of `long`,
 /// then gives stragglers `grace`. Returns how many tasks panicked (a harness bug: their calls
 /// would show only as never completed).
-#[allow(clippy::too_many_arguments)]
-async fn run_workers(
-    coord: Coordinator,
-    rec: Recorder,
-    witness: SocketAddr,
-    permits: SocketAddr,
-    until: Instant,
-    seed: u64,
-    mix: Mix,
-    long: &[LongHolds],
-    tx: Option<TxTarget>,
-) -> usize {
+async fn run_workers(workload: Workload, long: &[LongHolds]) -> usize {
     let long: Vec<_> = long
         .iter()
         .enumerate()
         .map(|(i, &role)| {
             let client = TASKS + i as u32;
-            tokio::spawn(long_holds(
-                coord.clone(),
-                rec.clone(),
-                witness,
-                until,
-                seed,
-                role,
-                client,
-            ))
+            tokio::spawn(long_holds(workload.clone(), role, client))
         })
         .collect();
     let tasks: Vec<_> = (0..TASKS)
-        .map(|client| {
-            tokio::spawn(work(
-                coord.clone(),
-                rec.clone(),
-                witness,
-                permits,
-                client,
-                until,
-                seed,
-                mix,
-                tx.clone(),
-            ))
-        })
+        .map(|client| tokio::spawn(work(workload.clone(), client)))
         .collect();
-    let grace = until + Duration::from_secs(20);
+    let grace = workload.until + Duration::from_secs(20);
     let mut panicked = 0;
     for t in tasks {
         // A call stuck past the grace is left out as never completed (unknown outcome).
@@ -623,17 +608,17 @@ async fn run_workers(
     panicked
 }
 
-/// One long-hold task ([`LongHolds`]) of a process, numbered `client`, until `until`: what
-/// the nemesis aims its pauses at.
-async fn long_holds(
-    coord: Coordinator,
-    rec: Recorder,
-    witness: SocketAddr,
-    until: Instant,
-    seed: u64,
-    role: LongHolds,
-    client: u32,
-) {
+/// One long-hold task ([`LongHolds`]) of a process, numbered `client`, until the workload's
+/// end: what the nemesis aims its pauses at.
+async fn long_holds(workload: Workload, role: LongHolds, client: u32) {
+    let Workload {
+        coord,
+        rec,
+        witness,
+        until,
+        seed,
+        ..
+    } = workload;
     let witness = WitnessClient::connect(witness)
         .await
         .expect("the witness listens on loopback");
@@ -670,18 +655,17 @@ fn child() {
             url: url.clone(),
             provider,
         };
-        run_workers(
+        let workload = Workload {
             coord,
-            rec.clone(),
+            rec: rec.clone(),
             witness,
             permits,
             until,
             seed,
-            Mix::All,
-            &long,
-            Some(tx),
-        )
-        .await
+            mix: Mix::All,
+            tx: Some(tx),
+        };
+        run_workers(workload, &long).await
     });
     rec.write_to(std::path::Path::new(&out))
         .expect("write the history");
@@ -1273,18 +1257,17 @@ fn under_faults() -> Report {
                 url: url.clone(),
                 provider,
             };
-            run_workers(
+            let workload = Workload {
                 coord,
-                rec.clone(),
-                witness.addr(),
-                permits.addr(),
+                rec: rec.clone(),
+                witness: witness.addr(),
+                permits: permits.addr(),
                 until,
                 seed,
-                Mix::All,
-                &[LongHolds::Successor],
-                Some(tx),
-            )
-            .await
+                mix: Mix::All,
+                tx: Some(tx),
+            };
+            run_workers(workload, &[LongHolds::Successor]).await
         });
         assert_eq!(
             panicked, 0,
@@ -1454,18 +1437,18 @@ fn planted(bug: PlantedBug, mix: Mix) -> Report {
             .expect("coordinator");
         let until = Instant::now() + Duration::from_millis(2_500);
         // The planted bugs are in locks and records: no semaphore calls (`mix`).
-        let _ = run_workers(
+        let workload = Workload {
             coord,
-            rec.clone(),
-            witness.addr(),
-            witness.addr(),
+            rec: rec.clone(),
+            witness: witness.addr(),
+            // The mixes here make no semaphore calls: nothing reports to the permits' address.
+            permits: witness.addr(),
             until,
-            seed(),
+            seed: seed(),
             mix,
-            &[],
-            None,
-        )
-        .await;
+            tx: None,
+        };
+        let _ = run_workers(workload, &[]).await;
     });
     let mut events = rec.events();
     events.extend(witness.events());

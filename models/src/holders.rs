@@ -28,8 +28,9 @@ pub enum Net {
     ReplyLost,
     /// It never runs; the client sees an error.
     RequestLost,
-    /// It does not run now; the client sees an error; it may run later ([`Action::Deliver`];
-    /// the lock model with `delayed_requests` only).
+    /// It does not run now; the client sees an error; it may run later ([`Action::Deliver`]
+    /// in the lock model with `delayed_requests`, `RecordAction::Deliver` in the record
+    /// model).
     Delayed,
 }
 

@@ -98,6 +98,10 @@
 
 use stateright::{Model, Property};
 
+/// What happens to one request on the wire: the holder models' network, whose
+/// [`Net::Delayed`] request runs later as a [`RecordAction::Deliver`] here.
+pub use crate::holders::Net;
+
 /// Property: at most one started, non-failed body per key under `on_abandoned = "fail"`.
 pub const AT_MOST_ONCE: &str = "at most once under on_abandoned=fail";
 /// Property: a caller told `Ok` leaves a `Completed` record at its key.
@@ -348,20 +352,6 @@ pub struct RecordState {
     pub clients: Vec<Client>,
     /// One entry per key.
     pub ghosts: Vec<Ghost>,
-}
-
-/// What happens to one request on the wire.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Net {
-    /// It runs and the client gets the reply.
-    Delivered,
-    /// It runs; the client sees an error.
-    ReplyLost,
-    /// It never runs; the client sees an error.
-    RequestLost,
-    /// It does not run now; the client sees an error; it may run later
-    /// ([`RecordAction::Deliver`]).
-    Delayed,
 }
 
 /// One step of the system.

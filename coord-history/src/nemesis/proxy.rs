@@ -103,8 +103,20 @@ impl Drop for Proxy {
     }
 }
 
+/// One proxied connection: the two sockets, the mode it follows, and what a blackhole did to it.
+struct Link {
+    client: TcpStream,
+    /// `None` once half-open dropped the server side (or it was never connected).
+    server: Option<TcpStream>,
+    mode: watch::Receiver<Mode>,
+    /// Whether a blackhole dropped bytes of this connection (see `Mode::Blackhole`).
+    lost: bool,
+    /// The proxy's count of dropped bytes, shared by all its connections.
+    dropped: Arc<AtomicU64>,
+}
+
 async fn connection(
-    mut client: TcpStream,
+    client: TcpStream,
     upstream: SocketAddr,
     mut mode: watch::Receiver<Mode>,
     dropped: Arc<AtomicU64>,
@@ -114,7 +126,7 @@ async fn connection(
     if now == Mode::Reset {
         return;
     }
-    let mut server = if now == Mode::HalfOpen {
+    let server = if now == Mode::HalfOpen {
         None
     } else {
         match TcpStream::connect(upstream).await {
@@ -125,38 +137,43 @@ async fn connection(
             Err(_) => return,
         }
     };
+    let mut link = Link {
+        client,
+        server,
+        mode,
+        lost: false,
+        dropped,
+    };
     let mut cbuf = vec![0u8; 16 * 1024];
     let mut sbuf = vec![0u8; 16 * 1024];
-    // Whether a blackhole dropped bytes of this connection (see `Mode::Blackhole`).
-    let mut lost = false;
     loop {
         let from_server = async {
-            match server.as_mut() {
+            match link.server.as_mut() {
                 Some(s) => s.read(&mut sbuf).await,
                 None => std::future::pending().await,
             }
         };
         tokio::select! {
-            read = client.read(&mut cbuf) => {
+            read = link.client.read(&mut cbuf) => {
                 let n = match read { Ok(0) | Err(_) => return, Ok(n) => n };
-                if !forward(&mut mode, &mut server, &cbuf[..n], true, &mut client, &mut lost, &dropped).await {
+                if !link.forward(&cbuf[..n], true).await {
                     return;
                 }
             }
             read = from_server => {
                 let n = match read { Ok(0) | Err(_) => return, Ok(n) => n };
                 let chunk = sbuf[..n].to_vec();
-                if !forward(&mut mode, &mut server, &chunk, false, &mut client, &mut lost, &dropped).await {
+                if !link.forward(&chunk, false).await {
                     return;
                 }
             }
-            changed = mode.changed() => {
+            changed = link.mode.changed() => {
                 if changed.is_err() { return; }
-                match *mode.borrow_and_update() {
+                match *link.mode.borrow_and_update() {
                     Mode::Reset => return,
                     Mode::Blackhole => {}
-                    _ if lost => return,
-                    Mode::HalfOpen => server = None,
+                    _ if link.lost => return,
+                    Mode::HalfOpen => link.server = None,
                     _ => {}
                 }
             }
@@ -164,50 +181,43 @@ async fn connection(
     }
 }
 
-/// Forwards one chunk as the mode says; `false` when the connection is to be closed. Sets
-/// `lost` when a blackhole drops the chunk, and counts the chunk's bytes in `dropped`.
-#[allow(clippy::too_many_arguments)]
-async fn forward(
-    mode: &mut watch::Receiver<Mode>,
-    server: &mut Option<TcpStream>,
-    chunk: &[u8],
-    to_server: bool,
-    client: &mut TcpStream,
-    lost: &mut bool,
-    dropped: &AtomicU64,
-) -> bool {
-    loop {
-        let now = *mode.borrow_and_update();
-        match now {
-            Mode::Reset => return false,
-            Mode::Blackhole => {
-                *lost = true;
-                dropped.fetch_add(chunk.len() as u64, Ordering::SeqCst);
-                return true;
-            }
-            // Bytes were skipped: nothing after them may be delivered.
-            _ if *lost => return false,
-            Mode::HalfOpen => {
-                *server = None;
-                return true;
-            }
-            Mode::Hold => {
-                if mode.changed().await.is_err() {
-                    return false;
+impl Link {
+    /// Forwards one chunk as the mode says; `false` when the connection is to be closed. Sets
+    /// `lost` when a blackhole drops the chunk, and counts the chunk's bytes in `dropped`.
+    async fn forward(&mut self, chunk: &[u8], to_server: bool) -> bool {
+        loop {
+            let now = *self.mode.borrow_and_update();
+            match now {
+                Mode::Reset => return false,
+                Mode::Blackhole => {
+                    self.lost = true;
+                    self.dropped.fetch_add(chunk.len() as u64, Ordering::SeqCst);
+                    return true;
                 }
-                continue;
+                // Bytes were skipped: nothing after them may be delivered.
+                _ if self.lost => return false,
+                Mode::HalfOpen => {
+                    self.server = None;
+                    return true;
+                }
+                Mode::Hold => {
+                    if self.mode.changed().await.is_err() {
+                        return false;
+                    }
+                    continue;
+                }
+                Mode::Delay(d) => tokio::time::sleep(d).await,
+                Mode::Pass => {}
             }
-            Mode::Delay(d) => tokio::time::sleep(d).await,
-            Mode::Pass => {}
+            let written = if to_server {
+                match self.server.as_mut() {
+                    Some(s) => s.write_all(chunk).await,
+                    None => return true,
+                }
+            } else {
+                self.client.write_all(chunk).await
+            };
+            return written.is_ok();
         }
-        let written = if to_server {
-            match server.as_mut() {
-                Some(s) => s.write_all(chunk).await,
-                None => return true,
-            }
-        } else {
-            client.write_all(chunk).await
-        };
-        return written.is_ok();
     }
 }

@@ -65,16 +65,12 @@ impl Operations for MemoryProvider {
         key: &'a CallKey,
     ) -> BoxFuture<'a, Result<Option<RecordInfo>, BackendError>> {
         let info = self.records.inspect(key.qualified()).map(|view| {
-            RecordInfo::new(
-                key.clone(),
-                view.status,
-                Some(view.owner),
-                Some(view.age),
-                view.lease_left,
-                view.expires_in,
-                view.payload_len,
-                view.has_fingerprint,
-            )
+            RecordInfo::new(key.clone(), view.status, view.expires_in)
+                .with_owner(Some(view.owner))
+                .with_age(Some(view.age))
+                .with_lease_left(view.lease_left)
+                .with_payload_bytes(view.payload_len)
+                .with_fingerprint(view.has_fingerprint)
         });
         Box::pin(std::future::ready(Ok(info)))
     }

@@ -92,16 +92,14 @@ impl Inner {
                 .with_key(key));
             }
         };
-        Ok(Some(RecordInfo::new(
-            key.clone(),
-            status,
-            Some(owner_of(owner)),
-            Some(from_ms(age)),
-            lease_left,
-            from_ms(expires_in),
-            payload.map(|n| n.max(0) as usize),
-            has_fingerprint,
-        )))
+        Ok(Some(
+            RecordInfo::new(key.clone(), status, from_ms(expires_in))
+                .with_owner(Some(owner_of(owner)))
+                .with_age(Some(from_ms(age)))
+                .with_lease_left(lease_left)
+                .with_payload_bytes(payload.map(|n| n.max(0) as usize))
+                .with_fingerprint(has_fingerprint),
+        ))
     }
 
     async fn list(

@@ -366,16 +366,14 @@ impl Inner {
             _ => return Err(unexpected()),
         };
         let ms = |n: i64| (n >= 0).then(|| Duration::from_millis(n as u64));
-        Ok(Some(RecordInfo::new(
-            key.clone(),
-            status,
-            owner,
-            ms(age),
-            ms(lease_left),
-            ms(pttl).unwrap_or_default(),
-            usize::try_from(payload).ok(),
-            fp > 0,
-        )))
+        Ok(Some(
+            RecordInfo::new(key.clone(), status, ms(pttl).unwrap_or_default())
+                .with_owner(owner)
+                .with_age(ms(age))
+                .with_lease_left(ms(lease_left))
+                .with_payload_bytes(usize::try_from(payload).ok())
+                .with_fingerprint(fp > 0),
+        ))
     }
 
     async fn force_release(&self, key: &CallKey) -> Result<ForcedRelease, BackendError> {

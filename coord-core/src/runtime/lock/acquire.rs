@@ -341,6 +341,7 @@ impl<'a> Acquisition<'a> {
 /// wait), and the guard that releases whatever it may have taken if this is dropped first.
 pub(crate) struct Pending<'a> {
     acquisition: Acquisition<'a>,
+    // Declared before the guard, so dropped before it (see `finish`).
     answer: GrantAnswer<'a>,
     guard: LeaseGuard<'a>,
 }
@@ -349,19 +350,26 @@ impl Pending<'_> {
     /// Awaits the answer. Reads the clock once the grant is in when the call had to wait for
     /// it (the wait's end).
     pub(crate) async fn finish(self) -> Acquired {
-        let Pending {
-            acquisition,
-            mut answer,
-            mut guard,
-        } = self;
+        // Kept whole while the answer is awaited: if this is dropped then, the fields drop in
+        // their declared order, the provider's request before the guard. That order matters:
+        // the request's drop is what tells the provider a statement of this owner is still in
+        // flight (PostgreSQL drains it before any later statement), and only then may the
+        // guard's background release be sent; released first, on another connection and
+        // another worker thread, it could overtake the acquire and leave the lock held.
+        let mut pending = self;
         // Whether the provider answered in the first poll: then this call never waited for it.
         let mut at_once = true;
         let answered = std::future::poll_fn(|cx| {
-            let polled = answer.as_mut().poll(cx);
+            let polled = pending.answer.as_mut().poll(cx);
             at_once &= polled.is_ready();
             polled
         })
         .await;
+        let Pending {
+            acquisition,
+            answer,
+            mut guard,
+        } = pending;
         drop(answer);
         let grant = match answered {
             Ok(Some(grant)) => grant,

@@ -74,9 +74,14 @@ impl Inner {
 
     /// [`Inner::eval`], telling `sent` once the request has left the process (where the
     /// transport can see that; otherwise once it is answered). `unique` indexes `keys` followed by
-    /// `args`: those, together, must occur in no other request. After a `NOSCRIPT` the
-    /// notice has been told already by the refused `EVALSHA`: the source is sent without one
-    /// (a fresh or flushed server only).
+    /// `args`: those, together, must occur in no other request.
+    ///
+    /// Sent as `EVAL` with the script's source, never `EVALSHA`: on a server that does not have
+    /// the script cached (a fresh or flushed one) an `EVALSHA` is refused with `NOSCRIPT`, and
+    /// by then its bytes had left the process and `sent` was told, so a caller answered on that
+    /// notice could exit before the `EVAL` that does the work went out. One request, whichever
+    /// the server's cache holds: the notice means the write itself left. (A few hundred bytes
+    /// more per request; this is only the cluster flight's hand-over, once per flight.)
     pub(super) async fn eval_noting_sent(
         &self,
         script: &Script,
@@ -86,19 +91,11 @@ impl Inner {
         key: &CallKey,
         sent: SentNotice,
     ) -> Result<Reply, BackendError> {
-        let build = |name: &'static str, body| script_command(name, body, keys, args);
-        let cmd = [build("EVALSHA", &script.sha)];
-        // `EVALSHA sha numkeys` come before the keys.
+        let cmd = [script_command("EVAL", script.source, keys, args)];
+        // `EVAL source numkeys` come before the keys.
         let offset = 2;
         let watch = SendWatch::new(&cmd[0], unique.start + offset..unique.end + offset, sent);
-        let first = self.transport.run_noting_sent(&cmd, watch).await;
-        let outcome = match first {
-            Err(fault) if fault.is_noscript() => {
-                let source = [build("EVAL", script.source)];
-                Box::pin(self.transport.run(&source)).await
-            }
-            other => other,
-        };
+        let outcome = self.transport.run_noting_sent(&cmd, watch).await;
         let what = || format!("script `{}`", script.name);
         match outcome {
             Ok(mut replies) if replies.len() == 1 => Ok(replies.pop().expect("one reply")),

@@ -26,7 +26,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::BackendError;
+use crate::{BackendError, BackendErrorKind};
 
 /// How a channel's waiters are woken.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -394,6 +394,27 @@ impl<S: QueueState> Drop for Ticket<S> {
     }
 }
 
+/// How long a waiter waits before it looks again after a look that timed out: a moment, so
+/// that a server that recovers is seen at once, but not a tight loop against one that stays
+/// slow (each look already took a command timeout).
+pub const TIMED_OUT_LOOK_BACKOFF: Duration = Duration::from_millis(20);
+
+/// The error of a wait that ended with looks unanswered: `last` (the latest look's timeout),
+/// saying that `count` looks in a row timed out, so that what they did (a grant whose reply
+/// was lost) is unknown. Kind [`BackendErrorKind::Timeout`], and the key of `last`.
+pub fn unanswered_looks(last: BackendError, count: u32) -> BackendError {
+    let message = format!(
+        "the wait ended after {count} look(s) in a row got no answer in time (the last: {}); \
+         what they did is unknown, so a grant they made must be released by its owner",
+        last.message()
+    );
+    let mut err = BackendError::new(BackendErrorKind::Timeout, message);
+    if let Some(key) = last.key() {
+        err = err.with_key(key);
+    }
+    err.with_source(last)
+}
+
 /// Waits until `look` answers, or until `deadline` (`None`: no end) passes, which answers
 /// `timed_out`. `joining` is the provider's way into the channel's queue: it joins
 /// ([`Queues::join`]) and resolves once the subscription is confirmed.
@@ -416,9 +437,21 @@ impl<S: QueueState> Drop for Ticket<S> {
 ///   look, and a look at or after the deadline that does not answer ends the wait with
 ///   `timed_out`.
 ///
+/// * **A look that timed out is looked again.** A look that fails with
+///   [`BackendErrorKind::Timeout`] (the server was slow: a statement waiting on a lock, a
+///   paused server) is retried, after [`TIMED_OUT_LOOK_BACKOFF`], while the deadline allows,
+///   so one slow round trip does not end a wait that has time left. Such a look may have
+///   taken effect with its reply lost (an acquire that granted): every look must therefore
+///   be replay-safe for its owner (the same owner's next look finds its own grant and
+///   answers with it). A wait whose deadline comes after a look that timed out, without a
+///   look answering since, ends with a `Timeout` error saying so ([`unanswered_looks`]),
+///   never with `timed_out`: what the unanswered look did is unknown, and the caller must
+///   treat it as a fault that may hide a grant (the runtime releases by owner).
+///
 /// What it does not promise: a bound on `joining` or on `look`'s own round trips (the
 /// provider bounds each, so the deadline can be overrun by one look); an order between
-/// waiters of different processes. An error from `joining` or `look` ends the wait with it.
+/// waiters of different processes. Any other error from `joining` or `look` ends the wait
+/// with it.
 pub async fn wait<S, T, J, F, Fut>(
     joining: J,
     rules: WaitRules,
@@ -443,27 +476,43 @@ where
     };
     let mut cue = Cue::Subscribed;
     let mut skip = rules.followers_wait_for_head && rules.wake == Wake::Head && !ticket.is_head();
+    // The looks that timed out since the last one that answered, and the latest's error.
+    let mut unanswered: Option<(u32, BackendError)> = None;
     loop {
         let lapse = if std::mem::take(&mut skip) {
             None
         } else {
-            match look(cue).await? {
-                Look::Done(answer) => return Ok(answer),
-                Look::DoneWatched(answer) => {
+            match look(cue).await {
+                Ok(Look::Done(answer)) => return Ok(answer),
+                Ok(Look::DoneWatched(answer)) => {
                     ticket.quiet = true;
                     return Ok(answer);
                 }
-                Look::Pending(lapse) => match rules.recheck {
-                    Recheck::AsLooked => lapse,
-                    Recheck::Capped(cap) => Some(recheck_after(lapse, cap)),
-                },
+                Ok(Look::Pending(lapse)) => {
+                    unanswered = None;
+                    match rules.recheck {
+                        Recheck::AsLooked => lapse,
+                        Recheck::Capped(cap) => Some(recheck_after(lapse, cap)),
+                    }
+                }
+                Err(err) if err.kind() == BackendErrorKind::Timeout => {
+                    let count = unanswered.as_ref().map_or(0, |(n, _)| *n) + 1;
+                    unanswered = Some((count, err));
+                    // Looked again soon, by every waiter (a follower too: its look timed
+                    // out, so it is watching).
+                    Some(TIMED_OUT_LOOK_BACKOFF)
+                }
+                Err(err) => return Err(err),
             }
         };
         let now = Instant::now();
         if deadline.is_some_and(|d| now >= d) {
-            return Ok(timed_out);
+            return match unanswered {
+                Some((count, err)) => Err(unanswered_looks(err, count)),
+                None => Ok(timed_out),
+            };
         }
-        let keeps_timer = rules.wake == Wake::All || ticket.is_head();
+        let keeps_timer = rules.wake == Wake::All || unanswered.is_some() || ticket.is_head();
         let timer = lapse
             .filter(|_| keeps_timer)
             .and_then(|lapse| now.checked_add(lapse));
@@ -746,6 +795,103 @@ mod tests {
         assert_eq!(emptied.load(Ordering::Relaxed), 1);
         assert_eq!(made.load(Ordering::Relaxed), 1);
         assert!(!queues.has_waiters(CHANNEL));
+    }
+
+    /// A wait over `looks`: each call of the look answers the next item (the last repeats).
+    async fn wait_over(
+        wake: Wake,
+        deadline: Option<Instant>,
+        looks: Vec<Result<Look<&'static str>, BackendErrorKind>>,
+    ) -> (Result<&'static str, BackendError>, usize) {
+        let queues = Queues::<()>::new();
+        let (ticket, ()) = queues.join(CHANNEL.to_owned(), wake, |_| (), |_| ());
+        let calls = Arc::new(AtomicU64::new(0));
+        let counted = calls.clone();
+        let look = move |_: Cue| {
+            let n = counted.fetch_add(1, Ordering::Relaxed) as usize;
+            let answer = match &looks[n.min(looks.len() - 1)] {
+                Ok(Look::Done(a)) => Ok(Look::Done(*a)),
+                Ok(Look::DoneWatched(a)) => Ok(Look::DoneWatched(*a)),
+                Ok(Look::Pending(l)) => Ok(Look::Pending(*l)),
+                Err(kind) => Err(BackendError::new(*kind, "no answer within 300ms")),
+            };
+            async move { answer }
+        };
+        let answer = wait(
+            std::future::ready(Ok(ticket)),
+            rules(wake, Recheck::AsLooked),
+            deadline,
+            "timed out",
+            look,
+        )
+        .await;
+        (answer, calls.load(Ordering::Relaxed) as usize)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_look_that_timed_out_is_looked_again_within_the_wait() {
+        for wake in [Wake::Head, Wake::All] {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            let (answer, looks) = wait_over(
+                wake,
+                Some(deadline),
+                vec![
+                    Err(BackendErrorKind::Timeout),
+                    Err(BackendErrorKind::Timeout),
+                    Ok(Look::Done("granted")),
+                ],
+            )
+            .await;
+            assert_eq!(answer.unwrap(), "granted", "{wake:?}");
+            assert_eq!(looks, 3, "{wake:?}");
+            assert!(
+                Instant::now() < deadline,
+                "looked again at once, not at the deadline"
+            );
+            // Without a deadline too.
+            let (answer, _) = wait_over(
+                wake,
+                None,
+                vec![Err(BackendErrorKind::Timeout), Ok(Look::Done("granted"))],
+            )
+            .await;
+            assert_eq!(answer.unwrap(), "granted", "{wake:?}");
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_wait_ending_after_unanswered_looks_is_a_timeout_not_a_refusal() {
+        let deadline = Instant::now() + Duration::from_millis(500);
+        let (answer, looks) =
+            wait_over(Wake::Head, Some(deadline), vec![Err(BackendErrorKind::Timeout)]).await;
+        let err = answer.expect_err("what the unanswered looks did is unknown");
+        assert_eq!(err.kind(), BackendErrorKind::Timeout);
+        assert!(err.message().contains("got no answer in time"), "{err}");
+        assert!(looks > 2, "looked again until the deadline: {looks}");
+        assert!(Instant::now() >= deadline);
+
+        // A look that answered after the timed-out one settles it: the deadline then refuses.
+        let deadline = Instant::now() + Duration::from_millis(500);
+        let (answer, _) = wait_over(
+            Wake::All,
+            Some(deadline),
+            vec![Err(BackendErrorKind::Timeout), Ok(Look::Pending(None))],
+        )
+        .await;
+        assert_eq!(answer.unwrap(), "timed out");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn any_other_look_error_ends_the_wait_at_once() {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let (answer, looks) = wait_over(
+            Wake::Head,
+            Some(deadline),
+            vec![Err(BackendErrorKind::Unavailable), Ok(Look::Done("granted"))],
+        )
+        .await;
+        assert_eq!(answer.unwrap_err().kind(), BackendErrorKind::Unavailable);
+        assert_eq!(looks, 1);
     }
 
     #[test]

@@ -2,8 +2,9 @@
 
 use std::time::Duration;
 
+use coord_core::provider::waiting::unanswered_looks;
 use coord_core::provider::{
-    BoxFuture, LockGrant, LockProvider, LockRequest, OwnerToken, ReleaseOutcome, RenewOutcome,
+    BackendErrorKind, BoxFuture, LockGrant, LockProvider, LockRequest, OwnerToken, ReleaseOutcome, RenewOutcome,
 };
 use coord_core::{BackendError, CallKey, FencingToken, LossCause};
 use tokio::time::Instant;
@@ -85,10 +86,16 @@ impl Inner {
     ) -> Result<Option<LockGrant>, BackendError> {
         // `None`: a wait too long to represent: until granted or dropped.
         let deadline = Instant::now().checked_add(req.wait);
-        match self.try_lock(req, false).await? {
-            Attempt::Won(fence) => return Ok(Some(grant(fence, false))),
-            Attempt::Held(_) => {}
-        }
+        // A first attempt that timed out (the server is slow: a lock wait, a pause) does not
+        // end a wait that has time left: the wait's looks try again, by the same owner, so a
+        // grant it made with its reply lost is found (the statement answers "won" to its
+        // owner's resend).
+        let first_unanswered = match self.try_lock(req, false).await {
+            Ok(Attempt::Won(fence)) => return Ok(Some(grant(fence, false))),
+            Ok(Attempt::Held(_)) => None,
+            Err(err) if err.kind() == BackendErrorKind::Timeout => Some(err),
+            Err(err) => return Err(err),
+        };
         // Held: listen, then try again marking the holder as waited for, so its release
         // notifies; look again at its lease's end at the latest.
         let retry = move |_: Cue| async move {
@@ -97,7 +104,8 @@ impl Inner {
                 Attempt::Held(left) => Look::Pending(left),
             })
         };
-        self.hub
+        let answer = self
+            .hub
             .wait(
                 wake_payload("lock", req.key),
                 Wake::Head,
@@ -105,7 +113,14 @@ impl Inner {
                 None,
                 retry,
             )
-            .await
+            .await?;
+        match (answer, first_unanswered) {
+            // Not granted, and the first attempt's reply was lost: what it did may be unknown
+            // still (the deadline can come before any look, while joining), so the caller
+            // gets the fault, and the runtime releases by owner, rather than a refusal.
+            (None, Some(err)) => Err(unanswered_looks(err, 1)),
+            (answer, _) => Ok(answer),
+        }
     }
 }
 

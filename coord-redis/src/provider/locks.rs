@@ -2,8 +2,9 @@
 
 use std::time::Duration;
 
+use coord_core::provider::waiting::unanswered_looks;
 use coord_core::provider::{
-    BoxFuture, LockGrant, LockProvider, LockRequest, OwnerToken, ReleaseOutcome, RenewOutcome,
+    BackendErrorKind, BoxFuture, LockGrant, LockProvider, LockRequest, OwnerToken, ReleaseOutcome, RenewOutcome,
 };
 use coord_core::{BackendError, CallKey, FencingToken, LossCause};
 use tokio::time::Instant;
@@ -219,10 +220,18 @@ impl Inner {
         let deadline = Instant::now().checked_add(req.wait);
         // Tasks of this process already wait for this lock: queue behind them without a
         // round trip (their head watches the lock for all of them).
+        // A first attempt that timed out (a paused or slow server) does not end a wait that
+        // has time left: the wait's looks try again with the same token, so a grant it made
+        // with its reply lost is found (the scripts answer "taken" to their owner's resend).
+        let mut first_unanswered = None;
         if !self.hub.has_waiters(lock) {
-            match self.try_lock(attempt, TryMode::FirstOfWait).await? {
-                Attempt::Won(fence) => return Ok(Some(grant(fence, false))),
-                Attempt::Held(_) => {}
+            match self.try_lock(attempt, TryMode::FirstOfWait).await {
+                Ok(Attempt::Won(fence)) => return Ok(Some(grant(fence, false))),
+                Ok(Attempt::Held(_)) => {}
+                Err(err) if err.kind() == BackendErrorKind::Timeout => {
+                    first_unanswered = Some(err);
+                }
+                Err(err) => return Err(err),
             }
         }
 
@@ -244,7 +253,8 @@ impl Inner {
                 },
             )
         };
-        self.hub
+        let answer = self
+            .hub
             .wait(
                 &self.transport,
                 lock.to_owned(),
@@ -253,7 +263,14 @@ impl Inner {
                 None,
                 retry,
             )
-            .await
+            .await?;
+        match (answer, first_unanswered) {
+            // Not granted, and the first attempt's reply was lost: what it did may be unknown
+            // still (the deadline can come before any look, while joining), so the caller
+            // gets the fault, and the runtime releases by owner, rather than a refusal.
+            (None, Some(err)) => Err(unanswered_looks(err, 1)),
+            (answer, _) => Ok(answer),
+        }
     }
 }
 

@@ -862,8 +862,12 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_wait_ending_after_unanswered_looks_is_a_timeout_not_a_refusal() {
         let deadline = Instant::now() + Duration::from_millis(500);
-        let (answer, looks) =
-            wait_over(Wake::Head, Some(deadline), vec![Err(BackendErrorKind::Timeout)]).await;
+        let (answer, looks) = wait_over(
+            Wake::Head,
+            Some(deadline),
+            vec![Err(BackendErrorKind::Timeout)],
+        )
+        .await;
         let err = answer.expect_err("what the unanswered looks did is unknown");
         assert_eq!(err.kind(), BackendErrorKind::Timeout);
         assert!(err.message().contains("got no answer in time"), "{err}");
@@ -887,7 +891,10 @@ mod tests {
         let (answer, looks) = wait_over(
             Wake::Head,
             Some(deadline),
-            vec![Err(BackendErrorKind::Unavailable), Ok(Look::Done("granted"))],
+            vec![
+                Err(BackendErrorKind::Unavailable),
+                Ok(Look::Done("granted")),
+            ],
         )
         .await;
         assert_eq!(answer.unwrap_err().kind(), BackendErrorKind::Unavailable);

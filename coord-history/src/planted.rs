@@ -129,19 +129,14 @@ impl<P: IdempotencyStore> IdempotencyStore for Planted<P> {
     }
 
     fn end_marker_lease<'a>(
-
         &'a self,
 
         key: &'a CallKey,
 
         owner: OwnerToken,
-
     ) -> BoxFuture<'a, Result<bool, BackendError>> {
-
         self.inner.end_marker_lease(key, owner)
-
     }
-
 
     fn wait_settled<'a>(
         &'a self,

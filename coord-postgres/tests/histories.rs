@@ -1127,7 +1127,11 @@ fn nemesis(target: &Target, steps: &[Step], covering: usize, rec: &Recorder, unt
         println!(
             "  nemesis: aim of {:?}: {} after {:?}",
             step.faults,
-            if aimed { "found its hold" } else { "found none; started anyway" },
+            if aimed {
+                "found its hold"
+            } else {
+                "found none; started anyway"
+            },
             spent
         );
         for &fault in &step.faults {
@@ -1290,7 +1294,8 @@ fn under_faults() -> Report {
     let seed = seed();
     let (steps, covering) = schedule(seed, Duration::from_millis(fault_millis()));
     let length: Duration = steps.iter().map(|s| s.gap + s.hold).sum();
-    let millis = u64::try_from((length + AIM_BUDGET + AIM_CLIENT + SLACK).as_millis()).expect("short");
+    let millis =
+        u64::try_from((length + AIM_BUDGET + AIM_CLIENT + SLACK).as_millis()).expect("short");
     println!("histories/postgres/under-faults: seed {}", seed_text(seed));
     start_watchdog();
     let rt = runtime();

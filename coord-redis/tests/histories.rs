@@ -723,7 +723,11 @@ fn nemesis(target: &Target, schedule: &Schedule, rec: &Recorder, until: Instant)
         println!(
             "  nemesis: aim of {:?}: {} after {:?}",
             step.faults,
-            if aimed { "found its hold" } else { "found none; started anyway" },
+            if aimed {
+                "found its hold"
+            } else {
+                "found none; started anyway"
+            },
             spent
         );
         for &kind in &step.faults {
@@ -809,8 +813,8 @@ fn under_faults(client: Client) -> Report {
         (150, 400),
     );
     schedule.hold_at_least(&[FaultKind::ClientPause, FaultKind::ServerPause], PAUSE);
-    let millis =
-        u64::try_from((schedule.length() + AIM_BUDGET + AIM_CLIENT + SLACK).as_millis()).expect("short");
+    let millis = u64::try_from((schedule.length() + AIM_BUDGET + AIM_CLIENT + SLACK).as_millis())
+        .expect("short");
     let name = client_name(client);
     println!("histories/{name}/under-faults: seed {}", seed_text(seed));
     let server = RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);

@@ -337,7 +337,9 @@ pub async fn idempotency_end_marker_lease_keeps_it_as_abandoned(c: Coordinator) 
         "nothing claimed: nothing to end"
     );
     assert_eq!(
-        s.claim(claim_req(&k, a, LONG, fp, Some(LONG))).await.unwrap(),
+        s.claim(claim_req(&k, a, LONG, fp, Some(LONG)))
+            .await
+            .unwrap(),
         ClaimOutcome::Claimed
     );
     assert!(
@@ -346,7 +348,9 @@ pub async fn idempotency_end_marker_lease_keeps_it_as_abandoned(c: Coordinator) 
     );
     assert!(
         matches!(
-            s.claim(claim_req(&k, b, LONG, fp, Some(LONG))).await.unwrap(),
+            s.claim(claim_req(&k, b, LONG, fp, Some(LONG)))
+                .await
+                .unwrap(),
             ClaimOutcome::InFlight { .. }
         ),
         "the stranger's attempt left the marker in flight"
@@ -361,7 +365,10 @@ pub async fn idempotency_end_marker_lease_keeps_it_as_abandoned(c: Coordinator) 
     // Give the waiter time to start waiting; if it has not yet, it returns at once anyway.
     tokio::time::sleep(Duration::from_millis(300)).await;
     let ended_at = Instant::now();
-    assert!(s.end_marker_lease(&k, a).await.unwrap(), "the owner ends it");
+    assert!(
+        s.end_marker_lease(&k, a).await.unwrap(),
+        "the owner ends it"
+    );
     let woke = waiter.await.unwrap();
     let delay = woke.saturating_duration_since(ended_at);
     assert!(
@@ -369,7 +376,9 @@ pub async fn idempotency_end_marker_lease_keeps_it_as_abandoned(c: Coordinator) 
         "a waiter is woken when the lease is ended, took {delay:?}"
     );
     assert_eq!(
-        s.claim(claim_req(&k, b, LONG, None, Some(LONG))).await.unwrap(),
+        s.claim(claim_req(&k, b, LONG, None, Some(LONG)))
+            .await
+            .unwrap(),
         ClaimOutcome::Abandoned { fingerprint: fp },
         "the ended marker is the abandoned record at once"
     );
@@ -378,7 +387,9 @@ pub async fn idempotency_end_marker_lease_keeps_it_as_abandoned(c: Coordinator) 
         "ending it again (a resend) answers as the first time"
     );
     assert_eq!(
-        s.claim(claim_req(&k, b, LONG, None, Some(LONG))).await.unwrap(),
+        s.claim(claim_req(&k, b, LONG, None, Some(LONG)))
+            .await
+            .unwrap(),
         ClaimOutcome::Abandoned { fingerprint: fp },
         "and changes nothing"
     );
@@ -417,5 +428,8 @@ pub async fn idempotency_end_marker_lease_keeps_it_as_abandoned(c: Coordinator) 
         !s.end_marker_lease(&k, a).await.unwrap(),
         "the old owner cannot end the new owner's marker"
     );
-    assert!(s.abandon(&k, b).await.unwrap(), "still b's marker, in flight");
+    assert!(
+        s.abandon(&k, b).await.unwrap(),
+        "still b's marker, in flight"
+    );
 }

@@ -106,7 +106,9 @@ impl Drop for LeaseGuard<'_> {
             .end_lease_once
             .is_some_and(|started| started.load(Ordering::Acquire));
         match self.store {
-            LeaseStore::Marker(store) if started => end_lease_detached(store, key, self.owner, left),
+            LeaseStore::Marker(store) if started => {
+                end_lease_detached(store, key, self.owner, left)
+            }
             LeaseStore::Lock(provider) => provider.clone().release_detached(key, self.owner, left),
             LeaseStore::Permit(store) => {
                 store.clone().release_permit_detached(key, self.owner, left)

@@ -4,7 +4,8 @@ use std::time::Duration;
 
 use coord_core::provider::waiting::unanswered_looks;
 use coord_core::provider::{
-    BackendErrorKind, BoxFuture, LockGrant, LockProvider, LockRequest, OwnerToken, ReleaseOutcome, RenewOutcome,
+    BackendErrorKind, BoxFuture, LockGrant, LockProvider, LockRequest, OwnerToken, ReleaseOutcome,
+    RenewOutcome,
 };
 use coord_core::{BackendError, CallKey, FencingToken, LossCause};
 use tokio::time::Instant;

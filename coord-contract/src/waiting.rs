@@ -399,6 +399,83 @@ impl<S: QueueState> Drop for Ticket<S> {
 /// slow (each look already took a command timeout).
 pub const TIMED_OUT_LOOK_BACKOFF: Duration = Duration::from_millis(20);
 
+/// Looks that outlast a slow server: a look (or a first attempt before the wait) that fails
+/// with [`BackendErrorKind::Timeout`] (a statement waiting on a lock, a paused server) does
+/// not end a wait that has time left; it is looked at again after
+/// [`TIMED_OUT_LOOK_BACKOFF`] ([`TimedOutLooks::look`] answers [`Look::Pending`] for it).
+///
+/// Such a look may have taken effect with its reply lost (an acquire that granted), so the
+/// looks it wraps must be replay-safe for their owner: the same owner's next look finds its
+/// own grant and answers with it. A wait that ends refused (`timed_out`) while the latest
+/// look or first attempt had timed out is not a refusal but an unknown:
+/// [`TimedOutLooks::settle`] turns it into a `Timeout` error saying so
+/// ([`unanswered_looks`]), on which the caller releases by owner.
+///
+/// Any other error still ends the wait at once.
+#[derive(Debug, Default)]
+pub struct TimedOutLooks {
+    /// The looks that timed out since the last one that answered, and the latest's error.
+    unanswered: Mutex<Option<(u32, BackendError)>>,
+}
+
+impl TimedOutLooks {
+    /// No look timed out yet.
+    pub fn new() -> TimedOutLooks {
+        TimedOutLooks::default()
+    }
+
+    fn unanswered(&self) -> MutexGuard<'_, Option<(u32, BackendError)>> {
+        // Only a swap or a take runs under the lock: a poisoned one still holds a value.
+        self.unanswered.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Notes what one attempt or look answered: a timeout is remembered (and answers
+    /// `Ok(None)`: look again), any answer clears what was remembered (`Ok(Some(answer))`),
+    /// any other error is returned.
+    pub fn note<A>(&self, answered: Result<A, BackendError>) -> Result<Option<A>, BackendError> {
+        match answered {
+            Ok(answer) => {
+                *self.unanswered() = None;
+                Ok(Some(answer))
+            }
+            Err(err) if err.kind() == BackendErrorKind::Timeout => {
+                let mut unanswered = self.unanswered();
+                let count = unanswered.as_ref().map_or(0, |(n, _)| *n) + 1;
+                *unanswered = Some((count, err));
+                Ok(None)
+            }
+            Err(err) => Err(err),
+        }
+    }
+
+    /// One look of a wait: `looked`, with a timeout turned into "look again soon".
+    pub fn look<T>(
+        &self,
+        looked: Result<Look<T>, BackendError>,
+    ) -> Result<Look<T>, BackendError> {
+        Ok(self
+            .note(looked)?
+            .unwrap_or(Look::Pending(Some(TIMED_OUT_LOOK_BACKOFF))))
+    }
+
+    /// The wait's answer, once it ended: `refused` (the wait's `timed_out`) while the latest
+    /// look had timed out is the error [`unanswered_looks`] makes of it; anything else is
+    /// returned as it is.
+    pub fn settle<T>(
+        &self,
+        answer: Result<T, BackendError>,
+        refused: impl FnOnce(&T) -> bool,
+    ) -> Result<T, BackendError> {
+        match answer {
+            Ok(answer) if refused(&answer) => match self.unanswered().take() {
+                Some((count, err)) => Err(unanswered_looks(err, count)),
+                None => Ok(answer),
+            },
+            other => other,
+        }
+    }
+}
+
 /// The error of a wait that ended with looks unanswered: `last` (the latest look's timeout),
 /// saying that `count` looks in a row timed out, so that what they did (a grant whose reply
 /// was lost) is unknown. Kind [`BackendErrorKind::Timeout`], and the key of `last`.
@@ -437,21 +514,10 @@ pub fn unanswered_looks(last: BackendError, count: u32) -> BackendError {
 ///   look, and a look at or after the deadline that does not answer ends the wait with
 ///   `timed_out`.
 ///
-/// * **A look that timed out is looked again.** A look that fails with
-///   [`BackendErrorKind::Timeout`] (the server was slow: a statement waiting on a lock, a
-///   paused server) is retried, after [`TIMED_OUT_LOOK_BACKOFF`], while the deadline allows,
-///   so one slow round trip does not end a wait that has time left. Such a look may have
-///   taken effect with its reply lost (an acquire that granted): every look must therefore
-///   be replay-safe for its owner (the same owner's next look finds its own grant and
-///   answers with it). A wait whose deadline comes after a look that timed out, without a
-///   look answering since, ends with a `Timeout` error saying so ([`unanswered_looks`]),
-///   never with `timed_out`: what the unanswered look did is unknown, and the caller must
-///   treat it as a fault that may hide a grant (the runtime releases by owner).
-///
 /// What it does not promise: a bound on `joining` or on `look`'s own round trips (the
 /// provider bounds each, so the deadline can be overrun by one look); an order between
-/// waiters of different processes. Any other error from `joining` or `look` ends the wait
-/// with it.
+/// waiters of different processes. An error from `joining` or `look` ends the wait with it;
+/// a wait whose looks should outlast a slow server wraps them with [`TimedOutLooks`].
 pub async fn wait<S, T, J, F, Fut>(
     joining: J,
     rules: WaitRules,
@@ -476,43 +542,27 @@ where
     };
     let mut cue = Cue::Subscribed;
     let mut skip = rules.followers_wait_for_head && rules.wake == Wake::Head && !ticket.is_head();
-    // The looks that timed out since the last one that answered, and the latest's error.
-    let mut unanswered: Option<(u32, BackendError)> = None;
     loop {
         let lapse = if std::mem::take(&mut skip) {
             None
         } else {
-            match look(cue).await {
-                Ok(Look::Done(answer)) => return Ok(answer),
-                Ok(Look::DoneWatched(answer)) => {
+            match look(cue).await? {
+                Look::Done(answer) => return Ok(answer),
+                Look::DoneWatched(answer) => {
                     ticket.quiet = true;
                     return Ok(answer);
                 }
-                Ok(Look::Pending(lapse)) => {
-                    unanswered = None;
-                    match rules.recheck {
-                        Recheck::AsLooked => lapse,
-                        Recheck::Capped(cap) => Some(recheck_after(lapse, cap)),
-                    }
-                }
-                Err(err) if err.kind() == BackendErrorKind::Timeout => {
-                    let count = unanswered.as_ref().map_or(0, |(n, _)| *n) + 1;
-                    unanswered = Some((count, err));
-                    // Looked again soon, by every waiter (a follower too: its look timed
-                    // out, so it is watching).
-                    Some(TIMED_OUT_LOOK_BACKOFF)
-                }
-                Err(err) => return Err(err),
+                Look::Pending(lapse) => match rules.recheck {
+                    Recheck::AsLooked => lapse,
+                    Recheck::Capped(cap) => Some(recheck_after(lapse, cap)),
+                },
             }
         };
         let now = Instant::now();
         if deadline.is_some_and(|d| now >= d) {
-            return match unanswered {
-                Some((count, err)) => Err(unanswered_looks(err, count)),
-                None => Ok(timed_out),
-            };
+            return Ok(timed_out);
         }
-        let keeps_timer = rules.wake == Wake::All || unanswered.is_some() || ticket.is_head();
+        let keeps_timer = rules.wake == Wake::All || ticket.is_head();
         let timer = lapse
             .filter(|_| keeps_timer)
             .and_then(|lapse| now.checked_add(lapse));
@@ -797,16 +847,20 @@ mod tests {
         assert!(!queues.has_waiters(CHANNEL));
     }
 
-    /// A wait over `looks`: each call of the look answers the next item (the last repeats).
+    /// A wait over `looks`: each call of the look answers the next item (the last repeats);
+    /// wrapped in [`TimedOutLooks`] when `outlasting`.
     async fn wait_over(
         wake: Wake,
         deadline: Option<Instant>,
+        outlasting: bool,
         looks: Vec<Result<Look<&'static str>, BackendErrorKind>>,
     ) -> (Result<&'static str, BackendError>, usize) {
         let queues = Queues::<()>::new();
         let (ticket, ()) = queues.join(CHANNEL.to_owned(), wake, |_| (), |_| ());
         let calls = Arc::new(AtomicU64::new(0));
         let counted = calls.clone();
+        let timed_out_looks = Arc::new(TimedOutLooks::new());
+        let tracker = timed_out_looks.clone();
         let look = move |_: Cue| {
             let n = counted.fetch_add(1, Ordering::Relaxed) as usize;
             let answer = match &looks[n.min(looks.len() - 1)] {
@@ -814,6 +868,11 @@ mod tests {
                 Ok(Look::DoneWatched(a)) => Ok(Look::DoneWatched(*a)),
                 Ok(Look::Pending(l)) => Ok(Look::Pending(*l)),
                 Err(kind) => Err(BackendError::new(*kind, "no answer within 300ms")),
+            };
+            let answer = if outlasting {
+                tracker.look(answer)
+            } else {
+                answer
             };
             async move { answer }
         };
@@ -825,7 +884,25 @@ mod tests {
             look,
         )
         .await;
+        let answer = timed_out_looks.settle(answer, |a| *a == "timed out");
         (answer, calls.load(Ordering::Relaxed) as usize)
+    }
+
+    /// The control: a bare look that times out ends the wait with its error, however much of
+    /// the wait is left (what a waiting acquire on a slow server did before it wrapped its
+    /// looks).
+    #[tokio::test(start_paused = true)]
+    async fn a_bare_look_that_timed_out_ends_the_wait() {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let (answer, looks) = wait_over(
+            Wake::Head,
+            Some(deadline),
+            false,
+            vec![Err(BackendErrorKind::Timeout), Ok(Look::Done("granted"))],
+        )
+        .await;
+        assert_eq!(answer.unwrap_err().kind(), BackendErrorKind::Timeout);
+        assert_eq!(looks, 1);
     }
 
     #[tokio::test(start_paused = true)]
@@ -835,6 +912,7 @@ mod tests {
             let (answer, looks) = wait_over(
                 wake,
                 Some(deadline),
+                true,
                 vec![
                     Err(BackendErrorKind::Timeout),
                     Err(BackendErrorKind::Timeout),
@@ -852,6 +930,7 @@ mod tests {
             let (answer, _) = wait_over(
                 wake,
                 None,
+                true,
                 vec![Err(BackendErrorKind::Timeout), Ok(Look::Done("granted"))],
             )
             .await;
@@ -865,6 +944,7 @@ mod tests {
         let (answer, looks) = wait_over(
             Wake::Head,
             Some(deadline),
+            true,
             vec![Err(BackendErrorKind::Timeout)],
         )
         .await;
@@ -879,6 +959,7 @@ mod tests {
         let (answer, _) = wait_over(
             Wake::All,
             Some(deadline),
+            true,
             vec![Err(BackendErrorKind::Timeout), Ok(Look::Pending(None))],
         )
         .await;
@@ -891,6 +972,7 @@ mod tests {
         let (answer, looks) = wait_over(
             Wake::Head,
             Some(deadline),
+            true,
             vec![
                 Err(BackendErrorKind::Unavailable),
                 Ok(Look::Done("granted")),

@@ -2,9 +2,9 @@
 
 use std::time::Duration;
 
-use coord_core::provider::waiting::unanswered_looks;
+use coord_core::provider::waiting::TimedOutLooks;
 use coord_core::provider::{
-    BackendErrorKind, BoxFuture, LockGrant, LockProvider, LockRequest, OwnerToken, ReleaseOutcome,
+    BoxFuture, LockGrant, LockProvider, LockRequest, OwnerToken, ReleaseOutcome,
     RenewOutcome,
 };
 use coord_core::{BackendError, CallKey, FencingToken, LossCause};
@@ -87,23 +87,22 @@ impl Inner {
     ) -> Result<Option<LockGrant>, BackendError> {
         // `None`: a wait too long to represent: until granted or dropped.
         let deadline = Instant::now().checked_add(req.wait);
-        // A first attempt that timed out (the server is slow: a lock wait, a pause) does not
-        // end a wait that has time left: the wait's looks try again, by the same owner, so a
-        // grant it made with its reply lost is found (the statement answers "won" to its
-        // owner's resend).
-        let first_unanswered = match self.try_lock(req, false).await {
-            Ok(Attempt::Won(fence)) => return Ok(Some(grant(fence, false))),
-            Ok(Attempt::Held(_)) => None,
-            Err(err) if err.kind() == BackendErrorKind::Timeout => Some(err),
-            Err(err) => return Err(err),
-        };
+        // An attempt or look that timed out (the server is slow: a lock wait, a pause) does
+        // not end a wait that has time left: the wait looks again, by the same owner, so a
+        // grant made with its reply lost is found (the statement answers "won" to its owner's
+        // resend).
+        let timed_out = TimedOutLooks::new();
+        let timed_out = &timed_out;
+        if let Some(Attempt::Won(fence)) = timed_out.note(self.try_lock(req, false).await)? {
+            return Ok(Some(grant(fence, false)));
+        }
         // Held: listen, then try again marking the holder as waited for, so its release
         // notifies; look again at its lease's end at the latest.
         let retry = move |_: Cue| async move {
-            Ok(match self.try_lock(req, true).await? {
+            timed_out.look(self.try_lock(req, true).await.map(|attempt| match attempt {
                 Attempt::Won(fence) => Look::Done(Some(grant(fence, true))),
                 Attempt::Held(left) => Look::Pending(left),
-            })
+            }))
         };
         let answer = self
             .hub
@@ -114,14 +113,10 @@ impl Inner {
                 None,
                 retry,
             )
-            .await?;
-        match (answer, first_unanswered) {
-            // Not granted, and the first attempt's reply was lost: what it did may be unknown
-            // still (the deadline can come before any look, while joining), so the caller
-            // gets the fault, and the runtime releases by owner, rather than a refusal.
-            (None, Some(err)) => Err(unanswered_looks(err, 1)),
-            (answer, _) => Ok(answer),
-        }
+            .await;
+        // Not granted while the latest look's reply was lost: a fault (the runtime releases
+        // by owner), not a refusal.
+        timed_out.settle(answer, Option::is_none)
     }
 }
 

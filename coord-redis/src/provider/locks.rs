@@ -2,9 +2,9 @@
 
 use std::time::Duration;
 
-use coord_core::provider::waiting::unanswered_looks;
+use coord_core::provider::waiting::TimedOutLooks;
 use coord_core::provider::{
-    BackendErrorKind, BoxFuture, LockGrant, LockProvider, LockRequest, OwnerToken, ReleaseOutcome,
+    BoxFuture, LockGrant, LockProvider, LockRequest, OwnerToken, ReleaseOutcome,
     RenewOutcome,
 };
 use coord_core::{BackendError, CallKey, FencingToken, LossCause};
@@ -221,19 +221,16 @@ impl Inner {
         let deadline = Instant::now().checked_add(req.wait);
         // Tasks of this process already wait for this lock: queue behind them without a
         // round trip (their head watches the lock for all of them).
-        // A first attempt that timed out (a paused or slow server) does not end a wait that
-        // has time left: the wait's looks try again with the same token, so a grant it made
-        // with its reply lost is found (the scripts answer "taken" to their owner's resend).
-        let mut first_unanswered = None;
-        if !self.hub.has_waiters(lock) {
-            match self.try_lock(attempt, TryMode::FirstOfWait).await {
-                Ok(Attempt::Won(fence)) => return Ok(Some(grant(fence, false))),
-                Ok(Attempt::Held(_)) => {}
-                Err(err) if err.kind() == BackendErrorKind::Timeout => {
-                    first_unanswered = Some(err);
-                }
-                Err(err) => return Err(err),
-            }
+        // An attempt or look that timed out (a paused or slow server) does not end a wait
+        // that has time left: the wait looks again with the same token, so a grant made with
+        // its reply lost is found (the scripts answer "taken" to their owner's resend).
+        let timed_out = TimedOutLooks::new();
+        let timed_out = &timed_out;
+        if !self.hub.has_waiters(lock)
+            && let Some(Attempt::Won(fence)) =
+                timed_out.note(self.try_lock(attempt, TryMode::FirstOfWait).await)?
+        {
+            return Ok(Some(grant(fence, false)));
         }
 
         // The first waiting attempt found the lock held; from here on a retry also marks the
@@ -246,13 +243,12 @@ impl Inner {
                 return Ok(Look::Pending(Some(backstop_after(None))));
             }
             let more = self.hub.has_others(lock);
-            Ok(
-                match self.try_lock(attempt, TryMode::Watching { more }).await? {
-                    Attempt::Won(fence) if more => Look::DoneWatched(Some(grant(fence, true))),
-                    Attempt::Won(fence) => Look::Done(Some(grant(fence, true))),
-                    Attempt::Held(pttl) => Look::Pending(Some(backstop_after(pttl))),
-                },
-            )
+            let tried = self.try_lock(attempt, TryMode::Watching { more }).await;
+            timed_out.look(tried.map(|tried| match tried {
+                Attempt::Won(fence) if more => Look::DoneWatched(Some(grant(fence, true))),
+                Attempt::Won(fence) => Look::Done(Some(grant(fence, true))),
+                Attempt::Held(pttl) => Look::Pending(Some(backstop_after(pttl))),
+            }))
         };
         let answer = self
             .hub
@@ -264,14 +260,10 @@ impl Inner {
                 None,
                 retry,
             )
-            .await?;
-        match (answer, first_unanswered) {
-            // Not granted, and the first attempt's reply was lost: what it did may be unknown
-            // still (the deadline can come before any look, while joining), so the caller
-            // gets the fault, and the runtime releases by owner, rather than a refusal.
-            (None, Some(err)) => Err(unanswered_looks(err, 1)),
-            (answer, _) => Ok(answer),
-        }
+            .await;
+        // Not granted while the latest look's reply was lost: a fault (the runtime releases
+        // by owner), not a refusal.
+        timed_out.settle(answer, Option::is_none)
     }
 }
 

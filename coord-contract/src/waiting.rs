@@ -449,10 +449,7 @@ impl TimedOutLooks {
     }
 
     /// One look of a wait: `looked`, with a timeout turned into "look again soon".
-    pub fn look<T>(
-        &self,
-        looked: Result<Look<T>, BackendError>,
-    ) -> Result<Look<T>, BackendError> {
+    pub fn look<T>(&self, looked: Result<Look<T>, BackendError>) -> Result<Look<T>, BackendError> {
         Ok(self
             .note(looked)?
             .unwrap_or(Look::Pending(Some(TIMED_OUT_LOOK_BACKOFF))))

@@ -4,8 +4,7 @@ use std::time::Duration;
 
 use coord_core::provider::waiting::TimedOutLooks;
 use coord_core::provider::{
-    BoxFuture, LockGrant, LockProvider, LockRequest, OwnerToken, ReleaseOutcome,
-    RenewOutcome,
+    BoxFuture, LockGrant, LockProvider, LockRequest, OwnerToken, ReleaseOutcome, RenewOutcome,
 };
 use coord_core::{BackendError, CallKey, FencingToken, LossCause};
 use tokio::time::Instant;

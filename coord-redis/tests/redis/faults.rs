@@ -234,7 +234,10 @@ async fn waiting_acquire_outlasts_a_client_pause(client: Client) {
         Ok(v) => panic!("the control must time out in the pause: {v:?}"),
     }
     // Still inside the pause: the waiting acquire's first commands time out too.
-    assert!(paused_at.elapsed() < pause - TIMEOUT, "the pause ended too soon");
+    assert!(
+        paused_at.elapsed() < pause - TIMEOUT,
+        "the pause ended too soon"
+    );
     let b = OwnerToken::new();
     let grant = tokio::time::timeout(
         BOUND * 10,

@@ -8,6 +8,7 @@
 //! |---|---|---|
 //! | `synchronous_on_keeps_every_acknowledged_commit` | named in `synchronous_standby_names`, `synchronous_commit = on` | every committed charge and its record (a duplicate replays, the body does not run again); the lock row with the holder's fencing token and an expiry no earlier than the last renewal read on the primary, so the lock is still held; the next token is newer than the holder's |
 //! | `synchronous_remote_apply_keeps_every_acknowledged_commit` | the same with `synchronous_commit = remote_apply` | the same |
+//! | `synchronous_standby_gone_fails_writes_never_ok` | named, synchronous, its WAL receiver stopped (no failover) | coord's writes wait for it and fail with `Timeout`, never `Ok`; once it is back, no key stays blocked past its lease |
 //! | `asynchronous_lagging_standby_loses_what_it_never_received` (the control) | not named (asynchronous), its WAL receiver stopped before the lock and the calls (`primary_conninfo = ''`) | none of the charges or records (every duplicate runs its body again), no lock row (a second holder is granted at once), and the second holder's token is not newer than the first's: the sequence lost its advance too |
 //!
 //! A commit is visible to other sessions on the primary only after the synchronous standby
@@ -28,6 +29,8 @@ const CHARGES: usize = 20;
 const STANDBY: &str = "standby_a";
 const LEASE: Duration = Duration::from_secs(30);
 const RENEW: Duration = Duration::from_millis(300);
+/// The lease of the lock asked for while the synchronous standby is gone.
+const GONE_LEASE: Duration = Duration::from_secs(6);
 
 #[derive(Debug)]
 enum ChargeError {
@@ -334,5 +337,95 @@ async fn asynchronous_lagging_standby_loses_what_it_never_received() {
         "the sequence lost its advance too: the second holder's token {second} is not newer \
          than the first's {}",
         f.token
+    );
+}
+
+/// With the one standby that `synchronous_standby_names` names gone, every commit waits for
+/// it. coord's writes then fail within the command timeout, never `Ok`: a lock acquire with
+/// `Backend(Timeout)`, an idempotent call likewise and without running its body. Once the
+/// standby is back the waiting commits complete, and neither key stays blocked past its lease:
+/// the lock granted to nobody is free again when its lease ends, and the idempotent key runs
+/// its body once, at the latest when the in-flight lease of the claim nobody used ends.
+///
+/// Measured, not asserted: the lock was free only at the end of its lease, not when the standby
+/// came back. The background release of the acquire that timed out ran while the grant's
+/// commit still waited for the standby, when no other session could see the row yet, so it
+/// had nothing to release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn synchronous_standby_gone_fails_writes_never_ok() {
+    let (primary, standby) = cluster(Replication::Synchronous("on")).await;
+    let conninfo = standby.sql("SHOW primary_conninfo");
+    standby.sql("ALTER SYSTEM SET primary_conninfo = ''");
+    standby.sql("SELECT pg_reload_conf()");
+    await_condition("the standby to stop receiving", || {
+        primary.sql("SELECT count(*) FROM pg_stat_replication") == "0"
+    });
+    let (_provider, coord) = coordinator(&primary.url()).await;
+    let started = Instant::now();
+    let lock_key = || coord.key("fo.job").part("gone").finish();
+    let refused = coord.lock(lock_key()).lease(GONE_LEASE).acquire().await;
+    match refused {
+        Err(CoordError::Backend(e)) => assert_eq!(
+            e.kind(),
+            coord_core::provider::BackendErrorKind::Timeout,
+            "{e}"
+        ),
+        other => panic!("an acquire whose commit waits for a gone standby: {other:?}"),
+    }
+    let runs = AtomicUsize::new(0);
+    let charge_key = || coord.key("fo.charge_gone").part("o1").finish();
+    let call = || async {
+        coord
+            .idempotent(charge_key())
+            .in_flight_lease(Duration::from_secs(2))
+            .run(|| async {
+                runs.fetch_add(1, Ordering::SeqCst);
+                Ok::<_, CoordError>(7)
+            })
+            .await
+    };
+    let first = call().await;
+    assert!(
+        matches!(first, Err(CoordError::Backend(ref e)) if e.kind() == coord_core::provider::BackendErrorKind::Timeout),
+        "an idempotent call whose claim waits for a gone standby: {first:?}"
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 0, "no body ran");
+
+    // The standby comes back: the waiting commits complete.
+    standby.sql(&format!(
+        "ALTER SYSTEM SET primary_conninfo = '{}'",
+        conninfo.replace('\'', "''")
+    ));
+    standby.sql("SELECT pg_reload_conf()");
+    await_condition("the standby to be synchronous again", || {
+        primary.sql("SELECT sync_state FROM pg_stat_replication") == "sync"
+    });
+    let back = started.elapsed();
+    let lock_free;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        match coord.lock(lock_key()).lease(GONE_LEASE).try_acquire().await {
+            Ok(Some(_)) => break,
+            Ok(None) | Err(_) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            other => panic!("the lock granted to nobody stayed held: {other:?}"),
+        }
+    }
+    lock_free = started.elapsed();
+    loop {
+        match call().await {
+            Ok(7) => break,
+            Err(_) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            other => panic!("the idempotent key stayed blocked: {other:?}"),
+        }
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the body ran once");
+    println!(
+        "standby gone: both writes refused; standby back {back:?}, lock free {lock_free:?} \
+         (lease {GONE_LEASE:?}), idempotent key run {:?} after the first acquire",
+        started.elapsed()
     );
 }

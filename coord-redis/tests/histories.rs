@@ -39,8 +39,16 @@
 //!    bodies run twice or renewing holds that returned `Ok` while a newer token wrote; with
 //!    `replica_acks(1, ..)` and `min-replicas-to-write 1` and two replicas, zero violations
 //!    and locks granted on the majority side during the split; one replica with
-//!    acknowledgement runs in the long form. One cycle each in the short form (about 35 s);
-//!    `COORD_FAILOVER_SECS=<n>` repeats cycles for `n` seconds.
+//!    acknowledgement runs in the long form. Each half of that setting alone, two replicas:
+//!    the clients' `replica_acks` alone (servers at their defaults) must give zero violations
+//!    and no body run by a cut-off client on a call made after the cut, while the cut-off
+//!    primary still takes writes; `min-replicas-to-write` alone (clients without acks) must see
+//!    the cut-off primary refuse writes, no body run by a cut-off client on a call made after
+//!    that refusal, and no violation but those a call spanning the cut-to-refusal window
+//!    explains (how many is printed: the window's losses are expected, not required). One
+//!    cycle each in the short form (about 35 s; the two halves with the first client library
+//!    only); `COORD_FAILOVER_SECS=<n>` repeats cycles for `n` seconds, every case with every
+//!    client library.
 //!
 //! Every run draws a fresh seed, printed as `seed 0x…`; `COORD_HISTORY_SEED=0x…` replays that
 //! run's schedule. The short form (CI) runs the steps that hold every kind of fault once

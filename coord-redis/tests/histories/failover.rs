@@ -20,6 +20,14 @@
 //! A lock body writes `enter` and `exit` at the resource and does not act on a refusal: what
 //! is judged is what the lock promised its holder (that it held throughout, when it returned
 //! `Ok`), not what fencing saved.
+//!
+//! The controller also records, per cycle, which client processes were cut off and what the
+//! old primary answered a probe write (`SET failover-probe`, from the hub) during the split:
+//! refused with `NOREPLICAS` (when the servers run `min-replicas-to-write`; the moment is
+//! recorded) or taken (after the promotion). The test process reads that record beside the
+//! history, so that each setting's own mechanism is checked, not only its sum: which bodies
+//! cut-off clients ran on calls made after the cut, or after the refusal, and which
+//! violations a call spanning the window in which the old primary still took writes explains.
 
 use std::net::Ipv4Addr;
 use std::path::PathBuf;

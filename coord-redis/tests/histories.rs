@@ -1159,6 +1159,12 @@ fn main() {
                     run.cut_off_bodies_after_cut > 0,
                     "no cut-off client ran a body after the cut: the sides are not told apart"
                 );
+                // Every loss comes from the old primary taking writes alone, from the cut
+                // until it rejoined as a replica.
+                assert_eq!(
+                    run.unexplained_violations, 0,
+                    "violations the cut-off primary's writes do not explain: {r}"
+                );
                 run.discard();
             },
         );

@@ -167,9 +167,9 @@ pub(crate) struct Outcomes {
     /// The same for calls invoked after the old primary refused its first probe write.
     pub cut_off_bodies_after_refusal: usize,
     /// Violations none of whose calls spans a window in which the old primary still took
-    /// writes after a cut (invoked before the old primary refused a probe, or before the heal
-    /// when it never did, and ended after the cut or never): losses the cut-off primary's
-    /// acknowledged writes do not explain.
+    /// writes after a cut (invoked before the old primary refused a probe, or before it
+    /// rejoined as a replica when it never refused, and ended after the cut or never): losses
+    /// the cut-off primary's acknowledged writes do not explain.
     pub unexplained_violations: usize,
 }
 
@@ -188,6 +188,9 @@ impl Outcomes {
 struct Cycle {
     cut: u64,
     heal: u64,
+    /// When the old primary was seen rejoined as a replica (it took writes until then, unless
+    /// it refused them).
+    rejoined: u64,
     /// When the old primary first answered a probe write with an error (`NOREPLICAS`).
     refused: Option<u64>,
     /// When the old primary took a probe write after the promotion.
@@ -201,9 +204,10 @@ impl Cycle {
     fn line(&self) -> String {
         let pids: Vec<String> = self.cut_off.iter().map(u32::to_string).collect();
         format!(
-            "cycle {} {} {} {} {}",
+            "cycle {} {} {} {} {} {}",
             self.cut,
             self.heal,
+            self.rejoined,
             self.refused.unwrap_or(0),
             self.accepted.unwrap_or(0),
             pids.join(",")
@@ -213,7 +217,8 @@ impl Cycle {
     fn parse(line: &str) -> Option<Cycle> {
         let mut f = line.strip_prefix("cycle ")?.split(' ');
         let mut num = || f.next()?.parse::<u64>().ok();
-        let (cut, heal, refused, accepted) = (num()?, num()?, num()?, num()?);
+        let (cut, heal, rejoined) = (num()?, num()?, num()?);
+        let (refused, accepted) = (num()?, num()?);
         let cut_off = f
             .next()?
             .split(',')
@@ -222,6 +227,7 @@ impl Cycle {
         Some(Cycle {
             cut,
             heal,
+            rejoined,
             refused: Some(refused).filter(|t| *t != 0),
             accepted: Some(accepted).filter(|t| *t != 0),
             cut_off,
@@ -303,7 +309,8 @@ fn sides(events: &[Event], report: &Report, workers: &[u32], cycles: &[Cycle]) -
         }
     }
     // A call spans a window of writes the old primary took alone when it was invoked before
-    // the old primary refused (before the heal, if it never did) and had not ended by the cut.
+    // the old primary refused (before it rejoined, if it never did) and had not ended by the
+    // cut.
     let spans_window = |call: &coord_history::CallId| {
         let Some(&start) = invoked.get(call) else {
             return false;
@@ -311,7 +318,7 @@ fn sides(events: &[Event], report: &Report, workers: &[u32], cycles: &[Cycle]) -
         let end = completed.get(call).copied().unwrap_or(u64::MAX);
         cycles
             .iter()
-            .any(|c| start < c.refused.unwrap_or(c.heal) && end >= c.cut)
+            .any(|c| start < c.refused.unwrap_or(c.rejoined) && end >= c.cut)
     };
     let unexplained_violations = report
         .violations
@@ -846,13 +853,6 @@ pub(crate) fn controller() {
             }
         };
         let heal = now_ns();
-        cycles.push(Cycle {
-            cut,
-            heal,
-            refused,
-            accepted,
-            cut_off: minority_clients.iter().map(|&c| worker_pids[c]).collect(),
-        });
         lan.heal();
         fault(&rec, "primary-partition", false);
         poll(
@@ -864,6 +864,14 @@ pub(crate) fn controller() {
             },
         );
         fault(&rec, "old-primary-rejoined", true);
+        cycles.push(Cycle {
+            cut,
+            heal,
+            rejoined: now_ns(),
+            refused,
+            accepted,
+            cut_off: minority_clients.iter().map(|&c| worker_pids[c]).collect(),
+        });
         cycle += 1;
         if started.elapsed() >= Duration::from_secs(secs) {
             break;

@@ -235,17 +235,14 @@ async fn fail_over(replication: Replication) -> Failover {
             replayed += 1;
         }
     }
-    let second_holder = match coord
+    let second_holder = coord
         .lock(coord.key("fo.job").part("nightly").finish())
         .lease(LEASE)
         .fenced()
         .try_acquire()
         .await
         .expect("ask for the lock on the promoted server")
-    {
-        Some(guard) => Some(guard.fencing_token().expect("a fenced hold").get()),
-        None => None,
-    };
+        .map(|guard| guard.fencing_token().expect("a fenced hold").get());
     let next_token = coord
         .lock(coord.key("fo.job").part("other").finish())
         .fenced()
@@ -401,7 +398,6 @@ async fn synchronous_standby_gone_fails_writes_never_ok() {
         primary.sql("SELECT sync_state FROM pg_stat_replication") == "sync"
     });
     let back = started.elapsed();
-    let lock_free;
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         match coord.lock(lock_key()).lease(GONE_LEASE).try_acquire().await {
@@ -412,7 +408,7 @@ async fn synchronous_standby_gone_fails_writes_never_ok() {
             other => panic!("the lock granted to nobody stayed held: {other:?}"),
         }
     }
-    lock_free = started.elapsed();
+    let lock_free = started.elapsed();
     loop {
         match call().await {
             Ok(7) => break,

@@ -345,9 +345,10 @@ async fn asynchronous_lagging_standby_loses_what_it_never_received() {
 /// its body once, at the latest when the in-flight lease of the claim nobody used ends.
 ///
 /// Measured, not asserted: the lock was free only at the end of its lease, not when the standby
-/// came back. The background release of the acquire that timed out ran while the grant's
-/// commit still waited for the standby, when no other session could see the row yet, so it
-/// had nothing to release.
+/// came back. While the standby was gone, only the grant's and the claim's statements waited
+/// (for the standby); no clean-up statement waited behind them: the background clean-ups ran
+/// while those commits were invisible to other sessions, most likely found nothing to remove,
+/// and the rows appeared after them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn synchronous_standby_gone_fails_writes_never_ok() {
     let (primary, standby) = cluster(Replication::Synchronous("on")).await;

@@ -22,7 +22,7 @@ use crate::provider::{
 use crate::report::IdempotencyOutcome;
 use crate::runtime::call::{Call, replica_acks_refused};
 use crate::runtime::detach::DetachOnDrop;
-use crate::runtime::lease_guard::{LeaseGuard, LeaseStore};
+use crate::runtime::lease_guard::{LeaseGuard, LeaseStore, end_lease_detached};
 use crate::runtime::outcome::GuardedResult;
 use crate::runtime::renewal::{Hold, HoldKind, HoldTerms, Registration, Renewer, lease_checked};
 use crate::runtime::spec::IdempotencySpec;
@@ -216,11 +216,19 @@ where
         return output;
     };
     // Encode, and decode back before storing: a record that could not be replayed is never
-    // written. A value the codec cannot carry is reported like any other unstored outcome; the
-    // marker is left to lapse, so `on_abandoned` decides what a duplicate gets.
+    // written. A value the codec cannot carry is reported like any other unstored outcome, and
+    // `on_abandoned` decides what a duplicate gets: under "rerun" the marker is left to lapse
+    // (the duplicate runs the body again after the lease); under "fail" its lease is ended at
+    // once, as for a body stopped half-way, so duplicates get `OutcomeUnknown` now rather than
+    // `InFlight` for work that has finished.
     let payload = match call.coordinator.codec().encode_checked(ok) {
         Ok(bytes) => Arc::<[u8]>::from(bytes),
-        Err(message) => return not_stored(call, spec, output, NotStoredCause::Codec(message)),
+        Err(message) => {
+            if spec.on_abandoned == OnAbandoned::Fail {
+                end_lease_detached(store, call.key.clone(), hold.owner(), hold.lease_left());
+            }
+            return not_stored(call, spec, output, NotStoredCause::Codec(message));
+        }
     };
     call.telemetry().record_size(payload.len());
     // Counted for shutdown, which gives completions time to finish, also when the caller

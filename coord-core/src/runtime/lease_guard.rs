@@ -127,7 +127,7 @@ impl Drop for LeaseGuard<'_> {
 /// is no longer `owner`'s to end (completed, or lapsed and gone). A store that cannot end a
 /// lease (the contract's default over a store without renewal) answers with a configuration
 /// error, which no retry changes: the marker then lapses at the end of its lease.
-fn end_lease_detached(
+pub(crate) fn end_lease_detached(
     store: &Arc<dyn IdempotencyStore>,
     key: CallKey,
     owner: OwnerToken,

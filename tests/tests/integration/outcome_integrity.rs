@@ -404,6 +404,49 @@ async fn an_outcome_the_codec_cannot_carry_is_told_at_completion_and_never_store
     assert_eq!(p.completes.calls(), 0, "nothing undecodable is written");
 }
 
+#[idempotent(key_from = "key", coordinator = c, name = "oi.unencodable_fail", in_flight_lease = "30s", on_abandoned = "fail")]
+async fn unencodable_under_fail(
+    c: &Coordinator,
+    key: &str,
+    runs: Arc<AtomicUsize>,
+) -> Result<Unencodable, CoordError> {
+    runs.fetch_add(1, Ordering::SeqCst);
+    Ok(Unencodable)
+}
+
+/// Under `on_abandoned = "fail"` the body of a call whose outcome the codec cannot carry ran,
+/// and its outcome is nowhere: a duplicate learns that it is unknown at once, not `InFlight`
+/// until the 30 s lease ends, and does not run the body again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unencodable_outcome_under_fail_is_unknown_to_a_duplicate_at_once() {
+    let (_p, c) = setup("oi-codec-fail");
+    let runs = Arc::new(AtomicUsize::new(0));
+    let first = unencodable_under_fail(&c, "k", runs.clone()).await;
+    assert!(
+        matches!(
+            first,
+            Err(CoordError::OutcomeNotStored {
+                cause: NotStoredCause::Codec(_),
+                ..
+            })
+        ),
+        "got {first:?}"
+    );
+    // The lease is ended in the background: a duplicate may still find it in flight for a
+    // moment, never for anything near the 30 s lease.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        match unencodable_under_fail(&c, "k", runs.clone()).await {
+            Err(CoordError::OutcomeUnknown { .. }) => break,
+            Err(CoordError::InFlight { .. }) if std::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(5)).await
+            }
+            other => panic!("expected OutcomeUnknown well within the lease, got {other:?}"),
+        }
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the body ran once");
+}
+
 #[idempotent(key_from = "key", coordinator = c, name = "oi.optional")]
 async fn optional_key(
     c: &Coordinator,

@@ -434,11 +434,11 @@ async fn an_unencodable_outcome_under_fail_is_unknown_to_a_duplicate_at_once() {
     );
     // The lease is ended in the background: a duplicate may still find it in flight for a
     // moment, never for anything near the 30 s lease.
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         match unencodable_under_fail(&c, "k", runs.clone()).await {
             Err(CoordError::OutcomeUnknown { .. }) => break,
-            Err(CoordError::InFlight { .. }) if std::time::Instant::now() < deadline => {
+            Err(CoordError::InFlight { .. }) if Instant::now() < deadline => {
                 tokio::time::sleep(Duration::from_millis(5)).await
             }
             other => panic!("expected OutcomeUnknown well within the lease, got {other:?}"),

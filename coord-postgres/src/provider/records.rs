@@ -46,6 +46,7 @@ use super::locks::renew_outcome;
 use super::{
     Inner, MAX_MILLIS, PostgresProvider, from_ms, millis, owner_of, uuid_of, wake_payload,
 };
+use crate::sql::Sql;
 use crate::waiters::{Cue, Look, Wake};
 
 /// How many times a statement is sent again when the key's row changed under it (another
@@ -70,12 +71,12 @@ pub(crate) fn is_locked(err: &BackendError) -> bool {
 
 fn fingerprint_of(
     inner: &Inner,
-    bytes: Option<Vec<u8>>,
+    bytes: Option<&[u8]>,
     key: &CallKey,
 ) -> Result<Option<Fingerprint>, BackendError> {
     match bytes {
         None => Ok(None),
-        Some(bytes) => <[u8; 16]>::try_from(bytes.as_slice())
+        Some(bytes) => <[u8; 16]>::try_from(bytes)
             .map(|fp| Some(Fingerprint(fp)))
             .map_err(|_| {
                 BackendError::new(
@@ -97,7 +98,10 @@ impl Inner {
         if let Some(found) = self.replay(&req).await? {
             return Ok(found);
         }
-        self.claim_or_read(req).await
+        // Boxed: a replay (the common case) then carries, and moves, only the read's future,
+        // not the claim statement's loop; a first call pays one allocation beside two round
+        // trips and a commit.
+        Box::pin(self.claim_or_read(req)).await
     }
 
     /// The claim's first step: a plain read of the live record at the key (`RECORD_READ`: no
@@ -118,7 +122,7 @@ impl Inner {
         let Some(row) = rows.first() else {
             return Ok(None);
         };
-        let state: String = self.get(row, 0, "claim", key)?;
+        let state: &str = self.get(row, 0, "claim", key)?;
         let stored_owner: uuid::Uuid = self.get(row, 1, "claim", key)?;
         let expires_in: i64 = self.get(row, 5, "claim", key)?;
         let transactional: bool = self.get(row, 7, "claim", key)?;
@@ -140,10 +144,10 @@ impl Inner {
         owner: uuid::Uuid,
         key: &CallKey,
     ) -> Result<ClaimOutcome, BackendError> {
-        let state: Option<String> = self.get(row, at, "claim", key)?;
+        let state: Option<&str> = self.get(row, at, "claim", key)?;
         let stored_owner: Option<uuid::Uuid> = self.get(row, at + 1, "claim", key)?;
         let fingerprint = fingerprint_of(self, self.get(row, at + 2, "claim", key)?, key)?;
-        match state.as_deref() {
+        match state {
             Some("in_flight") => {
                 let lease_left: Option<i64> = self.get(row, at + 4, "claim", key)?;
                 match lease_left {
@@ -163,7 +167,7 @@ impl Inner {
                 }
             }
             Some("completed") => {
-                let payload: Option<Vec<u8>> = self.get(row, at + 3, "claim", key)?;
+                let payload: Option<&[u8]> = self.get(row, at + 3, "claim", key)?;
                 let age: Option<i64> = self.get(row, at + 6, "claim", key)?;
                 let payload = payload.ok_or_else(|| {
                     self.protocol("claim", key, "a completed record without a payload")
@@ -382,7 +386,7 @@ impl Inner {
     /// sending it again a few times, a few milliseconds apart, while it does.
     pub(crate) async fn query_unlocked(
         &self,
-        sql: &str,
+        sql: &Sql,
         params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
         what: &str,
         key: &CallKey,
@@ -402,7 +406,7 @@ impl Inner {
     /// Runs a statement answering `(flag, ...)` and returns the flag.
     async fn flag(
         &self,
-        sql: &str,
+        sql: &Sql,
         params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
         what: &str,
         key: &CallKey,

@@ -98,10 +98,19 @@ impl Inner {
         if let Some(found) = self.replay(&req).await? {
             return Ok(found);
         }
-        // Boxed: a replay (the common case) then carries, and moves, only the read's future,
-        // not the claim statement's loop; a first call pays one allocation beside two round
-        // trips and a commit.
-        Box::pin(self.claim_or_read(req)).await
+        self.claim_statement(req).await
+    }
+
+    /// [`Inner::claim_or_read`], boxed by a function of its own: a replay (the common case)
+    /// then carries, and moves, only the read's future, not the claim statement's loop. (Boxed
+    /// inline, `Box::pin(self.claim_or_read(req)).await`, the unboxed future would still take
+    /// its space in the caller's: a moved-from temporary keeps its slot across the await.) A
+    /// first call pays one allocation beside two round trips and a commit.
+    fn claim_statement<'a>(
+        &'a self,
+        req: ClaimRequest<'a>,
+    ) -> BoxFuture<'a, Result<ClaimOutcome, BackendError>> {
+        Box::pin(self.claim_or_read(req))
     }
 
     /// The claim's first step: a plain read of the live record at the key (`RECORD_READ`: no

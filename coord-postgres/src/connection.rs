@@ -3,10 +3,8 @@
 //! runtime that drives every connection of the provider's own ([`Drivers`]), and the one way a
 //! statement is sent ([`Link::query`]), bounded by the command timeout.
 
-use std::pin::Pin;
 use std::str::FromStr;
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use coord_core::BackendError;
@@ -124,17 +122,11 @@ impl Drivers {
     }
 }
 
-/// The future that reads and writes one connection's socket (tokio-postgres's `Connection`):
-/// a statement makes progress only while it is polled. `None` once it has ended (the socket
-/// closed or failed), which closes the client.
-type Driver = Option<Pin<Box<dyn Future<Output = Result<(), tokio_postgres::Error>> + Send>>>;
-
-/// Opens a connection on the current runtime (called on the drivers', so that its socket is
-/// registered with their reactor) and returns it unpolled: whoever uses it polls it.
+/// Opens a connection and spawns its task on the current runtime (called on the drivers').
 async fn open<T>(
     config: tokio_postgres::Config,
     tls: T,
-) -> Result<(Client, Driver), tokio_postgres::Error>
+) -> Result<(Client, JoinHandle<()>), tokio_postgres::Error>
 where
     T: tokio_postgres::tls::MakeTlsConnect<tokio_postgres::Socket> + Send + 'static,
     T::Stream: Send + 'static,
@@ -142,45 +134,10 @@ where
     <T::TlsConnect as tokio_postgres::tls::TlsConnect<tokio_postgres::Socket>>::Future: Send,
 {
     let (client, connection) = config.connect(tls).await?;
-    Ok((client, Some(Box::pin(connection))))
-}
-
-/// Polls `work`, which waits on the connection, together with the connection's `driver`, in
-/// the caller's task, until `work` is done. The request leaves from here, with no hand-over
-/// to another task; the answer wakes this task straight from the socket's reactor.
-async fn driven<F: Future>(driver: &mut Driver, work: F) -> F::Output {
-    let mut work = std::pin::pin!(work);
-    std::future::poll_fn(move |cx| {
-        if let Poll::Ready(output) = work.as_mut().poll(cx) {
-            return Poll::Ready(output);
-        }
-        let Some(connection) = driver.as_mut() else {
-            // Ended before: the client is closed, and `work` has failed or will on its own.
-            return Poll::Pending;
-        };
-        if connection.as_mut().poll(cx).is_ready() {
-            // Ended now: dropping it closes the client, so `work` fails instead of waiting.
-            *driver = None;
-        }
-        // The driver may have delivered `work`'s answer (or ended): look again.
-        work.as_mut().poll(cx)
-    })
-    .await
-}
-
-/// Whether the connection of `driver` is still open, found without waiting: an idle
-/// connection is polled by nobody, so an end of stream (the server closed the session) is
-/// read here, at checkout, by polling its driver once.
-fn still_open(driver: &mut Driver) -> bool {
-    let Some(connection) = driver.as_mut() else {
-        return false;
-    };
-    let mut cx = Context::from_waker(Waker::noop());
-    if connection.as_mut().poll(&mut cx).is_ready() {
-        *driver = None;
-        return false;
-    }
-    true
+    let task = tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    Ok((client, task))
 }
 
 /// The provider's own pool: connections made and driven on the provider's [`Drivers`],
@@ -194,62 +151,33 @@ pub(crate) struct OwnManager {
     tls: Tls,
 }
 
-/// A connection of the provider's own pool: the client, the driver of its socket (polled by
-/// the caller whose statement is in flight, by nobody while the connection is idle, closed
-/// with it), and the statements prepared on it, each in its statement's slot
-/// ([`Sql::slot`]).
+/// A connection of the provider's own pool: the client, the task on the drivers' runtime that
+/// reads and writes its socket (aborted with it), and the statements prepared on it, each in
+/// its statement's slot ([`Sql::slot`]).
 pub(crate) struct OwnConnection {
     client: Client,
     prepared: Vec<Option<Statement>>,
-    /// In a mutex only so that the connection is `Sync` (a pooled object is shared by
-    /// reference); it is only ever reached through `&mut` (`get_mut`), never locked.
-    driver: std::sync::Mutex<Driver>,
+    task: JoinHandle<()>,
 }
 
-/// `client.prepare(text)`, boxed by a function of its own: preparing happens once per
-/// statement and connection, and its future is large (about 15 kB); unboxed, or boxed inline
-/// (where a moved-from temporary keeps its slot across the await), every statement's future
-/// would carry and move that space.
-fn boxed_prepare<'a>(
-    client: &'a Client,
-    text: &'a str,
-) -> Pin<Box<dyn Future<Output = Result<Statement, tokio_postgres::Error>> + Send + 'a>> {
-    Box::pin(client.prepare(text))
+impl Drop for OwnConnection {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
 }
 
 impl OwnConnection {
-    fn parts(&mut self) -> (&Client, &mut Vec<Option<Statement>>, &mut Driver) {
-        let driver = self
-            .driver
-            .get_mut()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        (&self.client, &mut self.prepared, driver)
-    }
-
-    /// Runs `sql` (prepared once, kept in its slot), driving the connection meanwhile.
-    async fn query(
-        &mut self,
-        sql: &Sql,
-        params: &[&(dyn ToSql + Sync)],
-    ) -> Result<Vec<Row>, tokio_postgres::Error> {
-        let (client, prepared, driver) = self.parts();
+    /// `sql` prepared on this connection: from its slot, or prepared now and kept there.
+    async fn prepared(&mut self, sql: &Sql) -> Result<&Statement, tokio_postgres::Error> {
         let slot = sql.slot();
-        if prepared.get(slot).is_none_or(Option::is_none) {
-            let statement = driven(driver, boxed_prepare(client, sql.text())).await?;
-            if prepared.len() <= slot {
-                prepared.resize(slot + 1, None);
+        if self.prepared.get(slot).is_none_or(Option::is_none) {
+            let statement = boxed_prepare(&self.client, sql.text()).await?;
+            if self.prepared.len() <= slot {
+                self.prepared.resize(slot + 1, None);
             }
-            prepared[slot] = Some(statement);
+            self.prepared[slot] = Some(statement);
         }
-        let statement = prepared[slot].as_ref().expect("prepared above");
-        driven(driver, client.query(statement, params)).await
-    }
-
-    /// Waits until the server has answered every statement sent on the connection (an empty
-    /// query queued behind them), driving it meanwhile.
-    async fn drain(&mut self) {
-        let (client, _, driver) = self.parts();
-        let _ = driven(driver, client.simple_query("")).await;
+        Ok(self.prepared[slot].as_ref().expect("prepared just now"))
     }
 }
 
@@ -259,7 +187,7 @@ impl OwnManager {
     /// unboxed (or boxed inline, where a moved-from temporary keeps its slot across the await)
     /// every statement would carry and move the space of a whole connection handshake (about
     /// 17 kB; measured as a copy of that size per statement).
-    fn opening(&self) -> BoxFuture<'_, Result<(Client, Driver), tokio_postgres::Error>> {
+    fn opening(&self) -> BoxFuture<'_, Result<(Client, JoinHandle<()>), tokio_postgres::Error>> {
         let config = self.config.clone();
         match self.tls.clone() {
             Tls::None => Box::pin(self.drivers.run(open(config, NoTls))),
@@ -269,28 +197,37 @@ impl OwnManager {
     }
 }
 
+/// `client.prepare(text)`, boxed by a function of its own: preparing happens once per
+/// statement and connection, and its future is large; unboxed, or boxed inline (where a
+/// moved-from temporary keeps its slot across the await), every statement's future would
+/// carry and move that space.
+fn boxed_prepare<'a>(
+    client: &'a Client,
+    text: &'a str,
+) -> BoxFuture<'a, Result<Statement, tokio_postgres::Error>> {
+    Box::pin(client.prepare(text))
+}
+
 impl deadpool::managed::Manager for OwnManager {
     type Type = OwnConnection;
     type Error = tokio_postgres::Error;
 
     async fn create(&self) -> Result<OwnConnection, tokio_postgres::Error> {
-        let (client, driver) = self.opening().await?;
+        let (client, task) = self.opening().await?;
         Ok(OwnConnection {
             client,
             prepared: Vec::new(),
-            driver: std::sync::Mutex::new(driver),
+            task,
         })
     }
 
-    /// A connection whose socket has ended (found by polling its driver once) is not given
-    /// out again.
+    /// A connection whose task has seen its socket end is not given out again.
     async fn recycle(
         &self,
         connection: &mut OwnConnection,
         _: &Metrics,
     ) -> RecycleResult<tokio_postgres::Error> {
-        let (client, _, driver) = connection.parts();
-        if !still_open(driver) || client.is_closed() {
+        if connection.client.is_closed() {
             return Err(RecycleError::message("the connection is closed"));
         }
         Ok(())
@@ -469,45 +406,18 @@ pub(crate) enum Pooled {
     Application(deadpool_postgres::Object),
 }
 
-/// What must be polled beside any work on a pooled connection's client: the driver of a
-/// connection of the provider's own pool, nothing for an application's (its pool's tasks drive
-/// it).
-pub(crate) struct Attached<'a>(Option<&'a mut Driver>);
+impl std::ops::Deref for Pooled {
+    type Target = Client;
 
-impl Attached<'_> {
-    /// Runs `work` on the connection's client, driving the connection meanwhile.
-    pub(crate) async fn drive<F: Future>(self, work: F) -> F::Output {
-        match self.0 {
-            Some(driver) => driven(driver, work).await,
-            None => work.await,
+    fn deref(&self) -> &Client {
+        match self {
+            Pooled::Own(object) => &object.client,
+            Pooled::Application(object) => object,
         }
     }
 }
 
 impl Pooled {
-    /// The client, and what its work must be driven with ([`Attached::drive`]): a statement
-    /// sent on an own connection's client makes progress only while its driver is polled.
-    pub(crate) fn split(&mut self) -> (&Client, Attached<'_>) {
-        match self {
-            Pooled::Own(object) => {
-                let (client, _, driver) = object.parts();
-                (client, Attached(Some(driver)))
-            }
-            Pooled::Application(object) => (object, Attached(None)),
-        }
-    }
-
-    /// Whether the connection is known to be closed.
-    fn is_closed(&mut self) -> bool {
-        match self {
-            Pooled::Own(object) => {
-                let (client, _, driver) = object.parts();
-                driver.is_none() || client.is_closed()
-            }
-            Pooled::Application(object) => object.is_closed(),
-        }
-    }
-
     /// Runs `sql`, prepared once per connection.
     async fn query(
         &mut self,
@@ -515,20 +425,14 @@ impl Pooled {
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<Vec<Row>, tokio_postgres::Error> {
         match self {
-            Pooled::Own(object) => object.query(sql, params).await,
+            Pooled::Own(object) => {
+                let connection = &mut **object;
+                let statement = connection.prepared(sql).await?.clone();
+                connection.client.query(&statement, params).await
+            }
             Pooled::Application(object) => {
                 let statement = object.prepare_cached(sql.text()).await?;
                 object.query(&statement, params).await
-            }
-        }
-    }
-
-    /// Waits until the server has answered every statement sent on the connection.
-    async fn drain(&mut self) {
-        match self {
-            Pooled::Own(object) => object.drain().await,
-            Pooled::Application(object) => {
-                let _ = object.simple_query("").await;
             }
         }
     }
@@ -583,8 +487,7 @@ impl Drop for Checkout<'_> {
         drains.pending.fetch_add(1, Ordering::AcqRel);
         let timeout = self.link.timeout;
         self.link.drivers.spawn(async move {
-            let mut object = object;
-            let _ = tokio::time::timeout(timeout, object.drain()).await;
+            let _ = tokio::time::timeout(timeout, object.simple_query("")).await;
             object.close();
             drains.pending.fetch_sub(1, Ordering::AcqRel);
             drains.settled.notify_waiters();
@@ -630,13 +533,14 @@ impl Link {
             };
             let object = checkout.object.as_mut().expect("checked out");
             let outcome = object.query(sql, params).await;
+            let client: &Client = checkout.object.as_ref().expect("checked out");
             match outcome {
                 Ok(rows) => {
                     checkout.give_back();
                     Ok(rows)
                 }
                 Err(err) => {
-                    if !breaks_connection(&err) && !object.is_closed() {
+                    if !breaks_connection(&err) && !client.is_closed() {
                         checkout.give_back();
                     } else {
                         checkout.close();

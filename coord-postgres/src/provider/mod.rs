@@ -486,13 +486,10 @@ impl PostgresProviderBuilder {
         let mut slots = Slots::default();
         let sql = Statements::new(&q, &mut slots);
         let checking = async {
-            let mut pooled = pool
+            let client = pool
                 .get()
                 .await
                 .map_err(|e| pool_error(&e, "connecting", &address, timeout))?;
-            // A connection of the provider's own pool moves only while it is driven.
-            let (client, attached) = pooled.split();
-            attached.drive(async {
             let what = "checking the server";
             let version: i32 = client
                 .query_one("SELECT current_setting('server_version_num')::int", &[])
@@ -505,7 +502,7 @@ impl PostgresProviderBuilder {
                      12 or newer"
                 ))));
             }
-            let found = schema::read_version(client, &self.schema)
+            let found = schema::read_version(&*client, &self.schema)
                 .await
                 .map_err(|e| backend_error(&e, what, &address))?;
             schema::check_version(&self.schema, found).map_err(ConnectError::Schema)?;
@@ -516,7 +513,6 @@ impl PostgresProviderBuilder {
                 .map_err(|e| backend_error(&e, what, &address))?
                 .get(0);
             Ok::<_, ConnectError>(ServerClock::new(sent + sent.elapsed() / 2, server_ms))
-            }).await
         };
         let clock = match tokio::time::timeout(timeout.saturating_mul(3), checking).await {
             Ok(clock) => clock?,

@@ -177,11 +177,7 @@ fn switches() -> Switches {
 /// One coord hand-off on `key`: the holder releases; the waiter, marked and listening, is
 /// woken and takes the lock. The time from the release's start to the waiter's grant.
 /// `watcher` (a session of the bench's own) sees when the waiter has marked the holder's row.
-async fn coord_handoff(
-    provider: &PostgresProvider,
-    key: &CallKey,
-    watcher: &tokio_postgres::Client,
-) -> Duration {
+async fn coord_handoff(provider: &PostgresProvider, key: &CallKey, watcher: &Client) -> Duration {
     // coord: the holder releases; the waiter, marked and listening, is woken.
     let holder = OwnerToken::new();
     let lease = Duration::from_secs(30);

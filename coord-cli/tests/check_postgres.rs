@@ -447,126 +447,13 @@ fn a_pool_larger_than_the_connections_left_warns_and_no_slot_left_fails() {
     drop(held);
 }
 
-/// A streaming standby of `primary`, made with `pg_basebackup` and run in the primary's
-/// private directory, as the account the primary runs as (from root, through util-linux's
-/// `setpriv`, as the testing crate runs its servers); shut down on drop.
-struct Standby {
-    server: std::process::Child,
-    port: u16,
-}
-
-impl Standby {
-    fn of(primary: &PostgresServer) -> Standby {
-        use std::os::unix::fs::MetadataExt;
-        let bin = coord_postgres_testing::postgres_bin_dir();
-        let home = primary.socket_dir();
-        let data = home.join("standby");
-        let owner = std::fs::metadata(home).expect("the primary's directory");
-        let me = std::fs::metadata("/proc/self").expect("this process").uid();
-        // PostgreSQL refuses to run as root: as root, run as whoever runs the primary.
-        let command = |program: &str| {
-            let path = bin.join(program);
-            if me == owner.uid() {
-                Command::new(path)
-            } else {
-                let mut cmd = Command::new("setpriv");
-                cmd.arg(format!("--reuid={}", owner.uid()))
-                    .arg(format!("--regid={}", owner.gid()))
-                    .arg("--clear-groups")
-                    .arg(path);
-                cmd
-            }
-        };
-        let backup = command("pg_basebackup")
-            .arg("-D")
-            .arg(&data)
-            .args(["-h", "127.0.0.1", "-U", "postgres", "-R", "-X", "stream"])
-            .args([
-                "--no-sync",
-                "--checkpoint=fast",
-                "-p",
-                &primary.port().to_string(),
-            ])
-            .stdin(Stdio::null())
-            .output()
-            .expect("run pg_basebackup");
-        assert!(
-            backup.status.success(),
-            "pg_basebackup: {}",
-            String::from_utf8_lossy(&backup.stderr)
-        );
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
-        let log = std::fs::File::create(home.join("standby.log")).expect("a log file");
-        let server = command("postgres")
-            .arg("-D")
-            .arg(&data)
-            .arg("-k")
-            .arg(&data)
-            .args(["-p", &port.to_string(), "-c", "listen_addresses=127.0.0.1"])
-            .args(["-c", "shared_buffers=16MB", "-c", "cluster_name=standby_a"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::from(log.try_clone().unwrap()))
-            .stderr(Stdio::from(log))
-            .spawn()
-            .expect("start the standby");
-        let standby = Standby { server, port };
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-        while standby.sql("SELECT pg_is_in_recovery()") != "t" {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the standby did not come up: {}",
-                std::fs::read_to_string(home.join("standby.log")).unwrap_or_default()
-            );
-            std::thread::sleep(std::time::Duration::from_millis(50));
-        }
-        standby
-    }
-
-    fn url(&self) -> String {
-        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
-    }
-
-    /// One value from the standby, or empty while it does not answer.
-    fn sql(&self, sql: &str) -> String {
-        let out = Command::new(coord_postgres_testing::postgres_bin_dir().join("psql"))
-            .args([
-                "-h",
-                "127.0.0.1",
-                "-U",
-                "postgres",
-                "-d",
-                "postgres",
-                "-XAtc",
-                sql,
-            ])
-            .args(["-p", &self.port.to_string()])
-            .env("PGCONNECT_TIMEOUT", "5")
-            .stdin(Stdio::null())
-            .output()
-            .expect("run psql");
-        String::from_utf8_lossy(&out.stdout).trim().to_owned()
-    }
-}
-
-impl Drop for Standby {
-    fn drop(&mut self) {
-        // A fast shutdown (SIGINT) of the postmaster, which then ends its own processes.
-        let _ = Command::new("kill")
-            .args(["-INT", &self.server.id().to_string()])
-            .status();
-        let _ = self.server.wait();
-    }
-}
-
 #[test]
 fn a_standby_fails_and_its_primary_is_judged_by_its_synchronous_standbys() {
     let primary = PostgresServer::start_configured(durable(&[]));
     let url = primary.url();
     migrate(&url);
-    let standby = Standby::of(&primary);
+    // Durable like its primary: the check judges the standby's settings too.
+    let standby = primary.start_standby("standby_a", ServerOptions::new().durable());
 
     // coord cannot write to a standby.
     let run = check(&standby.url(), false, &[]);

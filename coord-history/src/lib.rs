@@ -29,6 +29,12 @@
 //! [`paused_holders`] is a run of its own, shared by the in-process and the Redis tests:
 //! holders of one renewing fenced lock paused past their lease, judged at a resource.
 //!
+//! [`exiting_leader`] is a run of its own, shared by the Redis and the PostgreSQL tests: a
+//! cluster single-flight leader whose process exits as soon as its callers are answered.
+//!
+//! [`child_process`] is the parent's side of a test binary with its own `main` that re-runs
+//! itself as child processes, and the scenario runner of such a `main`.
+//!
 //! [`replica_acks`] declares operations of every kind that override the provider's replica
 //! acknowledgement, which the replica-acknowledgement tests of every provider share.
 //!
@@ -38,9 +44,11 @@
 //! This crate is test support: it is not published and promises nothing about compatibility.
 
 pub mod check;
+pub mod child_process;
 pub mod clock;
 pub mod crash;
 pub mod event;
+pub mod exiting_leader;
 mod linearizable;
 pub mod nemesis;
 pub mod paused_holders;

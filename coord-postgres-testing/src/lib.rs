@@ -36,6 +36,7 @@
 //! | [`PostgresServer::terminate_connections`] | `pg_terminate_backend` of every session with a given `application_name` |
 //! | [`ServerOptions::max_connections`], [`PostgresServer::set_max_connections`] | a connection limit (the latter restarts the server cleanly) |
 //! | [`PostgresServer::set_read_only`] | `default_transaction_read_only`, reloaded: writes fail from each session's next statement |
+//! | [`PostgresServer::start_standby`], [`promote`](PostgresServer::promote) | a streaming standby of a server (`pg_basebackup`), promoted to a primary (`pg_promote`): a failover |
 //! | [`PostgresServer::sql`] | any SQL, as the superuser, through `psql` (bounded: fails after 20 s) |
 //!
 //! By default the server runs with `fsync = off` (a killed server keeps its commits: the

@@ -104,6 +104,76 @@ impl PostgresServer {
         panic!("PostgreSQL did not start (tried five ports); last log:\n{last_log}");
     }
 
+    /// Starts a streaming standby of this server, as `options` say, and waits until it
+    /// accepts (read-only) connections: a base backup of this server (`pg_basebackup -R -X
+    /// stream`, so it streams from this server's port), started with `cluster_name = name`,
+    /// which is the name the primary sees it by (`pg_stat_replication.application_name`, the
+    /// name `synchronous_standby_names` lists). The standby is a [`PostgresServer`] of its
+    /// own: killed and removed on drop, and [`promote`](Self::promote) makes it a primary.
+    ///
+    /// Whether commits wait for it is the primary's `synchronous_standby_names`, which this
+    /// does not set.
+    ///
+    /// # Panics
+    /// When the base backup fails or the standby does not start (with its log).
+    pub fn start_standby(&self, name: &str, options: ServerOptions) -> PostgresServer {
+        let dir = unique_dir("standby", self.owner.as_ref());
+        let mut backup = Command::new(self.bin.join("pg_basebackup"));
+        backup
+            .arg("-D")
+            .arg(dir.join("data"))
+            .args(["-h", HOST, "-p", &self.port.to_string(), "-U", "postgres"])
+            .args(["-R", "-X", "stream", "--no-sync", "--checkpoint=fast"])
+            .stdin(Stdio::null());
+        as_user(&mut backup, self.owner.as_ref());
+        let out = backup.output().unwrap_or_else(|e| {
+            panic!(
+                "could not run {}: {e}",
+                self.bin.join("pg_basebackup").display()
+            )
+        });
+        assert!(
+            out.status.success(),
+            "pg_basebackup: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let mut standby = PostgresServer {
+            port: free_port(),
+            dir,
+            bin: self.bin.clone(),
+            owner: self.owner.clone(),
+            options: options.setting("cluster_name", name),
+            child: None,
+        };
+        // A port taken in between is the only failure worth another try.
+        let mut last_log = String::new();
+        for _ in 0..5 {
+            match standby.launch() {
+                Ok(()) => return standby,
+                Err(log) => {
+                    last_log = log;
+                    standby.port = free_port();
+                }
+            }
+        }
+        panic!("the standby did not start; last log:\n{last_log}");
+    }
+
+    /// Promotes this standby to a primary (`pg_promote`, waiting up to 60 s): it replays
+    /// every WAL record it has received, leaves recovery and takes writes. What the old
+    /// primary committed and never sent here is not on it.
+    ///
+    /// # Panics
+    /// When this server is not a standby or the promotion does not finish in time.
+    pub fn promote(&self) {
+        assert_eq!(
+            self.sql("SELECT pg_promote(true, 60)"),
+            "t",
+            "the standby was not promoted within 60 s"
+        );
+        assert_eq!(self.sql("SELECT pg_is_in_recovery()"), "f");
+    }
+
     /// One server for the whole test process, started on first use and killed when the
     /// process exits. For suites that keep their cases apart by schema or namespace; do not
     /// pause, kill or restart it (the other cases use it too).
@@ -210,7 +280,8 @@ impl PostgresServer {
         };
         let mut lines = lock.lines();
         let ours = lines.next().map(str::trim) == Some(pid.to_string().as_str());
-        ours && lines.nth(6).map(str::trim) == Some("ready")
+        // A standby in hot standby says `standby` once it accepts connections.
+        ours && matches!(lines.nth(6).map(str::trim), Some("ready" | "standby"))
             && std::net::TcpStream::connect((HOST, self.port)).is_ok()
     }
 

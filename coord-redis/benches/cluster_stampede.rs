@@ -16,18 +16,19 @@
 //! set.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::io::Write;
 use std::time::{Duration, Instant};
 
 use coord_core::{CoordError, Coordinator, single_flight};
+use coord_history::child_process::ChildProcess;
 use coord_redis::RedisProvider;
 use coord_redis_testing::{RedisServer, command_at};
 
 const ROLE: &str = "COORD_BENCH_ROLE";
 const CALLERS: usize = 100;
 const PROCESSES: usize = 4;
+/// How long the parent waits for each line a child prints.
+const CHILD_LINE_WITHIN: Duration = Duration::from_secs(120);
 /// How long the body takes: a slow upstream, the case single-flight is for.
 const BODY: Duration = Duration::from_millis(300);
 
@@ -125,49 +126,13 @@ async fn child(role: &str) {
     let _ = std::io::stdout().flush();
 }
 
-struct Player {
-    child: Child,
-    lines: mpsc::Receiver<String>,
-}
-
-impl Player {
-    fn start(role: &str, server: &RedisServer, ns: &str) -> Player {
-        let mut child = Command::new(std::env::current_exe().expect("own path"))
-            .env(ROLE, role)
-            .env("COORD_BENCH_URL", server.url())
-            .env("COORD_BENCH_NS", ns)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("re-run this bench binary as a child");
-        let stdout = child.stdout.take().expect("piped");
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        Player { child, lines }
-    }
-
-    fn expect_line(&self, prefix: &str) -> String {
-        loop {
-            match self.lines.recv_timeout(Duration::from_secs(120)) {
-                Ok(line) if line.starts_with(prefix) => return line,
-                Ok(_) => {}
-                Err(_) => panic!("child {}: no {prefix:?} line", self.child.id()),
-            }
-        }
-    }
-}
-
-impl Drop for Player {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// A child process of this binary in `role`, reaching `server` under namespace `ns`.
+fn start_player(role: &str, server: &RedisServer, ns: &str) -> ChildProcess {
+    let mut command = ChildProcess::of_this_binary(ROLE, role);
+    command
+        .env("COORD_BENCH_URL", server.url())
+        .env("COORD_BENCH_NS", ns);
+    ChildProcess::spawn(command)
 }
 
 /// Calls per command, from `INFO commandstats`.
@@ -203,11 +168,11 @@ struct Round {
 
 fn stampede(server: &RedisServer, role: &str, round: usize) -> Round {
     let ns = format!("bench-{role}-{round}");
-    let players: Vec<Player> = (0..PROCESSES)
-        .map(|_| Player::start(role, server, &ns))
+    let players: Vec<ChildProcess> = (0..PROCESSES)
+        .map(|_| start_player(role, server, &ns))
         .collect();
     for p in &players {
-        p.expect_line("READY");
+        p.expect_line("READY", CHILD_LINE_WITHIN);
     }
     let runs_key = format!("{ns}:w:runs");
     command_at(server.port(), &["DEL", &runs_key]).expect("reset runs");
@@ -216,7 +181,7 @@ fn stampede(server: &RedisServer, role: &str, round: usize) -> Round {
     command_at(server.port(), &["SET", &format!("{ns}:w:go"), "1"]).expect("go");
     let mut leader_us = Vec::new();
     for p in &players {
-        let line = p.expect_line("DONE");
+        let line = p.expect_line("DONE", CHILD_LINE_WITHIN);
         if let Some(us) = line.strip_prefix("DONE leader_us=") {
             leader_us.push(us.parse::<f64>().expect("microseconds"));
         }

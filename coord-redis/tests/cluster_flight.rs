@@ -9,12 +9,11 @@
 //! `cluster_flight: N passed, M failed` and a non-zero exit status when anything failed.
 
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::io::Write;
 use std::time::{Duration, Instant};
 
 use coord_core::{CoordError, Coordinator, single_flight};
+use coord_history::child_process::{ChildProcess, field, run_scenarios};
 use coord_redis::RedisProvider;
 use coord_redis_testing::{RedisServer, command_at};
 use serde::{Deserialize, Serialize};
@@ -147,57 +146,14 @@ async fn child(role: &str) {
 
 // ---------------------------------------------------------------- the parent side
 
-/// A child process of this binary, with its stdout lines arriving on a channel.
-struct Player {
-    child: Child,
-    lines: mpsc::Receiver<String>,
-}
-
-impl Player {
-    fn start(role: &str, server: &RedisServer, ns: &str) -> Player {
-        let mut child = Command::new(std::env::current_exe().expect("own path"))
-            .env(ROLE, role)
-            .env("COORD_TEST_URL", server.url())
-            .env("COORD_TEST_NS", ns)
-            .env("RUST_LOG", "error")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("re-run this test binary as a child");
-        let stdout = child.stdout.take().expect("piped");
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        Player { child, lines }
-    }
-
-    /// Waits for a stdout line starting with `prefix`, returning it.
-    fn expect_line(&self, prefix: &str, within: Duration) -> String {
-        let deadline = Instant::now() + within;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.lines.recv_timeout(left) {
-                Ok(line) if line.starts_with(prefix) => return line,
-                Ok(_) => {}
-                Err(_) => panic!(
-                    "child {}: no line starting with {prefix:?} within {within:?}",
-                    self.child.id()
-                ),
-            }
-        }
-    }
-}
-
-impl Drop for Player {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// A child process of this binary in `role`, reaching `server` under namespace `ns`.
+fn start_player(role: &str, server: &RedisServer, ns: &str) -> ChildProcess {
+    let mut command = ChildProcess::of_this_binary(ROLE, role);
+    command
+        .env("COORD_TEST_URL", server.url())
+        .env("COORD_TEST_NS", ns)
+        .env("RUST_LOG", "error");
+    ChildProcess::spawn(command)
 }
 
 /// What one child reported.
@@ -207,23 +163,17 @@ struct Outcome {
 }
 
 fn parse_result(line: &str) -> Outcome {
-    let field = |name: &str| {
-        line.split(' ')
-            .find_map(|f| f.strip_prefix(name))
-            .unwrap_or_else(|| panic!("no {name} in {line:?}"))
-            .to_owned()
-    };
     let answers_at = line.find("answers=").expect("answers") + "answers=".len();
     Outcome {
-        answered: field("answered=").parse().expect("count"),
+        answered: field(line, "answered=").parse().expect("count"),
         answers: line[answers_at..].split('|').map(str::to_owned).collect(),
     }
 }
 
 /// Starts `PROCESSES` children in `role`, waits until each is connected, then lets them go.
-fn start_all(role: &str, server: &RedisServer, ns: &str) -> Vec<Player> {
-    let players: Vec<Player> = (0..PROCESSES)
-        .map(|_| Player::start(role, server, ns))
+fn start_all(role: &str, server: &RedisServer, ns: &str) -> Vec<ChildProcess> {
+    let players: Vec<ChildProcess> = (0..PROCESSES)
+        .map(|_| start_player(role, server, ns))
         .collect();
     for p in &players {
         p.expect_line("READY", Duration::from_secs(60));
@@ -286,18 +236,14 @@ fn killed_leader_is_replaced_by_exactly_one_follower(server: &RedisServer) {
     let leader = 'found: loop {
         assert!(Instant::now() < deadline, "no process started the body");
         for (index, p) in players.iter().enumerate() {
-            if p.lines
-                .try_recv()
-                .is_ok_and(|line| line.starts_with("BODY"))
-            {
+            if p.line("BODY", Duration::ZERO).is_some() {
                 break 'found index;
             }
         }
         std::thread::sleep(Duration::from_millis(1));
     };
     let mut killed = players.remove(leader);
-    killed.child.kill().expect("SIGKILL the leader");
-    let _ = killed.child.wait();
+    killed.kill();
     let killed_at = Instant::now();
     let mut answers = BTreeSet::new();
     for p in &players {
@@ -351,8 +297,6 @@ fn followers_see_the_leaders_error(server: &RedisServer) {
     );
 }
 
-type Scenario = fn(&RedisServer);
-
 fn main() {
     if let Ok(role) = std::env::var(ROLE) {
         tracing_subscriber::fmt()
@@ -368,47 +312,26 @@ fn main() {
         return;
     }
     let server = RedisServer::start();
-    let scenarios: [(&str, Scenario); 4] = [
-        (
-            "cluster_scope_runs_once_for_four_processes",
-            cluster_scope_runs_once_for_four_processes,
-        ),
-        (
-            "process_scope_runs_once_per_process",
-            process_scope_runs_once_per_process,
-        ),
-        (
-            "killed_leader_is_replaced_by_exactly_one_follower",
-            killed_leader_is_replaced_by_exactly_one_follower,
-        ),
-        (
-            "followers_see_the_leaders_error",
-            followers_see_the_leaders_error,
-        ),
-    ];
-    let filter: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with('-'))
-        .collect();
-    let (mut passed, mut failed) = (0, 0);
-    for (name, scenario) in scenarios {
-        if !filter.is_empty() && !filter.iter().any(|f| name.contains(f.as_str())) {
-            continue;
-        }
-        let started = Instant::now();
-        match std::panic::catch_unwind(|| scenario(&server)) {
-            Ok(()) => {
-                passed += 1;
-                println!("test {name} ... ok ({:?})", started.elapsed());
-            }
-            Err(_) => {
-                failed += 1;
-                println!("test {name} ... FAILED");
-            }
-        }
-    }
-    println!("cluster_flight: {passed} passed, {failed} failed");
-    if failed > 0 {
-        std::process::exit(1);
-    }
+    run_scenarios(
+        "cluster_flight",
+        &server,
+        &[
+            (
+                "cluster_scope_runs_once_for_four_processes",
+                cluster_scope_runs_once_for_four_processes,
+            ),
+            (
+                "process_scope_runs_once_per_process",
+                process_scope_runs_once_per_process,
+            ),
+            (
+                "killed_leader_is_replaced_by_exactly_one_follower",
+                killed_leader_is_replaced_by_exactly_one_follower,
+            ),
+            (
+                "followers_see_the_leaders_error",
+                followers_see_the_leaders_error,
+            ),
+        ],
+    );
 }

@@ -19,11 +19,10 @@
 //! Arguments that do not start with `-` filter cases by substring of `<name> [<client>]`.
 
 use coord_core::CallKey;
-use std::io::{BufRead, BufReader};
 use std::panic::AssertUnwindSafe;
-use std::process::{Child, Command, Stdio};
+use std::process::Stdio;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use coord_core::provider::{
@@ -31,6 +30,7 @@ use coord_core::provider::{
     LockProvider, LockRequest, OwnerToken, ReleaseOutcome,
 };
 use coord_core::{CoordError, Coordinator, distributed_lock, fencing_token, idempotent};
+use coord_history::child_process::ChildProcess;
 use coord_redis::fence::{FencedWrite, write_fenced};
 use coord_redis::{Client, RedisProvider};
 use coord_redis_testing::{RedisServer, Resp, SentinelSetup, command_at};
@@ -458,75 +458,26 @@ async fn child(role: &str) {
     }
 }
 
-/// A child process of this binary, with its stdout lines arriving on a channel.
-struct Player {
-    child: Child,
-    lines: mpsc::Receiver<String>,
-}
-
-impl Player {
-    fn start(
-        role: &str,
-        url: &str,
-        client: Client,
-        ns: &str,
-        witness: Option<&RedisServer>,
-    ) -> Player {
-        let mut cmd = Command::new(std::env::current_exe().expect("own path"));
-        cmd.env(ROLE, role)
-            .env("COORD_FS_URL", url)
-            .env("COORD_FS_NS", ns)
-            .env("COORD_FS_CLIENT", label(client))
-            .env("RUST_LOG", "error")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null());
-        if let Some(w) = witness {
-            cmd.env("COORD_FS_WITNESS", w.url());
-        }
-        let mut child = cmd.spawn().expect("re-run this test binary as a child");
-        let stdout = child.stdout.take().expect("piped");
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        Player { child, lines }
+/// A child process of this binary in `role`, for `client` on the server at `url` under
+/// namespace `ns`, writing to `witness` when given.
+fn start_player(
+    role: &str,
+    url: &str,
+    client: Client,
+    ns: &str,
+    witness: Option<&RedisServer>,
+) -> ChildProcess {
+    let mut command = ChildProcess::of_this_binary(ROLE, role);
+    command
+        .env("COORD_FS_URL", url)
+        .env("COORD_FS_NS", ns)
+        .env("COORD_FS_CLIENT", label(client))
+        .env("RUST_LOG", "error")
+        .stderr(Stdio::null());
+    if let Some(w) = witness {
+        command.env("COORD_FS_WITNESS", w.url());
     }
-
-    /// The next stdout line starting with `prefix`, or `None` after `within`.
-    fn line(&self, prefix: &str, within: Duration) -> Option<String> {
-        let deadline = Instant::now() + within;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.lines.recv_timeout(left) {
-                Ok(line) if line.starts_with(prefix) => return Some(line),
-                Ok(_) => {}
-                Err(_) => return None,
-            }
-        }
-    }
-
-    fn expect_line(&self, prefix: &str, within: Duration) -> String {
-        self.line(prefix, within)
-            .unwrap_or_else(|| panic!("the child printed no {prefix:?} line within {within:?}"))
-    }
-
-    fn signal(&self, sig: libc::c_int) {
-        // Our own child, not yet reaped (it is reaped only in drop): the pid cannot have been
-        // reused by another process.
-        let rc = unsafe { libc::kill(self.child.id() as libc::pid_t, sig) };
-        assert_eq!(rc, 0, "signal {sig} to child {}", self.child.id());
-    }
-}
-
-impl Drop for Player {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+    ChildProcess::spawn(command)
 }
 
 // ---------------------------------------------------------------- holder faults (processes)
@@ -536,7 +487,7 @@ fn kill9_holder(client: Client) -> Seen {
     let mut seen = Seen::default();
     let server = RedisServer::start();
     let ns = "fs-kill";
-    let holder = Player::start("hold-renewed", &server.url(), client, ns, None);
+    let holder = start_player("hold-renewed", &server.url(), client, ns, None);
     holder.expect_line("ACQUIRED", Duration::from_secs(20));
     let rt = runtime();
     rt.block_on(async {
@@ -584,7 +535,7 @@ fn sigstop_renewed_holder(client: Client) -> Seen {
     let mut seen = Seen::default();
     let server = RedisServer::start();
     let ns = "fs-stop-renewed";
-    let holder = Player::start("hold-renewed", &server.url(), client, ns, None);
+    let holder = start_player("hold-renewed", &server.url(), client, ns, None);
     holder.expect_line("ACQUIRED", Duration::from_secs(20));
     holder.signal(libc::SIGSTOP);
     let stopped = Instant::now();
@@ -642,7 +593,7 @@ fn sigstop_unrenewed_holder(client: Client) -> Seen {
     let server = RedisServer::start();
     let witness = RedisServer::start();
     let ns = "fs-stop-fenced";
-    let holder = Player::start("hold-then-write", &server.url(), client, ns, Some(&witness));
+    let holder = start_player("hold-then-write", &server.url(), client, ns, Some(&witness));
     let acquired = holder.expect_line("ACQUIRED", Duration::from_secs(20));
     holder.signal(libc::SIGSTOP);
     let old: u64 = acquired["ACQUIRED ".len()..].parse().expect("token");
@@ -1494,8 +1445,8 @@ fn hot_keys_processes(client: Client) -> Seen {
     let witness = RedisServer::start();
     let ns = format!("fs-hot-{}", label(client));
     let started = Instant::now();
-    let players: Vec<Player> = (0..s.processes)
-        .map(|_| Player::start("hammer", &server.url(), client, &ns, Some(&witness)))
+    let players: Vec<ChildProcess> = (0..s.processes)
+        .map(|_| start_player("hammer", &server.url(), client, &ns, Some(&witness)))
         .collect();
     let (mut rejected, mut failed) = (0, 0);
     for p in &players {

@@ -7,12 +7,11 @@
 //! `processes: N passed, M failed` and a non-zero exit status when anything failed.
 
 use coord_core::CallKey;
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use coord_core::{CoordError, Coordinator, distributed_lock, fencing_token, idempotent};
+use coord_history::child_process::{ChildProcess, run_scenarios};
 use coord_redis::RedisProvider;
 use coord_redis::fence::{FencedWrite, write_fenced};
 use coord_redis_testing::{RedisServer, command_at};
@@ -176,93 +175,16 @@ async fn child(role: &str) {
 
 // ---------------------------------------------------------------- the parent side
 
-/// A child process of this binary, with its stdout lines arriving on a channel.
-struct Player {
-    child: Child,
-    lines: mpsc::Receiver<String>,
-    stderr: Option<std::thread::JoinHandle<String>>,
-}
-
-impl Player {
-    fn start(role: &str, server: &RedisServer, ns: &str) -> Player {
-        let mut child = Command::new(std::env::current_exe().expect("own path"))
-            .env(ROLE, role)
-            .env("COORD_TEST_URL", server.url())
-            .env("COORD_TEST_NS", ns)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("re-run this test binary as a child");
-        let stdout = child.stdout.take().expect("piped");
-        let stderr = child.stderr.take().expect("piped");
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let stderr = std::thread::spawn(move || {
-            let mut all = String::new();
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                all.push_str(&line);
-                all.push('\n');
-            }
-            all
-        });
-        Player {
-            child,
-            lines,
-            stderr: Some(stderr),
-        }
-    }
-
-    /// Waits for a stdout line starting with `prefix`, returning it.
-    fn expect_line(&self, prefix: &str, within: Duration) -> String {
-        let deadline = Instant::now() + within;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.lines.recv_timeout(left) {
-                Ok(line) if line.starts_with(prefix) => return line,
-                Ok(_) => {}
-                Err(_) => panic!("no line starting with {prefix:?} within {within:?}"),
-            }
-        }
-    }
-
-    fn signal(&self, sig: libc::c_int) {
-        // Our own child, not yet reaped: the pid cannot have been reused.
-        let rc = unsafe { libc::kill(self.child.id() as libc::pid_t, sig) };
-        assert_eq!(rc, 0, "signal {sig} to child {}", self.child.id());
-    }
-
-    /// Waits for the child to exit and returns its stderr.
-    fn finish(mut self, within: Duration) -> String {
-        let deadline = Instant::now() + within;
-        loop {
-            if self.child.try_wait().expect("wait").is_some() {
-                break;
-            }
-            if Instant::now() > deadline {
-                let _ = self.child.kill();
-                panic!("child did not exit within {within:?}");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        self.stderr
-            .take()
-            .and_then(|h| h.join().ok())
-            .unwrap_or_default()
-    }
-}
-
-impl Drop for Player {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// A child process of this binary in `role`, reaching `server` under namespace `ns`, its
+/// stderr kept for [`ChildProcess::finish`].
+fn start_player(role: &str, server: &RedisServer, ns: &str) -> ChildProcess {
+    let mut command = ChildProcess::of_this_binary(ROLE, role);
+    command
+        .env("COORD_TEST_URL", server.url())
+        .env("COORD_TEST_NS", ns)
+        .env("RUST_LOG", "warn")
+        .stderr(Stdio::piped());
+    ChildProcess::spawn(command)
 }
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -318,8 +240,8 @@ fn lock_key(c: &Coordinator, op: &str, slot: u32) -> CallKey {
 /// strictly increase in the order the holders held the lock.
 fn four_processes_never_overlap_and_fence_in_order(server: &RedisServer) {
     let ns = "xproc-lock";
-    let players: Vec<Player> = (0..4)
-        .map(|_| Player::start("contend", server, ns))
+    let players: Vec<ChildProcess> = (0..4)
+        .map(|_| start_player("contend", server, ns))
         .collect();
     for p in &players {
         p.expect_line("DONE", Duration::from_secs(240));
@@ -356,8 +278,8 @@ fn four_processes_never_overlap_and_fence_in_order(server: &RedisServer) {
 /// every permit has a token of its own, and no permit is left held after the run.
 fn eight_processes_share_three_permits(server: &RedisServer) {
     let ns = "xproc-permits";
-    let players: Vec<Player> = (0..8)
-        .map(|_| Player::start("permits", server, ns))
+    let players: Vec<ChildProcess> = (0..8)
+        .map(|_| start_player("permits", server, ns))
         .collect();
     for p in &players {
         p.expect_line("DONE", Duration::from_secs(240));
@@ -395,9 +317,7 @@ fn eight_processes_share_three_permits(server: &RedisServer) {
 /// all 4 get the same result.
 fn four_processes_charge_once(server: &RedisServer) {
     let ns = "xproc-idem";
-    let players: Vec<Player> = (0..4)
-        .map(|_| Player::start("charge", server, ns))
-        .collect();
+    let players: Vec<ChildProcess> = (0..4).map(|_| start_player("charge", server, ns)).collect();
     let results: Vec<String> = players
         .iter()
         .map(|p| p.expect_line("RESULT", Duration::from_secs(60)))
@@ -423,7 +343,7 @@ fn frozen_renewing_holder_is_cancelled_on_resume(server: &RedisServer) {
     let ns = "xproc-freeze";
     let rt = runtime();
     let c = parent_coordinator(&rt, server, ns);
-    let holder = Player::start("hold-renewed", server, ns);
+    let holder = start_player("hold-renewed", server, ns);
     holder.expect_line("ACQUIRED", Duration::from_secs(20));
     holder.signal(libc::SIGSTOP);
     let stopped_at = Instant::now();
@@ -457,7 +377,7 @@ fn frozen_unrenewed_holder_is_fenced_off(server: &RedisServer) {
     let ns = "xproc-fence";
     let rt = runtime();
     let c = parent_coordinator(&rt, server, ns);
-    let holder = Player::start("hold-then-write", server, ns);
+    let holder = start_player("hold-then-write", server, ns);
     let acquired = holder.expect_line("ACQUIRED", Duration::from_secs(20));
     holder.signal(libc::SIGSTOP);
     let old: u64 = acquired["ACQUIRED ".len()..].parse().unwrap();
@@ -498,7 +418,7 @@ fn killed_holder_is_replaced_within_lease_plus_one_second(server: &RedisServer) 
     let ns = "xproc-kill";
     let rt = runtime();
     let c = parent_coordinator(&rt, server, ns);
-    let holder = Player::start("hold-renewed", server, ns);
+    let holder = start_player("hold-renewed", server, ns);
     holder.expect_line("ACQUIRED", Duration::from_secs(20));
     holder.signal(libc::SIGKILL);
     let killed_at = Instant::now();
@@ -514,8 +434,6 @@ fn killed_holder_is_replaced_within_lease_plus_one_second(server: &RedisServer) 
 }
 
 /// One scenario of this binary, run against the shared server.
-type Scenario = fn(&RedisServer);
-
 fn main() {
     if let Ok(role) = std::env::var(ROLE) {
         tracing_subscriber::fmt()
@@ -526,52 +444,31 @@ fn main() {
         return;
     }
     let server = RedisServer::start();
-    let scenarios: [(&str, Scenario); 6] = [
-        (
-            "four_processes_never_overlap_and_fence_in_order",
-            four_processes_never_overlap_and_fence_in_order,
-        ),
-        ("four_processes_charge_once", four_processes_charge_once),
-        (
-            "eight_processes_share_three_permits",
-            eight_processes_share_three_permits,
-        ),
-        (
-            "frozen_renewing_holder_is_cancelled_on_resume",
-            frozen_renewing_holder_is_cancelled_on_resume,
-        ),
-        (
-            "frozen_unrenewed_holder_is_fenced_off",
-            frozen_unrenewed_holder_is_fenced_off,
-        ),
-        (
-            "killed_holder_is_replaced_within_lease_plus_one_second",
-            killed_holder_is_replaced_within_lease_plus_one_second,
-        ),
-    ];
-    let filter: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with('-'))
-        .collect();
-    let (mut passed, mut failed) = (0, 0);
-    for (name, scenario) in scenarios {
-        if !filter.is_empty() && !filter.iter().any(|f| name.contains(f.as_str())) {
-            continue;
-        }
-        let started = Instant::now();
-        match std::panic::catch_unwind(|| scenario(&server)) {
-            Ok(()) => {
-                passed += 1;
-                println!("test {name} ... ok ({:?})", started.elapsed());
-            }
-            Err(_) => {
-                failed += 1;
-                println!("test {name} ... FAILED");
-            }
-        }
-    }
-    println!("processes: {passed} passed, {failed} failed");
-    if failed > 0 {
-        std::process::exit(1);
-    }
+    run_scenarios(
+        "processes",
+        &server,
+        &[
+            (
+                "four_processes_never_overlap_and_fence_in_order",
+                four_processes_never_overlap_and_fence_in_order,
+            ),
+            ("four_processes_charge_once", four_processes_charge_once),
+            (
+                "eight_processes_share_three_permits",
+                eight_processes_share_three_permits,
+            ),
+            (
+                "frozen_renewing_holder_is_cancelled_on_resume",
+                frozen_renewing_holder_is_cancelled_on_resume,
+            ),
+            (
+                "frozen_unrenewed_holder_is_fenced_off",
+                frozen_unrenewed_holder_is_fenced_off,
+            ),
+            (
+                "killed_holder_is_replaced_within_lease_plus_one_second",
+                killed_holder_is_replaced_within_lease_plus_one_second,
+            ),
+        ],
+    );
 }

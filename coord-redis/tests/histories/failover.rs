@@ -20,6 +20,14 @@
 //! A lock body writes `enter` and `exit` at the resource and does not act on a refusal: what
 //! is judged is what the lock promised its holder (that it held throughout, when it returned
 //! `Ok`), not what fencing saved.
+//!
+//! The controller also records, per cycle, which client processes were cut off and what the
+//! old primary answered a probe write (`SET failover-probe`, from the hub) during the split:
+//! refused with `NOREPLICAS` (when the servers run `min-replicas-to-write`; the moment is
+//! recorded) or taken (after the promotion). The test process reads that record beside the
+//! history, so that each setting's own mechanism is checked, not only its sum: which bodies
+//! cut-off clients ran on calls made after the cut, or after the refusal, and which
+//! violations a call spanning the window in which the old primary still took writes explains.
 
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
@@ -63,9 +71,10 @@ const CALM: Duration = Duration::from_millis(1500);
 pub(crate) struct Setting {
     /// Replicas of the primary (1 or 2).
     pub replicas: usize,
-    /// `replica_acks(1, ..)` on the clients and `min-replicas-to-write 1`,
-    /// `min-replicas-max-lag 2` on the servers.
-    pub acks: bool,
+    /// `replica_acks(1, ACK_WAIT)` on the clients.
+    pub client_acks: bool,
+    /// `min-replicas-to-write 1`, `min-replicas-max-lag 2` on the servers.
+    pub min_replicas: bool,
 }
 
 impl Setting {
@@ -74,10 +83,21 @@ impl Setting {
             "{}-replica{}-{}",
             self.replicas,
             if self.replicas == 1 { "" } else { "s" },
-            if self.acks { "acks" } else { "no-acks" }
+            match (self.client_acks, self.min_replicas) {
+                (true, true) => "acks",
+                (true, false) => "client-acks-only",
+                (false, true) => "min-replicas-only",
+                (false, false) => "no-acks",
+            }
         )
     }
 }
+
+/// `min-replicas-max-lag` on the servers when `min_replicas` is set, in seconds.
+const MAX_LAG_SECS: &str = "2";
+/// The key the controller writes at the old primary to see whether it still takes writes
+/// (outside every namespace the clients use).
+const PROBE_KEY: &str = "failover-probe";
 
 // Host layout: servers first, then the Sentinels' host, then the clients.
 fn sentinel_host(setting: Setting) -> usize {
@@ -129,6 +149,28 @@ pub(crate) struct Outcomes {
     pub rejoin_ms: u64,
     /// The merged history, for `check` (the case removes it when it passes).
     pub history: PathBuf,
+    /// The controller's record of each cycle (cut, heal, the cut-off clients' processes, what
+    /// the old primary answered its probe writes), removed with the history.
+    pub cycles_file: PathBuf,
+    /// Cycles run, and how many of them saw the old primary refuse a probe write during the
+    /// split (`NOREPLICAS`) and accept one after the promotion.
+    pub cycles: usize,
+    pub refusing_cycles: usize,
+    pub accepting_cycles: usize,
+    /// Mean time from a cut to the old primary's first refused probe write, in milliseconds
+    /// (0 when it never refused).
+    pub refusal_ms: u64,
+    /// Bodies (a lock's `enter` at the resource, an idempotent body's effect) that ran before
+    /// the heal for calls of cut-off clients invoked after their cycle's cut: each had its
+    /// grant or claim from the old primary alone.
+    pub cut_off_bodies_after_cut: usize,
+    /// The same for calls invoked after the old primary refused its first probe write.
+    pub cut_off_bodies_after_refusal: usize,
+    /// Violations none of whose calls spans a window in which the old primary still took
+    /// writes after a cut (invoked before the old primary refused a probe, or before it
+    /// rejoined as a replica when it never refused, and ended after the cut or never): losses
+    /// the cut-off primary's acknowledged writes do not explain.
+    pub unexplained_violations: usize,
 }
 
 impl Outcomes {
@@ -136,11 +178,174 @@ impl Outcomes {
     pub fn discard(&self) {
         if std::env::var_os("COORD_HISTORY_KEEP").is_none() {
             let _ = std::fs::remove_file(&self.history);
+            let _ = std::fs::remove_file(&self.cycles_file);
         }
     }
 }
 
-fn figures(events: &[Event], report: Report, history: PathBuf) -> Outcomes {
+/// One failover cycle as the controller saw it.
+#[derive(Debug, Clone)]
+struct Cycle {
+    cut: u64,
+    heal: u64,
+    /// When the old primary was seen rejoined as a replica (it took writes until then, unless
+    /// it refused them).
+    rejoined: u64,
+    /// When the old primary first answered a probe write with an error (`NOREPLICAS`).
+    refused: Option<u64>,
+    /// When the old primary took a probe write after the promotion.
+    accepted: Option<u64>,
+    /// The client processes cut off with the old primary.
+    cut_off: Vec<u32>,
+}
+
+impl Cycle {
+    /// One line of the cycles file.
+    fn line(&self) -> String {
+        let pids: Vec<String> = self.cut_off.iter().map(u32::to_string).collect();
+        format!(
+            "cycle {} {} {} {} {} {}",
+            self.cut,
+            self.heal,
+            self.rejoined,
+            self.refused.unwrap_or(0),
+            self.accepted.unwrap_or(0),
+            pids.join(",")
+        )
+    }
+
+    fn parse(line: &str) -> Option<Cycle> {
+        let mut f = line.strip_prefix("cycle ")?.split(' ');
+        let mut num = || f.next()?.parse::<u64>().ok();
+        let (cut, heal, rejoined) = (num()?, num()?, num()?);
+        let (refused, accepted) = (num()?, num()?);
+        let cut_off = f
+            .next()?
+            .split(',')
+            .map(|p| p.parse().ok())
+            .collect::<Option<Vec<u32>>>()?;
+        Some(Cycle {
+            cut,
+            heal,
+            rejoined,
+            refused: Some(refused).filter(|t| *t != 0),
+            accepted: Some(accepted).filter(|t| *t != 0),
+            cut_off,
+        })
+    }
+}
+
+/// The cycles file: a `workers` line with every client process's id, then one line a cycle.
+fn read_cycles(path: &std::path::Path) -> (Vec<u32>, Vec<Cycle>) {
+    let text = std::fs::read_to_string(path).expect("the controller wrote its cycles");
+    let mut workers = Vec::new();
+    let mut cycles = Vec::new();
+    for line in text.lines() {
+        if let Some(pids) = line.strip_prefix("workers ") {
+            workers = pids.split(',').filter_map(|p| p.parse().ok()).collect();
+        } else {
+            cycles.push(Cycle::parse(line).unwrap_or_else(|| panic!("a cycle line: {line}")));
+        }
+    }
+    (workers, cycles)
+}
+
+/// What the cycles say about the calls of cut-off clients and the violations.
+struct Sides {
+    bodies_after_cut: usize,
+    bodies_after_refusal: usize,
+    unexplained_violations: usize,
+}
+
+fn sides(events: &[Event], report: &Report, workers: &[u32], cycles: &[Cycle]) -> Sides {
+    let mut invoked = std::collections::HashMap::new();
+    let mut completed = std::collections::HashMap::new();
+    for e in events {
+        match e {
+            Event::Invoke(i) => {
+                // The clients' histories name their own process ids; the controller names the
+                // processes it started (`ip netns exec` execs, keeping the id). Were they to
+                // differ, no call would be counted as cut off and the checks below would pass
+                // for nothing.
+                assert!(
+                    workers.contains(&i.pid),
+                    "call {} is from process {}, not one of the clients started ({workers:?})",
+                    i.call,
+                    i.pid
+                );
+                invoked.insert(i.call, i.at);
+            }
+            Event::Complete(c) => {
+                completed.insert(c.call, c.at);
+            }
+            _ => {}
+        }
+    }
+    // A body ran at `at` for `call`: counted when the call is a cut-off client's, invoked after
+    // `from` of its cycle (the cut, or the refusal) and the body ran before the heal.
+    let body_after = |call: coord_history::CallId, at: u64, from: fn(&Cycle) -> Option<u64>| {
+        let Some(&start) = invoked.get(&call) else {
+            return false;
+        };
+        cycles.iter().any(|c| {
+            c.cut_off.contains(&call.pid())
+                && from(c).is_some_and(|from| start >= from)
+                && at < c.heal
+        })
+    };
+    let mut bodies_after_cut = 0;
+    let mut bodies_after_refusal = 0;
+    for e in events {
+        let (call, at) = match e {
+            Event::Resource(w) if w.phase == Phase::Enter => (w.call, w.at),
+            Event::Effect(x) if x.kind == EffectKind::Body => (x.call, x.at),
+            _ => continue,
+        };
+        if body_after(call, at, |c| Some(c.cut)) {
+            bodies_after_cut += 1;
+        }
+        if body_after(call, at, |c| c.refused) {
+            bodies_after_refusal += 1;
+        }
+    }
+    // A call spans a window of writes the old primary took alone when it was invoked before
+    // the old primary refused (before it rejoined, if it never did) and had not ended by the
+    // cut.
+    let spans_window = |call: &coord_history::CallId| {
+        let Some(&start) = invoked.get(call) else {
+            return false;
+        };
+        let end = completed.get(call).copied().unwrap_or(u64::MAX);
+        cycles
+            .iter()
+            .any(|c| start < c.refused.unwrap_or(c.rejoined) && end >= c.cut)
+    };
+    let unexplained_violations = report
+        .violations
+        .iter()
+        .filter(|v| {
+            !v.events.iter().any(|e| {
+                let call = match e {
+                    Event::Invoke(i) => i.call,
+                    Event::Complete(c) => c.call,
+                    Event::Resource(w) => w.call,
+                    Event::Effect(x) => x.call,
+                    _ => return false,
+                };
+                spans_window(&call)
+            })
+        })
+        .count();
+    Sides {
+        bodies_after_cut,
+        bodies_after_refusal,
+        unexplained_violations,
+    }
+}
+
+fn figures(events: &[Event], report: Report, history: PathBuf, cycles_file: PathBuf) -> Outcomes {
+    let (workers, cycles) = read_cycles(&cycles_file);
+    let sides = sides(events, &report, &workers, &cycles);
     // Split windows: from each observed promotion to the next heal.
     let mut promotions: Vec<u64> = Vec::new();
     let mut heals: Vec<u64> = Vec::new();
@@ -212,6 +417,24 @@ fn figures(events: &[Event], report: Report, history: PathBuf) -> Outcomes {
     }
     let minutes = report.span as f64 / 60e9;
     Outcomes {
+        cycles: cycles.len(),
+        refusing_cycles: cycles.iter().filter(|c| c.refused.is_some()).count(),
+        accepting_cycles: cycles.iter().filter(|c| c.accepted.is_some()).count(),
+        refusal_ms: {
+            let waits: Vec<u64> = cycles
+                .iter()
+                .filter_map(|c| Some(c.refused?.saturating_sub(c.cut)))
+                .collect();
+            if waits.is_empty() {
+                0
+            } else {
+                waits.iter().sum::<u64>() / waits.len() as u64 / 1_000_000
+            }
+        },
+        cut_off_bodies_after_cut: sides.bodies_after_cut,
+        cut_off_bodies_after_refusal: sides.bodies_after_refusal,
+        unexplained_violations: sides.unexplained_violations,
+        cycles_file,
         report,
         locks_ok_in_split,
         idempotent_ok_in_split,
@@ -246,7 +469,8 @@ pub(crate) fn run(client: Client, setting: Setting) -> Outcomes {
             .env(crate::ROLE, ROLE_RUN)
             .env("COORD_FAILOVER_LAN", lan.prefix())
             .env("COORD_FAILOVER_REPLICAS", setting.replicas.to_string())
-            .env("COORD_FAILOVER_ACKS", if setting.acks { "1" } else { "0" })
+            .env("COORD_FAILOVER_ACKS", flag(setting.client_acks))
+            .env("COORD_FAILOVER_MIN_REPLICAS", flag(setting.min_replicas))
             .env("COORD_HISTORY_CLIENT", name)
             .env("COORD_HISTORY_OUT", &history)
             .env("COORD_FAILOVER_SECS_RUN", run_secs().to_string())
@@ -276,7 +500,7 @@ pub(crate) fn run(client: Client, setting: Setting) -> Outcomes {
     );
     let events = coord_history::read_jsonl(&history).expect("the controller wrote the history");
     let report = coord_history::check(&events);
-    let outcomes = figures(&events, report, history.clone());
+    let outcomes = figures(&events, report, history.clone(), cycles_path(&history));
     let r = &outcomes.report;
     println!(
         "histories/{name}/failover {} (seed {:#x}, {:.1} s, history {}): {} faults {:?}; {} \
@@ -284,7 +508,9 @@ pub(crate) fn run(client: Client, setting: Setting) -> Outcomes {
          held-throughout {}, no-overlap {}, tokens-grow {}; resource writes {} admitted / {} \
          refused; errors {:.0}/min ({} lock, {} idempotent); double-holder window {} ms; ok \
          during splits: {} lock, {} idempotent; mean cut to promotion {} ms, heal to rejoin {} \
-         ms",
+         ms; old primary refused a probe write in {} (mean {} ms after the cut) and took one \
+         after the promotion in {} of {} cycles; cut-off bodies after the cut {}, after the refusal {}; violations \
+         unexplained by the cut-off primary's writes {}",
         setting.name(),
         crate::seed(),
         started.elapsed().as_secs_f64(),
@@ -309,6 +535,13 @@ pub(crate) fn run(client: Client, setting: Setting) -> Outcomes {
         outcomes.idempotent_ok_in_split,
         outcomes.promotion_ms,
         outcomes.rejoin_ms,
+        outcomes.refusing_cycles,
+        outcomes.refusal_ms,
+        outcomes.accepting_cycles,
+        outcomes.cycles,
+        outcomes.cut_off_bodies_after_cut,
+        outcomes.cut_off_bodies_after_refusal,
+        outcomes.unexplained_violations,
     );
     if let Some(v) = r.violations.first() {
         print!("  for example: {v}");
@@ -327,6 +560,15 @@ pub(crate) fn run(client: Client, setting: Setting) -> Outcomes {
     }
     drop(lan);
     outcomes
+}
+
+fn flag(on: bool) -> &'static str {
+    if on { "1" } else { "0" }
+}
+
+/// Where the controller writes its cycles, beside the history.
+fn cycles_path(history: &std::path::Path) -> PathBuf {
+    history.with_extension("cycles")
 }
 
 // ---------------------------------------------------------------- the controller
@@ -372,6 +614,16 @@ fn named_master(sentinels: &[LanServer]) -> Option<Ipv4Addr> {
     named
 }
 
+/// A write at `server`: `Some(true)` taken, `Some(false)` refused with an error
+/// (`NOREPLICAS`), `None` when it did not answer.
+fn probe(server: &LanServer) -> Option<bool> {
+    match server.command(&["SET", PROBE_KEY, "x"]) {
+        Ok(Resp::Simple(ok)) if ok == "OK" => Some(true),
+        Ok(Resp::Error(e)) if e.starts_with("NOREPLICAS") => Some(false),
+        _ => None,
+    }
+}
+
 fn fault(rec: &Recorder, fault: &str, start: bool) {
     rec.push(Event::Fault(Fault {
         at: now_ns(),
@@ -385,7 +637,12 @@ fn fault(rec: &Recorder, fault: &str, start: bool) {
 pub(crate) fn controller() {
     let replicas: usize = var("COORD_FAILOVER_REPLICAS").parse().expect("replicas");
     let acks = var("COORD_FAILOVER_ACKS") == "1";
-    let setting = Setting { replicas, acks };
+    let min_replicas = var("COORD_FAILOVER_MIN_REPLICAS") == "1";
+    let setting = Setting {
+        replicas,
+        client_acks: acks,
+        min_replicas,
+    };
     let lan = TestLan::attach(&var("COORD_FAILOVER_LAN"), hosts(setting));
     let client = var("COORD_HISTORY_CLIENT");
     let out = PathBuf::from(var("COORD_HISTORY_OUT"));
@@ -393,12 +650,12 @@ pub(crate) fn controller() {
     let seed: u64 = var("COORD_HISTORY_SEED_CHILD").parse().expect("seed");
 
     let mut server_args = vec!["--appendonly", "yes", "--appendfsync", "always"];
-    if acks {
+    if min_replicas {
         server_args.extend([
             "--min-replicas-to-write",
             "1",
             "--min-replicas-max-lag",
-            "2",
+            MAX_LAG_SECS,
         ]);
     }
     let primary_ip = lan.ip(0).to_string();
@@ -460,7 +717,7 @@ pub(crate) fn controller() {
                 let child = TestLan::command_in(&lan.host(client_host(setting, c)), &exe)
                     .env(crate::ROLE, ROLE_WORKER)
                     .env("COORD_FAILOVER_SENTINELS", sentinel_urls.join(","))
-                    .env("COORD_FAILOVER_ACKS", if acks { "1" } else { "0" })
+                    .env("COORD_FAILOVER_ACKS", flag(acks))
                     .env("COORD_FAILOVER_WITNESS", &socket)
                     .env("COORD_FAILOVER_STOP", &stop)
                     .env("COORD_HISTORY_CLIENT", &client)
@@ -495,6 +752,8 @@ pub(crate) fn controller() {
             callers.len() >= CLIENTS
         },
     );
+    let worker_pids: Vec<u32> = workers.0.iter().map(|(child, _)| child.id()).collect();
+    let mut cycles: Vec<Cycle> = Vec::new();
     let rec = Recorder::new();
     let started = Instant::now();
     let mut cycle = 0;
@@ -504,8 +763,12 @@ pub(crate) fn controller() {
         let old_host = (0..=replicas)
             .find(|&h| lan.ip(h) == old)
             .expect("the master is one of the servers");
-        let minority: Vec<usize> = (0..MINORITY)
-            .map(|i| client_host(setting, (cycle * MINORITY + i) % CLIENTS))
+        let minority_clients: Vec<usize> = (0..MINORITY)
+            .map(|i| (cycle * MINORITY + i) % CLIENTS)
+            .collect();
+        let minority: Vec<usize> = minority_clients
+            .iter()
+            .map(|&c| client_host(setting, c))
             .collect();
         let mut cut_off = vec![old_host];
         cut_off.extend(&minority);
@@ -514,10 +777,21 @@ pub(crate) fn controller() {
             .collect();
         fault(&rec, "primary-partition", true);
         lan.cut(&cut_off, &others);
+        let cut = now_ns();
+        let old_server = &servers[old_host];
+        // With `min-replicas-to-write`, the old primary is watched for the moment it starts
+        // refusing writes, while the promotion is awaited.
+        let mut refused = None;
+        let look_for_refusal = |refused: &mut Option<u64>| {
+            if min_replicas && refused.is_none() && probe(old_server) == Some(false) {
+                *refused = Some(now_ns());
+            }
+        };
         poll(
             "the Sentinels to promote a replica",
             Duration::from_secs(60),
             || {
+                look_for_refusal(&mut refused);
                 named_master(&sentinels).is_some_and(|m| {
                     m != old
                         && servers
@@ -529,6 +803,17 @@ pub(crate) fn controller() {
         );
         fault(&rec, "sentinel-promotion", true);
         let promoted = now_ns();
+        if min_replicas {
+            // No replica acknowledges the cut-off primary any more: it refuses once the last
+            // acknowledgement is `min-replicas-max-lag` old (acknowledgements come every
+            // second). Given far longer here; a primary that never refuses is what the case
+            // reports.
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while refused.is_none() && Instant::now() < deadline {
+                look_for_refusal(&mut refused);
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
         std::thread::sleep(SPLIT_AFTER_PROMOTION);
         if replicas >= 2 {
             // Two replicas must keep the majority side available: the split lasts until two
@@ -552,9 +837,24 @@ pub(crate) fn controller() {
             );
             std::thread::sleep(Duration::from_millis(500));
         }
+        // Whether the old primary, still cut off, takes a write once a replica was promoted:
+        // at the servers' defaults it does (only the clients' `WAIT` then refuses a grant).
+        let accepted = {
+            let deadline = Instant::now() + Duration::from_secs(5);
+            loop {
+                match probe(old_server) {
+                    Some(true) => break Some(now_ns()),
+                    Some(false) => break None,
+                    None if Instant::now() < deadline => {
+                        std::thread::sleep(Duration::from_millis(100));
+                    }
+                    None => break None,
+                }
+            }
+        };
+        let heal = now_ns();
         lan.heal();
         fault(&rec, "primary-partition", false);
-        let old_server = &servers[old_host];
         poll(
             "the old primary to rejoin as a replica",
             Duration::from_secs(120),
@@ -564,6 +864,14 @@ pub(crate) fn controller() {
             },
         );
         fault(&rec, "old-primary-rejoined", true);
+        cycles.push(Cycle {
+            cut,
+            heal,
+            rejoined: now_ns(),
+            refused,
+            accepted,
+            cut_off: minority_clients.iter().map(|&c| worker_pids[c]).collect(),
+        });
         cycle += 1;
         if started.elapsed() >= Duration::from_secs(secs) {
             break;
@@ -589,6 +897,10 @@ pub(crate) fn controller() {
     }
     events.extend(witness.events());
     coord_history::write_jsonl(&out, &events).expect("write the merged history");
+    let pids: Vec<String> = worker_pids.iter().map(u32::to_string).collect();
+    let mut lines = vec![format!("workers {}", pids.join(","))];
+    lines.extend(cycles.iter().map(Cycle::line));
+    std::fs::write(cycles_path(&out), lines.join("\n") + "\n").expect("write the cycles");
     let _ = std::fs::remove_file(&stop);
     let _ = std::fs::remove_file(&socket);
     drop(sentinels);

@@ -150,7 +150,9 @@ async fn charge_once(c: &Coordinator, order: u32, runs: Runs) -> Result<u32, Coo
 
 /// Through Sentinel: a record whose completion the replica acknowledged is still there after
 /// the primary crashes right after the call and the replica is promoted, so the duplicate
-/// replays it instead of running the body again.
+/// replays it instead of running the body again. Its control,
+/// [`without_acks_a_record_is_lost_with_the_crashed_primary`], shows the same crash losing an
+/// unacknowledged record.
 async fn an_acknowledged_record_survives_the_primary_crashing(client: Client) {
     let mut setup = coord_redis_testing::SentinelSetup::start();
     let provider = RedisProvider::sentinel(
@@ -191,8 +193,111 @@ async fn an_acknowledged_record_survives_the_primary_crashing(client: Client) {
     );
 }
 
+/// One field of the server's `INFO replication`, when it answers.
+fn replication_field(server: &coord_redis_testing::RedisServer, field: &str) -> Option<String> {
+    let info = server.command(&["INFO", "replication"]).text()?;
+    info.lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .map(|v| v.trim().to_owned())
+}
+
+/// Waits (up to 30 s) until `done` holds of `server`'s `INFO replication`.
+fn await_replication(
+    server: &coord_redis_testing::RedisServer,
+    what: &str,
+    done: impl Fn(&coord_redis_testing::RedisServer) -> bool,
+) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !done(server) {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The control of [`an_acknowledged_record_survives_the_primary_crashing`]: the same call and
+/// crash without `replica_acks`, with the replica's applying of the replication stream held
+/// back (`CLIENT PAUSE .. WRITE` on the replica: it reads the stream but does not apply it) so
+/// the record is on the crashed primary only. The replica drops the stream it had not applied
+/// when its link to the dead primary closes, is promoted without the record, and the
+/// duplicate runs the body a second time. Asserting that second run makes the loss part of
+/// what is tested: were the record kept anyway, this test would fail, and the survival above
+/// would not be credited to the acknowledgement.
+async fn without_acks_a_record_is_lost_with_the_crashed_primary(client: Client) {
+    let mut setup = coord_redis_testing::SentinelSetup::start();
+    let provider = RedisProvider::sentinel(
+        coord_redis_testing::SentinelSetup::MASTER_NAME,
+        setup.sentinel_urls(),
+    )
+    .client(client)
+    .command_timeout(Duration::from_secs(3))
+    .connect()
+    .await
+    .expect("connect through Sentinel");
+    let c = Coordinator::builder()
+        .namespace("noacks-failover")
+        .provider(provider)
+        .build()
+        .expect("coordinator");
+    let runs = Runs::default();
+    let applied = |s: &coord_redis_testing::RedisServer| {
+        replication_field(s, "slave_repl_offset").and_then(|v| v.parse::<u64>().ok())
+    };
+    let read = |s: &coord_redis_testing::RedisServer| {
+        replication_field(s, "slave_read_repl_offset").and_then(|v| v.parse::<u64>().ok())
+    };
+    let paused = setup
+        .replica()
+        .command(&["CLIENT", "PAUSE", "60000", "WRITE"]);
+    assert_eq!(paused.text().as_deref(), Some("OK"), "{paused:?}");
+    let before = replication_field(setup.master(), "master_repl_offset")
+        .and_then(|v| v.parse::<u64>().ok())
+        .expect("the primary reports its offset");
+    assert_eq!(charge_once(&c, 41, runs.clone()).await.unwrap(), 42);
+    let written = replication_field(setup.master(), "master_repl_offset")
+        .and_then(|v| v.parse::<u64>().ok())
+        .expect("the primary reports its offset");
+    assert!(written > before, "the record was written after the pause");
+    // The record's writes reached the replica, which holds them unapplied.
+    await_replication(setup.replica(), "the replica to read the record", |r| {
+        read(r).is_some_and(|read| read >= written)
+    });
+    // A paused replica still applies what is not a write (the stream's `SELECT`), not the
+    // record's scripts: its applied offset stays short of what the primary wrote.
+    let held = applied(setup.replica()).expect("the replica reports its offset");
+    assert!(
+        held < written,
+        "the paused replica applied the record ({held} of {written} bytes)"
+    );
+    setup.crash_master();
+    await_replication(
+        setup.replica(),
+        "the replica to see its primary gone",
+        |r| replication_field(r, "master_link_status").as_deref() == Some("down"),
+    );
+    let unpaused = setup.replica().command(&["CLIENT", "UNPAUSE"]);
+    assert_eq!(unpaused.text().as_deref(), Some("OK"), "{unpaused:?}");
+    setup.await_promotion();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let again = loop {
+        match charge_once(&c, 41, runs.clone()).await {
+            Ok(v) => break v,
+            Err(CoordError::Backend(e)) if e.kind().is_transient() && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(other) => panic!("after the failover: {other:?}"),
+        }
+    };
+    assert_eq!(again, 42);
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        2,
+        "without acknowledgement the record died with the primary: the duplicate ran the body again"
+    );
+}
+
 per_client!(
     an_acknowledged_record_survives_the_primary_crashing,
+    without_acks_a_record_is_lost_with_the_crashed_primary,
     grants_fail_without_the_replica,
     without_acks_a_cut_off_replica_is_not_noticed,
     unreplicated_renewals_lose_the_hold,

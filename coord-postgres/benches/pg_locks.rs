@@ -176,7 +176,8 @@ fn switches() -> Switches {
 
 /// One coord hand-off on `key`: the holder releases; the waiter, marked and listening, is
 /// woken and takes the lock. The time from the release's start to the waiter's grant.
-async fn coord_handoff(provider: &PostgresProvider, key: &CallKey) -> Duration {
+/// `watcher` (a session of the bench's own) sees when the waiter has marked the holder's row.
+async fn coord_handoff(provider: &PostgresProvider, key: &CallKey, watcher: &Client) -> Duration {
     // coord: the holder releases; the waiter, marked and listening, is woken.
     let holder = OwnerToken::new();
     let lease = Duration::from_secs(30);
@@ -213,7 +214,28 @@ async fn coord_handoff(provider: &PostgresProvider, key: &CallKey) -> Duration {
             at
         }
     });
-    tokio::time::sleep(Duration::from_millis(15)).await;
+    // Released once the waiter has found the lock held and marked the holder's row (on a
+    // loaded host a fixed pause was sometimes too short, and the waiter then took a free
+    // lock), then a moment for its listening to start.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let marked = watcher
+            .query_opt(
+                "SELECT 1 FROM coord.locks WHERE key = $1 AND waited",
+                &[&key.qualified()],
+            )
+            .await
+            .unwrap();
+        if marked.is_some() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the waiter never marked the holder"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(5)).await;
     let released = Instant::now();
     provider.release(key, holder).await.unwrap();
     let granted = waiter.await.unwrap();
@@ -465,8 +487,9 @@ async fn run(server: &PostgresServer, url: &str) {
     let (mut coord_handoffs, mut app_handoffs, mut advisory_handoffs) =
         (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..HANDOFFS {
-        coord_handoffs.push(coord_handoff(&provider, &key).await);
-        app_handoffs.push(coord_handoff(&on_app_pool, &key).await);
+        let watcher = &clients[7].0;
+        coord_handoffs.push(coord_handoff(&provider, &key, watcher).await);
+        app_handoffs.push(coord_handoff(&on_app_pool, &key, watcher).await);
 
         // Advisory: a second session blocked in pg_advisory_lock.
         let (a, sa) = &*clients[0];

@@ -1,6 +1,7 @@
-//! Connections: settings as tokio-postgres reads them, TLS, the pool, the runtime that drives
-//! every connection ([`Drivers`]), and the one way a statement is sent ([`Link::query`]),
-//! bounded by the command timeout.
+//! Connections: settings as tokio-postgres reads them, TLS, the pools (the provider's own,
+//! whose connections keep their prepared statements in slots, and an application's), the
+//! runtime that drives every connection of the provider's own ([`Drivers`]), and the one way a
+//! statement is sent ([`Link::query`]), bounded by the command timeout.
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -8,14 +9,16 @@ use std::time::Duration;
 
 use coord_core::BackendError;
 use coord_core::provider::BackendErrorKind;
-use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use deadpool::managed::{Metrics, RecycleError, RecycleResult};
+use deadpool_postgres::{Pool, Runtime};
 use futures_util::future::BoxFuture;
 use tokio::runtime::Handle;
 use tokio::task::JoinHandle;
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{NoTls, Row};
+use tokio_postgres::{Client, NoTls, Row, Statement};
 
 use crate::errors::{backend_error, breaks_connection};
+use crate::sql::Sql;
 
 /// The longest lease, retention or keep period written: 2^46 ms, about 2230 years (far inside
 /// what `timestamptz` holds, and exact as a double).
@@ -123,7 +126,7 @@ impl Drivers {
 async fn open<T>(
     config: tokio_postgres::Config,
     tls: T,
-) -> Result<(tokio_postgres::Client, JoinHandle<()>), tokio_postgres::Error>
+) -> Result<(Client, JoinHandle<()>), tokio_postgres::Error>
 where
     T: tokio_postgres::tls::MakeTlsConnect<tokio_postgres::Socket> + Send + 'static,
     T::Stream: Send + 'static,
@@ -137,28 +140,97 @@ where
     Ok((client, task))
 }
 
-/// How the pool makes a connection: on the provider's [`Drivers`], whichever runtime the call
-/// that needs it runs on.
-struct DrivenConnect {
+/// The provider's own pool: connections made and driven on the provider's [`Drivers`],
+/// whichever runtime the call that needs one runs on, each keeping its prepared statements.
+pub(crate) type OwnPool = deadpool::managed::Pool<OwnManager>;
+
+/// Makes and checks the connections of the provider's own pool.
+pub(crate) struct OwnManager {
+    config: tokio_postgres::Config,
     drivers: Drivers,
     tls: Tls,
 }
 
-impl deadpool_postgres::Connect for DrivenConnect {
-    fn connect(
-        &self,
-        config: &tokio_postgres::Config,
-    ) -> BoxFuture<'_, Result<(tokio_postgres::Client, JoinHandle<()>), tokio_postgres::Error>>
-    {
-        let config = config.clone();
-        let tls = self.tls.clone();
-        Box::pin(async move {
-            match tls {
-                Tls::None => self.drivers.run(open(config, NoTls)).await,
-                #[cfg(feature = "tls")]
-                Tls::Rustls(tls) => self.drivers.run(open(config, tls)).await,
+/// A connection of the provider's own pool: the client, the task on the drivers' runtime that
+/// reads and writes its socket (aborted with it), and the statements prepared on it, each in
+/// its statement's slot ([`Sql::slot`]).
+pub(crate) struct OwnConnection {
+    client: Client,
+    prepared: Vec<Option<Statement>>,
+    task: JoinHandle<()>,
+}
+
+impl Drop for OwnConnection {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl OwnConnection {
+    /// `sql` prepared on this connection: from its slot, or prepared now and kept there.
+    async fn prepared(&mut self, sql: &Sql) -> Result<&Statement, tokio_postgres::Error> {
+        let slot = sql.slot();
+        if self.prepared.get(slot).is_none_or(Option::is_none) {
+            let statement = boxed_prepare(&self.client, sql.text()).await?;
+            if self.prepared.len() <= slot {
+                self.prepared.resize(slot + 1, None);
             }
+            self.prepared[slot] = Some(statement);
+        }
+        Ok(self.prepared[slot].as_ref().expect("prepared just now"))
+    }
+}
+
+impl OwnManager {
+    /// Opens a connection on the drivers' runtime. Boxed by a function of its own: the pool's
+    /// checkout future holds this one, and every statement's future holds the checkout's, so
+    /// unboxed (or boxed inline, where a moved-from temporary keeps its slot across the await)
+    /// every statement would carry and move the space of a whole connection handshake (about
+    /// 17 kB; measured as a copy of that size per statement).
+    fn opening(&self) -> BoxFuture<'_, Result<(Client, JoinHandle<()>), tokio_postgres::Error>> {
+        let config = self.config.clone();
+        match self.tls.clone() {
+            Tls::None => Box::pin(self.drivers.run(open(config, NoTls))),
+            #[cfg(feature = "tls")]
+            Tls::Rustls(tls) => Box::pin(self.drivers.run(open(config, tls))),
+        }
+    }
+}
+
+/// `client.prepare(text)`, boxed by a function of its own: preparing happens once per
+/// statement and connection, and its future is large; unboxed, or boxed inline (where a
+/// moved-from temporary keeps its slot across the await), every statement's future would
+/// carry and move that space.
+fn boxed_prepare<'a>(
+    client: &'a Client,
+    text: &'a str,
+) -> BoxFuture<'a, Result<Statement, tokio_postgres::Error>> {
+    Box::pin(client.prepare(text))
+}
+
+impl deadpool::managed::Manager for OwnManager {
+    type Type = OwnConnection;
+    type Error = tokio_postgres::Error;
+
+    async fn create(&self) -> Result<OwnConnection, tokio_postgres::Error> {
+        let (client, task) = self.opening().await?;
+        Ok(OwnConnection {
+            client,
+            prepared: Vec::new(),
+            task,
         })
+    }
+
+    /// A connection whose task has seen its socket end is not given out again.
+    async fn recycle(
+        &self,
+        connection: &mut OwnConnection,
+        _: &Metrics,
+    ) -> RecycleResult<tokio_postgres::Error> {
+        if connection.client.is_closed() {
+            return Err(RecycleError::message("the connection is closed"));
+        }
+        Ok(())
     }
 }
 
@@ -169,16 +241,13 @@ impl Settings {
         size: usize,
         timeout: Duration,
         drivers: &Drivers,
-    ) -> Result<Pool, BackendError> {
-        let manager_config = ManagerConfig {
-            recycling_method: RecyclingMethod::Fast,
-        };
-        let connect = DrivenConnect {
+    ) -> Result<OwnPool, BackendError> {
+        let manager = OwnManager {
+            config: self.config.clone(),
             drivers: drivers.clone(),
             tls: self.tls.clone(),
         };
-        let manager = Manager::from_connect(self.config.clone(), connect, manager_config);
-        Pool::builder(manager)
+        OwnPool::builder(manager)
             .max_size(size)
             .runtime(Runtime::Tokio1)
             .wait_timeout(Some(timeout))
@@ -190,9 +259,7 @@ impl Settings {
 
     /// One connection of its own, its connection task spawned on the current runtime (for
     /// work that ends before the call that made it returns: migrating).
-    pub(crate) async fn connect_one(
-        &self,
-    ) -> Result<tokio_postgres::Client, tokio_postgres::Error> {
+    pub(crate) async fn connect_one(&self) -> Result<Client, tokio_postgres::Error> {
         match &self.tls {
             Tls::None => {
                 let (client, connection) = self.config.connect(NoTls).await?;
@@ -314,12 +381,77 @@ impl Drains {
     }
 }
 
+/// Where a provider's connections come from.
+pub(crate) enum Connections {
+    /// Its own pool: statements are found on a connection by their slot.
+    Own(OwnPool),
+    /// An application's pool, whose connections may serve other providers (other schemas)
+    /// and the application too: statements are found by their text (deadpool's cache).
+    Application(Pool),
+}
+
+impl Connections {
+    /// A connection, waiting for one at most as long as the pool was told.
+    pub(crate) async fn get(&self) -> Result<Pooled, deadpool_postgres::PoolError> {
+        match self {
+            Connections::Own(pool) => pool.get().await.map(Pooled::Own),
+            Connections::Application(pool) => pool.get().await.map(Pooled::Application),
+        }
+    }
+}
+
+/// A connection taken from [`Connections`]; dropping it gives it back.
+pub(crate) enum Pooled {
+    Own(deadpool::managed::Object<OwnManager>),
+    Application(deadpool_postgres::Object),
+}
+
+impl std::ops::Deref for Pooled {
+    type Target = Client;
+
+    fn deref(&self) -> &Client {
+        match self {
+            Pooled::Own(object) => &object.client,
+            Pooled::Application(object) => object,
+        }
+    }
+}
+
+impl Pooled {
+    /// Runs `sql`, prepared once per connection.
+    async fn query(
+        &mut self,
+        sql: &Sql,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<Row>, tokio_postgres::Error> {
+        match self {
+            Pooled::Own(object) => {
+                let connection = &mut **object;
+                let statement = connection.prepared(sql).await?.clone();
+                connection.client.query(&statement, params).await
+            }
+            Pooled::Application(object) => {
+                let statement = object.prepare_cached(sql.text()).await?;
+                object.query(&statement, params).await
+            }
+        }
+    }
+
+    /// Takes the connection out of its pool and drops it: its socket is closed.
+    fn close(self) {
+        match self {
+            Pooled::Own(object) => drop(deadpool::managed::Object::take(object)),
+            Pooled::Application(object) => drop(deadpool_postgres::Object::take(object)),
+        }
+    }
+}
+
 /// A pooled connection checked out for one statement. Given back to the pool after an
 /// answer; closed after a timeout or a broken connection (a late answer on its way would be
 /// read by the next statement instead of its own); drained then closed when the caller went
 /// away with the statement in flight (see [`Drains`]).
 struct Checkout<'l> {
-    object: Option<deadpool_postgres::Object>,
+    object: Option<Pooled>,
     link: &'l Link,
     timed_out: &'l std::sync::atomic::AtomicBool,
 }
@@ -333,7 +465,7 @@ impl Checkout<'_> {
     fn close(mut self) {
         if let Some(object) = self.object.take() {
             // Closes the connection (its task is aborted with it).
-            drop(deadpool_postgres::Object::take(object));
+            object.close();
         }
     }
 }
@@ -345,7 +477,7 @@ impl Drop for Checkout<'_> {
             return;
         };
         if self.timed_out.load(Ordering::Relaxed) {
-            drop(deadpool_postgres::Object::take(object));
+            object.close();
             return;
         }
         // The caller went away: statements sent from now on wait until the server has
@@ -356,7 +488,7 @@ impl Drop for Checkout<'_> {
         let timeout = self.link.timeout;
         self.link.drivers.spawn(async move {
             let _ = tokio::time::timeout(timeout, object.simple_query("")).await;
-            drop(deadpool_postgres::Object::take(object));
+            object.close();
             drains.pending.fetch_sub(1, Ordering::AcqRel);
             drains.settled.notify_waiters();
         });
@@ -365,7 +497,7 @@ impl Drop for Checkout<'_> {
 
 /// Statements over a pool, each bounded by the command timeout.
 pub(crate) struct Link {
-    pub(crate) pool: Pool,
+    pub(crate) connections: Connections,
     pub(crate) timeout: Duration,
     /// `host:port/database`, never a password.
     pub(crate) address: String,
@@ -382,7 +514,7 @@ impl Link {
     /// wait for that, so none overtakes a cancelled one).
     pub(crate) async fn query(
         &self,
-        sql: &str,
+        sql: &Sql,
         params: &[&(dyn ToSql + Sync)],
         what: &str,
     ) -> Result<Vec<Row>, BackendError> {
@@ -390,20 +522,18 @@ impl Link {
         let run = async {
             self.drains.settled().await;
             let object = self
-                .pool
+                .connections
                 .get()
                 .await
                 .map_err(|e| pool_error(&e, what, &self.address, self.timeout))?;
-            let checkout = Checkout {
+            let mut checkout = Checkout {
                 object: Some(object),
                 link: self,
                 timed_out: &timed_out,
             };
-            let client = checkout.object.as_ref().expect("checked out");
-            let outcome = match client.prepare_cached(sql).await {
-                Ok(statement) => client.query(&statement, params).await,
-                Err(err) => Err(err),
-            };
+            let object = checkout.object.as_mut().expect("checked out");
+            let outcome = object.query(sql, params).await;
+            let client: &Client = checkout.object.as_ref().expect("checked out");
             match outcome {
                 Ok(rows) => {
                     checkout.give_back();

@@ -213,12 +213,24 @@ pub use tokio_postgres;
 pub mod __bench {
     /// The lock acquire and release statements as the provider sends them for `schema`.
     pub fn lock_statements(schema: &str) -> (String, String) {
-        let statements = crate::sql::Statements::new(&crate::schema::quoted(schema));
-        (statements.lock_acquire, statements.lock_release)
+        let statements = crate::sql::Statements::new(
+            &crate::schema::quoted(schema),
+            &mut crate::sql::Slots::default(),
+        );
+        (
+            statements.lock_acquire.text().to_owned(),
+            statements.lock_release.text().to_owned(),
+        )
     }
 
     /// The statement a claim reads the record with first (all of a replay), for `schema`.
     pub fn record_read_statement(schema: &str) -> String {
-        crate::sql::Statements::new(&crate::schema::quoted(schema)).record_read
+        crate::sql::Statements::new(
+            &crate::schema::quoted(schema),
+            &mut crate::sql::Slots::default(),
+        )
+        .record_read
+        .text()
+        .to_owned()
     }
 }

@@ -59,83 +59,124 @@ macro_rules! ms_between {
     };
 }
 
+/// One statement of a provider, with the slot its prepared form takes on each of the
+/// provider's own connections: a connection finds a statement it has already prepared by that
+/// index, with no look-up by text (hashing a statement's several hundred bytes of text was a
+/// tenth of a replay's client instructions). Slots are numbered per provider ([`Slots`]), and
+/// only the provider's own pool, which serves that one provider, reads them; an application's
+/// pool finds statements by their text.
+#[derive(Debug, Clone)]
+pub(crate) struct Sql {
+    text: String,
+    slot: usize,
+}
+
+impl Sql {
+    /// The statement's text.
+    pub(crate) fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// Its slot on the provider's own connections.
+    pub(crate) fn slot(&self) -> usize {
+        self.slot
+    }
+}
+
+/// Numbers the statements of one provider: each [`Sql`] made here takes the next slot.
+#[derive(Debug, Default)]
+pub(crate) struct Slots {
+    next: usize,
+}
+
+impl Slots {
+    /// `text` as the next statement of the provider.
+    pub(crate) fn sql(&mut self, text: String) -> Sql {
+        let slot = self.next;
+        self.next += 1;
+        Sql { text, slot }
+    }
+}
+
 /// The statements of one provider, with its schema's (quoted) name in them.
 #[derive(Debug)]
 pub(crate) struct Statements {
-    pub(crate) lock_acquire: String,
-    pub(crate) lock_mint: String,
-    pub(crate) lock_release: String,
-    pub(crate) lock_renew: String,
-    pub(crate) lock_inspect: String,
-    pub(crate) lock_force_release: String,
-    pub(crate) lock_list: String,
-    pub(crate) record_read: String,
-    pub(crate) record_claim: String,
-    pub(crate) record_complete: String,
-    pub(crate) record_complete_in_transaction: String,
-    pub(crate) record_abandon: String,
-    pub(crate) record_end_lease: String,
-    pub(crate) record_renew: String,
-    pub(crate) record_probe: String,
-    pub(crate) record_peek: String,
-    pub(crate) record_purge: String,
-    pub(crate) record_inspect: String,
-    pub(crate) record_list: String,
-    pub(crate) cache_get: String,
-    pub(crate) cache_set: String,
-    pub(crate) cache_delete: String,
-    pub(crate) flight_claim: String,
-    pub(crate) flight_renew: String,
-    pub(crate) flight_finish: String,
-    pub(crate) flight_abandon: String,
-    pub(crate) flight_peek: String,
-    pub(crate) sweep: [String; 5],
-    pub(crate) server_time: &'static str,
+    pub(crate) lock_acquire: Sql,
+    pub(crate) lock_mint: Sql,
+    pub(crate) lock_release: Sql,
+    pub(crate) lock_renew: Sql,
+    pub(crate) lock_inspect: Sql,
+    pub(crate) lock_force_release: Sql,
+    pub(crate) lock_list: Sql,
+    pub(crate) record_read: Sql,
+    pub(crate) record_claim: Sql,
+    pub(crate) record_complete: Sql,
+    pub(crate) record_complete_in_transaction: Sql,
+    pub(crate) record_abandon: Sql,
+    pub(crate) record_end_lease: Sql,
+    pub(crate) record_renew: Sql,
+    pub(crate) record_probe: Sql,
+    pub(crate) record_peek: Sql,
+    pub(crate) record_purge: Sql,
+    pub(crate) record_inspect: Sql,
+    pub(crate) record_list: Sql,
+    pub(crate) cache_get: Sql,
+    pub(crate) cache_set: Sql,
+    pub(crate) cache_delete: Sql,
+    pub(crate) flight_claim: Sql,
+    pub(crate) flight_renew: Sql,
+    pub(crate) flight_finish: Sql,
+    pub(crate) flight_abandon: Sql,
+    pub(crate) flight_peek: Sql,
+    pub(crate) sweep: [Sql; 5],
+    pub(crate) server_time: Sql,
 }
 
 impl Statements {
-    /// The statements for the schema whose quoted name is `schema` (`"coord"`).
-    pub(crate) fn new(schema: &str) -> Statements {
+    /// The statements for the schema whose quoted name is `schema` (`"coord"`), numbered by
+    /// `slots`.
+    pub(crate) fn new(schema: &str, slots: &mut Slots) -> Statements {
+        let mut sql = |text: String| slots.sql(text);
         let s = |text: &str| text.replace("{s}", schema);
         Statements {
-            lock_acquire: s(LOCK_ACQUIRE),
-            lock_mint: s(LOCK_MINT),
-            lock_release: s(LOCK_RELEASE),
-            lock_renew: s(LOCK_RENEW),
-            lock_inspect: s(LOCK_INSPECT),
-            lock_force_release: s(LOCK_FORCE_RELEASE),
-            lock_list: s(LOCK_LIST),
-            record_read: s(RECORD_READ),
-            record_claim: s(RECORD_CLAIM),
-            record_complete: completion_statement(schema),
-            record_complete_in_transaction: s(RECORD_COMPLETE_IN_TRANSACTION),
-            record_abandon: s(RECORD_ABANDON),
-            record_end_lease: s(RECORD_END_LEASE),
-            record_renew: s(RECORD_RENEW),
-            record_probe: s(RECORD_PROBE),
-            record_peek: s(RECORD_PEEK),
-            record_purge: s(RECORD_PURGE),
-            record_inspect: s(RECORD_INSPECT),
-            record_list: s(RECORD_LIST),
-            cache_get: s(CACHE_GET),
-            cache_set: s(CACHE_SET),
-            cache_delete: s(CACHE_DELETE),
-            flight_claim: s(FLIGHT_CLAIM),
-            flight_renew: s(FLIGHT_RENEW),
-            flight_finish: s(FLIGHT_FINISH),
-            flight_abandon: s(FLIGHT_ABANDON),
-            flight_peek: s(FLIGHT_PEEK),
+            lock_acquire: sql(s(LOCK_ACQUIRE)),
+            lock_mint: sql(s(LOCK_MINT)),
+            lock_release: sql(s(LOCK_RELEASE)),
+            lock_renew: sql(s(LOCK_RENEW)),
+            lock_inspect: sql(s(LOCK_INSPECT)),
+            lock_force_release: sql(s(LOCK_FORCE_RELEASE)),
+            lock_list: sql(s(LOCK_LIST)),
+            record_read: sql(s(RECORD_READ)),
+            record_claim: sql(s(RECORD_CLAIM)),
+            record_complete: sql(completion_statement(schema)),
+            record_complete_in_transaction: sql(s(RECORD_COMPLETE_IN_TRANSACTION)),
+            record_abandon: sql(s(RECORD_ABANDON)),
+            record_end_lease: sql(s(RECORD_END_LEASE)),
+            record_renew: sql(s(RECORD_RENEW)),
+            record_probe: sql(s(RECORD_PROBE)),
+            record_peek: sql(s(RECORD_PEEK)),
+            record_purge: sql(s(RECORD_PURGE)),
+            record_inspect: sql(s(RECORD_INSPECT)),
+            record_list: sql(s(RECORD_LIST)),
+            cache_get: sql(s(CACHE_GET)),
+            cache_set: sql(s(CACHE_SET)),
+            cache_delete: sql(s(CACHE_DELETE)),
+            flight_claim: sql(s(FLIGHT_CLAIM)),
+            flight_renew: sql(s(FLIGHT_RENEW)),
+            flight_finish: sql(s(FLIGHT_FINISH)),
+            flight_abandon: sql(s(FLIGHT_ABANDON)),
+            flight_peek: sql(s(FLIGHT_PEEK)),
             sweep: ["locks", "records", "cache", "flights", "flight_outcomes"]
-                .map(|table| s(&SWEEP.replace("{table}", table))),
-            server_time: SERVER_TIME,
+                .map(|table| sql(s(&SWEEP.replace("{table}", table)))),
+            server_time: sql(SERVER_TIME.to_owned()),
         }
     }
 
     /// Every statement, for checking that each prepares against the schema.
     #[cfg(test)]
     pub(crate) fn all(&self) -> Vec<&str> {
-        let mut all = vec![
-            self.lock_acquire.as_str(),
+        let mut all: Vec<&Sql> = vec![
+            &self.lock_acquire,
             &self.lock_mint,
             &self.lock_release,
             &self.lock_renew,
@@ -162,10 +203,10 @@ impl Statements {
             &self.flight_finish,
             &self.flight_abandon,
             &self.flight_peek,
-            self.server_time,
+            &self.server_time,
         ];
-        all.extend(self.sweep.iter().map(String::as_str));
-        all
+        all.extend(self.sweep.iter());
+        all.into_iter().map(Sql::text).collect()
     }
 }
 

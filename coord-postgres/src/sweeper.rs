@@ -12,6 +12,7 @@ use std::time::Duration;
 use coord_core::BackendError;
 
 use crate::connection::{Drivers, Link};
+use crate::sql::Sql;
 
 /// Rows deleted per statement.
 const BATCH: usize = 500;
@@ -21,7 +22,7 @@ const BATCHES_PER_ROUND: usize = 20;
 
 /// Starts the sweeper on the provider's runtime: every `every` (jittered by up to a quarter),
 /// until the provider is dropped.
-pub(crate) fn start(drivers: &Drivers, link: Weak<Link>, statements: Vec<String>, every: Duration) {
+pub(crate) fn start(drivers: &Drivers, link: Weak<Link>, statements: Vec<Sql>, every: Duration) {
     drivers.spawn(async move {
         loop {
             let spread = (every.as_millis() as u64 / 4).max(1);
@@ -46,7 +47,7 @@ pub(crate) fn start(drivers: &Drivers, link: Weak<Link>, statements: Vec<String>
 /// many it deleted in all.
 pub(crate) async fn sweep_once(
     link: &Link,
-    statements: &[String],
+    statements: &[Sql],
     batch: usize,
 ) -> Result<u64, BackendError> {
     let limit = batch.clamp(1, 100_000) as i64;

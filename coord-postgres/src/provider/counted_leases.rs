@@ -18,6 +18,7 @@ use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 
 use super::{Inner, from_ms, wake_payload};
+use crate::sql::{Slots, Sql};
 use crate::waiters::{Cue, Look, Wake};
 
 /// One kind of counted lease.
@@ -47,17 +48,17 @@ pub(crate) trait CountedKind {
 /// The statements of one kind of counted lease, with the provider's schema in them.
 #[derive(Debug)]
 pub(crate) struct CountedStatements<K> {
-    acquire: String,
-    release: String,
-    renew: String,
+    acquire: Sql,
+    release: Sql,
+    renew: Sql,
     /// Housekeeping: ended holds, and key rows whose every hold (and claim) has ended.
-    pub(crate) sweep: [String; 2],
+    pub(crate) sweep: [Sql; 2],
     kind: PhantomData<K>,
 }
 
 impl<K: CountedKind> CountedStatements<K> {
-    /// The statements for the schema whose quoted name is `schema`.
-    pub(crate) fn new(schema: &str) -> CountedStatements<K> {
+    /// The statements for the schema whose quoted name is `schema`, numbered by `slots`.
+    pub(crate) fn new(schema: &str, slots: &mut Slots) -> CountedStatements<K> {
         let sweep = |table: &str| {
             format!(
                 "WITH doomed AS (
@@ -68,12 +69,12 @@ gone AS (DELETE FROM {schema}.{table} t USING doomed WHERE t.ctid = doomed.ctid 
 SELECT count(*) AS swept FROM gone"
             )
         };
-        let [acquire, release, renew] = K::statements(schema);
+        let [acquire, release, renew] = K::statements(schema).map(|text| slots.sql(text));
         CountedStatements {
             acquire,
             release,
             renew,
-            sweep: K::TABLES.map(sweep),
+            sweep: K::TABLES.map(|table| slots.sql(sweep(table))),
             kind: PhantomData,
         }
     }
@@ -81,8 +82,8 @@ SELECT count(*) AS swept FROM gone"
     /// Every statement, for checking that each prepares against the schema.
     #[cfg(test)]
     pub(crate) fn all(&self) -> Vec<&str> {
-        let mut all = vec![self.acquire.as_str(), &self.release, &self.renew];
-        all.extend(self.sweep.iter().map(String::as_str));
+        let mut all = vec![self.acquire.text(), self.release.text(), self.renew.text()];
+        all.extend(self.sweep.iter().map(Sql::text));
         all
     }
 }

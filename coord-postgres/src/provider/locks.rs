@@ -72,12 +72,22 @@ impl Inner {
         if !req.wait.is_zero() {
             // The waiting machinery lives in its own allocation, so the single attempt (the
             // common case) stays a small future.
-            return Box::pin(self.acquire_waiting(&req)).await;
+            return self.boxed_acquire_waiting(&req).await;
         }
         match self.try_lock(&req, false).await? {
             Attempt::Won(fence) => Ok(Some(grant(fence, false))),
             Attempt::Held(_) => Ok(None),
         }
+    }
+
+    /// [`Inner::acquire_waiting`] boxed by a function of its own (boxed inline, the unboxed
+    /// future would still take its space in the caller's: a moved-from temporary keeps its
+    /// slot across the await).
+    fn boxed_acquire_waiting<'a>(
+        &'a self,
+        req: &'a LockRequest<'a>,
+    ) -> BoxFuture<'a, Result<Option<LockGrant>, BackendError>> {
+        Box::pin(self.acquire_waiting(req))
     }
 
     async fn acquire_waiting(

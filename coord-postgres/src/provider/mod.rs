@@ -29,11 +29,11 @@ use tokio_postgres::config::SslMode;
 use tokio_postgres::types::{FromSql, ToSql};
 
 use crate::connection::{
-    Drivers, Link, MAX_MILLIS, Settings, Tls, describe, parse_url, pool_error,
+    Connections, Drivers, Link, MAX_MILLIS, Settings, Tls, describe, parse_url, pool_error,
 };
 use crate::errors::backend_error;
 use crate::schema::{self, DEFAULT_SCHEMA, MigrationReport, SchemaError};
-use crate::sql::Statements;
+use crate::sql::{Slots, Sql, Statements};
 use crate::sweeper;
 #[cfg(feature = "tls")]
 use crate::tls::TlsSettings;
@@ -92,7 +92,7 @@ pub(crate) struct Inner {
     pub(crate) semaphores: SemaphoreStatements,
     pub(crate) rw: RwStatements,
     /// `lock_acquire_all` (migration 3): a multi-key lock in one statement.
-    pub(crate) lock_acquire_all: String,
+    pub(crate) lock_acquire_all: Sql,
 }
 
 impl std::fmt::Debug for PostgresProvider {
@@ -470,17 +470,21 @@ impl PostgresProviderBuilder {
             Source::Url(url) => {
                 let pool_settings = self.settings(url, Purpose::Pool)?;
                 let pool = pool_settings.pool(self.pool_size, self.command_timeout, &drivers)?;
-                (pool, self.settings(url, Purpose::Listener)?)
+                (
+                    Connections::Own(pool),
+                    self.settings(url, Purpose::Listener)?,
+                )
             }
             Source::Pool { pool, listener_url } => (
-                pool.clone(),
+                Connections::Application(pool.clone()),
                 self.settings(listener_url, Purpose::Listener)?,
             ),
         };
         let address = listener.address.clone();
         let timeout = self.command_timeout;
         let q = schema::quoted(&self.schema);
-        let sql = Statements::new(&q);
+        let mut slots = Slots::default();
+        let sql = Statements::new(&q, &mut slots);
         let checking = async {
             let client = pool
                 .get()
@@ -498,13 +502,13 @@ impl PostgresProviderBuilder {
                      12 or newer"
                 ))));
             }
-            let found = schema::read_version(&**client, &self.schema)
+            let found = schema::read_version(&*client, &self.schema)
                 .await
                 .map_err(|e| backend_error(&e, what, &address))?;
             schema::check_version(&self.schema, found).map_err(ConnectError::Schema)?;
             let sent = Instant::now();
             let server_ms: i64 = client
-                .query_one(sql.server_time, &[])
+                .query_one(sql.server_time.text(), &[])
                 .await
                 .map_err(|e| backend_error(&e, what, &address))?
                 .get(0);
@@ -523,13 +527,14 @@ impl PostgresProviderBuilder {
             }
         };
         let channel = channel_name(&self.schema);
-        let semaphores = SemaphoreStatements::new(&q);
-        let rw = RwStatements::new(&q);
+        let semaphores = SemaphoreStatements::new(&q, &mut slots);
+        let rw = RwStatements::new(&q, &mut slots);
+        let lock_acquire_all = slots.sql(multi_locks::statement(&q));
         let mut sweeps = sql.sweep.to_vec();
         sweeps.extend(semaphores.sweep.iter().cloned());
         sweeps.extend(rw.sweep.iter().cloned());
         let link = Arc::new(Link {
-            pool,
+            connections: pool,
             timeout,
             address: address.clone(),
             drivers: drivers.clone(),
@@ -553,7 +558,7 @@ impl PostgresProviderBuilder {
             clock,
             semaphores,
             rw,
-            lock_acquire_all: multi_locks::statement(&q),
+            lock_acquire_all,
         });
         if let Some(every) = self.sweep_interval {
             sweeper::start(&drivers, Arc::downgrade(&link), sweeps, every);
@@ -589,11 +594,15 @@ pub(crate) fn fnv1a(parts: &[&[u8]]) -> u64 {
 /// What a notification about `key`'s `kind` (lock, record, flight) carries: a hash of the
 /// key, never the key.
 pub(crate) fn wake_payload(kind: &str, key: &CallKey) -> String {
-    format!(
-        "{}{:016x}",
-        &kind[..1],
-        fnv1a(&[kind.as_bytes(), key.qualified().as_bytes()])
-    )
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let hash = fnv1a(&[kind.as_bytes(), key.qualified().as_bytes()]);
+    // Written digit by digit rather than through `format!`: a release sends one per call.
+    let mut payload = String::with_capacity(17);
+    payload.push_str(&kind[..1]);
+    for shift in (0..16).rev() {
+        payload.push(char::from(HEX[((hash >> (shift * 4)) & 0xf) as usize]));
+    }
+    payload
 }
 
 impl Inner {
@@ -603,7 +612,7 @@ impl Inner {
     /// closed rather than reused.
     pub(crate) async fn query(
         &self,
-        sql: &str,
+        sql: &Sql,
         params: &[&(dyn ToSql + Sync)],
         what: &str,
         key: &CallKey,
@@ -617,7 +626,7 @@ impl Inner {
     /// [`Inner::query`] for statements about no key (listings, the clock).
     pub(crate) async fn query_any(
         &self,
-        sql: &str,
+        sql: &Sql,
         params: &[&(dyn ToSql + Sync)],
         what: &str,
     ) -> Result<Vec<Row>, BackendError> {
@@ -679,7 +688,7 @@ impl Inner {
     pub(crate) async fn remeasure_clock(&self) -> Result<(), BackendError> {
         let sent = Instant::now();
         let rows = self
-            .query_any(self.sql.server_time, &[], "reading the server's clock")
+            .query_any(&self.sql.server_time, &[], "reading the server's clock")
             .await?;
         let server_ms: i64 = rows
             .first()
@@ -800,7 +809,7 @@ impl PostgresProvider {
     /// the notification payload for `key`.
     pub(crate) fn transactional_completion(&self, key: &CallKey) -> (&str, &str, String) {
         (
-            &self.inner.sql.record_complete_in_transaction,
+            self.inner.sql.record_complete_in_transaction.text(),
             &self.inner.channel,
             wake_payload("record", key),
         )
@@ -846,9 +855,10 @@ mod tests {
                 .unwrap();
         tokio::spawn(connection);
         schema::migrate(&mut client, "prep").await.unwrap().unwrap();
-        let statements = Statements::new(&schema::quoted("prep"));
-        let semaphores = SemaphoreStatements::new(&schema::quoted("prep"));
-        let rw = RwStatements::new(&schema::quoted("prep"));
+        let slots = &mut Slots::default();
+        let statements = Statements::new(&schema::quoted("prep"), slots);
+        let semaphores = SemaphoreStatements::new(&schema::quoted("prep"), slots);
+        let rw = RwStatements::new(&schema::quoted("prep"), slots);
         let multi = multi_locks::statement(&schema::quoted("prep"));
         for text in statements
             .all()
@@ -878,7 +888,7 @@ mod tests {
                 .unwrap();
         tokio::spawn(connection);
         schema::migrate(&mut client, "ro").await.unwrap().unwrap();
-        let sql = Statements::new(&schema::quoted("ro"));
+        let sql = Statements::new(&schema::quoted("ro"), &mut Slots::default());
         let key = "ns:op:1";
         let owner = uuid::Uuid::nil();
         let page: i64 = 10;
@@ -889,22 +899,22 @@ mod tests {
             outcome.map(|_| ())
         };
         let reads: [(&str, &[&(dyn ToSql + Sync)]); 9] = [
-            (&sql.record_read, &[&key]),
-            (&sql.record_peek, &[&key]),
-            (&sql.record_inspect, &[&key]),
-            (&sql.lock_inspect, &[&key]),
-            (&sql.cache_get, &[&key]),
-            (&sql.flight_peek, &[&key, &owner]),
-            (&sql.lock_list, &[&"ns:op", &"", &page]),
-            (&sql.record_list, &[&"ns:op", &"", &page]),
-            (sql.server_time, &[]),
+            (sql.record_read.text(), &[&key]),
+            (sql.record_peek.text(), &[&key]),
+            (sql.record_inspect.text(), &[&key]),
+            (sql.lock_inspect.text(), &[&key]),
+            (sql.cache_get.text(), &[&key]),
+            (sql.flight_peek.text(), &[&key, &owner]),
+            (sql.lock_list.text(), &[&"ns:op", &"", &page]),
+            (sql.record_list.text(), &[&"ns:op", &"", &page]),
+            (sql.server_time.text(), &[]),
         ];
         for (text, params) in reads {
             if let Err(err) = read_only(text, params).await {
                 panic!("a read refused in a read-only transaction: {err:?}\n{text}");
             }
         }
-        let refused = read_only(&sql.record_probe, &[&key]).await;
+        let refused = read_only(sql.record_probe.text(), &[&key]).await;
         assert!(
             refused.is_err(),
             "the marking probe writes, so it is refused"
@@ -928,6 +938,15 @@ mod tests {
         assert_ne!(wake_payload("lock", &a), wake_payload("lock", &b));
         assert_ne!(wake_payload("lock", &a), wake_payload("record", &a));
         assert_eq!(wake_payload("lock", &a), wake_payload("lock", &a.clone()));
+        // The form every version sends (processes of two versions wake each other): the
+        // kind's initial, then the hash in 16 lower-case hex digits.
+        for (kind, key) in [("lock", &a), ("record", &b), ("flight", &a)] {
+            let hash = fnv1a(&[kind.as_bytes(), key.qualified().as_bytes()]);
+            assert_eq!(
+                wake_payload(kind, key),
+                format!("{}{hash:016x}", &kind[..1])
+            );
+        }
         let channel = channel_name("coord");
         assert!(channel.len() < 63 && channel.starts_with("coord_"));
         assert_ne!(channel, channel_name("other"));

@@ -15,6 +15,7 @@ use coord_core::provider::{
 use coord_core::{BackendError, CallKey, FencingToken};
 
 use super::{Inner, PostgresProvider, from_ms, owner_of, wake_payload};
+use crate::sql::Sql;
 
 /// The cursor of a page that ended after `key` (its shown form, hex-encoded).
 fn cursor_after(op_key: &str) -> Cursor {
@@ -104,7 +105,7 @@ impl Inner {
 
     async fn list(
         &self,
-        sql: &str,
+        sql: &Sql,
         req: ListRequest<'_>,
         what: &str,
     ) -> Result<Page<CallKey>, BackendError> {

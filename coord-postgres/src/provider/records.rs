@@ -47,6 +47,7 @@ use super::locks::renew_outcome;
 use super::{
     Inner, MAX_MILLIS, PostgresProvider, from_ms, millis, owner_of, uuid_of, wake_payload,
 };
+use crate::sql::Sql;
 use crate::waiters::{Cue, Look, Wake};
 
 /// How many times a statement is sent again when the key's row changed under it (another
@@ -71,12 +72,12 @@ pub(crate) fn is_locked(err: &BackendError) -> bool {
 
 fn fingerprint_of(
     inner: &Inner,
-    bytes: Option<Vec<u8>>,
+    bytes: Option<&[u8]>,
     key: &CallKey,
 ) -> Result<Option<Fingerprint>, BackendError> {
     match bytes {
         None => Ok(None),
-        Some(bytes) => <[u8; 16]>::try_from(bytes.as_slice())
+        Some(bytes) => <[u8; 16]>::try_from(bytes)
             .map(|fp| Some(Fingerprint(fp)))
             .map_err(|_| {
                 BackendError::new(
@@ -98,7 +99,19 @@ impl Inner {
         if let Some(found) = self.replay(&req).await? {
             return Ok(found);
         }
-        self.claim_or_read(req).await
+        self.claim_statement(req).await
+    }
+
+    /// [`Inner::claim_or_read`], boxed by a function of its own: a replay (the common case)
+    /// then carries, and moves, only the read's future, not the claim statement's loop. (Boxed
+    /// inline, `Box::pin(self.claim_or_read(req)).await`, the unboxed future would still take
+    /// its space in the caller's: a moved-from temporary keeps its slot across the await.) A
+    /// first call pays one allocation beside two round trips and a commit.
+    fn claim_statement<'a>(
+        &'a self,
+        req: ClaimRequest<'a>,
+    ) -> BoxFuture<'a, Result<ClaimOutcome, BackendError>> {
+        Box::pin(self.claim_or_read(req))
     }
 
     /// The claim's first step: a plain read of the live record at the key (`RECORD_READ`: no
@@ -119,7 +132,7 @@ impl Inner {
         let Some(row) = rows.first() else {
             return Ok(None);
         };
-        let state: String = self.get(row, 0, "claim", key)?;
+        let state: &str = self.get(row, 0, "claim", key)?;
         let stored_owner: uuid::Uuid = self.get(row, 1, "claim", key)?;
         let expires_in: i64 = self.get(row, 5, "claim", key)?;
         let transactional: bool = self.get(row, 7, "claim", key)?;
@@ -141,10 +154,10 @@ impl Inner {
         owner: uuid::Uuid,
         key: &CallKey,
     ) -> Result<ClaimOutcome, BackendError> {
-        let state: Option<String> = self.get(row, at, "claim", key)?;
+        let state: Option<&str> = self.get(row, at, "claim", key)?;
         let stored_owner: Option<uuid::Uuid> = self.get(row, at + 1, "claim", key)?;
         let fingerprint = fingerprint_of(self, self.get(row, at + 2, "claim", key)?, key)?;
-        match state.as_deref() {
+        match state {
             Some("in_flight") => {
                 let lease_left: Option<i64> = self.get(row, at + 4, "claim", key)?;
                 match lease_left {
@@ -164,7 +177,7 @@ impl Inner {
                 }
             }
             Some("completed") => {
-                let payload: Option<Vec<u8>> = self.get(row, at + 3, "claim", key)?;
+                let payload: Option<&[u8]> = self.get(row, at + 3, "claim", key)?;
                 let age: Option<i64> = self.get(row, at + 6, "claim", key)?;
                 let payload = payload.ok_or_else(|| {
                     self.protocol("claim", key, "a completed record without a payload")
@@ -383,7 +396,7 @@ impl Inner {
     /// sending it again a few times, a few milliseconds apart, while it does.
     pub(crate) async fn query_unlocked(
         &self,
-        sql: &str,
+        sql: &Sql,
         params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
         what: &str,
         key: &CallKey,
@@ -403,7 +416,7 @@ impl Inner {
     /// Runs a statement answering `(flag, ...)` and returns the flag.
     async fn flag(
         &self,
-        sql: &str,
+        sql: &Sql,
         params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
         what: &str,
         key: &CallKey,

@@ -218,14 +218,15 @@ impl Hub {
     }
 
     /// Joins the lock waiters of `channel` in this process, subscribing first if nobody here
-    /// listens to it yet; resolves once the subscription is confirmed (bounded by the command
-    /// timeout). The ticket's head keeps the re-check timer for the others.
+    /// listens to it yet; resolves once the subscription is settled (bounded by the command
+    /// timeout), with the ticket either way and whether the subscription was confirmed. The
+    /// ticket's head keeps the re-check timer for the others.
     pub(crate) async fn join_lock(
         &self,
         transport: &Arc<dyn Transport>,
         channel: String,
-    ) -> Result<LockTicket, BackendError> {
-        self.join(transport, channel, Wake::Head, self.timeout)
+    ) -> (LockTicket, Result<(), BackendError>) {
+        self.join_settled(transport, channel, Wake::Head, self.timeout)
             .await
     }
 
@@ -269,6 +270,19 @@ impl Hub {
         wake: Wake,
         limit: Duration,
     ) -> Result<Ticket<Channel>, BackendError> {
+        let (ticket, subscribed) = self.join_settled(transport, channel, wake, limit).await;
+        subscribed.map(|()| ticket)
+    }
+
+    /// [`Hub::join`], keeping the place in the queue when the subscription fails: the ticket,
+    /// and whether the subscription was confirmed within `limit`.
+    async fn join_settled(
+        &self,
+        transport: &Arc<dyn Transport>,
+        channel: String,
+        wake: Wake,
+        limit: Duration,
+    ) -> (Ticket<Channel>, Result<(), BackendError>) {
         let ops = self.ops(transport);
         let subscribe = |channel: &str| {
             let (tx, rx) = watch::channel(SubState::Pending);
@@ -286,9 +300,9 @@ impl Hub {
             .join(channel, wake, subscribe, |ch| ch.ready.clone());
         let state =
             tokio::time::timeout(limit, ready.wait_for(|s| !matches!(s, SubState::Pending))).await;
-        match state {
+        let subscribed = match state {
             Ok(Ok(state)) => match &*state {
-                SubState::Ready => Ok(ticket),
+                SubState::Ready => Ok(()),
                 SubState::Failed(err) => Err(err.clone()),
                 SubState::Pending => unreachable!("waited for a settled state"),
             },
@@ -303,7 +317,8 @@ impl Hub {
                     ticket.channel()
                 ),
             )),
-        }
+        };
+        (ticket, subscribed)
     }
 
     /// Waits on `channel` until `look` answers, or until `deadline` (`None`: no end)

@@ -288,13 +288,24 @@ impl Inner {
         // hand-over can find the waiter unreachable.
         let mut mailbox = self.hub.mailbox(lock, owner);
         let joining = self.hub.join_lock(&self.transport, lock.to_owned());
-        let mut ticket = match deadline {
+        let (mut ticket, subscribed) = match deadline {
             Some(deadline) => match tokio::time::timeout_at(deadline, joining).await {
-                Ok(ticket) => ticket?,
+                Ok(joined) => joined,
                 Err(_) => return Ok(None),
             },
-            None => joining.await?,
+            None => joining.await,
         };
+        if let Err(err) = subscribed {
+            // Waiting goes on without messages (the subscriber connection is down or slow):
+            // a hand-over by this process's releases still reaches the waiter in memory, and
+            // the head's re-check (at most [`BACKSTOP_CAP`]) takes a lock released or lapsed
+            // meanwhile, so contended locks stay available while pub/sub is not.
+            tracing::debug!(
+                key = %req.key,
+                error = %err,
+                "coord-redis: waiting for a lock without wake-up messages"
+            );
+        }
         // From here the entry may be in the queue: giving up takes it out.
         let mut queued = Queued {
             inner: Some(self.clone()),

@@ -310,7 +310,7 @@ impl Inner {
         let mut queued = Queued {
             inner: Some(self.clone()),
             key: attempt.key.clone(),
-            owner: attempt.token.clone(),
+            owner: attempt.token,
             entry: entry.clone(),
             lease: Duration::from_millis(attempt.lease_ms),
         };
@@ -352,7 +352,7 @@ impl Inner {
                     },
                     () = sleep => {
                         // At the deadline, the last look follows at the top.
-                        if !deadline.is_some_and(|d| Instant::now() >= d) {
+                        if deadline.is_none_or(|d| Instant::now() < d) {
                             break Some(Handed::Remote);
                         }
                     }
@@ -455,13 +455,13 @@ impl Drop for Queued {
         let Some(inner) = self.inner.take() else {
             return;
         };
-        let (owner, entry) = (self.owner.clone(), std::mem::take(&mut self.entry));
+        let (owner, entry) = (self.owner, std::mem::take(&mut self.entry));
         background::spawn_retried(
             "withdrawing a lock waiter",
             self.key.clone(),
             self.lease.max(CLAIM_WINDOW),
             move |key| {
-                let (inner, owner, entry) = (inner.clone(), owner.clone(), entry.clone());
+                let (inner, entry) = (inner.clone(), entry.clone());
                 async move {
                     inner.release_handing(&key, &owner, Some(&entry)).await?;
                     Ok(true)

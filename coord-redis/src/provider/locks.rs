@@ -26,7 +26,7 @@ use crate::encode::{Decimal, TokenText};
 use crate::keys::{self, NameSet, Names};
 use crate::scripts;
 use crate::transport::{Command, Reply, boxed_in_place};
-use crate::waiters::{Cue, Handed};
+use crate::waiters::Handed;
 
 /// How long a lock handed over to a waiter of another process stays its own unconfirmed: the
 /// waiter confirms within it (one look, which makes the lease whole), or, if it has gone
@@ -306,27 +306,40 @@ impl Inner {
                 "coord-redis: waiting for a lock without wake-up messages"
             );
         }
-        // From here the entry may be in the queue: giving up takes it out.
+        // Armed at the first look, after which the entry may be in the queue: giving up takes
+        // it out.
         let mut queued = Queued {
-            inner: Some(self.clone()),
+            inner: None,
             key: attempt.key.clone(),
             owner: attempt.token,
             entry: entry.clone(),
             lease: Duration::from_millis(attempt.lease_ms),
         };
         let mut standing = Standing::Join;
+        // Only the head of this process's waiters stands in the queue in Redis; the others
+        // join it (one command each) when they become head, so a burst of waiters in one
+        // process costs Redis nothing until their turn comes near.
+        let mut look_now = ticket.is_head();
         loop {
-            let lapse = match self.look(attempt, &entry, standing).await? {
-                Attempt::Won(fence) => {
-                    queued.settled();
-                    ticket.leave_quietly();
-                    return Ok(Some(grant(fence, true)));
+            let mut timer = None;
+            if look_now {
+                if queued.inner.is_none() {
+                    queued.inner = Some(self.clone());
                 }
-                Attempt::Held(pttl) => backstop_after(pttl),
-            };
-            standing = Standing::Keep;
-            // Sleep until handed the lock, woken, or (the head only) the re-check is due.
-            let mut timer = Instant::now().checked_add(lapse);
+                let lapse = match self.look(attempt, &entry, standing).await? {
+                    Attempt::Won(fence) => {
+                        queued.settled();
+                        ticket.leave_quietly();
+                        return Ok(Some(grant(fence, true)));
+                    }
+                    Attempt::Held(pttl) => backstop_after(pttl),
+                };
+                standing = Standing::Keep;
+                timer = Instant::now().checked_add(lapse);
+            }
+            look_now = true;
+            // Sleep until handed the lock, woken (a follower: made head), or (the head only)
+            // the re-check is due.
             let woken = loop {
                 let now = Instant::now();
                 if deadline.is_some_and(|d| now >= d) {
@@ -345,11 +358,8 @@ impl Inner {
                 };
                 tokio::select! {
                     handed = mailbox.handed() => break Some(handed),
-                    cue = ticket.next_wake_up() => match cue {
-                        // The previous head was handed the lock: the release hands it on.
-                        Cue::Promoted => timer = now.checked_add(backstop_after(None)),
-                        _ => break Some(Handed::Remote),
-                    },
+                    // A message, a resync, or made head (the previous head left): look.
+                    _ = ticket.next_wake_up() => break Some(Handed::Remote),
                     () = sleep => {
                         // At the deadline, the last look follows at the top.
                         if deadline.is_none_or(|d| Instant::now() < d) {
@@ -369,6 +379,8 @@ impl Inner {
                     return Ok(Some(grant(fence, true)));
                 }
                 Some(_) => {}
+                // The deadline, never having stood in the queue: nothing to take out.
+                None if queued.inner.is_none() => return Ok(None),
                 // The deadline: one last look, which takes the lock if it is ours by now, or
                 // takes the entry out.
                 None => {

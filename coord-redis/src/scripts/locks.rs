@@ -46,18 +46,27 @@ end
 /// server clock went back by more than that. A counter that is not plain decimal digits below
 /// 2^53 (`tonumber` would accept `nan`, `inf`, `1e400`, ` 5` or `0x10`) fails the call with
 /// nothing changed.
+///
+/// With a Lua condition, the counter is read (and checked) only when it holds: a look that
+/// will mint no token does not read it.
 macro_rules! fence_floor {
     () => {
-        r#"
-local last = redis.call('GET', KEYS[2])
-local floor = 0
-if last then
-  if #last > 16 or not string.find(last, '^[0-9]+$') then
-    return redis.error_reply('ERR coord: the fencing counter holds a value coord did not write')
-  end
-  floor = tonumber(last)
-  if floor >= 9007199254740000 then
-    return redis.error_reply('ERR coord: the fencing counter holds a value coord did not write')
+        fence_floor!("true")
+    };
+    ($when:literal) => {
+        concat!(
+            "\nlocal floor = 0\nif ",
+            $when,
+            r#" then
+  local last = redis.call('GET', KEYS[2])
+  if last then
+    if #last > 16 or not string.find(last, '^[0-9]+$') then
+      return redis.error_reply('ERR coord: the fencing counter holds a value coord did not write')
+    end
+    floor = tonumber(last)
+    if floor >= 9007199254740000 then
+      return redis.error_reply('ERR coord: the fencing counter holds a value coord did not write')
+    end
   end
 end
 local function mint(retention)
@@ -71,6 +80,7 @@ local function mint(retention)
   return token
 end
 "#
+        )
     };
 }
 
@@ -125,7 +135,7 @@ pub(crate) static LOCK_LOOK: LazyLock<Script> = LazyLock::new(|| {
         "lock_look",
         concat!(
             lock_value_check!(),
-            fence_floor!(),
+            fence_floor!("ARGV[4] == '1'"),
             r#"
 local owner, marked, queue, entry = ARGV[1], ARGV[1] .. '*', KEYS[3], ARGV[3]
 local holder = redis.call('GET', KEYS[1])

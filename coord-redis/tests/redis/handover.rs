@@ -160,6 +160,9 @@ async fn a_cancelled_waiter_never_ends_up_holding(client: Client) {
     let server = RedisServer::start();
     let releaser = provider(&server, client).await;
     let other = provider(&server, client).await;
+    // The next waiter in a process of its own: a waiter behind another of its process stands
+    // in the queue in Redis only once it is its process's head.
+    let third = provider(&server, client).await;
     // The cancelled waiter in the releasing process (handed over in memory) and in another
     // (handed over by message); cancelled before the release, and right after it (racing the
     // hand-over).
@@ -183,7 +186,7 @@ async fn a_cancelled_waiter_never_ends_up_holding(client: Client) {
             _ = &mut cancelled => panic!("the waiter returned while the lock was held"),
             () = queued(&server, &queue, 1) => {}
         }
-        let next = spawn_acquire(&other, lock(&k, OwnerToken::new(), LONG, LONG));
+        let next = spawn_acquire(&third, lock(&k, OwnerToken::new(), LONG, LONG));
         queued(&server, &queue, 2).await;
         if abort_first {
             drop(cancelled);
@@ -214,7 +217,7 @@ async fn a_cancelled_waiter_never_ends_up_holding(client: Client) {
         assert_eq!(now_holder.as_deref(), Some(got.owner.to_string().as_str()));
         assert_ne!(now_holder, Some(cancelled_owner.to_string()));
         assert_eq!(
-            other.release(&k, got.owner).await.unwrap(),
+            third.release(&k, got.owner).await.unwrap(),
             ReleaseOutcome::Released
         );
         assert_eq!(holder_of(&server, &lock_key), None);

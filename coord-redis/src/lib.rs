@@ -101,7 +101,10 @@
 //! random), then looks once more, with a script that marks the holder's token as waited for
 //! and puts the waiter in the lock's queue in Redis (`ns:lock-queue:{op:parts}`, a list of
 //! entries `<process id>:<owner>:<lease ms>:<fenced>`). A caller that finds tasks of its own
-//! process already waiting for the lock skips the first attempt and queues behind them.
+//! process already waiting for the lock queues behind them without a command: only the first
+//! waiter of each process stands in the queue in Redis, and the next one joins it (one look)
+//! when it becomes first, so processes take turns and, within a process, waiters are served
+//! in arrival order.
 //!
 //! **The release hands the lock over.** The release of a marked lock takes the first entry
 //! off the queue and makes that waiter the holder in the same script: its owner token, its
@@ -111,8 +114,8 @@
 //! command of its own. A waiter of another process is told by a message on its process's
 //! channel naming it, and holds the lock only for the **claim window** (one second, or its
 //! lease if shorter) until it confirms: one look, which makes the lease whole and mints its
-//! token. Waiters are served in the order they queued, across processes (the least-served of
-//! 16 tasks on one key gets about as many turns as the mean; see the crate's benchmarks).
+//! token. The least-served of 16 tasks on one key gets about as many turns as the mean (see
+//! the crate's benchmarks).
 //! Under contention an acquisition costs about two commands (the waiter's look and the
 //! release; three when the waiter is in another process).
 //!

@@ -1,8 +1,9 @@
 //! The lock half of the contract: acquire (waiting for a hand-over), release (handing over),
 //! renew.
 //!
-//! A waiter stands in the lock's queue in Redis with its own entry (process, owner, lease,
-//! fenced), and the release of a marked lock makes the first entry the holder in the same
+//! The first waiter of each process stands in the lock's queue in Redis with its own entry
+//! (process, owner, lease, fenced; the others of the process join when they become first),
+//! and the release of a marked lock makes the first entry the holder in the same
 //! script (see `scripts::RELEASE`): a waiter of this provider is told in memory
 //! ([`Hub::hand_locally`]) and holds the lock with its whole lease and token without a command
 //! of its own; a waiter of another process is told in a message and confirms within the claim

@@ -67,8 +67,9 @@ const MAX_MILLIS: u64 = 1 << 46;
 ///   stands in the lock's queue in Redis; the release of a marked lock makes the first waiter
 ///   the holder in the same script (owner, lease, fencing token) and tells it: in memory in
 ///   the releasing process (the waiter sends nothing), by a message elsewhere (the waiter
-///   confirms with one script within a claim window of one second). Waiters are served in
-///   the order they queued. A lock nobody waits for publishes nothing. A waiter that gives up
+///   confirms with one script within a claim window of one second). Processes take turns in
+///   the order their first waiters queued, and a process's waiters are served in arrival
+///   order. A lock nobody waits for publishes nothing. A waiter that gives up
 ///   takes its place out and releases onward a lock handed to it meanwhile; one that crashed
 ///   holds the lock for the claim window only. A backstop at the holder's remaining lease
 ///   (at most one second, with jitter) covers a lost message, a lapsed claim or a holder that

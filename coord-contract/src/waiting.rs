@@ -346,13 +346,34 @@ impl<S: QueueState> Ticket<S> {
         &self.channel
     }
 
-    /// True while this waiter is the first in its queue.
-    fn is_head(&self) -> bool {
+    /// True while this waiter is the first in its queue (on a hand-off channel, the one that
+    /// keeps the re-check timer for the others).
+    pub fn is_head(&self) -> bool {
         let queues = self.shared.queues();
         queues
             .get(&self.channel)
             .and_then(|q| q.waiters.front())
             .is_some_and(|head| head.id == self.waiter.id)
+    }
+
+    /// For a provider that runs its own loop instead of [`wait`]: resolves on this waiter's
+    /// next wake-up (or at once if one arrived since the last call), with its cause:
+    /// [`Cue::Message`] (a message, or on a hand-off channel: this waiter became head),
+    /// [`Cue::Resync`] or [`Cue::Promoted`]. Cancel-safe: a wake-up not yet taken stays for
+    /// the next call.
+    pub async fn next_wake_up(&self) -> Cue {
+        match self.woken().await {
+            Woken::Message => Cue::Message,
+            Woken::Resync => Cue::Resync,
+            Woken::Promoted => Cue::Promoted,
+        }
+    }
+
+    /// For a provider that runs its own loop instead of [`wait`]: when this ticket is dropped
+    /// as head, the next waiter is promoted without a look ([`Cue::Promoted`]), as after
+    /// [`Look::DoneWatched`].
+    pub fn leave_quietly(&mut self) {
+        self.quiet = true;
     }
 
     /// Resolves on the next wake-up (or at once if one arrived since the last call).

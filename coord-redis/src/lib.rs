@@ -82,9 +82,9 @@
 //! braces, so user values cannot pick the slot.
 //!
 //! Round trips: an uncontended unfenced acquire is one `SET .. NX PX .. GET`; a waiting one
-//! sends `PTTL` in the same pipeline, then, once subscribed, retries with one script that also
-//! marks the holder's token as waited for and queues the process (only a marked lock's release
-//! publishes); a fenced
+//! sends `PTTL` in the same pipeline, then, once subscribed, one script (a look) that also
+//! marks the holder's token as waited for and puts the waiter in the lock's queue (only a
+//! marked lock's release hands over and publishes); a fenced
 //! acquire, a release, a renewal and every idempotency step is one script (`EVALSHA`). Scripts
 //! are loaded on demand (`NOSCRIPT` → `EVAL` once). Requires Redis 7.0 or newer (`SET` with
 //! both `NX` and `GET`).
@@ -94,32 +94,47 @@
 //! between versions: during an upgrade, do not let instances of two versions coordinate the
 //! same keys (for example, give the new version its own namespace).
 //!
-//! ## Waiting
+//! ## Waiting and the hand-over
 //! A caller that may wait (`wait > 0`) and finds the lock held joins a local queue for that
 //! lock, subscribed (once per lock, over one subscriber connection per provider) to the lock's
-//! channel, then tries once more, with a script that also marks the holder's token as waited
-//! for and puts this process (its provider's random id) in the lock's queue in Redis
-//! (`ns:lock-queue:{op:parts}`). A caller that finds tasks of its own process already waiting
-//! for the lock queues behind them without a command: only the first waiter of each process
-//! talks to Redis.
+//! channel and to this process's own name for it (`<lock key>#<id>`, the id its provider's,
+//! random), then looks once more, with a script that marks the holder's token as waited for
+//! and puts the waiter in the lock's queue in Redis (`ns:lock-queue:{op:parts}`, a list of
+//! entries `<process id>:<owner>:<lease ms>:<fenced>`). A caller that finds tasks of its own
+//! process already waiting for the lock queues behind them without a command: only the first
+//! waiter of each process stands in the queue in Redis, and the next one joins it (one look)
+//! when it becomes first, so processes take turns and, within a process, waiters are served
+//! in arrival order.
 //!
-//! The release of a marked lock takes the first process off that queue and publishes on that
-//! process's own channel (`<lock key>#<id>`, subscribed beside the lock's channel), so one
-//! release wakes one waiter in one process, which retries; an unmarked lock's release
-//! publishes nothing, and a marked one whose queue is gone publishes on the lock's channel,
-//! waking the first waiter of every process. A waiter that takes the lock while others wait
-//! (in its process, or other processes in the queue) takes it marked, and when its own
-//! process has more waiters, puts the process back at the end of the queue: its next waiter
-//! then takes over the watch without a command, and processes take turns. Within a process,
-//! waiters are served in arrival order. Under contention an acquisition costs about two
-//! commands (the winning retry and the release); see the crate's benchmarks.
+//! **The release hands the lock over.** The release of a marked lock takes the first entry
+//! off the queue and makes that waiter the holder in the same script: its owner token, its
+//! lease, and (fenced) a fencing token minted there from the same counter as every acquire.
+//! The lock stays marked while more wait, so the next release hands over too. A waiter of the
+//! releasing process is told in memory and holds the lock with its whole lease without a
+//! command of its own. A waiter of another process is told by a message on its process's
+//! channel naming it, and holds the lock only for the **claim window** (one second, or its
+//! lease if shorter) until it confirms: one look, which makes the lease whole and mints its
+//! token. The least-served of 16 tasks on one key gets about as many turns as the mean (see
+//! the crate's benchmarks).
+//! Under contention an acquisition costs about two commands (the waiter's look and the
+//! release; three when the waiter is in another process).
+//!
+//! **A waiter that has gone.** A waiter that gives up (its wait ends, or its future is
+//! dropped) takes its entry out, and a lock handed to it meanwhile it releases onward,
+//! through the same release (in the background, retried until its lease would have ended,
+//! when its future was dropped). A waiter that crashed cannot: the release hands it the lock
+//! all the same, the claim window passes unconfirmed and the lock lapses; the next waiter
+//! then takes it at its backstop. A crashed waiter costs the waiters behind it the claim
+//! window plus at most one backstop interval (one second): about one to two seconds, never the
+//! lease it asked for.
 //!
 //! Each process's first waiter keeps a backstop timer at the holder's remaining lease (at
 //! most one second, with jitter), which covers a lost message, a holder that died without
-//! releasing, a wake-up sent to a process whose waiters have all given up, and a lock taken
-//! unmarked by a caller that did not wait. After the subscriber connection is re-established,
-//! every queue's first waiter retries at once. With Redis Cluster, `PUBLISH` reaches every
-//! node, so the subscriber may listen on any one of them.
+//! releasing, a lapsed claim, and a lock taken unmarked by a caller that did not wait: its
+//! look takes a free lock, and confirms one handed to it whose message was lost. After the
+//! subscriber connection is re-established, every queue's first waiter looks at once. With
+//! Redis Cluster, `PUBLISH` reaches every node, so the subscriber may listen on any one of
+//! them; every key a script touches shares the call key's hash tag.
 //!
 //! ## Fencing tokens
 //! A token is `max(previous + 1, server time in microseconds)`, minted in the same script

@@ -34,8 +34,8 @@ where
 }
 
 /// Most arguments any coord command has (`EVALSHA sha numkeys` plus keys and script
-/// arguments included).
-const MAX_ARGS: usize = 10;
+/// arguments included): a lock waiter's look has the most, 11.
+const MAX_ARGS: usize = 11;
 
 /// One command: its name and arguments, and which argument is the key (for Cluster routing).
 ///
@@ -410,8 +410,8 @@ pub(crate) trait Subscriber: Send + Sync + 'static {
 
 /// Where a subscriber reports what it receives.
 pub(crate) trait SubscriberEvents: Send + Sync + 'static {
-    /// A message arrived on `channel`.
-    fn message(&self, channel: &[u8]);
+    /// A message arrived on `channel`, carrying `payload` (empty for a bare wake-up).
+    fn message(&self, channel: &[u8], payload: &[u8]);
 
     /// The connection was re-established (or messages were dropped): subscriptions must be
     /// renewed, and anything published meanwhile may have been missed.

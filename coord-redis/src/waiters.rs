@@ -24,8 +24,9 @@
 //! the subscriber reconnects, that task renews every subscription and wakes every head:
 //! a release published while the connection was down was not seen.
 
+use std::collections::HashMap;
 use std::future::Future;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use coord_core::BackendError;
@@ -48,7 +49,7 @@ enum SubState {
 }
 
 /// What a channel's queue keeps beside its waiters: its subscription.
-struct Channel {
+pub(crate) struct Channel {
     /// Every name this process is subscribed under for the channel.
     names: Vec<String>,
     ready: watch::Receiver<SubState>,
@@ -68,22 +69,79 @@ enum Op {
     Resync,
 }
 
+/// How a lock reached a waiter without an acquire of its own: a release handed it over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Handed {
+    /// By a release of this provider: the lock is the waiter's with its full lease, and
+    /// this fencing token (0: not fenced).
+    Local(u64),
+    /// By another process's release, told in a message: the lock is the waiter's for the
+    /// claim window only, until it confirms.
+    Remote,
+}
+
+/// The lock waiters of this provider that can be handed a lock, by lock and owner token.
+type Mailboxes = Arc<Mutex<HashMap<(String, String), mpsc::UnboundedSender<Handed>>>>;
+
+/// A waiter's place in [`Mailboxes`]; dropping it takes the place away.
+pub(crate) struct Mailbox {
+    boxes: Mailboxes,
+    at: (String, String),
+    rx: mpsc::UnboundedReceiver<Handed>,
+}
+
+impl Mailbox {
+    /// The next hand-over (cancel-safe).
+    pub(crate) async fn handed(&mut self) -> Handed {
+        match self.rx.recv().await {
+            Some(handed) => handed,
+            // The sender lives in the map until this mailbox is dropped.
+            None => std::future::pending().await,
+        }
+    }
+}
+
+impl Drop for Mailbox {
+    fn drop(&mut self) {
+        lock_boxes(&self.boxes).remove(&self.at);
+    }
+}
+
+fn lock_boxes(
+    boxes: &Mailboxes,
+) -> std::sync::MutexGuard<'_, HashMap<(String, String), mpsc::UnboundedSender<Handed>>> {
+    // Every critical section is one insert, remove or lookup: a poisoned lock still guards a
+    // consistent map.
+    boxes.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 struct Events {
     queues: WeakQueues<Channel>,
+    mailboxes: Mailboxes,
     /// `#<provider id>`: the suffix of this provider's own name for a lock channel.
     suffix: String,
     ops: mpsc::WeakUnboundedSender<Op>,
 }
 
 impl SubscriberEvents for Events {
-    fn message(&self, channel: &[u8]) {
+    fn message(&self, channel: &[u8], payload: &[u8]) {
         let Ok(channel) = std::str::from_utf8(channel) else {
             return;
         };
         // A message for this process alone names the channel it is about.
-        let channel = channel
-            .strip_suffix(self.suffix.as_str())
-            .unwrap_or(channel);
+        let own = channel.strip_suffix(self.suffix.as_str());
+        let channel = own.unwrap_or(channel);
+        // A hand-over names its new owner: only that waiter is told. One nobody here waits
+        // for any more (it gave up) is dropped: its withdrawal gives the lock back.
+        if own.is_some() && !payload.is_empty() {
+            if let Ok(owner) = std::str::from_utf8(payload) {
+                let at = (channel.to_owned(), owner.to_owned());
+                if let Some(tx) = lock_boxes(&self.mailboxes).get(&at) {
+                    let _ = tx.send(Handed::Remote);
+                }
+            }
+            return;
+        }
         if let Some(queues) = self.queues.upgrade() {
             queues.deliver(channel);
         }
@@ -96,9 +154,13 @@ impl SubscriberEvents for Events {
     }
 }
 
+/// A lock waiter's place in this process's queue for the lock (see [`Hub::join_lock`]).
+pub(crate) type LockTicket = Ticket<Channel>;
+
 /// The waiter queues of one provider and its subscriber connection.
 pub(crate) struct Hub {
     queues: Queues<Channel>,
+    mailboxes: Mailboxes,
     /// `#<provider id>`: the suffix of this provider's own name for a lock channel.
     suffix: String,
     ops: OnceLock<mpsc::UnboundedSender<Op>>,
@@ -113,6 +175,7 @@ impl Hub {
         let id = format!("{:016x}", rand::random::<u64>());
         Hub {
             queues: Queues::new(),
+            mailboxes: Arc::default(),
             suffix: format!("#{id}"),
             ops: OnceLock::new(),
             timeout,
@@ -130,9 +193,41 @@ impl Hub {
         self.queues.has_waiters(channel)
     }
 
-    /// Whether more than one task of this process waits on `channel`.
-    pub(crate) fn has_others(&self, channel: &str) -> bool {
-        self.queues.has_others(channel)
+    /// A place for `owner` to be handed the lock `channel` by a release (in a message, or by
+    /// [`Hub::hand_locally`]). Made before the waiter's entry goes into the lock's queue in
+    /// Redis, so no hand-over finds it missing.
+    pub(crate) fn mailbox(&self, channel: &str, owner: &str) -> Mailbox {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let at = (channel.to_owned(), owner.to_owned());
+        lock_boxes(&self.mailboxes).insert(at.clone(), tx);
+        Mailbox {
+            boxes: self.mailboxes.clone(),
+            at,
+            rx,
+        }
+    }
+
+    /// A release of this provider handed `channel` to `owner`, a waiter of this provider:
+    /// tells it. False when that waiter is gone (it gave up; its withdrawal, sent when it
+    /// gave up, releases the lock onward).
+    pub(crate) fn hand_locally(&self, channel: &str, owner: &str, fencing_token: u64) -> bool {
+        let at = (channel.to_owned(), owner.to_owned());
+        lock_boxes(&self.mailboxes)
+            .get(&at)
+            .is_some_and(|tx| tx.send(Handed::Local(fencing_token)).is_ok())
+    }
+
+    /// Joins the lock waiters of `channel` in this process, subscribing first if nobody here
+    /// listens to it yet; resolves once the subscription is settled (bounded by the command
+    /// timeout), with the ticket either way and whether the subscription was confirmed. The
+    /// ticket's head keeps the re-check timer for the others.
+    pub(crate) async fn join_lock(
+        &self,
+        transport: &Arc<dyn Transport>,
+        channel: String,
+    ) -> (LockTicket, Result<(), BackendError>) {
+        self.join_settled(transport, channel, Wake::Head, self.timeout)
+            .await
     }
 
     /// Every name this process is subscribed under for `channel` (of kind `wake`).
@@ -149,6 +244,7 @@ impl Hub {
                 let (tx, rx) = mpsc::unbounded_channel();
                 let events = Arc::new(Events {
                     queues: self.queues.downgrade(),
+                    mailboxes: self.mailboxes.clone(),
                     suffix: self.suffix.clone(),
                     ops: tx.downgrade(),
                 });
@@ -174,6 +270,19 @@ impl Hub {
         wake: Wake,
         limit: Duration,
     ) -> Result<Ticket<Channel>, BackendError> {
+        let (ticket, subscribed) = self.join_settled(transport, channel, wake, limit).await;
+        subscribed.map(|()| ticket)
+    }
+
+    /// [`Hub::join`], keeping the place in the queue when the subscription fails: the ticket,
+    /// and whether the subscription was confirmed within `limit`.
+    async fn join_settled(
+        &self,
+        transport: &Arc<dyn Transport>,
+        channel: String,
+        wake: Wake,
+        limit: Duration,
+    ) -> (Ticket<Channel>, Result<(), BackendError>) {
         let ops = self.ops(transport);
         let subscribe = |channel: &str| {
             let (tx, rx) = watch::channel(SubState::Pending);
@@ -191,9 +300,9 @@ impl Hub {
             .join(channel, wake, subscribe, |ch| ch.ready.clone());
         let state =
             tokio::time::timeout(limit, ready.wait_for(|s| !matches!(s, SubState::Pending))).await;
-        match state {
+        let subscribed = match state {
             Ok(Ok(state)) => match &*state {
-                SubState::Ready => Ok(ticket),
+                SubState::Ready => Ok(()),
                 SubState::Failed(err) => Err(err.clone()),
                 SubState::Pending => unreachable!("waited for a settled state"),
             },
@@ -208,7 +317,8 @@ impl Hub {
                     ticket.channel()
                 ),
             )),
-        }
+        };
+        (ticket, subscribed)
     }
 
     /// Waits on `channel` until `look` answers, or until `deadline` (`None`: no end)

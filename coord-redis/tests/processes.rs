@@ -165,6 +165,23 @@ async fn child(role: &str) {
             Err(ChildError::Coord(CoordError::LockLost { .. })) => println!("RESULT lost"),
             Err(other) => println!("RESULT {other:?}"),
         },
+        "wait-queued" => {
+            // Stands in the queue of a lock the parent holds; killed there by the parent.
+            let key = lock_key(&c, "proc.queue", 1);
+            let me = coord_core::provider::OwnerToken::new();
+            println!("OWNER {me}");
+            let grant = c
+                .lock_provider()
+                .acquire(coord_core::provider::LockRequest {
+                    key: &key,
+                    owner: me,
+                    lease: Duration::from_secs(30),
+                    wait: Duration::from_secs(120),
+                    fenced: false,
+                })
+                .await;
+            println!("RESULT {grant:?}");
+        }
         "hold-then-write" => {
             let outcome = hold_then_write(&c, 1, &url).await;
             println!("RESULT {}", if outcome.is_ok() { "ok" } else { "err" });
@@ -433,6 +450,77 @@ fn killed_holder_is_replaced_within_lease_plus_one_second(server: &RedisServer) 
     rt.block_on(c.lock_provider().release(&key, me)).unwrap();
 }
 
+/// A waiter killed with SIGKILL while it stands in a lock's queue is handed the lock by the
+/// release (it cannot know it is dead), and skipped once its claim window (1 s) ends: the next
+/// waiter holds the lock within the window plus its re-check interval (at most 1 s) and a
+/// margin, far within the 30 s lease the dead waiter asked for.
+fn killed_waiter_is_skipped_after_its_claim_window(server: &RedisServer) {
+    let ns = "xproc-killed-waiter";
+    let rt = runtime();
+    let c = parent_coordinator(&rt, server, ns);
+    let key = lock_key(&c, "proc.queue", 1);
+    let queue = format!("{ns}:lock-queue:{{{}}}", key.op_key());
+    let lock = format!("{ns}:lock:{{{}}}", key.op_key());
+    let (holder, grant) = acquire_from_parent(&rt, &c, &key, false);
+    assert!(grant.is_some());
+    let child = start_player("wait-queued", server, ns);
+    let dead_owner =
+        child.expect_line("OWNER ", Duration::from_secs(20))["OWNER ".len()..].to_owned();
+    let queued = |n: i64| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while server.command(&["LLEN", &queue]).int() != Some(n) {
+            assert!(Instant::now() < deadline, "{n} waiters in the queue");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    };
+    queued(1);
+    child.signal(libc::SIGKILL);
+    drop(child);
+    // The next waiter, in the parent, behind the dead one.
+    let next = {
+        let (c, key) = (c.clone(), key.clone());
+        rt.spawn(async move {
+            let me = coord_core::provider::OwnerToken::new();
+            let grant = c
+                .lock_provider()
+                .acquire(coord_core::provider::LockRequest {
+                    key: &key,
+                    owner: me,
+                    lease: Duration::from_secs(30),
+                    wait: Duration::from_secs(60),
+                    fenced: false,
+                })
+                .await
+                .expect("acquire");
+            (me, grant, Instant::now())
+        })
+    };
+    queued(2);
+    let released_at = Instant::now();
+    assert_eq!(
+        rt.block_on(c.lock_provider().release(&key, holder))
+            .unwrap(),
+        coord_core::provider::ReleaseOutcome::Released
+    );
+    // The release handed the lock to the dead waiter, first in line.
+    let held_by = match server.command(&["GET", &lock]) {
+        coord_redis_testing::Resp::Bulk(v) => String::from_utf8(v).unwrap(),
+        other => panic!("the lock is handed over, not freed: {other:?}"),
+    };
+    assert_eq!(held_by.trim_end_matches('*'), dead_owner);
+    let (me, grant, at) = rt.block_on(next).expect("the next waiter");
+    assert!(grant.is_some(), "the next waiter gets the lock");
+    let after = at.duration_since(released_at);
+    // The window is the server's (PX), so the lower bound is firm; the upper one leaves a
+    // loaded host 8 s of margin and still tells the skip from the 30 s lease.
+    assert!(
+        after >= Duration::from_millis(900) && after < Duration::from_secs(10),
+        "skipped after the claim window (1 s) plus at most the re-check (1 s) and a margin, \
+         far within the dead waiter's 30 s lease: {after:?}"
+    );
+    rt.block_on(c.lock_provider().release(&key, me)).unwrap();
+}
+
 /// One scenario of this binary, run against the shared server.
 fn main() {
     if let Ok(role) = std::env::var(ROLE) {
@@ -468,6 +556,10 @@ fn main() {
             (
                 "killed_holder_is_replaced_within_lease_plus_one_second",
                 killed_holder_is_replaced_within_lease_plus_one_second,
+            ),
+            (
+                "killed_waiter_is_skipped_after_its_claim_window",
+                killed_waiter_is_skipped_after_its_claim_window,
             ),
         ],
     );

@@ -125,7 +125,7 @@ impl Inner {
     /// in scope ([`replicas::in_scope`]), else the provider's own setting. An override's
     /// timeout is checked as the builder checks the provider's (above zero, below the command
     /// timeout, whose bound the `WAIT` shares), and a bad one is a `Config` error.
-    fn ack_wait(&self, key: &CallKey) -> Result<Option<Cow<'_, AckWait>>, BackendError> {
+    pub(super) fn ack_wait(&self, key: &CallKey) -> Result<Option<Cow<'_, AckWait>>, BackendError> {
         match replicas::in_scope() {
             None => Ok(self.replica_acks.as_ref().map(Cow::Borrowed)),
             Some(ReplicaAcks::Off) => Ok(None),
@@ -293,7 +293,7 @@ fn script_command<'a>(
     keys: &[&'a str],
     args: &[&'a [u8]],
 ) -> Command<'a> {
-    const NUMKEYS: [&str; 4] = ["0", "1", "2", "3"];
+    const NUMKEYS: [&str; 5] = ["0", "1", "2", "3", "4"];
     let mut cmd = Command::new(name);
     cmd.push(body.as_bytes());
     cmd.push(NUMKEYS[keys.len()].as_bytes());

@@ -1,10 +1,23 @@
-//! The lock half of the contract: acquire (waiting on release messages), release, renew.
+//! The lock half of the contract: acquire (waiting for a hand-over), release (handing over),
+//! renew.
+//!
+//! The first waiter of each process stands in the lock's queue in Redis with its own entry
+//! (process, owner, lease, fenced; the others of the process join when they become first),
+//! and the release of a marked lock makes the first entry the holder in the same
+//! script (see `scripts::RELEASE`): a waiter of this provider is told in memory
+//! ([`Hub::hand_locally`]) and holds the lock with its whole lease and token without a command
+//! of its own; a waiter of another process is told in a message and confirms within the claim
+//! window ([`CLAIM_WINDOW`]) with one look, which makes the lease whole and mints its token.
+//! A waiter that gives up (deadline, or its future dropped) takes its entry out, and gives a
+//! lock handed to it meanwhile onward, through the same release.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use coord_core::provider::waiting::TimedOutLooks;
+use coord_core::provider::waiting::{TIMED_OUT_LOOK_BACKOFF, TimedOutLooks};
 use coord_core::provider::{
     BoxFuture, LockGrant, LockProvider, LockRequest, OwnerToken, ReleaseOutcome, RenewOutcome,
+    background,
 };
 use coord_core::{BackendError, CallKey, FencingToken, LossCause};
 use tokio::time::Instant;
@@ -15,7 +28,14 @@ use crate::encode::{Decimal, TokenText};
 use crate::keys::{self, NameSet, Names};
 use crate::scripts;
 use crate::transport::{Command, Reply, boxed_in_place};
-use crate::waiters::{Cue, Look, Wake};
+use crate::waiters::Handed;
+
+/// How long a lock handed over to a waiter of another process stays its own unconfirmed: the
+/// waiter confirms within it (one look, which makes the lease whole), or, if it has gone
+/// (crashed, or cut off), the lock lapses and the next waiter's look takes it. What a crashed
+/// waiter costs the waiters behind it: this window, plus the re-check interval of the next
+/// process's head ([`BACKSTOP_CAP`] at most).
+pub(crate) const CLAIM_WINDOW: Duration = Duration::from_secs(1);
 
 /// Which attempt at a lock this is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,11 +45,18 @@ enum TryMode {
     /// The caller will wait if the lock is held: the remaining lease comes back in the same
     /// round trip.
     FirstOfWait,
-    /// The caller is subscribed to releases: a holder found is marked as waited for, so its
-    /// release publishes, and this process is queued to be woken. With `more`, other tasks
-    /// of this process wait behind the caller: a lock taken is taken marked, with this process
-    /// queued again, so its release wakes this process's next waiter.
-    Watching { more: bool },
+}
+
+/// What a waiter's look does with its queue entry when the lock is someone else's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Standing {
+    /// A new waiter: append the entry.
+    Join,
+    /// A waiter already queued: append the entry only if it is missing (a hand-over it did
+    /// not confirm in time took it off), keeping its place otherwise.
+    Keep,
+    /// The waiter gives up: take the entry out.
+    Leave,
 }
 
 enum Attempt {
@@ -65,6 +92,17 @@ impl<'a> LockTry<'a> {
     fn lock(&self) -> &str {
         self.names.get(0)
     }
+
+    /// The owner token as text.
+    fn owner(&self) -> &str {
+        std::str::from_utf8(self.token.as_ref()).expect("a token is hex")
+    }
+
+    /// The fencing counter's retention, ms: ten leases, at least an hour.
+    fn fence_ms(&self) -> Decimal {
+        let fence_ms = millis(FENCE_RETENTION_FLOOR).max(self.lease_ms.saturating_mul(10));
+        Decimal::new(fence_ms.min(MAX_MILLIS))
+    }
 }
 
 impl Inner {
@@ -81,45 +119,15 @@ impl Inner {
             key,
         } = attempt;
         let (lease_ms, fenced) = (*lease_ms, *fenced);
-        let [lock, fence, queue] = names.all();
+        let [lock, fence, _] = names.all();
         let lease = Decimal::new(lease_ms);
-        let watch: &[u8] = match mode {
-            TryMode::Watching { more: true } => b"2",
-            TryMode::Watching { more: false } => b"1",
-            _ => b"0",
-        };
-        let watching = matches!(mode, TryMode::Watching { .. });
-        let pid = self.hub.id().as_bytes();
         if fenced {
-            let fence_ms = millis(FENCE_RETENTION_FLOOR).max(lease_ms.saturating_mul(10));
-            let fence_ms = Decimal::new(fence_ms.min(MAX_MILLIS));
-            let (reply, acks) = if watching {
-                let args = [
-                    token.as_ref(),
-                    lease.as_ref(),
-                    watch,
-                    fence_ms.as_ref(),
-                    pid,
-                ];
-                self.eval_granting(&scripts::FENCED_ACQUIRE, &[lock, fence, queue], &args, key)
-                    .await?
-            } else {
-                let args = [token.as_ref(), lease.as_ref(), watch, fence_ms.as_ref()];
-                self.eval_granting(&scripts::FENCED_ACQUIRE, &[lock, fence], &args, key)
-                    .await?
-            };
-            return self.granted_attempt(self.scripted_attempt(reply, true, key)?, acks, key);
-        }
-        if watching {
+            let fence_ms = attempt.fence_ms();
+            let args = [token.as_ref(), lease.as_ref(), b"0", fence_ms.as_ref()];
             let (reply, acks) = self
-                .eval_granting(
-                    &scripts::WAITING_ACQUIRE,
-                    &[lock, queue],
-                    &[token.as_ref(), lease.as_ref(), watch, pid],
-                    key,
-                )
+                .eval_granting(&scripts::FENCED_ACQUIRE, &[lock, fence], &args, key)
                 .await?;
-            return self.granted_attempt(self.scripted_attempt(reply, false, key)?, acks, key);
+            return self.granted_attempt(self.scripted_attempt(reply, true, key)?, acks, key);
         }
         // SET .. NX .. GET answers with the current holder when the key is taken (and fails
         // with WRONGTYPE on a foreign value) in the same single command.
@@ -195,7 +203,10 @@ impl Inner {
         )
     }
 
-    async fn acquire(&self, req: LockRequest<'_>) -> Result<Option<LockGrant>, BackendError> {
+    async fn acquire(
+        self: &Arc<Self>,
+        req: LockRequest<'_>,
+    ) -> Result<Option<LockGrant>, BackendError> {
         let attempt = LockTry::of(&req);
         if !req.wait.is_zero() {
             // The waiting machinery lives in its own allocation, so the single attempt (the
@@ -208,9 +219,51 @@ impl Inner {
         }
     }
 
-    /// An acquisition that may wait until `req.wait` has passed.
-    async fn acquire_waiting(
+    /// A waiter's look (`scripts::LOCK_LOOK`): the lock taken if free, confirmed if handed
+    /// over already, else the entry placed as `standing` says.
+    async fn look(
         &self,
+        attempt: &LockTry<'_>,
+        entry: &str,
+        standing: Standing,
+    ) -> Result<Attempt, BackendError> {
+        let [lock, fence, queue] = attempt.names.all();
+        let lease = Decimal::new(attempt.lease_ms);
+        let fence_ms = attempt.fence_ms();
+        let fenced: &[u8] = if attempt.fenced { b"1" } else { b"0" };
+        let mode: &[u8] = match standing {
+            Standing::Join => b"n",
+            Standing::Keep => b"q",
+            Standing::Leave => b"w",
+        };
+        let args = [
+            attempt.token.as_ref(),
+            lease.as_ref(),
+            entry.as_bytes(),
+            fenced,
+            fence_ms.as_ref(),
+            mode,
+        ];
+        let (reply, acks) = self
+            .eval_granting(
+                &scripts::LOCK_LOOK,
+                &[lock, fence, queue],
+                &args,
+                attempt.key,
+            )
+            .await?;
+        let attempt_seen = self.scripted_attempt(reply, attempt.fenced, attempt.key)?;
+        self.granted_attempt(attempt_seen, acks, attempt.key)
+    }
+
+    /// An acquisition that may wait until `req.wait` has passed.
+    ///
+    /// The waiter stands in the lock's queue in Redis and is handed the lock by a release;
+    /// only the head of this process's waiters for the lock keeps a re-check timer (the
+    /// holder's remaining lease, at most [`BACKSTOP_CAP`]), against a lost message or a lock
+    /// that lapsed instead of being released.
+    async fn acquire_waiting(
+        self: &Arc<Self>,
         attempt: &LockTry<'_>,
         req: &LockRequest<'_>,
     ) -> Result<Option<LockGrant>, BackendError> {
@@ -218,51 +271,248 @@ impl Inner {
         // `None`: no end (a wait too long to represent, such as `Duration::MAX`), the wait
         // lasts until the lock is ours or the future is dropped.
         let deadline = Instant::now().checked_add(req.wait);
-        // Tasks of this process already wait for this lock: queue behind them without a
-        // round trip (their head watches the lock for all of them).
         // An attempt or look that timed out (a paused or slow server) does not end a wait
         // that has time left: the wait looks again with the same token, so a grant made with
-        // its reply lost is found (the scripts answer "taken" to their owner's resend).
+        // its reply lost is found (the scripts answer "taken" to their owner's resend). A wait
+        // that ends while the latest of them was unanswered is a `Timeout` saying so, on
+        // which the runtime releases by owner, not a refusal.
         let timed_out = TimedOutLooks::new();
-        let timed_out = &timed_out;
-        if !self.hub.has_waiters(lock)
-            && let Some(Attempt::Won(fence)) =
-                timed_out.note(self.try_lock(attempt, TryMode::FirstOfWait).await)?
-        {
-            return Ok(Some(grant(fence, false)));
-        }
-
-        // The first waiting attempt found the lock held; from here on a retry also marks the
-        // holder's token as waited for and queues this process, so the release wakes it. The
-        // backstop is the holder's remaining lease (capped, with jitter).
-        let retry = move |cue: Cue| async move {
-            if cue == Cue::Promoted {
-                // The previous head took the lock marked, with this process queued: its
-                // release wakes us. Only the backstop against a lost message is kept.
-                return Ok(Look::Pending(Some(backstop_after(None))));
-            }
-            let more = self.hub.has_others(lock);
-            let tried = self.try_lock(attempt, TryMode::Watching { more }).await;
-            timed_out.look(tried.map(|tried| match tried {
-                Attempt::Won(fence) if more => Look::DoneWatched(Some(grant(fence, true))),
-                Attempt::Won(fence) => Look::Done(Some(grant(fence, true))),
-                Attempt::Held(pttl) => Look::Pending(Some(backstop_after(pttl))),
-            }))
-        };
         let answer = self
-            .hub
-            .wait(
-                &self.transport,
-                lock.to_owned(),
-                Wake::Head,
-                deadline,
-                None,
-                retry,
-            )
+            .wait_in_queue(attempt, lock, deadline, &timed_out)
             .await;
-        // Not granted while the latest look's reply was lost: a fault (the runtime releases
-        // by owner), not a refusal.
         timed_out.settle(answer, Option::is_none)
+    }
+
+    /// [`acquire_waiting`](Self::acquire_waiting)'s wait, its unanswered attempts and looks
+    /// noted in `timed_out`.
+    async fn wait_in_queue(
+        self: &Arc<Self>,
+        attempt: &LockTry<'_>,
+        lock: &str,
+        deadline: Option<Instant>,
+        timed_out: &TimedOutLooks,
+    ) -> Result<Option<LockGrant>, BackendError> {
+        // Tasks of this process already wait for this lock: queue behind them (a first
+        // attempt would only find the lock held, or take it ahead of them).
+        if !self.hub.has_waiters(lock) {
+            match timed_out.note(self.try_lock(attempt, TryMode::FirstOfWait).await)? {
+                Some(Attempt::Won(fence)) => return Ok(Some(grant(fence, false))),
+                Some(Attempt::Held(_)) | None => {}
+            }
+        }
+        let owner = attempt.owner();
+        let entry = format!(
+            "{}:{owner}:{}:{}",
+            self.hub.id(),
+            attempt.lease_ms,
+            u8::from(attempt.fenced)
+        );
+        // The mailbox before the subscription, the subscription before the entry: no
+        // hand-over can find the waiter unreachable.
+        let mut mailbox = self.hub.mailbox(lock, owner);
+        let joining = self.hub.join_lock(&self.transport, lock.to_owned());
+        let (mut ticket, subscribed) = match deadline {
+            Some(deadline) => match tokio::time::timeout_at(deadline, joining).await {
+                Ok(joined) => joined,
+                Err(_) => return Ok(None),
+            },
+            None => joining.await,
+        };
+        if let Err(err) = subscribed {
+            // Waiting goes on without messages (the subscriber connection is down or slow):
+            // a hand-over by this process's releases still reaches the waiter in memory, and
+            // the head's re-check (at most [`BACKSTOP_CAP`]) takes a lock released or lapsed
+            // meanwhile, so contended locks stay available while pub/sub is not.
+            tracing::debug!(
+                key = %attempt.key,
+                error = %err,
+                "coord-redis: waiting for a lock without wake-up messages"
+            );
+        }
+        // Armed at the first look, after which the entry may be in the queue: giving up takes
+        // it out.
+        let mut queued = Queued {
+            inner: None,
+            key: attempt.key.clone(),
+            owner: attempt.token,
+            entry: entry.clone(),
+            lease: Duration::from_millis(attempt.lease_ms),
+        };
+        let mut standing = Standing::Join;
+        // Only the head of this process's waiters stands in the queue in Redis; the others
+        // join it (one command each) when they become head, so a burst of waiters in one
+        // process costs Redis nothing until their turn comes near.
+        let mut look_now = ticket.is_head();
+        loop {
+            let mut timer = None;
+            if look_now {
+                if queued.inner.is_none() {
+                    queued.inner = Some(self.clone());
+                }
+                let lapse = match timed_out.note(self.look(attempt, &entry, standing).await)? {
+                    Some(Attempt::Won(fence)) => {
+                        queued.settled();
+                        ticket.leave_quietly();
+                        return Ok(Some(grant(fence, true)));
+                    }
+                    Some(Attempt::Held(pttl)) => backstop_after(pttl),
+                    // Unanswered: look again soon. The entry may or may not be in the queue
+                    // now; the next look keeps it there without adding it twice.
+                    None => TIMED_OUT_LOOK_BACKOFF,
+                };
+                standing = Standing::Keep;
+                timer = Instant::now().checked_add(lapse);
+            }
+            look_now = true;
+            // Sleep until handed the lock, woken (a follower: made head), or (the head only)
+            // the re-check is due.
+            let woken = loop {
+                let now = Instant::now();
+                if deadline.is_some_and(|d| now >= d) {
+                    break None;
+                }
+                let due = timer.filter(|_| ticket.is_head());
+                let until = match (due, deadline) {
+                    (Some(t), Some(d)) => Some(t.min(d)),
+                    (t, d) => t.or(d),
+                };
+                let sleep = async {
+                    match until {
+                        Some(until) => tokio::time::sleep_until(until).await,
+                        None => std::future::pending().await,
+                    }
+                };
+                tokio::select! {
+                    handed = mailbox.handed() => break Some(handed),
+                    // A message, a resync, or made head (the previous head left): look.
+                    _ = ticket.next_wake_up() => break Some(Handed::Remote),
+                    () = sleep => {
+                        // At the deadline, the last look follows at the top.
+                        if deadline.is_none_or(|d| Instant::now() < d) {
+                            break Some(Handed::Remote);
+                        }
+                    }
+                }
+            };
+            match woken {
+                // Handed over by this provider's release, with its lease and token: held,
+                // unless replicas must acknowledge the grant (then a look confirms it, with a
+                // `WAIT` of this waiter's own).
+                Some(Handed::Local(token)) if self.ack_wait(attempt.key)?.is_none() => {
+                    queued.settled();
+                    ticket.leave_quietly();
+                    let fence = attempt.fenced.then_some(token);
+                    return Ok(Some(grant(fence, true)));
+                }
+                Some(_) => {}
+                // The deadline, never having stood in the queue: nothing to take out.
+                None if queued.inner.is_none() => return Ok(None),
+                // The deadline: one last look, which takes the lock if it is ours by now, or
+                // takes the entry out.
+                None => {
+                    let last = timed_out.note(self.look(attempt, &entry, Standing::Leave).await)?;
+                    return Ok(match last {
+                        Some(Attempt::Won(fence)) => {
+                            queued.settled();
+                            ticket.leave_quietly();
+                            Some(grant(fence, true))
+                        }
+                        Some(Attempt::Held(_)) => {
+                            queued.settled();
+                            None
+                        }
+                        // Unanswered: whether the entry left is unknown, so the queued guard,
+                        // dropped unsettled, takes it out (and releases onward a lock handed
+                        // over meanwhile) in the background.
+                        None => None,
+                    });
+                }
+            }
+        }
+    }
+
+    /// Releases `owner`'s hold of `key`, handing the lock to the first waiter in its queue
+    /// (telling it in memory when it waits here); with `leaving`, a waiter that gives up, also
+    /// takes that queue entry out.
+    async fn release_handing(
+        &self,
+        key: &CallKey,
+        owner: &TokenText,
+        leaving: Option<&str>,
+    ) -> Result<ReleaseOutcome, BackendError> {
+        let names =
+            Names::of(key).set([keys::LOCK, keys::FENCE, keys::LOCK_QUEUE, keys::LOCK_FORCED]);
+        let pid = self.hub.id().as_bytes();
+        let claim = Decimal::new(millis(CLAIM_WINDOW));
+        let reply = match leaving {
+            None => {
+                let args = [owner.as_ref(), pid, claim.as_ref()];
+                self.eval(&scripts::RELEASE, &names.all(), &args, key)
+                    .await?
+            }
+            Some(entry) => {
+                let args = [owner.as_ref(), pid, claim.as_ref(), entry.as_bytes()];
+                self.eval(&scripts::RELEASE, &names.all(), &args, key)
+                    .await?
+            }
+        };
+        match reply {
+            Reply::Int(1) => Ok(ReleaseOutcome::Released),
+            Reply::Int(0) => Ok(ReleaseOutcome::NotHeld),
+            Reply::Int(2) => Ok(ReleaseOutcome::ForceReleased),
+            Reply::Array(items) => match items.as_slice() {
+                [Reply::Int(1), Reply::Data(next), Reply::Int(token)]
+                    if is_token(next) && *token >= 0 =>
+                {
+                    let next = std::str::from_utf8(next).expect("a token is hex");
+                    // A waiter that is gone by now withdraws, which releases the lock onward.
+                    self.hub.hand_locally(names.get(0), next, *token as u64);
+                    Ok(ReleaseOutcome::Released)
+                }
+                _ => Err(self.protocol("release", key, "unexpected script reply")),
+            },
+            _ => Err(self.protocol("release", key, "unexpected script reply")),
+        }
+    }
+}
+
+/// A waiter's entry in the lock's queue while it waits. Dropped unsettled (the waiting future
+/// was dropped), it takes the entry out in the background, and releases (onward) a lock handed
+/// to the waiter meanwhile, retried until the waiter's lease would have ended.
+struct Queued {
+    /// `None` once settled.
+    inner: Option<Arc<Inner>>,
+    key: CallKey,
+    owner: TokenText,
+    entry: String,
+    lease: Duration,
+}
+
+impl Queued {
+    /// The waiter holds the lock or has taken its entry out itself: nothing to clean up.
+    fn settled(&mut self) {
+        self.inner = None;
+    }
+}
+
+impl Drop for Queued {
+    fn drop(&mut self) {
+        let Some(inner) = self.inner.take() else {
+            return;
+        };
+        let (owner, entry) = (self.owner, std::mem::take(&mut self.entry));
+        background::spawn_retried(
+            "withdrawing a lock waiter",
+            self.key.clone(),
+            self.lease.max(CLAIM_WINDOW),
+            move |key| {
+                let (inner, entry) = (inner.clone(), entry.clone());
+                async move {
+                    inner.release_handing(&key, &owner, Some(&entry)).await?;
+                    Ok(true)
+                }
+            },
+        );
     }
 }
 
@@ -317,18 +567,8 @@ impl LockProvider for RedisProvider {
         owner: OwnerToken,
     ) -> BoxFuture<'a, Result<ReleaseOutcome, BackendError>> {
         boxed_in_place(|| async move {
-            let inner = &*self.inner;
-            let names = Names::of(key).set([keys::LOCK, keys::LOCK_FORCED, keys::LOCK_QUEUE]);
             let token = TokenText::new(owner);
-            let reply = inner
-                .eval(&scripts::RELEASE, &names.all(), &[token.as_ref()], key)
-                .await?;
-            match reply {
-                Reply::Int(1) => Ok(ReleaseOutcome::Released),
-                Reply::Int(0) => Ok(ReleaseOutcome::NotHeld),
-                Reply::Int(2) => Ok(ReleaseOutcome::ForceReleased),
-                _ => Err(inner.protocol("release", key, "unexpected script reply")),
-            }
+            self.inner.release_handing(key, &token, None).await
         })
     }
 

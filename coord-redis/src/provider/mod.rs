@@ -62,12 +62,20 @@ const MAX_MILLIS: u64 = 1 << 46;
 /// * **Owner-scoped changes.** Release, renewal, completion and abandonment compare the stored
 ///   owner token first (in one script), so a lapsed holder never frees or overwrites its
 ///   successor's state.
-/// * **Waiting without polling.** A waiter subscribes (one shared subscriber connection per
-///   provider), then marks the holder's value as waited for; the release of a marked lock
-///   publishes on the channel named like the lock, and one release wakes one waiter (the one
-///   in this process that started waiting first). A lock nobody waits for publishes nothing.
-///   A backstop at the holder's remaining lease (at most one second, with jitter) covers a
-///   lost message or a holder that died.
+/// * **Waiting without polling, handed over in one step.** A waiter subscribes (one shared
+///   subscriber connection per provider), then marks the holder's value as waited for and
+///   stands in the lock's queue in Redis; the release of a marked lock makes the first waiter
+///   the holder in the same script (owner, lease, fencing token) and tells it: in memory in
+///   the releasing process (the waiter sends nothing), by a message elsewhere (the waiter
+///   confirms with one script within a claim window of one second). Processes take turns in
+///   the order their first waiters queued, and a process's waiters are served in arrival
+///   order. A lock nobody waits for publishes nothing. A waiter that gives up
+///   takes its place out and releases onward a lock handed to it meanwhile; one that crashed
+///   holds the lock for the claim window only. A backstop at the holder's remaining lease
+///   (at most one second, with jitter) covers a lost message, a lapsed claim or a holder that
+///   died. Not promised: an order between a waiter and a caller that does not wait (a free
+///   lock goes to whoever asks first), or between a multi-key waiter and plain waiters of
+///   one process.
 /// * **Bounded calls.** Every round trip to Redis, including making a connection for it, is
 ///   bounded by the command timeout (one second unless configured; a script the server has
 ///   forgotten costs one more round trip to send it again); an unreachable server yields a

@@ -295,6 +295,8 @@ async fn acl_user_and_password(client: Client) {
             "+lrem",
             "+rpush",
             "+lpop",
+            "+llen",
+            "+lpos",
             "+publish",
             "+subscribe",
             "+unsubscribe",

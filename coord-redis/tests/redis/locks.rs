@@ -343,33 +343,33 @@ async fn release_wakes_exactly_one_waiter(client: Client) {
         .await
         .unwrap()
         .unwrap();
+    let queue = redis_key(&k, "lock-queue");
     let spawn_waiter = |wait| spawn_acquire(&p, lock(&k, OwnerToken::new(), LONG, wait));
-    // The first waiter sends its first attempt, then (once queued and subscribed) a retry
-    // that also marks the holder as waited for: three SETs tell it is in the queue. The
-    // second queues behind it without a command of its own (its process's head watches for
-    // both); if it were slower than the release, it would find the lock held by the first
-    // waiter and wait all the same, so the assertions below hold either way.
-    let sets = calls(&server, "set");
+    // Each waiter stands in the lock's queue in Redis, in the order they came.
+    let queued = |n: i64| {
+        let (server, queue) = (&server, queue.clone());
+        async move {
+            until("the waiters to queue", Duration::from_secs(5), || {
+                server.command(&["LLEN", &queue]).int() == Some(n)
+            })
+            .await
+        }
+    };
     let first = spawn_waiter(Duration::from_secs(20));
-    until("the first waiter to queue", Duration::from_secs(5), || {
-        calls(&server, "set") >= sets + 3
-    })
-    .await;
+    queued(1).await;
+    // The second joins behind the first in this process, without a command (only its
+    // process's head stands in Redis); if it were slower than the release, it would find the
+    // lock held by the first waiter and wait all the same, so the assertions below hold
+    // either way.
     let second_wait = Duration::from_millis(2500);
     let second_started = Instant::now();
     let second = spawn_waiter(second_wait);
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    assert_eq!(
-        calls(&server, "set"),
-        sets + 3,
-        "the second waiter queued behind the first without a command"
-    );
+    tokio::task::yield_now().await;
     assert_eq!(p.release(&k, a).await.unwrap(), ReleaseOutcome::Released);
     let first = first.await.unwrap();
-    assert!(
-        first.grant.is_some(),
-        "the first waiter is woken and takes the lock"
-    );
+    assert!(first.grant.is_some(), "the first waiter is handed the lock");
+    // The second, head of its process's waiters now, stands in the queue in Redis.
+    queued(1).await;
     let winner = first.owner;
     // The second waiter, head of the queue now, may have marked the winner's lock already.
     let Resp::Bulk(stored) = server.command(&["GET", &lock_key]) else {
@@ -463,22 +463,25 @@ async fn a_cancelled_head_passes_the_wake_up_on(client: Client) {
         .await
         .unwrap()
         .unwrap();
-    let sets = calls(&server, "set");
-    // Each waiter sends its first attempt, then (queued and subscribed) a retry that marks
-    // the holder unless it already is: the head sends three SETs, the next one two.
+    let queue = redis_key(&k, "lock-queue");
+    let queued = |n: i64| {
+        let (server, queue) = (&server, queue.clone());
+        async move {
+            until("the waiters to queue", Duration::from_secs(5), || {
+                server.command(&["LLEN", &queue]).int() == Some(n)
+            })
+            .await
+        }
+    };
     let head = spawn_acquire(&p, lock(&k, OwnerToken::new(), LONG, LONG));
-    until("the head to queue", Duration::from_secs(5), || {
-        calls(&server, "set") >= sets + 3
-    })
-    .await;
+    queued(1).await;
+    // Behind the head in this process: it stands in Redis once the head leaves. Joined or
+    // not yet when the head is cancelled, it gets the lock from the release below.
     let next = spawn_acquire(
         &p,
         lock(&k, OwnerToken::new(), LONG, Duration::from_secs(20)),
     );
-    until("the second waiter to queue", Duration::from_secs(5), || {
-        calls(&server, "set") >= sets + 5
-    })
-    .await;
+    tokio::task::yield_now().await;
     head.abort();
     let _ = head.await;
     let released_at = Instant::now();
@@ -489,7 +492,7 @@ async fn a_cancelled_head_passes_the_wake_up_on(client: Client) {
     let handoff = next.at.saturating_duration_since(released_at);
     assert!(
         handoff < Duration::from_millis(700),
-        "woken by the release: {handoff:?}"
+        "handed the lock by the release: {handoff:?}"
     );
     p.release(&k, me).await.unwrap();
 }
@@ -558,6 +561,7 @@ async fn waiting_leaves_no_subscription_behind(client: Client) {
 async fn only_a_lock_someone_waits_for_publishes_its_release(client: Client) {
     let server = RedisServer::start();
     let p = provider(&server, client).await;
+    let q = provider(&server, client).await;
     let k = key("publish");
     let lock_key = redis_key(&k, "lock");
     let publishes = calls(&server, "publish");
@@ -592,7 +596,9 @@ async fn only_a_lock_someone_waits_for_publishes_its_release(client: Client) {
             .await
             .unwrap()
             .unwrap();
-        let waiter = spawn_acquire(&p, request(OwnerToken::new(), Duration::from_secs(20)));
+        // A waiter of another process: the release names it in one message (one of the
+        // releasing process is told in memory, without one).
+        let waiter = spawn_acquire(&q, request(OwnerToken::new(), Duration::from_secs(20)));
         let marked = Resp::Bulk(format!("{holder}*").into_bytes());
         until(
             "the waiter to mark the holder",
@@ -600,7 +606,7 @@ async fn only_a_lock_someone_waits_for_publishes_its_release(client: Client) {
             || server.command(&["GET", &lock_key]) == marked,
         )
         .await;
-        // Renewal keeps the mark; the release publishes once and hands the lock over.
+        // Renewal keeps the mark; the release hands the lock over and publishes once.
         assert_eq!(
             p.renew(&k, holder, LONG).await.unwrap(),
             RenewOutcome::Renewed
@@ -618,7 +624,7 @@ async fn only_a_lock_someone_waits_for_publishes_its_release(client: Client) {
         assert_eq!(grant.fencing_token.is_some(), fenced_lock);
         // Nobody waits for the new holder: its release publishes nothing.
         assert_eq!(
-            p.release(&k, owner).await.unwrap(),
+            q.release(&k, owner).await.unwrap(),
             ReleaseOutcome::Released
         );
         assert_eq!(calls(&server, "publish"), before + 1);

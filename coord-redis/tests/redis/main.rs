@@ -25,6 +25,7 @@ mod faults;
 mod flight_redis;
 mod from_config;
 mod handoff;
+mod handover;
 mod lease_faults;
 mod locks;
 mod multi_lock_faults;

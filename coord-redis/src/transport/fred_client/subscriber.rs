@@ -128,7 +128,10 @@ async fn run_subscriber(
     loop {
         tokio::select! {
             msg = messages.recv() => match msg {
-                Ok(msg) => events.message(msg.channel.as_bytes()),
+                Ok(msg) => {
+                    let payload = msg.value.as_bytes().unwrap_or_default();
+                    events.message(msg.channel.as_bytes(), payload)
+                }
                 Err(broadcast::error::RecvError::Lagged(_)) => events.resync(),
                 Err(broadcast::error::RecvError::Closed) => return,
             },

@@ -119,11 +119,20 @@ async fn run_subscriber(
             .set_response_timeout(Some(timeout))
             .set_push_sender(move |push: PushInfo| {
                 match push.kind {
-                    PushKind::Message => match push.data.first() {
-                        Some(Value::BulkString(channel)) => events.message(channel),
-                        Some(Value::SimpleString(channel)) => events.message(channel.as_bytes()),
-                        _ => {}
-                    },
+                    PushKind::Message => {
+                        let payload = match push.data.get(1) {
+                            Some(Value::BulkString(payload)) => payload.as_slice(),
+                            Some(Value::SimpleString(payload)) => payload.as_bytes(),
+                            _ => &[],
+                        };
+                        match push.data.first() {
+                            Some(Value::BulkString(channel)) => events.message(channel, payload),
+                            Some(Value::SimpleString(channel)) => {
+                                events.message(channel.as_bytes(), payload)
+                            }
+                            _ => {}
+                        }
+                    }
                     PushKind::Disconnection => lost.notify_one(),
                     _ => {}
                 }

@@ -11,14 +11,16 @@
 //! [`Layer`] and, after each drop and a short settle, checks:
 //!
 //! * the key is free: the lock can be taken, the idempotent call runs or replays (never
-//!   `InFlight` or `OutcomeUnknown` unless the body had started under `on_abandoned = "fail"`),
+//!   `InFlight`; `OutcomeUnknown` only when the body had started under `on_abandoned = "fail"`,
+//!   whose marker is ended as the abandoned record at once: still `InFlight` after the settle
+//!   counts as a key left blocked for work that has stopped),
 //!   a flight's next call runs at once, the cluster flight's claim can be taken by another
 //!   owner;
 //! * [`Coordinator::active_renewals`] is back to 0;
 //! * the provider's own state, read through its [`Operations`](coord_core::provider::Operations),
 //!   holds nothing of the call: no lock holder, no record (a completed one when the body had
-//!   finished and its outcome was stored past the drop, an in-flight or abandoned one only
-//!   when the body had started under `on_abandoned = "fail"`, as documented).
+//!   finished and its outcome was stored past the drop, an abandoned one only when the body
+//!   had started under `on_abandoned = "fail"`, as documented).
 //!
 //! Clean-ups after a drop run in the background (they cannot block a `Drop`), so "free" is
 //! checked as "free within [`SETTLE_LIMIT`]": a generous bound far below the 30 s leases the
@@ -330,7 +332,9 @@ async fn check_left_nothing(
     .await?;
     match layer {
         Layer::Idempotent { on_abandoned, .. } => {
-            // Kept (in flight, then abandoned) only for a body stopped half-way under "fail".
+            // Kept as abandoned only for a body stopped half-way under "fail"; never left in
+            // flight: a marker still in flight once the settle is over blocks duplicates for
+            // work that has stopped (until its lease ends), which is what this catches.
             let may_keep = in_body && on_abandoned == OnAbandoned::Fail;
             eventually("no record but what the docs allow", || async {
                 let info = c
@@ -340,7 +344,11 @@ async fn check_left_nothing(
                     .map_err(|e| format!("inspecting the record: {e}"))?;
                 match info.map(|i| i.status) {
                     None | Some(RecordStatus::Completed) => Ok(()),
-                    Some(RecordStatus::InFlight | RecordStatus::Abandoned) if may_keep => Ok(()),
+                    Some(RecordStatus::Abandoned) if may_keep => Ok(()),
+                    Some(RecordStatus::InFlight) => Err(format!(
+                        "the record is {} (the key is blocked for work that has stopped)",
+                        RecordStatus::InFlight
+                    )),
                     Some(status) => Err(format!("the record is {status}")),
                 }
             })
@@ -352,8 +360,7 @@ async fn check_left_nothing(
                 .run(|| async { Ok::<u64, CoordError>(7) });
             match completes("the next idempotent call", again).await? {
                 Ok(7) => {}
-                Err(CoordError::InFlight { .. } | CoordError::OutcomeUnknown { .. })
-                    if may_keep => {}
+                Err(CoordError::OutcomeUnknown { .. }) if may_keep => {}
                 other => return Err(format!("the next idempotent call answered {other:?}")),
             }
         }
@@ -436,8 +443,11 @@ mod tests {
 
     /// The in-process provider, except that, when `broken`, `abandon` answers that it cleared
     /// the marker and clears nothing: a call dropped after its claim leaves its marker behind
-    /// until the lease ends (a clean-up script that misses its key, say). Everything else is
-    /// the in-process provider's.
+    /// until the lease ends (a clean-up script that misses its key, say); and
+    /// `end_marker_lease` answers that it ended the lease and ends nothing, so a body stopped
+    /// half-way under `on_abandoned = "fail"` leaves its marker in flight until its lease
+    /// ends, which is what the runtime did before it ended such leases. Everything else is the
+    /// in-process provider's.
     struct LeavesMarkerOnDrop {
         inner: MemoryProvider,
         broken: bool,
@@ -493,6 +503,17 @@ mod tests {
                 return Box::pin(std::future::ready(Ok(true)));
             }
             self.inner.abandon(key, owner)
+        }
+
+        fn end_marker_lease<'a>(
+            &'a self,
+            key: &'a CallKey,
+            owner: OwnerToken,
+        ) -> BoxFuture<'a, Result<bool, BackendError>> {
+            if self.broken {
+                return Box::pin(std::future::ready(Ok(true)));
+            }
+            self.inner.end_marker_lease(key, owner)
         }
 
         fn wait_settled<'a>(
@@ -573,6 +594,43 @@ mod tests {
         assert_eq!(finding.polls, chosen, "{finding}");
         assert!(finding.in_body, "{finding}");
         assert!(finding.what.contains("record"), "{finding}");
+    }
+
+    const FAIL: Layer = Layer::Idempotent {
+        on_abandoned: OnAbandoned::Fail,
+        renewing: false,
+    };
+
+    /// Under `on_abandoned = "fail"`, a body stopped half-way must leave the abandoned record
+    /// at once, not a marker in flight until its lease ends: with the provider whole the cold
+    /// sweep passes (the dropped body's marker is found abandoned, the next call gets
+    /// `OutcomeUnknown`); with a provider that leaves the marker to lapse at the drop in the
+    /// body (the runtime's behaviour before it ended such leases), the sweep reports that drop
+    /// point as a key left blocked, within the settle limit, far below the 30 s lease.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_marker_left_in_flight_under_fail_is_reported_as_blocked() {
+        let whole = try_sweep(FAIL, "whole", |_| std::future::ready(over(false)))
+            .await
+            .expect("the whole provider ends the stopped body's marker as abandoned");
+        assert!(whole.dropped_in_body > 0, "{whole:?}: no drop in the body");
+        let chosen = whole.drop_points;
+        let started = Instant::now();
+        let finding = try_sweep(FAIL, "lapsing", |polls| {
+            std::future::ready(over(polls == chosen))
+        })
+        .await
+        .expect_err("the sweep passed a marker left in flight under \"fail\"");
+        assert!(
+            started.elapsed() < LEASE,
+            "caught only once the lease had ended: {finding}"
+        );
+        assert_eq!(finding.polls, chosen, "{finding}");
+        assert!(finding.in_body, "{finding}");
+        assert!(
+            finding.what.contains("in_flight") || finding.what.contains("in flight"),
+            "{finding}"
+        );
+        assert!(finding.what.contains("blocked"), "{finding}");
     }
 
     /// The panicking form reports the same finding.

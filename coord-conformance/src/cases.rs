@@ -71,6 +71,7 @@ pub use hostile_durations::{
 pub use idempotency_records::{
     idempotency_abandon_and_lapse, idempotency_abandoned_marker_is_kept_on_request,
     idempotency_claim_complete_replay, idempotency_claim_resent_by_its_owner_is_claimed,
+    idempotency_end_marker_lease_keeps_it_as_abandoned,
     idempotency_renew_marker_reports_why_the_marker_was_lost,
     idempotency_transactional_marker_lapses_to_absent,
     idempotency_wait_settled_wakes_on_completion,

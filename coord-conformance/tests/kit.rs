@@ -100,6 +100,16 @@ macro_rules! records_of_the_wrapped_provider {
                 self.0.abandon(key, owner)
             }
 
+            fn end_marker_lease<'a>(
+                &'a self,
+
+                key: &'a CallKey,
+
+                owner: OwnerToken,
+            ) -> BoxFuture<'a, Result<bool, BackendError>> {
+                self.0.end_marker_lease(key, owner)
+            }
+
             fn wait_settled<'a>(
                 &'a self,
                 key: &'a CallKey,

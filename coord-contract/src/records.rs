@@ -140,6 +140,9 @@ impl CompleteOutcome {
 ///   there, it changes nothing ([`CompleteOutcome::Superseded`]). Completing twice with the
 ///   same owner answers `Stored` both times.
 /// * `abandon` removes the marker and succeeds (`true`) only while `owner` holds it.
+/// * `end_marker_lease` ends `owner`'s marker's lease now, as if it had lapsed: a marker claimed
+///   with `keep_abandoned_for` becomes the abandoned record at once, one claimed without it is
+///   gone. Owner-checked like `abandon`; it never touches a completed record.
 /// * `wait_settled` returns once the marker at `key` is gone or completed, or after `timeout`,
 ///   whichever is first; it returns at once when no marker is in flight. Completion and
 ///   abandonment wake waiters without polling.
@@ -164,6 +167,40 @@ pub trait IdempotencyStore: Send + Sync + 'static {
         key: &'a CallKey,
         owner: OwnerToken,
     ) -> BoxFuture<'a, Result<bool, BackendError>>;
+
+    /// Ends `owner`'s in-flight marker at `key` now, as if its lease had lapsed this instant:
+    /// called when the owner's body was stopped half-way under `on_abandoned = "fail"` (its
+    /// future dropped, or it panicked), so duplicates learn at once that its outcome is
+    /// unknown instead of finding it in flight until its lease ends.
+    ///
+    /// * `owner`'s live marker claimed with [`ClaimRequest::keep_abandoned_for`] becomes the
+    ///   abandoned record: claims report [`ClaimOutcome::Abandoned`] from now on, it is kept
+    ///   for the keep period from now, its owner can still complete it, and waiters
+    ///   (`wait_settled`) are woken. A transactional marker, or one claimed without a keep
+    ///   period, lapses into nothing (as its lapse would have made it), and the key is free.
+    /// * `owner`'s marker that has already lapsed and is kept: nothing changes (a resend).
+    /// * Anything else (no record, another owner's marker, any completed record): nothing
+    ///   changes, and `false` is returned.
+    ///
+    /// Returns `true` when `owner`'s marker (live, or lapsed and kept) was there. Sending it
+    /// again is harmless, so a lost reply is retried.
+    ///
+    /// The default renews the marker to a zero lease through [`renew_marker`](Self::renew_marker),
+    /// which ends it the same way in a store whose renewal moves the keep period with the
+    /// lease, but wakes no waiter (they see the abandoned record when their own wait, or the
+    /// marker's old lease, ends), and answers `false` for a marker already lapsed. A store
+    /// whose `renew_marker` is not implemented answers with that error, and the marker then
+    /// lapses at the end of its lease, as before this method existed.
+    fn end_marker_lease<'a>(
+        &'a self,
+        key: &'a CallKey,
+        owner: OwnerToken,
+    ) -> BoxFuture<'a, Result<bool, BackendError>> {
+        Box::pin(async move {
+            let renewed = self.renew_marker(key, owner, Duration::ZERO).await?;
+            Ok(renewed == RenewOutcome::Renewed)
+        })
+    }
 
     /// Waits until the in-flight marker at `key` settles, at most `timeout`.
     fn wait_settled<'a>(
@@ -249,6 +286,14 @@ impl<P: IdempotencyStore> IdempotencyStore for Arc<P> {
         owner: OwnerToken,
     ) -> BoxFuture<'a, Result<bool, BackendError>> {
         (**self).abandon(key, owner)
+    }
+
+    fn end_marker_lease<'a>(
+        &'a self,
+        key: &'a CallKey,
+        owner: OwnerToken,
+    ) -> BoxFuture<'a, Result<bool, BackendError>> {
+        (**self).end_marker_lease(key, owner)
     }
 
     fn wait_settled<'a>(

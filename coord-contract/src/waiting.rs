@@ -26,7 +26,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::BackendError;
+use crate::{BackendError, BackendErrorKind};
 
 /// How a channel's waiters are woken.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -394,6 +394,101 @@ impl<S: QueueState> Drop for Ticket<S> {
     }
 }
 
+/// How long a waiter waits before it looks again after a look that timed out: a moment, so
+/// that a server that recovers is seen at once, but not a tight loop against one that stays
+/// slow (each look already took a command timeout).
+pub const TIMED_OUT_LOOK_BACKOFF: Duration = Duration::from_millis(20);
+
+/// Looks that outlast a slow server: a look (or a first attempt before the wait) that fails
+/// with [`BackendErrorKind::Timeout`] (a statement waiting on a lock, a paused server) does
+/// not end a wait that has time left; it is looked at again after
+/// [`TIMED_OUT_LOOK_BACKOFF`] ([`TimedOutLooks::look`] answers [`Look::Pending`] for it).
+///
+/// Such a look may have taken effect with its reply lost (an acquire that granted), so the
+/// looks it wraps must be replay-safe for their owner: the same owner's next look finds its
+/// own grant and answers with it. A wait that ends refused (`timed_out`) while the latest
+/// look or first attempt had timed out is not a refusal but an unknown:
+/// [`TimedOutLooks::settle`] turns it into a `Timeout` error saying so
+/// ([`unanswered_looks`]), on which the caller releases by owner.
+///
+/// Any other error still ends the wait at once.
+#[derive(Debug, Default)]
+pub struct TimedOutLooks {
+    /// The looks that timed out since the last one that answered, and the latest's error.
+    unanswered: Mutex<Option<(u32, BackendError)>>,
+}
+
+impl TimedOutLooks {
+    /// No look timed out yet.
+    pub fn new() -> TimedOutLooks {
+        TimedOutLooks::default()
+    }
+
+    fn unanswered(&self) -> MutexGuard<'_, Option<(u32, BackendError)>> {
+        // Only a swap or a take runs under the lock: a poisoned one still holds a value.
+        self.unanswered.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Notes what one attempt or look answered: a timeout is remembered (and answers
+    /// `Ok(None)`: look again), any answer clears what was remembered (`Ok(Some(answer))`),
+    /// any other error is returned.
+    pub fn note<A>(&self, answered: Result<A, BackendError>) -> Result<Option<A>, BackendError> {
+        match answered {
+            Ok(answer) => {
+                *self.unanswered() = None;
+                Ok(Some(answer))
+            }
+            Err(err) if err.kind() == BackendErrorKind::Timeout => {
+                let mut unanswered = self.unanswered();
+                let count = unanswered.as_ref().map_or(0, |(n, _)| *n) + 1;
+                *unanswered = Some((count, err));
+                Ok(None)
+            }
+            Err(err) => Err(err),
+        }
+    }
+
+    /// One look of a wait: `looked`, with a timeout turned into "look again soon".
+    pub fn look<T>(&self, looked: Result<Look<T>, BackendError>) -> Result<Look<T>, BackendError> {
+        Ok(self
+            .note(looked)?
+            .unwrap_or(Look::Pending(Some(TIMED_OUT_LOOK_BACKOFF))))
+    }
+
+    /// The wait's answer, once it ended: `refused` (the wait's `timed_out`) while the latest
+    /// look had timed out is the error [`unanswered_looks`] makes of it; anything else is
+    /// returned as it is.
+    pub fn settle<T>(
+        &self,
+        answer: Result<T, BackendError>,
+        refused: impl FnOnce(&T) -> bool,
+    ) -> Result<T, BackendError> {
+        match answer {
+            Ok(answer) if refused(&answer) => match self.unanswered().take() {
+                Some((count, err)) => Err(unanswered_looks(err, count)),
+                None => Ok(answer),
+            },
+            other => other,
+        }
+    }
+}
+
+/// The error of a wait that ended with looks unanswered: `last` (the latest look's timeout),
+/// saying that `count` looks in a row timed out, so that what they did (a grant whose reply
+/// was lost) is unknown. Kind [`BackendErrorKind::Timeout`], and the key of `last`.
+pub fn unanswered_looks(last: BackendError, count: u32) -> BackendError {
+    let message = format!(
+        "the wait ended after {count} look(s) in a row got no answer in time (the last: {}); \
+         what they did is unknown, so a grant they made must be released by its owner",
+        last.message()
+    );
+    let mut err = BackendError::new(BackendErrorKind::Timeout, message);
+    if let Some(key) = last.key() {
+        err = err.with_key(key);
+    }
+    err.with_source(last)
+}
+
 /// Waits until `look` answers, or until `deadline` (`None`: no end) passes, which answers
 /// `timed_out`. `joining` is the provider's way into the channel's queue: it joins
 /// ([`Queues::join`]) and resolves once the subscription is confirmed.
@@ -418,7 +513,8 @@ impl<S: QueueState> Drop for Ticket<S> {
 ///
 /// What it does not promise: a bound on `joining` or on `look`'s own round trips (the
 /// provider bounds each, so the deadline can be overrun by one look); an order between
-/// waiters of different processes. An error from `joining` or `look` ends the wait with it.
+/// waiters of different processes. An error from `joining` or `look` ends the wait with it;
+/// a wait whose looks should outlast a slow server wraps them with [`TimedOutLooks`].
 pub async fn wait<S, T, J, F, Fut>(
     joining: J,
     rules: WaitRules,
@@ -746,6 +842,142 @@ mod tests {
         assert_eq!(emptied.load(Ordering::Relaxed), 1);
         assert_eq!(made.load(Ordering::Relaxed), 1);
         assert!(!queues.has_waiters(CHANNEL));
+    }
+
+    /// A wait over `looks`: each call of the look answers the next item (the last repeats);
+    /// wrapped in [`TimedOutLooks`] when `outlasting`.
+    async fn wait_over(
+        wake: Wake,
+        deadline: Option<Instant>,
+        outlasting: bool,
+        looks: Vec<Result<Look<&'static str>, BackendErrorKind>>,
+    ) -> (Result<&'static str, BackendError>, usize) {
+        let queues = Queues::<()>::new();
+        let (ticket, ()) = queues.join(CHANNEL.to_owned(), wake, |_| (), |_| ());
+        let calls = Arc::new(AtomicU64::new(0));
+        let counted = calls.clone();
+        let timed_out_looks = Arc::new(TimedOutLooks::new());
+        let tracker = timed_out_looks.clone();
+        let look = move |_: Cue| {
+            let n = counted.fetch_add(1, Ordering::Relaxed) as usize;
+            let answer = match &looks[n.min(looks.len() - 1)] {
+                Ok(Look::Done(a)) => Ok(Look::Done(*a)),
+                Ok(Look::DoneWatched(a)) => Ok(Look::DoneWatched(*a)),
+                Ok(Look::Pending(l)) => Ok(Look::Pending(*l)),
+                Err(kind) => Err(BackendError::new(*kind, "no answer within 300ms")),
+            };
+            let answer = if outlasting {
+                tracker.look(answer)
+            } else {
+                answer
+            };
+            async move { answer }
+        };
+        let answer = wait(
+            std::future::ready(Ok(ticket)),
+            rules(wake, Recheck::AsLooked),
+            deadline,
+            "timed out",
+            look,
+        )
+        .await;
+        let answer = timed_out_looks.settle(answer, |a| *a == "timed out");
+        (answer, calls.load(Ordering::Relaxed) as usize)
+    }
+
+    /// The control: a bare look that times out ends the wait with its error, however much of
+    /// the wait is left (what a waiting acquire on a slow server did before it wrapped its
+    /// looks).
+    #[tokio::test(start_paused = true)]
+    async fn a_bare_look_that_timed_out_ends_the_wait() {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let (answer, looks) = wait_over(
+            Wake::Head,
+            Some(deadline),
+            false,
+            vec![Err(BackendErrorKind::Timeout), Ok(Look::Done("granted"))],
+        )
+        .await;
+        assert_eq!(answer.unwrap_err().kind(), BackendErrorKind::Timeout);
+        assert_eq!(looks, 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_look_that_timed_out_is_looked_again_within_the_wait() {
+        for wake in [Wake::Head, Wake::All] {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            let (answer, looks) = wait_over(
+                wake,
+                Some(deadline),
+                true,
+                vec![
+                    Err(BackendErrorKind::Timeout),
+                    Err(BackendErrorKind::Timeout),
+                    Ok(Look::Done("granted")),
+                ],
+            )
+            .await;
+            assert_eq!(answer.unwrap(), "granted", "{wake:?}");
+            assert_eq!(looks, 3, "{wake:?}");
+            assert!(
+                Instant::now() < deadline,
+                "looked again at once, not at the deadline"
+            );
+            // Without a deadline too.
+            let (answer, _) = wait_over(
+                wake,
+                None,
+                true,
+                vec![Err(BackendErrorKind::Timeout), Ok(Look::Done("granted"))],
+            )
+            .await;
+            assert_eq!(answer.unwrap(), "granted", "{wake:?}");
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_wait_ending_after_unanswered_looks_is_a_timeout_not_a_refusal() {
+        let deadline = Instant::now() + Duration::from_millis(500);
+        let (answer, looks) = wait_over(
+            Wake::Head,
+            Some(deadline),
+            true,
+            vec![Err(BackendErrorKind::Timeout)],
+        )
+        .await;
+        let err = answer.expect_err("what the unanswered looks did is unknown");
+        assert_eq!(err.kind(), BackendErrorKind::Timeout);
+        assert!(err.message().contains("got no answer in time"), "{err}");
+        assert!(looks > 2, "looked again until the deadline: {looks}");
+        assert!(Instant::now() >= deadline);
+
+        // A look that answered after the timed-out one settles it: the deadline then refuses.
+        let deadline = Instant::now() + Duration::from_millis(500);
+        let (answer, _) = wait_over(
+            Wake::All,
+            Some(deadline),
+            true,
+            vec![Err(BackendErrorKind::Timeout), Ok(Look::Pending(None))],
+        )
+        .await;
+        assert_eq!(answer.unwrap(), "timed out");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn any_other_look_error_ends_the_wait_at_once() {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let (answer, looks) = wait_over(
+            Wake::Head,
+            Some(deadline),
+            true,
+            vec![
+                Err(BackendErrorKind::Unavailable),
+                Ok(Look::Done("granted")),
+            ],
+        )
+        .await;
+        assert_eq!(answer.unwrap_err().kind(), BackendErrorKind::Unavailable);
+        assert_eq!(looks, 1);
     }
 
     #[test]

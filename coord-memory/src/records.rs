@@ -375,6 +375,42 @@ impl RecordStore {
         }
     }
 
+    /// Ends `owner`'s live marker at `key` now, as if its lease had lapsed this instant: kept
+    /// (claimed with a keep period), it is the abandoned record from now on, kept for that
+    /// period from now; not kept, it counts as absent. Its waiters are woken.
+    ///
+    /// `true` when `owner`'s marker, live or lapsed and kept, was there (a kept one is left
+    /// as it is); `false`, changing nothing, for anything else.
+    pub fn end_lease(&self, key: &str, owner: OwnerToken) -> bool {
+        let now = Instant::now();
+        let Some(mut record) = self.records.get_mut(key) else {
+            return false;
+        };
+        let woken = match (record.held(now), &mut *record) {
+            (
+                Some((holder, Held::Live)),
+                Record::InFlight {
+                    expires_at,
+                    keep_abandoned_for,
+                    kept_until,
+                    settled,
+                    ..
+                },
+            ) if holder == owner => {
+                *expires_at = now;
+                // Saturating, so nothing here can panic under the shard lock.
+                *kept_until = keep_abandoned_for.map(|keep| deadline_after(now, keep));
+                Some(Arc::clone(settled))
+            }
+            (Some((holder, Held::Kept)), Record::InFlight { .. }) if holder == owner => None,
+            _ => return false,
+        };
+        // Woken once the shard lock is released: a woken waiter reads the key at once.
+        drop(record);
+        wake(woken);
+        true
+    }
+
     /// Removes the marker at `key` if `owner` holds it (live, or lapsed and kept).
     pub fn abandon(&self, key: &str, owner: OwnerToken) -> bool {
         let now = Instant::now();

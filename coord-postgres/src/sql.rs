@@ -74,6 +74,7 @@ pub(crate) struct Statements {
     pub(crate) record_complete: String,
     pub(crate) record_complete_in_transaction: String,
     pub(crate) record_abandon: String,
+    pub(crate) record_end_lease: String,
     pub(crate) record_renew: String,
     pub(crate) record_probe: String,
     pub(crate) record_peek: String,
@@ -109,6 +110,7 @@ impl Statements {
             record_complete: completion_statement(schema),
             record_complete_in_transaction: s(RECORD_COMPLETE_IN_TRANSACTION),
             record_abandon: s(RECORD_ABANDON),
+            record_end_lease: s(RECORD_END_LEASE),
             record_renew: s(RECORD_RENEW),
             record_probe: s(RECORD_PROBE),
             record_peek: s(RECORD_PEEK),
@@ -145,6 +147,7 @@ impl Statements {
             &self.record_complete,
             &self.record_complete_in_transaction,
             &self.record_abandon,
+            &self.record_end_lease,
             &self.record_renew,
             &self.record_probe,
             &self.record_peek,
@@ -500,6 +503,32 @@ gone AS (
 SELECT coalesce(bool_or(live), false) AS removed,
        (SELECT count(pg_notify($3::text, $4::text)) FROM gone WHERE live AND waited) AS woke
 FROM gone";
+
+/// End the owner's marker's lease now, as if it lapsed this instant. `$1` key, `$2` owner, `$3`
+/// channel, `$4` payload. The owner's marker within its lease gets `lease_ends_at` = now and
+/// keeps its keep period (`expires_at - lease_ends_at`) from now: kept, it is the abandoned
+/// record; not kept (or transactional, whose lapse is absence), it has lapsed. A waiter is
+/// notified. Returns `(ended, woke)`: `ended` true when the owner's marker, within its lease
+/// or kept past it, was there (a kept one past its lease is left as it is).
+///
+/// Like [`RECORD_ABANDON`], fails with 55P03 rather than wait for a row locked elsewhere.
+const RECORD_END_LEASE: &str = "WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
+mine AS MATERIALIZED (
+  SELECT r.key, r.lease_ends_at > now.t AS in_lease, r.waited FROM {s}.records r, now
+  WHERE r.key = $1::text AND r.owner = $2::uuid AND r.state = 'in_flight'
+    AND r.expires_at > now.t
+    AND (r.lease_ends_at > now.t OR NOT r.transactional)
+  FOR UPDATE OF r NOWAIT
+),
+ended AS (
+  UPDATE {s}.records r SET lease_ends_at = now.t,
+    expires_at = now.t + (r.expires_at - r.lease_ends_at)
+  FROM now, mine
+  WHERE r.key = mine.key AND mine.in_lease AND r.owner = $2::uuid AND r.state = 'in_flight'
+  RETURNING mine.waited
+)
+SELECT EXISTS (SELECT 1 FROM mine) AS ended,
+       (SELECT count(pg_notify($3::text, $4::text)) FROM ended WHERE waited) AS woke";
 
 /// Renew the owner's in-flight marker. `$1` key, `$2` owner, `$3` lease ms. Extends a marker
 /// within its lease (and its keep period, which moves with it). Returns 1 renewed; 2 another

@@ -14,6 +14,7 @@
 //! | `acquire_lost_to_a_frozen_server_is_released` | server frozen 800 ms while an acquire is sent (lease 20 s) | `Backend(Timeout)` | the lock soon after the thaw (background release), not after the lease | 0 |
 //! | `killed_and_restarted_while_the_body_runs` | server killed (SIGKILL) and restarted while the body runs | `Ok(v)`: the marker was committed, the completion finds it | replay of `v` | 1 |
 //! | `statement_timeout_ends_a_blocked_statement` | another session holds the key's row lock, so coord's statements block | `Backend(Timeout)`; the server cancelled the statement (nothing left waiting) | the body runs once the row is free | 0, then 1 |
+//! | `waiting_acquire_outlasts_looks_that_timed_out` | another session holds the lock's row 1.2 s, so the waiter's looks time out (control: a single attempt gets `Timeout`) | the lock (wait 10 s) once the row is free; a wait that ends inside the stall: `Backend(Timeout)` saying its looks got no answer | another owner gets the key at once after the stall: nothing left held | — |
 //! | `connection_limit_exhausted` | every connection slot taken by other sessions | a new provider: `Unavailable` naming the limit; a warm provider: `Ok` over its open connection, `Backend(Unavailable)` for calls that need another | once slots are free, everything works; no key ran twice | ≤ 1 per key |
 //! | `read_only_server` | `default_transaction_read_only` on, then off | `Backend(Unavailable)` before the body; during completion (500 ms): `Ok(v)` after it is writable again | replay of `v` | 0, then 1 |
 
@@ -791,4 +792,106 @@ async fn paused_during_completion_with_a_long_lease_bounds_the_caller() {
         "the duplicate replays the one run's answer"
     );
     assert_eq!(body.runs(), 1);
+}
+
+/// A session of the test's own that holds the row lock of `key`'s lock row (inserted lapsed,
+/// so that it is free as far as coord is concerned) until `release` is sent: every statement
+/// coord sends for the key blocks, and is ended by the command timeout.
+async fn hold_lock_row(url: &str, key: &coord_core::CallKey) -> tokio_postgres::Client {
+    let (blocker, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    blocker
+        .batch_execute(&format!(
+            "BEGIN; INSERT INTO coord.locks (key, owner, fence, expires_at, waited) \
+             VALUES ('{k}', gen_random_uuid(), NULL, now() - interval '1 hour', false) \
+             ON CONFLICT DO NOTHING; SELECT 1 FROM coord.locks WHERE key = '{k}' FOR UPDATE;",
+            k = key.qualified()
+        ))
+        .await
+        .unwrap();
+    blocker
+}
+
+/// A waiting acquire (`wait = 10 s`) whose looks time out while the lock's row is locked by
+/// another session for 1.2 s (four command timeouts): it gets the lock once the row is free,
+/// within its wait. The control, a single attempt (`wait = 0`) in the same stall, fails with
+/// `Timeout`: the stall does time looks out, which the waiting acquire used to return as its
+/// error. A wait that ends inside the stall answers `Timeout` saying that its looks got no
+/// answer (never a plain refusal), and leaves no lock held by its owner: another owner takes
+/// the key as soon as the row is free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn waiting_acquire_outlasts_looks_that_timed_out() {
+    let server = server().await;
+    let provider = provider(&server.url(), "waiting", 3).await;
+    let c = coordinator(&provider);
+    let key = c.key("pg.slow").part(&1u32).finish();
+
+    // The control: one attempt in the stall is a timeout.
+    let blocker = hold_lock_row(&server.url(), &key).await;
+    let single = bounded("the single attempt", c.lock(key.clone()).try_acquire()).await;
+    assert!(
+        matches!(&single, Err(CoordError::Backend(err)) if err.kind() == BackendErrorKind::Timeout),
+        "the stall times a look out: {single:?}"
+    );
+
+    // The waiting acquire, in the same kind of stall, ended while it waits.
+    let freed = tokio::spawn(async move {
+        tokio::time::sleep(TIMEOUT * 4).await;
+        blocker.batch_execute("ROLLBACK").await.unwrap();
+        Instant::now()
+    });
+    let started = Instant::now();
+    let guard = bounded(
+        "the waiting acquire",
+        c.lock(key.clone()).wait(Duration::from_secs(10)).acquire(),
+    )
+    .await
+    .expect("the waiter gets the lock once the server answers again, within its wait");
+    let freed_at = freed.await.unwrap();
+    assert!(
+        started.elapsed() >= TIMEOUT * 4,
+        "granted only after the stall: {:?}",
+        started.elapsed()
+    );
+    assert!(
+        freed_at.elapsed() < Duration::from_secs(3),
+        "granted soon after the stall ended: {:?}",
+        freed_at.elapsed()
+    );
+    assert!(guard.release().await.unwrap(), "the grant was real");
+
+    // A wait that ends inside the stall: a timeout that says so, and no lock left behind.
+    let blocker = hold_lock_row(&server.url(), &key).await;
+    let short = bounded(
+        "the short wait",
+        c.lock(key.clone())
+            .lease(Duration::from_secs(30))
+            .wait(TIMEOUT * 3)
+            .acquire(),
+    )
+    .await;
+    match &short {
+        Err(CoordError::Backend(err)) => {
+            assert_eq!(err.kind(), BackendErrorKind::Timeout, "{err}");
+            assert!(err.message().contains("got no answer in time"), "{err}");
+        }
+        other => panic!("a wait ended by unanswered looks must say so: {other:?}"),
+    }
+    blocker.batch_execute("ROLLBACK").await.unwrap();
+    let released = Instant::now();
+    let other = coordinator(&provider);
+    let guard = bounded(
+        "another owner",
+        other.lock(key).wait(Duration::from_secs(15)).acquire(),
+    )
+    .await
+    .expect("another owner gets the lock");
+    assert!(
+        released.elapsed() < Duration::from_secs(5),
+        "no lock was left held by the timed-out waiter (its lease is 30 s): {:?}",
+        released.elapsed()
+    );
+    drop(guard);
 }

@@ -52,6 +52,7 @@
 //! coord-history --bin check -- <path>` re-checks.
 
 use std::collections::BTreeMap;
+use std::io::Write as _;
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -92,6 +93,14 @@ const PAUSE: Duration = Duration::from_millis(1_500);
 /// schedule a run lasts to leave the aims that time.
 const AIM: Duration = Duration::from_secs(3);
 const AIM_BUDGET: Duration = Duration::from_secs(4);
+/// How long the nemesis waits, at most, for its target process to be inside a long unrenewed
+/// hold before a client pause, after asking that process to take such holds
+/// ([`aimed_holds`]): generous, since on a loaded host a process that has just come out of
+/// another fault may need seconds to get the lock; and how much longer a run lasts for it.
+const AIM_CLIENT: Duration = Duration::from_secs(10);
+/// How long a client process asked for holds (`hold` on its stdin) takes them, one after
+/// another: past [`AIM_CLIENT`], so it is still at it whenever the nemesis looks.
+const AIMED_HOLDING: Duration = Duration::from_secs(12);
 /// How much longer than its schedule and aims a run lasts, for the time faults take to start
 /// and heal beyond their steps (a restart's recovery, a pause's checks).
 const SLACK: Duration = Duration::from_secs(2);
@@ -579,6 +588,12 @@ async fn coordinator_and_provider(url: &str, ns: &str) -> (Coordinator, Postgres
 /// then gives stragglers `grace`. Returns how many tasks panicked (a harness bug: their calls
 /// would show only as never completed).
 async fn run_workers(workload: Workload, long: &[LongHolds]) -> usize {
+    // The client processes (the ones the nemesis pauses, which run unrenewed long holds) also
+    // take holds when asked.
+    let aimed = long.contains(&LongHolds::Unrenewed).then(|| {
+        let client = TASKS + long.len() as u32;
+        tokio::spawn(aimed_holds(workload.clone(), client))
+    });
     let long: Vec<_> = long
         .iter()
         .enumerate()
@@ -586,6 +601,7 @@ async fn run_workers(workload: Workload, long: &[LongHolds]) -> usize {
             let client = TASKS + i as u32;
             tokio::spawn(long_holds(workload.clone(), role, client))
         })
+        .chain(aimed)
         .collect();
     let tasks: Vec<_> = (0..TASKS)
         .map(|client| tokio::spawn(work(workload.clone(), client)))
@@ -635,6 +651,60 @@ async fn long_holds(workload: Workload, role: LongHolds, client: u32) {
     }
 }
 
+/// Asked for by the nemesis (`hold` on a client process's stdin) before it pauses that process:
+/// long unrenewed holds are to be taken at once.
+static HOLD_ASKED: tokio::sync::Notify = tokio::sync::Notify::const_new();
+
+/// Reads the nemesis's commands from stdin, one a line: `hold` ([`aimed_holds`]).
+fn listen_for_commands() {
+    std::thread::spawn(|| {
+        for line in std::io::stdin().lines() {
+            let Ok(line) = line else { return };
+            if line.trim() == "hold" {
+                HOLD_ASKED.notify_one();
+            }
+        }
+    });
+}
+
+/// The task of a client process that takes long unrenewed holds of [`UNRENEWED_KEY`] when the
+/// nemesis asks (`hold`), one after another for [`AIMED_HOLDING`], so that the pause the nemesis
+/// aims at this process finds it inside one, however the other long-hold task fares (it may be
+/// waiting out a fault, or keep losing the key to the other holders). The nemesis waits until
+/// this process is inside a hold, with a generous deadline, before it starts the pause.
+async fn aimed_holds(workload: Workload, client: u32) {
+    let Workload {
+        coord,
+        rec,
+        witness,
+        until,
+        seed,
+        ..
+    } = workload;
+    let witness = WitnessClient::connect(witness)
+        .await
+        .expect("the witness listens on loopback");
+    let mut rng = Rng::new(seed ^ (u64::from(std::process::id()) << 16) ^ u64::from(client));
+    let caller = Caller {
+        coord: &coord,
+        rec: &rec,
+        witness: &witness,
+        client,
+    };
+    loop {
+        tokio::select! {
+            () = HOLD_ASKED.notified() => {}
+            () = tokio::time::sleep(until.saturating_duration_since(Instant::now())) => return,
+        }
+        let holding_until = Instant::now() + AIMED_HOLDING;
+        while Instant::now() < holding_until.min(until) {
+            caller
+                .long_hold(LongHolds::Unrenewed, LEASE, "", &mut rng)
+                .await;
+        }
+    }
+}
+
 fn child() {
     let var = |name: &str| std::env::var(name).unwrap_or_else(|_| panic!("{name} is set"));
     let url = var("COORD_HISTORY_URL");
@@ -645,6 +715,7 @@ fn child() {
     let seed: u64 = var("COORD_HISTORY_SEED_CHILD").parse().expect("seed");
     let out = var("COORD_HISTORY_OUT");
     start_watchdog();
+    listen_for_commands();
     let rec = Recorder::new();
     let rt = runtime();
     let panicked = rt.block_on(async {
@@ -677,9 +748,20 @@ fn child() {
 struct Worker {
     child: Child,
     out: std::path::PathBuf,
+    /// The client process's stdin, where it takes the nemesis's commands.
+    commands: Mutex<Option<std::process::ChildStdin>>,
 }
 
 impl Worker {
+    /// Sends one command (`hold`).
+    fn tell(&self, command: &str) {
+        if let Some(stdin) = self.commands.lock().unwrap().as_mut() {
+            // A client process that already ended reads no more commands.
+            let _ = writeln!(stdin, "{command}");
+            let _ = stdin.flush();
+        }
+    }
+
     fn signal(&self, sig: libc::c_int) {
         // SAFETY: `kill` takes no pointers. Our own child, not yet reaped: the pid is its.
         unsafe { libc::kill(self.child.id() as libc::pid_t, sig) };
@@ -1011,6 +1093,7 @@ fn aim(target: &Target, step: &Step, latest: Instant) -> bool {
 /// Runs `steps` against `target` until `until`, recording every fault.
 fn nemesis(target: &Target, steps: &[Step], covering: usize, rec: &Recorder, until: Instant) {
     let mut aim_left = AIM_BUDGET;
+    let mut client_aim_left = AIM_CLIENT;
     for (i, step) in steps.iter().enumerate() {
         std::thread::sleep(step.gap);
         // The steps that hold every kind once all run, late or not (the run's length leaves
@@ -1020,14 +1103,37 @@ fn nemesis(target: &Target, steps: &[Step], covering: usize, rec: &Recorder, unt
         }
         // The aims of a run share one allowance, which its length includes.
         let aim_started = Instant::now();
-        let aimed = aim(target, step, aim_started + AIM.min(aim_left));
-        aim_left = aim_left.saturating_sub(aim_started.elapsed());
-        if !aimed {
-            println!(
-                "  nemesis: the holds {:?} is aimed at were not there within {AIM:?}; started anyway",
-                step.faults
-            );
+        let at_client = step
+            .faults
+            .contains(&PgFault::Common(FaultKind::ClientPause));
+        // A client pause is not left to find a hold by chance: its target is asked to take
+        // long holds now, and is waited for (generously) until inside one.
+        if at_client {
+            target.workers[(step.target % target.workers.len() as u64) as usize].tell("hold");
         }
+        let from_client = at_client && !client_aim_left.is_zero();
+        let allowance = if from_client {
+            AIM_CLIENT.min(client_aim_left)
+        } else {
+            AIM.min(aim_left)
+        };
+        let aimed = aim(target, step, aim_started + allowance);
+        let spent = aim_started.elapsed();
+        if from_client {
+            client_aim_left = client_aim_left.saturating_sub(spent);
+        } else {
+            aim_left = aim_left.saturating_sub(spent);
+        }
+        println!(
+            "  nemesis: aim of {:?}: {} after {:?}",
+            step.faults,
+            if aimed {
+                "found its hold"
+            } else {
+                "found none; started anyway"
+            },
+            spent
+        );
         for &fault in &step.faults {
             rec.push(fault_event(fault, true));
             apply(target, step, fault);
@@ -1188,7 +1294,8 @@ fn under_faults() -> Report {
     let seed = seed();
     let (steps, covering) = schedule(seed, Duration::from_millis(fault_millis()));
     let length: Duration = steps.iter().map(|s| s.gap + s.hold).sum();
-    let millis = u64::try_from((length + AIM_BUDGET + SLACK).as_millis()).expect("short");
+    let millis =
+        u64::try_from((length + AIM_BUDGET + AIM_CLIENT + SLACK).as_millis()).expect("short");
     println!("histories/postgres/under-faults: seed {}", seed_text(seed));
     start_watchdog();
     let rt = runtime();
@@ -1227,11 +1334,18 @@ fn under_faults() -> Report {
                 )
                 .env("COORD_HISTORY_OUT", &out)
                 .env("RUST_LOG", "off")
+                .stdin(Stdio::piped())
                 .stdout(Stdio::null())
                 .stderr(Stdio::inherit())
                 .spawn()
                 .expect("re-run this test binary as a client process");
-            Worker { child, out }
+            let mut child = child;
+            let commands = Mutex::new(child.stdin.take());
+            Worker {
+                child,
+                out,
+                commands,
+            }
         })
         .collect();
     let rec = Recorder::new();

@@ -115,6 +115,14 @@ const PAUSE: Duration = Duration::from_millis(1_500);
 /// schedule a run lasts to leave the aims that time.
 const AIM: Duration = Duration::from_secs(3);
 const AIM_BUDGET: Duration = Duration::from_secs(4);
+/// How long the nemesis waits, at most, for its target process to be inside a long unrenewed
+/// hold before a client pause or clock stall, after asking that process to take such holds
+/// ([`aimed_holds`]): generous, since on a loaded host a process that has just come out of
+/// another fault may need seconds to get the lock; and how much longer a run lasts for it.
+const AIM_CLIENT: Duration = Duration::from_secs(10);
+/// How long a client process asked for holds (`hold` on its stdin) takes them, one after
+/// another: past [`AIM_CLIENT`], so it is still at it whenever the nemesis looks.
+const AIMED_HOLDING: Duration = Duration::from_secs(12);
 /// How much longer than its schedule and aims a run lasts, for the time faults take to start
 /// and heal beyond their steps (a restart's recovery, a pause's checks).
 const SLACK: Duration = Duration::from_secs(2);
@@ -237,6 +245,48 @@ async fn long_holds(
     }
 }
 
+/// Asked for by the nemesis (`hold` on a client process's stdin) before it pauses that process
+/// or stalls its clock: long unrenewed holds are to be taken at once.
+static HOLD_ASKED: tokio::sync::Notify = tokio::sync::Notify::const_new();
+
+/// The task of a client process that takes long unrenewed holds of [`UNRENEWED_KEY`] when the
+/// nemesis asks (`hold`), one after another for [`AIMED_HOLDING`], so that the pause the nemesis
+/// aims at this process finds it inside one, however the other long-hold task fares (it may be
+/// waiting out a fault, or keep losing the key to the other holders). The nemesis waits until
+/// this process is inside a hold, with a generous deadline, before it starts the pause.
+async fn aimed_holds(
+    coord: Coordinator,
+    rec: Recorder,
+    witness: SocketAddr,
+    until: Instant,
+    seed: u64,
+    client: u32,
+) {
+    let witness = WitnessClient::connect(witness)
+        .await
+        .expect("the witness listens on loopback");
+    let mut rng = Rng::new(seed ^ (u64::from(std::process::id()) << 16) ^ u64::from(client));
+    let caller = Caller {
+        coord: &coord,
+        rec: &rec,
+        witness: &witness,
+        client,
+    };
+    loop {
+        tokio::select! {
+            () = HOLD_ASKED.notified() => {}
+            () = tokio::time::sleep(until.saturating_duration_since(Instant::now())) => return,
+        }
+        let holding_until = Instant::now() + AIMED_HOLDING;
+        while Instant::now() < holding_until.min(until) {
+            let suffix = format!("-g{}", witness.generation().await);
+            caller
+                .long_hold(LongHolds::Unrenewed, LEASE, &suffix, &mut rng)
+                .await;
+        }
+    }
+}
+
 /// A cached read of a versioned source (two tiers: a local copy, and the shared entry in
 /// Redis); its staleness bound is the ttl plus [`CACHE_MARGIN`].
 async fn cache_call(
@@ -340,6 +390,18 @@ async fn run_workers(
             ))
         })
         .collect();
+    // The client processes (the ones the nemesis pauses) also take holds when asked.
+    let aimed = (mix == Mix::Worker).then(|| {
+        let client = TASKS + long.len() as u32;
+        tokio::spawn(aimed_holds(
+            coord.clone(),
+            rec.clone(),
+            witness,
+            until,
+            seed,
+            client,
+        ))
+    });
     let tasks: Vec<_> = (0..TASKS)
         .map(|client| {
             tokio::spawn(work(
@@ -365,7 +427,7 @@ async fn run_workers(
     if let Some(writer) = writer {
         writer.abort();
     }
-    for long in long {
+    for long in long.into_iter().chain(aimed) {
         let left = grace.saturating_duration_since(Instant::now());
         if let Ok(Err(err)) = tokio::time::timeout(left, long).await {
             panicked += usize::from(err.is_panic());
@@ -419,7 +481,8 @@ static CLOCK_STALLED: AtomicBool = AtomicBool::new(false);
 /// How often the injected clock catches up with the real one.
 const CLOCK_TICK: Duration = Duration::from_millis(2);
 
-/// Reads clock commands from stdin (`jump <ms>`, `stall`, `resume`), one a line.
+/// Reads clock commands from stdin (`jump <ms>`, `stall`, `resume`), one a line, and the
+/// nemesis's `hold` (take long holds now: [`aimed_holds`]).
 fn listen_for_clock_commands() {
     std::thread::spawn(|| {
         for line in std::io::stdin().lines() {
@@ -430,6 +493,7 @@ fn listen_for_clock_commands() {
                 }
                 ["stall"] => CLOCK_STALLED.store(true, Ordering::Release),
                 ["resume"] => CLOCK_STALLED.store(false, Ordering::Release),
+                ["hold"] => HOLD_ASKED.notify_one(),
                 _ => {}
             }
         }
@@ -632,6 +696,7 @@ fn aim(target: &Target, step: &coord_history::nemesis::schedule::Step, latest: I
 fn nemesis(target: &Target, schedule: &Schedule, rec: &Recorder, until: Instant) {
     let covering = schedule.covering;
     let mut aim_left = AIM_BUDGET;
+    let mut client_aim_left = AIM_CLIENT;
     for (i, step) in schedule.steps.iter().enumerate() {
         std::thread::sleep(step.gap);
         // The steps that hold every kind once all run, late or not (the run's length leaves
@@ -641,14 +706,38 @@ fn nemesis(target: &Target, schedule: &Schedule, rec: &Recorder, until: Instant)
         }
         // The aims of a run share one allowance, which its length includes.
         let aim_started = Instant::now();
-        let aimed = aim(target, step, aim_started + AIM.min(aim_left));
-        aim_left = aim_left.saturating_sub(aim_started.elapsed());
-        if !aimed {
-            println!(
-                "  nemesis: the holds {:?} is aimed at were not there within {AIM:?}; started anyway",
-                step.faults
-            );
+        let at_client = step
+            .faults
+            .iter()
+            .any(|k| matches!(k, FaultKind::ClientPause | FaultKind::ClockStall));
+        // A client pause or clock stall is not left to find a hold by chance: its target is
+        // asked to take long holds now, and is waited for (generously) until inside one.
+        if at_client {
+            worker_of(target, step).tell_clock("hold");
         }
+        let from_client = at_client && !client_aim_left.is_zero();
+        let allowance = if from_client {
+            AIM_CLIENT.min(client_aim_left)
+        } else {
+            AIM.min(aim_left)
+        };
+        let aimed = aim(target, step, aim_started + allowance);
+        let spent = aim_started.elapsed();
+        if from_client {
+            client_aim_left = client_aim_left.saturating_sub(spent);
+        } else {
+            aim_left = aim_left.saturating_sub(spent);
+        }
+        println!(
+            "  nemesis: aim of {:?}: {} after {:?}",
+            step.faults,
+            if aimed {
+                "found its hold"
+            } else {
+                "found none; started anyway"
+            },
+            spent
+        );
         for &kind in &step.faults {
             rec.push(fault_event(kind, true));
             apply(target, step, kind);
@@ -732,8 +821,8 @@ fn under_faults(client: Client) -> Report {
         (150, 400),
     );
     schedule.hold_at_least(&[FaultKind::ClientPause, FaultKind::ServerPause], PAUSE);
-    let millis =
-        u64::try_from((schedule.length() + AIM_BUDGET + SLACK).as_millis()).expect("short");
+    let millis = u64::try_from((schedule.length() + AIM_BUDGET + AIM_CLIENT + SLACK).as_millis())
+        .expect("short");
     let name = client_name(client);
     println!("histories/{name}/under-faults: seed {}", seed_text(seed));
     let server = RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);

@@ -186,6 +186,14 @@ impl IdempotencyStore for InstrumentedProvider {
         self.inner.abandon(key, owner)
     }
 
+    fn end_marker_lease<'a>(
+        &'a self,
+        key: &'a CallKey,
+        owner: OwnerToken,
+    ) -> BoxFuture<'a, Result<bool, BackendError>> {
+        self.inner.end_marker_lease(key, owner)
+    }
+
     fn wait_settled<'a>(
         &'a self,
         key: &'a CallKey,

@@ -321,3 +321,115 @@ pub async fn idempotency_transactional_marker_lapses_to_absent(c: Coordinator) {
     );
     assert!(s.abandon(&k, b).await.unwrap());
 }
+
+/// `end_marker_lease` ends only its owner's marker, as if it lapsed now: a kept marker is the
+/// abandoned record at once (claims report it with its fingerprint, a waiter is woken, its
+/// owner can still complete it, and ending it again changes nothing); a marker claimed
+/// without a keep period is gone, and the key free. A stranger cannot end someone else's
+/// marker, and a completed record is never touched.
+pub async fn idempotency_end_marker_lease_keeps_it_as_abandoned(c: Coordinator) {
+    let s = c.idempotency_store().clone();
+    let k = key(&c, "end-lease");
+    let fp = Some(Fingerprint([8; 16]));
+    let (a, b) = (OwnerToken::new(), OwnerToken::new());
+    assert!(
+        !s.end_marker_lease(&k, a).await.unwrap(),
+        "nothing claimed: nothing to end"
+    );
+    assert_eq!(
+        s.claim(claim_req(&k, a, LONG, fp, Some(LONG)))
+            .await
+            .unwrap(),
+        ClaimOutcome::Claimed
+    );
+    assert!(
+        !s.end_marker_lease(&k, b).await.unwrap(),
+        "a stranger cannot end another owner's marker"
+    );
+    assert!(
+        matches!(
+            s.claim(claim_req(&k, b, LONG, fp, Some(LONG)))
+                .await
+                .unwrap(),
+            ClaimOutcome::InFlight { .. }
+        ),
+        "the stranger's attempt left the marker in flight"
+    );
+    let waiter = tokio::spawn({
+        let (s, k) = (s.clone(), k.clone());
+        async move {
+            s.wait_settled(&k, Duration::from_secs(20)).await.unwrap();
+            Instant::now()
+        }
+    });
+    // Give the waiter time to start waiting; if it has not yet, it returns at once anyway.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let ended_at = Instant::now();
+    assert!(
+        s.end_marker_lease(&k, a).await.unwrap(),
+        "the owner ends it"
+    );
+    let woke = waiter.await.unwrap();
+    let delay = woke.saturating_duration_since(ended_at);
+    assert!(
+        delay < Duration::from_secs(2),
+        "a waiter is woken when the lease is ended, took {delay:?}"
+    );
+    assert_eq!(
+        s.claim(claim_req(&k, b, LONG, None, Some(LONG)))
+            .await
+            .unwrap(),
+        ClaimOutcome::Abandoned { fingerprint: fp },
+        "the ended marker is the abandoned record at once"
+    );
+    assert!(
+        s.end_marker_lease(&k, a).await.unwrap(),
+        "ending it again (a resend) answers as the first time"
+    );
+    assert_eq!(
+        s.claim(claim_req(&k, b, LONG, None, Some(LONG)))
+            .await
+            .unwrap(),
+        ClaimOutcome::Abandoned { fingerprint: fp },
+        "and changes nothing"
+    );
+    assert!(
+        complete_stored(&*s, &k, a, Arc::from(&b"late"[..]), LONG)
+            .await
+            .unwrap(),
+        "the owner of the abandoned record can still resolve it by completing"
+    );
+    assert!(
+        !s.end_marker_lease(&k, a).await.unwrap(),
+        "a completed record is not a marker to end, not even for its owner"
+    );
+    assert!(
+        !s.end_marker_lease(&k, b).await.unwrap(),
+        "nor for a stranger"
+    );
+    match s.claim(claim_req(&k, b, LONG, None, None)).await.unwrap() {
+        ClaimOutcome::Completed { payload, .. } => assert_eq!(&*payload, b"late"),
+        other => panic!("the completed record must be untouched, got {other:?}"),
+    }
+
+    // Without a keep period the ended marker lapses into nothing.
+    let k = key(&c, "end-lease-unkept");
+    assert_eq!(
+        s.claim(claim_req(&k, a, LONG, fp, None)).await.unwrap(),
+        ClaimOutcome::Claimed
+    );
+    assert!(s.end_marker_lease(&k, a).await.unwrap());
+    assert_eq!(
+        s.claim(claim_req(&k, b, LONG, None, None)).await.unwrap(),
+        ClaimOutcome::Claimed,
+        "a marker claimed without a keep period is gone once its lease is ended"
+    );
+    assert!(
+        !s.end_marker_lease(&k, a).await.unwrap(),
+        "the old owner cannot end the new owner's marker"
+    );
+    assert!(
+        s.abandon(&k, b).await.unwrap(),
+        "still b's marker, in flight"
+    );
+}

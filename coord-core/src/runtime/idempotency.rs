@@ -168,10 +168,11 @@ where
     let _registered = call.coordinator.lifecycle().register_marker(hold.clone());
     // Clears the marker if the call stops before settling it (cancelled or panicked), so
     // duplicates are not blocked until its lease ends. Under `on_abandoned = "fail"` only until
-    // the body starts: a body stopped half-way may have had effects, so its marker is left to
-    // lapse into an abandoned record (`OutcomeUnknown`), never cleared for a duplicate to run
-    // again; a call dropped before its body was first polled (while a lock was awaited, say)
-    // did nothing, and leaves nothing.
+    // the body starts: a body stopped half-way may have had effects, so its marker is never
+    // cleared for a duplicate to run again, but its lease is ended at once, owner-checked, in
+    // the background: it is the abandoned record (`OutcomeUnknown`) from then on, not a key
+    // blocked `InFlight` for work that has stopped. A call dropped before its body was first
+    // polled (while a lock was awaited, say) did nothing, and leaves nothing.
     let mut marker = LeaseGuard::new(
         LeaseStore::Marker(store),
         &call.key,
@@ -180,7 +181,7 @@ where
     )
     .held_as(&hold);
     if spec.on_abandoned == OnAbandoned::Fail {
-        marker = marker.until_set(call.body_started());
+        marker = marker.ending_lease_once(call.body_started());
     }
     let output = if spec.renew.is_some() || spec.on_lost.is_some() {
         let renewal = spec

@@ -10,8 +10,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use crate::provider::CallKey;
+use crate::provider::background::spawn_retried;
 use crate::provider::{
-    IdempotencyStore, LockProvider, OwnerToken, RwLockStore, RwMode, SemaphoreStore,
+    BackendErrorKind, IdempotencyStore, LockProvider, OwnerToken, RwLockStore, RwMode,
+    SemaphoreStore,
 };
 use crate::runtime::renewal::Hold;
 
@@ -23,7 +25,8 @@ pub(crate) enum LeaseStore<'a> {
     Permit(&'a Arc<dyn SemaphoreStore>),
     /// A read-write lock's hold of this mode: freed by `release_rw_detached`.
     Rw(&'a Arc<dyn RwLockStore>, RwMode),
-    /// An in-flight marker: freed by `abandon_detached`.
+    /// An in-flight marker: freed by `abandon_detached` (or, see
+    /// [`LeaseGuard::ending_lease_once`], ended by `end_marker_lease`).
     Marker(&'a Arc<dyn IdempotencyStore>),
 }
 
@@ -43,9 +46,10 @@ pub(crate) struct LeaseGuard<'a> {
     /// Once the lease is held: its local end, which bounds the clean-up more tightly.
     hold: Option<&'a Hold>,
     armed: bool,
-    /// When set: the guard stands down once this flag is (the work it guards has started, and
-    /// what is left of it is no longer this guard's to clear).
-    stand_down: Option<&'a AtomicBool>,
+    /// When set: once this flag is (the work the marker guards has started, and may have had
+    /// effects), the guard no longer clears the marker but ends its lease, so that it is kept
+    /// as the abandoned record at once.
+    end_lease_once: Option<&'a AtomicBool>,
 }
 
 impl<'a> LeaseGuard<'a> {
@@ -63,15 +67,19 @@ impl<'a> LeaseGuard<'a> {
             bound,
             hold: None,
             armed: true,
-            stand_down: None,
+            end_lease_once: None,
         }
     }
 
-    /// Frees the lease only until `started` is set: for a lease whose holder must keep it once
-    /// its work began (an in-flight marker under `on_abandoned = "fail"`), but that no work
-    /// can have used before.
-    pub(crate) fn until_set(mut self, started: &'a AtomicBool) -> LeaseGuard<'a> {
-        self.stand_down = Some(started);
+    /// Frees the lease only until `started` is set, and from then on ends it instead
+    /// ([`IdempotencyStore::end_marker_lease`]): for an in-flight marker under
+    /// `on_abandoned = "fail"`, which must not be cleared for a duplicate to run again once
+    /// its body began (the body may have had effects), but which no work can have used before.
+    /// Ended, the marker is the abandoned record at once, so duplicates learn that the outcome
+    /// is unknown instead of finding the key in flight until the lease ends. Only for
+    /// [`LeaseStore::Marker`]: other leases are freed as before.
+    pub(crate) fn ending_lease_once(mut self, started: &'a AtomicBool) -> LeaseGuard<'a> {
+        self.end_lease_once = Some(started);
         self
     }
 
@@ -89,16 +97,18 @@ impl<'a> LeaseGuard<'a> {
 
 impl Drop for LeaseGuard<'_> {
     fn drop(&mut self) {
-        if !self.armed
-            || self
-                .stand_down
-                .is_some_and(|started| started.load(Ordering::Acquire))
-        {
+        if !self.armed {
             return;
         }
         let left = self.hold.map_or(self.bound, Hold::lease_left);
         let key = self.key.clone();
+        let started = self
+            .end_lease_once
+            .is_some_and(|started| started.load(Ordering::Acquire));
         match self.store {
+            LeaseStore::Marker(store) if started => {
+                end_lease_detached(store, key, self.owner, left)
+            }
             LeaseStore::Lock(provider) => provider.clone().release_detached(key, self.owner, left),
             LeaseStore::Permit(store) => {
                 store.clone().release_permit_detached(key, self.owner, left)
@@ -109,4 +119,37 @@ impl Drop for LeaseGuard<'_> {
             LeaseStore::Marker(store) => store.clone().abandon_detached(key, self.owner, left),
         }
     }
+}
+
+/// Ends `owner`'s marker's lease at `key` in the background (owner-checked, so sending it again
+/// is harmless), retried with backoff, each try a new command, until the store answers or the
+/// lease it ends is over anyway (`lease_left`). Any answer settles it: `false` means the marker
+/// is no longer `owner`'s to end (completed, or lapsed and gone). A store that cannot end a
+/// lease (the contract's default over a store without renewal) answers with a configuration
+/// error, which no retry changes: the marker then lapses at the end of its lease.
+fn end_lease_detached(
+    store: &Arc<dyn IdempotencyStore>,
+    key: CallKey,
+    owner: OwnerToken,
+    lease_left: Duration,
+) {
+    let store = Arc::clone(store);
+    spawn_retried(
+        "ending an abandoned marker's lease",
+        key,
+        lease_left,
+        move |key| {
+            let store = store.clone();
+            async move {
+                match store.end_marker_lease(&key, owner).await {
+                    Ok(_) => Ok(true),
+                    Err(err) if err.kind() == BackendErrorKind::Config => {
+                        tracing::debug!(key = %key, error = %err, "coord: the store cannot end a marker's lease; it lapses at the end of its lease");
+                        Ok(true)
+                    }
+                    Err(err) => Err(err),
+                }
+            }
+        },
+    );
 }

@@ -466,6 +466,14 @@ impl IdempotencyStore for Switchable {
         gated(self, move || self.inner.abandon(key, owner))
     }
 
+    fn end_marker_lease<'a>(
+        &'a self,
+        key: &'a CallKey,
+        owner: OwnerToken,
+    ) -> BoxFuture<'a, Result<bool, BackendError>> {
+        gated(self, move || self.inner.end_marker_lease(key, owner))
+    }
+
     fn wait_settled<'a>(
         &'a self,
         key: &'a CallKey,

@@ -54,6 +54,15 @@ impl IdempotencyStore for MemoryProvider {
         Box::pin(std::future::ready(Ok(done)))
     }
 
+    fn end_marker_lease<'a>(
+        &'a self,
+        key: &'a CallKey,
+        owner: OwnerToken,
+    ) -> BoxFuture<'a, Result<bool, BackendError>> {
+        let done = self.records.end_lease(key.qualified(), owner);
+        Box::pin(std::future::ready(Ok(done)))
+    }
+
     fn wait_settled<'a>(
         &'a self,
         key: &'a CallKey,

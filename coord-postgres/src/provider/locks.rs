@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use coord_core::provider::waiting::TimedOutLooks;
 use coord_core::provider::{
     BoxFuture, LockGrant, LockProvider, LockRequest, OwnerToken, ReleaseOutcome, RenewOutcome,
 };
@@ -85,19 +86,25 @@ impl Inner {
     ) -> Result<Option<LockGrant>, BackendError> {
         // `None`: a wait too long to represent: until granted or dropped.
         let deadline = Instant::now().checked_add(req.wait);
-        match self.try_lock(req, false).await? {
-            Attempt::Won(fence) => return Ok(Some(grant(fence, false))),
-            Attempt::Held(_) => {}
+        // An attempt or look that timed out (the server is slow: a lock wait, a pause) does
+        // not end a wait that has time left: the wait looks again, by the same owner, so a
+        // grant made with its reply lost is found (the statement answers "won" to its owner's
+        // resend).
+        let timed_out = TimedOutLooks::new();
+        let timed_out = &timed_out;
+        if let Some(Attempt::Won(fence)) = timed_out.note(self.try_lock(req, false).await)? {
+            return Ok(Some(grant(fence, false)));
         }
         // Held: listen, then try again marking the holder as waited for, so its release
         // notifies; look again at its lease's end at the latest.
         let retry = move |_: Cue| async move {
-            Ok(match self.try_lock(req, true).await? {
+            timed_out.look(self.try_lock(req, true).await.map(|attempt| match attempt {
                 Attempt::Won(fence) => Look::Done(Some(grant(fence, true))),
                 Attempt::Held(left) => Look::Pending(left),
-            })
+            }))
         };
-        self.hub
+        let answer = self
+            .hub
             .wait(
                 wake_payload("lock", req.key),
                 Wake::Head,
@@ -105,7 +112,10 @@ impl Inner {
                 None,
                 retry,
             )
-            .await
+            .await;
+        // Not granted while the latest look's reply was lost: a fault (the runtime releases
+        // by owner), not a refusal.
+        timed_out.settle(answer, Option::is_none)
     }
 }
 

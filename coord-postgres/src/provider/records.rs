@@ -1,4 +1,5 @@
-//! The idempotency half of the contract: claim, complete, abandon, wait, renew, purge.
+//! The idempotency half of the contract: claim, complete, abandon, end a marker's lease, wait,
+//! renew, purge.
 //!
 //! Each step is one statement (see the `sql` module). Completion is written by the statement
 //! of [`completion_statement`](crate::sql::completion_statement), the one place an outcome is
@@ -449,6 +450,25 @@ impl IdempotencyStore for PostgresProvider {
                     &inner.sql.record_abandon,
                     &[&key.qualified(), &uuid_of(owner), &inner.channel, &wake],
                     "abandon",
+                    key,
+                )
+                .await
+        })
+    }
+
+    fn end_marker_lease<'a>(
+        &'a self,
+        key: &'a CallKey,
+        owner: OwnerToken,
+    ) -> BoxFuture<'a, Result<bool, BackendError>> {
+        Box::pin(async move {
+            let inner = &*self.inner;
+            let wake = wake_payload("record", key);
+            inner
+                .flag(
+                    &inner.sql.record_end_lease,
+                    &[&key.qualified(), &uuid_of(owner), &inner.channel, &wake],
+                    "end marker lease",
                     key,
                 )
                 .await

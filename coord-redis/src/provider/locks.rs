@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use coord_core::provider::waiting::TimedOutLooks;
 use coord_core::provider::{
     BoxFuture, LockGrant, LockProvider, LockRequest, OwnerToken, ReleaseOutcome, RenewOutcome,
 };
@@ -219,11 +220,16 @@ impl Inner {
         let deadline = Instant::now().checked_add(req.wait);
         // Tasks of this process already wait for this lock: queue behind them without a
         // round trip (their head watches the lock for all of them).
-        if !self.hub.has_waiters(lock) {
-            match self.try_lock(attempt, TryMode::FirstOfWait).await? {
-                Attempt::Won(fence) => return Ok(Some(grant(fence, false))),
-                Attempt::Held(_) => {}
-            }
+        // An attempt or look that timed out (a paused or slow server) does not end a wait
+        // that has time left: the wait looks again with the same token, so a grant made with
+        // its reply lost is found (the scripts answer "taken" to their owner's resend).
+        let timed_out = TimedOutLooks::new();
+        let timed_out = &timed_out;
+        if !self.hub.has_waiters(lock)
+            && let Some(Attempt::Won(fence)) =
+                timed_out.note(self.try_lock(attempt, TryMode::FirstOfWait).await)?
+        {
+            return Ok(Some(grant(fence, false)));
         }
 
         // The first waiting attempt found the lock held; from here on a retry also marks the
@@ -236,15 +242,15 @@ impl Inner {
                 return Ok(Look::Pending(Some(backstop_after(None))));
             }
             let more = self.hub.has_others(lock);
-            Ok(
-                match self.try_lock(attempt, TryMode::Watching { more }).await? {
-                    Attempt::Won(fence) if more => Look::DoneWatched(Some(grant(fence, true))),
-                    Attempt::Won(fence) => Look::Done(Some(grant(fence, true))),
-                    Attempt::Held(pttl) => Look::Pending(Some(backstop_after(pttl))),
-                },
-            )
+            let tried = self.try_lock(attempt, TryMode::Watching { more }).await;
+            timed_out.look(tried.map(|tried| match tried {
+                Attempt::Won(fence) if more => Look::DoneWatched(Some(grant(fence, true))),
+                Attempt::Won(fence) => Look::Done(Some(grant(fence, true))),
+                Attempt::Held(pttl) => Look::Pending(Some(backstop_after(pttl))),
+            }))
         };
-        self.hub
+        let answer = self
+            .hub
             .wait(
                 &self.transport,
                 lock.to_owned(),
@@ -253,7 +259,10 @@ impl Inner {
                 None,
                 retry,
             )
-            .await
+            .await;
+        // Not granted while the latest look's reply was lost: a fault (the runtime releases
+        // by owner), not a refusal.
+        timed_out.settle(answer, Option::is_none)
     }
 }
 

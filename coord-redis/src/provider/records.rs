@@ -1,4 +1,5 @@
-//! The idempotency half of the contract: claim, complete, abandon, wait, renew, purge.
+//! The idempotency half of the contract: claim, complete, abandon, end a marker's lease, wait,
+//! renew, purge.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -283,6 +284,24 @@ impl IdempotencyStore for RedisProvider {
             let token = TokenText::new(owner);
             self.inner
                 .settle(&scripts::ABANDON, key, &[token.as_ref()], "abandon")
+                .await
+        })
+    }
+
+    fn end_marker_lease<'a>(
+        &'a self,
+        key: &'a CallKey,
+        owner: OwnerToken,
+    ) -> BoxFuture<'a, Result<bool, BackendError>> {
+        Box::pin(async move {
+            let token = TokenText::new(owner);
+            self.inner
+                .settle(
+                    &scripts::END_MARKER_LEASE,
+                    key,
+                    &[token.as_ref()],
+                    "end marker lease",
+                )
                 .await
         })
     }

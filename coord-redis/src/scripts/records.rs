@@ -1,5 +1,6 @@
 //! The idempotency record's scripts: claim, renewal of the in-flight marker, the waiter's
-//! probe, completion, abandonment, the operator's purge and the operations API's reading.
+//! probe, completion, abandonment, the end of a marker's lease, the operator's purge and the
+//! operations API's reading.
 //!
 //! An idempotency record is a hash with fields `st` (`i` in flight, `c` completed), `own`
 //! (the owner token: the marker's owner, and on a completed record the owner that completed
@@ -323,6 +324,48 @@ end
 redis.call('DEL', KEYS[1])
 if r.w then
   redis.call('PUBLISH', KEYS[1], 'a')
+end
+return 1
+"#
+        ),
+    )
+});
+
+/// Owner-scoped end of a marker's lease, as if it lapsed now. KEYS: record. ARGV: owner.
+///
+/// The owner's live marker kept when abandoned (`lx`) gets `lx` = now and expires `kp` from
+/// now: claims find it abandoned from here on. One not kept is deleted (its lapse would leave
+/// nothing). Either publishes when someone waits (`w`). Returns 1 then, and also for the
+/// owner's kept marker already past its lease (changed by nothing); 0 when there is no
+/// record, or it is not the owner's marker.
+pub(crate) static END_MARKER_LEASE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        "end_marker_lease",
+        concat!(
+            record_check!(),
+            r#"
+local r, why = read_record()
+if r == false then
+  return redis.error_reply(why)
+end
+if r == nil or r.st ~= 'i' or r.own ~= ARGV[1] then
+  return 0
+end
+if not r.lx then
+  redis.call('DEL', KEYS[1])
+  if r.w then
+    redis.call('PUBLISH', KEYS[1], 'a')
+  end
+  return 1
+end
+local now = now_ms()
+if now >= r.lx then
+  return 1
+end
+redis.call('HSET', KEYS[1], 'lx', string.format('%.0f', now))
+redis.call('PEXPIRE', KEYS[1], math.max(r.kp, 1))
+if r.w then
+  redis.call('PUBLISH', KEYS[1], 'e')
 end
 return 1
 "#

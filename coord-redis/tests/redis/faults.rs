@@ -17,6 +17,7 @@ per_client!(
     connect_failure_names_the_address_but_no_password,
     wrong_password_is_reported_without_it,
     frozen_server_gives_timeouts_within_the_command_timeout,
+    waiting_acquire_outlasts_a_client_pause,
     killed_server_fails_fast_and_restart_recovers,
     foreign_values_at_lock_keys_are_corrupt,
     foreign_values_at_record_keys_are_corrupt,
@@ -156,7 +157,13 @@ async fn frozen_server_gives_timeouts_within_the_command_timeout(client: Client)
     server.pause();
     let b = OwnerToken::new();
     fails_in_time("acquire", p.acquire(lock(&k, b, LONG, Duration::ZERO))).await;
-    fails_in_time("waiting acquire", p.acquire(lock(&k, b, LONG, LONG))).await;
+    // A waiting acquire looks again within its wait (see
+    // `waiting_acquire_outlasts_a_client_pause`): a short wait, then the timeout.
+    fails_in_time(
+        "waiting acquire",
+        p.acquire(lock(&k, b, LONG, Duration::from_millis(500))),
+    )
+    .await;
     fails_in_time(
         "fenced acquire",
         p.acquire(fenced(&k, b, LONG, Duration::ZERO)),
@@ -190,6 +197,96 @@ async fn frozen_server_gives_timeouts_within_the_command_timeout(client: Client)
         }
     }
     assert_eq!(p.release(&k, b).await.unwrap(), ReleaseOutcome::Released);
+}
+
+/// `CLIENT PAUSE .. WRITE` for 1.6 s (four command timeouts) holds every write, so an acquire's
+/// commands time out; the control, a single attempt (`wait` 0, on a key of its own), fails
+/// with `Timeout`, which a waiting acquire used to return as soon as one of its looks timed
+/// out. The waiting acquire (wait 10 s) gets the lock once the pause ends, within its wait:
+/// its commands that ran late, on thaw, were its own grant and resends of it. A wait that ends
+/// inside a pause answers `Timeout` saying its looks got no answer, never a refusal.
+async fn waiting_acquire_outlasts_a_client_pause(client: Client) {
+    let server = RedisServer::start();
+    let p = tight(&server, client).await;
+    let (k, control) = (key("paused-wait"), key("paused-once"));
+    // Warm up: scripts cached, subscriber connected.
+    let a = OwnerToken::new();
+    p.acquire(lock(&k, a, LONG, Duration::ZERO))
+        .await
+        .unwrap()
+        .unwrap();
+    let refused = p
+        .acquire(lock(&k, OwnerToken::new(), LONG, Duration::from_millis(50)))
+        .await
+        .unwrap();
+    assert_eq!(refused, None);
+    p.release(&k, a).await.unwrap();
+
+    let pause = Duration::from_millis(1_600);
+    let pause_ms = pause.as_millis().to_string();
+    server.command(&["CLIENT", "PAUSE", &pause_ms, "WRITE"]);
+    let paused_at = Instant::now();
+    let once = p
+        .acquire(lock(&control, OwnerToken::new(), LONG, Duration::ZERO))
+        .await;
+    match &once {
+        Err(err) => assert_eq!(err.kind(), BackendErrorKind::Timeout, "{err}"),
+        Ok(v) => panic!("the control must time out in the pause: {v:?}"),
+    }
+    // Still inside the pause: the waiting acquire's first commands time out too.
+    assert!(
+        paused_at.elapsed() < pause - TIMEOUT,
+        "the pause ended too soon"
+    );
+    let b = OwnerToken::new();
+    let grant = tokio::time::timeout(
+        BOUND * 10,
+        p.acquire(lock(&k, b, LONG, Duration::from_secs(10))),
+    )
+    .await
+    .expect("the waiting acquire hung")
+    .expect("the waiter gets the lock once the pause ends, within its wait");
+    assert!(grant.is_some(), "nobody else holds the lock");
+    assert!(
+        paused_at.elapsed() >= pause,
+        "granted only after the pause: {:?}",
+        paused_at.elapsed()
+    );
+    assert!(
+        paused_at.elapsed() < pause + BOUND,
+        "granted soon after the pause: {:?}",
+        paused_at.elapsed()
+    );
+    assert_eq!(p.release(&k, b).await.unwrap(), ReleaseOutcome::Released);
+
+    // A wait that ends inside the pause.
+    server.command(&["CLIENT", "PAUSE", &pause_ms, "WRITE"]);
+    let c = OwnerToken::new();
+    let short = p.acquire(lock(&k, c, LONG, TIMEOUT * 2)).await;
+    match &short {
+        Err(err) => {
+            assert_eq!(err.kind(), BackendErrorKind::Timeout, "{err}");
+            assert!(err.message().contains("got no answer in time"), "{err}");
+        }
+        Ok(v) => panic!("a wait ended by unanswered looks must say so: {v:?}"),
+    }
+    // What its commands did once the pause ended is the owner's to release (the runtime
+    // does so on this error); released, the key is free.
+    server.command(&["CLIENT", "UNPAUSE"]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let _ = p.release(&k, c).await;
+        if let Ok(Some(_)) = p
+            .acquire(lock(&k, OwnerToken::new(), LONG, Duration::ZERO))
+            .await
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the key stayed held after its owner's release"
+        );
+    }
 }
 
 async fn killed_server_fails_fast_and_restart_recovers(client: Client) {

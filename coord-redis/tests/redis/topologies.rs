@@ -99,6 +99,26 @@ async fn cluster_of_three_masters() {
             );
         }
 
+        // A marker's lease ended by its owner, on keys spread over the nodes: the abandoned
+        // record at once (one slot per script), and only by the owner.
+        for i in 0..6 {
+            let k = kk(&format!("end{i}:op:{client:?}:{i}"));
+            let (a, b) = (OwnerToken::new(), OwnerToken::new());
+            let kept = |owner| coord_core::provider::ClaimRequest {
+                keep_abandoned_for: Some(LONG),
+                ..claim(&k, owner, LONG)
+            };
+            assert_eq!(p.claim(kept(a)).await.unwrap(), ClaimOutcome::Claimed);
+            assert!(!p.end_marker_lease(&k, b).await.unwrap(), "{client:?}");
+            assert!(p.end_marker_lease(&k, a).await.unwrap(), "{client:?}");
+            assert_eq!(
+                p.claim(kept(b)).await.unwrap(),
+                ClaimOutcome::Abandoned { fingerprint: None },
+                "{client:?}"
+            );
+            assert!(p.purge(&k).await.unwrap());
+        }
+
         // wait_settled across the cluster.
         let k = kk(&format!("settle:op:{client:?}"));
         let a = OwnerToken::new();

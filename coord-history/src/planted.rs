@@ -25,6 +25,11 @@ pub enum PlantedBug {
     /// The shared cache keeps every entry 30 times as long as it was asked to: reads are
     /// served answers far older than their ttl.
     CacheBeyondTtl,
+    /// A lock whose acquire's answer was not read is released until the first answer, as an
+    /// answered one is: a release that finds nothing (the grant not visible yet, e.g. its
+    /// commit waiting for a synchronous standby) ends the clean-up, and a grant that lands
+    /// after it keeps the key until its lease ends.
+    UnansweredReleaseStopsAtNothing,
 }
 
 /// How much longer [`PlantedBug::CacheBeyondTtl`] keeps a shared cache entry.
@@ -86,6 +91,30 @@ impl<P: LockProvider> LockProvider for Planted<P> {
             return Box::pin(async { Ok(RenewOutcome::Renewed) });
         }
         self.inner.renew(key, owner, lease)
+    }
+
+    fn release_unanswered_detached(
+        self: Arc<Self>,
+        key: CallKey,
+        owner: OwnerToken,
+        lease_left: Duration,
+    ) {
+        if self.bug == PlantedBug::UnansweredReleaseStopsAtNothing {
+            return self.release_detached(key, owner, lease_left);
+        }
+        // Each try goes through `release` above, so the bug of the wrapper (if any) applies.
+        coord_core::provider::background::spawn_retried(
+            "releasing a lock whose grant was not read",
+            key,
+            lease_left,
+            move |key| {
+                let this = self.clone();
+                async move {
+                    let released = this.release(&key, owner).await?;
+                    Ok(released != ReleaseOutcome::NotHeld)
+                }
+            },
+        );
     }
 }
 

@@ -4,6 +4,7 @@
 //! [`PlantedBug`] breaks. Never use it outside tests.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use coord_core::CallKey;
@@ -40,6 +41,9 @@ const CACHE_STRETCH: u32 = 30;
 pub struct Planted<P> {
     inner: Arc<P>,
     bug: PlantedBug,
+    /// Clean-ups of unanswered acquires ended under
+    /// [`PlantedBug::UnansweredReleaseStopsAtNothing`].
+    unanswered_releases_ended: Arc<AtomicUsize>,
 }
 
 impl<P> Planted<P> {
@@ -48,7 +52,15 @@ impl<P> Planted<P> {
         Planted {
             inner: Arc::new(inner),
             bug,
+            unanswered_releases_ended: Arc::default(),
         }
+    }
+
+    /// How many clean-ups of acquires whose answer was not read have ended (at their first
+    /// answer) under [`PlantedBug::UnansweredReleaseStopsAtNothing`]: what a test waits for
+    /// before it lets a late grant land.
+    pub fn unanswered_releases_ended(&self) -> usize {
+        self.unanswered_releases_ended.load(Ordering::Acquire)
     }
 }
 
@@ -100,7 +112,22 @@ impl<P: LockProvider> LockProvider for Planted<P> {
         lease_left: Duration,
     ) {
         if self.bug == PlantedBug::UnansweredReleaseStopsAtNothing {
-            return self.release_detached(key, owner, lease_left);
+            // As an answered release: done at the first answer, whatever it found.
+            let ended = self.unanswered_releases_ended.clone();
+            return coord_core::provider::background::spawn_retried(
+                "releasing the lock",
+                key,
+                lease_left,
+                move |key| {
+                    let this = self.clone();
+                    let ended = ended.clone();
+                    async move {
+                        this.release(&key, owner).await?;
+                        ended.fetch_add(1, Ordering::AcqRel);
+                        Ok(true)
+                    }
+                },
+            );
         }
         // Each try goes through `release` above, so the bug of the wrapper (if any) applies.
         coord_core::provider::background::spawn_retried(

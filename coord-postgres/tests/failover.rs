@@ -363,18 +363,6 @@ fn standby_back(primary: &PostgresServer, standby: &PostgresServer, conninfo: &s
     });
 }
 
-/// Waits (up to `within`) until no background clean-up of this process is running.
-async fn clean_ups_settled(what: &str, within: Duration) {
-    tokio::time::timeout(within, coord_core::provider::background::all_settled())
-        .await
-        .unwrap_or_else(|_| {
-            panic!(
-                "{what}: {} background clean-up(s) still running after {within:?}",
-                coord_core::provider::background::pending()
-            )
-        });
-}
-
 /// The live lock rows of keys containing `part` on `server`.
 fn live_lock_rows(server: &PostgresServer, part: &str) -> usize {
     server
@@ -475,9 +463,6 @@ async fn synchronous_standby_gone_fails_writes_never_ok() {
         }
     }
     assert_eq!(runs.load(Ordering::SeqCst), 1, "the body ran once");
-    // The release that removed the grant ended there: it does not go on until its bound (two
-    // leases after the acquire gave up).
-    clean_ups_settled("after the grant was released", GONE_LEASE).await;
     println!(
         "standby gone: both writes refused; lock free {free_after_back:?} after the standby's \
          return, {lock_free:?} after the acquire (lease {GONE_LEASE:?}); idempotent key run \
@@ -486,12 +471,13 @@ async fn synchronous_standby_gone_fails_writes_never_ok() {
     );
 
     // The control: the clean-up that stops at "found nothing".
+    let planted = Planted::new(
+        provider.clone(),
+        PlantedBug::UnansweredReleaseStopsAtNothing,
+    );
     let control = Coordinator::builder()
         .namespace("fo")
-        .provider(Planted::new(
-            provider.clone(),
-            PlantedBug::UnansweredReleaseStopsAtNothing,
-        ))
+        .provider(planted.clone())
         .build()
         .expect("the control's coordinator");
     let conninfo = standby_gone(&primary, &standby);
@@ -507,7 +493,9 @@ async fn synchronous_standby_gone_fails_writes_never_ok() {
         "the control's acquire: {refused:?}"
     );
     // Its release ran while the grant was invisible, found nothing, and stopped.
-    clean_ups_settled("the control's release", GONE_LEASE).await;
+    await_condition("the control's release to end", || {
+        planted.unanswered_releases_ended() == 1
+    });
     standby_back(&primary, &standby, &conninfo);
     await_condition("the control's grant to commit", || {
         live_lock_rows(&primary, "control") == 1

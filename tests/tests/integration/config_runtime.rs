@@ -182,15 +182,29 @@ async fn a_profiles_in_flight_lease_beats_the_literal() {
         ..Profile::default()
     };
     let c = coordinator("cfg-marker", Profile::default(), &[("brief", brief)]);
-    // The first call is dropped mid-body: under `on_abandoned = "fail"` its marker is left to
-    // lapse after the in-flight lease in force.
-    let _ = tokio::time::timeout(MS(100), stalls(&c, 1, true)).await;
-    tokio::time::sleep(MS(700)).await;
-    let err = stalls(&c, 1, false).await.unwrap_err();
+    // While the first call's body runs, its marker's lease is the profile's 300 ms, not the
+    // literal hour. (A call dropped mid-body no longer shows it: under `on_abandoned = "fail"`
+    // its marker is ended at once, whatever the lease.)
+    let first = tokio::spawn({
+        let c = c.clone();
+        async move { stalls(&c, 1, true).await }
+    });
+    let key = lock_key(&c, "cfg.marker", 1);
+    let until = Instant::now() + Duration::from_secs(10);
+    let lease_left = loop {
+        let info = c.operations().inspect_record(&key).await.unwrap();
+        if let Some(left) = info.and_then(|i| i.lease_left) {
+            break left;
+        }
+        assert!(Instant::now() < until, "the first call never claimed");
+        tokio::time::sleep(MS(5)).await;
+    };
     assert!(
-        matches!(err, CoordError::OutcomeUnknown { .. }),
-        "the marker should have lapsed after the profile's 300 ms, got {err:?}"
+        lease_left <= MS(300),
+        "the marker's lease should be the profile's 300 ms, is {lease_left:?}"
     );
+    first.abort();
+    let _ = first.await;
 }
 
 // ---- unknown profiles ------------------------------------------------------------------

@@ -613,7 +613,7 @@ async fn a_record_that_does_not_decode_is_a_codec_error_naming_the_key_until_pur
     assert_eq!(versioned(&new, "k", runs.clone()).await.unwrap(), 11);
 }
 
-#[idempotent(key_from = "key", coordinator = c, name = "oi.cancel_fail", in_flight_lease = "300ms", on_abandoned = "fail")]
+#[idempotent(key_from = "key", coordinator = c, name = "oi.cancel_fail", in_flight_lease = "30s", on_abandoned = "fail")]
 async fn cancellable_fail(
     c: &Coordinator,
     key: &str,
@@ -640,7 +640,9 @@ async fn cancellable_rerun(
 async fn a_cancelled_body_is_unknown_under_fail_and_cleared_under_rerun() {
     let (_p, c) = setup("oi-cancel");
     let runs = Arc::new(AtomicUsize::new(0));
-    // at-most-once: the body started and may have had effects, so it is never run again.
+    // at-most-once: the body started and may have had effects, so it is never run again; and
+    // duplicates learn that at once, not after the 30 s in-flight lease: the cancelled call's
+    // marker is ended as the abandoned record in the background, right away.
     let started = tokio::spawn({
         let (c, runs) = (c.clone(), runs.clone());
         async move { cancellable_fail(&c, "k", runs).await }
@@ -648,12 +650,22 @@ async fn a_cancelled_body_is_unknown_under_fail_and_cleared_under_rerun() {
     tokio::time::sleep(Duration::from_millis(100)).await;
     started.abort();
     let _ = started.await;
-    tokio::time::sleep(Duration::from_millis(400)).await;
-    let dup = cancellable_fail(&c, "k", runs.clone()).await;
-    assert!(
-        matches!(dup, Err(CoordError::OutcomeUnknown { .. })),
-        "got {dup:?}"
-    );
+    eventually(
+        "a duplicate gets OutcomeUnknown, not InFlight until the lease ends",
+        Duration::from_secs(5),
+        || async {
+            let dup = cancellable_fail(&c, "k", runs.clone()).await;
+            assert!(
+                matches!(
+                    dup,
+                    Err(CoordError::OutcomeUnknown { .. } | CoordError::InFlight { .. })
+                ),
+                "got {dup:?}"
+            );
+            matches!(dup, Err(CoordError::OutcomeUnknown { .. }))
+        },
+    )
+    .await;
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 
     // at-least-once: the marker is cleared (in the background, right away), so a retry runs

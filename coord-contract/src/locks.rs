@@ -148,7 +148,9 @@ impl std::fmt::Display for LossCause {
 ///   Both are idempotent.
 /// * If the future of `acquire` is dropped before it completes, the provider must not leave
 ///   the lock held by `req.owner` beyond what the runtime's follow-up `release` cleans: the
-///   runtime always releases a token whose acquire was cancelled.
+///   runtime always releases a token whose acquire was cancelled, timed out or failed, through
+///   [`LockProvider::release_unanswered_detached`], which by default keeps releasing until a
+///   release removes the grant (or two leases have passed).
 pub trait LockProvider: Send + Sync + 'static {
     /// Takes `req.key` for `req.owner`, waiting up to `req.wait`.
     fn acquire<'a>(

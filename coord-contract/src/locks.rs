@@ -148,7 +148,9 @@ impl std::fmt::Display for LossCause {
 ///   Both are idempotent.
 /// * If the future of `acquire` is dropped before it completes, the provider must not leave
 ///   the lock held by `req.owner` beyond what the runtime's follow-up `release` cleans: the
-///   runtime always releases a token whose acquire was cancelled.
+///   runtime always releases a token whose acquire was cancelled, timed out or failed, through
+///   [`LockProvider::release_unanswered_detached`], which by default keeps releasing until a
+///   release removes the grant (or two leases have passed).
 pub trait LockProvider: Send + Sync + 'static {
     /// Takes `req.key` for `req.owner`, waiting up to `req.wait`.
     fn acquire<'a>(
@@ -193,6 +195,38 @@ pub trait LockProvider: Send + Sync + 'static {
             async move { this.release(&key, owner).await.map(|_| true) }
         });
     }
+
+    /// Releases `key` for `owner` in the background after an acquire whose answer was never
+    /// read (it timed out, failed in a way that may hide a grant, or its future was dropped
+    /// with the request in flight). Such a grant may have landed, or may still land after a
+    /// first release (a commit waiting on a synchronous standby, a command queued in a paused
+    /// server), so a release that finds nothing proves nothing: the default retries `release`
+    /// with backoff, each try a new command, until one answers
+    /// [`ReleaseOutcome::Released`] (or [`ReleaseOutcome::ForceReleased`]: the grant landed
+    /// and an operator freed it) or `lease_left` has passed (a grant landing later than that
+    /// lapses with its own lease, which bounds how long the key stays blocked). A provider
+    /// whose acquire cannot land once its future is gone (the in-process one) can release
+    /// once, inline.
+    fn release_unanswered_detached(
+        self: Arc<Self>,
+        key: CallKey,
+        owner: OwnerToken,
+        lease_left: Duration,
+    ) {
+        crate::background::spawn_retried(
+            "releasing a lock whose grant was not read",
+            key,
+            lease_left,
+            move |key| {
+                let this = self.clone();
+                async move {
+                    // `NotHeld` proves nothing yet: the grant may land after it.
+                    let released = this.release(&key, owner).await?;
+                    Ok(released != ReleaseOutcome::NotHeld)
+                }
+            },
+        );
+    }
 }
 
 /// A shared provider is a provider: lets callers keep a handle (`Arc<P>`) to a provider they
@@ -228,5 +262,14 @@ impl<P: LockProvider> LockProvider for Arc<P> {
 
     fn release_detached(self: Arc<Self>, key: CallKey, owner: OwnerToken, lease_left: Duration) {
         P::release_detached((*self).clone(), key, owner, lease_left)
+    }
+
+    fn release_unanswered_detached(
+        self: Arc<Self>,
+        key: CallKey,
+        owner: OwnerToken,
+        lease_left: Duration,
+    ) {
+        P::release_unanswered_detached((*self).clone(), key, owner, lease_left)
     }
 }

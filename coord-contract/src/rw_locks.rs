@@ -195,6 +195,32 @@ pub trait RwLockStore: Send + Sync + 'static {
             },
         );
     }
+
+    /// Releases `owner`'s hold in `mode` in the background after an acquire whose answer was
+    /// never read: like
+    /// [`LockProvider::release_unanswered_detached`](crate::LockProvider::release_unanswered_detached),
+    /// retried until a release removes the hold or `lease_left` has passed (a release that
+    /// finds nothing proves nothing: the grant may land after it).
+    fn release_unanswered_rw_detached(
+        self: Arc<Self>,
+        key: CallKey,
+        owner: OwnerToken,
+        mode: RwMode,
+        lease_left: Duration,
+    ) {
+        crate::background::spawn_retried(
+            "releasing a read-write hold whose grant was not read",
+            key,
+            lease_left,
+            move |key| {
+                let this = self.clone();
+                async move {
+                    let released = this.release_rw(&key, owner, mode).await?;
+                    Ok(released != ReleaseOutcome::NotHeld)
+                }
+            },
+        );
+    }
 }
 
 /// A shared provider is a provider (see the same impl for [`LockProvider`](crate::LockProvider)).
@@ -237,5 +263,15 @@ impl<P: RwLockStore> RwLockStore for Arc<P> {
         lease_left: Duration,
     ) {
         P::release_rw_detached((*self).clone(), key, owner, mode, lease_left)
+    }
+
+    fn release_unanswered_rw_detached(
+        self: Arc<Self>,
+        key: CallKey,
+        owner: OwnerToken,
+        mode: RwMode,
+        lease_left: Duration,
+    ) {
+        P::release_unanswered_rw_detached((*self).clone(), key, owner, mode, lease_left)
     }
 }

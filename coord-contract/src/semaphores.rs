@@ -193,6 +193,31 @@ pub trait SemaphoreStore: Send + Sync + 'static {
             async move { this.release_permit(&key, owner).await.map(|_| true) }
         });
     }
+
+    /// Releases `owner`'s permit of `key` in the background after an acquire whose answer was
+    /// never read: like
+    /// [`LockProvider::release_unanswered_detached`](crate::LockProvider::release_unanswered_detached),
+    /// retried until a release removes the permit or `lease_left` has passed (a release that
+    /// finds nothing proves nothing: the grant may land after it).
+    fn release_unanswered_permit_detached(
+        self: Arc<Self>,
+        key: CallKey,
+        owner: OwnerToken,
+        lease_left: Duration,
+    ) {
+        crate::background::spawn_retried(
+            "releasing a permit whose grant was not read",
+            key,
+            lease_left,
+            move |key| {
+                let this = self.clone();
+                async move {
+                    let released = this.release_permit(&key, owner).await?;
+                    Ok(released != ReleaseOutcome::NotHeld)
+                }
+            },
+        );
+    }
 }
 
 /// A shared provider is a provider (see the same impl for [`LockProvider`](crate::LockProvider)).
@@ -232,5 +257,14 @@ impl<P: SemaphoreStore> SemaphoreStore for Arc<P> {
         lease_left: Duration,
     ) {
         P::release_permit_detached((*self).clone(), key, owner, lease_left)
+    }
+
+    fn release_unanswered_permit_detached(
+        self: Arc<Self>,
+        key: CallKey,
+        owner: OwnerToken,
+        lease_left: Duration,
+    ) {
+        P::release_unanswered_permit_detached((*self).clone(), key, owner, lease_left)
     }
 }

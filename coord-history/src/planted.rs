@@ -4,6 +4,7 @@
 //! [`PlantedBug`] breaks. Never use it outside tests.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use coord_core::CallKey;
@@ -25,6 +26,11 @@ pub enum PlantedBug {
     /// The shared cache keeps every entry 30 times as long as it was asked to: reads are
     /// served answers far older than their ttl.
     CacheBeyondTtl,
+    /// A lock whose acquire's answer was not read is released until the first answer, as an
+    /// answered one is: a release that finds nothing (the grant not visible yet, e.g. its
+    /// commit waiting for a synchronous standby) ends the clean-up, and a grant that lands
+    /// after it keeps the key until its lease ends.
+    UnansweredReleaseStopsAtNothing,
 }
 
 /// How much longer [`PlantedBug::CacheBeyondTtl`] keeps a shared cache entry.
@@ -35,6 +41,9 @@ const CACHE_STRETCH: u32 = 30;
 pub struct Planted<P> {
     inner: Arc<P>,
     bug: PlantedBug,
+    /// Clean-ups of unanswered acquires ended under
+    /// [`PlantedBug::UnansweredReleaseStopsAtNothing`].
+    unanswered_releases_ended: Arc<AtomicUsize>,
 }
 
 impl<P> Planted<P> {
@@ -43,7 +52,15 @@ impl<P> Planted<P> {
         Planted {
             inner: Arc::new(inner),
             bug,
+            unanswered_releases_ended: Arc::default(),
         }
+    }
+
+    /// How many clean-ups of acquires whose answer was not read have ended (at their first
+    /// answer) under [`PlantedBug::UnansweredReleaseStopsAtNothing`]: what a test waits for
+    /// before it lets a late grant land.
+    pub fn unanswered_releases_ended(&self) -> usize {
+        self.unanswered_releases_ended.load(Ordering::Acquire)
     }
 }
 
@@ -86,6 +103,45 @@ impl<P: LockProvider> LockProvider for Planted<P> {
             return Box::pin(async { Ok(RenewOutcome::Renewed) });
         }
         self.inner.renew(key, owner, lease)
+    }
+
+    fn release_unanswered_detached(
+        self: Arc<Self>,
+        key: CallKey,
+        owner: OwnerToken,
+        lease_left: Duration,
+    ) {
+        if self.bug == PlantedBug::UnansweredReleaseStopsAtNothing {
+            // As an answered release: done at the first answer, whatever it found.
+            let ended = self.unanswered_releases_ended.clone();
+            return coord_core::provider::background::spawn_retried(
+                "releasing the lock",
+                key,
+                lease_left,
+                move |key| {
+                    let this = self.clone();
+                    let ended = ended.clone();
+                    async move {
+                        this.release(&key, owner).await?;
+                        ended.fetch_add(1, Ordering::AcqRel);
+                        Ok(true)
+                    }
+                },
+            );
+        }
+        // Each try goes through `release` above, so the bug of the wrapper (if any) applies.
+        coord_core::provider::background::spawn_retried(
+            "releasing a lock whose grant was not read",
+            key,
+            lease_left,
+            move |key| {
+                let this = self.clone();
+                async move {
+                    let released = this.release(&key, owner).await?;
+                    Ok(released != ReleaseOutcome::NotHeld)
+                }
+            },
+        );
     }
 }
 

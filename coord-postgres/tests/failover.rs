@@ -8,7 +8,7 @@
 //! |---|---|---|
 //! | `synchronous_on_keeps_every_acknowledged_commit` | named in `synchronous_standby_names`, `synchronous_commit = on` | every committed charge and its record (a duplicate replays, the body does not run again); the lock row with the holder's fencing token and an expiry no earlier than the last renewal read on the primary, so the lock is still held; the next token is newer than the holder's |
 //! | `synchronous_remote_apply_keeps_every_acknowledged_commit` | the same with `synchronous_commit = remote_apply` | the same |
-//! | `synchronous_standby_gone_fails_writes_never_ok` | named, synchronous, its WAL receiver stopped (no failover) | coord's writes wait for it and fail with `Timeout`, never `Ok`; once it is back, no key stays blocked past its lease |
+//! | `synchronous_standby_gone_fails_writes_never_ok` | named, synchronous, its WAL receiver stopped (no failover) | coord's writes wait for it and fail with `Timeout`, never `Ok`; once it is back, the lock granted to nobody is released within seconds (its lease is 30 s) and the idempotent key runs once; the control (a release that stops at "found nothing") leaves the key held until its lease ends |
 //! | `asynchronous_lagging_standby_loses_what_it_never_received` (the control) | not named (asynchronous), its WAL receiver stopped before the lock and the calls (`primary_conninfo = ''`) | none of the charges or records (every duplicate runs its body again), no lock row (a second holder is granted at once), and the second holder's token is not newer than the first's: the sequence lost its advance too |
 //!
 //! A commit is visible to other sessions on the primary only after the synchronous standby
@@ -21,6 +21,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use coord_core::{CoordError, Coordinator, LockGuard, idempotent};
+use coord_history::planted::{Planted, PlantedBug};
 use coord_postgres::{PostgresProvider, Transaction};
 use coord_postgres_testing::{PostgresServer, ServerOptions};
 
@@ -29,8 +30,9 @@ const CHARGES: usize = 20;
 const STANDBY: &str = "standby_a";
 const LEASE: Duration = Duration::from_secs(30);
 const RENEW: Duration = Duration::from_millis(300);
-/// The lease of the lock asked for while the synchronous standby is gone.
-const GONE_LEASE: Duration = Duration::from_secs(6);
+/// The lease of the lock asked for while the synchronous standby is gone: long, so that a
+/// lock freed by its release is told apart from one that lapsed.
+const GONE_LEASE: Duration = Duration::from_secs(30);
 
 #[derive(Debug)]
 enum ChargeError {
@@ -337,28 +339,70 @@ async fn asynchronous_lagging_standby_loses_what_it_never_received() {
     );
 }
 
-/// With the one standby that `synchronous_standby_names` names gone, every commit waits for
-/// it. coord's writes then fail within the command timeout, never `Ok`: a lock acquire with
-/// `Backend(Timeout)`, an idempotent call likewise and without running its body. Once the
-/// standby is back the waiting commits complete, and neither key stays blocked past its lease:
-/// the lock granted to nobody is free again when its lease ends, and the idempotent key runs
-/// its body once, at the latest when the in-flight lease of the claim nobody used ends.
-///
-/// Measured, not asserted: the lock was free only at the end of its lease, not when the standby
-/// came back. While the standby was gone, only the grant's and the claim's statements waited
-/// (for the standby); no clean-up statement waited behind them: the background clean-ups ran
-/// while those commits were invisible to other sessions, most likely found nothing to remove,
-/// and the rows appeared after them.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn synchronous_standby_gone_fails_writes_never_ok() {
-    let (primary, standby) = cluster(Replication::Synchronous("on")).await;
+/// Stops the standby's WAL receiver, so that every commit on `primary` waits for it; returns
+/// the standby's `primary_conninfo`, to bring it back with [`standby_back`].
+fn standby_gone(primary: &PostgresServer, standby: &PostgresServer) -> String {
     let conninfo = standby.sql("SHOW primary_conninfo");
     standby.sql("ALTER SYSTEM SET primary_conninfo = ''");
     standby.sql("SELECT pg_reload_conf()");
     await_condition("the standby to stop receiving", || {
         primary.sql("SELECT count(*) FROM pg_stat_replication") == "0"
     });
-    let (_provider, coord) = coordinator(&primary.url()).await;
+    conninfo
+}
+
+/// Brings the standby back: the commits waiting for it complete.
+fn standby_back(primary: &PostgresServer, standby: &PostgresServer, conninfo: &str) {
+    standby.sql(&format!(
+        "ALTER SYSTEM SET primary_conninfo = '{}'",
+        conninfo.replace('\'', "''")
+    ));
+    standby.sql("SELECT pg_reload_conf()");
+    await_condition("the standby to be synchronous again", || {
+        primary.sql("SELECT sync_state FROM pg_stat_replication") == "sync"
+    });
+}
+
+/// The live lock rows of keys containing `part` on `server`.
+fn live_lock_rows(server: &PostgresServer, part: &str) -> usize {
+    server
+        .sql(&format!(
+            "SELECT count(*) FROM coord.locks \
+             WHERE key LIKE '%{part}%' AND expires_at > clock_timestamp()"
+        ))
+        .parse()
+        .expect("a count")
+}
+
+/// Seconds from now until the lock row of a key containing `part` on `server` expires.
+fn lock_expires_in(server: &PostgresServer, part: &str) -> f64 {
+    server
+        .sql(&format!(
+            "SELECT extract(epoch FROM max(expires_at) - clock_timestamp()) FROM coord.locks \
+             WHERE key LIKE '%{part}%'"
+        ))
+        .parse()
+        .expect("seconds")
+}
+
+/// With the one standby that `synchronous_standby_names` names gone, every commit waits for
+/// it. coord's writes then fail within the command timeout, never `Ok`: a lock acquire with
+/// `Backend(Timeout)`, an idempotent call likewise and without running its body. Once the
+/// standby is back the waiting commits complete, and neither key stays blocked: the lock
+/// granted to nobody is released within seconds of the standby's return, long before its
+/// 30 s lease ends (the release of an acquire whose answer was not read keeps trying until it
+/// removes the grant: the tries while the standby was gone found nothing, because the grant's
+/// commit was invisible to other sessions), and the idempotent key runs its body once.
+///
+/// The control, on the same servers: a coordinator whose release of an unanswered acquire
+/// stops at the first answer (`PlantedBug::UnansweredReleaseStopsAtNothing`, what coord did
+/// before). Its release finds nothing while the standby is gone and stops; when the standby is
+/// back the grant commits, and the key is held by an owner nobody has until its lease ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn synchronous_standby_gone_fails_writes_never_ok() {
+    let (primary, standby) = cluster(Replication::Synchronous("on")).await;
+    let conninfo = standby_gone(&primary, &standby);
+    let (provider, coord) = coordinator(&primary.url()).await;
     let started = Instant::now();
     let lock_key = || coord.key("fo.job").part("gone").finish();
     let refused = coord.lock(lock_key()).lease(GONE_LEASE).acquire().await;
@@ -389,17 +433,9 @@ async fn synchronous_standby_gone_fails_writes_never_ok() {
     );
     assert_eq!(runs.load(Ordering::SeqCst), 0, "no body ran");
 
-    // The standby comes back: the waiting commits complete.
-    standby.sql(&format!(
-        "ALTER SYSTEM SET primary_conninfo = '{}'",
-        conninfo.replace('\'', "''")
-    ));
-    standby.sql("SELECT pg_reload_conf()");
-    await_condition("the standby to be synchronous again", || {
-        primary.sql("SELECT sync_state FROM pg_stat_replication") == "sync"
-    });
-    let back = started.elapsed();
-    let deadline = Instant::now() + Duration::from_secs(60);
+    standby_back(&primary, &standby, &conninfo);
+    let back = Instant::now();
+    let deadline = back + Duration::from_secs(60);
     loop {
         match coord.lock(lock_key()).lease(GONE_LEASE).try_acquire().await {
             Ok(Some(_)) => break,
@@ -410,6 +446,13 @@ async fn synchronous_standby_gone_fails_writes_never_ok() {
         }
     }
     let lock_free = started.elapsed();
+    let free_after_back = back.elapsed();
+    assert!(
+        free_after_back < Duration::from_secs(10) && lock_free < GONE_LEASE,
+        "the lock granted to nobody was free {free_after_back:?} after the standby's return, \
+         {lock_free:?} after the acquire: released, not lapsed at the end of its \
+         {GONE_LEASE:?} lease"
+    );
     loop {
         match call().await {
             Ok(7) => break,
@@ -421,8 +464,61 @@ async fn synchronous_standby_gone_fails_writes_never_ok() {
     }
     assert_eq!(runs.load(Ordering::SeqCst), 1, "the body ran once");
     println!(
-        "standby gone: both writes refused; standby back {back:?}, lock free {lock_free:?} \
-         (lease {GONE_LEASE:?}), idempotent key run {:?} after the first acquire",
+        "standby gone: both writes refused; lock free {free_after_back:?} after the standby's \
+         return, {lock_free:?} after the acquire (lease {GONE_LEASE:?}); idempotent key run \
+         {:?} after the first acquire",
         started.elapsed()
+    );
+
+    // The control: the clean-up that stops at "found nothing".
+    let planted = Planted::new(
+        provider.clone(),
+        PlantedBug::UnansweredReleaseStopsAtNothing,
+    );
+    let control = Coordinator::builder()
+        .namespace("fo")
+        .provider(planted.clone())
+        .build()
+        .expect("the control's coordinator");
+    let conninfo = standby_gone(&primary, &standby);
+    let control_key = || control.key("fo.job").part("control").finish();
+    let control_started = Instant::now();
+    let refused = control
+        .lock(control_key())
+        .lease(GONE_LEASE)
+        .acquire()
+        .await;
+    assert!(
+        matches!(refused, Err(CoordError::Backend(ref e)) if e.kind() == coord_core::provider::BackendErrorKind::Timeout),
+        "the control's acquire: {refused:?}"
+    );
+    // Its release ran while the grant was invisible, found nothing, and stopped.
+    await_condition("the control's release to end", || {
+        planted.unanswered_releases_ended() == 1
+    });
+    standby_back(&primary, &standby, &conninfo);
+    await_condition("the control's grant to commit", || {
+        live_lock_rows(&primary, "control") == 1
+    });
+    let held = control
+        .lock(control_key())
+        .lease(GONE_LEASE)
+        .try_acquire()
+        .await
+        .expect("an answer");
+    assert!(
+        held.is_none(),
+        "the control's key is held by the owner nobody has"
+    );
+    let left = lock_expires_in(&primary, "control");
+    let since = control_started.elapsed().as_secs_f64();
+    assert!(
+        left + since > GONE_LEASE.as_secs_f64() - 1.0,
+        "the control's key stays held until its lease ends: {left:.1} s left, {since:.1} s \
+         after its acquire"
+    );
+    println!(
+        "control: the key still held {:.1} s after its acquire, {left:.1} s of its lease left",
+        since
     );
 }

@@ -63,6 +63,13 @@ pub struct InstrumentedProvider {
     /// The operation's replica acknowledgement each flight claim, renewal and hand-over write
     /// found in scope while it was polled (`"claim"`, `"renew"`, `"finish"`), in order.
     pub flight_acks_seen: Mutex<Vec<(&'static str, Option<ReplicaAcks>)>>,
+    /// When set, a lock acquire takes nothing and fails with `Timeout`, and its grant lands
+    /// (on the in-process table) with the first release of its owner that follows, which
+    /// answers `NotHeld`: a grant whose commit became visible only after the clean-up looked
+    /// (a commit waiting for a synchronous standby).
+    pub late_grants: AtomicBool,
+    /// The grants of acquires that failed under `late_grants`, not landed yet.
+    pub grants_to_land: Mutex<Vec<(CallKey, OwnerToken, Duration, bool)>>,
 }
 
 impl InstrumentedProvider {
@@ -131,6 +138,20 @@ impl LockProvider for InstrumentedProvider {
         if self.fail_locks.load(Ordering::SeqCst) {
             return Box::pin(async { Err(Self::fault()) });
         }
+        if self.late_grants.load(Ordering::SeqCst) {
+            self.grants_to_land.lock().unwrap().push((
+                req.key.clone(),
+                req.owner,
+                req.lease,
+                req.fenced,
+            ));
+            return Box::pin(async {
+                Err(BackendError::new(
+                    BackendErrorKind::Timeout,
+                    "injected fault: no answer in time (the grant lands later)",
+                ))
+            });
+        }
         self.inner.acquire(req)
     }
 
@@ -142,6 +163,30 @@ impl LockProvider for InstrumentedProvider {
         self.releases.fetch_add(1, Ordering::SeqCst);
         if self.fail_locks.load(Ordering::SeqCst) {
             return Box::pin(async { Err(Self::fault()) });
+        }
+        let landing = {
+            let mut to_land = self.grants_to_land.lock().unwrap();
+            to_land
+                .iter()
+                .position(|(k, o, _, _)| k == key && *o == owner)
+                .map(|at| to_land.remove(at))
+        };
+        if let Some((_, _, lease, fenced)) = landing {
+            // This release finds nothing; the grant lands right after it.
+            return Box::pin(async move {
+                let landed = self
+                    .inner
+                    .acquire(LockRequest {
+                        key,
+                        owner,
+                        lease,
+                        wait: Duration::ZERO,
+                        fenced,
+                    })
+                    .await;
+                assert!(matches!(landed, Ok(Some(_))), "the late grant landed");
+                Ok(ReleaseOutcome::NotHeld)
+            });
         }
         self.inner.release(key, owner)
     }

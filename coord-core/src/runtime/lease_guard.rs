@@ -50,6 +50,9 @@ pub(crate) struct LeaseGuard<'a> {
     /// effects), the guard no longer clears the marker but ends its lease, so that it is kept
     /// as the abandoned record at once.
     end_lease_once: Option<&'a AtomicBool>,
+    /// The guard covers a grant whose answer is not read yet (see [`LeaseGuard::unanswered`]):
+    /// its clean-up keeps trying until a release removes the hold.
+    unanswered: bool,
 }
 
 impl<'a> LeaseGuard<'a> {
@@ -68,7 +71,20 @@ impl<'a> LeaseGuard<'a> {
             hold: None,
             armed: true,
             end_lease_once: None,
+            unanswered: false,
         }
+    }
+
+    /// The guard covers a lock, permit or read-write hold whose acquire's answer has not been
+    /// read: dropped armed, the hold may have been granted, or may be granted after the
+    /// release is sent (a commit still waiting for a synchronous standby, a command queued in
+    /// a paused server), so a release that finds nothing proves nothing. The clean-up is the
+    /// provider's `release_unanswered_*detached`, which keeps trying until a release removes
+    /// the hold or `bound` has passed ([`unanswered_grant_bound`]). Not for markers: an
+    /// unanswered claim has its own guard in the idempotency layer.
+    pub(crate) fn unanswered(mut self) -> LeaseGuard<'a> {
+        self.unanswered = true;
+        self
     }
 
     /// Frees the lease only until `started` is set, and from then on ends it instead
@@ -109,6 +125,15 @@ impl Drop for LeaseGuard<'_> {
             LeaseStore::Marker(store) if started => {
                 end_lease_detached(store, key, self.owner, left)
             }
+            LeaseStore::Lock(provider) if self.unanswered => provider
+                .clone()
+                .release_unanswered_detached(key, self.owner, left),
+            LeaseStore::Permit(store) if self.unanswered => store
+                .clone()
+                .release_unanswered_permit_detached(key, self.owner, left),
+            LeaseStore::Rw(store, mode) if self.unanswered => store
+                .clone()
+                .release_unanswered_rw_detached(key, self.owner, mode, left),
             LeaseStore::Lock(provider) => provider.clone().release_detached(key, self.owner, left),
             LeaseStore::Permit(store) => {
                 store.clone().release_permit_detached(key, self.owner, left)
@@ -119,6 +144,16 @@ impl Drop for LeaseGuard<'_> {
             LeaseStore::Marker(store) => store.clone().abandon_detached(key, self.owner, left),
         }
     }
+}
+
+/// How long the clean-up of a grant whose answer was not read keeps trying, from when the
+/// caller gave up on the answer: two leases. Every attempt was sent before that moment; a
+/// grant that executes then or up to a lease later (a commit held back by a synchronous
+/// standby, a command queued in a paused server) is removed, and one that executes later
+/// still lapses with its own lease. Not the lease plus the wait: the wait's attempts are all
+/// behind the caller, and a wait without end would keep a clean-up running without end.
+pub(crate) fn unanswered_grant_bound(lease: Duration) -> Duration {
+    lease.saturating_mul(2)
 }
 
 /// Ends `owner`'s marker's lease at `key` in the background (owner-checked, so sending it again

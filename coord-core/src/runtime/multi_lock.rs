@@ -39,7 +39,7 @@ use crate::provider::{
 use crate::report::LockOutcome;
 use crate::runtime::call::{Call, backend_fault, replica_acks_refused};
 use crate::runtime::held;
-use crate::runtime::lease_guard::{LeaseGuard, LeaseStore};
+use crate::runtime::lease_guard::{LeaseGuard, LeaseStore, unanswered_grant_bound};
 use crate::runtime::lock::{Grant, LockGuard};
 use crate::runtime::outcome::GuardedResult;
 use crate::runtime::renewal::{Hold, HoldKind, HoldTerms};
@@ -83,6 +83,9 @@ struct Pending<'a> {
     keys: Vec<CallKey>,
     /// How long a clean-up can matter: a lease after the last attempt.
     bound: Duration,
+    /// The keys' grant was not read yet (the atomic step in flight): a release that finds
+    /// nothing proves nothing, so a drop's release keeps trying until it removes the key.
+    unanswered: bool,
 }
 
 impl Pending<'_> {
@@ -105,9 +108,12 @@ impl Pending<'_> {
 impl Drop for Pending<'_> {
     fn drop(&mut self) {
         for key in self.keys.drain(..) {
-            self.locks
-                .clone()
-                .release_detached(key, self.owner, self.bound);
+            let locks = self.locks.clone();
+            if self.unanswered {
+                locks.release_unanswered_detached(key, self.owner, self.bound);
+            } else {
+                locks.release_detached(key, self.owner, self.bound);
+            }
         }
     }
 }
@@ -221,12 +227,14 @@ async fn take_together(
     started: Instant,
 ) -> Taken {
     let locks = coordinator.lock_provider();
-    // Until the answer is in, every key may have been taken: a drop releases them all.
+    // Until the answer is in, every key may have been taken, or may still be: a drop releases
+    // them all, each until a release removes it.
     let mut pending = Pending {
         locks,
         owner,
         keys: keys.to_vec(),
-        bound: spec.lease.saturating_add(spec.wait),
+        bound: unanswered_grant_bound(spec.lease),
+        unanswered: true,
     };
     let answer = coordinator
         .multi_lock_store()
@@ -243,9 +251,11 @@ async fn take_together(
             pending.keys.clear();
             return Ok(None);
         }
-        // The step may have landed before the fault: `pending` releases every key.
+        // The step may have landed before the fault, or may land after it: `pending`
+        // releases every key.
         Err(err) => return Err((keys[0].clone(), err)),
     };
+    pending.unanswered = false;
     if grant.fencing_tokens.len() != keys.len() {
         let err = BackendError::new(
             BackendErrorKind::Protocol,
@@ -293,6 +303,8 @@ async fn take_in_order(
         owner,
         keys: Vec::with_capacity(keys.len()),
         bound: spec.lease.saturating_add(spec.wait),
+        // Only keys whose grant was read join it; the key in flight has its own guard.
+        unanswered: false,
     };
     let mut taken = Vec::with_capacity(keys.len());
     let mut contended = false;
@@ -302,8 +314,15 @@ async fn take_in_order(
             None => Duration::MAX,
         };
         let sent = Instant::now();
-        // The request in flight may land even if this future is dropped before its answer.
-        let mut in_flight = LeaseGuard::new(LeaseStore::Lock(locks), key, owner, pending.bound);
+        // The request in flight may land even if this future is dropped before its answer,
+        // or after an error: its release keeps trying until it removes the key.
+        let mut in_flight = LeaseGuard::new(
+            LeaseStore::Lock(locks),
+            key,
+            owner,
+            unanswered_grant_bound(spec.lease),
+        )
+        .unanswered();
         let answer = locks
             .acquire(LockRequest {
                 key,

@@ -73,6 +73,17 @@ impl LockProvider for MemoryProvider {
         // Release is synchronous here: do it now rather than on another task.
         self.locks.release(key.qualified(), owner);
     }
+
+    fn release_unanswered_detached(
+        self: Arc<Self>,
+        key: CallKey,
+        owner: OwnerToken,
+        _lease_left: Duration,
+    ) {
+        // Once an acquire's future is gone it grants nothing more (a queued waiter leaves the
+        // queue when dropped, under the table's lock): one release settles it.
+        self.locks.release(key.qualified(), owner);
+    }
 }
 
 /// Multi-key locks taken in one synchronous pass over the lock table (see

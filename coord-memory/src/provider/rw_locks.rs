@@ -64,4 +64,15 @@ impl RwLockStore for MemoryProvider {
     ) {
         self.rw_locks.release(key.qualified(), owner, mode);
     }
+
+    fn release_unanswered_rw_detached(
+        self: Arc<Self>,
+        key: CallKey,
+        owner: OwnerToken,
+        mode: RwMode,
+        _lease_left: Duration,
+    ) {
+        // An acquire whose future is gone grants nothing more: one release settles it.
+        self.rw_locks.release(key.qualified(), owner, mode);
+    }
 }

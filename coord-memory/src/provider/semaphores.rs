@@ -60,4 +60,14 @@ impl SemaphoreStore for MemoryProvider {
     ) {
         self.semaphores.release(key.qualified(), owner);
     }
+
+    fn release_unanswered_permit_detached(
+        self: Arc<Self>,
+        key: CallKey,
+        owner: OwnerToken,
+        _lease_left: Duration,
+    ) {
+        // An acquire whose future is gone grants nothing more: one release settles it.
+        self.semaphores.release(key.qualified(), owner);
+    }
 }

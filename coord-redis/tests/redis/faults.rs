@@ -18,6 +18,7 @@ per_client!(
     wrong_password_is_reported_without_it,
     frozen_server_gives_timeouts_within_the_command_timeout,
     waiting_acquire_outlasts_a_client_pause,
+    timed_out_acquire_in_a_pause_grants_nothing_later,
     killed_server_fails_fast_and_restart_recovers,
     foreign_values_at_lock_keys_are_corrupt,
     foreign_values_at_record_keys_are_corrupt,
@@ -285,6 +286,93 @@ async fn waiting_acquire_outlasts_a_client_pause(client: Client) {
         assert!(
             Instant::now() < deadline,
             "the key stayed held after its owner's release"
+        );
+    }
+}
+
+/// An acquire sent into a paused server (`CLIENT PAUSE .. WRITE` for four command timeouts)
+/// times out. Whether its grant could land after the runtime's release found nothing (as a
+/// commit behind a gone synchronous standby does on PostgreSQL) is what is looked at: it does
+/// not land at all. The acquire is fenced and the probes are not, so the key's fence counter
+/// would exist had the grant run; it does not, with either client: the client drops a
+/// connection whose command timed out, and the server drops a paused client's queued commands
+/// when it disconnects. The key is free right after the pause, long before its 30 s lease,
+/// both with the runtime's release and with the control's, which stops at its first answer
+/// (`PlantedBug::UnansweredReleaseStopsAtNothing`).
+async fn timed_out_acquire_in_a_pause_grants_nothing_later(client: Client) {
+    use coord_core::{CoordError, Coordinator};
+    use coord_history::planted::{Planted, PlantedBug};
+    let server = RedisServer::start();
+    let p = tight(&server, client).await;
+    let lease = Duration::from_secs(30);
+    let fixed = Coordinator::builder()
+        .namespace("paused")
+        .provider(p.clone())
+        .build()
+        .unwrap();
+    let control = Coordinator::builder()
+        .namespace("paused")
+        .provider(Planted::new(
+            p.clone(),
+            PlantedBug::UnansweredReleaseStopsAtNothing,
+        ))
+        .build()
+        .unwrap();
+    for (name, coord) in [("fixed", &fixed), ("control", &control)] {
+        let k = coord.key("paused.late").part(name).finish();
+        // Warm up: scripts cached.
+        let warm = OwnerToken::new();
+        let other = coord.key("paused.warm").part(name).finish();
+        p.acquire(fenced(&other, warm, LONG, Duration::ZERO))
+            .await
+            .unwrap()
+            .unwrap();
+        p.release(&other, warm).await.unwrap();
+        let fence_of = |key: &coord_core::CallKey| {
+            server.command(&["EXISTS", &redis_key(key, "fence")])
+                == coord_redis_testing::Resp::Int(1)
+        };
+        assert!(
+            fence_of(&other),
+            "a fenced grant makes the counter this test looks at"
+        );
+
+        let pause = Duration::from_millis(1_600);
+        server.command(&["CLIENT", "PAUSE", &pause.as_millis().to_string(), "WRITE"]);
+        let paused_at = Instant::now();
+        let refused = coord.lock(k.clone()).lease(lease).fenced().acquire().await;
+        assert!(
+            matches!(refused, Err(CoordError::Backend(ref e)) if e.kind() == BackendErrorKind::Timeout),
+            "{name}: an acquire inside the pause: {refused:?}"
+        );
+        assert!(
+            paused_at.elapsed() < pause,
+            "{name}: the pause ended too soon"
+        );
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let probe = OwnerToken::new();
+        while !matches!(
+            p.acquire(lock(&k, probe, LONG, Duration::ZERO)).await,
+            Ok(Some(_))
+        ) {
+            assert!(
+                Instant::now() < deadline,
+                "{name}: the key stayed held after the pause (its lease is {lease:?})"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(
+            !fence_of(&k),
+            "{client:?} {name}: the timed-out grant never ran (no token was minted for it)"
+        );
+        assert!(
+            paused_at.elapsed() < lease / 2,
+            "{name}: released, not lapsed: {:?}",
+            paused_at.elapsed()
+        );
+        assert_eq!(
+            p.release(&k, probe).await.unwrap(),
+            ReleaseOutcome::Released
         );
     }
 }

@@ -481,3 +481,75 @@ fn a_panicking_recorder_leaves_no_direct_in_process_lock_held() {
         assert!(direct(&c, 4, false).await.is_ok());
     });
 }
+
+/// An acquire whose answer was lost (`Timeout`) and whose grant lands after the first release
+/// of its owner found nothing (as a commit waiting for a synchronous standby does): the
+/// runtime's release keeps trying and removes it, long before its 60 s lease ends; so for
+/// every key of a multi-key lock taken in order. The control: the clean-up that stops at the
+/// first answer (`release_detached`) leaves the key held.
+#[tokio::test]
+async fn a_grant_landing_after_its_release_found_nothing_is_released() {
+    let lease = Duration::from_secs(60);
+    let (provider, c) = InstrumentedProvider::coordinator("late_grants");
+    provider.late_grants.store(true, Ordering::SeqCst);
+    let key = lock_key(&c, "tests.late", 1);
+    let refused = c.lock(key.clone()).lease(lease).acquire().await;
+    assert!(
+        matches!(refused, Err(CoordError::Backend(ref e)) if e.kind() == coord_core::provider::BackendErrorKind::Timeout),
+        "{refused:?}"
+    );
+    let (a, b) = (lock_key(&c, "tests.late", 2), lock_key(&c, "tests.late", 3));
+    let refused = c
+        .multi_lock([a.clone(), b.clone()])
+        .lease(lease)
+        .acquire()
+        .await;
+    assert!(refused.is_err(), "{refused:?}");
+    provider.late_grants.store(false, Ordering::SeqCst);
+    eventually(
+        "the late grants to land",
+        Duration::from_secs(10),
+        || async { provider.grants_to_land.lock().unwrap().is_empty() },
+    )
+    .await;
+    for key in [&key, &a] {
+        eventually("a late grant is released", Duration::from_secs(10), || {
+            is_free(&c, key)
+        })
+        .await;
+    }
+    assert!(
+        is_free(&c, &b).await,
+        "never asked for: the first key failed"
+    );
+
+    // The control: a release that stops at its first answer.
+    provider.late_grants.store(true, Ordering::SeqCst);
+    let control = lock_key(&c, "tests.late", 4);
+    let owner = OwnerToken::new();
+    let lost = c
+        .lock_provider()
+        .acquire(LockRequest {
+            key: &control,
+            owner,
+            lease,
+            wait: Duration::ZERO,
+            fenced: false,
+        })
+        .await;
+    assert!(lost.is_err(), "{lost:?}");
+    provider.late_grants.store(false, Ordering::SeqCst);
+    c.lock_provider()
+        .clone()
+        .release_detached(control.clone(), owner, lease);
+    eventually(
+        "the control's grant to land",
+        Duration::from_secs(10),
+        || async { provider.grants_to_land.lock().unwrap().is_empty() },
+    )
+    .await;
+    assert!(
+        !is_free(&c, &control).await,
+        "the control's key is held by an owner nobody has"
+    );
+}

@@ -19,7 +19,7 @@ use crate::provider::{
 use crate::report::LockOutcome;
 use crate::runtime::call::{backend_fault, replica_acks_refused};
 use crate::runtime::held;
-use crate::runtime::lease_guard::{LeaseGuard, LeaseStore};
+use crate::runtime::lease_guard::{LeaseGuard, LeaseStore, unanswered_grant_bound};
 use crate::runtime::renewal::{Hold, HoldKind, HoldTerms, Registration};
 use crate::runtime::spec::LockSpec;
 use crate::runtime::state::Coordinator;
@@ -268,15 +268,15 @@ impl<'a> Acquisition<'a> {
     /// `answer` to be awaited, under a drop guard that releases what it may have taken.
     fn pending(self, answer: GrantAnswer<'a>) -> Pending<'a> {
         let spec = self.spec;
-        // A lock taken by this call frees itself at the latest a lease after its last
-        // attempt, and attempts end within `wait`.
-        let lease_bound = spec.lease.saturating_add(spec.wait);
+        // Dropped armed, the answer was not read: a grant may have landed or may still land,
+        // so the release keeps trying until it removes one.
         let guard = LeaseGuard::new(
             lease_store(self.coordinator, spec.permits > 0, spec.rw),
             self.key,
             self.owner,
-            lease_bound,
-        );
+            unanswered_grant_bound(spec.lease),
+        )
+        .unanswered();
         Pending {
             answer: replicas::scoped(spec.replica_acks, answer),
             guard,
@@ -377,8 +377,8 @@ impl Pending<'_> {
                 guard.disarm();
                 return acquisition.not_acquired();
             }
-            // The acquire may have landed before the fault: the guard stays armed and releases
-            // it.
+            // The acquire may have landed before the fault, or may land after it: the guard
+            // stays armed and releases it, until a release removes it.
             Err(err) => {
                 drop(guard);
                 let Acquisition {

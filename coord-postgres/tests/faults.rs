@@ -202,8 +202,18 @@ async fn terminated_while_waiting_for_a_lock() {
             (guard, Instant::now())
         }
     });
-    // Let it listen and mark the holder as waited for, then cut every connection it has.
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    // Once it listens and its look has marked the holder as waited for (the look answered:
+    // the waiter is between looks, not in one), cut every connection it has. A cut that
+    // caught a look in flight would test something else: that look's error ends the wait.
+    let marked_by = Instant::now() + Duration::from_secs(30);
+    while server
+        .sql("SELECT count(*) FROM coord.locks WHERE waited")
+        .trim()
+        != "1"
+    {
+        assert!(Instant::now() < marked_by, "the waiter marks the holder");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     assert_eq!(waiter_provider.listener_connections(), 1);
     let cut =
         server.terminate_connections("waiter") + server.terminate_connections("waiter-listener");

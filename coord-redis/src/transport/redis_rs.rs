@@ -7,8 +7,7 @@
 //!   call that dials is bounded by the command timeout as a whole; a call on a live
 //!   connection is bounded by the client's response timeout, with no timer of our own.
 //!   Plain TCP and Unix-socket connections are dialled here, on a socket that counts what it
-//!   wrote and, on the first write after the connection was idle, refuses to write once the
-//!   server has closed its end ([`wire`]): a
+//!   wrote and refuses to write once the server has closed its end ([`wire`]): a
 //!   command that failed because its connection was closed, and of which provably no byte was
 //!   written, is sent once more on a fresh connection (the first command after `CLIENT KILL`
 //!   or a restart). A command that may have reached the server is never sent again.

@@ -7,8 +7,8 @@
 //! command that may have reached the server is reported, as a typed `Unavailable` error.
 //!
 //! redis-rs: the transport dials its own sockets, counts what they wrote and peeks for the
-//! server's close before the first write after a connection was idle (as it is here between
-//! rounds), so every such command is proven unsent: 0 failures are required. fred: the client writes on its own socket, and a command that was handed to a
+//! server's close before each write, so every such command is proven unsent: 0 failures are
+//! required. fred: the client writes on its own socket, and a command that was handed to a
 //! connection that then closed fails whether or not it was written (fred does not say which);
 //! a command fred could not route (no connection yet) is proven unsent and sent again, the
 //! rest (written, then the connection closed: "Connection closed") are counted and printed,

@@ -210,10 +210,8 @@ impl Slot {
             // future stays small.
             return Box::pin(self.dial_and_exec(cmds)).await;
         };
-        let sending = live.wire.as_deref().map(Wire::sending);
         let written = live.wire.as_ref().map(|wire| wire.written());
         let result = exec(&mut live.conn, cmds).await;
-        drop(sending);
         if let Err(Fault::Unavailable(why)) = &result
             && let (Some(wire), Some(before)) = (&live.wire, written)
             && wire.written() == before
@@ -251,11 +249,9 @@ impl Slot {
                 return replies;
             }
         };
-        let sending = wire.sending();
         let before = wire.written();
         let id = wire.watch(watch.needle, watch.tail, watch.notice);
         let result = exec(&mut live.conn, cmds).await;
-        drop(sending);
         // `None`: told already. Otherwise dropped once this request is answered below.
         let untold = wire.unwatch(id);
         if let Err(Fault::Unavailable(why)) = &result
@@ -276,9 +272,7 @@ impl Slot {
     async fn dial_and_exec(&self, cmds: &[Command<'_>]) -> Result<Vec<Reply>, Fault> {
         let dialled = async {
             let mut live = self.connection().await?;
-            let sending = live.wire.as_deref().map(Wire::sending);
             let result = exec(&mut live.conn, cmds).await;
-            drop(sending);
             Ok::<_, Fault>((live.generation, result))
         };
         let (generation, result) = match tokio::time::timeout(self.timeout, dialled).await {

@@ -4,21 +4,11 @@
 //! A client library reports a connection the server closed (`CLIENT KILL`, a restart, an idle
 //! timeout) with the same error whether the command it was given was written before the close
 //! was noticed or not. Only in the second case is it safe to send the command again. [`Watched`]
-//! wraps the socket under one connection and counts the bytes the kernel accepted. Before the
-//! first write after the connection was idle (no command of this connection unanswered) it
-//! also looks (without reading) whether the server has closed its end already, and refuses
-//! the write if so, since a server that has closed the connection cannot read what is written
-//! after. A caller that reads [`Wire::written`] before handing a command over and finds it
-//! unchanged after the command failed knows none of the command's bytes reached the socket.
-//!
-//! Why only after idle: the look is a system call, and one per write nearly doubled the
-//! system calls of a busy connection (a lock pair at 16 and 256 tasks: 4.5 and 4.1 per pair
-//! against 2.5 and 2.1 by hand over the same client), which cost about a fifth of its
-//! throughput. While a command is unanswered, a close by the server leaves that command in
-//! doubt whatever is done, and the commands written after it are reported as possibly sent
-//! (`Unavailable`, cleaned up owner-checked), never sent again: the same answer a close
-//! arriving a moment after the look gives. What an idle connection's close costs is unchanged:
-//! the first command after it is proven unsent and sent once more.
+//! wraps the socket under one connection and counts the bytes the kernel accepted; before each
+//! write it also looks (without reading) whether the server has closed its end already, and
+//! refuses the write if so, since a server that has closed the connection cannot read what is
+//! written after. A caller that reads [`Wire::written`] before handing a command over and finds
+//! it unchanged after the command failed knows none of the command's bytes reached the socket.
 //!
 //! It also tells when one given request has been accepted whole ([`Wire::watch`]), for a
 //! leader that answers its callers once its hand-over has left the process but before its
@@ -29,7 +19,7 @@
 
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
@@ -43,22 +33,6 @@ pub(crate) struct Wire {
     /// How many watches are registered: read on every write, the lock taken only when above 0.
     watched: AtomicUsize,
     watches: Mutex<Watches>,
-    /// Commands handed to this connection and not yet answered or given up ([`Wire::sending`]).
-    unanswered: AtomicUsize,
-    /// Set by a command handed over while none was unanswered; the next write looks for the
-    /// server's close first, and clears it.
-    look_first: AtomicBool,
-}
-
-/// One command (or pipeline) handed to the connection, counted until it is dropped.
-pub(crate) struct Sending<'a> {
-    wire: &'a Wire,
-}
-
-impl Drop for Sending<'_> {
-    fn drop(&mut self) {
-        self.wire.unanswered.fetch_sub(1, Ordering::AcqRel);
-    }
 }
 
 #[derive(Debug, Default)]
@@ -85,23 +59,6 @@ impl Wire {
     /// Bytes the kernel accepted on this socket so far.
     pub(crate) fn written(&self) -> u64 {
         self.written.load(Ordering::Acquire)
-    }
-
-    /// Counts a command about to be handed to the connection, until the returned guard is
-    /// dropped (once it is answered, failed or given up). The first command after the
-    /// connection was idle makes the next write look for the server's close first.
-    pub(crate) fn sending(&self) -> Sending<'_> {
-        if self.unanswered.fetch_add(1, Ordering::AcqRel) == 0 {
-            self.look_first.store(true, Ordering::Release);
-        }
-        Sending { wire: self }
-    }
-
-    /// Whether this write must look for the server's close first (and the look is claimed).
-    fn take_look(&self) -> bool {
-        // A load first: on a busy connection the flag is clear, and a plain load keeps the
-        // cache line shared.
-        self.look_first.load(Ordering::Acquire) && self.look_first.swap(false, Ordering::AcqRel)
     }
 
     /// Tells `notice` once the kernel accepted the bytes `needle`, and `tail` bytes after them.
@@ -186,8 +143,7 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     hay.windows(needle.len()).position(|w| w == needle)
 }
 
-/// A socket whose writes are counted in its [`Wire`], and refused once the peer closed (looked
-/// for before the first write after the connection was idle).
+/// A socket whose writes are counted in its [`Wire`], and refused once the peer closed.
 pub(crate) struct Watched<S> {
     inner: S,
     wire: Arc<Wire>,
@@ -273,7 +229,7 @@ impl<S: AsyncWrite + Socket + Unpin> AsyncWrite for Watched<S> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        if self.wire.take_look() && self.peer_closed() {
+        if self.peer_closed() {
             return Poll::Ready(Err(closed_before_write()));
         }
         let polled = Pin::new(&mut self.inner).poll_write(cx, buf);
@@ -291,7 +247,7 @@ impl<S: AsyncWrite + Socket + Unpin> AsyncWrite for Watched<S> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        if self.wire.take_look() && self.peer_closed() {
+        if self.peer_closed() {
             return Poll::Ready(Err(closed_before_write()));
         }
         let polled = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
@@ -348,46 +304,6 @@ mod tests {
             .written
             .fetch_add(bytes.len() as u64, std::sync::atomic::Ordering::AcqRel);
         wire.accepted(start, &[bytes]);
-    }
-
-    /// Only the first write after the connection was idle looks for the server's close: a
-    /// command written while an earlier one is unanswered goes out (and counts as possibly
-    /// sent), the first one after idle is refused with nothing written.
-    #[tokio::test]
-    async fn only_the_first_write_after_idle_looks_for_the_servers_close() {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        use tokio::net::{TcpListener, TcpStream};
-
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let ours = TcpStream::connect(listener.local_addr().unwrap())
-            .await
-            .unwrap();
-        let (mut theirs, _) = listener.accept().await.unwrap();
-        let (mut stream, wire) = super::Watched::new(ours);
-
-        let earlier = wire.sending();
-        assert_eq!(stream.write(b"A").await.unwrap(), 1, "the server is there");
-        // Read before closing, so the close is an orderly one (unread data would reset).
-        let mut got = [0u8; 1];
-        theirs.read_exact(&mut got).await.unwrap();
-        drop(theirs);
-        // Wait until the server's close has reached this end of the connection.
-        let mut byte = [0u8; 1];
-        assert_eq!(stream.inner.peek(&mut byte).await.unwrap(), 0);
-
-        let later = wire.sending();
-        assert_eq!(
-            stream.write(b"B").await.unwrap(),
-            1,
-            "written behind an unanswered command: not looked at"
-        );
-        assert_eq!(wire.written(), 2);
-        drop((earlier, later));
-
-        let _first = wire.sending();
-        let refused = stream.write(b"C").await.unwrap_err();
-        assert_eq!(refused.kind(), std::io::ErrorKind::BrokenPipe);
-        assert_eq!(wire.written(), 2, "nothing of the refused write went out");
     }
 
     #[test]

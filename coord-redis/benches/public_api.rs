@@ -15,6 +15,13 @@
 //!
 //! Run: `cargo bench -p coord-redis --bench public_api --features fred`
 //! (without `fred`, only the redis-rs rows).
+//!
+//! Profile mode, for instruction counts (`valgrind --tool=callgrind`) and system calls
+//! (`strace -c -f`), which do not depend on the host's load:
+//! `COORD_BENCH_PROFILE=<what>:<calls>[:<client>]` runs only `calls` sequential calls of one
+//! subject (`lock-attribute`, `lock-handle`, `lock-by-hand`, `first-call`,
+//! `first-call-by-hand`, `replay`, `replay-by-hand`) over `redis-rs` (the default) or `fred`,
+//! and exits. Two runs with N and 2N calls give the cost of N calls without the start-up.
 
 #[allow(dead_code)] // the percentile helper of `support` is not used here
 mod support;
@@ -89,6 +96,133 @@ struct Ctx {
     next_key: Arc<AtomicU64>,
 }
 
+/// The variable that selects the profile mode (see the module docs).
+const PROFILE_VAR: &str = "COORD_BENCH_PROFILE";
+
+impl Work {
+    /// The subject named `name` in a profile spec.
+    fn named(name: &str) -> Option<Work> {
+        Some(match name {
+            "lock-attribute" => Work::LockAttribute,
+            "lock-handle" => Work::LockHandle,
+            "lock-by-hand" => Work::LockByHand,
+            "first-call" => Work::FirstCall,
+            "first-call-by-hand" => Work::FirstCallByHand,
+            "replay" => Work::Replay,
+            "replay-by-hand" => Work::ReplayByHand,
+            _ => return None,
+        })
+    }
+}
+
+/// A coordinator over `client` in a namespace of its own, with the replays' records stored.
+fn context(session: &Session, client: coord_redis::Client, name: &str, shas: (&str, &str)) -> Ctx {
+    let provider = session.provider(client);
+    let namespace = format!("bench-api-{name}");
+    let coord = Coordinator::builder()
+        .namespace(namespace.clone())
+        .provider(provider)
+        .build()
+        .expect("a coordinator");
+    let ctx = Ctx {
+        coord,
+        raw: session.raw.clone(),
+        claim_sha: shas.0.to_owned(),
+        complete_sha: shas.1.to_owned(),
+        namespace,
+        next_key: Arc::new(AtomicU64::new(1 << 40)),
+    };
+    // The replays' records, stored once: keys 0..16 through the attribute, and the same
+    // outcome by hand under names of their own.
+    session.rt.block_on(prepare_replays(&ctx));
+    ctx
+}
+
+/// Runs `spec`'s calls in one task (the profile mode).
+fn profile(session: &Session, spec: &str, shas: (&str, &str)) {
+    let parsed = (|| {
+        let mut parts = spec.split(':');
+        let work = Work::named(parts.next()?)?;
+        let calls = parts.next()?.parse::<u64>().ok()?;
+        let client = parts.next().unwrap_or("redis-rs");
+        parts.next().is_none().then_some((work, calls, client))
+    })();
+    let Some((work, calls, client_name)) = parsed else {
+        panic!("{PROFILE_VAR} is <what>:<calls>[:<client>], not {spec:?}");
+    };
+    let (client, name) = clients()
+        .into_iter()
+        .find(|(_, name)| *name == client_name)
+        .unwrap_or_else(|| panic!("this build has no {client_name} client (see its features)"));
+    let ctx = context(session, client, name, shas);
+    if std::env::var_os(PAUSE_VAR).is_some() {
+        eprintln!("pid {}", std::process::id());
+        let mut line = String::new();
+        std::io::stdin()
+            .read_line(&mut line)
+            .expect("read the go-ahead line");
+    }
+    let before = command_stats(session);
+    // On the runtime's worker, as the bench's tasks run (not on the thread that blocks).
+    let ctx = session
+        .rt
+        .block_on(session.rt.spawn(async move {
+            let mut conn = ctx.raw.conn.clone();
+            let token = format!("{:032x}", 0xbe00);
+            for _ in 0..calls {
+                one_call(&ctx, &mut conn, work, 0, &token).await;
+            }
+            ctx
+        }))
+        .expect("the profile task panicked");
+    let after = command_stats(session);
+    println!("profile: {calls} calls of {work:?} over {name}");
+    // What the server ran per call (commands inside scripts included) and its time per call.
+    let mut usec = 0;
+    for (command, (n, us)) in &after {
+        let (n0, us0) = before.get(command).copied().unwrap_or_default();
+        if command != "info" && n > &n0 {
+            println!(
+                "server: {command} {:.2} per call",
+                (n - n0) as f64 / calls as f64
+            );
+            usec += us - us0;
+        }
+    }
+    println!(
+        "server: {:.2} us of commands per call",
+        usec as f64 / calls as f64
+    );
+    session.rt.block_on(async move { drop(ctx) });
+}
+
+/// With `COORD_BENCH_PROFILE_PAUSE` set, the profile mode prints `pid <pid>` and waits for a
+/// line on its standard input before its calls, so that a counter can be attached to this
+/// process alone (`perf stat -p <pid>`, without redis-server's system calls).
+const PAUSE_VAR: &str = "COORD_BENCH_PROFILE_PAUSE";
+
+/// `INFO commandstats`: calls and microseconds per command (lower-case name).
+fn command_stats(session: &Session) -> std::collections::BTreeMap<String, (u64, u64)> {
+    let info = session
+        .server
+        .command(&["INFO", "commandstats"])
+        .text()
+        .unwrap_or_default();
+    info.lines()
+        .filter_map(|line| {
+            let (name, fields) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+            let field = |key: &str| {
+                fields
+                    .split(',')
+                    .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))?
+                    .parse::<u64>()
+                    .ok()
+            };
+            Some((name.to_owned(), (field("calls")?, field("usec")?)))
+        })
+        .collect()
+}
+
 fn main() {
     let session = Session::start(
         "public_api",
@@ -96,6 +230,18 @@ fn main() {
             "{ROUNDS} alternating slices of {SLICE:?} per subject and row, warm-up {WARM_UP:?}"
         ),
     );
+    let (claim_sha, complete_sha) = session.rt.block_on(async {
+        let mut conn = session.raw.conn.clone();
+        (
+            support::raw::script_load(&mut conn, HAND_CLAIM).await,
+            support::raw::script_load(&mut conn, HAND_COMPLETE).await,
+        )
+    });
+    if let Ok(spec) = std::env::var(PROFILE_VAR) {
+        profile(&session, &spec, (&claim_sha, &complete_sha));
+        session.finish();
+        return;
+    }
     let table = Table::start(
         "The public API against the same work by hand (each task on keys of its own)",
         &[
@@ -109,32 +255,8 @@ fn main() {
             ("≥ 0.95x", Align::Left),
         ],
     );
-    let (claim_sha, complete_sha) = session.rt.block_on(async {
-        let mut conn = session.raw.conn.clone();
-        (
-            support::raw::script_load(&mut conn, HAND_CLAIM).await,
-            support::raw::script_load(&mut conn, HAND_COMPLETE).await,
-        )
-    });
     for (client, name) in clients() {
-        let provider = session.provider(client);
-        let namespace = format!("bench-api-{name}");
-        let coord = Coordinator::builder()
-            .namespace(namespace.clone())
-            .provider(provider)
-            .build()
-            .expect("a coordinator");
-        let ctx = Ctx {
-            coord,
-            raw: session.raw.clone(),
-            claim_sha: claim_sha.clone(),
-            complete_sha: complete_sha.clone(),
-            namespace,
-            next_key: Arc::new(AtomicU64::new(1 << 40)),
-        };
-        // The replays' records, stored once: keys 0..16 through the attribute, and the same
-        // outcome by hand under names of their own.
-        session.rt.block_on(prepare_replays(&ctx));
+        let ctx = context(&session, client, name, (&claim_sha, &complete_sha));
         let rows = [
             (
                 "lock pair, attribute",

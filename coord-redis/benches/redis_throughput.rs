@@ -611,21 +611,61 @@ fn measure_cell(
 /// seconds, so the figures do not depend on what else the host is doing. Two runs with N and
 /// 2N pairs give the instructions of N pairs without the start-up (see BENCHMARKS.md).
 /// `<subject>:<pairs>:<tasks>` spreads the pairs over that many concurrent tasks, each on its
-/// own key (as the throughput rows do).
+/// own key (as the throughput rows do); `<subject>:<pairs>:<tasks>:unfenced` runs unfenced
+/// pairs instead. Under `strace -c -f` the same mode counts system calls per pair.
 const PROFILE_VAR: &str = "COORD_BENCH_PROFILE";
+
+/// With `COORD_BENCH_PROFILE_PAUSE` set, the profile mode prints `pid <pid>` and waits for a
+/// line on its standard input before its pairs, so that a counter can be attached to this
+/// process alone (`perf stat -p <pid>`: the system calls of the pairs at full speed, without
+/// redis-server's, which a counter started with the bench would count too).
+const PAUSE_VAR: &str = "COORD_BENCH_PROFILE_PAUSE";
+
+/// `COORD_BENCH_TASKS=16,256` measures only those task counts of [`TASKS`] (all by default),
+/// for repeating the rows a question is about without the rest.
+const TASKS_VAR: &str = "COORD_BENCH_TASKS";
+
+/// The task counts this run measures.
+fn task_counts() -> Vec<usize> {
+    let Ok(list) = std::env::var(TASKS_VAR) else {
+        return TASKS.to_vec();
+    };
+    let chosen: Vec<usize> = list
+        .split(',')
+        .map(|t| {
+            t.trim()
+                .parse()
+                .ok()
+                .filter(|t| TASKS.contains(t))
+                .unwrap_or_else(|| panic!("{TASKS_VAR}: {t:?} is not one of {TASKS:?}"))
+        })
+        .collect();
+    assert!(!chosen.is_empty(), "{TASKS_VAR} names no task count");
+    chosen
+}
 
 fn profile(session: &Session, raw: RawPairs, spec: &str) {
     let mut parts = spec.split(':');
-    let (name, pairs, tasks) = (|| {
+    let (name, pairs, tasks, fenced) = (|| {
         let name = parts.next()?;
         let pairs = parts.next()?.parse::<u64>().ok()?;
         let tasks = match parts.next() {
             Some(tasks) => tasks.parse::<u64>().ok().filter(|t| *t > 0)?,
             None => 1,
         };
-        parts.next().is_none().then_some((name, pairs, tasks))
+        let fenced = match parts.next() {
+            None | Some("fenced") => true,
+            Some("unfenced") => false,
+            Some(_) => return None,
+        };
+        parts
+            .next()
+            .is_none()
+            .then_some((name, pairs, tasks, fenced))
     })()
-    .unwrap_or_else(|| panic!("{PROFILE_VAR} is <subject>:<pairs>[:<tasks>], not {spec:?}"));
+    .unwrap_or_else(|| {
+        panic!("{PROFILE_VAR} is <subject>:<pairs>[:<tasks>[:unfenced]], not {spec:?}")
+    });
     let rt = &session.rt;
     let subject = match name {
         "provider-redis-rs" | "provider-fred" => {
@@ -644,13 +684,20 @@ fn profile(session: &Session, raw: RawPairs, spec: &str) {
         other => panic!("unknown profile subject {other:?}"),
     };
     let each = pairs / tasks;
+    if std::env::var_os(PAUSE_VAR).is_some() {
+        eprintln!("pid {}", std::process::id());
+        let mut line = String::new();
+        std::io::stdin()
+            .read_line(&mut line)
+            .expect("read the go-ahead line");
+    }
     let done = rt.block_on(async {
         let handles: Vec<_> = (0..tasks as usize)
             .map(|i| {
                 let subject = subject.clone();
                 tokio::spawn(async move {
                     subject
-                        .pairs_until("profile", i, true, Until::Pairs(each))
+                        .pairs_until("profile", i, fenced, Until::Pairs(each))
                         .await
                 })
             })
@@ -662,7 +709,8 @@ fn profile(session: &Session, raw: RawPairs, spec: &str) {
         done
     });
     assert_eq!(done, each * tasks);
-    println!("profile: {done} fenced pairs of {name} over {tasks} task(s)");
+    let lock = if fenced { "fenced" } else { "unfenced" };
+    println!("profile: {done} {lock} pairs of {name} over {tasks} task(s)");
     if let Subject::Provider(provider) = subject {
         session.close(provider);
     }
@@ -732,6 +780,7 @@ fn main() {
     #[cfg(feature = "fred")]
     let raw_fred_serial = rt.block_on(raw_fred::RawFred::connect(&server.url(), false));
 
+    let task_counts = task_counts();
     let pipelined_subject = Subject::Pipelined(raw.clone());
     let raw_subject = Subject::RawRs(raw);
     let mut throughput = Vec::new();
@@ -750,7 +799,7 @@ fn main() {
             subjects.push(&fred_serial_subject);
         }
         for (lock, fenced) in [("unfenced", false), ("fenced", true)] {
-            for tasks in TASKS {
+            for &tasks in &task_counts {
                 let cell = format!("{}{}{tasks}", &name[..1], &lock[..1]);
                 eprintln!("measuring {lock} pairs, {name}, {tasks} task(s)...");
                 let mut tallies =

@@ -2,11 +2,13 @@
 //! process against one private PostgreSQL server on loopback, baseline and coord interleaved
 //! round by round.
 //!
-//! Run: `cargo bench -p coord-postgres --bench pg_locks` (about 40 s).
+//! Run: `cargo bench -p coord-postgres --bench pg_locks` (about 50 s).
 //!
 //! | row | coord | baseline |
 //! |---|---|---|
 //! | lock pair | `LockProvider::acquire` (no wait, unfenced) + `release` | the same two statements, prepared, on one tokio-postgres connection per task |
+//! | lock pair, attribute | a call of a `#[distributed_lock(lease = "30s")]` function with an empty body (no wait, unfenced: the attribute's defaults), through a `Coordinator` over the same provider | the same statements by hand |
+//! | lock pair, handle | `Coordinator::lock(key).lease(30 s).acquire()`, then `LockGuard::release` | the same statements by hand |
 //! | lock pair, application's pool | the same pair, the provider made by `PostgresProvider::from_pool` over a pool of 8 whose connections this runtime drives (no hop to the provider's connection thread) | the same statements by hand |
 //! | advisory pair | the same coord pair | `pg_advisory_lock` + `pg_advisory_unlock` on one connection per task |
 //! | hand-off | a waiter's acquire returns after the holder's release (LISTEN/NOTIFY, then one statement) | a session blocked in `pg_advisory_lock` returns after the holder's `pg_advisory_unlock` |
@@ -19,11 +21,11 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use coord_core::CallKey;
 use coord_core::provider::{
     ClaimOutcome, ClaimRequest, CompleteRequest, IdempotencyStore, LockProvider, LockRequest,
     OwnerToken,
 };
+use coord_core::{CallKey, CoordError, Coordinator, distributed_lock};
 use coord_postgres::PostgresProvider;
 use coord_postgres_testing::PostgresServer;
 use tokio_postgres::Client;
@@ -105,11 +107,35 @@ async fn coord_pair(provider: &PostgresProvider, key: &CallKey) {
     provider.release(key, owner).await.unwrap();
 }
 
-/// `COORD_BENCH_PROFILE=<coord|app|hand>:<pairs>` runs only `pairs` sequential lock pairs of
-/// one side on one key (`app`: the provider over the application's pool) and exits, printing
-/// the process's context switches per pair, for running the bench under `valgrind --tool=callgrind`
-/// (instructions are counted, not seconds; two runs with N and 3N pairs give N pairs' worth
-/// without the start-up, as BENCHMARKS.md does).
+/// The lock pair as users write it: the attribute around an empty body, on the key `key`
+/// names (each task its own). The attribute's defaults (no wait, unfenced) are the provider
+/// pair's; the lease is the provider pair's too.
+#[distributed_lock(key_from = "key", coordinator = c, name = "bench.attribute", lease = "30s")]
+async fn locked(c: &Coordinator, key: u64) -> Result<(), CoordError> {
+    std::hint::black_box(key);
+    Ok(())
+}
+
+/// The lock pair through the handle: `Coordinator::lock(..).acquire()`, then the guard's
+/// release, on a key of `task`'s own.
+async fn handle_pair(coord: &Coordinator, task: usize) {
+    let key = coord.key("bench.handle").part(&(task as u64)).finish();
+    let guard = coord
+        .lock(key)
+        .lease(Duration::from_secs(30))
+        .acquire()
+        .await
+        .expect("a free lock");
+    assert!(guard.release().await.expect("released"), "released");
+}
+
+/// `COORD_BENCH_PROFILE=<side>:<pairs>` runs only `pairs` sequential lock pairs of one side on
+/// one key and exits, printing the process's context switches per pair, for running the bench
+/// under `valgrind --tool=callgrind` (instructions are counted, not seconds; two runs with N
+/// and 3N pairs give 2N pairs' worth without the start-up, as BENCHMARKS.md does). Sides:
+/// `attribute` (`#[distributed_lock]`), `handle` (`Coordinator::lock`), `coord` (the
+/// `LockProvider` pair), `app` (the provider pair over the application's pool), `hand` (the
+/// same statements by hand).
 const PROFILE_VAR: &str = "COORD_BENCH_PROFILE";
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -320,14 +346,26 @@ async fn run(server: &PostgresServer, url: &str) {
             .collect(),
     );
     let channel = provider.channel().to_owned();
+    // The public API over the same provider (its own pool of 8, its connection thread).
+    let coordinator = Arc::new(
+        Coordinator::builder()
+            .namespace("bench")
+            .provider(provider.clone())
+            .build()
+            .expect("coordinator"),
+    );
     if let Ok(spec) = std::env::var(PROFILE_VAR) {
         let (side, pairs) = spec
             .split_once(':')
             .and_then(|(side, pairs)| Some((side, pairs.parse::<u64>().ok()?)))
-            .unwrap_or_else(|| panic!("{PROFILE_VAR} is <coord|app|hand>:<pairs>, not {spec:?}"));
+            .unwrap_or_else(|| {
+                panic!("{PROFILE_VAR} is <attribute|handle|coord|app|hand>:<pairs>, not {spec:?}")
+            });
         let before = switches();
         for _ in 0..pairs {
             match side {
+                "attribute" => locked(&coordinator, 0).await.expect("a free lock"),
+                "handle" => handle_pair(&coordinator, 0).await,
                 "coord" => coord_pair(&provider, &keys[0]).await,
                 "app" => coord_pair(&on_app_pool, &keys[0]).await,
                 "hand" => {
@@ -351,6 +389,20 @@ async fn run(server: &PostgresServer, url: &str) {
     for tasks in [1usize, 8] {
         let mut pair = Row {
             name: format!("lock pair, {tasks} task(s), vs the same statements by hand"),
+            coord: vec![],
+            base: vec![],
+        };
+        let mut attribute = Row {
+            name: format!(
+                "lock pair, `#[distributed_lock]`, {tasks} task(s), vs the same statements by hand"
+            ),
+            coord: vec![],
+            base: vec![],
+        };
+        let mut handle = Row {
+            name: format!(
+                "lock pair, `Coordinator::lock` + release, {tasks} task(s), vs the same statements by hand"
+            ),
             coord: vec![],
             base: vec![],
         };
@@ -391,6 +443,26 @@ async fn run(server: &PostgresServer, url: &str) {
                 })
                 .await
             };
+            let through_attribute = {
+                let coordinator = coordinator.clone();
+                throughput(tasks, move |task, _| {
+                    let coordinator = coordinator.clone();
+                    async move {
+                        locked(&coordinator, task as u64)
+                            .await
+                            .expect("a free lock");
+                    }
+                })
+                .await
+            };
+            let through_handle = {
+                let coordinator = coordinator.clone();
+                throughput(tasks, move |task, _| {
+                    let coordinator = coordinator.clone();
+                    async move { handle_pair(&coordinator, task).await }
+                })
+                .await
+            };
             let over_app_pool = {
                 let (provider, keys) = (on_app_pool.clone(), keys.clone());
                 throughput(tasks, move |task, _| {
@@ -414,6 +486,10 @@ async fn run(server: &PostgresServer, url: &str) {
             };
             pair.base.push(by_hand);
             pair.coord.push(coord);
+            attribute.base.push(by_hand);
+            attribute.coord.push(through_attribute);
+            handle.base.push(by_hand);
+            handle.coord.push(through_handle);
             app_pair.base.push(by_hand);
             app_pair.coord.push(over_app_pool);
             advisory.base.push(adv);
@@ -477,6 +553,8 @@ async fn run(server: &PostgresServer, url: &str) {
             records.coord.push(coord_records);
         }
         rows.push(pair);
+        rows.push(attribute);
+        rows.push(handle);
         rows.push(app_pair);
         rows.push(advisory);
         rows.push(records);

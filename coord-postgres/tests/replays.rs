@@ -222,10 +222,15 @@ async fn a_waiter_marks_a_marker_once() {
         .unwrap();
     assert_eq!(claimed, ClaimOutcome::Claimed);
 
-    // Each wait looks once, finds the marker in its lease, and ends at its own timeout.
+    // Each wait looks once, finds the marker in its lease, and ends at its own timeout. The
+    // first gets 2 s, so that its look (the first statement on a new session: a prepare, on a
+    // loaded host slower than 100 ms) is answered before the wait ends rather than cut short.
     let wait = Duration::from_millis(100);
     let before = wal_position(&observer).await;
-    provider.wait_settled(&key, wait).await.unwrap();
+    provider
+        .wait_settled(&key, Duration::from_secs(2))
+        .await
+        .unwrap();
     let marked = wal_position(&observer).await;
     assert!(
         marked > before,

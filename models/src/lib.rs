@@ -93,6 +93,7 @@
 pub mod flight;
 pub mod holders;
 pub mod lock;
+pub mod lock_handover;
 pub mod record;
 pub mod rw_lock;
 pub mod semaphore;

@@ -6,6 +6,9 @@
 //! * [`lock`]: the lock protocol behind `#[distributed_lock]` (acquire, renew, release, lease
 //!   expiry, pauses, lost replies, failover to a replica that missed the last write) and the
 //!   fenced resource.
+//! * [`lock_handover`]: the Redis lock's waiting path (queue entries, the release handing a
+//!   contended lock to the first waiter in the same step, in memory or with a claim window,
+//!   claims lapsing, waiters crashing or giving up and releasing onward, lost replies).
 //! * [`semaphore`]: the semaphore protocol behind `#[distributed_lock(permits = n)]` (acquire
 //!   with expired permits dropped in the same step, renew, owner-checked release, lease
 //!   expiry, pauses, lost replies) and the per-permit fencing tokens.

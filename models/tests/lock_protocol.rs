@@ -143,7 +143,14 @@ mod handover {
 
     #[test]
     fn handover_holds_with_three_waiters_two_processes() {
-        assert_holds("handover 3w 2p", HandoverModel::new(), REACHED);
+        assert_holds(
+            "handover 3w 2p",
+            HandoverModel {
+                lost_replies: false,
+                ..HandoverModel::new()
+            },
+            &REACHED[..3],
+        );
     }
 
     /// Every waiter in a process of its own: each hand-over is a claim confirmed by a look.
@@ -153,12 +160,27 @@ mod handover {
             "handover 3w 3p",
             HandoverModel {
                 shared_process: 1,
+                lost_replies: false,
+                ..HandoverModel::new()
+            },
+            &[REACH_CLAIM_CONFIRMED, REACH_LAPSED_CLAIM_TAKEN],
+        );
+    }
+
+    /// Lost requests and replies: a last look unanswered, the withdrawal hands onward.
+    #[test]
+    fn handover_holds_with_two_remote_waiters_and_lost_replies() {
+        assert_holds(
+            "handover 2w 2p lost",
+            HandoverModel {
+                clients: 2,
+                shared_process: 1,
                 ..HandoverModel::new()
             },
             &[
                 REACH_CLAIM_CONFIRMED,
-                REACH_LAPSED_CLAIM_TAKEN,
                 REACH_ONWARD_RELEASE,
+                REACH_STALE_REFUSED,
             ],
         );
     }

@@ -54,8 +54,10 @@
 //! * Clock skew between clients and the store, except the failover clock assumption that
 //!   [`lock::LockBug::FailoverWithoutClockAdvance`] drops on purpose. Leases are measured by
 //!   the store's clock only, as the providers do.
-//! * Waiting and wake-ups (a waiter is a client that retries), liveness and fairness:
-//!   only safety properties are checked.
+//! * Waiting and wake-ups outside [`lock_handover`] (there a waiter is a client that
+//!   retries), liveness and fairness: only safety properties are checked (the hand-over's
+//!   "a crashed waiter does not hold the lock for ever" in its bounded form: an unconfirmed
+//!   claim never has more than the claim window left).
 //! * Fingerprints, retention expiry (completed records live for ever in the record model),
 //!   and `fail_open`, which runs the body unguarded after a backend error and so gives up
 //!   these guarantees by design ([`record::RecordBug::RunAfterLostClaim`] and

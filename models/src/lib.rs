@@ -6,6 +6,9 @@
 //! * [`lock`]: the lock protocol behind `#[distributed_lock]` (acquire, renew, release, lease
 //!   expiry, pauses, lost replies, failover to a replica that missed the last write) and the
 //!   fenced resource.
+//! * [`lock_handover`]: the Redis lock's waiting path (queue entries, the release handing a
+//!   contended lock to the first waiter in the same step, in memory or with a claim window,
+//!   claims lapsing, waiters crashing or giving up and releasing onward, lost replies).
 //! * [`semaphore`]: the semaphore protocol behind `#[distributed_lock(permits = n)]` (acquire
 //!   with expired permits dropped in the same step, renew, owner-checked release, lease
 //!   expiry, pauses, lost replies) and the per-permit fencing tokens.
@@ -51,8 +54,10 @@
 //! * Clock skew between clients and the store, except the failover clock assumption that
 //!   [`lock::LockBug::FailoverWithoutClockAdvance`] drops on purpose. Leases are measured by
 //!   the store's clock only, as the providers do.
-//! * Waiting and wake-ups (a waiter is a client that retries), liveness and fairness:
-//!   only safety properties are checked.
+//! * Waiting and wake-ups outside [`lock_handover`] (there a waiter is a client that
+//!   retries), liveness and fairness: only safety properties are checked (the hand-over's
+//!   "a crashed waiter does not hold the lock for ever" in its bounded form: an unconfirmed
+//!   claim never has more than the claim window left).
 //! * Fingerprints, retention expiry (completed records live for ever in the record model),
 //!   and `fail_open`, which runs the body unguarded after a backend error and so gives up
 //!   these guarantees by design ([`record::RecordBug::RunAfterLostClaim`] and
@@ -93,6 +98,7 @@
 pub mod flight;
 pub mod holders;
 pub mod lock;
+pub mod lock_handover;
 pub mod record;
 pub mod rw_lock;
 pub mod semaphore;

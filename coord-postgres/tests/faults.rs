@@ -171,10 +171,19 @@ fn req(key: &coord_core::CallKey) -> ClaimRequest<'_> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn terminated_while_waiting_for_a_lock() {
     let server = server().await;
-    let holder = coordinator(&provider(&server.url(), "holder", 2).await);
-    // The waiter's statements get 2 s: after the cut, its next look is made on a new session,
-    // which a loaded host took longer than 300 ms to open. What is tested is that it is woken
-    // (by the notification or the re-check), not how fast a session opens.
+    // Both sides' statements get 2 s: after the cut, the waiter's next look is made on a new
+    // session, which a loaded host took longer than 300 ms to open, and the holder's first
+    // acquire opens its pool's first session (which once took over 300 ms on CI with every
+    // other binary running). What is tested is that the waiter is woken (by the notification
+    // or the re-check), not how fast a session opens.
+    let holder_provider = PostgresProvider::builder(server.url())
+        .command_timeout(Duration::from_secs(2))
+        .application_name("holder")
+        .pool_size(2)
+        .connect()
+        .await
+        .expect("connect to the test server");
+    let holder = coordinator(&holder_provider);
     let waiter_provider = PostgresProvider::builder(server.url())
         .command_timeout(Duration::from_secs(2))
         .application_name("waiter")

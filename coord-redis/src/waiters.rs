@@ -41,6 +41,11 @@ use crate::transport::{Subscriber, SubscriberEvents, Transport};
 
 pub(crate) use coord_core::provider::waiting::{Cue, Look, Wake};
 
+/// The longest a waiter sleeps before looking again when no message comes: a lost message,
+/// a holder that crashed and lets its lease run out, or a subscription that could not be
+/// made.
+pub(crate) const BACKSTOP_CAP: Duration = Duration::from_secs(1);
+
 #[derive(Debug, Clone)]
 enum SubState {
     Pending,
@@ -260,22 +265,10 @@ impl Hub {
             .clone()
     }
 
-    /// Joins the queue of `channel`, subscribing first if nobody here listens to it yet.
-    /// Resolves once the subscription is confirmed, so a message published after this returns
-    /// is seen. Fails if the subscription cannot be made within `limit`.
-    async fn join(
-        &self,
-        transport: &Arc<dyn Transport>,
-        channel: String,
-        wake: Wake,
-        limit: Duration,
-    ) -> Result<Ticket<Channel>, BackendError> {
-        let (ticket, subscribed) = self.join_settled(transport, channel, wake, limit).await;
-        subscribed.map(|()| ticket)
-    }
-
-    /// [`Hub::join`], keeping the place in the queue when the subscription fails: the ticket,
-    /// and whether the subscription was confirmed within `limit`.
+    /// Joins the queue of `channel`, subscribing first if nobody here listens to it yet, and
+    /// resolves once the subscription is settled (so a message published after a confirmed
+    /// subscription is seen): the ticket, kept in the queue either way, and whether the
+    /// subscription was confirmed within `limit`.
     async fn join_settled(
         &self,
         transport: &Arc<dyn Transport>,
@@ -329,7 +322,11 @@ impl Hub {
     /// head makes no look until it becomes head (or its deadline comes); after a look that
     /// did not answer the waiter sleeps exactly the lapse the look named (the looks cap and
     /// jitter it where a lease is watched; none named: only a message or the deadline wakes
-    /// it). Making the subscription is bounded by the command timeout (an error then).
+    /// it). Making the subscription is bounded by the command timeout; a subscription that
+    /// failed (the subscriber connection dropped while it was being made, was slow, or was
+    /// refused) does not end the wait: the waiter keeps its place and looks again at most
+    /// every [`BACKSTOP_CAP`] without messages, and the renewal after the subscriber reconnects
+    /// wakes it as it wakes every waiter.
     pub(crate) async fn wait<T, F, Fut>(
         &self,
         transport: &Arc<dyn Transport>,
@@ -343,13 +340,40 @@ impl Hub {
         F: FnMut(Cue) -> Fut,
         Fut: Future<Output = Result<Look<T>, BackendError>>,
     {
+        let joining = self.join_settled(transport, channel, wake, self.timeout);
+        let (ticket, subscribed) = match deadline {
+            Some(deadline) => match tokio::time::timeout_at(deadline, joining).await {
+                Ok(joined) => joined,
+                Err(_) => return Ok(timed_out),
+            },
+            None => joining.await,
+        };
+        let recheck = match subscribed {
+            Ok(()) => Recheck::AsLooked,
+            Err(err) => {
+                // Without messages, a look that names no lapse would otherwise be followed
+                // only by the deadline (or never, without one).
+                tracing::debug!(
+                    channel = %ticket.channel(),
+                    error = %err,
+                    "coord-redis: waiting without wake-up messages, looking again at most every {BACKSTOP_CAP:?}"
+                );
+                Recheck::Capped(BACKSTOP_CAP)
+            }
+        };
         let rules = WaitRules {
             wake,
-            recheck: Recheck::AsLooked,
+            recheck,
             followers_wait_for_head: true,
         };
-        let joining = self.join(transport, channel, wake, self.timeout);
-        waiting::wait(joining, rules, deadline, timed_out, look).await
+        waiting::wait(
+            std::future::ready(Ok(ticket)),
+            rules,
+            deadline,
+            timed_out,
+            look,
+        )
+        .await
     }
 }
 

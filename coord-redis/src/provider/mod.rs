@@ -27,14 +27,10 @@ use crate::config::Pem;
 use crate::config::{Client, Options, Target, TlsMaterial, Topology, scrub};
 use crate::server_checks::{self, CheckOptions};
 use crate::transport::{Command, Fault, Reply, ServerWatch, Transport};
-use crate::waiters::Hub;
+use crate::waiters::{BACKSTOP_CAP, Hub};
 
 /// The environment variable [`RedisProvider::from_env`] reads.
 pub const URL_ENV: &str = "COORD_REDIS_URL";
-
-/// The longest a waiter sleeps before checking the lock again when no release message comes
-/// (a lost message, or a holder that crashed and lets its lease run out).
-const BACKSTOP_CAP: Duration = Duration::from_secs(1);
 
 /// The fencing counter outlives each mint by at least this long.
 const FENCE_RETENTION_FLOOR: Duration = Duration::from_secs(3600);

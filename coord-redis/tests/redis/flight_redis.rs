@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use coord_core::provider::{BackendErrorKind, FlightClaim, FlightStore, FlightWait, OwnerToken};
 use coord_core::{CoordError, Coordinator};
-use coord_redis::Client;
+use coord_redis::{Client, RedisProvider};
 use coord_redis_testing::{RedisServer, Resp};
 use support::*;
 
@@ -97,6 +97,78 @@ async fn a_follower_whose_subscriber_dropped_still_gets_the_outcome(client: Clie
     );
 }
 
+/// A subscription that fails does not end the wait: here the server refuses it (an ACL user
+/// with every key and command but no channel: `SUBSCRIBE` answers `NOPERM`), which is how a
+/// subscriber connection dropped between the server taking the subscription and the client
+/// reading its confirmation looks to the waiter too. The follower keeps its place and looks
+/// again within the backstop (1 s), so it gets the leader's outcome, neither an error nor the
+/// lease's end. Without the fall-back the wait failed with the subscription's error.
+///
+/// redis-rs only: fred resolves `SUBSCRIBE` once written and does not hand its error reply
+/// back, so to coord a refused subscription looks confirmed there, and a follower waits for
+/// the leader's message or the lease (DEPLOYMENT.md names the channels an ACL must allow).
+#[cfg(feature = "redis-client")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_refused_its_subscription_still_gets_the_outcome() {
+    let client = Client::RedisRs;
+    let server = RedisServer::start();
+    server.add_acl_user("no-channels", "pw", &["~*", "resetchannels", "+@all"]);
+    let leader = provider(&server, client).await;
+    let follower = RedisProvider::builder(format!(
+        "redis://no-channels:pw@127.0.0.1:{}",
+        server.port()
+    ))
+    .client(client)
+    .connect()
+    .await
+    .expect("connect as the user without channels");
+    let k = key("refused");
+    let a = OwnerToken::new();
+    assert_eq!(
+        leader.flight_claim(&k, a, LONG).await.unwrap(),
+        FlightClaim::Claimed
+    );
+    let waiting = {
+        let k = k.clone();
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let got = follower.flight_wait(&k, a, LONG).await;
+            (got, started.elapsed())
+        })
+    };
+    // The fault bit: the server logged the refused subscription (an entry whose fields read
+    // `reason channel ... username no-channels`).
+    fn words(reply: &Resp, out: &mut Vec<String>) {
+        match reply {
+            Resp::Array(items) => items.iter().for_each(|item| words(item, out)),
+            other => out.extend(other.text()),
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut log = Vec::new();
+        words(&server.command(&["ACL", "LOG"]), &mut log);
+        let field = |name: &str| log.windows(2).any(|w| w[0] == name && w[1] == "channel");
+        if field("reason") && log.iter().any(|w| w == "no-channels") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the follower's subscription was never refused: {log:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(!waiting.is_finished(), "the refusal ended the wait");
+    assert!(leader.flight_finish(&k, a, b"outcome", LONG).await.unwrap());
+    let finished = Instant::now();
+    let (got, waited) = waiting.await.unwrap();
+    assert_eq!(got.unwrap(), FlightWait::Finished(b"outcome".to_vec()));
+    assert!(
+        finished.elapsed() < Duration::from_secs(10) && waited < Duration::from_secs(20),
+        "found by a re-check within the backstop, not at the 30 s lease: {waited:?}"
+    );
+}
+
 #[coord_core::single_flight(key_from = "part", scope = "cluster", coordinator = c, name = "flight.decode")]
 async fn decode_me(c: &Coordinator, part: &str, runs: Arc<AtomicUsize>) -> Result<u64, CoordError> {
     runs.fetch_add(1, Ordering::SeqCst);
@@ -173,7 +245,7 @@ async fn a_finish_is_told_sent_before_its_reply() {
 
     let server = RedisServer::start();
     let p = Arc::new(
-        coord_redis::RedisProvider::builder(server.url())
+        RedisProvider::builder(server.url())
             .client(Client::RedisRs)
             .command_timeout(Duration::from_secs(30))
             .connect()

@@ -246,6 +246,9 @@ impl LanServer {
             .arg(port.to_string())
             .args(["--bind", &ip.to_string(), "--save", ""])
             .args(["--protected-mode", "no", "--daemonize", "no"])
+            // No 5 s wait for more replicas before a full sync (at set-up, and when a demoted
+            // primary rejoins): nothing here depends on replicas arriving together.
+            .args(["--repl-diskless-sync-delay", "0"])
             .arg("--dir")
             .arg(&dir)
             .arg("--logfile")

@@ -121,10 +121,29 @@ impl SentinelSetup {
         &self.sentinels
     }
 
-    /// Forces a failover (`SENTINEL FAILOVER`) and waits until every Sentinel names the
-    /// former replica as master, it acts as master, and the former master follows it.
-    /// Returns the new master's port.
+    /// Forces a failover (`SENTINEL FAILOVER`) once the replica has everything the master
+    /// has, and waits until every Sentinel names the former replica as master, it acts as
+    /// master, and the former master follows it. Returns the new master's port.
+    ///
+    /// A forced failover does not wait for the replica: a write still in the master's
+    /// replication stream (a replica just synced is streamed to only after its first
+    /// acknowledgement, up to a second later) would be lost with it, so this waits until the
+    /// replica's offset reaches the master's.
     pub fn failover(&mut self) -> u16 {
+        let (master, replica) = (self.master(), self.replica());
+        let offset = |server: &RedisServer, field: &str| -> Option<u64> {
+            info_field_auth(server.port(), server.password(), "replication", field)?
+                .parse()
+                .ok()
+        };
+        poll_until(
+            "the replica to have every write of the master",
+            Duration::from_secs(30),
+            || {
+                let written = offset(master, "master_repl_offset");
+                written.is_some() && offset(replica, "slave_repl_offset") >= written
+            },
+        );
         let new_master = 1 - self.master;
         let new_port = self.servers[new_master].port();
         // What the Sentinels name: the TLS port when the nodes serve TLS.

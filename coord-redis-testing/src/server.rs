@@ -139,6 +139,9 @@ impl RedisServer {
             .arg(self.port.to_string())
             .args(["--bind", HOST, "--save", "", "--appendonly", "no"])
             .args(["--protected-mode", "no", "--daemonize", "no"])
+            // A primary would wait 5 s for more replicas before each full sync it streams;
+            // tests start their replicas one by one, so that wait is only lost time.
+            .args(["--repl-diskless-sync-delay", "0"])
             .arg("--dir")
             .arg(&self.dir)
             .arg("--logfile")

@@ -4,11 +4,20 @@
 //! A client library reports a connection the server closed (`CLIENT KILL`, a restart, an idle
 //! timeout) with the same error whether the command it was given was written before the close
 //! was noticed or not. Only in the second case is it safe to send the command again. [`Watched`]
-//! wraps the socket under one connection and counts the bytes the kernel accepted; before each
-//! write it also looks (without reading) whether the server has closed its end already, and
-//! refuses the write if so, since a server that has closed the connection cannot read what is
-//! written after. A caller that reads [`Wire::written`] before handing a command over and finds
-//! it unchanged after the command failed knows none of the command's bytes reached the socket.
+//! wraps the socket under one connection and counts the bytes the kernel accepted. A caller
+//! that reads [`Wire::written`] before handing a command over and finds it unchanged after the
+//! command failed knows none of the command's bytes reached the socket.
+//!
+//! The server may have closed the connection while it sat idle (`CLIENT KILL`, an idle
+//! timeout): the kernel would still accept the next write, and the command would count as
+//! possibly sent. So the first write after the connection went idle looks (without reading)
+//! whether the server has closed its end, and is refused if so: a server that has closed the
+//! connection cannot read what is written after, and the command is proven unsent. Callers
+//! report each command they hand over ([`Wire::hand_over`]); a command handed over while
+//! none is unanswered starts a new busy spell, and only the first write after that looks.
+//! A write behind an unanswered command does not look (one system call per command saved
+//! under load): were the connection closed under it, the unanswered command is in doubt
+//! anyway, and so is this one, which is then reported as possibly sent, never sent twice.
 //!
 //! It also tells when one given request has been accepted whole ([`Wire::watch`]), for a
 //! leader that answers its callers once its hand-over has left the process but before its
@@ -30,6 +39,11 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 #[derive(Debug, Default)]
 pub(crate) struct Wire {
     written: AtomicU64,
+    /// Commands handed over ([`Wire::hand_over`]) and not yet answered or given up.
+    unanswered: AtomicUsize,
+    /// How many busy spells began: a command was handed over while none was unanswered. The
+    /// socket looks for the server's close before its first write of each spell.
+    spells: AtomicU64,
     /// How many watches are registered: read on every write, the lock taken only when above 0.
     watched: AtomicUsize,
     watches: Mutex<Watches>,
@@ -59,6 +73,18 @@ impl Wire {
     /// Bytes the kernel accepted on this socket so far.
     pub(crate) fn written(&self) -> u64 {
         self.written.load(Ordering::Acquire)
+    }
+
+    /// Notes a command about to be handed to the connection, until the returned guard is
+    /// dropped (once it is answered, failed or given up). A command handed over while none
+    /// is unanswered begins a busy spell: the socket's next write looks for the server's
+    /// close first, so that command, were the connection closed while it was idle, is
+    /// refused before any byte of it goes out.
+    pub(crate) fn hand_over(&self) -> HandedOver<'_> {
+        if self.unanswered.fetch_add(1, Ordering::AcqRel) == 0 {
+            self.spells.fetch_add(1, Ordering::AcqRel);
+        }
+        HandedOver(self)
     }
 
     /// Tells `notice` once the kernel accepted the bytes `needle`, and `tail` bytes after them.
@@ -136,6 +162,15 @@ impl Wire {
     }
 }
 
+/// A command handed to a connection and not yet answered; see [`Wire::hand_over`].
+pub(crate) struct HandedOver<'a>(&'a Wire);
+
+impl Drop for HandedOver<'_> {
+    fn drop(&mut self) {
+        self.0.unanswered.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     if needle.is_empty() || hay.len() < needle.len() {
         return None;
@@ -143,10 +178,13 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     hay.windows(needle.len()).position(|w| w == needle)
 }
 
-/// A socket whose writes are counted in its [`Wire`], and refused once the peer closed.
+/// A socket whose writes are counted in its [`Wire`], and refused once the peer closed (as
+/// seen at the first write of each busy spell).
 pub(crate) struct Watched<S> {
     inner: S,
     wire: Arc<Wire>,
+    /// The busy spell whose first write was made (compared with [`Wire::spells`]).
+    looked: u64,
 }
 
 impl<S> Watched<S> {
@@ -156,6 +194,7 @@ impl<S> Watched<S> {
             Watched {
                 inner,
                 wire: wire.clone(),
+                looked: 0,
             },
             wire,
         )
@@ -206,6 +245,29 @@ impl<S: Socket> Watched<S> {
     }
 }
 
+impl<S: Socket> Watched<S> {
+    /// Before a write: the busy spell it belongs to when a new one began since the last write
+    /// (`Err` when the server has closed its end meanwhile), else `None`. A spell is marked
+    /// looked at only once a write of it completed ([`Watched::looked_at`]), so a write that
+    /// had to wait looks again when it is retried.
+    fn look(&self) -> io::Result<Option<u64>> {
+        let spell = self.wire.spells.load(Ordering::Acquire);
+        if spell == self.looked {
+            return Ok(None);
+        }
+        if self.peer_closed() {
+            return Err(closed_before_write());
+        }
+        Ok(Some(spell))
+    }
+
+    fn looked_at(&mut self, spell: Option<u64>) {
+        if let Some(spell) = spell {
+            self.looked = spell;
+        }
+    }
+}
+
 fn closed_before_write() -> io::Error {
     io::Error::new(
         io::ErrorKind::BrokenPipe,
@@ -229,11 +291,13 @@ impl<S: AsyncWrite + Socket + Unpin> AsyncWrite for Watched<S> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        if self.peer_closed() {
-            return Poll::Ready(Err(closed_before_write()));
-        }
+        let spell = match self.look() {
+            Ok(spell) => spell,
+            Err(closed) => return Poll::Ready(Err(closed)),
+        };
         let polled = Pin::new(&mut self.inner).poll_write(cx, buf);
         if let Poll::Ready(Ok(n)) = &polled {
+            self.looked_at(spell);
             let start = self.wire.written.fetch_add(*n as u64, Ordering::AcqRel);
             if self.wire.watched.load(Ordering::Acquire) > 0 {
                 self.wire.accepted(start, &[&buf[..*n]]);
@@ -247,11 +311,13 @@ impl<S: AsyncWrite + Socket + Unpin> AsyncWrite for Watched<S> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        if self.peer_closed() {
-            return Poll::Ready(Err(closed_before_write()));
-        }
+        let spell = match self.look() {
+            Ok(spell) => spell,
+            Err(closed) => return Poll::Ready(Err(closed)),
+        };
         let polled = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
         if let Poll::Ready(Ok(n)) = &polled {
+            self.looked_at(spell);
             let start = self.wire.written.fetch_add(*n as u64, Ordering::AcqRel);
             if self.wire.watched.load(Ordering::Acquire) > 0 {
                 // The accepted bytes: the first `n` of the buffers, in order.

@@ -3,6 +3,7 @@
 //! connection that went bad so the next call dials again; a command that provably never left
 //! the process is sent once more on a fresh connection.
 
+use std::future::Future;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
@@ -12,7 +13,7 @@ use redis::{AsyncConnectionConfig, ConnectionAddr, PushInfo, PushKind};
 
 use super::clients::{Dialer, resp3};
 use super::command::{exec, fault, stale};
-use super::wire::{Watched, Wire};
+use super::wire::{HandedOver, Watched, Wire};
 use crate::transport::{Command, Fault, Reply, SendWatch, ServerWatch, info_server};
 
 /// The connection a slot holds, tagged with the dial that made it.
@@ -250,7 +251,7 @@ impl Slot {
         };
         let written = live.wire.as_ref().map(|wire| wire.written());
         let handed = live.wire.as_deref().map(Wire::hand_over);
-        let result = exec(&mut live.conn, cmds).await;
+        let result = until_gone(exec(&mut live.conn, cmds), handed.as_ref()).await;
         drop(handed);
         let result = result.map_err(|f| unanswered(f, live.wire.as_deref(), written));
         if let Err(Fault::Unavailable(why)) = &result
@@ -293,7 +294,7 @@ impl Slot {
         let before = wire.written();
         let id = wire.watch(watch.needle, watch.tail, watch.notice);
         let handed = wire.hand_over();
-        let result = exec(&mut live.conn, cmds).await;
+        let result = until_gone(exec(&mut live.conn, cmds), Some(&handed)).await;
         drop(handed);
         let result = result.map_err(|f| unanswered(f, Some(&wire), Some(before)));
         // `None`: told already. Otherwise dropped once this request is answered below.
@@ -348,6 +349,24 @@ impl Slot {
             forget(&self.current, generation);
         }
         result
+    }
+}
+
+/// `exec`, ended with a fault if the connection's driver ends first while `handed` is the
+/// command that began a busy spell (see [`HandedOver::gone`]).
+async fn until_gone(
+    exec: impl Future<Output = Result<Vec<Reply>, Fault>>,
+    handed: Option<&HandedOver<'_>>,
+) -> Result<Vec<Reply>, Fault> {
+    let Some(gone) = handed.and_then(HandedOver::gone) else {
+        return exec.await;
+    };
+    tokio::select! {
+        biased;
+        result = exec => result,
+        () = gone => Err(Fault::Unavailable(
+            "the connection's driver ended before this command was answered".to_owned(),
+        )),
     }
 }
 

@@ -26,11 +26,12 @@
 //! requests whole and in order, so nothing else can sit between them. Only while a watch is
 //! registered are written bytes looked at; otherwise a write costs one atomic load more.
 
+use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 
 use coord_core::provider::SentNotice;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -44,6 +45,12 @@ pub(crate) struct Wire {
     /// How many busy spells began: a command was handed over while none was unanswered. The
     /// socket looks for the server's close before its first write of each spell.
     spells: AtomicU64,
+    /// Set once the socket was dropped: the connection's driver ended (it read the server's
+    /// close, a write failed, or it was stopped), so nothing more is written or read on it.
+    gone: AtomicBool,
+    /// The command that began the current busy spell, while it waits: woken when the socket
+    /// is dropped (see [`HandedOver::gone`]).
+    gone_waker: Mutex<Option<Waker>>,
     /// How many watches are registered: read on every write, the lock taken only when above 0.
     watched: AtomicUsize,
     watches: Mutex<Watches>,
@@ -81,10 +88,24 @@ impl Wire {
     /// close first, so that command, were the connection closed while it was idle, is
     /// refused before any byte of it goes out.
     pub(crate) fn hand_over(&self) -> HandedOver<'_> {
-        if self.unanswered.fetch_add(1, Ordering::AcqRel) == 0 {
+        let began = self.unanswered.fetch_add(1, Ordering::AcqRel) == 0;
+        if began {
             self.spells.fetch_add(1, Ordering::AcqRel);
         }
-        HandedOver(self)
+        HandedOver { wire: self, began }
+    }
+
+    /// The socket was dropped: wakes the command waiting in [`HandedOver::gone`].
+    fn drop_socket(&self) {
+        self.gone.store(true, Ordering::Release);
+        let waker = self
+            .gone_waker
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(waker) = waker {
+            waker.wake();
+        }
     }
 
     /// Tells `notice` once the kernel accepted the bytes `needle`, and `tail` bytes after them.
@@ -163,11 +184,74 @@ impl Wire {
 }
 
 /// A command handed to a connection and not yet answered; see [`Wire::hand_over`].
-pub(crate) struct HandedOver<'a>(&'a Wire);
+pub(crate) struct HandedOver<'a> {
+    wire: &'a Wire,
+    /// It began a busy spell: none was unanswered when it was handed over.
+    began: bool,
+}
+
+impl<'a> HandedOver<'a> {
+    /// When this command began a busy spell: a future ready once the connection's socket is
+    /// dropped (its driver ended), raced against the command's round trip.
+    ///
+    /// Why: a command handed to the client library's connection while its driver is ending
+    /// (it read the server's close a moment before) can be queued after the driver's queue
+    /// was emptied; it is then neither written nor failed, and would wait for the response
+    /// timeout, to be reported as a timeout though it never left the process. That is the
+    /// first command after an idle connection was closed, the one case the transport proves
+    /// unsent: it is woken when the socket is dropped, and the caller's byte count then
+    /// finds it unsent. A command handed over behind an unanswered one is not watched (it is
+    /// in doubt anyway once the connection closes under it), so one waits at a time.
+    pub(crate) fn gone(&self) -> Option<Gone<'a>> {
+        self.began.then_some(Gone {
+            wire: self.wire,
+            registered: false,
+        })
+    }
+}
 
 impl Drop for HandedOver<'_> {
     fn drop(&mut self) {
-        self.0.unanswered.fetch_sub(1, Ordering::AcqRel);
+        self.wire.unanswered.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// See [`HandedOver::gone`].
+pub(crate) struct Gone<'a> {
+    wire: &'a Wire,
+    registered: bool,
+}
+
+impl Future for Gone<'_> {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let wire = self.wire;
+        // Registered before the flag is read: a socket dropped after the read wakes it.
+        {
+            let mut slot = wire.gone_waker.lock().unwrap_or_else(|e| e.into_inner());
+            match &mut *slot {
+                Some(waker) => waker.clone_from(cx.waker()),
+                None => *slot = Some(cx.waker().clone()),
+            }
+        }
+        self.registered = true;
+        if wire.gone.load(Ordering::Acquire) {
+            return Poll::Ready(());
+        }
+        Poll::Pending
+    }
+}
+
+impl Drop for Gone<'_> {
+    fn drop(&mut self) {
+        if self.registered {
+            self.wire
+                .gone_waker
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take();
+        }
     }
 }
 
@@ -265,6 +349,12 @@ impl<S: Socket> Watched<S> {
         if let Some(spell) = spell {
             self.looked = spell;
         }
+    }
+}
+
+impl<S> Drop for Watched<S> {
+    fn drop(&mut self) {
+        self.wire.drop_socket();
     }
 }
 

@@ -513,3 +513,86 @@ mod tests {
         assert!(told(&mut second_wait));
     }
 }
+
+#[cfg(all(test, unix))]
+mod spell_tests {
+    use std::future::Future;
+    use std::pin::pin;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::task::{Context, Wake, Waker};
+    use std::time::{Duration, Instant};
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::{TcpListener, TcpStream};
+
+    use super::Watched;
+
+    struct Flag(AtomicBool);
+
+    impl Wake for Flag {
+        fn wake(self: Arc<Self>) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+
+    #[tokio::test]
+    async fn only_the_first_write_of_a_busy_spell_looks_for_the_servers_close() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (mut server, _) = listener.accept().await.unwrap();
+        let (mut socket, wire) = Watched::new(client);
+
+        // A command begins a spell; its write looks, finds the connection open, goes out.
+        let first = wire.hand_over();
+        socket.write_all(b"PING\r\n").await.unwrap();
+        let mut got = [0u8; 6];
+        server.read_exact(&mut got).await.unwrap();
+        // The server closes the connection while that command is unanswered.
+        drop(server);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !socket.peer_closed() {
+            assert!(Instant::now() < deadline, "the close never arrived");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+
+        // Behind an unanswered command no look is made: the kernel takes the bytes, and the
+        // command counts as possibly sent (what the caller reports, never sending it again).
+        let behind = wire.hand_over();
+        socket.write_all(b"PING\r\n").await.unwrap();
+        assert_eq!(wire.written(), 12);
+
+        // Both done: the next command begins a new spell, and its write is refused unsent.
+        drop((first, behind));
+        let _next = wire.hand_over();
+        let refused = socket.write_all(b"PING\r\n").await.unwrap_err();
+        assert_eq!(refused.kind(), std::io::ErrorKind::BrokenPipe);
+        assert!(
+            refused.to_string().contains("nothing was sent"),
+            "{refused}"
+        );
+        assert_eq!(wire.written(), 12, "not one byte of it went out");
+    }
+
+    #[test]
+    fn the_command_that_began_a_spell_is_woken_when_the_socket_is_dropped() {
+        let (socket, wire) = Watched::new(());
+        let first = wire.hand_over();
+        let behind = wire.hand_over();
+        assert!(
+            behind.gone().is_none(),
+            "only the spell's first command waits"
+        );
+        let mut gone = pin!(first.gone().expect("it began the spell"));
+        let flag = Arc::new(Flag(AtomicBool::new(false)));
+        let waker = Waker::from(flag.clone());
+        let mut cx = Context::from_waker(&waker);
+        assert!(gone.as_mut().poll(&mut cx).is_pending());
+        // The driver ends: the socket is dropped with it.
+        drop(socket);
+        assert!(flag.0.load(Ordering::SeqCst), "woken");
+        assert!(gone.as_mut().poll(&mut cx).is_ready());
+    }
+}

@@ -320,7 +320,8 @@ impl Slot {
             let mut live = self.connect(&stage).await?;
             stage.set(Stage::REPLY);
             let handed = live.wire.as_deref().map(Wire::hand_over);
-            let result = exec(&mut live.conn, cmds).await;
+            // A connection closed at once after the dial: failed now, not at the timeout.
+            let result = until_gone(exec(&mut live.conn, cmds), handed.as_ref()).await;
             drop(handed);
             Ok::<_, Fault>((live.generation, result))
         };

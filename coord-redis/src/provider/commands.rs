@@ -16,12 +16,16 @@ use crate::transport::{Command, Fault, Reply, SendWatch};
 
 impl Inner {
     pub(super) fn error(&self, fault: Fault, what: &str, key: &CallKey) -> BackendError {
-        if let Fault::Timeout(_) = fault {
+        if let Fault::Timeout(why) = fault {
+            // The client's own text says which wait ran out (the dial, the reply, a pooled
+            // connection's turn): kept, with any secret in it scrubbed.
             return BackendError::new(
                 BackendErrorKind::Timeout,
                 format!(
-                    "{what} at {}: no answer within {:?}",
-                    self.address, self.timeout
+                    "{what} at {}: no answer within {:?} ({})",
+                    self.address,
+                    self.timeout,
+                    scrub(&why, &self.secrets)
                 ),
             )
             .with_key(key);

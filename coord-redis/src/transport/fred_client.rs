@@ -200,8 +200,8 @@ impl Fred {
                 let deadline = start + self.timeout;
                 Box::pin(self.resend(&client, std::slice::from_ref(cmd), deadline, f)).await
             }
-            // Worded as the deadline of the other paths words it.
-            Err(Fault::Timeout(_)) => Err(Fault::Timeout("no answer in time".to_owned())),
+            // fred's own text says which of its waits ran out.
+            Err(Fault::Timeout(why)) => Err(Fault::Timeout(format!("no answer in time: {why}"))),
             other => other,
         };
         self.after(slot, generation, result)
@@ -222,7 +222,9 @@ impl Fred {
         // fred's command timeout bounds each attempt; this bounds them together.
         let result = match tokio::time::timeout_at(deadline, attempts).await {
             Ok(result) => result,
-            Err(_) => Err(Fault::Timeout("no answer in time".to_owned())),
+            Err(_) => Err(Fault::Timeout(
+                "no answer in time to the pipeline (resends included)".to_owned(),
+            )),
         };
         self.after(slot, generation, result)
     }
@@ -236,6 +238,7 @@ impl Fred {
         deadline: tokio::time::Instant,
         fault: Fault,
     ) -> Result<Vec<Reply>, Fault> {
+        let first = format!("{fault:?}");
         let attempts = async {
             let mut backoff = Backoff::resend();
             let mut asks = AskFollow::default();
@@ -274,7 +277,9 @@ impl Fred {
         };
         match tokio::time::timeout_at(deadline, attempts).await {
             Ok(result) => result,
-            Err(_) => Err(Fault::Timeout("no answer in time".to_owned())),
+            Err(_) => Err(Fault::Timeout(format!(
+                "no answer in time while sending again after {first}"
+            ))),
         }
     }
 

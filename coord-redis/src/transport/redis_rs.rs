@@ -7,10 +7,11 @@
 //!   call that dials is bounded by the command timeout as a whole; a call on a live
 //!   connection is bounded by the client's response timeout, with no timer of our own.
 //!   Plain TCP and Unix-socket connections are dialled here, on a socket that counts what it
-//!   wrote and refuses to write once the server has closed its end ([`wire`]): a
-//!   command that failed because its connection was closed, and of which provably no byte was
-//!   written, is sent once more on a fresh connection (the first command after `CLIENT KILL`
-//!   or a restart). A command that may have reached the server is never sent again.
+//!   wrote and, at the first write after the connection was idle, refuses to write if the
+//!   server has closed its end ([`wire`]): a command that failed because its connection was
+//!   closed, and of which provably no byte was written, is sent once more on a fresh
+//!   connection (the first command after `CLIENT KILL` or a restart). A command that may have
+//!   reached the server is never sent again.
 //! * Cluster: a pool of cluster connections (slot routing and node connections are
 //!   redis-rs's), each call under one command timeout. redis-rs's own retries are off (it
 //!   would resend a command whose connection dropped after sending it); replies that prove a

@@ -6,9 +6,13 @@
 //! of it was written) is sent once more on a fresh connection, so the call succeeds; only a
 //! command that may have reached the server is reported, as a typed `Unavailable` error.
 //!
-//! redis-rs: the transport dials its own sockets, counts what they wrote and peeks for the
-//! server's close before each write, so every such command is proven unsent: 0 failures are
-//! required. fred: the client writes on its own socket, and a command that was handed to a
+//! redis-rs: the transport dials its own sockets, counts what they wrote and, before the first
+//! write after a connection was idle, peeks for the server's close; a command handed to a
+//! connection whose driver is ending (it read the close a moment before) is woken when the
+//! socket is dropped rather than left waiting for its reply. The kills here always come
+//! between calls, so every such command is the first after idle and is proven unsent: 0
+//! failures are required (a command written behind an unanswered one is not looked for, and
+//! would be in doubt; no call here has one). fred: the client writes on its own socket, and a command that was handed to a
 //! connection that then closed fails whether or not it was written (fred does not say which);
 //! a command fred could not route (no connection yet) is proven unsent and sent again, the
 //! rest (written, then the connection closed: "Connection closed") are counted and printed,

@@ -3,7 +3,8 @@
 //! connection that went bad so the next call dials again; a command that provably never left
 //! the process is sent once more on a fresh connection.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::future::Future;
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -12,7 +13,7 @@ use redis::{AsyncConnectionConfig, ConnectionAddr, PushInfo, PushKind};
 
 use super::clients::{Dialer, resp3};
 use super::command::{exec, fault, stale};
-use super::wire::{Watched, Wire};
+use super::wire::{HandedOver, Watched, Wire};
 use crate::transport::{Command, Fault, Reply, SendWatch, ServerWatch, info_server};
 
 /// The connection a slot holds, tagged with the dial that made it.
@@ -109,7 +110,36 @@ async fn dial(
     };
     match tokio::time::timeout(timeout, watched).await {
         Ok(dialled) => dialled,
-        Err(_) => Err(Fault::Timeout("no connection in time".to_owned())),
+        Err(_) => Err(Fault::Timeout(format!(
+            "dialling {}: no connection within {timeout:?}",
+            info.addr()
+        ))),
+    }
+}
+
+/// Where a call that dials has got to, for the text of its timeout: which wait ran out.
+#[derive(Default)]
+struct Stage(AtomicU8);
+
+impl Stage {
+    const DIAL_LOCK: u8 = 0;
+    const ADDRESS: u8 = 1;
+    const DIAL: u8 = 2;
+    const INFO: u8 = 3;
+    const REPLY: u8 = 4;
+
+    fn set(&self, stage: u8) {
+        self.0.store(stage, Ordering::Relaxed);
+    }
+
+    fn describe(&self) -> &'static str {
+        match self.0.load(Ordering::Relaxed) {
+            Stage::DIAL_LOCK => "waiting for another call's dial of this pooled connection",
+            Stage::ADDRESS => "asking for the server's address",
+            Stage::DIAL => "dialling (connect and handshake)",
+            Stage::INFO => "waiting for the new connection's INFO server reply",
+            _ => "waiting for the reply on the new connection",
+        }
     }
 }
 
@@ -161,9 +191,15 @@ impl Slot {
     }
 
     pub(super) async fn connection(&self) -> Result<Live, Fault> {
+        self.connect(&Stage::default()).await
+    }
+
+    /// [`Slot::connection`], noting in `stage` which wait it is in.
+    async fn connect(&self, stage: &Stage) -> Result<Live, Fault> {
         if let Some(found) = self.cached() {
             return Ok(found);
         }
+        stage.set(Stage::DIAL_LOCK);
         let _dialing = self.dialing.lock().await;
         if let Some(found) = self.cached() {
             return Ok(found);
@@ -182,11 +218,14 @@ impl Slot {
             Ok::<(), std::convert::Infallible>(())
         });
         // RESP3: redis-rs reports a closed connection to the push sender only under RESP3.
+        stage.set(Stage::ADDRESS);
         let client = resp3(&self.dialer.client().await?)?;
         let node = client.get_connection_info().addr().to_string();
+        stage.set(Stage::DIAL);
         let mut live = dial(&client, &config, self.timeout).await?;
         live.generation = generation;
         // A new connection: is it still the same server process as before?
+        stage.set(Stage::INFO);
         match exec(&mut live.conn, &[info_server()]).await {
             Ok(replies) => {
                 if let Some(info) = replies.first() {
@@ -211,7 +250,10 @@ impl Slot {
             return Box::pin(self.dial_and_exec(cmds)).await;
         };
         let written = live.wire.as_ref().map(|wire| wire.written());
-        let result = exec(&mut live.conn, cmds).await;
+        let handed = live.wire.as_deref().map(Wire::hand_over);
+        let result = until_gone(exec(&mut live.conn, cmds), handed.as_ref()).await;
+        drop(handed);
+        let result = result.map_err(|f| unanswered(f, live.wire.as_deref(), written));
         if let Err(Fault::Unavailable(why)) = &result
             && let (Some(wire), Some(before)) = (&live.wire, written)
             && wire.written() == before
@@ -251,7 +293,10 @@ impl Slot {
         };
         let before = wire.written();
         let id = wire.watch(watch.needle, watch.tail, watch.notice);
-        let result = exec(&mut live.conn, cmds).await;
+        let handed = wire.hand_over();
+        let result = until_gone(exec(&mut live.conn, cmds), Some(&handed)).await;
+        drop(handed);
+        let result = result.map_err(|f| unanswered(f, Some(&wire), Some(before)));
         // `None`: told already. Otherwise dropped once this request is answered below.
         let untold = wire.unwatch(id);
         if let Err(Fault::Unavailable(why)) = &result
@@ -270,14 +315,25 @@ impl Slot {
 
     /// Dials (unless another call just did) and sends `cmds`; both under one command timeout.
     async fn dial_and_exec(&self, cmds: &[Command<'_>]) -> Result<Vec<Reply>, Fault> {
+        let stage = Stage::default();
         let dialled = async {
-            let mut live = self.connection().await?;
-            let result = exec(&mut live.conn, cmds).await;
+            let mut live = self.connect(&stage).await?;
+            stage.set(Stage::REPLY);
+            let handed = live.wire.as_deref().map(Wire::hand_over);
+            // A connection closed at once after the dial: failed now, not at the timeout.
+            let result = until_gone(exec(&mut live.conn, cmds), handed.as_ref()).await;
+            drop(handed);
             Ok::<_, Fault>((live.generation, result))
         };
         let (generation, result) = match tokio::time::timeout(self.timeout, dialled).await {
             Ok(outcome) => outcome?,
-            Err(_) => return Err(Fault::Timeout("no connection in time".to_owned())),
+            Err(_) => {
+                return Err(Fault::Timeout(format!(
+                    "on a connection dialled for this command: nothing within {:?}, {}",
+                    self.timeout,
+                    stage.describe()
+                )));
+            }
         };
         self.check(generation, result)
     }
@@ -295,6 +351,42 @@ impl Slot {
         }
         result
     }
+}
+
+/// `exec`, ended with a fault if the connection's driver ends first while `handed` is the
+/// command that began a busy spell (see [`HandedOver::gone`]).
+async fn until_gone(
+    exec: impl Future<Output = Result<Vec<Reply>, Fault>>,
+    handed: Option<&HandedOver<'_>>,
+) -> Result<Vec<Reply>, Fault> {
+    let Some(gone) = handed.and_then(HandedOver::gone) else {
+        return exec.await;
+    };
+    tokio::select! {
+        biased;
+        result = exec => result,
+        () = gone => Err(Fault::Unavailable(
+            "the connection's driver ended before this command was answered".to_owned(),
+        )),
+    }
+}
+
+/// A live connection's fault, its timeout told apart: redis-rs's response timeout ran out,
+/// and whether any byte went out on the connection since the command was handed over.
+fn unanswered(fault: Fault, wire: Option<&Wire>, before: Option<u64>) -> Fault {
+    let Fault::Timeout(why) = fault else {
+        return fault;
+    };
+    let written = match (wire, before) {
+        (Some(wire), Some(before)) if wire.written() == before => {
+            "not one byte written since it was handed over"
+        }
+        (Some(_), Some(_)) => "bytes written since it was handed over",
+        _ => "its writes not counted",
+    };
+    Fault::Timeout(format!(
+        "no reply on the pooled connection ({written}): {why}"
+    ))
 }
 
 fn forget(current: &Current, generation: u64) {

@@ -4,11 +4,20 @@
 //! A client library reports a connection the server closed (`CLIENT KILL`, a restart, an idle
 //! timeout) with the same error whether the command it was given was written before the close
 //! was noticed or not. Only in the second case is it safe to send the command again. [`Watched`]
-//! wraps the socket under one connection and counts the bytes the kernel accepted; before each
-//! write it also looks (without reading) whether the server has closed its end already, and
-//! refuses the write if so, since a server that has closed the connection cannot read what is
-//! written after. A caller that reads [`Wire::written`] before handing a command over and finds
-//! it unchanged after the command failed knows none of the command's bytes reached the socket.
+//! wraps the socket under one connection and counts the bytes the kernel accepted. A caller
+//! that reads [`Wire::written`] before handing a command over and finds it unchanged after the
+//! command failed knows none of the command's bytes reached the socket.
+//!
+//! The server may have closed the connection while it sat idle (`CLIENT KILL`, an idle
+//! timeout): the kernel would still accept the next write, and the command would count as
+//! possibly sent. So the first write after the connection went idle looks (without reading)
+//! whether the server has closed its end, and is refused if so: a server that has closed the
+//! connection cannot read what is written after, and the command is proven unsent. Callers
+//! report each command they hand over ([`Wire::hand_over`]); a command handed over while
+//! none is unanswered starts a new busy spell, and only the first write after that looks.
+//! A write behind an unanswered command does not look (one system call per command saved
+//! under load): were the connection closed under it, the unanswered command is in doubt
+//! anyway, and so is this one, which is then reported as possibly sent, never sent twice.
 //!
 //! It also tells when one given request has been accepted whole ([`Wire::watch`]), for a
 //! leader that answers its callers once its hand-over has left the process but before its
@@ -17,11 +26,12 @@
 //! requests whole and in order, so nothing else can sit between them. Only while a watch is
 //! registered are written bytes looked at; otherwise a write costs one atomic load more.
 
+use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 
 use coord_core::provider::SentNotice;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -30,6 +40,17 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 #[derive(Debug, Default)]
 pub(crate) struct Wire {
     written: AtomicU64,
+    /// Commands handed over ([`Wire::hand_over`]) and not yet answered or given up.
+    unanswered: AtomicUsize,
+    /// How many busy spells began: a command was handed over while none was unanswered. The
+    /// socket looks for the server's close before its first write of each spell.
+    spells: AtomicU64,
+    /// Set once the socket was dropped: the connection's driver ended (it read the server's
+    /// close, a write failed, or it was stopped), so nothing more is written or read on it.
+    gone: AtomicBool,
+    /// The command that began the current busy spell, while it waits: woken when the socket
+    /// is dropped (see [`HandedOver::gone`]).
+    gone_waker: Mutex<Option<Waker>>,
     /// How many watches are registered: read on every write, the lock taken only when above 0.
     watched: AtomicUsize,
     watches: Mutex<Watches>,
@@ -59,6 +80,32 @@ impl Wire {
     /// Bytes the kernel accepted on this socket so far.
     pub(crate) fn written(&self) -> u64 {
         self.written.load(Ordering::Acquire)
+    }
+
+    /// Notes a command about to be handed to the connection, until the returned guard is
+    /// dropped (once it is answered, failed or given up). A command handed over while none
+    /// is unanswered begins a busy spell: the socket's next write looks for the server's
+    /// close first, so that command, were the connection closed while it was idle, is
+    /// refused before any byte of it goes out.
+    pub(crate) fn hand_over(&self) -> HandedOver<'_> {
+        let began = self.unanswered.fetch_add(1, Ordering::AcqRel) == 0;
+        if began {
+            self.spells.fetch_add(1, Ordering::AcqRel);
+        }
+        HandedOver { wire: self, began }
+    }
+
+    /// The socket was dropped: wakes the command waiting in [`HandedOver::gone`].
+    fn drop_socket(&self) {
+        self.gone.store(true, Ordering::Release);
+        let waker = self
+            .gone_waker
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(waker) = waker {
+            waker.wake();
+        }
     }
 
     /// Tells `notice` once the kernel accepted the bytes `needle`, and `tail` bytes after them.
@@ -136,6 +183,78 @@ impl Wire {
     }
 }
 
+/// A command handed to a connection and not yet answered; see [`Wire::hand_over`].
+pub(crate) struct HandedOver<'a> {
+    wire: &'a Wire,
+    /// It began a busy spell: none was unanswered when it was handed over.
+    began: bool,
+}
+
+impl<'a> HandedOver<'a> {
+    /// When this command began a busy spell: a future ready once the connection's socket is
+    /// dropped (its driver ended), raced against the command's round trip.
+    ///
+    /// Why: a command handed to the client library's connection while its driver is ending
+    /// (it read the server's close a moment before) can be queued after the driver's queue
+    /// was emptied; it is then neither written nor failed, and would wait for the response
+    /// timeout, to be reported as a timeout though it never left the process. That is the
+    /// first command after an idle connection was closed, the one case the transport proves
+    /// unsent: it is woken when the socket is dropped, and the caller's byte count then
+    /// finds it unsent. A command handed over behind an unanswered one is not watched (it is
+    /// in doubt anyway once the connection closes under it), so one waits at a time.
+    pub(crate) fn gone(&self) -> Option<Gone<'a>> {
+        self.began.then_some(Gone {
+            wire: self.wire,
+            registered: false,
+        })
+    }
+}
+
+impl Drop for HandedOver<'_> {
+    fn drop(&mut self) {
+        self.wire.unanswered.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// See [`HandedOver::gone`].
+pub(crate) struct Gone<'a> {
+    wire: &'a Wire,
+    registered: bool,
+}
+
+impl Future for Gone<'_> {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let wire = self.wire;
+        // Registered before the flag is read: a socket dropped after the read wakes it.
+        {
+            let mut slot = wire.gone_waker.lock().unwrap_or_else(|e| e.into_inner());
+            match &mut *slot {
+                Some(waker) => waker.clone_from(cx.waker()),
+                None => *slot = Some(cx.waker().clone()),
+            }
+        }
+        self.registered = true;
+        if wire.gone.load(Ordering::Acquire) {
+            return Poll::Ready(());
+        }
+        Poll::Pending
+    }
+}
+
+impl Drop for Gone<'_> {
+    fn drop(&mut self) {
+        if self.registered {
+            self.wire
+                .gone_waker
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take();
+        }
+    }
+}
+
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     if needle.is_empty() || hay.len() < needle.len() {
         return None;
@@ -143,10 +262,13 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     hay.windows(needle.len()).position(|w| w == needle)
 }
 
-/// A socket whose writes are counted in its [`Wire`], and refused once the peer closed.
+/// A socket whose writes are counted in its [`Wire`], and refused once the peer closed (as
+/// seen at the first write of each busy spell).
 pub(crate) struct Watched<S> {
     inner: S,
     wire: Arc<Wire>,
+    /// The busy spell whose first write was made (compared with [`Wire::spells`]).
+    looked: u64,
 }
 
 impl<S> Watched<S> {
@@ -156,6 +278,7 @@ impl<S> Watched<S> {
             Watched {
                 inner,
                 wire: wire.clone(),
+                looked: 0,
             },
             wire,
         )
@@ -206,6 +329,35 @@ impl<S: Socket> Watched<S> {
     }
 }
 
+impl<S: Socket> Watched<S> {
+    /// Before a write: the busy spell it belongs to when a new one began since the last write
+    /// (`Err` when the server has closed its end meanwhile), else `None`. A spell is marked
+    /// looked at only once a write of it completed ([`Watched::looked_at`]), so a write that
+    /// had to wait looks again when it is retried.
+    fn look(&self) -> io::Result<Option<u64>> {
+        let spell = self.wire.spells.load(Ordering::Acquire);
+        if spell == self.looked {
+            return Ok(None);
+        }
+        if self.peer_closed() {
+            return Err(closed_before_write());
+        }
+        Ok(Some(spell))
+    }
+
+    fn looked_at(&mut self, spell: Option<u64>) {
+        if let Some(spell) = spell {
+            self.looked = spell;
+        }
+    }
+}
+
+impl<S> Drop for Watched<S> {
+    fn drop(&mut self) {
+        self.wire.drop_socket();
+    }
+}
+
 fn closed_before_write() -> io::Error {
     io::Error::new(
         io::ErrorKind::BrokenPipe,
@@ -229,11 +381,13 @@ impl<S: AsyncWrite + Socket + Unpin> AsyncWrite for Watched<S> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        if self.peer_closed() {
-            return Poll::Ready(Err(closed_before_write()));
-        }
+        let spell = match self.look() {
+            Ok(spell) => spell,
+            Err(closed) => return Poll::Ready(Err(closed)),
+        };
         let polled = Pin::new(&mut self.inner).poll_write(cx, buf);
         if let Poll::Ready(Ok(n)) = &polled {
+            self.looked_at(spell);
             let start = self.wire.written.fetch_add(*n as u64, Ordering::AcqRel);
             if self.wire.watched.load(Ordering::Acquire) > 0 {
                 self.wire.accepted(start, &[&buf[..*n]]);
@@ -247,11 +401,13 @@ impl<S: AsyncWrite + Socket + Unpin> AsyncWrite for Watched<S> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        if self.peer_closed() {
-            return Poll::Ready(Err(closed_before_write()));
-        }
+        let spell = match self.look() {
+            Ok(spell) => spell,
+            Err(closed) => return Poll::Ready(Err(closed)),
+        };
         let polled = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
         if let Poll::Ready(Ok(n)) = &polled {
+            self.looked_at(spell);
             let start = self.wire.written.fetch_add(*n as u64, Ordering::AcqRel);
             if self.wire.watched.load(Ordering::Acquire) > 0 {
                 // The accepted bytes: the first `n` of the buffers, in order.
@@ -355,5 +511,88 @@ mod tests {
         assert!(!told(&mut second_wait));
         write(&wire, b".");
         assert!(told(&mut second_wait));
+    }
+}
+
+#[cfg(all(test, unix))]
+mod spell_tests {
+    use std::future::Future;
+    use std::pin::pin;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::task::{Context, Wake, Waker};
+    use std::time::{Duration, Instant};
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::{TcpListener, TcpStream};
+
+    use super::Watched;
+
+    struct Flag(AtomicBool);
+
+    impl Wake for Flag {
+        fn wake(self: Arc<Self>) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+
+    #[tokio::test]
+    async fn only_the_first_write_of_a_busy_spell_looks_for_the_servers_close() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (mut server, _) = listener.accept().await.unwrap();
+        let (mut socket, wire) = Watched::new(client);
+
+        // A command begins a spell; its write looks, finds the connection open, goes out.
+        let first = wire.hand_over();
+        socket.write_all(b"PING\r\n").await.unwrap();
+        let mut got = [0u8; 6];
+        server.read_exact(&mut got).await.unwrap();
+        // The server closes the connection while that command is unanswered.
+        drop(server);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !socket.peer_closed() {
+            assert!(Instant::now() < deadline, "the close never arrived");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+
+        // Behind an unanswered command no look is made: the kernel takes the bytes, and the
+        // command counts as possibly sent (what the caller reports, never sending it again).
+        let behind = wire.hand_over();
+        socket.write_all(b"PING\r\n").await.unwrap();
+        assert_eq!(wire.written(), 12);
+
+        // Both done: the next command begins a new spell, and its write is refused unsent.
+        drop((first, behind));
+        let _next = wire.hand_over();
+        let refused = socket.write_all(b"PING\r\n").await.unwrap_err();
+        assert_eq!(refused.kind(), std::io::ErrorKind::BrokenPipe);
+        assert!(
+            refused.to_string().contains("nothing was sent"),
+            "{refused}"
+        );
+        assert_eq!(wire.written(), 12, "not one byte of it went out");
+    }
+
+    #[test]
+    fn the_command_that_began_a_spell_is_woken_when_the_socket_is_dropped() {
+        let (socket, wire) = Watched::new(());
+        let first = wire.hand_over();
+        let behind = wire.hand_over();
+        assert!(
+            behind.gone().is_none(),
+            "only the spell's first command waits"
+        );
+        let mut gone = pin!(first.gone().expect("it began the spell"));
+        let flag = Arc::new(Flag(AtomicBool::new(false)));
+        let waker = Waker::from(flag.clone());
+        let mut cx = Context::from_waker(&waker);
+        assert!(gone.as_mut().poll(&mut cx).is_pending());
+        // The driver ends: the socket is dropped with it.
+        drop(socket);
+        assert!(flag.0.load(Ordering::SeqCst), "woken");
+        assert!(gone.as_mut().poll(&mut cx).is_ready());
     }
 }

@@ -11,9 +11,9 @@ use crate::client::{Resp, command_at};
 /// How long a redis-server (or Sentinel) process gets to answer after it is started.
 pub(crate) const STARTUP: Duration = Duration::from_secs(15);
 
-/// Waits until the server on `port` answers `PING`, or reports why it did not start: its exit
-/// status, standard error and log when it exited, its log when it did not answer within
-/// [`STARTUP`] (it is then killed).
+/// Waits until the server on `port` answers `PING` (and, when it needs no password, says it is
+/// `child`), or reports why it did not start: its exit status, standard error and log when it
+/// exited, its log when it did not answer within [`STARTUP`] (it is then killed).
 pub(crate) fn wait_ready(child: &mut Child, port: u16, log: &Path) -> Result<(), String> {
     let deadline = Instant::now() + STARTUP;
     loop {
@@ -26,7 +26,12 @@ pub(crate) fn wait_ready(child: &mut Child, port: u16, log: &Path) -> Result<(),
             return Err(format!("redis-server exited ({status}):\n{stderr}\n{log}"));
         }
         match command_at(port, &["PING"]) {
-            Ok(Resp::Simple(pong)) if pong == "PONG" => return Ok(()),
+            // Answered, and by this process: another test process may have bound the port
+            // between the search for a free one and this server's start (which then fails
+            // to bind and exits), and a server or proxy of its own answers `PING` too.
+            Ok(Resp::Simple(pong)) if pong == "PONG" && answered_by(port, child.id()) => {
+                return Ok(());
+            }
             // Up, but wants a password first.
             Ok(Resp::Error(e)) if e.starts_with("NOAUTH") => return Ok(()),
             _ => {}
@@ -41,6 +46,16 @@ pub(crate) fn wait_ready(child: &mut Child, port: u16, log: &Path) -> Result<(),
         }
         std::thread::sleep(Duration::from_millis(5));
     }
+}
+
+/// Whether the server answering on `port` is the process `pid` (its `INFO server` says so).
+fn answered_by(port: u16, pid: u32) -> bool {
+    let Ok(Resp::Bulk(info)) = command_at(port, &["INFO", "server"]) else {
+        return false;
+    };
+    String::from_utf8_lossy(&info)
+        .lines()
+        .any(|line| line.trim_end() == format!("process_id:{pid}"))
 }
 
 /// Calls `done` every 20 ms until it returns `true`; panics with "timed out waiting for

@@ -848,6 +848,111 @@ async fn hold_lock_row(url: &str, key: &coord_core::CallKey) -> tokio_postgres::
     blocker
 }
 
+/// Another session holding a semaphore key's row locked (its transaction left open), so every
+/// permit acquire on `key` waits on it until the session rolls back.
+async fn hold_semaphore_row(url: &str, key: &coord_core::CallKey) -> tokio_postgres::Client {
+    let (blocker, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    blocker
+        .batch_execute(&format!(
+            "BEGIN; INSERT INTO coord.semaphores (key, expires_at) \
+             VALUES ('{k}', now() + interval '1 hour') ON CONFLICT DO NOTHING; \
+             SELECT 1 FROM coord.semaphores WHERE key = '{k}' FOR UPDATE;",
+            k = key.qualified()
+        ))
+        .await
+        .unwrap();
+    blocker
+}
+
+/// The semaphore's waiting acquire outlasts looks that timed out, as the lock's does (below):
+/// a single attempt in the stall is a `Timeout` (the control: the stall bites), a waiting one
+/// gets its permit once the key's row is free, and one whose wait ends inside the stall says
+/// its looks got no answer and leaves no permit behind (limit 1: another owner gets it as
+/// soon as the row is free, not at the 30 s lease).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn waiting_permit_outlasts_looks_that_timed_out() {
+    let server = server().await;
+    let provider = provider(&server.url(), "waiting", 3).await;
+    let c = coordinator(&provider);
+    let key = c.key("pg.slow-permit").part(&1u32).finish();
+
+    let blocker = hold_semaphore_row(&server.url(), &key).await;
+    let single = bounded(
+        "the single attempt",
+        c.semaphore(key.clone(), 1).try_acquire(),
+    )
+    .await;
+    assert!(
+        matches!(&single, Err(CoordError::Backend(err)) if err.kind() == BackendErrorKind::Timeout),
+        "the stall times a look out: {single:?}"
+    );
+
+    let freed = tokio::spawn(async move {
+        tokio::time::sleep(TIMEOUT * 4).await;
+        blocker.batch_execute("ROLLBACK").await.unwrap();
+        Instant::now()
+    });
+    let started = Instant::now();
+    let permit = bounded(
+        "the waiting acquire",
+        c.semaphore(key.clone(), 1)
+            .wait(Duration::from_secs(10))
+            .acquire(),
+    )
+    .await
+    .expect("the waiter gets a permit once the server answers again, within its wait");
+    let freed_at = freed.await.unwrap();
+    assert!(
+        started.elapsed() >= TIMEOUT * 4,
+        "granted only after the stall: {:?}",
+        started.elapsed()
+    );
+    assert!(
+        freed_at.elapsed() < Duration::from_secs(3),
+        "granted soon after the stall ended: {:?}",
+        freed_at.elapsed()
+    );
+    assert!(permit.release().await.unwrap(), "the grant was real");
+
+    let blocker = hold_semaphore_row(&server.url(), &key).await;
+    let short = bounded(
+        "the short wait",
+        c.semaphore(key.clone(), 1)
+            .lease(Duration::from_secs(30))
+            .wait(TIMEOUT * 3)
+            .acquire(),
+    )
+    .await;
+    match &short {
+        Err(CoordError::Backend(err)) => {
+            assert_eq!(err.kind(), BackendErrorKind::Timeout, "{err}");
+            assert!(err.message().contains("got no answer in time"), "{err}");
+        }
+        other => panic!("a wait ended by unanswered looks must say so: {other:?}"),
+    }
+    blocker.batch_execute("ROLLBACK").await.unwrap();
+    let released = Instant::now();
+    let other = coordinator(&provider);
+    let permit = bounded(
+        "another owner",
+        other
+            .semaphore(key, 1)
+            .wait(Duration::from_secs(15))
+            .acquire(),
+    )
+    .await
+    .expect("another owner gets the permit");
+    assert!(
+        released.elapsed() < Duration::from_secs(5),
+        "no permit was left held by the timed-out waiter (its lease is 30 s): {:?}",
+        released.elapsed()
+    );
+    drop(permit);
+}
+
 /// A waiting acquire (`wait = 10 s`) whose looks time out while the lock's row is locked by
 /// another session for 1.2 s (four command timeouts): it gets the lock once the row is free,
 /// within its wait. The control, a single attempt (`wait = 0`) in the same stall, fails with

@@ -11,6 +11,7 @@
 use std::marker::PhantomData;
 use std::time::Duration;
 
+use coord_core::provider::waiting::TimedOutLooks;
 use coord_core::provider::{ReleaseOutcome, RenewOutcome};
 use coord_core::{BackendError, CallKey};
 use tokio::time::Instant;
@@ -142,7 +143,9 @@ impl Inner {
     ///
     /// One attempt first; refused with a wait to spend, the waiter listens, then looks again
     /// asking the next release to notify; without a notification it looks again when the
-    /// first hold in its way ends (capped, jittered: the waiters' rules).
+    /// first hold in its way ends (capped, jittered: the waiters' rules). With a wait to
+    /// spend, a look that timed out is looked at again ([`TimedOutLooks`]); a wait that ends
+    /// while the latest look's reply was lost is a `Timeout` error, not a refusal.
     pub(super) async fn counted_acquire<K: CountedKind>(
         &self,
         statements: &CountedStatements<K>,
@@ -153,28 +156,44 @@ impl Inner {
         debug_assert!(params.len() <= MAX_PARAMS);
         // `None`: a wait too long to represent: until granted or dropped.
         let deadline = Instant::now().checked_add(wait);
-        match self.counted_attempt(statements, key, params, false).await? {
-            Attempt::Won(token) => {
-                return Ok(Acquired::Granted {
+        let first = self.counted_attempt(statements, key, params, false).await;
+        if wait.is_zero() {
+            // One attempt: no time to look again, a timeout is the answer.
+            return Ok(match first? {
+                Attempt::Won(token) => Acquired::Granted {
                     token,
                     contended: false,
-                });
-            }
-            Attempt::Blocked(_) if wait.is_zero() => return Ok(Acquired::Refused),
-            Attempt::Blocked(_) => {}
+                },
+                Attempt::Blocked(_) => Acquired::Refused,
+            });
+        }
+        // As for locks: an attempt or look that timed out (the key's row locked by a slow
+        // statement, a paused server) does not end a wait that has time left. The acquire
+        // statements answer their owner's resend with the hold it already has, so a grant
+        // whose reply was lost is found by the next look.
+        let timed_out = TimedOutLooks::new();
+        let timed_out = &timed_out;
+        if let Some(Attempt::Won(token)) = timed_out.note(first)? {
+            return Ok(Acquired::Granted {
+                token,
+                contended: false,
+            });
         }
         let look = move |_: Cue| async move {
-            Ok(
-                match self.counted_attempt(statements, key, params, true).await? {
-                    Attempt::Won(token) => Look::Done(Acquired::Granted {
-                        token,
-                        contended: true,
+            timed_out.look(
+                self.counted_attempt(statements, key, params, true)
+                    .await
+                    .map(|attempt| match attempt {
+                        Attempt::Won(token) => Look::Done(Acquired::Granted {
+                            token,
+                            contended: true,
+                        }),
+                        Attempt::Blocked(left) => Look::Pending(left),
                     }),
-                    Attempt::Blocked(left) => Look::Pending(left),
-                },
             )
         };
-        self.hub
+        let answer = self
+            .hub
             .wait(
                 wake_payload(K::PAYLOAD, key),
                 K::WAKE,
@@ -182,7 +201,10 @@ impl Inner {
                 Acquired::WaitEnded,
                 look,
             )
-            .await
+            .await;
+        // Ended while the latest look's reply was lost: unknown (the runtime releases by
+        // owner), not a refusal.
+        timed_out.settle(answer, |acquired| matches!(acquired, Acquired::WaitEnded))
     }
 
     /// Releases `key`'s hold named by `params` (the release statement's parameters before

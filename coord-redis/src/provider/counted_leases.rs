@@ -10,6 +10,7 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
+use coord_core::provider::waiting::TimedOutLooks;
 use coord_core::provider::{ReleaseOutcome, RenewOutcome};
 use coord_core::{BackendError, CallKey};
 use tokio::time::Instant;
@@ -111,6 +112,8 @@ impl Inner {
     /// One attempt first; refused with a wait to spend, the waiter subscribes, then looks
     /// again noting itself so releases publish, and without a message looks again when the
     /// first hold in the way ends (capped, jittered), so a lost message costs at most that.
+    /// With a wait to spend, a look that timed out is looked at again ([`TimedOutLooks`]); a
+    /// wait that ends while the latest look's reply was lost is a `Timeout` error.
     pub(super) async fn counted_acquire(
         &self,
         kind: &CountedKind,
@@ -121,31 +124,45 @@ impl Inner {
         debug_assert!(args.len() <= MAX_ARGS);
         let keys = kind.keys_of(key);
         let deadline = Instant::now().checked_add(wait);
-        match self.counted_attempt(kind, key, &keys, args, false).await? {
-            Attempt::Won(token) => {
-                return Ok(Acquired::Granted {
+        let first = self.counted_attempt(kind, key, &keys, args, false).await;
+        if wait.is_zero() {
+            // One attempt: no time to look again, a timeout is the answer.
+            return Ok(match first? {
+                Attempt::Won(token) => Acquired::Granted {
                     token,
                     contended: false,
-                });
-            }
-            Attempt::Blocked(_) if wait.is_zero() => return Ok(Acquired::Refused),
-            Attempt::Blocked(_) => {}
+                },
+                Attempt::Blocked(_) => Acquired::Refused,
+            });
+        }
+        // As for locks: an attempt or look that timed out (a paused or slow server) does not
+        // end a wait that has time left. The acquire scripts answer their owner's resend with
+        // the hold it already has, so a grant whose reply was lost is found by the next look.
+        let timed_out = TimedOutLooks::new();
+        let timed_out = &timed_out;
+        if let Some(Attempt::Won(token)) = timed_out.note(first)? {
+            return Ok(Acquired::Granted {
+                token,
+                contended: false,
+            });
         }
         let keys = &keys;
-        let look = move |_: Cue| async move {
-            Ok(
-                match self.counted_attempt(kind, key, keys, args, true).await? {
-                    Attempt::Won(token) => Look::Done(Acquired::Granted {
-                        token,
-                        contended: true,
-                    }),
-                    Attempt::Blocked(left) => {
-                        Look::Pending(Some(backstop_after(Some(left.max(0)))))
-                    }
-                },
-            )
-        };
-        self.hub
+        let look =
+            move |_: Cue| async move {
+                timed_out.look(self.counted_attempt(kind, key, keys, args, true).await.map(
+                    |attempt| match attempt {
+                        Attempt::Won(token) => Look::Done(Acquired::Granted {
+                            token,
+                            contended: true,
+                        }),
+                        Attempt::Blocked(left) => {
+                            Look::Pending(Some(backstop_after(Some(left.max(0)))))
+                        }
+                    },
+                ))
+            };
+        let answer = self
+            .hub
             .wait(
                 &self.transport,
                 keys[0].clone(),
@@ -154,7 +171,10 @@ impl Inner {
                 Acquired::WaitEnded,
                 look,
             )
-            .await
+            .await;
+        // Ended while the latest look's reply was lost: unknown (the runtime releases by
+        // owner), not a refusal.
+        timed_out.settle(answer, |acquired| matches!(acquired, Acquired::WaitEnded))
     }
 
     /// Releases `key`'s hold named by the release script's `args` (owner-checked).

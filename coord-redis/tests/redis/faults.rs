@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 use coord_core::BackendError;
 use coord_core::provider::{
-    BackendErrorKind, ClaimOutcome, IdempotencyStore, LockProvider, OwnerToken, ReleaseOutcome,
+    BackendErrorKind, ClaimOutcome, IdempotencyStore, LockProvider, OwnerToken, PermitRequest,
+    ReleaseOutcome, SemaphoreStore,
 };
 use coord_redis::{Client, RedisProvider};
 use coord_redis_testing::RedisServer;
@@ -18,6 +19,7 @@ per_client!(
     wrong_password_is_reported_without_it,
     frozen_server_gives_timeouts_within_the_command_timeout,
     waiting_acquire_outlasts_a_client_pause,
+    waiting_permit_outlasts_a_client_pause,
     timed_out_acquire_in_a_pause_grants_nothing_later,
     killed_server_fails_fast_and_restart_recovers,
     foreign_values_at_lock_keys_are_corrupt,
@@ -198,6 +200,96 @@ async fn frozen_server_gives_timeouts_within_the_command_timeout(client: Client)
         }
     }
     assert_eq!(p.release(&k, b).await.unwrap(), ReleaseOutcome::Released);
+}
+
+/// The semaphore's waiting acquire in the same pause as the lock's (below): the control, a
+/// single attempt on a key of its own, fails with `Timeout` (the pause bites); the waiting
+/// acquire (wait 10 s, one permit) gets its permit once the pause ends; one whose wait ends
+/// inside the pause answers `Timeout` saying its looks got no answer, and what its commands
+/// did on thaw is its owner's to release: released, the permit is free.
+async fn waiting_permit_outlasts_a_client_pause(client: Client) {
+    let server = RedisServer::start();
+    let p = tight(&server, client).await;
+    let (k, control) = (key("paused-permit"), key("paused-permit-once"));
+    let permit = |key, owner, wait| PermitRequest {
+        key,
+        owner,
+        limit: 1,
+        lease: LONG,
+        wait,
+    };
+    // Warm up: scripts cached, subscriber connected.
+    let a = OwnerToken::new();
+    p.acquire_permit(permit(&k, a, Duration::ZERO))
+        .await
+        .unwrap()
+        .unwrap();
+    let refused = p
+        .acquire_permit(permit(&k, OwnerToken::new(), Duration::from_millis(50)))
+        .await
+        .unwrap();
+    assert!(refused.is_none(), "the only permit is held");
+    p.release_permit(&k, a).await.unwrap();
+
+    let pause = Duration::from_millis(1_600);
+    let pause_ms = pause.as_millis().to_string();
+    server.command(&["CLIENT", "PAUSE", &pause_ms, "WRITE"]);
+    let paused_at = Instant::now();
+    let once = p
+        .acquire_permit(permit(&control, OwnerToken::new(), Duration::ZERO))
+        .await;
+    match &once {
+        Err(err) => assert_eq!(err.kind(), BackendErrorKind::Timeout, "{err}"),
+        Ok(v) => panic!("the control must time out in the pause: {v:?}"),
+    }
+    assert!(
+        paused_at.elapsed() < pause - TIMEOUT,
+        "the pause ended too soon"
+    );
+    let b = OwnerToken::new();
+    let grant = tokio::time::timeout(
+        BOUND * 10,
+        p.acquire_permit(permit(&k, b, Duration::from_secs(10))),
+    )
+    .await
+    .expect("the waiting acquire hung")
+    .expect("the waiter gets the permit once the pause ends, within its wait");
+    assert!(grant.is_some(), "nobody else holds the permit");
+    assert!(
+        paused_at.elapsed() >= pause,
+        "granted only after the pause: {:?}",
+        paused_at.elapsed()
+    );
+    assert_eq!(
+        p.release_permit(&k, b).await.unwrap(),
+        ReleaseOutcome::Released
+    );
+
+    server.command(&["CLIENT", "PAUSE", &pause_ms, "WRITE"]);
+    let c = OwnerToken::new();
+    let short = p.acquire_permit(permit(&k, c, TIMEOUT * 2)).await;
+    match &short {
+        Err(err) => {
+            assert_eq!(err.kind(), BackendErrorKind::Timeout, "{err}");
+            assert!(err.message().contains("got no answer in time"), "{err}");
+        }
+        Ok(v) => panic!("a wait ended by unanswered looks must say so: {v:?}"),
+    }
+    server.command(&["CLIENT", "UNPAUSE"]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let _ = p.release_permit(&k, c).await;
+        if let Ok(Some(_)) = p
+            .acquire_permit(permit(&k, OwnerToken::new(), Duration::ZERO))
+            .await
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the permit stayed held after its owner's release"
+        );
+    }
 }
 
 /// `CLIENT PAUSE .. WRITE` for 1.6 s (four command timeouts) holds every write, so an acquire's
